@@ -1,0 +1,5 @@
+import sys
+
+from pagecast.cli import main
+
+sys.exit(main())

@@ -1,0 +1,60 @@
+"""The ``pagecast`` command.
+
+Each subcommand is a module in this package with ``register(subparsers)``; the module
+adds its parser and sets ``func`` to a callable taking the parsed args and returning an
+exit status. Modules are discovered, so adding a command means adding one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from pagecast import __version__
+from pagecast.errors import PagecastError
+
+# Order in --help; commands not listed here follow alphabetically.
+_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "run", "bench", "pager", "estimate", "gym", "recover"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pagecast",
+        description=(
+            "Record how programs touch memory pages, learn the pattern, evaluate prefetch and "
+            "placement policies, and prefetch live. Start with `pagecast demo`."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"pagecast {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import pagecast.cli as pkg
+
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
+    names.sort(key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    for name in names:
+        importlib.import_module(f"pagecast.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except PagecastError as e:
+        print(f"pagecast {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"pagecast {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

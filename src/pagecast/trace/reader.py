@@ -1,0 +1,111 @@
+"""Trace reader: metadata, regions and columns as numpy arrays, whole or in chunks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pagecast.errors import PagecastError
+from pagecast.trace.regions import Region, regions_from_json
+from pagecast.trace.schema import COLUMNS, FORMAT_VERSION, META_INFO, META_KERNELS, META_REGIONS, META_VERSION
+
+
+class Trace:
+    """An opened trace file. Cheap to open: only the footer is read."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise PagecastError("no such trace file", path=self.path)
+        if self.path.is_dir():
+            raise PagecastError("is a directory, not a trace file", path=self.path)
+        try:
+            self._pf = pq.ParquetFile(str(self.path))
+        except (pa.ArrowInvalid, OSError) as e:
+            partial = Path(str(self.path) + ".partial")
+            hint = f" (a journal {partial.name} exists: `pagecast recover {partial}`)" if partial.exists() else ""
+            raise PagecastError(f"not a Parquet trace ({_short(e)}){hint}", path=self.path) from None
+        kv = dict(self._pf.schema_arrow.metadata or {})
+        kv.update(self._pf.metadata.metadata or {})
+        version = kv.get(META_VERSION)
+        if version is None:
+            raise PagecastError("Parquet file without pagecast metadata (not a pagecast trace)", path=self.path)
+        try:
+            self.version = int(version)
+        except ValueError:
+            raise PagecastError(f"bad format version {version!r}", path=self.path) from None
+        if self.version > FORMAT_VERSION:
+            raise PagecastError(
+                f"trace format version {self.version} is newer than this pagecast reads ({FORMAT_VERSION})",
+                path=self.path,
+            )
+        missing = [c for c in COLUMNS if c not in self._pf.schema_arrow.names]
+        if missing:
+            raise PagecastError(f"trace lacks columns {missing}", path=self.path)
+        try:
+            self.meta: dict[str, Any] = json.loads(kv.get(META_INFO, b"{}"))
+            self.regions: list[Region] = regions_from_json(kv.get(META_REGIONS, b"[]"))
+            self.kernels: list[dict[str, Any]] = json.loads(kv.get(META_KERNELS, b"[]"))
+        except (ValueError, TypeError) as e:
+            raise PagecastError(f"corrupt pagecast metadata ({e})", path=self.path) from None
+
+    @property
+    def num_rows(self) -> int:
+        return self._pf.metadata.num_rows
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    @property
+    def num_row_groups(self) -> int:
+        return self._pf.num_row_groups
+
+    @property
+    def page_size(self) -> int:
+        return int(self.meta.get("page_size", 4096))
+
+    @property
+    def source(self) -> str:
+        return str(self.meta.get("source", "unknown"))
+
+    def region(self, rid: int) -> Region | None:
+        return self.regions[rid] if 0 <= rid < len(self.regions) else None
+
+    def _columns(self, columns: Sequence[str] | None) -> list[str]:
+        cols = list(COLUMNS) if columns is None else list(columns)
+        bad = [c for c in cols if c not in COLUMNS]
+        if bad:
+            raise ValueError(f"unknown trace columns: {bad}")
+        return cols
+
+    def iter_batches(self, columns: Sequence[str] | None = None, batch_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+        """Yield dicts of numpy columns, ``batch_rows`` rows at a time (bounded memory)."""
+        cols = self._columns(columns)
+        for batch in self._pf.iter_batches(batch_size=batch_rows, columns=cols, use_threads=True):
+            yield {c: batch.column(i).to_numpy() for i, c in enumerate(cols)}
+
+    def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """All rows of the given columns as numpy arrays."""
+        cols = self._columns(columns)
+        table = self._pf.read(columns=cols, use_threads=True)
+        return {c: table.column(c).to_numpy() for c in cols}
+
+    def table(self, columns: Sequence[str] | None = None) -> pa.Table:
+        return self._pf.read(columns=self._columns(columns), use_threads=True)
+
+    def __repr__(self) -> str:
+        return f"Trace({str(self.path)!r}, rows={self.num_rows}, regions={len(self.regions)}, source={self.source!r})"
+
+
+def open_trace(path: str | Path) -> Trace:
+    return Trace(path)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:160]

@@ -1,0 +1,79 @@
+"""Columns, event kinds and flag bits of the accesses table.
+
+Format version history:
+  1 — first release: columns t_ns, region, page, kind, flags, tid, ip, bytes; regions and
+      metadata as JSON in the Parquet key-value metadata under ``pagecast.*`` keys.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+import pyarrow as pa
+
+FORMAT_VERSION = 1
+
+# Keys of the Parquet key-value metadata.
+META_VERSION = b"pagecast.format_version"
+META_INFO = b"pagecast.meta"  # JSON object: page_size, source, command, host, recorder, ...
+META_REGIONS = b"pagecast.regions"  # JSON list of Region dicts, index == region id
+META_KERNELS = b"pagecast.kernels"  # JSON list of {name, start_ns, end_ns, ...} (GPU sources)
+
+
+class Kind(enum.IntEnum):
+    """What a row records. Values are stored as uint8 and never renumbered."""
+
+    ACCESS = 0  # a memory access (lackey, PEBS, ChampSim loads, simulated demand)
+    FAULT_MINOR = 1  # Linux minor page fault
+    FAULT_MAJOR = 2  # Linux major page fault (I/O)
+    FAULT_GPU = 3  # GPU page fault on managed memory (flags bits 4-7: CUPTI access type)
+    MIGRATE_HTOD = 4  # host-to-device migration (bytes; flags bits 4-7: CUPTI cause)
+    MIGRATE_DTOH = 5  # device-to-host migration (bytes; flags bits 4-7: CUPTI cause)
+    PREFETCH = 6  # a prefetch issued (by pagecast or a driver)
+    EVICT = 7  # a page dropped from the fast tier
+    FAULT = 8  # a fault of unknown severity (userfaultfd: every fault is "missing")
+    KERNEL = 9  # a GPU kernel launch; ip = index into the kernels list
+    THRASHING = 10  # CUPTI thrashing notification
+    THROTTLING = 11  # CUPTI throttling notification
+    CPU_FAULT = 12  # CPU page fault on managed memory reported by CUPTI
+    REMOTE_MAP = 13  # CUPTI remote map
+
+    @classmethod
+    def parse(cls, name: str) -> "Kind":
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            valid = ", ".join(k.name.lower() for k in cls)
+            raise ValueError(f"unknown event kind {name!r} (valid: {valid})") from None
+
+
+FAULT_KINDS = (Kind.FAULT_MINOR, Kind.FAULT_MAJOR, Kind.FAULT_GPU, Kind.FAULT)
+DEMAND_KINDS = (Kind.ACCESS,) + FAULT_KINDS
+
+# flags bits
+FLAG_WRITE = 1 << 0  # the access or fault was a write
+FLAG_EXEC = 1 << 1  # instruction fetch
+FLAG_LATE = 1 << 2  # live loop: the page was prefetched but arrived after the demand
+FLAG_USELESS = 1 << 3  # live loop / simulator: prefetched page evicted or never used
+FLAG_SUBKIND_SHIFT = 4  # bits 4-7: a source-specific small enum (CUPTI cause or access type)
+
+
+def subkind(flags: np.ndarray | int) -> np.ndarray | int:
+    return (flags >> FLAG_SUBKIND_SHIFT) & 0xF
+
+
+COLUMNS: dict[str, np.dtype] = {
+    "t_ns": np.dtype(np.int64),
+    "region": np.dtype(np.int32),
+    "page": np.dtype(np.int64),
+    "kind": np.dtype(np.uint8),
+    "flags": np.dtype(np.uint8),
+    "tid": np.dtype(np.int32),
+    "ip": np.dtype(np.uint64),
+    "bytes": np.dtype(np.uint32),
+}
+
+ACCESS_SCHEMA = pa.schema([pa.field(name, pa.from_numpy_dtype(dt), nullable=False) for name, dt in COLUMNS.items()])
+
+DEFAULTS = {"t_ns": 0, "region": -1, "page": 0, "kind": int(Kind.ACCESS), "flags": 0, "tid": -1, "ip": 0, "bytes": 0}

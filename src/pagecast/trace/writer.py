@@ -1,0 +1,313 @@
+"""Streaming trace writer.
+
+Rows are buffered as numpy columns and written as Parquet row groups, so a trace larger
+than memory can be written. The file appears under its final name only when it is
+complete (temporary name + rename).
+
+With ``journal=True`` (recorders that run beside a program which may crash, or inside
+it) rows go first to an Arrow IPC stream ``<path>.partial`` flushed at every row group,
+with regions appended to ``<path>.partial.regions``; ``close()`` converts it into the
+Parquet trace. If the process dies first, ``recover_partial`` turns the journal into a
+trace holding every complete row group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from pagecast import __version__
+from pagecast.errors import PagecastError
+from pagecast.trace.regions import Region, regions_to_json
+from pagecast.trace.schema import (
+    ACCESS_SCHEMA,
+    COLUMNS,
+    DEFAULTS,
+    FORMAT_VERSION,
+    META_INFO,
+    META_KERNELS,
+    META_REGIONS,
+    META_VERSION,
+)
+from pagecast.util.atomic import temp_path_for
+
+DEFAULT_ROW_GROUP = 1 << 20
+COMPRESSION = "zstd"
+
+
+def host_facts() -> dict[str, str]:
+    cpu = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {"kernel": platform.release(), "machine": platform.machine(), "cpu": cpu, "hostname": platform.node()}
+
+
+class TraceWriter:
+    """Write a trace in row groups. Use as a context manager or call ``close()``.
+
+    ``meta`` goes into the file metadata (page_size, source, command, ...). Regions can be
+    given up front or added while writing (a recorder discovers mappings as it goes).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        regions: Sequence[Region] = (),
+        meta: dict[str, Any] | None = None,
+        page_size: int = 4096,
+        source: str = "unknown",
+        row_group_rows: int = DEFAULT_ROW_GROUP,
+        journal: bool = False,
+        compression: str = COMPRESSION,
+    ):
+        self.path = Path(path)
+        self.row_group_rows = int(row_group_rows)
+        self.regions: list[Region] = []
+        self.kernels: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {
+            "page_size": page_size,
+            "source": source,
+            "recorder": f"pagecast {__version__}",
+            "host": host_facts(),
+            "created_unix": time.time(),
+        }
+        self.meta.update(meta or {})
+        self.rows = 0
+        self.sorted = True
+        self._last_t = np.iinfo(np.int64).min
+        self._buf: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
+        self._buffered = 0
+        self._closed = False
+        self._journal = journal
+        self._compression = compression
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if journal:
+                self._partial = Path(str(self.path) + ".partial")
+                self._regions_journal = open(str(self._partial) + ".regions", "w")
+                self._regions_journal.write(json.dumps({"__meta__": self.meta}) + "\n")
+                self._regions_journal.flush()
+                self._sink = pa.OSFile(str(self._partial), "wb")
+                self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA)
+            else:
+                self._tmp = temp_path_for(self.path)
+                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression)
+        except OSError as e:
+            raise PagecastError(f"cannot write trace: {e.strerror}", path=self.path) from None
+        for r in regions:
+            self.add_region(r)
+
+    # -- regions -------------------------------------------------------------------
+    def add_region(self, region: Region) -> int:
+        """Append a region; its id becomes its index. Returns the id."""
+        region.id = len(self.regions)
+        self.regions.append(region)
+        if self._journal:
+            self._regions_journal.write(json.dumps(region.to_dict()) + "\n")
+            self._regions_journal.flush()
+        return region.id
+
+    def update_region(self, region_id: int, **changes: Any) -> None:
+        r = self.regions[region_id]
+        for k, v in changes.items():
+            setattr(r, k, v)
+        if self._journal:
+            self._regions_journal.write(json.dumps(r.to_dict()) + "\n")
+            self._regions_journal.flush()
+
+    def add_kernel(self, name: str, start_ns: int, end_ns: int, **extra: Any) -> int:
+        self.kernels.append({"name": name, "start_ns": int(start_ns), "end_ns": int(end_ns), **extra})
+        return len(self.kernels) - 1
+
+    # -- rows ----------------------------------------------------------------------
+    def write(self, **cols: Any) -> None:
+        """Append rows. Each column is an array or a scalar broadcast to the others' length.
+
+        Missing columns take their defaults (region -1, tid -1, zeros elsewhere).
+        """
+        if self._closed:
+            raise RuntimeError("trace writer is closed")
+        unknown = set(cols) - set(COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown trace columns: {sorted(unknown)}")
+        n = None
+        for v in cols.values():
+            if np.ndim(v) > 0:
+                m = len(v)
+                if n is not None and m != n:
+                    raise ValueError("trace columns have different lengths")
+                n = m
+        if n is None:
+            n = 1
+        if n == 0:
+            return
+        for name, dt in COLUMNS.items():
+            v = cols.get(name, DEFAULTS[name])
+            arr = np.asarray(v, dtype=dt) if np.ndim(v) > 0 else np.full(n, v, dtype=dt)
+            self._buf[name].append(arr)
+        t = self._buf["t_ns"][-1]
+        if self.sorted and (t[0] < self._last_t or (n > 1 and np.any(t[1:] < t[:-1]))):
+            self.sorted = False
+        self._last_t = int(t[-1])
+        self._buffered += n
+        if self._buffered >= self.row_group_rows:
+            self._flush(final=False)
+
+    def write_table(self, table: pa.Table) -> None:
+        """Append rows from an Arrow table or record batch that has the trace columns."""
+        self.write(**{c: table.column(c).to_numpy() for c in COLUMNS if c in table.column_names})
+
+    def _flush(self, final: bool) -> None:
+        if not self._buffered:
+            return
+        cols = {c: (np.concatenate(v) if len(v) > 1 else v[0]) for c, v in self._buf.items()}
+        total = self._buffered
+        start = 0
+        while total - start >= self.row_group_rows or (final and start < total):
+            stop = min(start + self.row_group_rows, total)
+            batch = pa.record_batch([pa.array(cols[c][start:stop]) for c in COLUMNS], schema=ACCESS_SCHEMA)
+            if self._journal:
+                self._ipc.write_batch(batch)
+                self._sink.flush()
+            else:
+                self._pq.write_batch(batch, row_group_size=self.row_group_rows)
+            self.rows += stop - start
+            start = stop
+        self._buf = {c: ([cols[c][start:]] if start < total else []) for c in COLUMNS}
+        self._buffered = total - start
+
+    # -- finishing -----------------------------------------------------------------
+    def _file_metadata(self) -> dict[bytes, bytes]:
+        meta = dict(self.meta)
+        meta["rows"] = self.rows
+        meta["sorted_by_time"] = self.sorted
+        return {
+            META_VERSION: str(FORMAT_VERSION).encode(),
+            META_INFO: json.dumps(meta).encode(),
+            META_REGIONS: regions_to_json(self.regions).encode(),
+            META_KERNELS: json.dumps(self.kernels).encode(),
+        }
+
+    def close(self) -> Path:
+        if self._closed:
+            return self.path
+        self._flush(final=True)
+        self._closed = True
+        if self._journal:
+            self._ipc.close()
+            self._sink.close()
+            self._regions_journal.close()
+            _journal_to_parquet(
+                self._partial, self.path, self.regions, self.meta, self.kernels, self._compression, self.row_group_rows
+            )
+            _remove_journal(self._partial)
+        else:
+            self._pq.add_key_value_metadata(self._file_metadata())
+            self._pq.close()
+            os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Stop without producing a trace (the journal, if any, is kept for recovery)."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            if self._journal:
+                self._flush(final=True)
+                self._ipc.close()
+                self._sink.close()
+                self._regions_journal.close()
+            else:
+                self._pq.close()
+                self._tmp.unlink()
+
+    def __enter__(self) -> "TraceWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def _remove_journal(partial: Path) -> None:
+    for p in (partial, Path(str(partial) + ".regions")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def _read_regions_journal(path: Path) -> tuple[list[Region], dict[str, Any]]:
+    regions: dict[int, Region] = {}
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(FileNotFoundError):
+        for line in path.read_text().splitlines():
+            try:
+                d = json.loads(line)
+                if "__meta__" in d:
+                    meta = d["__meta__"]
+                    continue
+                r = Region.from_dict(d)
+            except (ValueError, TypeError):
+                break  # a torn last line from a crash
+            regions[r.id] = r
+    return [regions[i] for i in sorted(regions)], meta
+
+
+def _journal_to_parquet(
+    partial: Path, out: Path, regions: Sequence[Region], meta: dict[str, Any], kernels: list, compression: str,
+    row_group_rows: int = DEFAULT_ROW_GROUP,
+) -> int:
+    """Copy every complete record batch of an IPC journal into a Parquet trace."""
+    writer = TraceWriter(out, regions=(), meta=meta, compression=compression, row_group_rows=row_group_rows)
+    writer.regions = list(regions)
+    writer.kernels = list(kernels)
+    writer.meta = dict(meta)
+    try:
+        with pa.OSFile(str(partial), "rb") as src:
+            try:
+                reader = ipc.open_stream(src)
+            except pa.ArrowInvalid:
+                reader = None
+            while reader is not None:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError):
+                    writer.meta["recovered_truncated"] = True
+                    break
+                writer.write(**{c: batch.column(c).to_numpy() for c in COLUMNS})
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close()
+    return writer.rows
+
+
+def recover_partial(partial: str | Path, out: str | Path | None = None) -> Path:
+    """Turn the journal of a writer that never closed into a trace (complete row groups only)."""
+    partial = Path(partial)
+    if not partial.exists():
+        raise PagecastError("no such journal", path=partial)
+    if out is None:
+        out = Path(str(partial).removesuffix(".partial"))
+    regions, meta = _read_regions_journal(Path(str(partial) + ".regions"))
+    meta["recovered_from"] = str(partial)
+    _journal_to_parquet(partial, Path(out), regions, meta, [], COMPRESSION)
+    return Path(out)

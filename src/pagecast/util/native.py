@@ -1,0 +1,84 @@
+"""Build the project's C sources (``native/``) on first use with the system compiler.
+
+Outputs are cached under ``native/build/`` keyed by a hash of the sources and flags, so
+an edited source is rebuilt and an unchanged one is not. Concurrent builders are safe:
+each compiles to a temporary name and renames.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+from pagecast.errors import PagecastError
+
+
+def native_dir() -> Path:
+    env = os.environ.get("PAGECAST_NATIVE_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "native"
+
+
+def build_dir() -> Path:
+    env = os.environ.get("PAGECAST_BUILD_DIR")
+    d = Path(env) if env else native_dir() / "build"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        probe = d / ".w"
+        probe.touch()
+        probe.unlink()
+    except OSError:
+        d = Path.home() / ".cache" / "pagecast" / "native"
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def compiler(cuda: bool = False) -> str:
+    cc = os.environ.get("CC", "cc")
+    if shutil.which(cc) is None:
+        raise PagecastError(f"C compiler {cc!r} not found: install gcc (apt-get install gcc) or set CC")
+    return cc
+
+
+def build(
+    name: str,
+    sources: Sequence[str | Path],
+    *,
+    shared: bool = True,
+    cflags: Sequence[str] = ("-O2", "-g", "-Wall", "-Wextra", "-Werror"),
+    ldflags: Sequence[str] = (),
+    include: Sequence[str | Path] = (),
+    cc: str | None = None,
+) -> Path:
+    """Compile ``sources`` (paths relative to native/ or absolute) into a library or program."""
+    nd = native_dir()
+    srcs = [Path(s) if Path(s).is_absolute() else nd / s for s in sources]
+    for s in srcs:
+        if not s.exists():
+            raise PagecastError("native source missing", path=s)
+    cc = cc or compiler()
+    flags = list(cflags) + (["-fPIC", "-shared"] if shared else [])
+    incs = [f"-I{p}" for p in [nd, *include]]
+    h = hashlib.sha256()
+    for s in srcs:
+        h.update(s.read_bytes())
+    for hdr in sorted(nd.rglob("*.h")):
+        h.update(hdr.read_bytes())
+    h.update(repr((cc, flags, incs, list(ldflags))).encode())
+    out = build_dir() / f"{name}-{h.hexdigest()[:12]}{'.so' if shared else ''}"
+    if out.exists():
+        return out
+    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
+    cmd = [cc, *flags, *incs, "-o", str(tmp), *map(str, srcs), *ldflags]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+        raise PagecastError(f"building {name} failed: {first}\n{proc.stderr}")
+    os.replace(tmp, out)
+    return out
