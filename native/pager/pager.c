@@ -1,0 +1,942 @@
+/* pagecast userfaultfd pager core. See pager.h and docs/pager.md.
+ *
+ * Design in brief:
+ *  - The region is anonymous private memory registered with userfaultfd (MISSING covers
+ *    anonymous memory, not regular-file mappings); pages are filled from the backing
+ *    file with UFFDIO_COPY.
+ *  - Dirtiness: pages are installed write-protected (UFFDIO_COPY_MODE_WP); the first
+ *    write takes a WP fault, which marks the page dirty and lifts the protection. A page
+ *    first touched by a write is installed writable and dirty at once (one fault, not two).
+ *  - Eviction: CLOCK over the resident pages in arrival order. User space cannot see
+ *    read accesses to a mapped page (no accessed bit without idle-page tracking), so the
+ *    reference bit is set by the accesses the pager does see: a write (WP fault). Clean
+ *    pages therefore go first in FIFO order and written pages get a second chance, which
+ *    also saves write-backs. On a monotone stream FIFO is what LRU would do anyway.
+ *  - Write-back: a dirty victim is write-protected first (writers then block in a WP
+ *    fault), written with pwrite, then dropped with MADV_DONTNEED; a blocked writer's
+ *    fault is later served as a missing write fault from the written-back file.
+ *  - One handler thread per region serves every fault under the region lock; prefetched
+ *    pages are copied before the demanded page, whose copy wakes the faulting thread, so
+ *    a batch is visible all at once (one fault per batch window).
+ */
+#define _GNU_SOURCE
+#include "pager.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+
+#define ST_RES 1u
+#define ST_DIRTY 2u
+#define ST_REF 4u
+#define ST_PF 8u   /* prefetched, no access observed yet */
+#define ST_PIN 16u /* part of the batch being installed: not a victim */
+
+#define NSAMPLES (1u << 20)
+#define MAXMSG 64
+
+struct pgr_region {
+    uint8_t *base;
+    uint64_t len, npages, ps;
+    uint64_t file_offset;
+    uint64_t valid_end; /* file offset of the end of mapped file data at open */
+    int fd;
+    int uffd;
+    int stop_pipe[2];
+    pthread_t thr;
+    int thr_started;
+    pthread_mutex_t mu;
+    pgr_config cfg;
+    char path[PATH_MAX];
+    char learn_path[PATH_MAX];
+    uint8_t *state;
+    int64_t *ring;
+    uint64_t cap, fill, hand;
+    uint64_t *learned;
+    uint64_t nwords;
+    uint64_t *tab_off;
+    int64_t *tab_pages;
+    int64_t last_fault, last_delta, stride;
+    uint8_t *buf;     /* staging for one batch */
+    int64_t *batch;   /* pages of the current batch */
+    pgr_log_rec *log; /* records of the current batch */
+    uint64_t nlog, logcap;
+    uint32_t *samples;
+    int64_t t0;
+    int wp;
+    int shrink_warned;
+    pgr_stats st;
+};
+
+/* Raw syscalls: when built into the LD_PRELOAD shim, mmap/munmap resolve to the shim's. */
+static void *sys_mmap(void *addr, size_t len, int prot, int flags) {
+    long r = syscall(SYS_mmap, addr, len, prot, flags, -1, 0);
+    if (r < 0 && r > -4096) {
+        errno = (int)-r;
+        return MAP_FAILED;
+    }
+    return (void *)r;
+}
+
+static int sys_munmap(void *addr, size_t len) { return (int)syscall(SYS_munmap, addr, len); }
+
+static __thread char g_err[512];
+
+const char *pgr_last_error(void) { return g_err; }
+
+static void set_err(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_err, sizeof g_err, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Errors seen by the handler thread go to stderr once each kind: the program keeps
+ * running and the stats carry the count. */
+static void handler_error(pgr_region *r, const char *what, int err) {
+    r->st.errors++;
+    if (r->st.errors <= 3)
+        fprintf(stderr, "pagecast pager: %s: %s: %s\n", r->path, what, strerror(err));
+}
+
+static int uffd_create(int *features_out, char *why, size_t whylen) {
+    /* Full mode first; an unprivileged process (vm.unprivileged_userfaultfd=0) may still
+     * handle faults raised in user mode. */
+    int flags[2] = {O_CLOEXEC | O_NONBLOCK, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY};
+    int last = 0;
+    for (int i = 0; i < 2; i++) {
+        int fd = (int)syscall(SYS_userfaultfd, flags[i]);
+        if (fd < 0) {
+            last = errno;
+            if (errno == ENOSYS) break;
+            continue;
+        }
+        uint64_t want[2] = {UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_THREAD_ID, 0};
+        for (int j = 0; j < 2; j++) {
+            struct uffdio_api api = {.api = UFFD_API, .features = want[j]};
+            if (ioctl(fd, UFFDIO_API, &api) == 0) {
+                *features_out = (int)api.features;
+                return fd;
+            }
+            last = errno;
+            close(fd);
+            fd = (int)syscall(SYS_userfaultfd, flags[i]);
+            if (fd < 0) break;
+        }
+        if (fd >= 0) close(fd);
+    }
+    if (last == EPERM)
+        snprintf(why, whylen,
+                 "userfaultfd not permitted (%s): needs CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1, "
+                 "or a seccomp policy that allows syscall %d",
+                 strerror(last), (int)SYS_userfaultfd);
+    else
+        snprintf(why, whylen, "userfaultfd unavailable: %s", strerror(last));
+    errno = last;
+    return -1;
+}
+
+int pgr_probe(void) {
+    int feat = 0;
+    char why[400];
+    int fd = uffd_create(&feat, why, sizeof why);
+    if (fd < 0) {
+        set_err("%s", why);
+        return errno ? errno : EPERM;
+    }
+    close(fd);
+    return 0;
+}
+
+/* ---- fault log --------------------------------------------------------------------- */
+
+static void log_rec(pgr_region *r, int64_t t, int64_t page, int kind, int flags, int tid) {
+    if (r->cfg.log_fd < 0) return;
+    if (r->nlog == r->logcap) return; /* logcap bounds one batch; never reached */
+    pgr_log_rec *x = &r->log[r->nlog++];
+    x->t_ns = t - r->t0;
+    x->page = (int64_t)(r->file_offset / r->ps) + page;
+    x->kind = (uint8_t)kind;
+    x->flags = (uint8_t)flags;
+    x->pad = 0;
+    x->tid = tid;
+}
+
+static void log_flush(pgr_region *r) {
+    if (r->cfg.log_fd < 0 || r->nlog == 0) return;
+    size_t n = r->nlog * sizeof(pgr_log_rec);
+    const char *p = (const char *)r->log;
+    while (n) {
+        ssize_t w = write(r->cfg.log_fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            handler_error(r, "writing the fault log", errno);
+            r->cfg.log_fd = -1;
+            break;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    r->nlog = 0;
+}
+
+static int write_log_header(pgr_region *r) {
+    pgr_log_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, PGR_LOG_MAGIC, 8);
+    h.version = 1;
+    h.page_size = (uint32_t)r->ps;
+    h.file_offset = r->file_offset;
+    h.length = r->len;
+    h.t0_ns = r->t0;
+    h.pid = getpid();
+    h.policy = r->cfg.policy;
+    h.budget_pages = r->cap;
+    size_t pl = strnlen(r->path, sizeof h.path - 1);
+    memcpy(h.path, r->path, pl);
+    _Static_assert(sizeof(pgr_log_header) == PGR_LOG_HEADER, "log header size");
+    _Static_assert(sizeof(pgr_log_rec) == 24, "log record size");
+    return write(r->cfg.log_fd, &h, sizeof h) == (ssize_t)sizeof h ? 0 : -1;
+}
+
+/* ---- write-back and eviction ------------------------------------------------------- */
+
+static int wp_range(pgr_region *r, uint64_t page, uint64_t n, int protect) {
+    struct uffdio_writeprotect w = {
+        .range = {.start = (uint64_t)(uintptr_t)(r->base + page * r->ps), .len = n * r->ps},
+        .mode = protect ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+    };
+    while (ioctl(r->uffd, UFFDIO_WRITEPROTECT, &w) < 0) {
+        if (errno == EAGAIN) continue;
+        return -1;
+    }
+    return 0;
+}
+
+/* Write page `p` (resident) to the file, clamped to the file's current end (a page past a
+ * shrunk end is skipped and counted, as the kernel discards it on truncate). */
+static int write_back(pgr_region *r, uint64_t p) {
+    uint64_t off = r->file_offset + p * r->ps;
+    uint64_t end = off + r->ps;
+    if (end > r->valid_end) end = r->valid_end;
+    struct stat sb;
+    if (fstat(r->fd, &sb) == 0 && (uint64_t)sb.st_size < end) {
+        if ((uint64_t)sb.st_size < r->valid_end && !r->shrink_warned) {
+            r->shrink_warned = 1;
+            fprintf(stderr,
+                    "pagecast pager: %s: file shrank to %lld bytes while mapped; dirty data past the "
+                    "new end is discarded, as the kernel does on truncate\n",
+                    r->path, (long long)sb.st_size);
+        }
+        if ((uint64_t)sb.st_size <= off) {
+            r->st.writeback_skipped_eof++;
+            return 0;
+        }
+        end = (uint64_t)sb.st_size;
+    }
+    if (end <= off) return 0;
+    const uint8_t *src = r->base + p * r->ps;
+    size_t n = end - off;
+    while (n) {
+        ssize_t w = pwrite(r->fd, src, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        src += w;
+        off += (uint64_t)w;
+        n -= (size_t)w;
+    }
+    r->st.writebacks++;
+    return 0;
+}
+
+/* Make a dirty page clean: block writers, copy it out. The page stays resident. */
+static int clean_page(pgr_region *r, uint64_t p) {
+    if (r->wp && wp_range(r, p, 1, 1) < 0) return -1;
+    if (write_back(r, p) < 0) return -1;
+    if (r->wp) r->state[p] &= (uint8_t)~ST_DIRTY;
+    return 0;
+}
+
+static int needs_writeback(pgr_region *r, uint64_t p) {
+    return r->cfg.writeback && (r->state[p] & ST_DIRTY);
+}
+
+static int evict(pgr_region *r, uint64_t p, int64_t t) {
+    int dirty = needs_writeback(r, p);
+    if (dirty && clean_page(r, p) < 0) {
+        /* Keeping the page is the only way not to lose its data. */
+        handler_error(r, "write-back failed; page kept resident", errno);
+        return -1;
+    }
+    if (madvise(r->base + p * r->ps, r->ps, MADV_DONTNEED) < 0) {
+        handler_error(r, "madvise(MADV_DONTNEED)", errno);
+        return -1;
+    }
+    if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
+    r->state[p] = 0;
+    r->st.evictions++;
+    r->st.resident--;
+    log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
+    return 0;
+}
+
+/* Place page p in the CLOCK ring, evicting a victim if the budget is full. */
+static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
+    if (r->fill < r->cap) {
+        r->ring[r->fill++] = (int64_t)p;
+        return 0;
+    }
+    for (uint64_t steps = 0; steps < 3 * r->cap + 3; steps++) {
+        uint64_t h = r->hand;
+        r->hand = (r->hand + 1) % r->cap;
+        int64_t v = r->ring[h];
+        if (v >= 0) {
+            uint8_t s = r->state[v];
+            if (s & ST_PIN) continue;
+            if (s & ST_REF) {
+                r->state[v] &= (uint8_t)~ST_REF;
+                continue;
+            }
+            if (evict(r, (uint64_t)v, t) < 0) continue;
+        }
+        r->ring[h] = (int64_t)p;
+        return 0;
+    }
+    errno = ENOMEM;
+    return -1;
+}
+
+/* ---- prefetch policies ------------------------------------------------------------- */
+
+static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
+    uint64_t n = 0;
+    int64_t np = (int64_t)r->npages;
+    switch (r->cfg.policy) {
+    case PGR_POLICY_NEXT:
+        for (int64_t q = (int64_t)p + 1; q < np && n < max; q++) out[n++] = q;
+        break;
+    case PGR_POLICY_STRIDE: {
+        int64_t d = (int64_t)p - r->last_fault;
+        int hit = 0;
+        if (r->last_fault >= 0) {
+            if (r->stride && d && d % r->stride == 0 && d / r->stride > 0)
+                hit = 1;
+            else if (d && d == r->last_delta) {
+                r->stride = d;
+                hit = 1;
+            }
+            r->last_delta = d;
+        }
+        r->last_fault = (int64_t)p;
+        if (hit)
+            for (int64_t q = (int64_t)p + r->stride; q >= 0 && q < np && n < max; q += r->stride) out[n++] = q;
+        break;
+    }
+    case PGR_POLICY_SPARSE: {
+        /* The learned set in increasing order (the workload is monotone): next N members. */
+        r->learned[p >> 6] |= 1ull << (p & 63);
+        uint64_t q = p + 1;
+        while (q < r->npages && n < max) {
+            uint64_t w = r->learned[q >> 6] >> (q & 63);
+            if (!w) {
+                q = (q | 63) + 1;
+                continue;
+            }
+            q += (uint64_t)__builtin_ctzll(w);
+            if (q >= r->npages) break;
+            out[n++] = (int64_t)q;
+            q++;
+        }
+        break;
+    }
+    case PGR_POLICY_TABLE:
+        if (r->tab_off)
+            for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
+        break;
+    default:
+        break;
+    }
+    return n;
+}
+
+/* ---- serving faults ---------------------------------------------------------------- */
+
+/* Bytes of file data behind page p now: ps, fewer at the end, 0 past a (shrunk) end. */
+static ssize_t read_page(pgr_region *r, uint64_t p, uint8_t *dst, uint64_t npg) {
+    uint64_t off = r->file_offset + p * r->ps;
+    uint64_t want = npg * r->ps;
+    uint64_t got = 0;
+    if (off < r->valid_end) {
+        uint64_t lim = r->valid_end - off;
+        if (want > lim) want = lim;
+        while (got < want) {
+            ssize_t n = pread(r->fd, dst + got, want - got, (off_t)(off + got));
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                return -1;
+            }
+            if (n == 0) break;
+            got += (uint64_t)n;
+        }
+    }
+    memset(dst + got, 0, npg * r->ps - got);
+    r->st.bytes_read += got;
+    return (ssize_t)got;
+}
+
+static int copy_pages(pgr_region *r, uint64_t p, const uint8_t *src, uint64_t npg, int wp, int wake) {
+    struct uffdio_copy c = {
+        .dst = (uint64_t)(uintptr_t)(r->base + p * r->ps),
+        .src = (uint64_t)(uintptr_t)src,
+        .len = npg * r->ps,
+        .mode = (wp && r->wp ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE),
+    };
+    r->st.copy_ioctls++;
+    for (;;) {
+        if (ioctl(r->uffd, UFFDIO_COPY, &c) == 0) return 0;
+        if (errno == EAGAIN && c.copy > 0) { /* partial copy: continue after it */
+            c.dst += (uint64_t)c.copy;
+            c.src += (uint64_t)c.copy;
+            c.len -= (uint64_t)c.copy;
+            c.copy = 0;
+            continue;
+        }
+        if (errno == EAGAIN) continue;
+        return -1;
+    }
+}
+
+static void wake(pgr_region *r, uint64_t p) {
+    struct uffdio_range rg = {.start = (uint64_t)(uintptr_t)(r->base + p * r->ps), .len = r->ps};
+    ioctl(r->uffd, UFFDIO_WAKE, &rg);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void record_sample(pgr_region *r, int64_t t0) {
+    int64_t dt = now_ns() - t0;
+    r->samples[r->st.nsamples % NSAMPLES] = dt > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)dt;
+    r->st.nsamples++;
+    r->st.service_ns_total += (uint64_t)dt;
+}
+
+static void page_past_end(pgr_region *r, uint64_t p, int tid) {
+    r->st.eof_faults++;
+    if (r->st.eof_faults <= 3)
+        fprintf(stderr,
+                "pagecast pager: %s: access to page %llu past the end of the file (it shrank or the "
+                "mapping is longer than the file)%s\n",
+                r->path, (unsigned long long)(r->file_offset / r->ps + p),
+                r->cfg.on_eof_sigbus ? ": SIGBUS, as with a kernel mapping" : ": served as zeros");
+    if (r->cfg.on_eof_sigbus && tid > 0) syscall(SYS_tgkill, getpid(), tid, SIGBUS);
+}
+
+static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t t) {
+    if (r->state[p] & ST_RES) { /* raced a batch (or another thread): it is there now */
+        r->st.late_faults++;
+        log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_LATE, tid);
+        if (write && r->wp && !(r->state[p] & ST_DIRTY)) {
+            r->state[p] |= ST_DIRTY | ST_REF;
+            wp_range(r, p, 1, 0);
+        } else {
+            wake(r, p);
+        }
+        return;
+    }
+    uint64_t off = r->file_offset + p * r->ps;
+    if (off >= r->valid_end) {
+        page_past_end(r, p, tid);
+        if (r->cfg.on_eof_sigbus) {
+            wake(r, p);
+            return;
+        }
+    }
+    r->st.faults++;
+    log_rec(r, t, (int64_t)p, PGR_REC_FAULT, write ? PGR_RF_WRITE : 0, tid);
+
+    /* Batch: prefetch candidates (in range, not resident, unique), at most budget-1. */
+    uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
+    if (maxpf > r->cap - 1) maxpf = r->cap - 1;
+    uint64_t cand = policy_pages(r, p, r->batch, maxpf);
+    uint64_t n = 0;
+    r->state[p] |= ST_PIN;
+    for (uint64_t i = 0; i < cand; i++) {
+        int64_t q = r->batch[i];
+        if (q < 0 || (uint64_t)q >= r->npages || (r->state[q] & (ST_RES | ST_PIN))) continue;
+        if (r->file_offset + (uint64_t)q * r->ps >= r->valid_end) continue;
+        r->state[q] |= ST_PIN;
+        r->batch[n++] = q;
+    }
+    qsort(r->batch, n, sizeof(int64_t), cmp_i64);
+
+    /* Room for the whole batch first, so no member can be a victim. */
+    if (ring_insert(r, p, t) < 0) {
+        handler_error(r, "no page could be evicted", errno);
+    }
+    uint64_t placed = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (ring_insert(r, (uint64_t)r->batch[i], t) < 0) break;
+        placed++;
+    }
+    n = placed;
+
+    /* Prefetched pages: one pread and one UFFDIO_COPY per contiguous run, not woken. */
+    for (uint64_t i = 0; i < n;) {
+        uint64_t j = i + 1;
+        while (j < n && r->batch[j] == r->batch[j - 1] + 1) j++;
+        uint64_t q = (uint64_t)r->batch[i], run = j - i;
+        if (read_page(r, q, r->buf, run) < 0 || copy_pages(r, q, r->buf, run, 1, 0) < 0) {
+            handler_error(r, "prefetch", errno);
+            for (uint64_t k = i; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
+            i = j;
+            continue;
+        }
+        for (uint64_t k = i; k < j; k++) {
+            uint64_t s = (uint64_t)r->batch[k];
+            r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            r->st.resident++;
+            r->st.prefetched++;
+            log_rec(r, t, (int64_t)s, PGR_REC_PREFETCH, 0, -1);
+        }
+        i = j;
+    }
+    for (uint64_t i = 0; i < n; i++) r->state[r->batch[i]] &= (uint8_t)~ST_PIN;
+
+    /* The demanded page last: its copy wakes the faulting thread. A write fault installs
+     * the page writable and already dirty (saves the WP fault). */
+    if (read_page(r, p, r->buf, 1) < 0 || copy_pages(r, p, r->buf, 1, !write, 1) < 0) {
+        handler_error(r, "serving a fault", errno);
+        r->state[p] &= (uint8_t)~ST_PIN;
+        wake(r, p);
+        return;
+    }
+    r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
+    r->st.resident++;
+    if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
+}
+
+static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
+    if (!(r->state[p] & ST_RES)) { /* evicted while the writer waited */
+        serve_missing(r, p, 1, tid, t);
+        return;
+    }
+    r->st.wp_faults++;
+    if (r->state[p] & ST_PF) r->st.prefetch_hits++;
+    r->state[p] = (uint8_t)((r->state[p] | ST_DIRTY | ST_REF) & ~ST_PF);
+    log_rec(r, t, (int64_t)p, PGR_REC_FAULT, PGR_RF_WRITE | PGR_RF_WP, tid);
+    if (wp_range(r, p, 1, 0) < 0) {
+        handler_error(r, "lifting write protection", errno);
+        wake(r, p);
+    }
+}
+
+static void *handler_main(void *arg) {
+    pgr_region *r = arg;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    struct uffd_msg msgs[MAXMSG];
+    struct pollfd pf[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN}};
+    for (;;) {
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            handler_error(r, "poll", errno);
+            break;
+        }
+        if (pf[1].revents) break;
+        ssize_t got = read(r->uffd, msgs, sizeof msgs);
+        if (got < 0) {
+            if (errno == EAGAIN || errno == EINTR) continue;
+            handler_error(r, "reading userfaultfd", errno);
+            break;
+        }
+        pthread_mutex_lock(&r->mu);
+        for (size_t i = 0; i < (size_t)got / sizeof msgs[0]; i++) {
+            struct uffd_msg *m = &msgs[i];
+            if (m->event != UFFD_EVENT_PAGEFAULT) continue;
+            int64_t t = now_ns();
+            uint64_t a = m->arg.pagefault.address;
+            uint64_t p = (a - (uint64_t)(uintptr_t)r->base) / r->ps;
+            if (p >= r->npages) continue;
+            int tid = (int)m->arg.pagefault.feat.ptid;
+            uint64_t fl = m->arg.pagefault.flags;
+            if (fl & UFFD_PAGEFAULT_FLAG_WP)
+                serve_wp(r, p, tid, t);
+            else
+                serve_missing(r, p, (fl & UFFD_PAGEFAULT_FLAG_WRITE) != 0, tid, t);
+            log_flush(r);
+            record_sample(r, t);
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+/* ---- open / close ------------------------------------------------------------------ */
+
+static int load_learned(pgr_region *r) {
+    int fd = open(r->learn_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    char magic[8];
+    uint64_t np = 0;
+    int ok = read(fd, magic, 8) == 8 && memcmp(magic, "PGCBITS1", 8) == 0 && read(fd, &np, 8) == 8 &&
+             np == r->npages && read(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
+    close(fd);
+    if (!ok) memset(r->learned, 0, r->nwords * 8);
+    return ok ? 0 : -1;
+}
+
+int pgr_save_learned(pgr_region *r, const char *path) {
+    char tmp[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    pthread_mutex_lock(&r->mu);
+    uint64_t np = r->npages;
+    int ok = write(fd, "PGCBITS1", 8) == 8 && write(fd, &np, 8) == 8 &&
+             write(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
+    pthread_mutex_unlock(&r->mu);
+    ok = close(fd) == 0 && ok;
+    if (!ok || rename(tmp, path) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+static void free_region(pgr_region *r) {
+    free(r->state);
+    free(r->ring);
+    free(r->learned);
+    free(r->tab_off);
+    free(r->tab_pages);
+    free(r->buf);
+    free(r->batch);
+    free(r->log);
+    free(r->samples);
+    free(r);
+}
+
+pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
+                        void *addr, int fixed, int prot) {
+    long ps = sysconf(_SC_PAGESIZE);
+    if (!cfg || cfg->budget_pages < 1) {
+        set_err("budget must be at least one page");
+        errno = EINVAL;
+        return NULL;
+    }
+    if (offset % (uint64_t)ps) {
+        set_err("%s: offset %llu is not page aligned", path, (unsigned long long)offset);
+        errno = EINVAL;
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd_in, &sb) < 0) {
+        set_err("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        set_err("%s: not a regular file", path);
+        errno = EINVAL;
+        return NULL;
+    }
+    if (length == 0) {
+        if ((uint64_t)sb.st_size <= offset) {
+            set_err("%s: empty file (nothing to map)", path);
+            errno = EINVAL;
+            return NULL;
+        }
+        length = (uint64_t)sb.st_size - offset;
+    }
+    char why[400];
+    int feat = 0;
+    int uffd = uffd_create(&feat, why, sizeof why);
+    if (uffd < 0) {
+        int e = errno;
+        set_err("%s: %s", path, why);
+        errno = e;
+        return NULL;
+    }
+    pgr_region *r = calloc(1, sizeof *r);
+    if (!r) {
+        close(uffd);
+        set_err("out of memory");
+        errno = ENOMEM;
+        return NULL;
+    }
+    r->uffd = uffd;
+    r->fd = -1;
+    r->stop_pipe[0] = r->stop_pipe[1] = -1;
+    r->cfg = *cfg;
+    r->ps = (uint64_t)ps;
+    r->len = (length + r->ps - 1) / r->ps * r->ps;
+    r->npages = r->len / r->ps;
+    r->file_offset = offset;
+    uint64_t fend = offset + length;
+    r->valid_end = (uint64_t)sb.st_size < fend ? (uint64_t)sb.st_size : fend;
+    r->cap = cfg->budget_pages < r->npages ? cfg->budget_pages : r->npages;
+    r->wp = (feat & UFFD_FEATURE_PAGEFAULT_FLAG_WP) != 0;
+    r->st.wp_enabled = r->wp;
+    r->last_fault = -1;
+    r->t0 = now_ns();
+    snprintf(r->path, sizeof r->path, "%s", path);
+    if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);
+    r->cfg.learn_path = r->learn_path[0] ? r->learn_path : NULL;
+    uint64_t maxb = (uint64_t)(cfg->depth > 0 ? cfg->depth : 0) + 1;
+    r->nwords = (r->npages + 63) / 64;
+    r->state = calloc(r->npages, 1);
+    r->ring = malloc(r->cap * sizeof(int64_t));
+    r->learned = calloc(r->nwords, 8);
+    r->buf = malloc(maxb * r->ps);
+    r->batch = malloc((maxb + 1) * sizeof(int64_t));
+    r->logcap = 2 * maxb + 2;
+    r->log = malloc(r->logcap * sizeof(pgr_log_rec));
+    r->samples = malloc(NSAMPLES * sizeof(uint32_t));
+    pthread_mutex_init(&r->mu, NULL);
+    if (!r->state || !r->ring || !r->learned || !r->buf || !r->batch || !r->log || !r->samples) {
+        set_err("out of memory");
+        goto fail;
+    }
+    for (uint64_t i = 0; i < r->cap; i++) r->ring[i] = -1;
+    if (r->learn_path[0] && load_learned(r) < 0)
+        fprintf(stderr, "pagecast pager: %s: ignoring learned pages file %s (unreadable or other size)\n", path,
+                r->learn_path);
+    r->fd = fcntl(fd_in, F_DUPFD_CLOEXEC, 3);
+    if (r->fd < 0) {
+        set_err("%s: dup: %s", path, strerror(errno));
+        goto fail;
+    }
+    int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED : 0);
+    r->base = sys_mmap(addr, r->len, prot ? prot : PROT_READ | PROT_WRITE, mflags);
+    if (r->base == MAP_FAILED) {
+        r->base = NULL;
+        set_err("%s: mmap of %llu bytes: %s", path, (unsigned long long)r->len, strerror(errno));
+        goto fail;
+    }
+    /* A forked child would see unregistered anonymous memory (zeros): give it nothing. */
+    madvise(r->base, r->len, MADV_DONTFORK);
+    struct uffdio_register reg = {
+        .range = {.start = (uint64_t)(uintptr_t)r->base, .len = r->len},
+        .mode = UFFDIO_REGISTER_MODE_MISSING | (r->wp ? UFFDIO_REGISTER_MODE_WP : 0),
+    };
+    if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+        set_err("%s: UFFDIO_REGISTER: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (r->cfg.log_fd >= 0 && write_log_header(r) < 0) {
+        set_err("%s: writing the fault log header: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (pipe2(r->stop_pipe, O_CLOEXEC) < 0) {
+        set_err("pipe: %s", strerror(errno));
+        goto fail;
+    }
+    if (pthread_create(&r->thr, NULL, handler_main, r) != 0) {
+        set_err("cannot start the fault handler thread");
+        goto fail;
+    }
+    r->thr_started = 1;
+    return r;
+fail: {
+    int e = errno ? errno : EINVAL;
+    if (r->base) sys_munmap(r->base, r->len);
+    if (r->fd >= 0) close(r->fd);
+    if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
+    if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
+    close(uffd);
+    pthread_mutex_destroy(&r->mu);
+    free_region(r);
+    errno = e;
+    return NULL;
+}
+}
+
+pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg, void *addr,
+                     int fixed, int prot) {
+    int wb = cfg ? cfg->writeback : 0;
+    int fd = open(path, (wb ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        set_err("%s: %s", path, strerror(e));
+        errno = e;
+        return NULL;
+    }
+    pgr_region *r = pgr_open_fd(fd, path, offset, length, cfg, addr, fixed, prot);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return r;
+}
+
+void *pgr_base(pgr_region *r) { return r->base; }
+uint64_t pgr_length(pgr_region *r) { return r->len; }
+
+long pgr_flush(pgr_region *r) {
+    long n = 0;
+    int bad = 0;
+    pthread_mutex_lock(&r->mu);
+    for (uint64_t p = 0; p < r->npages; p++) {
+        if (!(r->state[p] & ST_RES) || !needs_writeback(r, p)) continue;
+        if (clean_page(r, p) < 0)
+            bad = 1;
+        else
+            n++;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return bad ? -1 : n;
+}
+
+long pgr_drop_all(pgr_region *r) {
+    long n = 0;
+    int64_t t = now_ns();
+    pthread_mutex_lock(&r->mu);
+    for (uint64_t i = 0; i < r->fill; i++) {
+        int64_t v = r->ring[i];
+        if (v >= 0 && (r->state[v] & ST_RES)) {
+            if (evict(r, (uint64_t)v, t) < 0) {
+                pthread_mutex_unlock(&r->mu);
+                return -1;
+            }
+            n++;
+        }
+        r->ring[i] = -1;
+    }
+    r->fill = r->hand = 0;
+    log_flush(r);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int pgr_close(pgr_region *r, pgr_stats *final_stats) {
+    if (!r) return 0;
+    if (r->thr_started) {
+        char c = 1;
+        if (write(r->stop_pipe[1], &c, 1) < 0) { /* the thread still stops at close below */
+        }
+        pthread_join(r->thr, NULL);
+    }
+    int rc = 0;
+    /* Handler stopped: nothing else changes state. Write every dirty page back. */
+    for (uint64_t p = 0; p < r->npages; p++) {
+        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p) < 0) {
+            if (!rc)
+                fprintf(stderr, "pagecast pager: %s: write-back at close failed: %s\n", r->path, strerror(errno));
+            rc = -1;
+        }
+    }
+    if (final_stats) *final_stats = r->st;
+    if (r->learn_path[0] && pgr_save_learned(r, r->learn_path) < 0)
+        fprintf(stderr, "pagecast pager: %s: cannot save learned pages to %s: %s\n", r->path, r->learn_path,
+                strerror(errno));
+    if (rc == 0) sys_munmap(r->base, r->len); /* on failure keep the memory: the data lives there */
+    close(r->uffd);
+    close(r->fd);
+    close(r->stop_pipe[0]);
+    close(r->stop_pipe[1]);
+    pthread_mutex_destroy(&r->mu);
+    free_region(r);
+    return rc;
+}
+
+void pgr_get_stats(pgr_region *r, pgr_stats *out) {
+    pthread_mutex_lock(&r->mu);
+    *out = r->st;
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint64_t pgr_get_samples(pgr_region *r, uint32_t *out, uint64_t cap) {
+    pthread_mutex_lock(&r->mu);
+    uint64_t n = r->st.nsamples < NSAMPLES ? r->st.nsamples : NSAMPLES;
+    if (n > cap) n = cap;
+    memcpy(out, r->samples, n * sizeof(uint32_t));
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, uint64_t npages) {
+    if (npages != r->npages) {
+        set_err("table has %llu pages, region %llu", (unsigned long long)npages, (unsigned long long)r->npages);
+        return -1;
+    }
+    uint64_t total = offsets[npages];
+    uint64_t *o = malloc((npages + 1) * sizeof *o);
+    int64_t *pg = malloc((total ? total : 1) * sizeof *pg);
+    if (!o || !pg) {
+        free(o);
+        free(pg);
+        set_err("out of memory");
+        return -1;
+    }
+    memcpy(o, offsets, (npages + 1) * sizeof *o);
+    memcpy(pg, pages, total * sizeof *pg);
+    pthread_mutex_lock(&r->mu);
+    free(r->tab_off);
+    free(r->tab_pages);
+    r->tab_off = o;
+    r->tab_pages = pg;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n) {
+    pthread_mutex_lock(&r->mu);
+    for (uint64_t i = 0; i < n; i++)
+        if (pages[i] >= 0 && (uint64_t)pages[i] < r->npages) r->learned[pages[i] >> 6] |= 1ull << (pages[i] & 63);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+uint64_t pgr_learned_count(pgr_region *r) {
+    uint64_t c = 0;
+    pthread_mutex_lock(&r->mu);
+    for (uint64_t i = 0; i < r->nwords; i++) c += (uint64_t)__builtin_popcountll(r->learned[i]);
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void pgr_percentiles(pgr_region *r, uint64_t *p50, uint64_t *p99) {
+    *p50 = *p99 = 0;
+    uint64_t n = r->st.nsamples < NSAMPLES ? r->st.nsamples : NSAMPLES;
+    if (!n) return;
+    uint32_t *tmp = malloc(n * sizeof *tmp);
+    if (!tmp) return;
+    n = pgr_get_samples(r, tmp, n);
+    qsort(tmp, n, sizeof *tmp, cmp_u32);
+    *p50 = tmp[(n - 1) / 2];
+    *p99 = tmp[(n - 1) * 99 / 100];
+    free(tmp);
+}

@@ -1,0 +1,130 @@
+/* pagecast userfaultfd pager: an anonymous region served page by page from a backing
+ * file, with a resident-page budget, dirty write-back and batch prefetch.
+ *
+ * The fault handler is a native thread: it never calls back into Python (a Python
+ * handler deadlocks when the faulting access holds the GIL).
+ */
+#ifndef PAGECAST_PAGER_H
+#define PAGECAST_PAGER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Prefetch policies (chosen per region). */
+enum {
+    PGR_POLICY_NONE = 0,
+    PGR_POLICY_NEXT = 1,    /* next-N pages after the fault */
+    PGR_POLICY_STRIDE = 2,  /* N pages along a repeated delta between faults */
+    PGR_POLICY_SPARSE = 3,  /* BowerAccess: next N pages of the learned set, in order */
+    PGR_POLICY_TABLE = 4,   /* fault at page p -> pages table[p] (from a schedule/predictor) */
+};
+
+/* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
+ * write() per served fault (so a crash loses at most a torn last record). */
+#define PGR_LOG_MAGIC "PGCLOG1"
+#define PGR_LOG_HEADER 4096
+enum { PGR_REC_FAULT = 8, PGR_REC_PREFETCH = 6, PGR_REC_EVICT = 7 }; /* = pagecast Kind */
+enum {
+    PGR_RF_WRITE = 1,      /* write fault */
+    PGR_RF_LATE = 4,       /* fault on a page that was already resident (raced a batch) */
+    PGR_RF_WP = 1 << 4,    /* subkind 1: write-protect fault (first write to a clean page) */
+    PGR_RF_DIRTY = 1 << 5, /* subkind 2: eviction wrote the page back */
+};
+
+typedef struct pgr_log_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t page_size;
+    uint64_t file_offset;
+    uint64_t length;
+    int64_t t0_ns; /* CLOCK_MONOTONIC at region open */
+    int32_t pid;
+    int32_t policy;
+    uint64_t budget_pages;
+    char path[4096 - 56];
+} pgr_log_header;
+
+typedef struct pgr_log_rec {
+    int64_t t_ns; /* since t0_ns */
+    int64_t page; /* file page (file_offset / page_size + region page) */
+    uint8_t kind;
+    uint8_t flags;
+    uint16_t pad;
+    int32_t tid;
+} pgr_log_rec;
+
+typedef struct pgr_config {
+    uint64_t budget_pages;   /* resident-page budget (>= 1) */
+    int policy;              /* PGR_POLICY_* */
+    int depth;               /* pages per prefetch batch (N) */
+    int writeback;           /* 1: MAP_SHARED semantics (write dirty pages back); 0: private */
+    int log_fd;              /* >= 0: append fault records here (header written by pgr_open) */
+    int on_eof_sigbus;       /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
+    const char *learn_path;  /* sparse policy: load/save the learned page set here (may be NULL) */
+} pgr_config;
+
+typedef struct pgr_stats {
+    uint64_t faults;          /* missing faults served (demand) */
+    uint64_t wp_faults;       /* first writes to clean resident pages */
+    uint64_t late_faults;     /* faults on pages already resident when served */
+    uint64_t prefetched;      /* pages mapped by prefetch batches */
+    uint64_t prefetch_hits;   /* prefetched pages later seen accessed: user space sees writes only (docs/pager.md) */
+    uint64_t prefetch_evicted_untouched; /* prefetched pages evicted with no observed access */
+    uint64_t evictions;
+    uint64_t writebacks;
+    uint64_t writeback_skipped_eof; /* dirty pages wholly past a shrunk file's end */
+    uint64_t eof_faults;            /* faults past the end of a shrunk file */
+    uint64_t resident;
+    uint64_t max_resident;
+    uint64_t copy_ioctls;     /* UFFDIO_COPY calls (a contiguous run is one call) */
+    uint64_t bytes_read;
+    uint64_t service_ns_total;
+    uint64_t nsamples;        /* entries valid in the service-time sample ring */
+    int32_t errors;           /* handler errors (first message in pgr_last_error) */
+    int32_t wp_enabled;       /* dirty tracking by write-protect (else every page is written back) */
+} pgr_stats;
+
+typedef struct pgr_region pgr_region;
+
+/* Open `path` (bytes [offset, offset+length), length 0 = to end of file) as a paged
+ * region. `addr`/`fixed` place it like mmap's hint / MAP_FIXED. NULL on failure, with
+ * errno set and a one-line reason in pgr_last_error(). */
+pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
+                     void *addr, int fixed, int prot);
+/* As pgr_open but serves an already opened descriptor (the shim's case). */
+pgr_region *pgr_open_fd(int fd, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
+                        void *addr, int fixed, int prot);
+void *pgr_base(pgr_region *r);
+uint64_t pgr_length(pgr_region *r);
+/* Write back every dirty page now (the region stays usable). Returns pages written or -1. */
+long pgr_flush(pgr_region *r);
+/* Stop the handler, write back dirty pages, unmap; final counters into *final_stats if
+ * not NULL. Returns 0, or -1 if a write-back failed (then the memory stays mapped). */
+int pgr_close(pgr_region *r, pgr_stats *final_stats);
+/* p50/p99 of the service-time samples in ns (0 if none). */
+void pgr_percentiles(pgr_region *r, uint64_t *p50, uint64_t *p99);
+void pgr_get_stats(pgr_region *r, pgr_stats *out);
+/* Copies up to `cap` service-time samples (ns) into out; returns the count. */
+uint64_t pgr_get_samples(pgr_region *r, uint32_t *out, uint64_t cap);
+/* Table policy: CSR over region pages; fault at page p prefetches
+ * pages[offsets[p] .. offsets[p+1]). Copied. Call before the first fault. */
+int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, uint64_t npages);
+/* Sparse policy: mark pages as learned (e.g. from an earlier run's trace). */
+int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n);
+uint64_t pgr_learned_count(pgr_region *r);
+int pgr_save_learned(pgr_region *r, const char *path);
+/* Is userfaultfd usable here? 0 yes, else errno (message in pgr_last_error()). */
+int pgr_probe(void);
+const char *pgr_last_error(void);
+/* Evict every resident page (writing dirty ones back): makes the next pass start cold. */
+long pgr_drop_all(pgr_region *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

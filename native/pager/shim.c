@@ -1,0 +1,371 @@
+/* LD_PRELOAD shim: puts the pagecast pager under mmap() of chosen files, so an unmodified
+ * program runs on a budget-limited userfaultfd region served from the file.
+ *
+ * Environment:
+ *   PAGECAST_PAGER=FILE:BUDGET[,FILE:BUDGET]  files to page; BUDGET in bytes (K/M/G suffix)
+ *                                             or pages with a trailing 'p' (e.g. 16p)
+ *   PAGECAST_PAGER_POLICY=none|next|stride|sparse|table   (default none)
+ *   PAGECAST_PAGER_DEPTH=N                    pages per prefetch batch (default 16)
+ *   PAGECAST_PAGER_TABLE=T[,T]                table files (pagecast pager table) for policy table
+ *   PAGECAST_PAGER_LEARN=DIR                  sparse policy: keep learned page sets across runs
+ *   PAGECAST_PAGER_LOG=DIR                    binary fault logs DIR/pager.PID.N.pglog
+ *   PAGECAST_PAGER_STATS=DIR                  counters at unmap/exit: DIR/pager.PID.N.json
+ *   PAGECAST_PAGER_STRICT=1                   if the pager cannot start, mmap fails (else it
+ *                                             falls back to the kernel mapping, with a warning)
+ * A file matches by device and inode, whatever name the program opens it by.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "pager.h"
+
+#define MAXSPEC 16
+#define MAXREG 64
+
+typedef struct {
+    char path[PATH_MAX];
+    uint64_t budget_bytes, budget_pages;
+} spec_t;
+
+typedef struct {
+    pgr_region *r;
+    uint8_t *base;
+    size_t len;
+    int log_fd;
+    int n;
+    char path[PATH_MAX];
+} live_t;
+
+static spec_t g_spec[MAXSPEC];
+static int g_nspec;
+static live_t g_live[MAXREG];
+static int g_nopened;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static int (*real_munmap)(void *, size_t);
+static int (*real_msync)(void *, size_t, int);
+static void (*real__exit)(int);
+
+static void resolve(void) {
+    if (!real_mmap) real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
+    if (!real_munmap) real_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
+    if (!real_msync) real_msync = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "msync");
+    if (!real__exit) real__exit = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
+}
+
+static uint64_t parse_size(const char *s, int *pages, int *ok) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    *ok = errno == 0 && end != s;
+    *pages = 0;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    case 'p': case 'P': *pages = 1; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B') end++;
+    if (*end == 'B') end++;
+    if (*end) *ok = 0;
+    return v;
+}
+
+static const char *policy_env(int *policy) {
+    const char *p = getenv("PAGECAST_PAGER_POLICY");
+    *policy = PGR_POLICY_NONE;
+    if (!p || !*p || !strcmp(p, "none")) return NULL;
+    if (!strcmp(p, "next")) *policy = PGR_POLICY_NEXT;
+    else if (!strcmp(p, "stride")) *policy = PGR_POLICY_STRIDE;
+    else if (!strcmp(p, "sparse")) *policy = PGR_POLICY_SPARSE;
+    else if (!strcmp(p, "table")) *policy = PGR_POLICY_TABLE;
+    else return p;
+    return NULL;
+}
+
+__attribute__((constructor)) static void shim_init(void) {
+    resolve();
+    const char *env = getenv("PAGECAST_PAGER");
+    if (!env || !*env) return;
+    char *dup = strdup(env), *save = NULL;
+    for (char *tok = strtok_r(dup, ",", &save); tok && g_nspec < MAXSPEC; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(tok, ':');
+        int pages = 0, ok = 0;
+        uint64_t v = colon ? parse_size(colon + 1, &pages, &ok) : 0;
+        if (!colon || !ok || v == 0) {
+            fprintf(stderr, "pagecast pager: PAGECAST_PAGER entry '%s' is not FILE:BUDGET (e.g. weights.bin:1M)\n", tok);
+            continue;
+        }
+        *colon = 0;
+        spec_t *s = &g_spec[g_nspec++];
+        snprintf(s->path, sizeof s->path, "%s", tok);
+        s->budget_pages = pages ? v : 0;
+        s->budget_bytes = pages ? 0 : v;
+    }
+    free(dup);
+    int pol;
+    const char *bad = policy_env(&pol);
+    if (bad) fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, next, stride, sparse, table)\n", bad);
+}
+
+static spec_t *match(int fd) {
+    struct stat a, b;
+    if (fstat(fd, &a) < 0 || !S_ISREG(a.st_mode)) return NULL;
+    for (int i = 0; i < g_nspec; i++)
+        if (stat(g_spec[i].path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) return &g_spec[i];
+    return NULL;
+}
+
+/* Table file: "PGCTAB1\0", u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]],
+ * then the file's path (NUL-terminated) it was built for. Loaded when the path matches. */
+static void load_table(pgr_region *r, const char *file_path) {
+    const char *env = getenv("PAGECAST_PAGER_TABLE");
+    if (!env) return;
+    char *dup = strdup(env), *save = NULL;
+    struct stat want;
+    if (stat(file_path, &want) < 0) {
+        free(dup);
+        return;
+    }
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        FILE *f = fopen(t, "rb");
+        if (!f) {
+            fprintf(stderr, "pagecast pager: cannot open table %s: %s\n", t, strerror(errno));
+            continue;
+        }
+        char magic[8];
+        uint64_t np = 0;
+        uint64_t *off = NULL;
+        int64_t *pg = NULL;
+        char path[PATH_MAX] = {0};
+        int ok = fread(magic, 8, 1, f) == 1 && !memcmp(magic, "PGCTAB1", 8) && fread(&np, 8, 1, f) == 1 &&
+                 np < (1ull << 40);
+        if (ok) {
+            off = malloc((np + 1) * 8);
+            ok = off && fread(off, 8, np + 1, f) == np + 1;
+        }
+        if (ok) {
+            pg = malloc((off[np] ? off[np] : 1) * 8);
+            ok = pg && fread(pg, 8, off[np], f) == off[np] && fread(path, 1, sizeof path - 1, f) > 0;
+        }
+        struct stat st;
+        if (ok && stat(path, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino) {
+            if (pgr_set_table(r, off, pg, np) < 0)
+                fprintf(stderr, "pagecast pager: table %s: %s\n", t, pgr_last_error());
+        } else if (!ok) {
+            fprintf(stderr, "pagecast pager: %s is not a pager table file\n", t);
+        }
+        free(off);
+        free(pg);
+        fclose(f);
+    }
+    free(dup);
+}
+
+static void learn_path_for(const char *path, char *out, size_t n) {
+    const char *dir = getenv("PAGECAST_PAGER_LEARN");
+    out[0] = 0;
+    if (!dir || !*dir) return;
+    char real[PATH_MAX];
+    if (!realpath(path, real)) snprintf(real, sizeof real, "%s", path);
+    char name[PATH_MAX];
+    size_t j = 0;
+    for (size_t i = 0; real[i] && j + 1 < sizeof name; i++) name[j++] = real[i] == '/' ? '%' : real[i];
+    name[j] = 0;
+    snprintf(out, n, "%s/%.200s.bits", dir, name);
+}
+
+static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    char path[PATH_MAX];
+    char fdlink[64];
+    snprintf(fdlink, sizeof fdlink, "/proc/self/fd/%d", fd);
+    ssize_t pl = readlink(fdlink, path, sizeof path - 1);
+    if (pl < 0) snprintf(path, sizeof path, "%s", s->path);
+    else path[pl] = 0;
+
+    pgr_config cfg = {0};
+    long ps = sysconf(_SC_PAGESIZE);
+    cfg.budget_pages = s->budget_pages ? s->budget_pages : (s->budget_bytes + (uint64_t)ps - 1) / (uint64_t)ps;
+    policy_env(&cfg.policy);
+    const char *d = getenv("PAGECAST_PAGER_DEPTH");
+    cfg.depth = d ? atoi(d) : 16;
+    int acc = fcntl(fd, F_GETFL) & O_ACCMODE;
+    cfg.writeback = (flags & MAP_SHARED) && acc == O_RDWR;
+    cfg.on_eof_sigbus = 1;
+    char learn[PATH_MAX + 256];
+    learn_path_for(path, learn, sizeof learn);
+    cfg.learn_path = learn[0] ? learn : NULL;
+    int n = __atomic_fetch_add(&g_nopened, 1, __ATOMIC_SEQ_CST);
+    int log_fd = -1;
+    const char *logdir = getenv("PAGECAST_PAGER_LOG");
+    if (logdir && *logdir) {
+        char lp[PATH_MAX + 64];
+        snprintf(lp, sizeof lp, "%s/pager.%d.%d.pglog", logdir, (int)getpid(), n);
+        log_fd = open(lp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        if (log_fd < 0) fprintf(stderr, "pagecast pager: cannot write fault log %s: %s\n", lp, strerror(errno));
+    }
+    cfg.log_fd = log_fd;
+    pgr_region *r = pgr_open_fd(fd, path, (uint64_t)off, len, &cfg, addr, (flags & MAP_FIXED) != 0, prot);
+    if (!r) {
+        int e = errno;
+        if (log_fd >= 0) close(log_fd);
+        const char *strict = getenv("PAGECAST_PAGER_STRICT");
+        if (strict && *strict == '1') {
+            fprintf(stderr, "pagecast pager: %s\n", pgr_last_error());
+            errno = e;
+            return MAP_FAILED;
+        }
+        fprintf(stderr, "pagecast pager: %s; using an ordinary mapping instead\n", pgr_last_error());
+        return real_mmap(addr, len, prot, flags, fd, off);
+    }
+    if (cfg.policy == PGR_POLICY_TABLE) load_table(r, path);
+    pthread_mutex_lock(&g_mu);
+    int slot = -1;
+    for (int i = 0; i < MAXREG; i++)
+        if (!g_live[i].r) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) {
+        pthread_mutex_unlock(&g_mu);
+        pgr_close(r, NULL);
+        if (log_fd >= 0) close(log_fd);
+        fprintf(stderr, "pagecast pager: more than %d paged regions; using an ordinary mapping\n", MAXREG);
+        return real_mmap(addr, len, prot, flags, fd, off);
+    }
+    live_t *l = &g_live[slot];
+    l->r = r;
+    l->base = pgr_base(r);
+    l->len = pgr_length(r);
+    l->log_fd = log_fd;
+    l->n = n;
+    snprintf(l->path, sizeof l->path, "%s", path);
+    pthread_mutex_unlock(&g_mu);
+    return l->base;
+}
+
+static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p99, int rc) {
+    const char *dir = getenv("PAGECAST_PAGER_STATS");
+    if (!dir || !*dir) return;
+    char p[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s/pager.%d.%d.json", dir, (int)getpid(), l->n);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f,
+            "{\"path\": \"%s\", \"faults\": %llu, \"wp_faults\": %llu, \"late_faults\": %llu, "
+            "\"prefetched\": %llu, \"prefetch_hits\": %llu, \"prefetch_evicted_untouched\": %llu, "
+            "\"evictions\": %llu, \"writebacks\": %llu, \"writeback_skipped_eof\": %llu, "
+            "\"eof_faults\": %llu, \"max_resident\": %llu, \"copy_ioctls\": %llu, \"bytes_read\": %llu, "
+            "\"service_ns_total\": %llu, \"service_ns_p50\": %llu, \"service_ns_p99\": %llu, "
+            "\"errors\": %d, \"wp_enabled\": %d, \"close_ok\": %s}\n",
+            l->path, (unsigned long long)s->faults, (unsigned long long)s->wp_faults,
+            (unsigned long long)s->late_faults, (unsigned long long)s->prefetched,
+            (unsigned long long)s->prefetch_hits, (unsigned long long)s->prefetch_evicted_untouched,
+            (unsigned long long)s->evictions, (unsigned long long)s->writebacks,
+            (unsigned long long)s->writeback_skipped_eof, (unsigned long long)s->eof_faults,
+            (unsigned long long)s->max_resident, (unsigned long long)s->copy_ioctls,
+            (unsigned long long)s->bytes_read, (unsigned long long)s->service_ns_total, (unsigned long long)p50,
+            (unsigned long long)p99, s->errors, s->wp_enabled, rc == 0 ? "true" : "false");
+    if (fclose(f) == 0) rename(tmp, p);
+}
+
+/* Caller holds g_mu. */
+static int close_live(live_t *l) {
+    uint64_t p50, p99;
+    pgr_percentiles(l->r, &p50, &p99);
+    pgr_stats s;
+    int rc = pgr_close(l->r, &s);
+    write_stats(l, &s, p50, p99, rc);
+    if (l->log_fd >= 0) close(l->log_fd);
+    l->r = NULL;
+    return rc;
+}
+
+static void close_all(void) {
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < MAXREG; i++)
+        if (g_live[i].r) close_live(&g_live[i]);
+    pthread_mutex_unlock(&g_mu);
+}
+
+__attribute__((destructor)) static void shim_fini(void) { close_all(); }
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    resolve();
+    if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
+        spec_t *s = match(fd);
+        if (s) return shim_map(s, addr, len, prot, flags, fd, off);
+    }
+    return real_mmap(addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
+
+int munmap(void *addr, size_t len) {
+    resolve();
+    if (g_nspec) {
+        uint8_t *a = addr;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < MAXREG; i++) {
+            live_t *l = &g_live[i];
+            if (!l->r || a + len <= l->base || a >= l->base + l->len) continue;
+            if (a != l->base || len < l->len)
+                fprintf(stderr, "pagecast pager: %s: partial munmap of a paged region unmaps all of it\n", l->path);
+            int rc = close_live(l);
+            pthread_mutex_unlock(&g_mu);
+            if (rc < 0) {
+                errno = EIO;
+                return -1;
+            }
+            return 0;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    return real_munmap(addr, len);
+}
+
+int msync(void *addr, size_t len, int flags) {
+    resolve();
+    if (g_nspec) {
+        uint8_t *a = addr;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < MAXREG; i++) {
+            live_t *l = &g_live[i];
+            if (!l->r || a + len <= l->base || a >= l->base + l->len) continue;
+            long n = pgr_flush(l->r);
+            pthread_mutex_unlock(&g_mu);
+            if (n < 0) {
+                errno = EIO;
+                return -1;
+            }
+            return 0;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    return real_msync(addr, len, flags);
+}
+
+/* _exit skips destructors: write back first, as the kernel keeps a MAP_SHARED page. */
+void _exit(int status) {
+    resolve();
+    close_all();
+    real__exit(status);
+    syscall(SYS_exit_group, status);
+    __builtin_unreachable();
+}
+
+void _Exit(int status) { _exit(status); }
