@@ -81,6 +81,7 @@ struct pgr_region {
     uint64_t nlog, logcap;
     uint32_t *samples;
     int64_t t0;
+    int64_t pending_wake; /* page whose faulting thread is woken after timing */
     int wp;
     int shrink_warned;
     pgr_stats st;
@@ -533,7 +534,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
 
     /* The demanded page last: its copy wakes the faulting thread. A write fault installs
      * the page writable and already dirty (saves the WP fault). */
-    if (read_page(r, p, r->buf, 1) < 0 || copy_pages(r, p, r->buf, 1, !write, 1) < 0) {
+    if (read_page(r, p, r->buf, 1) < 0 || copy_pages(r, p, r->buf, 1, !write, 0) < 0) {
         handler_error(r, "serving a fault", errno);
         r->state[p] &= (uint8_t)~ST_PIN;
         wake(r, p);
@@ -542,6 +543,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
     r->st.resident++;
     if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
+    r->pending_wake = (int64_t)p;
 }
 
 static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
@@ -567,15 +569,18 @@ static void *handler_main(void *arg) {
     struct uffd_msg msgs[MAXMSG];
     struct pollfd pf[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN}};
     for (;;) {
-        if (poll(pf, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            handler_error(r, "poll", errno);
-            break;
-        }
-        if (pf[1].revents) break;
+        /* Read first: under a fault storm the next message is usually queued already. */
         ssize_t got = read(r->uffd, msgs, sizeof msgs);
+        if (got < 0 && errno == EAGAIN) {
+            if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+                handler_error(r, "poll", errno);
+                break;
+            }
+            if (pf[1].revents) break;
+            continue;
+        }
         if (got < 0) {
-            if (errno == EAGAIN || errno == EINTR) continue;
+            if (errno == EINTR) continue;
             handler_error(r, "reading userfaultfd", errno);
             break;
         }
@@ -589,12 +594,16 @@ static void *handler_main(void *arg) {
             if (p >= r->npages) continue;
             int tid = (int)m->arg.pagefault.feat.ptid;
             uint64_t fl = m->arg.pagefault.flags;
+            r->pending_wake = -1;
             if (fl & UFFD_PAGEFAULT_FLAG_WP)
                 serve_wp(r, p, tid, t);
             else
                 serve_missing(r, p, (fl & UFFD_PAGEFAULT_FLAG_WRITE) != 0, tid, t);
-            log_flush(r);
+            /* Service time ends when the page is in place: the wake-up below hands the CPU
+             * to the faulting thread, and its run would otherwise count as service. */
             record_sample(r, t);
+            if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+            log_flush(r);
         }
         pthread_mutex_unlock(&r->mu);
     }

@@ -1,0 +1,157 @@
+"""``pagecast pager``: run unmodified programs on the userfaultfd pager, inspect its traces,
+and build prefetch tables from schedules or predictors."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.errors import PagecastError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "pager",
+        help="run a program with files on the userfaultfd pager (budget + batch prefetch)",
+        description=(
+            "A user-space pager: files named FILE:BUDGET are mapped (by an LD_PRELOAD shim) into "
+            "anonymous memory served by userfaultfd from the file, with at most BUDGET resident, "
+            "dirty pages written back, and a prefetch policy mapping a batch per fault."
+        ),
+    )
+    ps = p.add_subparsers(dest="pager_cmd", metavar="SUBCOMMAND")
+
+    r = ps.add_parser(
+        "run",
+        help="run CMD with files on the pager",
+        description="Run CMD unmodified with each FILE's mmap served by the pager. Example: "
+        "pagecast pager run weights.bin:1M --policy sparse -o t.parquet -- ./llm weights.bin",
+    )
+    r.add_argument("specs", help="FILE:BUDGET[,FILE:BUDGET] (budget in bytes, K/M/G, or pages as 16p)")
+    _run_options(r)
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the program and its arguments, after --")
+    r.set_defaults(func=_run)
+
+    s = ps.add_parser("stats", help="summarise a pager trace", description="Counts per region of a trace written by `pager run -o`.")
+    s.add_argument("trace")
+    add_json_flag(s)
+    s.set_defaults(func=_stats)
+
+    t = ps.add_parser(
+        "table",
+        help="build a prefetch table (policy table:FILE) from a schedule or a predictor",
+        description="Turn a schedule (from `pagecast predict` etc.) or any registered pagecast prefetcher, "
+        "run offline over a recorded trace, into a page→pages table the native pager replays per fault.",
+    )
+    t.add_argument("--trace", required=True, help="trace whose demand stream the schedule/predictor refers to")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument("--schedule", help="schedule file (Parquet)")
+    src.add_argument("--prefetcher", help="name of a registered pagecast prefetcher")
+    t.add_argument("--region", type=int, default=0, help="region id in the trace (default 0)")
+    t.add_argument("--file", help="data file the table is for (default: the region's path)")
+    t.add_argument("-o", "--out", required=True)
+    add_json_flag(t)
+    t.set_defaults(func=_table)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _run_options(r: argparse.ArgumentParser) -> None:
+    r.add_argument("--policy", default="none", help="none, next[:N], stride[:N], sparse[:N] or table:FILE (default none)")
+    r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
+    r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")
+    r.add_argument("--no-strict", action="store_true", help="if userfaultfd is unusable, run on ordinary mappings")
+    add_json_flag(r)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pagecast.online.pager import parse_specs, run_pager
+
+    # Options may also follow FILE:BUDGET; argparse's REMAINDER took them with the command.
+    rest = list(args.cmd)
+    if "--" in rest:
+        i = rest.index("--")
+        opts, cmd = rest[:i], rest[i + 1 :]
+    else:
+        opts, cmd = [], rest
+    if opts:
+        late = argparse.ArgumentParser(prog="pagecast pager run", add_help=False)
+        _run_options(late)
+        late_args, unknown = late.parse_known_args(opts)
+        if unknown:
+            raise PagecastError(f"unknown options before --: {' '.join(unknown)}")
+        for k, v in vars(late_args).items():
+            if v != late.get_default(k):
+                setattr(args, k, v)
+    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn, strict=not args.no_strict)
+    if args.json:
+        print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
+    else:
+        import sys
+
+        cols = ["path", "faults", "prefetched", "prefetch_hits", "evictions", "writebacks", "max_resident", "service_ns_p50", "service_ns_p99"]
+        if res.stats:
+            print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
+    return res.returncode
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from pagecast.trace.reader import open_trace
+    from pagecast.trace.schema import FLAG_WRITE, Kind
+
+    path = Path(args.trace)
+    if not path.exists():
+        raise PagecastError("no such trace", path=path)
+    tr = open_trace(path)
+    c = tr.read(["region", "kind", "flags"])
+    rows = []
+    for reg in tr.regions:
+        m = c["region"] == reg.id
+        k, f = c["kind"][m], c["flags"][m]
+        fault = k == int(Kind.FAULT)
+        rows.append({
+            "region": reg.id, "path": reg.path or reg.name,
+            "faults": int((fault & ((f >> 4) & 0xF == 0)).sum()),
+            "write_faults": int((fault & (f & FLAG_WRITE > 0)).sum()),
+            "prefetched": int((k == int(Kind.PREFETCH)).sum()),
+            "evictions": int((k == int(Kind.EVICT)).sum()),
+            "written_back": int(((k == int(Kind.EVICT)) & ((f >> 4) & 0xF == 2)).sum()),
+            "budget_pages": int(reg.extra.get("budget_pages", -1)),
+        })  # fmt: skip
+    if args.json:
+        print_json(rows)
+    else:
+        print(format_table(rows))
+    return 0
+
+
+def _table(args: argparse.Namespace) -> int:
+    from pagecast.online.pager import table_from_prefetcher, table_from_schedule, write_table
+    from pagecast.trace.reader import open_trace
+
+    tr = open_trace(args.trace)
+    reg = tr.region(args.region)
+    if reg is None:
+        raise PagecastError(f"trace has no region {args.region}", path=args.trace)
+    file = args.file or reg.path
+    if not file:
+        raise PagecastError("region has no file path: give --file", path=args.trace)
+    npages = -(-Path(file).stat().st_size // reg.page_size) if Path(file).exists() else reg.pages
+    if args.schedule:
+        from pagecast.trace.schedule import read_schedule
+
+        table = table_from_schedule(read_schedule(args.schedule), tr, args.region, npages)
+    else:
+        from pagecast.policies.base import get_prefetcher
+
+        table = table_from_prefetcher(get_prefetcher(args.prefetcher), tr, args.region, npages)
+    write_table(args.out, table, file)
+    info = {"table": args.out, "file": file, "pages": npages, "entries": int(len(table.pages)),
+            "trigger_pages": int(np.count_nonzero(np.diff(table.offsets.astype(np.int64))))}  # fmt: skip
+    if args.json:
+        print_json(info)
+    else:
+        print(format_table([info]))
+    return 0

@@ -1,0 +1,1 @@
+"""Live prefetching: daemons, injectors and the userfaultfd pager."""

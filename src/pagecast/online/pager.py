@@ -1,0 +1,617 @@
+"""userfaultfd pager: a file served page by page into a budget-limited region.
+
+The C core (``native/pager/pager.c``) owns the region and its fault-handler thread; this
+module only configures it, reads its counters and converts its binary fault log into a
+pagecast trace. Nothing here runs per fault: a Python handler would deadlock as soon as
+the faulting access holds the GIL (DESIGN.md §5), and the core never calls back.
+
+Three ways to use it:
+  * ``open_paged(path, budget, policy=...)`` → ``PagedRegion`` in this process (numpy view);
+  * ``run_with_pager(cmd, [(file, budget)], policy=...)`` → an unmodified program under the
+    LD_PRELOAD shim (``native/pager/shim.c``);
+  * ``pagecast pager run FILE:BUDGET -- CMD`` (``pagecast.cli.pager``).
+
+Policies: ``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]`` (BowerAccess: the learned
+set of pages, in increasing order), ``table:FILE`` (a page → pages table built offline from
+a schedule or from any pagecast ``Prefetcher`` run over a trace, see ``build_table``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.trace.regions import Region
+from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.util.native import build, native_dir
+
+POLICIES = {"none": 0, "next": 1, "stride": 2, "sparse": 3, "table": 4}
+DEFAULT_DEPTH = 16
+LOG_HEADER = 4096
+LOG_MAGIC = b"PGCLOG1\0"
+TABLE_MAGIC = b"PGCTAB1\0"
+LOG_RECORD = np.dtype([("t_ns", "<i8"), ("page", "<i8"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u2"), ("tid", "<i4")])
+
+
+# ---- native library ------------------------------------------------------------------
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("budget_pages", ctypes.c_uint64),
+        ("policy", ctypes.c_int),
+        ("depth", ctypes.c_int),
+        ("writeback", ctypes.c_int),
+        ("log_fd", ctypes.c_int),
+        ("on_eof_sigbus", ctypes.c_int),
+        ("learn_path", ctypes.c_char_p),
+    ]
+
+
+_STAT_FIELDS = [
+    "faults", "wp_faults", "late_faults", "prefetched", "prefetch_hits", "prefetch_evicted_untouched",
+    "evictions", "writebacks", "writeback_skipped_eof", "eof_faults", "resident", "max_resident",
+    "copy_ioctls", "bytes_read", "service_ns_total", "nsamples",
+]  # fmt: skip
+
+
+class _Stats(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS] + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
+
+
+_LIB: ctypes.CDLL | None = None
+
+
+def _lib() -> ctypes.CDLL:
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(str(build("pager", ["pager/pager.c"], ldflags=["-lpthread"])))
+        vp, u64, i64p = ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)
+        lib.pgr_open.restype = vp
+        lib.pgr_open.argtypes = [ctypes.c_char_p, u64, u64, ctypes.POINTER(_Config), vp, ctypes.c_int, ctypes.c_int]
+        lib.pgr_base.restype = vp
+        lib.pgr_base.argtypes = [vp]
+        lib.pgr_length.restype = u64
+        lib.pgr_length.argtypes = [vp]
+        lib.pgr_flush.restype = ctypes.c_long
+        lib.pgr_flush.argtypes = [vp]
+        lib.pgr_drop_all.restype = ctypes.c_long
+        lib.pgr_drop_all.argtypes = [vp]
+        lib.pgr_close.restype = ctypes.c_int
+        lib.pgr_close.argtypes = [vp, ctypes.POINTER(_Stats)]
+        lib.pgr_get_stats.argtypes = [vp, ctypes.POINTER(_Stats)]
+        lib.pgr_get_samples.restype = u64
+        lib.pgr_get_samples.argtypes = [vp, ctypes.POINTER(ctypes.c_uint32), u64]
+        lib.pgr_set_table.restype = ctypes.c_int
+        lib.pgr_set_table.argtypes = [vp, ctypes.POINTER(ctypes.c_uint64), i64p, u64]
+        lib.pgr_learn_pages.argtypes = [vp, i64p, u64]
+        lib.pgr_learned_count.restype = u64
+        lib.pgr_learned_count.argtypes = [vp]
+        lib.pgr_probe.restype = ctypes.c_int
+        lib.pgr_last_error.restype = ctypes.c_char_p
+        _LIB = lib
+    return _LIB
+
+
+def shim_path() -> Path:
+    """The LD_PRELOAD shim (built on first use)."""
+    return build("pager_shim", ["pager/shim.c", "pager/pager.c"], ldflags=["-ldl", "-lpthread"])
+
+
+def llm_path() -> Path:
+    """The seed's ``llm`` program (workloads/llm/llm.c), built on first use."""
+    src = native_dir().parent / "workloads" / "llm" / "llm.c"
+    return build("llm", [src], shared=False)
+
+
+def probe() -> None:
+    """Raise PagecastError (one line) if userfaultfd cannot be used here."""
+    lib = _lib()
+    if lib.pgr_probe() != 0:
+        raise PagecastError(f"pager: {lib.pgr_last_error().decode(errors='replace')}")
+
+
+# ---- policies and budgets ------------------------------------------------------------
+
+
+@dataclass
+class PolicySpec:
+    name: str = "none"
+    depth: int = DEFAULT_DEPTH
+    table: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str, depth: int | None = None) -> "PolicySpec":
+        """``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``."""
+        name, _, arg = text.partition(":")
+        if name not in POLICIES:
+            raise PagecastError(f"unknown pager policy {name!r} (none, next[:N], stride[:N], sparse[:N], table:FILE)")
+        if name == "table":
+            if not arg:
+                raise PagecastError("policy table needs a file: table:FILE (see `pagecast pager table`)")
+            if not Path(arg).exists():
+                raise PagecastError("no such pager table file", path=arg)
+            return cls(name, depth or DEFAULT_DEPTH, Path(arg))
+        if arg:
+            if not arg.isdigit() or int(arg) < 1:
+                raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
+            return cls(name, int(arg))
+        return cls(name, depth or DEFAULT_DEPTH)
+
+
+def parse_budget(text: str, page_size: int = 4096) -> int:
+    """Bytes from ``4096``, ``64K``, ``1M``, ``1GiB`` or pages from ``16p``."""
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*", text)
+    if not m:
+        raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")
+    if m.group(4):
+        return int(m.group(4)) * page_size
+    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    return int(m.group(1)) * mult
+
+
+def parse_specs(text: str) -> list[tuple[str, int]]:
+    """``FILE:BUDGET[,FILE:BUDGET]`` → [(file, budget_bytes)]."""
+    out = []
+    for item in text.split(","):
+        path, sep, budget = item.rpartition(":")
+        if not sep or not path:
+            raise PagecastError(f"{item!r} is not FILE:BUDGET (e.g. weights.bin:1M)")
+        out.append((path, parse_budget(budget)))
+    return out
+
+
+# ---- stats ---------------------------------------------------------------------------
+
+
+@dataclass
+class PagerStats:
+    faults: int = 0
+    wp_faults: int = 0
+    late_faults: int = 0
+    prefetched: int = 0
+    prefetch_hits: int = 0
+    prefetch_evicted_untouched: int = 0
+    evictions: int = 0
+    writebacks: int = 0
+    writeback_skipped_eof: int = 0
+    eof_faults: int = 0
+    resident: int = 0
+    max_resident: int = 0
+    copy_ioctls: int = 0
+    bytes_read: int = 0
+    service_ns_total: int = 0
+    nsamples: int = 0
+    errors: int = 0
+    wp_enabled: int = 0
+    service_ns_p50: float = float("nan")
+    service_ns_p99: float = float("nan")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _stats_from(st: _Stats, samples: np.ndarray | None) -> PagerStats:
+    s = PagerStats(**{n: int(getattr(st, n)) for n in _STAT_FIELDS + ["errors", "wp_enabled"]})
+    if samples is not None and len(samples):
+        s.service_ns_p50, s.service_ns_p99 = (float(v) for v in np.percentile(samples, [50, 99]))
+    return s
+
+
+# ---- in-process region ---------------------------------------------------------------
+
+
+class PagedRegion:
+    """A file mapped through the pager. Use ``array()`` for a numpy view, ``close()`` (or
+    ``with``) to write dirty pages back and unmap; views must not be used after close."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        budget_bytes: int,
+        policy: str | PolicySpec = "none",
+        *,
+        depth: int | None = None,
+        writeback: bool = True,
+        log: str | Path | None = None,
+        learn: str | Path | None = None,
+        offset: int = 0,
+        length: int = 0,
+        sigbus_past_eof: bool = False,
+    ):
+        self.path = Path(path)
+        self.policy = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy, depth)
+        lib = _lib()
+        ps = os.sysconf("SC_PAGESIZE")
+        self.page_size = ps
+        self._log_fd = -1
+        if log is not None:
+            try:
+                self._log_fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+            except OSError as e:
+                raise PagecastError(f"cannot write fault log: {e.strerror}", path=log) from None
+        cfg = _Config(
+            budget_pages=max(1, -(-int(budget_bytes) // ps)),
+            policy=POLICIES[self.policy.name],
+            depth=int(self.policy.depth),
+            writeback=1 if writeback else 0,
+            log_fd=self._log_fd,
+            on_eof_sigbus=1 if sigbus_past_eof else 0,
+            learn_path=str(learn).encode() if learn else None,
+        )
+        self._h = lib.pgr_open(str(self.path).encode(), offset, length, ctypes.byref(cfg), None, 0, 0)
+        if not self._h:
+            if self._log_fd >= 0:
+                os.close(self._log_fd)
+            raise PagecastError(f"pager: {lib.pgr_last_error().decode(errors='replace')}")
+        self.length = int(lib.pgr_length(self._h))
+        self.npages = self.length // ps
+        self.budget_pages = int(cfg.budget_pages)
+        self._final: PagerStats | None = None
+        if self.policy.name == "table":
+            self.set_table(read_table(self.policy.table, self.npages))
+
+    # access
+    @property
+    def address(self) -> int:
+        self._check()
+        return int(_lib().pgr_base(self._h))
+
+    def array(self, dtype: np.dtype | str = np.uint8) -> np.ndarray:
+        """A writable numpy view of the whole region (length rounded up to pages)."""
+        buf = (ctypes.c_char * self.length).from_address(self.address)
+        return np.frombuffer(buf, dtype=np.uint8).view(dtype)
+
+    def buffer(self) -> memoryview:
+        return memoryview(self.array())
+
+    # policy state
+    def set_table(self, table: "PrefetchTable") -> None:
+        self._check()
+        if table.npages != self.npages:
+            raise PagecastError(f"prefetch table covers {table.npages} pages, region has {self.npages}")
+        off = np.ascontiguousarray(table.offsets, np.uint64)
+        pg = np.ascontiguousarray(table.pages, np.int64)
+        if _lib().pgr_set_table(self._h, off.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                                pg.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), self.npages) != 0:  # fmt: skip
+            raise PagecastError(f"pager: {_lib().pgr_last_error().decode()}")
+
+    def learn(self, pages: Iterable[int]) -> None:
+        """Sparse policy: add pages to the learned set (e.g. from an earlier run's trace)."""
+        arr = np.ascontiguousarray(np.fromiter(pages, np.int64), np.int64)
+        _lib().pgr_learn_pages(self._h, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), len(arr))
+
+    @property
+    def learned(self) -> int:
+        return int(_lib().pgr_learned_count(self._h))
+
+    # maintenance
+    def flush(self) -> int:
+        """Write every dirty page back now; returns the number written."""
+        self._check()
+        n = _lib().pgr_flush(self._h)
+        if n < 0:
+            raise PagecastError("pager: write-back failed (see stderr); dirty pages stay resident", path=self.path)
+        return int(n)
+
+    def drop_all(self) -> int:
+        """Evict every resident page (writing dirty ones back): the next pass starts cold."""
+        self._check()
+        n = _lib().pgr_drop_all(self._h)
+        if n < 0:
+            raise PagecastError("pager: eviction failed (see stderr)", path=self.path)
+        return int(n)
+
+    def samples(self) -> np.ndarray:
+        """Fault service times (ns) of the last up to 2^20 faults, in the handler."""
+        self._check()
+        out = np.empty(1 << 20, np.uint32)
+        n = _lib().pgr_get_samples(self._h, out.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32)), len(out))
+        return out[:n].copy()
+
+    def stats(self) -> PagerStats:
+        if self._final is not None:
+            return self._final
+        st = _Stats()
+        _lib().pgr_get_stats(self._h, ctypes.byref(st))
+        return _stats_from(st, self.samples())
+
+    def close(self) -> PagerStats:
+        """Stop the handler, write back every dirty page, unmap. Returns the final stats."""
+        if self._final is not None:
+            return self._final
+        samples = self.samples()
+        st = _Stats()
+        rc = _lib().pgr_close(self._h, ctypes.byref(st))
+        self._h = None
+        if self._log_fd >= 0:
+            os.close(self._log_fd)
+            self._log_fd = -1
+        self._final = _stats_from(st, samples)
+        if rc != 0:
+            raise PagecastError("pager: write-back at close failed (see stderr); the region stays mapped", path=self.path)
+        return self._final
+
+    def _check(self) -> None:
+        if self._h is None:
+            raise PagecastError("paged region is closed", path=self.path)
+
+    def __enter__(self) -> "PagedRegion":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None):
+            self.close()
+
+
+def open_paged(path: str | Path, budget_bytes: int, policy: str | PolicySpec = "none", **kw) -> PagedRegion:
+    """Open ``path`` as a paged region of at most ``budget_bytes`` resident memory."""
+    return PagedRegion(path, budget_bytes, policy, **kw)
+
+
+# ---- prefetch tables (schedule / any predictor → native) -----------------------------
+
+
+@dataclass
+class PrefetchTable:
+    """CSR map: a fault on page p prefetches pages[offsets[p]:offsets[p+1]] (best first)."""
+
+    offsets: np.ndarray
+    pages: np.ndarray
+
+    @property
+    def npages(self) -> int:
+        return len(self.offsets) - 1
+
+    def lookup(self, page: int) -> np.ndarray:
+        return self.pages[self.offsets[page] : self.offsets[page + 1]]
+
+    @classmethod
+    def from_pairs(cls, npages: int, trigger_pages: np.ndarray, pages: np.ndarray, score: np.ndarray | None = None) -> "PrefetchTable":
+        """Group (trigger page, page) pairs; duplicates merged, higher score first."""
+        tp = np.asarray(trigger_pages, np.int64)
+        pg = np.asarray(pages, np.int64)
+        sc = np.zeros(len(tp), np.float64) if score is None else np.asarray(score, np.float64)
+        ok = (tp >= 0) & (tp < npages) & (pg >= 0) & (pg < npages) & (tp != pg)
+        tp, pg, sc = tp[ok], pg[ok], sc[ok]
+        order = np.lexsort((-sc, tp))
+        tp, pg, sc = tp[order], pg[order], sc[order]
+        # drop repeated (trigger, page) keeping the first (best-scored) occurrence
+        key = tp * npages + pg
+        _, first = np.unique(key, return_index=True)
+        keep = np.sort(first)
+        tp, pg = tp[keep], pg[keep]
+        counts = np.bincount(tp, minlength=npages)
+        offsets = np.zeros(npages + 1, np.uint64)
+        np.cumsum(counts, out=offsets[1:])
+        return cls(offsets, pg)
+
+
+def write_table(path: str | Path, table: PrefetchTable, file_path: str | Path) -> Path:
+    """Binary table for the shim: magic, npages, offsets, pages, then the data file's path."""
+    from pagecast.util.atomic import atomic_output
+
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(TABLE_MAGIC)
+            f.write(np.uint64(table.npages).tobytes())
+            f.write(np.ascontiguousarray(table.offsets, "<u8").tobytes())
+            f.write(np.ascontiguousarray(table.pages, "<i8").tobytes())
+            f.write(str(Path(file_path).resolve()).encode() + b"\0")
+    return path
+
+
+def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
+    raw = Path(path).read_bytes() if Path(path).exists() else None
+    if raw is None:
+        raise PagecastError("no such pager table file", path=path)
+    if raw[:8] != TABLE_MAGIC or len(raw) < 16:
+        raise PagecastError("not a pager table file (bad magic)", path=path)
+    n = int(np.frombuffer(raw, "<u8", 1, 8)[0])
+    need = 16 + 8 * (n + 1)
+    if len(raw) < need:
+        raise PagecastError("pager table file is truncated", path=path)
+    offsets = np.frombuffer(raw, "<u8", n + 1, 16).copy()
+    total = int(offsets[-1])
+    if len(raw) < need + 8 * total:
+        raise PagecastError("pager table file is truncated", path=path)
+    pages = np.frombuffer(raw, "<i8", total, need).copy()
+    if npages is not None and n != npages:
+        raise PagecastError(f"pager table covers {n} pages but the region has {npages}", path=path)
+    return PrefetchTable(offsets, pages)
+
+
+def _demand_pages(trace, region: int) -> np.ndarray:
+    """Page of every demand event of the trace (-1 where it is another region)."""
+    cols = trace.read(["region", "page", "kind"])
+    kind, reg, page = cols["kind"], cols["region"], cols["page"]
+    demand = np.isin(kind, np.array([int(k) for k in DEMAND_KINDS], np.uint8))
+    return np.where(reg[demand] == region, page[demand], -1).astype(np.int64)
+
+
+def table_from_schedule(schedule, trace, region: int, npages: int) -> PrefetchTable:
+    """A schedule's rows keyed by the page demanded at their trigger (in ``trace``).
+
+    Keyed by page, not by trigger index, because prefetching removes faults: the live
+    fault stream drifts from the recorded one, the faulting page does not.
+    """
+    dp = _demand_pages(trace, region)
+    s = schedule
+    ok = (s.region == region) & (s.trigger >= 0) & (s.trigger < len(dp))
+    trig_pages = dp[s.trigger[ok]]
+    return PrefetchTable.from_pairs(npages, trig_pages, s.page[ok], s.score[ok])
+
+
+def table_from_prefetcher(prefetcher, trace, region: int, npages: int) -> PrefetchTable:
+    """Run any pagecast Prefetcher over a recorded fault stream (offline) and keep what
+    it asked for after each page: the native side replays that per fault."""
+    dp = _demand_pages(trace, region)
+    prefetcher.reset(trace.regions)
+    trig: list[int] = []
+    out: list[int] = []
+    rank: list[float] = []
+    for p in dp[dp >= 0].tolist():
+        for i, (r, q) in enumerate(prefetcher.observe(0, region, p, False)):
+            if r == region:
+                trig.append(p)
+                out.append(q)
+                rank.append(-i)
+    return PrefetchTable.from_pairs(npages, np.array(trig, np.int64), np.array(out, np.int64), np.array(rank, np.float64))
+
+
+# ---- fault logs → traces ------------------------------------------------------------
+
+
+@dataclass
+class FaultLog:
+    path: str
+    file: str
+    page_size: int
+    file_offset: int
+    length: int
+    t0_ns: int
+    pid: int
+    policy: int
+    budget_pages: int
+    records: np.ndarray = field(repr=False)
+
+
+def read_fault_log(path: str | Path) -> FaultLog:
+    """Read a pager log; a torn last record (the process died mid-write) is dropped."""
+    raw = Path(path).read_bytes()
+    if len(raw) < LOG_HEADER or raw[:8] != LOG_MAGIC:
+        raise PagecastError("not a pager fault log (bad header)", path=path)
+    ver, ps = np.frombuffer(raw, "<u4", 2, 8)
+    off, length, t0 = np.frombuffer(raw, "<u8", 2, 16).tolist() + [int(np.frombuffer(raw, "<i8", 1, 32)[0])]
+    pid, pol = np.frombuffer(raw, "<i4", 2, 40)
+    budget = int(np.frombuffer(raw, "<u8", 1, 48)[0])
+    file = raw[56:LOG_HEADER].split(b"\0", 1)[0].decode(errors="replace")
+    if ver != 1:
+        raise PagecastError(f"pager fault log version {ver} not supported", path=path)
+    nrec = (len(raw) - LOG_HEADER) // LOG_RECORD.itemsize
+    recs = np.frombuffer(raw, LOG_RECORD, nrec, LOG_HEADER)
+    return FaultLog(str(path), file, int(ps), int(off), int(length), t0, int(pid), int(pol), budget, recs)
+
+
+def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Sequence[str] = (), meta: dict | None = None) -> Path:
+    """Merge pager logs (one per mapping) into one trace: FAULT, PREFETCH and EVICT rows,
+    one region per file (page = file page), ordered by time."""
+    from pagecast.trace.writer import TraceWriter
+
+    parsed = [read_fault_log(p) for p in logs]
+    regions: dict[str, Region] = {}
+    chunks = []
+    t_base = min((lg.t0_ns for lg in parsed), default=0)
+    for lg in parsed:
+        reg = regions.get(lg.file)
+        end = lg.file_offset + lg.length
+        if reg is None:
+            reg = Region(id=len(regions), name=Path(lg.file).name, kind="file", path=lg.file, file_offset=0,
+                         length=end, page_size=lg.page_size, order=len(regions),
+                         extra={"budget_pages": lg.budget_pages, "map_offset": lg.file_offset})  # fmt: skip
+            regions[lg.file] = reg
+        reg.length = max(reg.length, end)
+        r = lg.records
+        chunks.append((r["t_ns"] + (lg.t0_ns - t_base), np.full(len(r), reg.id, np.int32), r["page"], r["kind"], r["flags"], r["tid"]))
+    cols = [np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0) for i in range(6)]
+    order = np.argsort(cols[0], kind="stable")
+    page_size = parsed[0].page_size if parsed else 4096
+    info = {"command": list(command), "pager_policy": sorted({lg.policy for lg in parsed})}
+    info.update(meta or {})
+    w = TraceWriter(out, regions=list(regions.values()), meta=info, page_size=page_size, source="pager")
+    try:
+        if len(order):
+            w.write(t_ns=cols[0][order], region=cols[1][order], page=cols[2][order], kind=cols[3][order],
+                    flags=cols[4][order], tid=cols[5][order],
+                    bytes=np.where(np.isin(cols[3][order], [int(Kind.FAULT), int(Kind.PREFETCH)]), page_size, 0))  # fmt: skip
+        return w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+# ---- unmodified programs -------------------------------------------------------------
+
+
+@dataclass
+class PagerRun:
+    returncode: int
+    stats: list[dict]
+    trace: Path | None
+    logs: list[Path]
+
+
+def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
+              stats_dir: Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
+              base_env: dict | None = None) -> dict:  # fmt: skip
+    """Environment that runs a program under the shim with these files paged."""
+    pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
+    env = dict(os.environ if base_env is None else base_env)
+    for path, budget in specs:
+        if not Path(path).exists():
+            raise PagecastError("no such file to page (create it first)", path=path)
+        if budget < 1:
+            raise PagecastError(f"budget for {path} must be positive")
+    pre = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = str(shim_path()) + (":" + pre if pre else "")
+    env["PAGECAST_PAGER"] = ",".join(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
+    env["PAGECAST_PAGER_POLICY"] = pol.name
+    env["PAGECAST_PAGER_DEPTH"] = str(pol.depth)
+    if pol.table:
+        env["PAGECAST_PAGER_TABLE"] = str(Path(pol.table).resolve())
+    if learn_dir:
+        Path(learn_dir).mkdir(parents=True, exist_ok=True)
+        env["PAGECAST_PAGER_LEARN"] = str(Path(learn_dir).resolve())
+    if log_dir:
+        env["PAGECAST_PAGER_LOG"] = str(log_dir)
+    if stats_dir:
+        env["PAGECAST_PAGER_STATS"] = str(stats_dir)
+    env["PAGECAST_PAGER_STRICT"] = "1" if strict else "0"
+    return env
+
+
+def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str | PolicySpec = "none",
+              trace_out: str | Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
+              stdout=None, stderr=None, env: dict | None = None) -> PagerRun:  # fmt: skip
+    """Run ``cmd`` with ``specs`` files on the pager; collect stats and (optionally) a trace.
+
+    The fault logs are written by the program's own pager threads as it runs, so a trace
+    can be made even if the program crashes (every record written before the crash).
+    """
+    if not cmd:
+        raise PagecastError("no command given (pagecast pager run FILE:BUDGET -- CMD ...)")
+    probe()
+    with tempfile.TemporaryDirectory(prefix="pagecast-pager-") as td:
+        tdp = Path(td)
+        (tdp / "log").mkdir()
+        (tdp / "stats").mkdir()
+        e = pager_env(specs, policy, log_dir=tdp / "log", stats_dir=tdp / "stats", learn_dir=learn_dir, strict=strict, base_env=env)
+        try:
+            proc = subprocess.run(list(cmd), env=e, stdout=stdout, stderr=stderr)
+        except FileNotFoundError:
+            raise PagecastError(f"command not found: {cmd[0]}") from None
+        stats = [json.loads(p.read_text()) for p in sorted((tdp / "stats").glob("*.json"))]
+        logs = sorted((tdp / "log").glob("*.pglog"), key=lambda p: [int(x) for x in p.name.split(".")[1:3]])
+        trace = None
+        if trace_out is not None:
+            trace = logs_to_trace(logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]})
+        return PagerRun(proc.returncode, stats, trace, [])
+
+
+def run_with_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str = "none", trace_out: str | Path | None = None) -> int:
+    """Run an unmodified program with the given files on the pager; returns its exit status."""
+    return run_pager(cmd, specs, policy=policy, trace_out=trace_out).returncode
