@@ -76,6 +76,7 @@ struct pgr_region {
     int64_t *tab_pages;
     int64_t last_fault, last_delta, stride;
     uint8_t *buf;     /* staging for one batch */
+    uint8_t *dbuf;    /* staging for the demanded page */
     int64_t *batch;   /* pages of the current batch */
     pgr_log_rec *log; /* records of the current batch */
     uint64_t nlog, logcap;
@@ -317,7 +318,9 @@ static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
         uint64_t h = r->hand;
         r->hand = (r->hand + 1) % r->cap;
         int64_t v = r->ring[h];
-        if (v >= 0) {
+        /* A slot is free if its page is neither resident nor being installed (an install
+         * that failed leaves such a slot behind). */
+        if (v >= 0 && (r->state[v] & (ST_RES | ST_PIN))) {
             uint8_t s = r->state[v];
             if (s & ST_PIN) continue;
             if (s & ST_REF) {
@@ -473,8 +476,15 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         }
         return;
     }
+    /* The demanded page's data first: a file that shrank under the mapping shows here. */
     uint64_t off = r->file_offset + p * r->ps;
-    if (off >= r->valid_end) {
+    uint64_t expect = off < r->valid_end ? (r->valid_end - off < r->ps ? r->valid_end - off : r->ps) : 0;
+    ssize_t got = read_page(r, p, r->dbuf, 1);
+    if (got < 0) {
+        handler_error(r, "reading the backing file", errno);
+        got = 0;
+    }
+    if (expect == 0 || (uint64_t)got < expect) {
         page_past_end(r, p, tid);
         if (r->cfg.on_eof_sigbus) {
             wake(r, p);
@@ -505,7 +515,10 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     }
     uint64_t placed = 0;
     for (uint64_t i = 0; i < n; i++) {
-        if (ring_insert(r, (uint64_t)r->batch[i], t) < 0) break;
+        if (ring_insert(r, (uint64_t)r->batch[i], t) < 0) {
+            for (uint64_t k = i; k < n; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
+            break;
+        }
         placed++;
     }
     n = placed;
@@ -515,7 +528,19 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         uint64_t j = i + 1;
         while (j < n && r->batch[j] == r->batch[j - 1] + 1) j++;
         uint64_t q = (uint64_t)r->batch[i], run = j - i;
-        if (read_page(r, q, r->buf, run) < 0 || copy_pages(r, q, r->buf, run, 1, 0) < 0) {
+        ssize_t rd = read_page(r, q, r->buf, run);
+        if (rd >= 0 && (uint64_t)rd < run * r->ps && r->file_offset + (q + run) * r->ps <= r->valid_end) {
+            /* The file shrank: prefetch only pages that still have data behind them. */
+            uint64_t keep = ((uint64_t)rd + r->ps - 1) / r->ps;
+            for (uint64_t k = i + keep; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
+            if (!keep) {
+                i = j;
+                continue;
+            }
+            j = i + keep;
+            run = keep;
+        }
+        if (rd < 0 || copy_pages(r, q, r->buf, run, 1, 0) < 0) {
             handler_error(r, "prefetch", errno);
             for (uint64_t k = i; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
             i = j;
@@ -534,7 +559,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
 
     /* The demanded page last: its copy wakes the faulting thread. A write fault installs
      * the page writable and already dirty (saves the WP fault). */
-    if (read_page(r, p, r->buf, 1) < 0 || copy_pages(r, p, r->buf, 1, !write, 0) < 0) {
+    if (copy_pages(r, p, r->dbuf, 1, !write, 0) < 0) {
         handler_error(r, "serving a fault", errno);
         r->state[p] &= (uint8_t)~ST_PIN;
         wake(r, p);
@@ -599,11 +624,12 @@ static void *handler_main(void *arg) {
                 serve_wp(r, p, tid, t);
             else
                 serve_missing(r, p, (fl & UFFD_PAGEFAULT_FLAG_WRITE) != 0, tid, t);
-            /* Service time ends when the page is in place: the wake-up below hands the CPU
-             * to the faulting thread, and its run would otherwise count as service. */
+            /* Logged before the thread runs on, so a program that dies right after a fault
+             * still has it in its log. Service time ends here: the wake-up hands the CPU to
+             * the faulting thread, whose run would otherwise count as service. */
+            log_flush(r);
             record_sample(r, t);
             if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
-            log_flush(r);
         }
         pthread_mutex_unlock(&r->mu);
     }
@@ -649,6 +675,7 @@ static void free_region(pgr_region *r) {
     free(r->tab_off);
     free(r->tab_pages);
     free(r->buf);
+    free(r->dbuf);
     free(r->batch);
     free(r->log);
     free(r->samples);
@@ -726,12 +753,13 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->ring = malloc(r->cap * sizeof(int64_t));
     r->learned = calloc(r->nwords, 8);
     r->buf = malloc(maxb * r->ps);
+    r->dbuf = malloc(r->ps);
     r->batch = malloc((maxb + 1) * sizeof(int64_t));
     r->logcap = 2 * maxb + 2;
     r->log = malloc(r->logcap * sizeof(pgr_log_rec));
     r->samples = malloc(NSAMPLES * sizeof(uint32_t));
     pthread_mutex_init(&r->mu, NULL);
-    if (!r->state || !r->ring || !r->learned || !r->buf || !r->batch || !r->log || !r->samples) {
+    if (!r->state || !r->ring || !r->learned || !r->buf || !r->dbuf || !r->batch || !r->log || !r->samples) {
         set_err("out of memory");
         goto fail;
     }
