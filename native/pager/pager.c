@@ -523,6 +523,15 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     }
     n = placed;
 
+    /* Start the I/O of every prefetched run at once (the disk works on them in parallel
+     * while the reads below wait for the first); a no-op on cached pages. */
+    for (uint64_t i = 0; i < n;) {
+        uint64_t j = i + 1;
+        while (j < n && r->batch[j] == r->batch[j - 1] + 1) j++;
+        posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)r->batch[i] * r->ps), (off_t)((j - i) * r->ps),
+                      POSIX_FADV_WILLNEED);
+        i = j;
+    }
     /* Prefetched pages: one pread and one UFFDIO_COPY per contiguous run, not woken. */
     for (uint64_t i = 0; i < n;) {
         uint64_t j = i + 1;

@@ -3,12 +3,13 @@
  * touch 0, 2, 5, 6, 8 (write 'A'+page, read it back, print it).
  *
  *   llm [-n NPAGES] [-p 0,2,5,...] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write]
- *       [-q] [-t] [FILE]
+ *       [-q] [-t] [-R] [FILE]
  *   -g   touch a sorted pseudo-random PERMILLE/1000 of the pages (same SEED, same set)
  *   -r   repeat the pass (the sparse-monotonic predictor learns from earlier passes)
  *   -m   seed: write then read back each page and print it; read: read one byte per
  *        page; write: write 'A'+page%26 to the first byte of each page
- *   -t   print {"accesses", "ns", "checksum"} as JSON on stdout at the end
+ *   -t   print {"accesses", "ns", "access_ns_p50", "checksum"} as JSON on stdout at the end
+ *   -R   madvise(MADV_RANDOM): no kernel read-around, every first touch is a major fault
  * The file is created (or extended) to NPAGES pages if shorter, never truncated.
  */
 #include <fcntl.h>
@@ -30,6 +31,11 @@ static int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
 static long parse_list(const char *s, long **out) {
@@ -62,8 +68,8 @@ static long gen_pages(long npages, unsigned long long seed, long permille, long 
 int main(int argc, char **argv) {
     long npages = 9, passes = 1, *pages = NULL, npl = 0;
     const char *mode = "seed";
-    int quiet = 0, timing = 0, opt;
-    while ((opt = getopt(argc, argv, "n:p:g:r:m:qt")) != -1) {
+    int quiet = 0, timing = 0, random_adv = 0, opt;
+    while ((opt = getopt(argc, argv, "n:p:g:r:m:qtR")) != -1) {
         switch (opt) {
         case 'n': npages = atol(optarg); break;
         case 'p': npl = parse_list(optarg, &pages); break;
@@ -78,8 +84,9 @@ int main(int argc, char **argv) {
         case 'm': mode = optarg; break;
         case 'q': quiet = 1; break;
         case 't': timing = 1; break;
+        case 'R': random_adv = 1; break;
         default:
-            fprintf(stderr, "usage: llm [-n NPAGES] [-p LIST] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write] [-q] [-t] [FILE]\n");
+            fprintf(stderr, "usage: llm [-n NPAGES] [-p LIST] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write] [-q] [-t] [-R] [FILE]\n");
             return 2;
         }
     }
@@ -110,13 +117,17 @@ int main(int argc, char **argv) {
         perror("mmap");
         return EXIT_FAILURE;
     }
+    if (random_adv && madvise(map, len, MADV_RANDOM) == -1) perror("madvise");
     unsigned long long checksum = 0;
+    int64_t *lat = timing ? malloc((size_t)(npl * passes + 1) * sizeof(int64_t)) : NULL;
+    long nlat = 0;
     int64_t t0 = now_ns();
     for (long pass = 0; pass < passes; pass++) {
         for (long i = 0; i < npl; i++) {
             long p = pages[i];
             if (p < 0 || p >= npages) continue;
             volatile char *b = map + p * PAGE_SIZE;
+            int64_t ta = lat ? now_ns() : 0;
             if (!strcmp(mode, "seed")) {
                 *b = (char)('A' + p);
                 if (!quiet) printf("Accessed page %ld, first byte: %c\n", p, *b);
@@ -127,11 +138,15 @@ int main(int argc, char **argv) {
             } else {
                 checksum += (unsigned char)*b;
             }
+            if (lat) lat[nlat++] = now_ns() - ta;
         }
     }
     int64_t dt = now_ns() - t0;
-    if (timing)
-        printf("{\"accesses\": %ld, \"ns\": %lld, \"checksum\": %llu}\n", npl * passes, (long long)dt, checksum);
+    if (timing) {
+        qsort(lat, (size_t)nlat, sizeof(int64_t), cmp_i64);
+        printf("{\"accesses\": %ld, \"ns\": %lld, \"access_ns_p50\": %lld, \"checksum\": %llu}\n", npl * passes,
+               (long long)dt, nlat ? (long long)lat[(nlat - 1) / 2] : 0LL, checksum);
+    }
     if (munmap(map, len) == -1) perror("munmap");
     close(fd);
     return EXIT_SUCCESS;
