@@ -110,17 +110,24 @@ def test_flush_and_drop_all_keep_writes(tmp_path: Path) -> None:
 # ---- the seed example under the LD_PRELOAD shim --------------------------------------
 
 
-def test_seed_llm_serves_exactly_its_faults(tmp_path: Path) -> None:
+def test_seed_llm_serves_exactly_its_faults(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     f = tmp_path / "weight.dat"
     f.touch()
     out = tmp_path / "t.parquet"
-    res = pg.run_pager([str(pg.llm_path()), str(f)], [(str(f), 1 << 20)], trace_out=out, stdout=subprocess.PIPE)
+    # 2-page budget: the written pages are evicted (written back) while the program runs
+    res = pg.run_pager([str(pg.llm_path()), str(f)], [(str(f), 2 * PS)], trace_out=out, stdout=subprocess.PIPE)
     assert res.returncode == 0
     tr = open_trace(out)
     c = tr.read(["kind", "page", "flags"])
     faults = c["page"][c["kind"] == int(Kind.FAULT)].tolist()
     assert faults == [0, 2, 5, 6, 8]
     assert tr.regions[0].path == str(f.resolve()) and tr.meta["source"] == "pager"
+    from pagecast.cli import main as cli_main
+
+    assert cli_main(["pager", "stats", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary[0]["faults"] == 5 and summary[0]["write_faults"] == 5 and summary[0]["budget_pages"] == 2
+    assert summary[0]["evictions"] == 3 and summary[0]["written_back"] == 3
     assert res.stats[0]["faults"] == 5 and res.stats[0]["close_ok"]
     data = f.read_bytes()
     assert len(data) == 9 * PS
@@ -213,6 +220,15 @@ def test_table_policy_from_schedule_and_prefetcher(tmp_path: Path) -> None:
     class Jump40(Prefetcher):  # any pagecast predictor, run offline
         def observe(self, t_ns, region, page, hit):
             return [(region, page + 40), (region, page + 80)]
+
+    # the same through the CLI, from a schedule file
+    from pagecast.cli import main as cli_main
+    from pagecast.trace.schedule import write_schedule
+
+    write_schedule(tmp_path / "s.parquet", s)
+    assert cli_main(["pager", "table", "--trace", str(trace), "--schedule", str(tmp_path / "s.parquet"), "-o", str(tmp_path / "c.bin")]) == 0
+    from_cli = pg.read_table(tmp_path / "c.bin", n)
+    assert np.array_equal(from_cli.offsets, table.offsets) and np.array_equal(from_cli.pages, table.pages)
 
     t2 = pg.table_from_prefetcher(Jump40(), tr, 0, n)
     assert t2.lookup(0).tolist() == [40, 80]
