@@ -374,3 +374,37 @@ def test_cli_bad_input_one_line(tmp_path: Path) -> None:
     for spec in ["nofile", f"{tmp_path}/missing:1M", f"{tmp_path}:abc"]:
         p = subprocess.run([sys.executable, "-m", "pagecast", "pager", "run", spec, "--", "true"], capture_output=True, text=True, env=env())
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_private_mappings_never_lose_changes(tmp_path: Path) -> None:
+    f = tmp_path / "p.bin"
+    ref = make_file(f, 8).copy()
+    # read-only private mapping: paged (the shim refuses a later mprotect(PROT_WRITE) on it)
+    script = textwrap.dedent(f"""
+        import mmap, os
+        fd = os.open({str(f)!r}, os.O_RDONLY)
+        m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        print(m[3 * {PS}])
+    """)
+    out = tmp_path / "p.parquet"
+    res = pg.run_pager([sys.executable, "-c", script], [(str(f), 2 * PS)], trace_out=out, stdout=subprocess.PIPE)
+    assert res.returncode == 0
+    c = open_trace(out).read(["kind", "page"])
+    assert c["page"][c["kind"] == int(Kind.FAULT)].tolist() == [3]
+    # writable private mapping: left to the kernel, with a note; private writes stay private
+    script = textwrap.dedent(f"""
+        import mmap, os
+        fd = os.open({str(f)!r}, os.O_RDONLY)
+        m = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        for p in range(8):
+            m[p * {PS}] = 0
+        assert all(m[p * {PS}] == 0 for p in range(8))
+    """)
+    e = pg.pager_env([(str(f), 2 * PS)], "none", base_env=env())
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=e)
+    assert p.returncode == 0 and "left to the kernel" in p.stderr
+    assert np.array_equal(np.fromfile(f, np.uint8), ref)
+    # in-process region without write-back: the numpy view is read-only
+    with pg.open_paged(f, 2 * PS, writeback=False) as r:
+        a = r.array()
+        assert not a.flags.writeable and a[5 * PS] == ref[5 * PS]

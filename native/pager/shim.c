@@ -43,6 +43,7 @@ typedef struct {
     pgr_region *r;
     uint8_t *base;
     size_t len;
+    int writeback;
     int log_fd;
     int n;
     char path[PATH_MAX];
@@ -56,12 +57,14 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_munmap)(void *, size_t);
 static int (*real_msync)(void *, size_t, int);
+static int (*real_mprotect)(void *, size_t, int);
 static void (*real__exit)(int);
 
 static void resolve(void) {
     if (!real_mmap) real_mmap = (void *(*)(void *, size_t, int, int, int, off_t))dlsym(RTLD_NEXT, "mmap");
     if (!real_munmap) real_munmap = (int (*)(void *, size_t))dlsym(RTLD_NEXT, "munmap");
     if (!real_msync) real_msync = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "msync");
+    if (!real_mprotect) real_mprotect = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "mprotect");
     if (!real__exit) real__exit = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
 }
 
@@ -251,6 +254,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     l->base = pgr_base(r);
     l->len = pgr_length(r);
     l->log_fd = log_fd;
+    l->writeback = cfg.writeback;
     l->n = n;
     snprintf(l->path, sizeof l->path, "%s", path);
     pthread_mutex_unlock(&g_mu);
@@ -308,6 +312,12 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     resolve();
     if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
         spec_t *s = match(fd);
+        /* A writable private mapping's changes must live as long as the mapping, but an
+         * evicted page is re-read from the file: such mappings stay with the kernel. */
+        if (s && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)) {
+            fprintf(stderr, "pagecast pager: %s: writable MAP_PRIVATE mapping left to the kernel (evicting it would lose private changes)\n", s->path);
+            s = NULL;
+        }
         if (s) return shim_map(s, addr, len, prot, flags, fd, off);
     }
     return real_mmap(addr, len, prot, flags, fd, off);
@@ -357,6 +367,26 @@ int msync(void *addr, size_t len, int flags) {
         pthread_mutex_unlock(&g_mu);
     }
     return real_msync(addr, len, flags);
+}
+
+/* Making a paged region without write-back writable would let changes be lost at
+ * eviction: refuse, as the kernel refuses PROT_WRITE on a read-only shared mapping. */
+int mprotect(void *addr, size_t len, int prot) {
+    resolve();
+    if (g_nspec && (prot & PROT_WRITE)) {
+        uint8_t *a = addr;
+        pthread_mutex_lock(&g_mu);
+        for (int i = 0; i < MAXREG; i++) {
+            live_t *l = &g_live[i];
+            if (!l->r || l->writeback || a + len <= l->base || a >= l->base + l->len) continue;
+            pthread_mutex_unlock(&g_mu);
+            fprintf(stderr, "pagecast pager: %s: PROT_WRITE on a paged region without write-back refused\n", l->path);
+            errno = EACCES;
+            return -1;
+        }
+        pthread_mutex_unlock(&g_mu);
+    }
+    return real_mprotect(addr, len, prot);
 }
 
 /* _exit skips destructors: write back first, as the kernel keeps a MAP_SHARED page. */

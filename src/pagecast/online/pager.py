@@ -230,6 +230,7 @@ class PagedRegion:
         sigbus_past_eof: bool = False,
     ):
         self.path = Path(path)
+        self.writeback = bool(writeback)
         self.policy = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy, depth)
         lib = _lib()
         ps = os.sysconf("SC_PAGESIZE")
@@ -268,9 +269,12 @@ class PagedRegion:
         return int(_lib().pgr_base(self._h))
 
     def array(self, dtype: np.dtype | str = np.uint8) -> np.ndarray:
-        """A writable numpy view of the whole region (length rounded up to pages)."""
+        """A numpy view of the whole region (length rounded up to pages); read-only when
+        the region has no write-back (an evicted page is re-read, changes would be lost)."""
         buf = (ctypes.c_char * self.length).from_address(self.address)
-        return np.frombuffer(buf, dtype=np.uint8).view(dtype)
+        arr = np.frombuffer(buf, dtype=np.uint8).view(dtype)
+        arr.flags.writeable = self.writeback
+        return arr
 
     def buffer(self) -> memoryview:
         return memoryview(self.array())
