@@ -554,9 +554,8 @@ def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Seque
 @dataclass
 class PagerRun:
     returncode: int
-    stats: list[dict]
+    stats: list[dict]  # one per paged mapping, written by the shim at unmap/exit
     trace: Path | None
-    logs: list[Path]
 
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
@@ -613,7 +612,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         trace = None
         if trace_out is not None:
             trace = logs_to_trace(logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]})
-        return PagerRun(proc.returncode, stats, trace, [])
+        return PagerRun(proc.returncode, stats, trace)
 
 
 def run_with_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str = "none", trace_out: str | Path | None = None) -> int:
