@@ -349,13 +349,13 @@ def test_shim_sigbus_on_shrunk_file_like_the_kernel(tmp_path: Path) -> None:
     assert "past the end of the file" in paged.stderr
 
 
-@pytest.mark.parametrize("ending", ["sys.exit(0)", "os._exit(0)", "pass"])
+@pytest.mark.parametrize("ending", ["sys.exit(0)", "os._exit(0)", "pass", "os.kill(os.getpid(), signal.SIGTERM)", "os.abort()"])
 def test_program_exiting_with_region_mapped_writes_back(tmp_path: Path, ending: str) -> None:
     n = 40
     f = tmp_path / "x.bin"
     ref = make_file(f, n).copy()
     script = textwrap.dedent(f"""
-        import mmap, os, sys
+        import mmap, os, signal, sys
         fd = os.open({str(f)!r}, os.O_RDWR)
         m = mmap.mmap(fd, 0)
         for p in range(0, {n}, 3):
@@ -366,7 +366,8 @@ def test_program_exiting_with_region_mapped_writes_back(tmp_path: Path, ending: 
         ref[p * PS + 5] = (p * 7) % 256
     e = pg.pager_env([(str(f), 4 * PS)], "next:2", base_env=env())
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=e)
-    assert p.returncode == 0, p.stderr
+    want = {"SIGTERM": -signal.SIGTERM, "abort": -signal.SIGABRT}
+    assert p.returncode == next((v for k, v in want.items() if k in ending), 0), p.stderr
     assert np.array_equal(np.fromfile(f, np.uint8), ref)
 
 

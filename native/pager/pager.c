@@ -1046,3 +1046,13 @@ void pgr_percentiles(pgr_region *r, uint64_t *p50, uint64_t *p99) {
     *p99 = tmp[(n - 1) * 99 / 100];
     free(tmp);
 }
+
+/* Called from a fatal-signal handler: no locks, no allocation, only pwrite/fstat. The
+ * handler thread may be mid-fault; a page it is installing is not yet marked resident
+ * and is skipped, which is right (it holds no program data yet). */
+long pgr_emergency_writeback(pgr_region *r) {
+    long n = 0;
+    for (uint64_t p = 0; p < r->npages; p++)
+        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p) == 0) n++;
+    return n;
+}

@@ -121,6 +121,8 @@ int pgr_save_learned(pgr_region *r, const char *path);
 /* Is userfaultfd usable here? 0 yes, else errno (message in pgr_last_error()). */
 int pgr_probe(void);
 const char *pgr_last_error(void);
+/* Write dirty pages back without locking: only for a fatal-signal handler. */
+long pgr_emergency_writeback(pgr_region *r);
 /* Evict every resident page (writing dirty ones back): makes the next pass start cold. */
 long pgr_drop_all(pgr_region *r);
 

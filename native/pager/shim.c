@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,6 +192,8 @@ static void learn_path_for(const char *path, char *out, size_t n) {
     snprintf(out, n, "%s/%.200s.bits", dir, name);
 }
 
+static void install_fatal_handlers(void);
+
 static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     char path[PATH_MAX];
     char fdlink[64];
@@ -248,6 +251,11 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
         if (log_fd >= 0) close(log_fd);
         fprintf(stderr, "pagecast pager: more than %d paged regions; using an ordinary mapping\n", MAXREG);
         return real_mmap(addr, len, prot, flags, fd, off);
+    }
+    static int installed;
+    if (!installed) {
+        installed = 1;
+        install_fatal_handlers();
     }
     live_t *l = &g_live[slot];
     l->r = r;
@@ -307,6 +315,33 @@ static void close_all(void) {
 }
 
 __attribute__((destructor)) static void shim_fini(void) { close_all(); }
+
+/* A signal whose default action ends the process skips exit handlers; with the kernel's
+ * MAP_SHARED the written data would survive in the page cache, so write back first, then
+ * die of the same signal. Installed only where the program keeps the default action;
+ * a handler the program installs later replaces it. */
+static const int g_fatal[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+
+static void on_fatal(int sig) {
+    for (int i = 0; i < MAXREG; i++)
+        if (g_live[i].r) pgr_emergency_writeback(g_live[i].r);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_fatal_handlers(void) {
+    for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) {
+        struct sigaction old;
+        if (sigaction(g_fatal[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO)) {
+            struct sigaction sa;
+            memset(&sa, 0, sizeof sa);
+            sa.sa_handler = on_fatal;
+            sigemptyset(&sa.sa_mask);
+            sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+            sigaction(g_fatal[i], &sa, NULL);
+        }
+    }
+}
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     resolve();
