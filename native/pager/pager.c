@@ -842,7 +842,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         goto fail;
     }
     int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED : 0);
-    r->base = sys_mmap(addr, r->len, prot ? prot : PROT_READ | PROT_WRITE, mflags);
+    r->base = sys_mmap(addr, r->len, prot, mflags);
     if (r->base == MAP_FAILED) {
         r->base = NULL;
         set_err("%s: mmap of %llu bytes: %s", path, (unsigned long long)r->len, strerror(errno));

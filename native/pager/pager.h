@@ -92,7 +92,8 @@ typedef struct pgr_stats {
 typedef struct pgr_region pgr_region;
 
 /* Open `path` (bytes [offset, offset+length), length 0 = to end of file) as a paged
- * region. `addr`/`fixed` place it like mmap's hint / MAP_FIXED. NULL on failure, with
+ * region. `addr`/`fixed` place it like mmap's hint / MAP_FIXED, `prot` as mmap's (PROT_*
+ * bits; 0 is PROT_NONE). NULL on failure, with
  * errno set and a one-line reason in pgr_last_error(). */
 pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
                      void *addr, int fixed, int prot);

@@ -250,7 +250,8 @@ class PagedRegion:
             on_eof_sigbus=1 if sigbus_past_eof else 0,
             learn_path=str(learn).encode() if learn else None,
         )
-        self._h = lib.pgr_open(str(self.path).encode(), offset, length, ctypes.byref(cfg), None, 0, 0)
+        prot = (1 | 2) if writeback else 1  # PROT_READ | PROT_WRITE
+        self._h = lib.pgr_open(str(self.path).encode(), offset, length, ctypes.byref(cfg), None, 0, prot)
         if not self._h:
             if self._log_fd >= 0:
                 os.close(self._log_fd)
