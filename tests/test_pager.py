@@ -371,10 +371,17 @@ def test_program_exiting_with_region_mapped_writes_back(tmp_path: Path, ending: 
     assert np.array_equal(np.fromfile(f, np.uint8), ref)
 
 
-def test_cli_bad_input_one_line(tmp_path: Path) -> None:
-    for spec in ["nofile", f"{tmp_path}/missing:1M", f"{tmp_path}:abc"]:
-        p = subprocess.run([sys.executable, "-m", "pagecast", "pager", "run", spec, "--", "true"], capture_output=True, text=True, env=env())
-        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+def test_cli_bad_input_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from pagecast.cli import main as cli_main
+
+    (tmp_path / "ok.bin").write_bytes(b"x" * PS)
+    cases = ["nofile", f"{tmp_path}/missing:1M", f"{tmp_path}/ok.bin:abc", f"{tmp_path}/ok.bin:1M --policy bogus", f"{tmp_path}/ok.bin:1M"]
+    for case in cases:
+        spec, *opts = case.split()
+        argv = ["pager", "run", spec, *opts] + (["--", "true"] if case != cases[-1] else [])
+        assert cli_main(argv) == 2, case
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("pagecast pager: error:"), err
 
 
 def test_private_mappings_never_lose_changes(tmp_path: Path) -> None:
