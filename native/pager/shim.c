@@ -277,6 +277,17 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
     snprintf(tmp, sizeof tmp, "%s.tmp", p);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
+    char esc[2 * PATH_MAX];
+    size_t k = 0;
+    for (const char *c = l->path; *c && k + 7 < sizeof esc; c++) {
+        if (*c == '"' || *c == '\\') esc[k++] = '\\';
+        if ((unsigned char)*c < 0x20) {
+            k += (size_t)snprintf(esc + k, sizeof esc - k, "\\u%04x", (unsigned char)*c);
+            continue;
+        }
+        esc[k++] = *c;
+    }
+    esc[k] = 0;
     fprintf(f,
             "{\"path\": \"%s\", \"faults\": %llu, \"wp_faults\": %llu, \"late_faults\": %llu, "
             "\"prefetched\": %llu, \"prefetch_hits\": %llu, \"prefetch_evicted_untouched\": %llu, "
@@ -284,7 +295,7 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             "\"eof_faults\": %llu, \"max_resident\": %llu, \"copy_ioctls\": %llu, \"bytes_read\": %llu, "
             "\"service_ns_total\": %llu, \"service_ns_p50\": %llu, \"service_ns_p99\": %llu, "
             "\"errors\": %d, \"wp_enabled\": %d, \"close_ok\": %s}\n",
-            l->path, (unsigned long long)s->faults, (unsigned long long)s->wp_faults,
+            esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults,
             (unsigned long long)s->late_faults, (unsigned long long)s->prefetched,
             (unsigned long long)s->prefetch_hits, (unsigned long long)s->prefetch_evicted_untouched,
             (unsigned long long)s->evictions, (unsigned long long)s->writebacks,
