@@ -1,1 +1,1 @@
-"""Live prefetching: daemons, injectors and the userfaultfd pager."""
+"""Live loop: apply prefetch decisions to running programs (host pages, userfaultfd, CUDA)."""
