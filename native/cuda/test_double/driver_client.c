@@ -14,6 +14,7 @@
  *   translate IDX OFF                  ask the interposer (pagecast_cuda_translate)
  *   threads T K                        T threads x K managed allocations, copies, launches, frees
  *   sleep MS
+ *   wait_stdin                         print "waiting", then block until a line arrives on stdin
  * Environment: PAGECAST_CUDA_DRIVER = path of the driver library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -148,6 +149,7 @@ int main(int argc, char **argv) {
                 ptrs[n_ptrs] = p;
                 sizes[n_ptrs] = size;
                 printf("alloc %d 0x%llx %zu\n", n_ptrs, (unsigned long long)p, size);
+                fflush(stdout);
                 n_ptrs++;
             }
             i += 1;
@@ -204,6 +206,12 @@ int main(int argc, char **argv) {
             for (int j = 0; j < t; j++) pthread_create(&th[j], NULL, worker, &k);
             for (int j = 0; j < t; j++) pthread_join(th[j], NULL);
             i += 2;
+        } else if (strcmp(op, "wait_stdin") == 0) {
+            char buf[64];
+            printf("waiting\n");
+            fflush(stdout);
+            if (!fgets(buf, sizeof buf, stdin)) return 4;
+            continue;
         } else if (strcmp(op, "sleep") == 0) {
             NEED(1);
             struct timespec ts = {(time_t)(ARG(1) / 1000), (long)(ARG(1) % 1000) * 1000000L};

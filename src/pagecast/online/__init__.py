@@ -1,0 +1,1 @@
+"""Live loop: apply prefetch decisions to running programs (host pages, userfaultfd, CUDA)."""
