@@ -165,8 +165,8 @@ static int64_t clock_ns(clockid_t c) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void finish(void) {
-    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+/* Writes the trailer and renames the files into place. */
+static void close_outputs(void) {
     pthread_mutex_lock(&lock);
     if (out) {
         struct pc_rec t = {.type = PC_REC_DROPPED, .value = dropped};
@@ -181,6 +181,11 @@ static void finish(void) {
         if (bad || rename(names_tmp, names_final) != 0) unlink(names_tmp);
     }
     pthread_mutex_unlock(&lock);
+}
+
+static void finish(void) {
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    close_outputs();
     if (dropped) fprintf(stderr, "pagecast-cupti: CUPTI dropped %llu records\n", (unsigned long long)dropped);
 }
 

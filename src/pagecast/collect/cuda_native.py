@@ -87,6 +87,15 @@ def build_cupti_collector(tk: CudaToolkit | None = None) -> Path:
                  ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
 
 
+def build_cupti_harness(tk: CudaToolkit | None = None) -> Path:
+    """The collector's record conversion run on hand-built CUPTI records (for tests)."""
+    tk = tk or find_toolkit()
+    if tk.cupti_include is None or tk.cupti_lib is None:
+        raise PagecastError(f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so)")
+    return build("cupti_harness", ["cuda/test_double/cupti_harness.c"], shared=False, include=[tk.include, tk.cupti_include],
+                 ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
+
+
 def build_test_double(tk: CudaToolkit | None = None) -> Path:
     """libcuda_test_double.so: the driver TEST DOUBLE (host memory, call log); for tests only."""
     tk = tk or find_toolkit()

@@ -208,7 +208,8 @@ def convert_stream(
     known = np.isin(um["subkind"], list(UM_TO_KIND))
     skipped_dtod = int(np.count_nonzero(um["subkind"] == UM_DTOD))
     um = um[known]
-    starts = [int(x.min()) for x in (um["start"], kern["start"]) if len(x)]
+    mem_t = recs["start"][recs["type"] == REC_MEMORY]
+    starts = [int(x.min()) for x in (um["start"], kern["start"], mem_t) if len(x)]
     t0 = min([cupti0, *starts])
     shift = page_size.bit_length() - 1
     region, page = translate(um["address"], um["start"].astype(np.int64), regions, shift)
