@@ -368,7 +368,7 @@ def test_double_static_cudart_looks_up_through_the_hooks(libs, tmp_path):
     from pagecast.errors import PagecastError
 
     try:
-        exe = build_workloads(tmp_path / "bin")["vector_add"]
+        exe = build_workloads()["vector_add"]
     except PagecastError as e:
         pytest.skip(str(e))
     fake = tmp_path / "fakedrv"
