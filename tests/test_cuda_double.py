@@ -37,7 +37,7 @@ def test_double_resolution_returns_wrappers(libs, tmp_path, mode):
     r = run_client(libs, tmp_path, ["resolve", mode, "managed", "65536", "launch", "htod", "0", "0", "4096"])
     assert r.rc == 0, r.stderr
     resolved = r.lines("resolved")
-    assert len(resolved) == 13
+    assert len(resolved) == 16
     for line in resolved:
         _, label, lib, result, status = line.split()
         assert lib == str(libs.interposer), line
@@ -78,6 +78,21 @@ def test_double_prefetch_abi_versions(libs, tmp_path):
         ("cuMemPrefetchAsync_v2", "to_host", 0, 4096, 8192),
         ("cuMemPrefetchAsync", "to_host", 0, 0, 4096),
     ]
+
+
+def test_double_launch_ex_and_stream_ordered_allocations(libs, tmp_path):
+    pf = tmp_path / "p.txt"
+    pf.write_text("pagecast-prefetch 1\nmanaged 0 0\n")
+    r = run_client(libs, tmp_path, ["resolve", "gpa2", "managed", "8192", "alloc_async", "65536", "translate", "1", "100",
+                                    "free_async", "1", "translate", "1", "100", "sleep", "200", "launch_ex"],
+                   PREDICTIONS_FILE=str(pf), PREFETCH_POLL_MS="20")
+    assert r.rc == 0, r.stderr
+    t = [l.split()[2:] for l in r.lines("translate")]
+    assert t == [["1", "1", "100"], ["0", "-1", "0"]]
+    names = [c["fn"] for c in r.calls() if not c["fn"].startswith("cuGetProc")]
+    assert names[-3:] == ["cuStreamCreate", "cuMemPrefetchAsync_v2", "cuLaunchKernelEx"]  # the injector also fires on cuLaunchKernelEx
+    metrics = {m["name"]: m["count"] for m in read_metrics(r.file("metrics"))}
+    assert metrics["cuMemAllocAsync"] == metrics["cuMemFreeAsync"] == metrics["cuLaunchKernelEx"] == 1
 
 
 # ---- allocation table ----------------------------------------------------------------------

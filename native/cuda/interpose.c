@@ -32,6 +32,7 @@ enum slot {
     S_MEMCPY_ASYNC, S_MEMCPY_ASYNC_PTSZ,
     S_PREFETCH, S_PREFETCH_PTSZ, S_PREFETCH_V2, S_PREFETCH_V2_PTSZ,
     S_GPA, S_GPA_V2,
+    S_LAUNCH_EX, S_LAUNCH_EX_PTSZ, S_ALLOC_ASYNC, S_ALLOC_ASYNC_PTSZ, S_FREE_ASYNC, S_FREE_ASYNC_PTSZ,
     S_COUNT
 };
 
@@ -70,6 +71,12 @@ static const struct hook hooks[S_COUNT] = {
     [S_PREFETCH_V2_PTSZ] = {"cuMemPrefetchAsync_v2_ptsz", "cuMemPrefetchAsync", 12020, 1},
     [S_GPA] = {"cuGetProcAddress", "cuGetProcAddress", 11030, 0},
     [S_GPA_V2] = {"cuGetProcAddress_v2", "cuGetProcAddress", 12000, 0},
+    [S_LAUNCH_EX] = {"cuLaunchKernelEx", "cuLaunchKernelEx", 11060, 0},
+    [S_LAUNCH_EX_PTSZ] = {"cuLaunchKernelEx_ptsz", "cuLaunchKernelEx", 11060, 1},
+    [S_ALLOC_ASYNC] = {"cuMemAllocAsync", "cuMemAllocAsync", 11020, 0},
+    [S_ALLOC_ASYNC_PTSZ] = {"cuMemAllocAsync_ptsz", "cuMemAllocAsync", 11020, 1},
+    [S_FREE_ASYNC] = {"cuMemFreeAsync", "cuMemFreeAsync", 11020, 0},
+    [S_FREE_ASYNC_PTSZ] = {"cuMemFreeAsync_ptsz", "cuMemFreeAsync", 11020, 1},
 };
 
 /* Defined after the wrappers; static so that dlsym calls made before our constructor
@@ -145,6 +152,9 @@ typedef CUresult (*dtoh_async_fn)(void *, CUdeviceptr, size_t, CUstream);
 typedef CUresult (*dtod_async_fn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 typedef CUresult (*prefetch_v1_fn)(CUdeviceptr, size_t, CUdevice, CUstream);
 typedef CUresult (*prefetch_v2_fn)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*alloc_async_fn)(CUdeviceptr *, size_t, CUstream);
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 typedef CUresult (*gpa_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
@@ -199,6 +209,44 @@ static CUresult do_launch(int s, CUfunction fn, unsigned gx, unsigned gy, unsign
     int64_t t0 = pc_now_ns();
     CUresult r = f(fn, gx, gy, gz, bx, by, bz, shmem, st, params, extra);
     LOG(s, t0, 0, PC_DIR_NONE, 0, r);
+    return r;
+}
+
+static CUresult do_launch_ex(int s, const CUlaunchConfig *cfg, CUfunction fn, void **params, void **extra) {
+    launch_ex_fn f = (launch_ex_fn)real(s);
+    if (!f) return MISSING;
+    pc_injector_on_launch();
+    int64_t t0 = pc_now_ns();
+    CUresult r = f(cfg, fn, params, extra);
+    LOG(s, t0, 0, PC_DIR_NONE, 0, r);
+    return r;
+}
+
+/* Stream-ordered allocations (cudaMallocAsync) are device memory from a pool; the
+ * address is valid from the call on, so it enters the table like cuMemAlloc's. */
+static CUresult do_alloc_async(int s, CUdeviceptr *dptr, size_t size, CUstream st) {
+    alloc_async_fn f = (alloc_async_fn)real(s);
+    if (!f) return MISSING;
+    int64_t t0 = pc_now_ns();
+    CUresult r = f(dptr, size, st);
+    uint64_t p = 0;
+    if (r == CUDA_SUCCESS && dptr) {
+        p = (uint64_t)*dptr;
+        pc_alloc_add(p, size, PC_ALLOC_DEVICE);
+    }
+    LOG(s, t0, size, PC_DIR_NONE, p, r);
+    return r;
+}
+
+static CUresult do_free_async(int s, CUdeviceptr ptr, CUstream st) {
+    free_async_fn f = (free_async_fn)real(s);
+    if (!f) return MISSING;
+    int64_t t0 = pc_now_ns();
+    CUresult r = f(ptr, st);
+    struct pc_alloc a;
+    uint64_t bytes = pc_alloc_lookup((uint64_t)ptr, &a) ? a.size : 0;
+    LOG(s, t0, bytes, PC_DIR_NONE, (uint64_t)ptr, r);
+    if (r == CUDA_SUCCESS) pc_alloc_free((uint64_t)ptr);
     return r;
 }
 
@@ -265,6 +313,21 @@ PC_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction fn, unsigned gx, unsigned gy, 
                                        unsigned bz, unsigned shmem, CUstream st, void **params, void **extra) {
     return do_launch(S_LAUNCH_PTSZ, fn, gx, gy, gz, bx, by, bz, shmem, st, params, extra);
 }
+
+PC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction fn, void **params, void **extra) {
+    return do_launch_ex(S_LAUNCH_EX, cfg, fn, params, extra);
+}
+PC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction fn, void **params, void **extra) {
+    return do_launch_ex(S_LAUNCH_EX_PTSZ, cfg, fn, params, extra);
+}
+PC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream st) {
+    return do_alloc_async(S_ALLOC_ASYNC, dptr, size, st);
+}
+PC_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream st) {
+    return do_alloc_async(S_ALLOC_ASYNC_PTSZ, dptr, size, st);
+}
+PC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream st) { return do_free_async(S_FREE_ASYNC, ptr, st); }
+PC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) { return do_free_async(S_FREE_ASYNC_PTSZ, ptr, st); }
 
 static CUresult do_prefetch_v1(int s, CUdeviceptr p, size_t n, CUdevice dev, CUstream st) {
     prefetch_v1_fn f = (prefetch_v1_fn)real(s);
@@ -389,6 +452,12 @@ static void *const wrappers[S_COUNT] = {
     [S_PREFETCH_V2_PTSZ] = (void *)cuMemPrefetchAsync_v2_ptsz,
     [S_GPA] = (void *)cuGetProcAddress,
     [S_GPA_V2] = (void *)cuGetProcAddress_v2,
+    [S_LAUNCH_EX] = (void *)cuLaunchKernelEx,
+    [S_LAUNCH_EX_PTSZ] = (void *)cuLaunchKernelEx_ptsz,
+    [S_ALLOC_ASYNC] = (void *)cuMemAllocAsync,
+    [S_ALLOC_ASYNC_PTSZ] = (void *)cuMemAllocAsync_ptsz,
+    [S_FREE_ASYNC] = (void *)cuMemFreeAsync,
+    [S_FREE_ASYNC_PTSZ] = (void *)cuMemFreeAsync_ptsz,
 };
 
 __attribute__((constructor)) static void pc_cuda_init(void) {

@@ -9,7 +9,8 @@
  *   htod IDX OFF N | dtoh IDX OFF N | htod_async IDX OFF N | dtoh_async IDX OFF N
  *   dtod IDX OFF IDX2 OFF2 N | memcpy IDX OFF IDX2 OFF2 N | memcpy_async IDX OFF IDX2 OFF2 N
  *   memcpy_h2d IDX OFF N               generic cuMemcpy from a host buffer
- *   launch
+ *   launch | launch_ex | launches N     cuLaunchKernel, cuLaunchKernelEx, N x cuLaunchKernel
+ *   alloc_async SIZE | free_async IDX  stream-ordered allocation (prints "alloc IDX 0xPTR SIZE")
  *   pf1 IDX OFF N DEV | pf2 IDX OFF N DEV   cuMemPrefetchAsync v8000 / v12020 ABI
  *   translate IDX OFF                  ask the interposer (pagecast_cuda_translate)
  *   threads T K                        T threads x K managed allocations, copies, launches, frees
@@ -47,6 +48,9 @@ static struct {
     CUresult (*memcpy_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
     CUresult (*pf1)(CUdeviceptr, size_t, CUdevice, CUstream);
     CUresult (*pf2)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+    CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
 } api;
 
 struct named {
@@ -70,6 +74,9 @@ static struct named entries[] = {
     /* Same base name, two ABIs: the version picks which one the caller gets. */
     {"pf1", "cuMemPrefetchAsync", "cuMemPrefetchAsync", 11000, (void **)&api.pf1},
     {"pf2", "cuMemPrefetchAsync_v2", "cuMemPrefetchAsync", 12020, (void **)&api.pf2},
+    {"launch_ex", "cuLaunchKernelEx", "cuLaunchKernelEx", 13000, (void **)&api.launch_ex},
+    {"alloc_async", "cuMemAllocAsync", "cuMemAllocAsync", 13000, (void **)&api.alloc_async},
+    {"free_async", "cuMemFreeAsync", "cuMemFreeAsync", 13000, (void **)&api.free_async},
 };
 #define N_ENTRIES (sizeof entries / sizeof entries[0])
 
@@ -140,11 +147,11 @@ int main(int argc, char **argv) {
             resolve(h, argv[i + 1]);
             i += 1;
             continue;
-        } else if (strcmp(op, "managed") == 0 || strcmp(op, "device") == 0) {
+        } else if (strcmp(op, "managed") == 0 || strcmp(op, "device") == 0 || strcmp(op, "alloc_async") == 0) {
             NEED(1);
             size_t size = ARG(1);
             CUdeviceptr p = 0;
-            r = op[0] == 'm' ? api.managed(&p, size, 1) : api.alloc(&p, size);
+            r = op[0] == 'm' ? api.managed(&p, size, 1) : op[0] == 'd' ? api.alloc(&p, size) : api.alloc_async(&p, size, NULL);
             if (r == CUDA_SUCCESS) {
                 ptrs[n_ptrs] = p;
                 sizes[n_ptrs] = size;
@@ -153,9 +160,9 @@ int main(int argc, char **argv) {
                 n_ptrs++;
             }
             i += 1;
-        } else if (strcmp(op, "free") == 0) {
+        } else if (strcmp(op, "free") == 0 || strcmp(op, "free_async") == 0) {
             NEED(1);
-            r = api.free(ptrs[ARG(1)]);
+            r = op[4] ? api.free_async(ptrs[ARG(1)], NULL) : api.free(ptrs[ARG(1)]);
             i += 1;
         } else if (strcmp(op, "htod") == 0 || strcmp(op, "htod_async") == 0) {
             NEED(3);
@@ -177,6 +184,20 @@ int main(int argc, char **argv) {
             i += 3;
         } else if (strcmp(op, "launch") == 0) {
             r = api.launch(NULL, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+        } else if (strcmp(op, "launch_ex") == 0) {
+            CUlaunchConfig cfg = {.gridDimX = 8, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1, .blockDimZ = 1};
+            r = api.launch_ex(&cfg, NULL, NULL, NULL);
+        } else if (strcmp(op, "launches") == 0) {
+            NEED(1);
+            unsigned long long n = ARG(1);
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            for (unsigned long long k = 0; k < n && r == CUDA_SUCCESS; k++)
+                r = api.launch(NULL, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &b);
+            printf("launches %llu ns_per_call %.1f\n", n,
+                   ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)(n ? n : 1));
+            i += 1;
         } else if (strcmp(op, "pf1") == 0 || strcmp(op, "pf2") == 0) {
             NEED(4);
             int dev = (int)strtol(argv[i + 4], NULL, 0);

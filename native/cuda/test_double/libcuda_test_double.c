@@ -145,6 +145,32 @@ EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsi
     return launch("cuLaunchKernel_ptsz", f, gx, bx, s);
 }
 
+static CUresult launch_ex(const char *name, const CUlaunchConfig *cfg, CUfunction f) {
+    logf_("%s func=%p grid=%u block=%u stream=%p result=0", name, (void *)f, cfg ? cfg->gridDimX : 0,
+          cfg ? cfg->blockDimX : 0, cfg ? (void *)cfg->hStream : NULL);
+    return cfg ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    (void)params, (void)extra;
+    return launch_ex("cuLaunchKernelEx", cfg, f);
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) {
+    (void)params, (void)extra;
+    return launch_ex("cuLaunchKernelEx_ptsz", cfg, f);
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream st) {
+    CUresult r = do_alloc(dptr, size, 0);
+    logf_("cuMemAllocAsync size=%zu ptr=0x%llx stream=%p result=%d", size,
+          r == CUDA_SUCCESS ? (unsigned long long)*dptr : 0ULL, (void *)st, (int)r);
+    return r;
+}
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream st) { return cuMemAllocAsync(dptr, size, st); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream st) {
+    (void)st;
+    return cuMemFree_v2(ptr);
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) { return cuMemFreeAsync(ptr, st); }
+
 static CUresult copy(const char *name, uint64_t dst, uint64_t src, size_t n, int dst_dev, int src_dev) {
     CUresult r = CUDA_SUCCESS;
     if ((dst_dev && !valid_range(dst, n, 0)) || (src_dev && !valid_range(src, n, 0))) r = CUDA_ERROR_INVALID_VALUE;
@@ -249,6 +275,12 @@ static const struct entry table[] = {
     {"cuMemPrefetchAsync", 8000, 1, (void *)cuMemPrefetchAsync_ptsz},
     {"cuMemPrefetchAsync", 12020, 0, (void *)cuMemPrefetchAsync_v2},
     {"cuMemPrefetchAsync", 12020, 1, (void *)cuMemPrefetchAsync_v2_ptsz},
+    {"cuLaunchKernelEx", 11060, 0, (void *)cuLaunchKernelEx},
+    {"cuLaunchKernelEx", 11060, 1, (void *)cuLaunchKernelEx_ptsz},
+    {"cuMemAllocAsync", 11020, 0, (void *)cuMemAllocAsync},
+    {"cuMemAllocAsync", 11020, 1, (void *)cuMemAllocAsync_ptsz},
+    {"cuMemFreeAsync", 11020, 0, (void *)cuMemFreeAsync},
+    {"cuMemFreeAsync", 11020, 1, (void *)cuMemFreeAsync_ptsz},
     {"cuStreamCreate", 2000, 0, (void *)cuStreamCreate},
     {"cuStreamSynchronize", 2000, 0, (void *)cuStreamSynchronize},
     {"cuStreamDestroy", 4000, 0, (void *)cuStreamDestroy_v2},
