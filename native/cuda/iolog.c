@@ -77,6 +77,35 @@ void pc_log_init(void) {
     fputs("name,start_ns,duration_ns,bytes,direction,ptr,alloc,offset,result\n", timeline);
 }
 
+static char *put_u64(char *p, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do tmp[n++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static char *put_i64(char *p, int64_t v) {
+    if (v < 0) {
+        *p++ = '-';
+        return put_u64(p, (uint64_t)0 - (uint64_t)v);
+    }
+    return put_u64(p, (uint64_t)v);
+}
+
+static char *put_hex(char *p, uint64_t v) {
+    static const char digits[] = "0123456789abcdef";
+    char tmp[20];
+    int n = 0;
+    *p++ = '0';
+    *p++ = 'x';
+    do tmp[n++] = digits[v & 15], v >>= 4;
+    while (v);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
 void pc_log_call(int fn, const char *name, int64_t start_ns, int64_t dur_ns, uint64_t bytes, int dir, uint64_t ptr,
                  int result) {
     if (fn >= 0 && fn < PC_MAX_SLOTS) {
@@ -91,14 +120,29 @@ void pc_log_call(int fn, const char *name, int64_t start_ns, int64_t dur_ns, uin
     int64_t alloc = -1;
     uint64_t offset = 0;
     if (ptr) pagecast_cuda_translate(ptr, &alloc, &offset);
-    char line[512];
-    int n = snprintf(line, sizeof line, "%s,%lld,%lld,%llu,%s,0x%llx,%lld,%llu,%d\n", name, (long long)start_ns,
-                     (long long)dur_ns, (unsigned long long)bytes,
-                     dir >= 0 && dir <= PC_DIR_TO_HOST ? dir_names[dir] : "", (unsigned long long)ptr,
-                     (long long)alloc, (unsigned long long)offset, result);
-    if (n <= 0 || n >= (int)sizeof line) return;
+    /* Hand formatting: snprintf was 60 % of the cost of a logged call. */
+    char line[512], *p = line, *end = line + sizeof line - 64;
+    for (const char *c = name; *c && p < end; c++) *p++ = *c;
+    *p++ = ',';
+    p = put_i64(p, start_ns);
+    *p++ = ',';
+    p = put_i64(p, dur_ns);
+    *p++ = ',';
+    p = put_u64(p, bytes);
+    *p++ = ',';
+    for (const char *c = dir >= 0 && dir <= PC_DIR_TO_HOST ? dir_names[dir] : ""; *c; c++) *p++ = *c;
+    *p++ = ',';
+    p = put_hex(p, ptr);
+    *p++ = ',';
+    p = put_i64(p, alloc);
+    *p++ = ',';
+    p = put_u64(p, offset);
+    *p++ = ',';
+    p = put_i64(p, result);
+    *p++ = '\n';
+    size_t n = (size_t)(p - line);
     pthread_mutex_lock(&tl_lock);
-    if (timeline) fwrite(line, 1, (size_t)n, timeline);
+    if (timeline) fwrite(line, 1, n, timeline);
     pthread_mutex_unlock(&tl_lock);
 }
 
