@@ -95,6 +95,24 @@ def test_double_launch_ex_and_stream_ordered_allocations(libs, tmp_path):
     assert metrics["cuMemAllocAsync"] == metrics["cuMemFreeAsync"] == metrics["cuLaunchKernelEx"] == 1
 
 
+def test_double_forked_child_writes_its_own_files(libs, tmp_path):
+    pf = tmp_path / "p.txt"
+    pf.write_text("pagecast-prefetch 1\nmanaged 0 0\n")
+    r = run_client(libs, tmp_path, ["resolve", "gpa2", "managed", "4096", "launch", "fork_launch", "launch"],
+                   PREDICTIONS_FILE=str(pf), PREFETCH_POLL_MS="20")
+    assert r.rc == 0, r.stderr
+    assert {l.split()[2] for l in r.lines("result")} == {"0"}  # the child exited cleanly (no join of a missing thread)
+    timelines = sorted((tmp_path / "out").glob("timeline.*.csv"))
+    assert len(timelines) == 2
+    by_pid = {p.name.split(".")[1]: [t["name"] for t in read_timeline(p)] for p in timelines}
+    parent = next(k for k, v in by_pid.items() if "cuMemAllocManaged" in v)
+    child = next(k for k in by_pid if k != parent)
+    assert by_pid[child] == ["cuLaunchKernel"]  # nothing of the parent's duplicated
+    assert [n for n in by_pid[parent] if not n.startswith("cuGetProc")].count("cuLaunchKernel") == 2
+    child_metrics = read_metrics(tmp_path / "out" / f"metrics.{child}.csv")
+    assert [(m["name"], m["count"]) for m in child_metrics] == [("cuLaunchKernel", 1)]
+
+
 # ---- allocation table ----------------------------------------------------------------------
 
 def test_double_allocation_table_and_translation_exact(libs, tmp_path):

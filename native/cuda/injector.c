@@ -75,6 +75,7 @@ static uint64_t tried_generation; /* allocation table generation of the last att
 static int new_load;
 static struct stats st;
 static CUstream stream;
+static pid_t owner; /* the process that runs the watcher (a forked child has none) */
 
 /* ---- parsing --------------------------------------------------------------------------- */
 static int cmp_entry(const void *a, const void *b) {
@@ -469,6 +470,7 @@ void pc_injector_init(void) {
         return;
     }
     active = 1;
+    owner = getpid();
 }
 
 static void write_stats(void) {
@@ -494,6 +496,7 @@ static void write_stats(void) {
 
 void pc_injector_finish(void) {
     if (!active) return;
+    if (getpid() != owner) return; /* a forked child: the watcher thread is the parent's */
     pthread_mutex_lock(&wake_lock);
     stopping = 1;
     pthread_cond_broadcast(&wake);

@@ -58,7 +58,29 @@ static void write_session(void) {
     if (fclose(f) == 0) rename(tmp, path);
 }
 
+/* fork(): the child must not flush the parent's buffered timeline into the parent's
+ * file, nor report the parent's counts as its own. Flush before the fork; the child
+ * drops the (now empty) stream and starts its own files under its own pid. */
+static void before_fork(void) {
+    pthread_mutex_lock(&tl_lock);
+    if (timeline) fflush(timeline);
+}
+static void parent_after_fork(void) { pthread_mutex_unlock(&tl_lock); }
+static void child_after_fork(void) {
+    pthread_mutex_unlock(&tl_lock);
+    if (timeline) fclose(timeline);
+    timeline = NULL;
+    memset(metrics, 0, sizeof metrics);
+    enabled = 0;
+    pc_log_init();
+}
+
 void pc_log_init(void) {
+    static int atfork_done;
+    if (!atfork_done) {
+        atfork_done = 1;
+        pthread_atfork(before_fork, parent_after_fork, child_after_fork);
+    }
     const char *d = getenv("PAGECAST_CUDA_OUT");
     if (!d || !*d || strlen(d) >= sizeof out_dir) return;
     strcpy(out_dir, d);

@@ -14,12 +14,15 @@
  *   pf1 IDX OFF N DEV | pf2 IDX OFF N DEV   cuMemPrefetchAsync v8000 / v12020 ABI
  *   translate IDX OFF                  ask the interposer (pagecast_cuda_translate)
  *   threads T K                        T threads x K managed allocations, copies, launches, frees
+ *   fork_launch                        fork; the child launches once and exits; the parent waits
  *   sleep MS
  *   wait_stdin                         print "waiting", then block until a line arrives on stdin
  * Environment: PAGECAST_CUDA_DRIVER = path of the driver library. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +230,16 @@ int main(int argc, char **argv) {
             for (int j = 0; j < t; j++) pthread_create(&th[j], NULL, worker, &k);
             for (int j = 0; j < t; j++) pthread_join(th[j], NULL);
             i += 2;
+        } else if (strcmp(op, "fork_launch") == 0) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                api.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+                exit(0);
+            }
+            int status = 0;
+            waitpid(pid, &status, 0);
+            r = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
         } else if (strcmp(op, "wait_stdin") == 0) {
             char buf[64];
             printf("waiting\n");

@@ -28,6 +28,8 @@ from pagecast.trace.schedule import Schedule, read_schedule
 from pagecast.util.atomic import atomic_output
 
 PREFETCH_KINDS = ("managed", "device")
+RAW_PATTERNS = ("metrics.*.csv", "timeline.*.csv", "allocs.*.csv", "injector.*.json", "messages.*.log", "session.*.json",
+                "cupti.*.bin", "kernels.*.tsv", "*.tmp")
 
 
 def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = None) -> tuple[list[str], dict[str, int]]:
@@ -125,8 +127,9 @@ def run_cuda(
         predictions = out_dir / "prefetch.txt"
         info.update(write_prefetch_file(loaded, predictions))
     raw = out_dir
-    for old in list(raw.glob("metrics.*.csv")) + list(raw.glob("timeline.*.csv")) + list(raw.glob("injector.*.json")) + list(raw.glob("messages.*.log")):
-        old.unlink()
+    for pattern in RAW_PATTERNS:  # a previous run's files would be summarised as this one's
+        for old in raw.glob(pattern):
+            old.unlink()
     env = cuda_env(interposer, raw, build_cupti_collector(tk) if record else None)
     env.setdefault("PREDICTIONS_FILE", str(predictions))
     env.setdefault("PREFETCH_POLL_MS", str(poll_ms))
