@@ -44,6 +44,11 @@ static size_t upper_bound(uint64_t addr) {
     return lo;
 }
 
+/* Hold the lock across fork() so a child never inherits it locked by another thread. */
+static void lock_table(void) { pthread_mutex_lock(&lock); }
+static void unlock_table(void) { pthread_mutex_unlock(&lock); }
+__attribute__((constructor)) static void register_atfork(void) { pthread_atfork(lock_table, unlock_table, unlock_table); }
+
 int64_t pc_alloc_add(uint64_t base, uint64_t size, int kind) {
     int64_t id = -1;
     pthread_mutex_lock(&lock);

@@ -109,6 +109,7 @@ def run_cuda(
     tk = find_toolkit()
     interposer = build_interposer(tk)
     info: dict[str, Any] = {}
+    regions: list[Region] | None = None
     if model is not None:
         from pagecast.collect.cuda import record_cuda
         from pagecast.learn.predict import predict_schedule  # lazy: torch only when a model is used
@@ -118,6 +119,10 @@ def run_cuda(
             record_cuda(cmd, trace, json_out=json_out)
         schedule = predict_schedule(str(model), str(trace), top_k=top_k)
         info["predicted_from"] = str(trace)
+        if not schedule.regions:  # rows name the trace's region ids
+            from pagecast.trace import open_trace
+
+            regions = open_trace(trace).regions
     loaded = _load_schedule(schedule)
     if isinstance(loaded, Path):
         if not loaded.exists():
@@ -125,7 +130,7 @@ def run_cuda(
         predictions = loaded.resolve()
     else:
         predictions = out_dir / "prefetch.txt"
-        info.update(write_prefetch_file(loaded, predictions))
+        info.update(write_prefetch_file(loaded, predictions, regions))
     raw = out_dir
     for pattern in RAW_PATTERNS:  # a previous run's files would be summarised as this one's
         for old in raw.glob(pattern):
