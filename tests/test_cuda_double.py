@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -421,3 +421,25 @@ def test_double_static_cudart_looks_up_through_the_hooks(libs, tmp_path):
 
 
 test_double_static_cudart_looks_up_through_the_hooks = pytest.mark.slow(test_double_static_cudart_looks_up_through_the_hooks)
+
+
+SHARED = Path(os.environ.get("PAGECAST_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared"))
+
+
+def test_double_injector_reads_the_seeds_real_predictions_csv(libs, tmp_path):
+    """The AI4Mem sample predictions.csv (Timestamp_ns,Prefetch_Address,Confidence) from
+    another run: every address is stale here, so all are skipped and none reaches the driver."""
+    src = SHARED / "data" / "ai4mem" / "predictions.csv"
+    if not src.exists():
+        pytest.skip("../shared/data/ai4mem absent")
+    rows = [l for l in src.read_text().splitlines()[1:] if l.strip()]
+    addrs = {int(l.split(",")[1], 16) >> 12 for l in rows}
+    r = run_client(libs, tmp_path, ["resolve", "gpa2", "managed", "1048576", "sleep", "200", "launch"],
+                   PREDICTIONS_FILE=str(src), PREFETCH_POLL_MS="20")
+    assert r.rc == 0 and "pagecast-cuda" not in r.stderr
+    import json
+
+    st = json.loads(r.file("injector").read_text())
+    assert st["loads_ok"] == 1 and st["chunks"] == 0 and st["errors"] == 0
+    assert st["skipped_no_alloc"] == len(addrs)  # distinct pages (merged runs are skipped page by page)
+    assert r.calls("cuMemPrefetchAsync_v2") == []
