@@ -156,3 +156,13 @@ def test_cli_convert_json(harness_dir, tmp_path, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["rows_by_kind"]["fault_gpu"] == 5 and s["rows"] == 15
     assert main(["cuda", "convert", str(tmp_path / "nope"), "-o", str(tmp_path / "x.parquet")]) == 2
+
+
+def test_replay_schedule_lists_demanded_gpu_pages_once_in_order(harness_dir, tmp_path):
+    from pagecast.online.cuda_inject import replay_schedule, schedule_to_lines
+
+    out = tmp_path / "t.parquet"
+    convert_dir(harness_dir, out)
+    s = replay_schedule(out)
+    assert list(zip(s.region.tolist(), s.page.tolist(), s.t_ns.tolist())) == [(0, 5, 1000), (0, 9, 1100), (0, 20, 1300), (2, 1, 3200)]
+    assert schedule_to_lines(s)[0] == ["managed 0 5 1", "managed 0 9 1", "managed 0 20 1", "managed 1 1 1"]

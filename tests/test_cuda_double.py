@@ -303,6 +303,22 @@ def test_double_injector_reloads_on_atomic_replace(libs, tmp_path):
     assert got == [(PAGE, PAGE), (10 * PAGE, 2 * PAGE)]  # each load issued once; the third launch adds nothing
 
 
+def test_double_injector_repeat_reissues_before_every_launch(libs, tmp_path):
+    pf = tmp_path / "p.txt"
+    pf.write_text("pagecast-prefetch 1\nmanaged 0 0\nmanaged 0 1\nmanaged 1 0\n")
+    r = run_client(libs, tmp_path, ["resolve", "gpa2", "managed", "65536", "managed", "4096", "sleep", "200", "launch", "launch",
+                                    "free", "1", "launch"],
+                   PREDICTIONS_FILE=str(pf), PREFETCH_POLL_MS="20", PREFETCH_REPEAT="1", PREFETCH_SYNC="1")
+    assert r.rc == 0, r.stderr
+    a = r.allocs()
+    names = [(c["fn"], int(c.get("ptr", "0"), 16), c.get("bytes")) for c in r.calls()
+             if c["fn"] in ("cuMemPrefetchAsync_v2", "cuLaunchKernel", "cuStreamSynchronize")]
+    one = [("cuMemPrefetchAsync_v2", a[0][0], "8192"), ("cuMemPrefetchAsync_v2", a[1][0], "4096")]
+    sync = ("cuStreamSynchronize", 0, None)
+    launch = ("cuLaunchKernel", 0, None)
+    assert names == one + [sync, launch] + one + [sync, launch] + one[:1] + [sync, launch]  # freed: dropped
+
+
 @pytest.mark.parametrize(
     "text, line, what",
     [

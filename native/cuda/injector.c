@@ -4,7 +4,7 @@
  * when it is replaced, parses it, merges adjacent pages into ranges and arms them.
  * Armed ranges are issued from the application's own thread at its next cuLaunchKernel
  * (that thread has the CUDA context current; the kernel about to run is what faults),
- * on a private non-blocking stream, in chunks, and only after checking the range
+ * (or every launch, with PREFETCH_REPEAT=1) on a private non-blocking stream, in chunks, and only after checking the range
  * against the live allocation table: a page of an allocation that was freed, or an
  * address no live allocation contains, is skipped and counted, never handed to the
  * driver (the seed's "invalid argument").
@@ -50,7 +50,7 @@ struct entry {
 
 struct config {
     char path[4096];
-    int device, sync;
+    int device, sync, repeat;
     double delay_sec, min_score;
     long poll_ms;
     uint64_t chunk;
@@ -313,7 +313,9 @@ static void issue_span(const struct pc_alloc *a, uint64_t off, uint64_t bytes) {
     }
 }
 
-/* Returns 1 when the range is finished (issued or dropped), 0 to keep it armed. */
+enum { RANGE_PENDING = 0, RANGE_ISSUED = 1, RANGE_DROPPED = 2 };
+
+/* Issues the range if its allocation is live; RANGE_PENDING keeps it armed. */
 static int try_range(const struct range *rg) {
     struct pc_alloc a;
     uint64_t size_pages;
@@ -334,17 +336,17 @@ static int try_range(const struct range *rg) {
             uint64_t used = (bytes + (1u << PAGE_SHIFT) - 1) >> PAGE_SHIFT;
             page += used, left -= used;
         }
-        return 1;
+        return RANGE_ISSUED;
     }
-    if (!pc_alloc_by_order(rg->kind, rg->order, &a)) return 0; /* not allocated yet */
+    if (!pc_alloc_by_order(rg->kind, rg->order, &a)) return RANGE_PENDING; /* not allocated yet */
     if (a.freed_ns >= 0) {
         st.skipped_freed++;
-        return 1;
+        return RANGE_DROPPED;
     }
     size_pages = (a.size + (1u << PAGE_SHIFT) - 1) >> PAGE_SHIFT;
     if (rg->page >= size_pages) {
         st.pages_out_of_range += rg->npages;
-        return 1;
+        return RANGE_DROPPED;
     }
     uint64_t n = rg->npages;
     if (rg->page + n > size_pages) {
@@ -355,14 +357,14 @@ static int try_range(const struct range *rg) {
     uint64_t bytes = n << PAGE_SHIFT;
     if (off + bytes > a.size) bytes = a.size - off; /* last partial page */
     issue_span(&a, off, bytes);
-    return 1;
+    return RANGE_ISSUED;
 }
 
 void pc_injector_on_launch(void) {
     if (!__atomic_load_n(&have_armed, __ATOMIC_ACQUIRE)) return;
     if (pthread_mutex_trylock(&lock) != 0) return; /* another thread is issuing */
     uint64_t gen = pc_alloc_generation();
-    if (!new_load && gen == tried_generation) goto out; /* nothing new can be issued */
+    if (!cfg.repeat && !new_load && gen == tried_generation) goto out; /* nothing new can be issued */
     new_load = 0;
     tried_generation = gen;
     if (!stream) {
@@ -376,8 +378,12 @@ void pc_injector_on_launch(void) {
         }
     }
     size_t keep = 0;
-    for (size_t i = 0; i < n_armed; i++)
-        if (!try_range(&armed[i])) armed[keep++] = armed[i];
+    for (size_t i = 0; i < n_armed; i++) {
+        int state = try_range(&armed[i]);
+        /* PREFETCH_REPEAT: a program that moves its data back to the host between
+         * launches needs the same pages again before every launch. */
+        if (state == RANGE_PENDING || (state == RANGE_ISSUED && cfg.repeat)) armed[keep++] = armed[i];
+    }
     n_armed = keep;
     if (cfg.sync) {
         stream_sync_fn sync = (stream_sync_fn)pc_real_sym("cuStreamSynchronize");
@@ -459,6 +465,7 @@ void pc_injector_init(void) {
     strcpy(cfg.path, path);
     cfg.device = (int)env_double("PREFETCH_DEVICE", 0);
     cfg.sync = env_double("PREFETCH_SYNC", 0) != 0;
+    cfg.repeat = env_double("PREFETCH_REPEAT", 0) != 0;
     cfg.delay_sec = env_double("PREFETCH_DELAY_SEC", 0);
     cfg.poll_ms = (long)env_double("PREFETCH_POLL_MS", 1000);
     if (cfg.poll_ms < 1) cfg.poll_ms = 1;
@@ -485,12 +492,12 @@ static void write_stats(void) {
             "{\"predictions_file\": \"%s\", \"loads_ok\": %llu, \"loads_failed\": %llu, \"ranges_loaded\": %llu, "
             "\"chunks\": %llu, \"bytes\": %llu, \"errors\": %llu, \"skipped_freed\": %llu, "
             "\"skipped_no_alloc\": %llu, \"pages_out_of_range\": %llu, \"pending_ranges\": %zu, "
-            "\"chunk_bytes\": %llu, \"device\": %d, \"sync\": %d}\n",
+            "\"chunk_bytes\": %llu, \"device\": %d, \"sync\": %d, \"repeat\": %d}\n",
             cfg.path, (unsigned long long)st.loads_ok, (unsigned long long)st.loads_failed,
             (unsigned long long)st.ranges_loaded, (unsigned long long)st.chunks, (unsigned long long)st.bytes,
             (unsigned long long)st.errors, (unsigned long long)st.skipped_freed,
             (unsigned long long)st.skipped_no_alloc, (unsigned long long)st.pages_out_of_range, n_armed,
-            (unsigned long long)cfg.chunk, cfg.device, cfg.sync);
+            (unsigned long long)cfg.chunk, cfg.device, cfg.sync, cfg.repeat);
     if (fclose(f) == 0) rename(tmp, path);
 }
 

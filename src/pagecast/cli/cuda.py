@@ -41,6 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--top-k", type=int, default=10, help="with --model: pages predicted per fault (default 10)")
     u.add_argument("--out-dir", default="pagecast-cuda-run", help="predictions file, metrics, timeline (default ./pagecast-cuda-run)")
     u.add_argument("--poll-ms", type=int, default=200, help="how often the injector checks the predictions file (default 200)")
+    u.add_argument("--repeat", action="store_true",
+                   help="prefetch the pages again before every kernel launch (programs that touch their data on the host between launches)")
     u.add_argument("--record", action="store_true", help="also record the injected run with CUPTI (OUT_DIR/trace.parquet)")
     add_json_flag(u)
     u.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -102,7 +104,8 @@ def _run(args: argparse.Namespace) -> int:
     from pagecast.online.cuda_inject import run_cuda
 
     return run_cuda(_cmd(args), schedule=args.schedule, model=args.model, trace=args.trace, top_k=args.top_k,
-                    out_dir=args.out_dir, poll_ms=args.poll_ms, record=args.record, json_out=args.json)
+                    out_dir=args.out_dir, poll_ms=args.poll_ms, record=args.record, repeat=args.repeat,
+                    json_out=args.json)
 
 
 def _convert(args: argparse.Namespace) -> int:

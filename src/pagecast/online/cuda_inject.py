@@ -59,6 +59,28 @@ def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = Non
     return lines, stats
 
 
+def replay_schedule(trace: str | Path) -> Schedule:
+    """Every GPU-memory page the recorded run demanded, once, in first-demand order.
+
+    The schedule of perfect knowledge from a previous run (all rows trigger 0: prefetch
+    at the first launch); the reference a learned schedule is compared with on a GPU.
+    """
+    from pagecast.trace import open_trace
+    from pagecast.trace.schema import DEMAND_KINDS
+
+    t = open_trace(trace)
+    d = t.read(["t_ns", "region", "page", "kind"])
+    gpu = np.array([r.kind in PREFETCH_KINDS for r in t.regions] or [False], bool)
+    m = np.isin(d["kind"], [int(k) for k in DEMAND_KINDS]) & (d["region"] >= 0)
+    m &= gpu[np.clip(d["region"], 0, len(gpu) - 1)]
+    region, page, t_ns = d["region"][m], d["page"][m], d["t_ns"][m]
+    _, first = np.unique(region.astype(np.int64) << 40 | page, return_index=True)
+    first.sort()
+    n = len(first)
+    return Schedule(np.zeros(n), t_ns[first], region[first], page[first], np.ones(n), regions=t.regions,
+                    meta={"kind": "replay", "from": str(trace)})
+
+
 def write_prefetch_file(schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None) -> dict[str, int]:
     """Write the injector's predictions file atomically (the injector reloads on rename)."""
     lines, stats = schedule_to_lines(schedule, regions)
@@ -86,6 +108,7 @@ def run_cuda(
     top_k: int = 10,
     poll_ms: int = 200,
     record: bool = False,
+    repeat: bool = False,
     json_out: bool = False,
 ) -> int:
     """Run ``cmd`` with the prefetch injector; returns the program's exit status.
@@ -94,7 +117,8 @@ def run_cuda(
     reads directly (``pagecast-prefetch 1`` or the seed's predictions.csv). ``model``:
     a trained model; its schedule is predicted from ``trace`` (a previous recording of the
     same program), or, without one, from a recording made first (``record_cuda``).
-    With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU).
+    With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
+    ``repeat=True`` the pages are prefetched again before every kernel launch.
     Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
     """
     from pagecast.collect.cuda import cuda_env, print_summary, run_program, summarize_dir
@@ -138,6 +162,8 @@ def run_cuda(
     env = cuda_env(interposer, raw, build_cupti_collector(tk) if record else None)
     env.setdefault("PREDICTIONS_FILE", str(predictions))
     env.setdefault("PREFETCH_POLL_MS", str(poll_ms))
+    if repeat:
+        env["PREFETCH_REPEAT"] = "1"
     rc = run_program(cmd, env, quiet_stdout=json_out)
     summary: dict[str, Any] = {"exit_status": rc, "predictions_file": str(predictions), **info, "api": summarize_dir(raw)}
     if record:
