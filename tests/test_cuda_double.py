@@ -59,6 +59,26 @@ def test_double_without_interposer_resolves_to_the_double(libs, tmp_path):
     assert not list((tmp_path / "out").iterdir())
 
 
+def test_double_program_linked_to_the_driver_is_caught_by_exports(libs, tmp_path):
+    """Code built with -lcuda calls cuMemAllocManaged, cuMemPrefetchAsync_v2, ... by symbol."""
+    from pagecast.collect.cuda_native import build_direct_client
+
+    exe = build_direct_client(libs.double)
+    env = client_env(libs, tmp_path)
+    del env["PAGECAST_CUDA_DRIVER"]  # not needed: the driver is found after the interposer in the global scope
+    p = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert {l.split()[2] for l in p.stdout.splitlines() if l.startswith("result")} == {"0"}
+    r = Run(0, p.stdout, p.stderr, tmp_path / "out", tmp_path / "double.log")
+    base = int(p.stdout.split()[1], 16)
+    tl = [(t["name"], t["alloc"], t["offset"], t["bytes"]) for t in read_timeline(r.file("timeline"))]
+    assert tl == [("cuMemAllocManaged", 0, 0, 1 << 20), ("cuMemcpyHtoD_v2", 0, 4096, 4096),
+                  ("cuMemPrefetchAsync_v2", 0, 0, 65536), ("cuLaunchKernel", -1, 0, 0), ("cuMemFree_v2", 0, 0, 1 << 20)]
+    assert [c["fn"] for c in r.calls()] == ["cuMemAllocManaged", "cuMemcpyHtoD_v2", "cuMemPrefetchAsync_v2", "cuLaunchKernel",
+                                            "cuMemFree_v2"]
+    assert int(r.calls("cuMemPrefetchAsync_v2")[0]["ptr"], 16) == base
+
+
 def test_double_prefetch_abi_versions(libs, tmp_path):
     """cuMemPrefetchAsync asked for at 11000 gets the v8000 ABI (CUdevice), at 12020 the
     v12020 ABI (CUmemLocation + flags); both wrappers pass their arguments intact."""

@@ -120,8 +120,10 @@ static int is_wrapper(const void *p) {
 void *pc_real_sym(const char *name) {
     void *h = driver_handle();
     dlsym_fn f = real_dlsym();
-    if (!h || !f) return NULL;
-    void *p = f(h, name);
+    if (!f) return NULL;
+    /* No driver under the expected name: a program linked to it under another name
+     * still has it next in the global scope, after us. */
+    void *p = f(h ? h : RTLD_NEXT, name);
     return is_wrapper(p) ? NULL : p;
 }
 

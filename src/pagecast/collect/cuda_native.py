@@ -113,6 +113,13 @@ def build_driver_client(tk: CudaToolkit | None = None) -> Path:
                  ldflags=("-ldl", "-lpthread"))
 
 
+def build_direct_client(double: Path, tk: CudaToolkit | None = None) -> Path:
+    """A test program linked against the driver test double itself (calls by symbol)."""
+    tk = tk or find_toolkit()
+    return build("cuda_direct_client", ["cuda/test_double/direct_client.c"], shared=False, include=[tk.include],
+                 ldflags=(str(double), f"-Wl,-rpath,{double.parent}"))
+
+
 WORKLOADS = {"vector_add": "vector_add.cu", "oversub": "oversub.cu"}
 
 
