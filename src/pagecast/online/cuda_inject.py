@@ -1,0 +1,175 @@
+"""Prefetch CUDA managed memory in a running program from a schedule.
+
+``run_cuda(cmd, schedule=..., out_dir=...)`` writes the schedule as the injector's
+predictions file and runs the program with ``libpagecast_cuda.so`` preloaded; the
+injector inside the process issues cuMemPrefetchAsync for the listed pages (see
+``native/cuda/injector.c`` and docs/cuda.md).
+
+Predictions file (``pagecast-prefetch 1``), one page per line, best first::
+
+    pagecast-prefetch 1
+    managed <order> <page> <score>
+
+``order`` is the allocation's creation order among the process's managed allocations:
+the region's ``order`` in the trace the schedule was computed from, so the schedule of
+one run names the same allocation in the next, whatever address it gets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.trace.regions import Region
+from pagecast.trace.schedule import Schedule, read_schedule
+from pagecast.util.atomic import atomic_output
+
+PREFETCH_KINDS = ("managed", "device")
+RAW_PATTERNS = ("metrics.*.csv", "timeline.*.csv", "allocs.*.csv", "injector.*.json", "messages.*.log", "session.*.json",
+                "cupti.*.bin", "kernels.*.tsv", "*.tmp")
+
+
+def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = None) -> tuple[list[str], dict[str, int]]:
+    """Lines of the predictions file: first occurrence of each (region, page) in trigger order."""
+    regions = list(regions if regions is not None else schedule.regions)
+    s = schedule.sorted()
+    # allocation identity: (kind, order); regions without an order get their rank among their kind
+    kinds, orders = [], []
+    seen: dict[str, int] = {}
+    for r in regions:
+        rank = seen.get(r.kind, 0)
+        seen[r.kind] = rank + 1
+        kinds.append(r.kind)
+        orders.append(r.order if r.order >= 0 else rank)
+    valid = (s.region >= 0) & (s.region < len(regions)) & (s.page >= 0)
+    if len(regions):
+        ok_kind = np.array([k in PREFETCH_KINDS for k in kinds], bool)
+        valid &= ok_kind[np.clip(s.region, 0, len(regions) - 1)]
+    else:
+        valid &= False
+    rid, page, score = s.region[valid], s.page[valid], s.score[valid]
+    key = rid.astype(np.int64) << 40 | page
+    _, first = np.unique(key, return_index=True)
+    first.sort()
+    lines = [f"{kinds[r]} {orders[r]} {p} {sc:.4g}" for r, p, sc in zip(rid[first].tolist(), page[first].tolist(), score[first].tolist())]
+    stats = {"schedule_rows": int(len(s)), "pages": len(lines), "dropped_not_gpu": int(np.count_nonzero(~valid))}
+    return lines, stats
+
+
+def replay_schedule(trace: str | Path) -> Schedule:
+    """Every GPU-memory page the recorded run demanded, once, in first-demand order.
+
+    The schedule of perfect knowledge from a previous run (all rows trigger 0: prefetch
+    at the first launch); the reference a learned schedule is compared with on a GPU.
+    """
+    from pagecast.trace import open_trace
+    from pagecast.trace.schema import DEMAND_KINDS
+
+    t = open_trace(trace)
+    d = t.read(["t_ns", "region", "page", "kind"])
+    gpu = np.array([r.kind in PREFETCH_KINDS for r in t.regions] or [False], bool)
+    m = np.isin(d["kind"], [int(k) for k in DEMAND_KINDS]) & (d["region"] >= 0)
+    m &= gpu[np.clip(d["region"], 0, len(gpu) - 1)]
+    region, page, t_ns = d["region"][m], d["page"][m], d["t_ns"][m]
+    _, first = np.unique(region.astype(np.int64) << 40 | page, return_index=True)
+    first.sort()
+    n = len(first)
+    return Schedule(np.zeros(n), t_ns[first], region[first], page[first], np.ones(n), regions=t.regions,
+                    meta={"kind": "replay", "from": str(trace)})
+
+
+def write_prefetch_file(schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None) -> dict[str, int]:
+    """Write the injector's predictions file atomically (the injector reloads on rename)."""
+    lines, stats = schedule_to_lines(schedule, regions)
+    with atomic_output(path) as tmp:
+        tmp.write_text("pagecast-prefetch 1\n# <kind> <allocation order> <page> <score>\n" + "\n".join(lines) + ("\n" if lines else ""))
+    return stats
+
+
+def _load_schedule(schedule: Schedule | str | Path) -> Schedule | Path:
+    if isinstance(schedule, Schedule):
+        return schedule
+    path = Path(schedule)
+    if path.suffix.lower() in (".csv", ".txt"):
+        return path  # the seed's predictions.csv or a ready predictions file: the injector reads it
+    return read_schedule(path)
+
+
+def run_cuda(
+    cmd: Sequence[str],
+    *,
+    schedule: Schedule | str | Path | None = None,
+    model: str | Path | None = None,
+    out_dir: str | Path,
+    trace: str | Path | None = None,
+    top_k: int = 10,
+    poll_ms: int = 200,
+    record: bool = False,
+    repeat: bool = False,
+    json_out: bool = False,
+) -> int:
+    """Run ``cmd`` with the prefetch injector; returns the program's exit status.
+
+    ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
+    reads directly (``pagecast-prefetch 1`` or the seed's predictions.csv). ``model``:
+    a trained model; its schedule is predicted from ``trace`` (a previous recording of the
+    same program), or, without one, from a recording made first (``record_cuda``).
+    With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
+    ``repeat=True`` the pages are prefetched again before every kernel launch.
+    Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
+    """
+    from pagecast.collect.cuda import cuda_env, print_summary, run_program, summarize_dir
+    from pagecast.collect.cuda_native import build_cupti_collector, build_interposer, find_toolkit
+
+    if not cmd:
+        raise PagecastError("no command given")
+    if (schedule is None) == (model is None):
+        raise PagecastError("give exactly one of a schedule or a model")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tk = find_toolkit()
+    interposer = build_interposer(tk)
+    info: dict[str, Any] = {}
+    regions: list[Region] | None = None
+    if model is not None:
+        from pagecast.collect.cuda import record_cuda
+        from pagecast.learn.predict import predict_schedule  # lazy: torch only when a model is used
+
+        if trace is None:
+            trace = out_dir / "profile.parquet"
+            record_cuda(cmd, trace, json_out=json_out)
+        schedule = predict_schedule(str(model), str(trace), top_k=top_k)
+        info["predicted_from"] = str(trace)
+        if not schedule.regions:  # rows name the trace's region ids
+            from pagecast.trace import open_trace
+
+            regions = open_trace(trace).regions
+    loaded = _load_schedule(schedule)
+    if isinstance(loaded, Path):
+        if not loaded.exists():
+            raise PagecastError("no such predictions file", path=loaded)
+        predictions = loaded.resolve()
+    else:
+        predictions = out_dir / "prefetch.txt"
+        info.update(write_prefetch_file(loaded, predictions, regions))
+    raw = out_dir
+    for pattern in RAW_PATTERNS:  # a previous run's files would be summarised as this one's
+        for old in raw.glob(pattern):
+            old.unlink()
+    env = cuda_env(interposer, raw, build_cupti_collector(tk) if record else None)
+    env.setdefault("PREDICTIONS_FILE", str(predictions))
+    env.setdefault("PREFETCH_POLL_MS", str(poll_ms))
+    if repeat:
+        env["PREFETCH_REPEAT"] = "1"
+    rc = run_program(cmd, env, quiet_stdout=json_out)
+    summary: dict[str, Any] = {"exit_status": rc, "predictions_file": str(predictions), **info, "api": summarize_dir(raw)}
+    if record:
+        from pagecast.collect.cupti_records import convert_dir
+
+        summary.update(convert_dir(raw, out_dir / "trace.parquet", command=cmd))
+    print_summary(summary, json_out)
+    return rc
+
