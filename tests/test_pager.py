@@ -437,3 +437,26 @@ def test_concurrent_writers_under_eviction_lose_nothing(tmp_path: Path, policy: 
     expect = np.fromfile(exp, np.uint64).reshape(n, threads)
     assert np.array_equal(back[:, 0], np.arange(n))
     assert np.array_equal(back[:, 1 : 1 + threads], expect) and expect.sum() > 4000
+
+
+def test_periodic_write_back_bounds_sigkill_loss(tmp_path: Path) -> None:
+    """SIGKILL runs no handler: only data already written back survives. The shim writes
+    dirty pages back every PAGECAST_PAGER_FLUSH_MS; with it off the writes are lost."""
+    n = 16
+    script = textwrap.dedent(f"""
+        import mmap, os, signal, time
+        fd = os.open(os.environ["F"], os.O_RDWR)
+        m = mmap.mmap(fd, 0)
+        for p in range({n}):
+            m[p * {PS}] = 0xAB
+        time.sleep(0.6)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    for flush_ms, survives in ((100, True), (0, False)):
+        f = tmp_path / f"k{flush_ms}.bin"
+        f.write_bytes(bytes(n * PS))
+        e = pg.pager_env([(str(f), n * PS)], "none", base_env={**env(), "F": str(f)}, flush_ms=flush_ms)
+        p = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True)
+        assert p.returncode == -signal.SIGKILL
+        data = np.fromfile(f, np.uint8).reshape(n, PS)[:, 0]
+        assert (data == 0xAB).all() if survives else (data == 0).all()

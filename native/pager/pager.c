@@ -655,6 +655,20 @@ static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
     }
 }
 
+/* Write every dirty resident page back and write-protect it again (caller holds mu). */
+static long flush_locked(pgr_region *r) {
+    long n = 0;
+    int bad = 0;
+    for (uint64_t p = 0; p < r->npages; p++) {
+        if (!(r->state[p] & ST_RES) || !needs_writeback(r, p)) continue;
+        if (clean_page(r, p) < 0)
+            bad = 1;
+        else
+            n++;
+    }
+    return bad ? -1 : n;
+}
+
 static void *handler_main(void *arg) {
     pgr_region *r = arg;
     sigset_t all;
@@ -662,11 +676,26 @@ static void *handler_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     struct uffd_msg msgs[MAXMSG];
     struct pollfd pf[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN}};
+    /* Periodic write-back bounds what a SIGKILL can lose (the kernel's dirty_expire does
+     * the same for page-cache pages, which survive the process anyway). */
+    int64_t period = (int64_t)(r->cfg.flush_ms > 0 ? r->cfg.flush_ms : 0) * 1000000LL;
+    int64_t next_flush = period ? now_ns() + period : INT64_MAX;
     for (;;) {
+        if (period && now_ns() >= next_flush) {
+            pthread_mutex_lock(&r->mu);
+            if (flush_locked(r) < 0) handler_error(r, "periodic write-back", errno);
+            pthread_mutex_unlock(&r->mu);
+            next_flush = now_ns() + period;
+        }
         /* Read first: under a fault storm the next message is usually queued already. */
         ssize_t got = read(r->uffd, msgs, sizeof msgs);
         if (got < 0 && errno == EAGAIN) {
-            if (poll(pf, 2, -1) < 0 && errno != EINTR) {
+            int timeout = -1;
+            if (period) {
+                int64_t left = next_flush - now_ns();
+                timeout = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
+            }
+            if (poll(pf, 2, timeout) < 0 && errno != EINTR) {
                 handler_error(r, "poll", errno);
                 break;
             }
@@ -907,18 +936,10 @@ void *pgr_base(pgr_region *r) { return r->base; }
 uint64_t pgr_length(pgr_region *r) { return r->len; }
 
 long pgr_flush(pgr_region *r) {
-    long n = 0;
-    int bad = 0;
     pthread_mutex_lock(&r->mu);
-    for (uint64_t p = 0; p < r->npages; p++) {
-        if (!(r->state[p] & ST_RES) || !needs_writeback(r, p)) continue;
-        if (clean_page(r, p) < 0)
-            bad = 1;
-        else
-            n++;
-    }
+    long n = flush_locked(r);
     pthread_mutex_unlock(&r->mu);
-    return bad ? -1 : n;
+    return n;
 }
 
 long pgr_drop_all(pgr_region *r) {

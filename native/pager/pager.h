@@ -66,6 +66,7 @@ typedef struct pgr_config {
     int log_fd;              /* >= 0: append fault records here (header written by pgr_open) */
     int on_eof_sigbus;       /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
     const char *learn_path;  /* sparse policy: load/save the learned page set here (may be NULL) */
+    int flush_ms;            /* > 0: write dirty pages back every flush_ms (bounds SIGKILL loss) */
 } pgr_config;
 
 typedef struct pgr_stats {

@@ -10,6 +10,8 @@
  *   PAGECAST_PAGER_LEARN=DIR                  sparse policy: keep learned page sets across runs
  *   PAGECAST_PAGER_LOG=DIR                    binary fault logs DIR/pager.PID.N.pglog
  *   PAGECAST_PAGER_STATS=DIR                  counters at unmap/exit: DIR/pager.PID.N.json
+ *   PAGECAST_PAGER_FLUSH_MS=N                 write dirty pages back every N ms (default 1000,
+ *                                             0 = only at eviction/msync/unmap/exit)
  *   PAGECAST_PAGER_STRICT=1                   if the pager cannot start, mmap fails (else it
  *                                             falls back to the kernel mapping, with a warning)
  * A file matches by device and inode, whatever name the program opens it by.
@@ -211,6 +213,8 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     int acc = fcntl(fd, F_GETFL) & O_ACCMODE;
     cfg.writeback = (flags & MAP_SHARED) && acc == O_RDWR;
     cfg.on_eof_sigbus = 1;
+    const char *fl = getenv("PAGECAST_PAGER_FLUSH_MS");
+    cfg.flush_ms = fl ? atoi(fl) : 1000;
     char learn[PATH_MAX + 256];
     learn_path_for(path, learn, sizeof learn);
     cfg.learn_path = learn[0] ? learn : NULL;

@@ -63,6 +63,8 @@ def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
     r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")
     r.add_argument("--no-strict", action="store_true", help="if userfaultfd is unusable, run on ordinary mappings")
+    r.add_argument("--flush-ms", type=int, default=1000, metavar="MS",
+                   help="write dirty pages back every MS ms, bounding what a SIGKILL can lose (0: off; default 1000)")
     add_json_flag(r)
 
 
@@ -85,7 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         for k, v in vars(late_args).items():
             if v != late.get_default(k):
                 setattr(args, k, v)
-    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn, strict=not args.no_strict)
+    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn, strict=not args.no_strict, flush_ms=args.flush_ms)
     if args.json:
         print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
     else:

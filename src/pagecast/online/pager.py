@@ -55,6 +55,7 @@ class _Config(ctypes.Structure):
         ("log_fd", ctypes.c_int),
         ("on_eof_sigbus", ctypes.c_int),
         ("learn_path", ctypes.c_char_p),
+        ("flush_ms", ctypes.c_int),
     ]
 
 
@@ -228,6 +229,7 @@ class PagedRegion:
         offset: int = 0,
         length: int = 0,
         sigbus_past_eof: bool = False,
+        flush_ms: int = 0,
     ):
         self.path = Path(path)
         self.writeback = bool(writeback)
@@ -249,6 +251,7 @@ class PagedRegion:
             log_fd=self._log_fd,
             on_eof_sigbus=1 if sigbus_past_eof else 0,
             learn_path=str(learn).encode() if learn else None,
+            flush_ms=int(flush_ms),
         )
         prot = (1 | 2) if writeback else 1  # PROT_READ | PROT_WRITE
         self._h = lib.pgr_open(str(self.path).encode(), offset, length, ctypes.byref(cfg), None, 0, prot)
@@ -561,7 +564,7 @@ class PagerRun:
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
               stats_dir: Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              base_env: dict | None = None) -> dict:  # fmt: skip
+              base_env: dict | None = None, flush_ms: int | None = None) -> dict:  # fmt: skip
     """Environment that runs a program under the shim with these files paged."""
     pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     env = dict(os.environ if base_env is None else base_env)
@@ -585,12 +588,14 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     if stats_dir:
         env["PAGECAST_PAGER_STATS"] = str(stats_dir)
     env["PAGECAST_PAGER_STRICT"] = "1" if strict else "0"
+    if flush_ms is not None:
+        env["PAGECAST_PAGER_FLUSH_MS"] = str(int(flush_ms))
     return env
 
 
 def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str | PolicySpec = "none",
               trace_out: str | Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              stdout=None, stderr=None, env: dict | None = None) -> PagerRun:  # fmt: skip
+              stdout=None, stderr=None, env: dict | None = None, flush_ms: int | None = None) -> PagerRun:  # fmt: skip
     """Run ``cmd`` with ``specs`` files on the pager; collect stats and (optionally) a trace.
 
     The fault logs are written by the program's own pager threads as it runs, so a trace
@@ -603,7 +608,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         tdp = Path(td)
         (tdp / "log").mkdir()
         (tdp / "stats").mkdir()
-        e = pager_env(specs, policy, log_dir=tdp / "log", stats_dir=tdp / "stats", learn_dir=learn_dir, strict=strict, base_env=env)
+        e = pager_env(specs, policy, log_dir=tdp / "log", stats_dir=tdp / "stats", learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms)
         try:
             proc = subprocess.run(list(cmd), env=e, stdout=stdout, stderr=stderr)
         except FileNotFoundError:
