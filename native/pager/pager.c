@@ -659,7 +659,10 @@ static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
 static long flush_locked(pgr_region *r) {
     long n = 0;
     int bad = 0;
-    for (uint64_t p = 0; p < r->npages; p++) {
+    for (uint64_t i = 0; i < r->fill; i++) { /* the ring holds every resident page */
+        int64_t v = r->ring[i];
+        if (v < 0) continue;
+        uint64_t p = (uint64_t)v;
         if (!(r->state[p] & ST_RES) || !needs_writeback(r, p)) continue;
         if (clean_page(r, p) < 0)
             bad = 1;
