@@ -34,7 +34,9 @@ class PPOConfig:
     learning_rate: float = 3e-4
     gamma: float = 0.9  # a placement pays off within a few windows; long horizons only add variance
     ent_coef: float = 0.0
-    net: tuple[int, ...] = (128, 128)
+    policy: str = "chunkwise"  # "chunkwise" (shared per-chunk net, policy.py) | "mlp" (SB3 MlpPolicy)
+    net: tuple[int, ...] = (128, 128)  # hidden layers of the mlp policy
+    hidden: int = 32  # chunk embedding size of the chunkwise policy
     seed: int = 0
 
 
@@ -62,9 +64,20 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     torch.set_num_threads(1)  # tiny MLP: threads only add overhead on a shared machine
     windows = preload(specs, cfg)
     venv = make_vec_env(lambda: TieredPlacementEnv(windows, cfg), n_envs=ppo.n_envs, seed=ppo.seed)
-    model = PPO("MlpPolicy", venv, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
+    if ppo.policy == "chunkwise":
+        from pagecast.gym.policy import ChunkwisePolicy
+
+        policy: Any = ChunkwisePolicy
+        kwargs: dict[str, Any] = {"features_extractor_kwargs": {"n_chunks": cfg.n_chunks, "history": cfg.history,
+                                                                "hidden": ppo.hidden},
+                                  "request_prob": min(max(cfg.capacity, 0.02), 0.5)}
+    elif ppo.policy == "mlp":
+        policy, kwargs = "MlpPolicy", {"net_arch": list(ppo.net)}
+    else:
+        raise PagecastError(f"unknown policy {ppo.policy!r} (chunkwise, mlp)")
+    model = PPO(policy, venv, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
                 learning_rate=ppo.learning_rate, gamma=ppo.gamma, ent_coef=ppo.ent_coef, seed=ppo.seed,
-                policy_kwargs={"net_arch": list(ppo.net)}, device="cpu", verbose=verbose)
+                policy_kwargs=kwargs, device="cpu", verbose=verbose)
     model.learn(total_timesteps=ppo.timesteps, progress_bar=False)
     out = Path(out_dir)
     # build in a temporary sibling directory, then rename: never a half-written agent

@@ -37,6 +37,7 @@ import numpy as np
 from gymnasium import spaces
 
 from pagecast.errors import PagecastError
+from pagecast.gym._kernels import fill_obs, place_and_score
 from pagecast.gym.estimator import CostModel, WindowConfig, Windows
 
 
@@ -149,17 +150,10 @@ class TieredPlacementEnv(gym.Env):
         self.last_info: dict[str, Any] = {}
 
     def _obs(self) -> np.ndarray:
-        H, C = self.cfg.history, self.cfg.n_chunks
         ep = self.ep
         out = np.empty(self._obs_len, dtype=np.float32)
-        # rows t-1 .. t-H of the counts sit at hist[t+H-1] .. hist[t] (H zero rows in front)
-        out[: H * C] = ep.hist[self.t : self.t + H][::-1].ravel()
-        out[H * C : H * C + C] = self.resident
-        used = int(ep.chunk_pages[self.resident].sum())
-        cap = max(ep.capacity_pages, 1)
-        out[-3] = max(cap - used, 0) / cap
-        out[-2] = self.resident.sum() / C
-        out[-1] = self.t / ep.n_windows
+        fill_obs(out, ep.hist, self.t, self.cfg.history, self.resident, ep.chunk_pages, ep.capacity_pages,
+                 ep.n_windows)
         return out
 
     # -- API -------------------------------------------------------------------------
@@ -182,34 +176,23 @@ class TieredPlacementEnv(gym.Env):
             return a.astype(bool)
         return (self.resident | (a == 1)) & ~(a == 2)
 
-    def enforce_capacity(self, target: np.ndarray) -> tuple[np.ndarray, int]:
-        pages = self.ep.chunk_pages
-        if int(pages[target].sum()) <= self.ep.capacity_pages:
-            return target, 0
-        # resident chunks keep their place first, then the others by chunk index
-        order = np.concatenate([np.flatnonzero(target & self.resident), np.flatnonzero(target & ~self.resident)])
-        keep = order[np.cumsum(pages[order]) <= self.ep.capacity_pages]
-        out = np.zeros_like(target)
-        out[keep] = True
-        return out, int(target.sum() - out.sum())
-
     def window_time(self, t: int, placement: np.ndarray) -> float:
+        """Estimated time of window t with the given (0/1 per chunk) placement, no migration."""
         ep = self.ep
-        f = float(ep.num[t] @ placement) / ep.den[t]
+        f = float(ep.num[t] @ np.asarray(placement, dtype=np.float64)) / ep.den[t]
         return ep.t_slow[t] * (1.0 - f) + ep.t_fast[t] * f
 
     def step(self, action: Any):
         if self.t >= self.ep.n_windows:
             raise RuntimeError("episode is over; call reset()")
         ep = self.ep
-        target, rejected = self.enforce_capacity(self.target_from_action(action))
-        moved = target ^ self.resident
-        pages_moved = int(ep.chunk_pages[moved].sum())
+        t = self.t
+        est_ns, pages_moved, rejected, fast_pages = place_and_score(
+            self.target_from_action(action), self.resident, ep.chunk_pages, ep.capacity_pages, ep.num[t], ep.den[t],
+            ep.t_slow[t], ep.t_fast[t])
         bytes_moved = pages_moved * ep.page_size
         mig_ns = bytes_moved * self.cfg.migrate_ns_per_byte
-        est_ns = self.window_time(self.t, target.astype(np.float64))
         reward = -(est_ns + mig_ns) / ep.scale
-        self.resident = target
         tot = self.totals
         tot["estimated_ns"] += est_ns
         tot["migration_ns"] += mig_ns
@@ -219,7 +202,7 @@ class TieredPlacementEnv(gym.Env):
         tot["rejected"] += rejected
         info = {"window": self.t, "estimated_ns": est_ns, "migration_ns": mig_ns, "bytes_moved": bytes_moved,
                 "pages_moved": pages_moved, "rejected": rejected, "all_slow_ns": float(ep.t_slow[self.t]),
-                "all_fast_ns": float(ep.t_fast[self.t]), "fast_pages": int(ep.chunk_pages[target].sum())}
+                "all_fast_ns": float(ep.t_fast[self.t]), "fast_pages": int(fast_pages)}
         self.t += 1
         self.last_info = info
         terminated = self.t >= ep.n_windows

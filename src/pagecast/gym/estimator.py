@@ -112,32 +112,42 @@ class Demand:
         return len(self.t_ns)
 
 
-def load_demand(trace: Trace | str | Path, batch_rows: int = 1 << 21) -> Demand:
-    """Read the demand stream of a trace in row-group batches (vectorised filter per batch)."""
+def load_demand(trace: Trace | str | Path, batch_rows: int = 1 << 21, times_only: bool = False) -> Demand:
+    """Read the demand stream of a trace in row-group batches (vectorised filter per batch).
+
+    ``times_only`` skips the region/page columns (the fast trace of a pair only lends its
+    timestamps)."""
     tr = trace if isinstance(trace, Trace) else open_trace(trace)
-    demand_kinds = np.array([int(k) for k in DEMAND_KINDS], dtype=np.uint8)
-    ts, rs, ps, marks = [], [], [], []
+    is_demand_kind = np.zeros(256, dtype=bool)
+    is_demand_kind[[int(k) for k in DEMAND_KINDS]] = True
+    cols = ["t_ns", "kind"] if times_only else ["t_ns", "region", "page", "kind"]
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in cols if c != "kind"}
+    marks: list[np.ndarray] = []
     seen = 0
-    for b in tr.iter_batches(["t_ns", "region", "page", "kind"], batch_rows=batch_rows):
+    for b in tr.iter_batches(cols, batch_rows=batch_rows):
         kind = b["kind"]
-        is_demand = np.isin(kind, demand_kinds)
+        is_demand = is_demand_kind[kind]
         is_mark = kind == np.uint8(Kind.KERNEL)
         if is_mark.any():
             # demand rows before each marker = demand rows so far + demand rows earlier in the batch
             before = np.cumsum(is_demand) - is_demand
             marks.append(seen + before[is_mark])
-        seen += int(is_demand.sum())
-        ts.append(b["t_ns"][is_demand])
-        rs.append(b["region"][is_demand])
-        ps.append(b["page"][is_demand])
+        n_dem = int(np.count_nonzero(is_demand))
+        every = n_dem == len(kind)
+        for c in parts:
+            parts[c].append(b[c] if every else b[c][is_demand])
+        seen += n_dem
 
     def cat(xs: list[np.ndarray], dt: Any) -> np.ndarray:
-        return np.concatenate(xs).astype(dt, copy=False) if xs else np.zeros(0, dt)
+        if not xs:
+            return np.zeros(0, dt)
+        return (xs[0] if len(xs) == 1 else np.concatenate(xs)).astype(dt, copy=False)
 
+    t = cat(parts["t_ns"], np.int64)
     return Demand(
-        t_ns=cat(ts, np.int64),
-        region=cat(rs, np.int32),
-        page=cat(ps, np.int64),
+        t_ns=t,
+        region=cat(parts["region"], np.int32) if not times_only else np.zeros(0, np.int32),
+        page=cat(parts["page"], np.int64) if not times_only else np.zeros(0, np.int64),
         markers=cat(marks, np.int64),
         regions=list(tr.regions),
         page_size=tr.page_size,
@@ -161,6 +171,36 @@ def _window_spans(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     edge = np.minimum(bounds, len(t) - 1)
     times = t[edge].astype(np.float64)
     return np.diff(times)
+
+
+_DENSE_LIMIT = 1 << 27  # grid cells (1 GiB of int64 at most) before falling back to sorting
+
+
+def _touched_pages(region: np.ndarray, page: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique (region, page) keys of the accesses and each access's index into them.
+
+    Region-relative pages are small and dense, so a grid over each region's page span
+    numbers them in O(n); raw addresses (region -1) with a huge span fall back to a sort.
+    """
+    from pagecast.gym._kernels import dense_units, region_page_bounds
+
+    if len(region) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    region = np.ascontiguousarray(region, dtype=np.int64)
+    page = np.ascontiguousarray(page, dtype=np.int64)
+    if region.min() < -1:
+        raise PagecastError(f"bad region id {int(region.min())} in the trace")
+    lo, hi = region_page_bounds(region, page, int(region.max()) + 2)
+    widths = np.where(hi >= 0, hi - lo + 1, 0)
+    span = int(widths.sum())
+    if span <= _DENSE_LIMIT and lo.min() >= 0:
+        offset = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        inverse, u_region, u_page = dense_units(region, page, offset, np.where(hi >= 0, lo, 0), span)
+        return page_key(u_region, u_page), inverse
+    keys = page_key(region, page)
+    srt = np.sort(keys)
+    unit_keys = srt[np.r_[True, srt[1:] != srt[:-1]]]
+    return unit_keys, np.searchsorted(unit_keys, keys).astype(np.int64)
 
 
 @dataclass
@@ -188,22 +228,19 @@ class Windows:
     # -- construction --------------------------------------------------------------
     @classmethod
     def _build(cls, d: Demand, bounds: np.ndarray, t_slow: np.ndarray, t_fast: np.ndarray, **kw: Any) -> "Windows":
-        W = len(bounds) - 1
-        keys = page_key(d.region, d.page)
-        unit_keys, inverse = np.unique(keys, return_inverse=True)
-        U = len(unit_keys)
-        wid = np.repeat(np.arange(W, dtype=np.int64), np.diff(bounds))
-        # one sort over (window, unit) gives the sparse count matrix; no per-access Python
-        cell, cnt = np.unique(wid * max(U, 1) + inverse.astype(np.int64), return_counts=True)
+        from pagecast.gym._kernels import window_counts
+
+        unit_keys, inverse = _touched_pages(d.region, d.page)
+        win, unit, cnt = window_counts(bounds.astype(np.int64), inverse, len(unit_keys))
         return cls(
             t_slow=t_slow,
             t_fast=t_fast,
             n=np.diff(bounds).astype(np.int64),
-            win=cell // max(U, 1),
-            unit=cell % max(U, 1),
-            count=cnt.astype(np.int64),
+            win=win,
+            unit=unit,
+            count=cnt,
             unit_keys=unit_keys,
-            unit_pages=np.ones(U, dtype=np.int64),
+            unit_pages=np.ones(len(unit_keys), dtype=np.int64),
             page_size=d.page_size,
             regions=d.regions,
             **kw,
@@ -214,7 +251,7 @@ class Windows:
                   cfg: WindowConfig | None = None) -> "Windows":
         cfg = cfg or WindowConfig()
         ds = slow if isinstance(slow, Demand) else load_demand(slow)
-        df = fast if isinstance(fast, Demand) else load_demand(fast)
+        df = fast if isinstance(fast, Demand) else load_demand(fast, times_only=True)
         for d, what in ((ds, "slow"), (df, "fast")):
             if len(d) == 0:
                 raise PagecastError(f"the {what} trace has no demand rows (ACCESS or fault kinds)", path=d.path)
@@ -275,17 +312,18 @@ class Windows:
         return self.regroup(chunk_of, n_chunks)
 
     def regroup(self, unit_to_group: np.ndarray, n_groups: int) -> "Windows":
+        """Merge units into groups (``unit_to_group[u]``); counts add up, pages add up."""
         g = np.asarray(unit_to_group, dtype=np.int64)
-        cell, inv = np.unique(self.win * n_groups + g[self.unit], return_inverse=True)
-        cnt = np.bincount(inv, weights=self.count, minlength=len(cell)).astype(np.int64)
+        W = self.n_windows
+        dense = np.bincount(self.win * n_groups + g[self.unit], weights=self.count, minlength=W * n_groups)
+        cell = np.flatnonzero(dense)
         pages = np.bincount(g, weights=self.unit_pages, minlength=n_groups).astype(np.int64)
         first = np.full(n_groups, -1, dtype=np.int64)
-        order = np.argsort(g, kind="stable")
-        gs = g[order]
-        starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if len(gs) else np.zeros(0, np.int64)
-        first[gs[starts]] = self.unit_keys[order][starts]
-        return Windows(self.t_slow, self.t_fast, self.n, cell // n_groups, cell % n_groups, cnt, first, pages,
-                       self.page_size, self.regions, self.matched, dict(self.info, groups=n_groups))
+        # units are in key order, so the last write per group must be its smallest key: write reversed
+        first[g[::-1]] = self.unit_keys[::-1]
+        return Windows(self.t_slow, self.t_fast, self.n, cell // n_groups, cell % n_groups,
+                       dense[cell].astype(np.int64), first, pages, self.page_size, self.regions, self.matched,
+                       dict(self.info, groups=n_groups))
 
     def dense_counts(self, dtype: Any = np.float32) -> np.ndarray:
         """(windows × units) access counts; for chunked windows where this is small."""
