@@ -277,3 +277,19 @@ def test_cli_gym_eval_json(pair, capsys):
     assert pol["oracle-next"]["of_oracle_gain"] == 1.0
     assert pol["all-slow"]["speedup_vs_slow"] == 1.0
     assert cli_main(["gym", "eval", "/nonexistent/x.parquet"]) == 2
+
+
+@pytest.mark.slow
+def test_cli_train_writes_agent_that_eval_loads(pair, tmp_path, capsys):
+    """Plumbing only (a few hundred PPO steps): learning is measured by the benchmark run."""
+    spec = ",".join(pair)
+    agent = tmp_path / "agent"
+    assert cli_main(["gym", "train", spec, "-o", str(agent), "--timesteps", "256", "--n-envs", "1",
+                     "--window", "1000", "--chunks", "8"]) == 0
+    assert (agent / "ppo.zip").exists() and (agent / "config.json").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".agent.")]  # temp dir renamed away
+    capsys.readouterr()
+    assert cli_main(["gym", "eval", spec, "--agent", str(agent), "--json", "--policies", "all-slow"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {r["policy"] for r in out["mean"]} == {"all-slow", "ppo", "all-fast bound"}
+    assert cli_main(["gym", "eval", spec, "--agent", str(tmp_path)]) == 2

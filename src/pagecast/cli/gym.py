@@ -46,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("traces", nargs="+", metavar="TRACE")
     t.add_argument("-o", "--out", type=Path, required=True, help="agent directory to write (ppo.zip + config.json)")
     _env_args(t)
-    t.add_argument("--timesteps", type=int, default=200_000, help="PPO environment steps (default 200000)")
+    t.add_argument("--timesteps", type=int, default=100_000, help="PPO environment steps (default 100000)")
+    t.add_argument("--policy", choices=["chunkwise", "mlp"], default="chunkwise",
+                   help="chunkwise: shared per-chunk network (default); mlp: SB3 MlpPolicy")
     t.add_argument("--n-envs", type=int, default=4)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eval", nargs="*", default=None, metavar="TRACE", help="evaluate on these traces afterwards")
@@ -168,8 +170,8 @@ def run_train(args: argparse.Namespace) -> int:
     specs = parse_trace_specs(args.traces)
     cfg = _env_config(args)
     print(f"training PPO for {args.timesteps:,} steps on {len(specs)} traces ...", file=sys.stderr)
-    out = train(specs, args.out, cfg, PPOConfig(timesteps=args.timesteps, n_envs=args.n_envs, seed=args.seed),
-                verbose=1 if sys.stderr.isatty() and not args.json else 0)
+    ppo = PPOConfig(timesteps=args.timesteps, n_envs=args.n_envs, seed=args.seed, policy=args.policy)
+    out = train(specs, args.out, cfg, ppo, progress=True)
     print(f"agent written to {out}", file=sys.stderr)
     if args.eval:
         model, cfg = load_agent(out)

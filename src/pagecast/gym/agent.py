@@ -26,12 +26,12 @@ from pagecast.gym.estimator import CostModel, WindowConfig, Windows
 
 @dataclass
 class PPOConfig:
-    timesteps: int = 60_000
+    timesteps: int = 100_000
     n_envs: int = 4
     n_steps: int = 256
     batch_size: int = 256
     n_epochs: int = 10
-    learning_rate: float = 3e-4
+    learning_rate: float = 1e-3
     gamma: float = 0.9  # a placement pays off within a few windows; long horizons only add variance
     ent_coef: float = 0.0
     policy: str = "chunkwise"  # "chunkwise" (shared per-chunk net, policy.py) | "mlp" (SB3 MlpPolicy)
@@ -56,10 +56,27 @@ def preload(specs: Sequence[Any], cfg: EnvConfig) -> list[Windows]:
     return [load_windows(s, cfg.window, cfg.cost) for s in specs]
 
 
-def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOConfig, *, verbose: int = 0) -> Path:
+def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOConfig, *, verbose: int = 0,
+          progress: bool = False) -> Path:
     import torch
     from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+
+    from pagecast.cli._common import progress as progress_bar
+
+    class _Progress(BaseCallback):
+        """tqdm on stderr (SB3's own bar needs `rich`; its logger writes to stdout)."""
+
+        def _on_training_start(self) -> None:
+            self.bar = progress_bar(ppo.timesteps, "PPO", "step", disable=None if progress else True)
+
+        def _on_step(self) -> bool:
+            self.bar.update(self.training_env.num_envs)
+            return True
+
+        def _on_training_end(self) -> None:
+            self.bar.close()
 
     torch.set_num_threads(1)  # tiny MLP: threads only add overhead on a shared machine
     windows = preload(specs, cfg)
@@ -78,7 +95,7 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     model = PPO(policy, venv, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
                 learning_rate=ppo.learning_rate, gamma=ppo.gamma, ent_coef=ppo.ent_coef, seed=ppo.seed,
                 policy_kwargs=kwargs, device="cpu", verbose=verbose)
-    model.learn(total_timesteps=ppo.timesteps, progress_bar=False)
+    model.learn(total_timesteps=ppo.timesteps, callback=_Progress())
     out = Path(out_dir)
     # build in a temporary sibling directory, then rename: never a half-written agent
     out.parent.mkdir(parents=True, exist_ok=True)
