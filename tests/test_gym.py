@@ -293,3 +293,21 @@ def test_cli_train_writes_agent_that_eval_loads(pair, tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert {r["policy"] for r in out["mean"]} == {"all-slow", "ppo", "all-fast bound"}
     assert cli_main(["gym", "eval", spec, "--agent", str(tmp_path)]) == 2
+
+
+def test_rows_without_region_use_raw_address_pages(tmp_path):
+    """Rows outside any region keep page = address >> 12; --addr ranges still select them."""
+    rng = np.random.default_rng(5)
+    base = 0x5555_0000_0000 >> 12
+    pages = base + rng.integers(0, 64, 5000)
+    paths = []
+    for name, step in (("s", 100), ("f", 40)):
+        with TraceWriter(tmp_path / f"{name}.parquet") as tw:
+            tw.write(t_ns=np.arange(5000) * step, region=-1, page=pages)
+        paths.append(tmp_path / f"{name}.parquet")
+    w = Windows.from_pair(*paths, WindowConfig("accesses", 500))
+    assert w.n_units == len(np.unique(pages))
+    mask = w.mask_address_ranges([((base + 10) << 12, (base + 20) << 12)])
+    assert mask.sum() == len(np.unique(pages[(pages >= base + 10) & (pages < base + 20)]))
+    share = np.mean((pages >= base + 10) & (pages < base + 20))
+    assert w.estimate(mask) == pytest.approx(w.all_slow_time - (w.all_slow_time - w.all_fast_time) * share, rel=1e-2)

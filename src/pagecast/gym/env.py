@@ -92,9 +92,12 @@ class Episode:
     page_size: int
     scale: float
 
-    @property
-    def n_windows(self) -> int:
-        return len(self.t_slow)
+    def __post_init__(self) -> None:
+        # plain Python scalars: indexing lists is several times cheaper than numpy scalars per step
+        self.n_windows = len(self.t_slow)
+        self.ts_list = self.t_slow.tolist()
+        self.tf_list = self.t_fast.tolist()
+        self.den_list = self.den.tolist()
 
 
 def prepare_episode(w: Windows, cfg: EnvConfig, name: str = "") -> Episode:
@@ -136,7 +139,8 @@ class TieredPlacementEnv(gym.Env):
             self.action_space = spaces.MultiBinary(C)
         else:
             self.action_space = spaces.MultiDiscrete(np.full(C, 3))
-        self._idx = np.arange(C)
+        self._action_shape = (C,)
+        self._target_mode = cfg.action_mode == "target"
         self.ep = self.episodes[0]
         self._reset_state()
 
@@ -170,10 +174,10 @@ class TieredPlacementEnv(gym.Env):
 
     def target_from_action(self, action: Any) -> np.ndarray:
         a = np.asarray(action)
-        if a.shape != (self.cfg.n_chunks,):
-            raise ValueError(f"action has shape {a.shape}, expected ({self.cfg.n_chunks},)")
-        if self.cfg.action_mode == "target":
-            return a.astype(bool)
+        if a.shape != self._action_shape:
+            raise ValueError(f"action has shape {a.shape}, expected {self._action_shape}")
+        if self._target_mode:
+            return a != 0
         return (self.resident | (a == 1)) & ~(a == 2)
 
     def window_time(self, t: int, placement: np.ndarray) -> float:
@@ -187,22 +191,23 @@ class TieredPlacementEnv(gym.Env):
             raise RuntimeError("episode is over; call reset()")
         ep = self.ep
         t = self.t
+        ts, tf = ep.ts_list[t], ep.tf_list[t]
         est_ns, pages_moved, rejected, fast_pages = place_and_score(
-            self.target_from_action(action), self.resident, ep.chunk_pages, ep.capacity_pages, ep.num[t], ep.den[t],
-            ep.t_slow[t], ep.t_fast[t])
+            self.target_from_action(action), self.resident, ep.chunk_pages, ep.capacity_pages, ep.num[t],
+            ep.den_list[t], ts, tf)
         bytes_moved = pages_moved * ep.page_size
         mig_ns = bytes_moved * self.cfg.migrate_ns_per_byte
         reward = -(est_ns + mig_ns) / ep.scale
         tot = self.totals
         tot["estimated_ns"] += est_ns
         tot["migration_ns"] += mig_ns
-        tot["all_slow_ns"] += ep.t_slow[self.t]
-        tot["all_fast_ns"] += ep.t_fast[self.t]
+        tot["all_slow_ns"] += ts
+        tot["all_fast_ns"] += tf
         tot["bytes_moved"] += bytes_moved
         tot["rejected"] += rejected
-        info = {"window": self.t, "estimated_ns": est_ns, "migration_ns": mig_ns, "bytes_moved": bytes_moved,
-                "pages_moved": pages_moved, "rejected": rejected, "all_slow_ns": float(ep.t_slow[self.t]),
-                "all_fast_ns": float(ep.t_fast[self.t]), "fast_pages": int(fast_pages)}
+        info = {"window": t, "estimated_ns": est_ns, "migration_ns": mig_ns, "bytes_moved": bytes_moved,
+                "pages_moved": pages_moved, "rejected": rejected, "all_slow_ns": ts, "all_fast_ns": tf,
+                "fast_pages": fast_pages}
         self.t += 1
         self.last_info = info
         terminated = self.t >= ep.n_windows
