@@ -311,3 +311,19 @@ def test_rows_without_region_use_raw_address_pages(tmp_path):
     assert mask.sum() == len(np.unique(pages[(pages >= base + 10) & (pages < base + 20)]))
     share = np.mean((pages >= base + 10) & (pages < base + 20))
     assert w.estimate(mask) == pytest.approx(w.all_slow_time - (w.all_slow_time - w.all_fast_time) * share, rel=1e-2)
+
+
+def test_phase_windows_from_kernels_metadata(tmp_path):
+    """Phases listed in the kernels metadata (how the MemAI importer stores them)."""
+    paths = []
+    for name, step in (("s", 30), ("f", 10)):
+        with TraceWriter(tmp_path / f"{name}.parquet", regions=[Region(0, "r", "anon", length=1 << 20)]) as tw:
+            t = np.arange(300, dtype=np.int64) * step
+            tw.write(t_ns=t, region=0, page=np.arange(300) % 17)
+            for k, first in enumerate((0, 100, 250)):
+                tw.add_kernel(f"phase {k}", int(t[first]), int(t[first]) + 1, phase=k)
+        paths.append(tmp_path / f"{name}.parquet")
+    w = Windows.from_pair(*paths, WindowConfig("phases"))
+    assert list(w.n) == [100, 150, 50]
+    assert list(w.t_slow) == [3000.0, 4500.0, 49 * 30.0]
+    assert list(w.t_fast) == [1000.0, 1500.0, 49 * 10.0]

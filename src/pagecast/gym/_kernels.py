@@ -142,3 +142,15 @@ def dense_units(region: np.ndarray, page: np.ndarray, offset: np.ndarray, lo: np
         s = region[i] + 1
         inv[i] = slot_of[offset[s] + page[i] - lo[s]] - 1
     return inv, u_region, u_page
+
+
+@njit(cache=True, nogil=True)
+def first_fit(order: np.ndarray, chunk_pages: np.ndarray, capacity: int) -> np.ndarray:
+    """Take chunks in the given order, skipping any that no longer fit, until none does."""
+    out = np.zeros(len(chunk_pages), np.bool_)
+    used = 0
+    for c in order:
+        if used + chunk_pages[c] <= capacity:
+            out[c] = True
+            used += chunk_pages[c]
+    return out

@@ -11,21 +11,21 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecast.gym._kernels import first_fit
 from pagecast.gym.env import TieredPlacementEnv
 
 Policy = Callable[[TieredPlacementEnv, np.ndarray], np.ndarray]
 
 
 def fill(env: TieredPlacementEnv, scores: np.ndarray, positive_only: bool = True) -> np.ndarray:
-    """Chunks by decreasing score (ties: resident first) until the capacity is full."""
-    pages = env.ep.chunk_pages
+    """Chunks by decreasing score (ties: resident first), first fit, until the capacity is full.
+
+    Scores should be per page (accesses / chunk pages): the capacity is in pages, so that is
+    the greedy order that serves the most accesses."""
     order = np.lexsort((~env.resident, -np.asarray(scores, dtype=np.float64)))
     if positive_only:
         order = order[np.asarray(scores)[order] > 0]
-    keep = order[np.cumsum(pages[order]) <= env.ep.capacity_pages]
-    out = np.zeros(env.cfg.n_chunks, dtype=bool)
-    out[keep] = True
-    return out
+    return first_fit(order.astype(np.int64), env.ep.chunk_pages, env.ep.capacity_pages)
 
 
 def all_slow(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
@@ -46,14 +46,14 @@ def make_random(seed: int = 0) -> Policy:
 
 
 def hottest_last(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
-    """The chunks most accessed in the last window (causal)."""
-    return fill(env, env.last_counts())
+    """The chunks most accessed per page in the last window (causal)."""
+    return fill(env, env.last_counts() / env.ep.chunk_pages)
 
 
 def oracle_next(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
     """The chunks most accessed in the window about to play (knows the future; ignores
     migration cost, so it bounds placement quality, not necessarily total time)."""
-    return fill(env, env.next_counts())
+    return fill(env, env.next_counts() / env.ep.chunk_pages)
 
 
 def to_action(env: TieredPlacementEnv, target: np.ndarray) -> np.ndarray:

@@ -18,8 +18,10 @@ Window matching (``WindowConfig.mode``):
   two streams differ in length (sampled traces), the fast boundaries are placed at the
   same *fraction* of the stream and ``Windows.matched`` says ``proportional``.
 * ``phases`` — a window starts at every KERNEL row (GPU kernel launches, or any source
-  that marks program phases with them); the i-th phase of one trace matches the i-th of
-  the other. The traces must hold the same number of markers.
+  that marks program phases with them) or, in a trace without KERNEL rows, at the first
+  demand row at or after each ``start_ns`` of the trace's kernels list (where the MemAI
+  importer keeps the application's phases); the i-th phase of one trace matches the i-th
+  of the other. The traces must hold the same number of phases.
 
 Time matching is deliberately not offered: the fast run does the same work in less time,
 so equal time slices do not cover the same work.
@@ -104,6 +106,7 @@ class Demand:
     region: np.ndarray
     page: np.ndarray
     markers: np.ndarray  # for each KERNEL row: number of demand rows before it
+    phase_starts_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # kernels list start_ns
     regions: list[Region] = field(default_factory=list)
     page_size: int = 4096
     path: Path | None = None
@@ -149,6 +152,7 @@ def load_demand(trace: Trace | str | Path, batch_rows: int = 1 << 21, times_only
         region=cat(parts["region"], np.int32) if not times_only else np.zeros(0, np.int32),
         page=cat(parts["page"], np.int64) if not times_only else np.zeros(0, np.int64),
         markers=cat(marks, np.int64),
+        phase_starts_ns=np.array(sorted(int(k.get("start_ns", 0)) for k in tr.kernels), dtype=np.int64),
         regions=list(tr.regions),
         page_size=tr.page_size,
         path=tr.path,
@@ -160,7 +164,12 @@ def _boundaries(d: Demand, cfg: WindowConfig) -> np.ndarray:
     n = len(d)
     if cfg.mode == "accesses":
         return np.append(np.arange(0, n, cfg.size, dtype=np.int64), n)
-    starts = np.unique(np.concatenate([[0], d.markers[d.markers < n]]))
+    if len(d.markers):
+        marks = d.markers
+    else:
+        # no KERNEL rows: phases listed in the trace's kernels metadata (e.g. MemAI imports)
+        marks = np.searchsorted(d.t_ns, d.phase_starts_ns, side="left")
+    starts = np.unique(np.concatenate([[0], marks[marks < n]]))
     return np.append(starts, n).astype(np.int64)
 
 
