@@ -327,3 +327,18 @@ def test_phase_windows_from_kernels_metadata(tmp_path):
     assert list(w.n) == [100, 150, 50]
     assert list(w.t_slow) == [3000.0, 4500.0, 49 * 30.0]
     assert list(w.t_fast) == [1000.0, 1500.0, 49 * 10.0]
+
+
+def test_generator_hot_set_jumps_and_drifts():
+    from pagecast.gym.tracegen import generate_accesses
+
+    cfg = HotsetConfig(pages=4096, accesses=20_000, hot_fraction=0.05, hot_share=1.0, phase_accesses=10_000,
+                       drift=0.05, seed=2)
+    page, gaps = generate_accesses(cfg)
+    assert len(page) == 20_000 and page.min() >= 0 and page.max() < 4096 and (gaps > 0).all()
+    hot = int(0.05 * 4096)
+    first, last = page[:500], page[9_500:10_000]
+    # within a phase the hot set slides by drift * accesses (mod the region), keeping its width
+    shift = (np.median(last) - np.median(first)) % 4096
+    assert min(abs(shift - 475), abs(shift - (4096 - 475))) < 40
+    assert np.ptp(np.sort((first - first.min()) % 4096)[: int(0.9 * 500)]) <= hot

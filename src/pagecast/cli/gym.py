@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--hot-fraction", type=float, default=0.125)
     g.add_argument("--hot-share", type=float, default=0.9)
     g.add_argument("--phase-accesses", type=int, default=40_000, help="accesses between hot set moves")
+    g.add_argument("--drift", type=float, default=0.0,
+                   help="pages per access the hot set slides within a phase (default 0: it only jumps)")
     g.add_argument("--slow-ns", type=float, default=120.0)
     g.add_argument("--fast-ns", type=float, default=40.0)
     add_json_flag(g)
@@ -142,7 +144,7 @@ def run_gen(args: argparse.Namespace) -> int:
     with progress(len(seeds), "traces", "pair") as bar:
         for s in seeds:
             cfg = HotsetConfig(pages=args.pages, accesses=args.accesses, hot_fraction=args.hot_fraction,
-                               hot_share=args.hot_share, phase_accesses=args.phase_accesses,
+                               hot_share=args.hot_share, phase_accesses=args.phase_accesses, drift=args.drift,
                                slow_ns=args.slow_ns, fast_ns=args.fast_ns, seed=s)
             a, b = write_pair(cfg, args.out_dir / f"{args.name}-{s}.slow.parquet",
                               args.out_dir / f"{args.name}-{s}.fast.parquet")

@@ -60,6 +60,8 @@ class EnvConfig:
             raise PagecastError("history and n_chunks must be >= 1")
         if self.migrate_ns_per_byte < 0:
             raise PagecastError("migration cost per byte must be >= 0")
+        if self.capacity < 0 or (self.capacity_pages is not None and self.capacity_pages < 0):
+            raise PagecastError("fast tier capacity must be >= 0")
 
 
 TraceSpec = "str | Path | tuple[str | Path, str | Path] | Windows"

@@ -10,7 +10,9 @@ traces are ordinary pagecast traces (ACCESS rows, region-relative pages) written
 The access pattern: a data region of ``pages`` pages; during each phase of
 ``phase_accesses`` accesses, ``hot_share`` of the accesses fall uniformly into a hot set of
 ``hot_fraction * pages`` contiguous pages, the rest uniformly over the region. The hot set
-jumps to a random place at each phase change. A placement policy must follow it.
+jumps to a random place at each phase change; with ``drift`` it also slides by ``drift``
+pages per access during a phase (wrapping around the region), in a direction drawn per
+phase. A placement policy must follow it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class HotsetConfig:
     hot_fraction: float = 0.125
     hot_share: float = 0.9
     phase_accesses: int = 40_000
+    drift: float = 0.0  # pages per access the hot set slides within a phase (direction random per phase)
     compute_ns: float = 20.0  # mean compute time between two accesses
     slow_ns: float = 120.0  # per-access memory time in the slow tier (DDR-like)
     fast_ns: float = 40.0  # per-access memory time in the fast tier (HBM-like)
@@ -48,9 +51,16 @@ def generate_accesses(cfg: HotsetConfig) -> tuple[np.ndarray, np.ndarray]:
     hot = max(1, int(round(cfg.hot_fraction * cfg.pages)))
     phases = -(-n // cfg.phase_accesses)
     hot_start = rng.integers(0, cfg.pages - hot + 1, size=phases)
-    phase = np.arange(n, dtype=np.int64) // cfg.phase_accesses
+    # own stream, so adding drift left the traces of earlier versions unchanged
+    direction = np.random.default_rng([cfg.seed, 3]).choice(np.array([-1.0, 1.0]), size=phases)
+    idx = np.arange(n, dtype=np.int64)
+    phase = idx // cfg.phase_accesses
     in_hot = rng.random(n) < cfg.hot_share
-    page = np.where(in_hot, hot_start[phase] + rng.integers(0, hot, size=n), rng.integers(0, cfg.pages, size=n))
+    start = hot_start[phase].astype(np.float64)
+    if cfg.drift:
+        start = start + direction[phase] * cfg.drift * (idx - phase * cfg.phase_accesses)
+    hot_page = (np.floor(start).astype(np.int64) + rng.integers(0, hot, size=n)) % cfg.pages
+    page = np.where(in_hot, hot_page, rng.integers(0, cfg.pages, size=n))
     gaps = rng.exponential(cfg.compute_ns, size=n)
     return page.astype(np.int64), gaps
 
