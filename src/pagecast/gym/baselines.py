@@ -47,13 +47,13 @@ def make_random(seed: int = 0) -> Policy:
 
 def hottest_last(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
     """The chunks most accessed per page in the last window (causal)."""
-    return fill(env, env.last_counts() / env.ep.chunk_pages)
+    return fill(env, env.last_counts() / np.maximum(env.ep.chunk_pages, 1))
 
 
 def oracle_next(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
     """The chunks most accessed in the window about to play (knows the future; ignores
     migration cost, so it bounds placement quality, not necessarily total time)."""
-    return fill(env, env.next_counts() / env.ep.chunk_pages)
+    return fill(env, env.next_counts() / np.maximum(env.ep.chunk_pages, 1))
 
 
 def to_action(env: TieredPlacementEnv, target: np.ndarray) -> np.ndarray:

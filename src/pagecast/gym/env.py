@@ -64,9 +64,6 @@ class EnvConfig:
             raise PagecastError("fast tier capacity must be >= 0")
 
 
-TraceSpec = "str | Path | tuple[str | Path, str | Path] | Windows"
-
-
 def load_windows(spec: Any, window: WindowConfig, cost: CostModel) -> Windows:
     """A trace spec is a Windows object, a (slow, fast) pair of paths, or one path (cost model)."""
     if isinstance(spec, Windows):
