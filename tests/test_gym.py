@@ -342,3 +342,15 @@ def test_generator_hot_set_jumps_and_drifts():
     shift = (np.median(last) - np.median(first)) % 4096
     assert min(abs(shift - 475), abs(shift - (4096 - 475))) < 40
     assert np.ptp(np.sort((first - first.min()) % 4096)[: int(0.9 * 500)]) <= hot
+
+
+@pytest.mark.parametrize("spread", [64, 1 << 36])
+def test_page_numbering_dense_grid_and_sort_fallback(spread):
+    from pagecast.gym.estimator import _touched_pages, page_key
+
+    rng = np.random.default_rng(1)
+    region = rng.integers(-1, 3, 20_000)
+    page = rng.integers(0, spread, 20_000)
+    keys, inverse = _touched_pages(region, page)
+    assert np.array_equal(keys, np.unique(page_key(region, page)))
+    assert np.array_equal(keys[inverse], page_key(region, page))

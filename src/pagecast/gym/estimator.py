@@ -182,7 +182,7 @@ def _window_spans(t: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     return np.diff(times)
 
 
-_DENSE_LIMIT = 1 << 27  # grid cells (1 GiB of int64 at most) before falling back to sorting
+_DENSE_MIN = 1 << 22  # grid cells always allowed (32 MiB); beyond, at most 4 cells per access
 
 
 def _touched_pages(region: np.ndarray, page: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -202,7 +202,7 @@ def _touched_pages(region: np.ndarray, page: np.ndarray) -> tuple[np.ndarray, np
     lo, hi = region_page_bounds(region, page, int(region.max()) + 2)
     widths = np.where(hi >= 0, hi - lo + 1, 0)
     span = int(widths.sum())
-    if span <= _DENSE_LIMIT and lo.min() >= 0:
+    if span <= max(_DENSE_MIN, 4 * len(region)) and lo.min() >= 0:
         offset = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
         inverse, u_region, u_page = dense_units(region, page, offset, np.where(hi >= 0, lo, 0), span)
         return page_key(u_region, u_page), inverse
@@ -218,7 +218,7 @@ class Windows:
 
     A *unit* is a touched page (``unit_keys`` holds its (region, page) key); ``Windows.chunked``
     gives coarser units. The counts are COO entries (window ``win``, unit ``unit``, ``count``)
-    sorted by window.
+    in window order.
     """
 
     t_slow: np.ndarray  # float64[W] all-slow time of each window, ns
