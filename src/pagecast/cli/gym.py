@@ -44,21 +44,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(g)
     g.set_defaults(func=run_gen)
 
-    t = gs.add_parser("train", help="train a PPO agent (stable-baselines3) on traces")
-    t.add_argument("traces", nargs="+", metavar="TRACE")
+    t = gs.add_parser("train", help="train a PPO agent (stable-baselines3) on traces",
+                      description="Train PPO on the given traces (one trace per episode, picked at random) and "
+                                  "write the agent directory; --eval scores it on held-out traces afterwards.")
+    t.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs")
     t.add_argument("-o", "--out", type=Path, required=True, help="agent directory to write (ppo.zip + config.json)")
     _env_args(t)
     t.add_argument("--timesteps", type=int, default=100_000, help="PPO environment steps (default 100000)")
     t.add_argument("--policy", choices=["chunkwise", "mlp"], default="chunkwise",
                    help="chunkwise: shared per-chunk network (default); mlp: SB3 MlpPolicy")
-    t.add_argument("--n-envs", type=int, default=4)
-    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--n-envs", type=int, default=4, help="environment copies stepped per rollout (4)")
+    t.add_argument("--seed", type=int, default=0, help="seed of PPO and of the environments (0)")
     t.add_argument("--eval", nargs="*", default=None, metavar="TRACE", help="evaluate on these traces afterwards")
     add_json_flag(t)
     t.set_defaults(func=run_train)
 
-    e = gs.add_parser("eval", help="score baselines (and a trained agent) on traces; prints a table")
-    e.add_argument("traces", nargs="+", metavar="TRACE")
+    e = gs.add_parser("eval", help="score baselines (and a trained agent) on traces; prints a table",
+                      description="Play every trace with each baseline (and --agent) and print estimated time "
+                                  "incl. migrations, speedup over all-slow and the share of the next-window "
+                                  "oracle's saving; the mean over traces unless --per-trace.")
+    e.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs")
     e.add_argument("--agent", type=Path, default=None, help="trained agent directory (its env settings are used)")
     e.add_argument("--policies", default=",".join(POLICIES), help=f"baselines to run (default {','.join(POLICIES)})")
     e.add_argument("--per-trace", action="store_true", help="one row per trace and policy, not the mean")
@@ -67,7 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.set_defaults(func=run_eval)
 
     pl = gs.add_parser("play", help="play one trace with one policy and render every window")
-    pl.add_argument("trace", metavar="TRACE")
+    pl.add_argument("trace", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair or one trace")
     pl.add_argument("--policy", default="hottest-last", choices=POLICIES)
     pl.add_argument("--every", type=int, default=1, help="render every N-th window")
     _env_args(pl)
@@ -80,9 +85,11 @@ def _env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", type=int, default=2, help="past windows in the observation (2)")
     p.add_argument("--capacity", type=float, default=0.125, help="fast tier size, fraction of touched pages (0.125)")
     p.add_argument("--window", type=int, default=10_000, help="demand rows per window (10000)")
-    p.add_argument("--window-mode", choices=["accesses", "phases"], default="accesses")
+    p.add_argument("--window-mode", choices=["accesses", "phases"], default="accesses",
+                   help="windows of --window demand rows (default), or one window per phase/kernel")
     p.add_argument("--migrate-ns-per-byte", type=float, default=0.1, help="migration cost, ns per byte (0.1 = 10 GB/s)")
-    p.add_argument("--action-mode", choices=["target", "delta"], default="target")
+    p.add_argument("--action-mode", choices=["target", "delta"], default="target",
+                   help="target: MultiBinary wanted set (default); delta: keep/promote/demote per chunk")
     p.add_argument("--slow-ns", type=float, default=100.0, help="single traces: slow tier ns per access")
     p.add_argument("--fast-ns", type=float, default=30.0, help="single traces: fast tier ns per access")
 
