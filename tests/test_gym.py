@@ -14,7 +14,7 @@ from gymnasium.utils.env_checker import check_env
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
 from pagecast.gym import ENV_ID
-from pagecast.gym.baselines import fill, hottest_last, make_random, oracle_next, run_episode, to_action
+from pagecast.gym.baselines import hottest_last, make_random, oracle_next, run_episode, to_action
 from pagecast.gym.env import EnvConfig, TieredPlacementEnv
 from pagecast.gym.estimator import CostModel, WindowConfig, Windows, load_demand
 from pagecast.gym.tracegen import HotsetConfig, write_pair
