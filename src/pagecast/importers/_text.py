@@ -99,3 +99,57 @@ def fail_at(path: str | Path, lines: Lines, bad_mask: np.ndarray, what: str) -> 
     i = int(np.flatnonzero(bad_mask)[0])
     text = bytes(lines.buf[lines.starts[i]:lines.ends[i]][:60]).decode("utf-8", "replace")
     raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
+
+
+def split_fields(path: str | Path, lines: Lines, idx: np.ndarray, nfields: int, sep: int = ord(","),
+                 what: str = "row") -> tuple[np.ndarray, np.ndarray]:
+    """Field bounds of lines ``idx`` that must have exactly ``nfields`` fields.
+
+    Returns (starts, stops), each shaped (nfields, len(idx)). Consecutive separators
+    (e.g. several spaces) are not merged: callers normalise first if they need that.
+    """
+    buf = lines.buf
+    s, e = lines.starts[idx], lines.ends[idx]
+    seps = np.flatnonzero(buf == sep)
+    k = np.searchsorted(seps, s)
+    m = len(seps)
+    pos = [seps[np.minimum(k + j, m - 1)] if m else np.full(len(s), -1) for j in range(nfields)]
+    ok = np.ones(len(s), bool)
+    if nfields > 1:
+        ok &= (k + nfields - 2 < m) & (pos[nfields - 2] < e) if m else np.zeros(len(s), bool)
+    ok &= (k + nfields - 1 >= m) | (pos[nfields - 1] >= e) if m else ok
+    if not ok.all():
+        mask = np.zeros(len(lines), bool)
+        mask[idx[np.flatnonzero(~ok)[0]]] = True
+        fail_at(path, lines, mask, f"{what} needs exactly {nfields} fields")
+    starts = np.stack([s] + [pos[j] + 1 for j in range(nfields - 1)])
+    stops = np.stack([pos[j] for j in range(nfields - 1)] + [e])
+    return starts, stops
+
+
+def parse_float(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode decimal floats field by field (few rows per file: prediction scores)."""
+    vals = np.empty(len(start))
+    ok = np.ones(len(start), bool)
+    for i, (a, b) in enumerate(zip(start.tolist(), stop.tolist())):
+        try:
+            vals[i] = float(bytes(buf[a:b]))
+        except ValueError:
+            ok[i] = False
+    return vals, ok
+
+
+def strip_bounds(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Trim spaces/tabs around fields (vectorised, up to 8 on each side)."""
+    for _ in range(8):
+        ws = (start < stop) & ((buf[np.minimum(start, len(buf) - 1)] == 32) | (buf[np.minimum(start, len(buf) - 1)] == 9))
+        if not ws.any():
+            break
+        start = start + ws
+    for _ in range(8):
+        last = np.maximum(stop - 1, 0)
+        ws = (start < stop) & ((buf[last] == 32) | (buf[last] == 9))
+        if not ws.any():
+            break
+        stop = stop - ws
+    return start, stop
