@@ -1,7 +1,7 @@
 """Page-granularity access heatmaps (time × page), like damo's heatmap.
 
-Two streaming passes over the trace: the first finds the time span and each region's
-row count and page range, the second bins rows into a fixed grid per region with one
+Three streaming passes over the trace: rows per region and the time span, then the
+page range of the chosen regions, then binning rows into a fixed grid per region with one
 ``np.bincount`` per batch. Memory is the grids, whatever the trace size.
 """
 
@@ -40,23 +40,34 @@ class RegionGrid:
 
 def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None) -> tuple[list[RegionGrid], int, int]:
     nreg = len(t.regions)
-    kinds = None if cfg.kinds is None else np.asarray(cfg.kinds, np.uint8)
-    rows = np.zeros(nreg, np.int64)
-    pmin = np.full(nreg, np.iinfo(np.int64).max)
-    pmax = np.full(nreg, -1, np.int64)
-    tmin, tmax = None, None
+    kind_ok = np.ones(256, bool)
+    if cfg.kinds is not None:
+        kind_ok[:] = False
+        kind_ok[np.asarray(cfg.kinds, np.uint8)] = True
     cols = ["t_ns", "region", "page", "kind"]
-    for b in t.iter_batches(cols, cfg.batch_rows):
-        keep = (b["region"] >= 0) & (b["region"] < nreg)
-        if kinds is not None:
-            keep &= np.isin(b["kind"], kinds)
-        r, p, tt = b["region"][keep], b["page"][keep], b["t_ns"][keep]
+    # lookup tables instead of np.isin: one gather per batch
+    all_ok = np.ones(nreg + 1, bool)
+    all_ok[-1] = False  # slot for region -1 and out-of-range ids
+
+    def rows_of(b: dict[str, np.ndarray], ok: np.ndarray) -> np.ndarray:
+        r = b["region"]
+        idx = np.where((r >= 0) & (r < nreg), r, nreg)
+        keep = ok[idx]
+        if cfg.kinds is not None:
+            keep &= kind_ok[b["kind"]]
+        return keep
+
+    # pass 1: rows per region and the time span (bincount, no sorting)
+    rows = np.zeros(nreg, np.int64)
+    tmin, tmax = None, None
+    for b in t.iter_batches(["t_ns", "region", "kind"], cfg.batch_rows):
+        keep = rows_of(b, all_ok)
         if on_rows:
-            on_rows(len(b["t_ns"]))
-        if not len(r):
+            on_rows(len(keep))
+        if not keep.any():
             continue
-        rows += np.bincount(r, minlength=nreg)
-        _minmax(r, p, pmin, pmax)
+        rows += np.bincount(b["region"][keep], minlength=nreg)
+        tt = b["t_ns"][keep]
         lo, hi = int(tt.min()), int(tt.max())
         tmin = lo if tmin is None else min(tmin, lo)
         tmax = hi if tmax is None else max(tmax, hi)
@@ -69,42 +80,48 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
             raise PagecastError(f"no region {bad[0]} (trace has {nreg})", path=t.path)
     else:
         chosen = [int(r) for r in np.argsort(-rows, kind="stable")[: cfg.top] if rows[r] > 0]
+    sel_ok = np.zeros(nreg + 1, bool)
+    sel_ok[chosen] = True
+    # pass 2: page range of the chosen regions only
+    pmin = {r: np.iinfo(np.int64).max for r in chosen}
+    pmax = {r: -1 for r in chosen}
+    for b in t.iter_batches(["region", "page", "kind"], cfg.batch_rows):
+        keep = rows_of(b, sel_ok)
+        if on_rows:
+            on_rows(len(keep))
+        r, p = b["region"][keep], b["page"][keep]
+        for rid in chosen:
+            pr = p[r == rid]
+            if len(pr):
+                pmin[rid] = min(pmin[rid], int(pr.min()))
+                pmax[rid] = max(pmax[rid], int(pr.max()))
     span = max(tmax - tmin, 1)
     grids = {}
     for rid in chosen:
-        lo = int(pmin[rid]) if rows[rid] else 0
-        hi = int(pmax[rid]) + 1 if rows[rid] else 1
+        lo, hi = (pmin[rid], pmax[rid] + 1) if pmax[rid] >= 0 else (0, 1)
         pbins = min(cfg.page_bins, hi - lo)  # never a bin narrower than one page
         grids[rid] = RegionGrid(rid, t.regions[rid].name, lo, hi, np.zeros((pbins, cfg.time_bins), np.int64))
-    sel_ids = np.array(chosen, np.int32)
+    # pass 3: one bincount per batch over all chosen regions' grids laid end to end
+    slot = np.full(nreg, -1, np.int64)
+    slot[chosen] = np.arange(len(chosen))
+    lo = np.array([grids[r].page_lo for r in chosen], np.int64)
+    width = np.array([max(grids[r].page_hi - grids[r].page_lo, 1) for r in chosen], np.int64)
+    pbins = np.array([grids[r].grid.shape[0] for r in chosen], np.int64)
+    sizes = pbins * cfg.time_bins
+    off = np.concatenate([[0], np.cumsum(sizes)])
+    total = np.zeros(int(off[-1]), np.int64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        keep = np.isin(b["region"], sel_ids)
-        if kinds is not None:
-            keep &= np.isin(b["kind"], kinds)
-        r, p, tt = b["region"][keep], b["page"][keep], b["t_ns"][keep]
+        keep = rows_of(b, sel_ok)
+        sl = slot[b["region"][keep]]
+        p, tt = b["page"][keep], b["t_ns"][keep]
         tb = np.minimum((tt - tmin) * cfg.time_bins // span, cfg.time_bins - 1)
-        for rid in chosen:
-            m = r == rid
-            if not m.any():
-                continue
-            g = grids[rid]
-            width = max(g.page_hi - g.page_lo, 1)
-            pbins = g.grid.shape[0]
-            pb = np.minimum((p[m] - g.page_lo) * pbins // width, pbins - 1)
-            g.grid += np.bincount(pb * cfg.time_bins + tb[m], minlength=g.grid.size).reshape(g.grid.shape)
+        pb = np.minimum((p - lo[sl]) * pbins[sl] // width[sl], pbins[sl] - 1)
+        total += np.bincount(off[sl] + pb * cfg.time_bins + tb, minlength=len(total))
         if on_rows:
-            on_rows(len(b["t_ns"]))
+            on_rows(len(keep))
+    for i, rid in enumerate(chosen):
+        grids[rid].grid = total[off[i]:off[i + 1]].reshape(grids[rid].grid.shape)
     return [grids[r] for r in chosen], tmin, tmax
-
-
-def _minmax(r: np.ndarray, p: np.ndarray, pmin: np.ndarray, pmax: np.ndarray) -> None:
-    order = np.lexsort((p, r))
-    rs, ps = r[order], p[order]
-    first = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
-    last = np.r_[first[1:] - 1, len(rs) - 1]
-    ids = rs[first]
-    pmin[ids] = np.minimum(pmin[ids], ps[first])
-    pmax[ids] = np.maximum(pmax[ids], ps[last])
 
 
 def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,
