@@ -15,7 +15,7 @@ from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
 from pagecast.importers import ai4mem, champsim, lackey, memai
 from pagecast.importers.ai4mem_predictions import attach_triggers, read_predictions_csv, write_predictions_csv
-from pagecast.trace import Kind, Region, Schedule, open_trace, read_schedule
+from pagecast.trace import Kind, Region, open_trace
 from pagecast.trace.schema import FLAG_WRITE
 
 SHARED = Path(os.environ.get("PAGECAST_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared"))

@@ -164,3 +164,14 @@ def _has_subsequence(pages: list[int], rel: list[int]) -> bool:
                 if k == len(rel):
                     return True
     return False
+
+
+def test_child_processes_followed(touchpages, datafile):
+    drop_file(datafile)
+    script = f"true; {touchpages} {datafile} {','.join(map(str, PAGES))} >/dev/null; exit 5"
+    b, mon = read_all(["sh", "-c", script])
+    assert mon.returncode == 5
+    rid = _file_region(mon, datafile)
+    sel = b.region == rid
+    assert b.page[sel].tolist() == PAGES and (b.kind[sel] == Kind.FAULT_MAJOR).all()
+    assert set(b.pid[sel].tolist()) != {mon.pid}  # faulted in the forked child, not in sh
