@@ -49,7 +49,7 @@ def datafile(tmp_path: Path) -> Path:
     p.unlink(missing_ok=True)
 
 
-def _run(tp: Path, f: Path, extra=(), out: Path | None = None):
+def _run(tp: Path, f: Path, extra: tuple | list = ()):
     drop_file(f)
     cmd = [str(tp), str(f), ",".join(map(str, PAGES)), *extra]
     return read_all(cmd, stdout=subprocess.DEVNULL)
