@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("--time-bins, --page-bins and --top must be positive")
     cfg = HeatmapConfig(regions=args.region, top=args.top, time_bins=args.time_bins, page_bins=args.page_bins, kinds=kinds)
     n = open_trace(args.trace).num_rows
-    with progress(total=3 * n, desc="rows", unit="row") as bar:
+    with progress(total=2 * n, desc="rows", unit="row") as bar:
         info = plot(args.trace, args.output, cfg, on_rows=bar.update)
     if args.json:
         print_json(info)

@@ -1,8 +1,8 @@
 """Page-granularity access heatmaps (time × page), like damo's heatmap.
 
-Three streaming passes over the trace: rows per region and the time span, then the
-page range of the chosen regions, then binning rows into a fixed grid per region with one
-``np.bincount`` per batch. Memory is the grids, whatever the trace size.
+Two streaming passes over the trace, each a numba loop per batch: rows, page range per
+region and the time span; then counting the chosen regions' rows into fixed grids.
+Memory is the grids, whatever the trace size.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numba
 import numpy as np
 
 from pagecast.errors import PagecastError
@@ -38,41 +39,65 @@ class RegionGrid:
     grid: np.ndarray  # (page_bins, time_bins) counts
 
 
+@numba.njit(cache=True, nogil=True)
+def _scan(region, page, t, kind, kind_ok, nreg, rows, pmin, pmax, trange):  # pragma: no cover - jitted
+    """Pass 1: rows, page range per region and the time span of rows that will be drawn."""
+    for i in range(len(region)):
+        r = region[i]
+        if r < 0 or r >= nreg or not kind_ok[kind[i]]:
+            continue
+        rows[r] += 1
+        p = page[i]
+        if p < pmin[r]:
+            pmin[r] = p
+        if p > pmax[r]:
+            pmax[r] = p
+        if t[i] < trange[0]:
+            trange[0] = t[i]
+        if t[i] > trange[1]:
+            trange[1] = t[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bin(region, page, t, kind, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins, total):  # pragma: no cover
+    """Pass 2: count each drawn row into its region's (page bin, time bin) cell."""
+    nreg = len(slot)
+    for i in range(len(region)):
+        r = region[i]
+        if r < 0 or r >= nreg or not kind_ok[kind[i]]:
+            continue
+        s = slot[r]
+        if s < 0:
+            continue
+        tb = (t[i] - tmin) * tbins // span
+        if tb >= tbins:
+            tb = tbins - 1
+        pb = (page[i] - lo[s]) * pbins[s] // width[s]
+        if pb >= pbins[s]:
+            pb = pbins[s] - 1
+        if pb < 0:
+            pb = 0
+        total[off[s] + pb * tbins + tb] += 1
+
+
 def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None) -> tuple[list[RegionGrid], int, int]:
     nreg = len(t.regions)
-    kind_ok = np.ones(256, bool)
+    kind_ok = np.ones(256, np.bool_)
     if cfg.kinds is not None:
         kind_ok[:] = False
         kind_ok[np.asarray(cfg.kinds, np.uint8)] = True
     cols = ["t_ns", "region", "page", "kind"]
-    # lookup tables instead of np.isin: one gather per batch
-    all_ok = np.ones(nreg + 1, bool)
-    all_ok[-1] = False  # slot for region -1 and out-of-range ids
-
-    def rows_of(b: dict[str, np.ndarray], ok: np.ndarray) -> np.ndarray:
-        r = b["region"]
-        idx = np.where((r >= 0) & (r < nreg), r, nreg)
-        keep = ok[idx]
-        if cfg.kinds is not None:
-            keep &= kind_ok[b["kind"]]
-        return keep
-
-    # pass 1: rows per region and the time span (bincount, no sorting)
     rows = np.zeros(nreg, np.int64)
-    tmin, tmax = None, None
-    for b in t.iter_batches(["t_ns", "region", "kind"], cfg.batch_rows):
-        keep = rows_of(b, all_ok)
+    pmin = np.full(nreg, np.iinfo(np.int64).max, np.int64)
+    pmax = np.full(nreg, -1, np.int64)
+    trange = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64)
+    for b in t.iter_batches(cols, cfg.batch_rows):
+        _scan(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, nreg, rows, pmin, pmax, trange)
         if on_rows:
-            on_rows(len(keep))
-        if not keep.any():
-            continue
-        rows += np.bincount(b["region"][keep], minlength=nreg)
-        tt = b["t_ns"][keep]
-        lo, hi = int(tt.min()), int(tt.max())
-        tmin = lo if tmin is None else min(tmin, lo)
-        tmax = hi if tmax is None else max(tmax, hi)
-    if tmin is None:
+            on_rows(len(b["t_ns"]))
+    if not rows.any():
         raise PagecastError("no rows with a known region to plot", path=t.path)
+    tmin, tmax = int(trange[0]), int(trange[1])
     if cfg.regions:
         chosen = [int(r) for r in cfg.regions]
         bad = [r for r in chosen if not 0 <= r < nreg]
@@ -80,45 +105,25 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
             raise PagecastError(f"no region {bad[0]} (trace has {nreg})", path=t.path)
     else:
         chosen = [int(r) for r in np.argsort(-rows, kind="stable")[: cfg.top] if rows[r] > 0]
-    sel_ok = np.zeros(nreg + 1, bool)
-    sel_ok[chosen] = True
-    # pass 2: page range of the chosen regions only
-    pmin = {r: np.iinfo(np.int64).max for r in chosen}
-    pmax = {r: -1 for r in chosen}
-    for b in t.iter_batches(["region", "page", "kind"], cfg.batch_rows):
-        keep = rows_of(b, sel_ok)
-        if on_rows:
-            on_rows(len(keep))
-        r, p = b["region"][keep], b["page"][keep]
-        for rid in chosen:
-            pr = p[r == rid]
-            if len(pr):
-                pmin[rid] = min(pmin[rid], int(pr.min()))
-                pmax[rid] = max(pmax[rid], int(pr.max()))
     span = max(tmax - tmin, 1)
     grids = {}
     for rid in chosen:
-        lo, hi = (pmin[rid], pmax[rid] + 1) if pmax[rid] >= 0 else (0, 1)
+        lo, hi = (int(pmin[rid]), int(pmax[rid]) + 1) if rows[rid] else (0, 1)
         pbins = min(cfg.page_bins, hi - lo)  # never a bin narrower than one page
         grids[rid] = RegionGrid(rid, t.regions[rid].name, lo, hi, np.zeros((pbins, cfg.time_bins), np.int64))
-    # pass 3: one bincount per batch over all chosen regions' grids laid end to end
+    # the chosen regions' grids laid end to end in one array
     slot = np.full(nreg, -1, np.int64)
     slot[chosen] = np.arange(len(chosen))
     lo = np.array([grids[r].page_lo for r in chosen], np.int64)
     width = np.array([max(grids[r].page_hi - grids[r].page_lo, 1) for r in chosen], np.int64)
     pbins = np.array([grids[r].grid.shape[0] for r in chosen], np.int64)
-    sizes = pbins * cfg.time_bins
-    off = np.concatenate([[0], np.cumsum(sizes)])
+    off = np.concatenate([[0], np.cumsum(pbins * cfg.time_bins)]).astype(np.int64)
     total = np.zeros(int(off[-1]), np.int64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        keep = rows_of(b, sel_ok)
-        sl = slot[b["region"][keep]]
-        p, tt = b["page"][keep], b["t_ns"][keep]
-        tb = np.minimum((tt - tmin) * cfg.time_bins // span, cfg.time_bins - 1)
-        pb = np.minimum((p - lo[sl]) * pbins[sl] // width[sl], pbins[sl] - 1)
-        total += np.bincount(off[sl] + pb * cfg.time_bins + tb, minlength=len(total))
+        _bin(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, slot, lo, width, pbins, off, tmin, span,
+             cfg.time_bins, total)
         if on_rows:
-            on_rows(len(keep))
+            on_rows(len(b["t_ns"]))
     for i, rid in enumerate(chosen):
         grids[rid].grid = total[off[i]:off[i + 1]].reshape(grids[rid].grid.shape)
     return [grids[r] for r in chosen], tmin, tmax
