@@ -49,7 +49,7 @@ MAX_PF = 64
 
 
 # --- eviction structures -------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _list_append(g, S, s):
     S[F_PREV, s] = g[G_TAIL]
     S[F_NEXT, s] = NIL
@@ -60,7 +60,7 @@ def _list_append(g, S, s):
     g[G_TAIL] = s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _list_remove(g, S, s):
     p, n = S[F_PREV, s], S[F_NEXT, s]
     if p != NIL:
@@ -74,9 +74,7 @@ def _list_remove(g, S, s):
 
 
 @njit(cache=True)
-def _heap_push(g, heap, S, frames, key, s):
-    if g[G_HEAPN] == heap.shape[1]:
-        _heap_rebuild(g, heap, S, frames)
+def _sift_up(g, heap, key, s):
     j = g[G_HEAPN]
     g[G_HEAPN] = j + 1
     while j > 0:
@@ -88,6 +86,18 @@ def _heap_push(g, heap, S, frames, key, s):
         j = parent
     heap[0, j] = key
     heap[1, j] = s
+
+
+@njit(cache=True)
+def _heap_push(g, heap, S, frames, key, s):
+    if g[G_HEAPN] == heap.shape[1]:
+        # Lazy deletion leaves stale entries; keep one live entry per resident page.
+        # (No recursion through _heap_push: numba's cache cannot load recursive functions.)
+        g[G_HEAPN] = 0
+        for j in range(g[G_NRES]):
+            r = frames[j]
+            _sift_up(g, heap, S[F_NXT, r], r)
+    _sift_up(g, heap, key, s)
 
 
 @njit(cache=True)
@@ -110,15 +120,6 @@ def _heap_pop(g, heap):
     if n > 0:
         heap[0, j] = key
         heap[1, j] = s
-
-
-@njit(cache=True)
-def _heap_rebuild(g, heap, S, frames):
-    # Lazy deletion leaves stale entries; keep one live entry per resident page.
-    g[G_HEAPN] = 0
-    for j in range(g[G_NRES]):
-        s = frames[j]
-        _heap_push(g, heap, S, frames, S[F_NXT, s], s)
 
 
 @njit(cache=True)

@@ -278,3 +278,39 @@ def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _St
         bytes_in=int(g[E.C_BYTES_IN]), bytes_out=int(g[E.C_BYTES_OUT]), stall_ns=stall, late_ns=int(g[E.C_LATE_NS]),
         compute_ns=compute, est_time_ns=compute + stall, distinct_pages=int(g[E.G_DISTINCT]),
     )
+
+
+def count_distinct(trace_or_path: Trace | str | Path, chunk_rows: int = 1 << 20) -> int:
+    """Distinct demanded pages of a trace, streaming (for capacities given in percent)."""
+    trace = as_trace(trace_or_path)
+    cfg = np.zeros(E.N_CFG, np.int64)
+    cfg[E.K_CAP] = 1
+    st = _State(cfg, 1024, False)
+    for chunk in demand_chunks(trace, chunk_rows):
+        _ids(st, chunk)
+    return int(st.g[E.G_NSLOTS])
+
+
+def resolve_capacity(spec: str | int, trace_or_path: Trace | str | Path, page_size: int | None = None, _cache: dict | None = None) -> int:
+    """Pages for '4096', '64MiB' or '25%' (of the trace's distinct pages)."""
+    trace = as_trace(trace_or_path)
+    ps = int(page_size or trace.page_size)
+    s = str(spec).strip()
+    if s.endswith("%"):
+        try:
+            frac = float(s[:-1]) / 100
+        except ValueError:
+            raise PagecastError(f"bad capacity {spec!r}") from None
+        if not 0 < frac:
+            raise PagecastError(f"capacity {spec!r} must be positive")
+        key = str(trace.path)
+        if _cache is not None and key in _cache:
+            distinct = _cache[key]
+        else:
+            distinct = count_distinct(trace)
+            if _cache is not None:
+                _cache[key] = distinct
+        return max(1, int(round(distinct * frac)))
+    from pagecast.sim.config import parse_capacity
+
+    return parse_capacity(s, ps)
