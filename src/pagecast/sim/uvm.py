@@ -225,10 +225,10 @@ def _close(u, q, B, P, fb, scratch):
 
 
 @njit(cache=True)
-def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, finish):
+def run_uvm(u, q, htab, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
     for i in range(i0, n):
-        if 2 * (u[U_NBLOCKS] + 2) > len(hkeys) or u[U_NBLOCKS] + 2 > B.shape[1]:
+        if 2 * (u[U_NBLOCKS] + 2) > htab.shape[0] or u[U_NBLOCKS] + 2 > B.shape[1]:
             return i
         ti = t[i]
         if u[U_STARTED] == 0:
@@ -247,7 +247,7 @@ def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, f
         blk = vpage >> 9
         j = vpage & (PAGES_PER_BLOCK - 1)
         key = make_key(r, blk)
-        b = intern(hkeys, hvals, key, u[U_NBLOCKS])
+        b = intern(htab, key, u[U_NBLOCKS])
         if b == u[U_NBLOCKS]:
             u[U_NBLOCKS] += 1
             B[B_KEY, b] = key
@@ -346,7 +346,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     roff, rlen = _region_layout(trace)
     u = np.zeros(N_U, np.int64)
     u[U_HEAD] = u[U_TAIL] = NIL
-    hkeys, hvals = new_table(1024)
+    htab = new_table(1024)
     B = np.zeros((N_BFIELDS, 1024), np.int64)
     P = np.zeros((1024, PAGES_PER_BLOCK), np.uint8)
     fb = np.zeros(q[Q_BATCH] + 1, np.int64)
@@ -358,10 +358,10 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(u, q, htab, B, P, fb, scratch, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
-                hkeys, hvals = grown(hkeys, hvals, need)
+                htab = grown(htab, need)
                 if need > B.shape[1]:
                     size = 2 * B.shape[1]
                     B2 = np.zeros((N_BFIELDS, size), np.int64)
