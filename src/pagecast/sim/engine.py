@@ -209,16 +209,20 @@ def new_slot(g, htab, S, key):
 
 
 @njit(cache=True)
-def intern_rows(g, htab, S, reg, pg, ids):
-    """Slot ids of rows (caller has grown the tables for len(reg) new keys)."""
+def intern_rows(g, htab, S, reg, pg, ids, i0):
+    """Slot ids of rows i0...; returns where it stopped (len(reg), or earlier when the
+    tables need to grow: the caller grows them and calls again from there)."""
     last_key = -2
     last_id = -1
-    for i in range(len(reg)):
+    for i in range(i0, len(reg)):
+        if g[G_NSLOTS] + MAX_PF + 2 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 2) > htab.shape[0]:
+            return i
         key = make_key(reg[i], pg[i])
         if key != last_key:  # runs of the same page are common: skip the hash probe
             last_id = new_slot(g, htab, S, key)
             last_key = key
         ids[i] = last_id
+    return len(reg)
 
 
 @njit(cache=True)

@@ -237,10 +237,14 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
 
 
 def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
-    st.ensure(len(chunk["t"]))
-    ids = np.empty(len(chunk["t"]), np.int64)
-    E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids)
-    return ids
+    n = len(chunk["t"])
+    ids = np.empty(n, np.int64)
+    i = 0
+    while True:
+        i = E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids, i)
+        if i == n:
+            return ids
+        st.ensure(max(1024, int(st.g[E.G_NSLOTS])))  # grow geometrically
 
 
 def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
