@@ -49,7 +49,7 @@ MAX_PF = 64
 
 
 # --- eviction structures -------------------------------------------------------------
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _list_append(g, S, s):
     S[s, F_PREV] = g[G_TAIL]
     S[s, F_NEXT] = NIL
@@ -60,7 +60,7 @@ def _list_append(g, S, s):
     g[G_TAIL] = s
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _list_remove(g, S, s):
     p, n = S[s, F_PREV], S[s, F_NEXT]
     if p != NIL:
@@ -132,7 +132,7 @@ def _min_victim(g, heap, S):
         _heap_pop(g, heap)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _evict(g, cfg, S, frames, heap):
     """Drop one page; return the frame it held."""
     ev = cfg[K_EVICT]
@@ -159,7 +159,7 @@ def _evict(g, cfg, S, frames, heap):
     return S[v, F_POS]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _insert(g, cfg, S, frames, heap, s, flags):
     if g[G_NRES] < cfg[K_CAP]:
         pos = g[G_NRES]

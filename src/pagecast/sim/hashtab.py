@@ -20,7 +20,7 @@ PAGE_MASK = (1 << PAGE_BITS) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def make_key(region: int, page: int) -> int:
     """(region, page) → one int64; region -1 (unknown) is allowed. -1 if page is out of range."""
     if page < 0 or page > PAGE_MASK or region < -1:
@@ -38,7 +38,7 @@ def key_page(key: int) -> int:
     return key & PAGE_MASK
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _slot_of(key: int, mask: int) -> int:
     h = np.uint64(key) * _GOLDEN
     return int(h >> np.uint64(20)) & mask
