@@ -25,7 +25,7 @@ _S_REGION, _S_PAGE, _S_COUNT, _S_HEAD, _S_WINDOW, _S_HITS, _S_HIST = range(7)
 
 
 @njit(cache=True)
-def majority_trend(state, history, newest, min_window):
+def majority_trend(state, history, min_window):
     """Majority delta of the newest w deltas for w = min_window, 2·min_window, …; 0 if none."""
     count = state[_S_COUNT]
     head = state[_S_HEAD]
@@ -78,7 +78,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
         while w <= hits:
             w *= 2
         state[_S_WINDOW] = min(max_window, w)
-    trend = majority_trend(state, history, 0, min_window)
+    trend = majority_trend(state, history, min_window)
     n = 0
     if trend != 0:
         for k in range(1, state[_S_WINDOW] + 1):
