@@ -1,0 +1,101 @@
+"""Open-addressing hash table (int64 key → dense int32 id) for numba kernels.
+
+The simulators name pages by dense ids so per-page state lives in flat arrays; this
+table hands out those ids. Keys are never deleted (a page seen once keeps its id), so
+memory grows with the number of distinct pages, never with trace length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pagecast.util.jitcache import configure as _configure_jit_cache
+
+_configure_jit_cache()
+
+EMPTY = np.int64(-1)
+PAGE_BITS = 40  # pages per region < 2**40 (4 PiB of 4 KiB pages)
+PAGE_MASK = (1 << PAGE_BITS) - 1
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@njit(cache=True, inline="always")
+def make_key(region: int, page: int) -> int:
+    """(region, page) → one int64; region -1 (unknown) is allowed. -1 if page is out of range."""
+    if page < 0 or page > PAGE_MASK or region < -1:
+        return -1
+    return ((region + 1) << PAGE_BITS) | page
+
+
+@njit(cache=True)
+def key_region(key: int) -> int:
+    return (key >> PAGE_BITS) - 1
+
+
+@njit(cache=True)
+def key_page(key: int) -> int:
+    return key & PAGE_MASK
+
+
+@njit(cache=True, inline="always")
+def _slot_of(key: int, mask: int) -> int:
+    h = np.uint64(key) * _GOLDEN
+    return int(h >> np.uint64(20)) & mask
+
+
+@njit(cache=True)
+def lookup(table: np.ndarray, key: int) -> int:
+    """Id of ``key`` or -1. ``table[j] = (key, id)``: both in one cache line."""
+    mask = table.shape[0] - 1
+    j = _slot_of(key, mask)
+    while True:
+        k = table[j, 0]
+        if k == key:
+            return table[j, 1]
+        if k == EMPTY:
+            return -1
+        j = (j + 1) & mask
+
+
+@njit(cache=True)
+def intern(table: np.ndarray, key: int, next_id: int) -> int:
+    """Id of ``key``; if absent it gets ``next_id`` (caller checks ``result == next_id``).
+
+    The caller keeps the table at most half full, so the probe always ends.
+    """
+    mask = table.shape[0] - 1
+    j = _slot_of(key, mask)
+    while True:
+        k = table[j, 0]
+        if k == key:
+            return table[j, 1]
+        if k == EMPTY:
+            table[j, 0] = key
+            table[j, 1] = next_id
+            return next_id
+        j = (j + 1) & mask
+
+
+@njit(cache=True)
+def rehash(old: np.ndarray, new: np.ndarray) -> None:
+    for j in range(old.shape[0]):
+        k = old[j, 0]
+        if k != EMPTY:
+            intern(new, k, old[j, 1])
+
+
+def new_table(min_entries: int) -> np.ndarray:
+    size = 1 << max(10, int(2 * max(min_entries, 1) - 1).bit_length())
+    t = np.zeros((size, 2), np.int64)
+    t[:, 0] = EMPTY
+    return t
+
+
+def grown(table: np.ndarray, min_entries: int) -> np.ndarray:
+    """A table holding the same keys with room for ``min_entries`` at <= 50 % load."""
+    if 2 * min_entries <= table.shape[0]:
+        return table
+    nt = new_table(min_entries)
+    rehash(table, nt)
+    return nt
