@@ -1,0 +1,52 @@
+"""Next-N-line prefetching, by default Linux's mmap read-around.
+
+On a major fault Linux reads ``ra_pages`` (128 KiB = 32 pages of 4 KiB) centred on the
+faulting page: from 16 pages before it to 15 after (mm/filemap.c, do_sync_mmap_readahead).
+This prefetcher does the same on every miss: ``before`` pages before the fault and
+``window - before - 1`` after, nearest first. ``before=0`` gives classic next-N-line.
+It acts on misses only; hits (even on prefetched pages) do not trigger it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit
+from pagecast.policies.base import register_prefetcher
+
+
+@njit(cache=True)
+def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
+    if hit:
+        return 0
+    before = params[0]
+    after = params[1] - before - 1
+    n = 0
+    for d in range(1, max(before, after) + 1):
+        if d <= after:
+            n = emit(out_r, out_p, n, region, page + d, rpages)
+        if d <= before:
+            n = emit(out_r, out_p, n, region, page - d, rpages)
+    return n
+
+
+@register_prefetcher("nextline")
+class NextLine(NumbaPrefetcher):
+    name = "nextline"
+    nb_observe = nb_observe
+
+    def __init__(self, window: int = 32, before: int | None = None):
+        if not 1 <= window <= MAX_PREFETCH + 1:
+            raise ValueError(f"nextline window must be 1..{MAX_PREFETCH + 1} pages")
+        self.window = int(window)
+        self.before = self.window // 2 if before is None else int(before)
+        if not 0 <= self.before < self.window:
+            raise ValueError("nextline: before must be in [0, window)")
+        super().__init__()
+
+    def params(self) -> np.ndarray:
+        return np.array([self.before, self.window], np.int64)
+
+    def init_state(self, n_regions: int) -> np.ndarray:
+        return np.zeros(1, np.int64)

@@ -1,0 +1,13 @@
+"""No prefetching: the baseline every other prefetcher is measured against."""
+
+from __future__ import annotations
+
+from pagecast.policies.base import Prefetcher, register_prefetcher
+
+
+@register_prefetcher("none")
+class NoPrefetcher(Prefetcher):
+    name = "none"
+
+    def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+        return []

@@ -1,0 +1,6 @@
+"""Trace-driven tiered-memory simulator (DESIGN.md §4), UVM driver model and metrics."""
+
+from pagecast.sim.config import SimConfig, SimResult, UvmParams, parse_capacity
+from pagecast.sim.simulate import parse_prefetcher, simulate
+
+__all__ = ["SimConfig", "SimResult", "UvmParams", "parse_capacity", "parse_prefetcher", "simulate"]

@@ -1,0 +1,125 @@
+"""Simulator configuration and results."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pagecast.errors import PagecastError
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
+
+
+def parse_capacity(text: str | int, page_size: int = 4096) -> int:
+    """'64MiB' / '2g' → pages; a bare number ('4096', '4096p', '4096 pages') is pages."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().lower().replace(" ", "")
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(p|pages?|[kmgt]i?b?|b)?", s)
+    if not m:
+        raise PagecastError(f"bad capacity {text!r} (use pages, e.g. 4096, or bytes, e.g. 64MiB)")
+    num, unit = float(m.group(1)), m.group(2) or "p"
+    if unit.startswith("p"):
+        pages = int(num)
+    else:
+        pages = int(num * _UNITS[unit]) // page_size
+    if pages < 1:
+        raise PagecastError(f"capacity {text!r} is less than one page")
+    return pages
+
+
+@dataclass
+class UvmParams:
+    """UVM driver model parameters; names follow the nvidia-uvm module parameters."""
+
+    uvm_perf_prefetch_enable: bool = True
+    uvm_perf_prefetch_threshold: int = 51  # percent of a subtree that must be resident
+    uvm_perf_prefetch_min_faults: int = 1
+    uvm_perf_fault_batch_count: int = 256  # faults fetched per batch
+    batch_window_ns: int = 20_000  # faults this close to the batch's first one join it (pagecast)
+    fault_batch_ns: int = 45_000  # fixed cost of servicing one batch (UVMSmart, GTX 1080 Ti)
+    fault_ns: int = 1_000  # extra cost per distinct faulted page in a batch
+    copy_latency_ns: int = 1_500  # per contiguous copy (DMA setup)
+    pcie_bytes_per_s: float = 12e9  # PCIe 3 x16, large transfers
+    big_page_size: int = 64 << 10
+    va_block_size: int = 2 << 20
+
+
+@dataclass
+class SimConfig:
+    """What to simulate. ``capacity`` is in pages (int) or a size string ('64MiB')."""
+
+    capacity: int | str = 1024
+    eviction: str = "lru"  # lru, fifo, clock, min (Belady)
+    page_size: int | None = None  # default: the trace's page size
+    fault_ns: int = 10_000  # fault handling (trap + software) before the transfer
+    link_latency_ns: int = 2_000  # one-way latency of the slow tier
+    link_bytes_per_s: float = 10e9  # link bandwidth
+    max_prefetch: int = 64  # pages per trigger at most
+    oracle_k: int = 32
+    oracle_lookahead: int = 1 << 16  # events the oracle may look ahead
+    chunk_rows: int = 1 << 20
+    uvm: bool = False
+    uvm_params: UvmParams = field(default_factory=UvmParams)
+    log_prefetches: bool = False  # keep (trigger, page) of every prefetch request (ranking metrics)
+
+    def capacity_pages(self, page_size: int) -> int:
+        return parse_capacity(self.capacity, page_size)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class SimResult:
+    trace: str
+    prefetcher: str
+    eviction: str
+    capacity_pages: int
+    page_size: int
+    accesses: int = 0
+    hits: int = 0
+    faults: int = 0
+    late: int = 0  # demanded while its prefetch was still in flight
+    prefetches: int = 0  # issued (transferred)
+    useful: int = 0  # prefetched pages demanded before eviction (timely or late)
+    useless: int = 0  # prefetched pages evicted unused
+    unused_at_end: int = 0  # prefetched pages resident and unused when the trace ended
+    redundant: int = 0  # requests for pages already resident (not transferred)
+    skipped: int = 0  # requests MIN refused (would evict a page needed sooner)
+    evictions: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    stall_ns: int = 0
+    late_ns: int = 0
+    compute_ns: int = 0
+    est_time_ns: int = 0
+    distinct_pages: int = 0
+    fault_batches: int = 0  # UVM mode
+    wall_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accuracy(self) -> float:
+        return self.useful / self.prefetches if self.prefetches else float("nan")
+
+    @property
+    def coverage(self) -> float:
+        d = self.useful + self.faults
+        return self.useful / d if d else float("nan")
+
+    @property
+    def timeliness(self) -> float:
+        return (self.useful - self.late) / self.useful if self.useful else float("nan")
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.accesses if self.accesses else float("nan")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.update(accuracy=self.accuracy, coverage=self.coverage, timeliness=self.timeliness, hit_rate=self.hit_rate)
+        return d

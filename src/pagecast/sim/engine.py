@@ -1,0 +1,379 @@
+"""The compiled core of the tiered-memory simulator (numba).
+
+State lives in flat arrays so the loop is resumable: ``run`` returns early when its
+tables need to grow (``NEED_GROW``) or when a Python prefetcher must be asked
+(``PAUSE``); the driver in ``simulate.py`` does that and calls ``run`` again from where it
+stopped. Pages are dense slot ids handed out by ``hashtab``.
+
+Model per demand event (see docs/simulator.md): the clock advances by the gap between
+trace timestamps; a resident page is a hit, or a *late* prefetch if its transfer has not
+ended (the program waits for the rest); a missing page is a fault that stalls for
+``fault_ns + link_latency_ns + transfer``. Prefetches queue on the link (one transfer at
+a time, each ``xfer_ns``) and arrive ``link_latency_ns`` after their transfer ends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pagecast.policies import bestoffset, leap, markov, nextline, stride
+from pagecast.sim.hashtab import intern, make_key
+
+# --- per-slot fields: S[field, slot] ----------------------------------------------
+F_KEY, F_FLAG, F_ARR, F_PREV, F_NEXT, F_POS, F_NXT, F_SEEN = range(8)
+N_FIELDS = 8
+RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
+
+# --- globals g[...] ---------------------------------------------------------------
+(G_NRES, G_NSLOTS, G_HEAD, G_TAIL, G_HAND, G_NOW, G_LAST_T, G_T0, G_LINK, G_HEAPN, G_SCHED, G_LOGN, G_POS,
+ G_LASTHIT, G_STARTED,
+ C_ACCESSES, C_HITS, C_FAULTS, C_LATE, C_PF_ISSUED, C_PF_USEFUL, C_PF_USELESS, C_PF_REDUNDANT, C_PF_SKIPPED,
+ C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT) = range(31)
+N_GLOBALS = 32
+
+# --- config cfg[...] ----------------------------------------------------------------
+(K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG) = range(11)
+N_CFG = 12
+
+EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
+EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
+
+PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(9)
+NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET}
+
+DONE, NEED_GROW, PAUSE = 0, 1, 2
+NIL = -1
+INF = 1 << 62
+MAX_PF = 64
+
+
+# --- eviction structures -------------------------------------------------------------
+@njit(cache=True, inline="always")
+def _list_append(g, S, s):
+    S[F_PREV, s] = g[G_TAIL]
+    S[F_NEXT, s] = NIL
+    if g[G_TAIL] != NIL:
+        S[F_NEXT, g[G_TAIL]] = s
+    else:
+        g[G_HEAD] = s
+    g[G_TAIL] = s
+
+
+@njit(cache=True, inline="always")
+def _list_remove(g, S, s):
+    p, n = S[F_PREV, s], S[F_NEXT, s]
+    if p != NIL:
+        S[F_NEXT, p] = n
+    else:
+        g[G_HEAD] = n
+    if n != NIL:
+        S[F_PREV, n] = p
+    else:
+        g[G_TAIL] = p
+
+
+@njit(cache=True)
+def _heap_push(g, heap, S, frames, key, s):
+    if g[G_HEAPN] == heap.shape[1]:
+        _heap_rebuild(g, heap, S, frames)
+    j = g[G_HEAPN]
+    g[G_HEAPN] = j + 1
+    while j > 0:
+        parent = (j - 1) >> 1
+        if heap[0, parent] >= key:
+            break
+        heap[0, j] = heap[0, parent]
+        heap[1, j] = heap[1, parent]
+        j = parent
+    heap[0, j] = key
+    heap[1, j] = s
+
+
+@njit(cache=True)
+def _heap_pop(g, heap):
+    n = g[G_HEAPN] - 1
+    g[G_HEAPN] = n
+    key, s = heap[0, n], heap[1, n]
+    j = 0
+    while True:
+        c = 2 * j + 1
+        if c >= n:
+            break
+        if c + 1 < n and heap[0, c + 1] > heap[0, c]:
+            c += 1
+        if heap[0, c] <= key:
+            break
+        heap[0, j] = heap[0, c]
+        heap[1, j] = heap[1, c]
+        j = c
+    if n > 0:
+        heap[0, j] = key
+        heap[1, j] = s
+
+
+@njit(cache=True)
+def _heap_rebuild(g, heap, S, frames):
+    # Lazy deletion leaves stale entries; keep one live entry per resident page.
+    g[G_HEAPN] = 0
+    for j in range(g[G_NRES]):
+        s = frames[j]
+        _heap_push(g, heap, S, frames, S[F_NXT, s], s)
+
+
+@njit(cache=True)
+def _min_victim(g, heap, S):
+    """Resident page used farthest in the future (top of the lazy max-heap)."""
+    while True:
+        s = heap[1, 0]
+        if (S[F_FLAG, s] & RES) and S[F_NXT, s] == heap[0, 0]:
+            return s
+        _heap_pop(g, heap)
+
+
+@njit(cache=True)
+def _evict(g, cfg, S, frames, heap):
+    """Drop one page; return the frame it held."""
+    ev = cfg[K_EVICT]
+    if ev == EV_LRU or ev == EV_FIFO:
+        v = g[G_HEAD]
+        _list_remove(g, S, v)
+    elif ev == EV_CLOCK:
+        cap = cfg[K_CAP]
+        while S[F_FLAG, frames[g[G_HAND]]] & REF:
+            S[F_FLAG, frames[g[G_HAND]]] &= ~REF
+            g[G_HAND] = (g[G_HAND] + 1) % cap
+        v = frames[g[G_HAND]]
+        g[G_HAND] = (g[G_HAND] + 1) % cap
+    else:
+        v = _min_victim(g, heap, S)
+        _heap_pop(g, heap)
+    f = S[F_FLAG, v]
+    if f & PF:
+        g[C_PF_USELESS] += 1
+    if f & DIRTY:
+        g[C_BYTES_OUT] += cfg[K_PAGE]
+    S[F_FLAG, v] = 0
+    g[C_EVICTIONS] += 1
+    return S[F_POS, v]
+
+
+@njit(cache=True)
+def _insert(g, cfg, S, frames, heap, s, flags):
+    if g[G_NRES] < cfg[K_CAP]:
+        pos = g[G_NRES]
+        g[G_NRES] += 1
+    else:
+        pos = _evict(g, cfg, S, frames, heap)
+    frames[pos] = s
+    S[F_POS, s] = pos
+    S[F_FLAG, s] = RES | flags
+    ev = cfg[K_EVICT]
+    if ev == EV_LRU or ev == EV_FIFO:
+        _list_append(g, S, s)
+    elif ev == EV_MIN:
+        _heap_push(g, heap, S, frames, S[F_NXT, s], s)
+
+
+@njit(cache=True)
+def issue(g, cfg, S, frames, heap, s):
+    """Queue a prefetch of slot ``s`` on the link."""
+    if S[F_FLAG, s] & RES:
+        g[C_PF_REDUNDANT] += 1
+        return
+    if cfg[K_EVICT] == EV_MIN and g[G_NRES] >= cfg[K_CAP]:
+        # MIN never keeps a page needed later than every resident one: do no harm.
+        if S[F_NXT, _min_victim(g, heap, S)] <= S[F_NXT, s]:
+            g[C_PF_SKIPPED] += 1
+            return
+    start = max(g[G_NOW], g[G_LINK])
+    g[G_LINK] = start + cfg[K_XFER_NS]
+    S[F_ARR, s] = g[G_LINK] + cfg[K_LINK_LAT]
+    _insert(g, cfg, S, frames, heap, s, PF)
+    g[C_PF_ISSUED] += 1
+    g[C_BYTES_IN] += cfg[K_PAGE]
+
+
+@njit(cache=True)
+def new_slot(g, hkeys, hvals, S, key):
+    s = intern(hkeys, hvals, key, g[G_NSLOTS])
+    if s == g[G_NSLOTS]:
+        g[G_NSLOTS] += 1
+        S[F_KEY, s] = key
+        S[F_FLAG, s] = 0
+        S[F_ARR, s] = 0
+        S[F_NXT, s] = INF
+        S[F_SEEN, s] = 0
+    return s
+
+
+@njit(cache=True)
+def intern_rows(g, hkeys, hvals, S, reg, pg, ids):
+    """Slot ids of rows (caller has grown the tables for len(reg) new keys)."""
+    for i in range(len(reg)):
+        ids[i] = new_slot(g, hkeys, hvals, S, make_key(reg[i], pg[i]))
+
+
+@njit(cache=True)
+def _log(g, logs, gi, s):
+    n = g[G_LOGN]
+    logs[0, n] = gi
+    logs[1, n] = s
+    g[G_LOGN] = n + 1
+
+
+@njit(cache=True)
+def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
+        pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
+    """Play rows ``i0..n_rows-1`` (``ids`` may extend past ``n_rows``: oracle lookahead)."""
+    ev = cfg[K_EVICT]
+    kind = cfg[K_PF]
+    maxpf = cfg[K_MAXPF]
+    fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
+    page_size = cfg[K_PAGE]
+    logging = cfg[K_LOG] != 0
+    for i in range(i0, n_rows):
+        if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[1] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > len(hkeys)
+                or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
+            g[G_POS] = i
+            return NEED_GROW
+        ti = t[i]
+        if g[G_STARTED] == 0:
+            g[G_STARTED] = 1
+            g[G_T0] = ti
+            g[G_LAST_T] = ti
+        if ti > g[G_LAST_T]:
+            g[G_NOW] += ti - g[G_LAST_T]
+            g[G_LAST_T] = ti
+        s = ids[i]
+        g[C_ACCESSES] += 1
+        if S[F_SEEN, s] == 0:
+            S[F_SEEN, s] = 1
+            g[G_DISTINCT] += 1
+        if ev == EV_MIN:
+            S[F_NXT, s] = nextuse[i]
+        f = S[F_FLAG, s]
+        observed = False
+        hit = False
+        if f & RES:
+            arr = S[F_ARR, s]
+            if arr > g[G_NOW]:
+                g[C_LATE] += 1
+                g[C_STALL] += arr - g[G_NOW]
+                g[C_LATE_NS] += arr - g[G_NOW]
+                g[G_NOW] = arr
+            else:
+                g[C_HITS] += 1
+            if f & PF:
+                g[C_PF_USEFUL] += 1
+                S[F_FLAG, s] = f & ~PF
+                observed = True
+                hit = True
+            if ev == EV_LRU:
+                _list_remove(g, S, s)
+                _list_append(g, S, s)
+            elif ev == EV_CLOCK:
+                S[F_FLAG, s] |= REF
+            elif ev == EV_MIN:
+                _heap_push(g, heap, S, frames, S[F_NXT, s], s)
+        else:
+            g[C_FAULTS] += 1
+            g[C_STALL] += fault_cost
+            g[G_NOW] += fault_cost
+            g[C_BYTES_IN] += page_size
+            _insert(g, cfg, S, frames, heap, s, REF if ev == EV_CLOCK else 0)
+            S[F_ARR, s] = g[G_NOW]
+            if g[G_LINK] < g[G_NOW]:
+                g[G_LINK] = g[G_NOW]
+            observed = True
+        if wr[i]:
+            S[F_FLAG, s] |= DIRTY
+        if kind == PF_NONE:
+            continue
+        gi = base + i
+        if kind == PF_SCHEDULE:
+            p = g[G_SCHED]
+            while p < sched.shape[1] and sched[0, p] < gi:
+                p += 1
+            n_done = 0
+            while p < sched.shape[1] and sched[0, p] == gi:
+                if n_done < maxpf:
+                    key = make_key(sched[1, p], sched[2, p])
+                    if key >= 0:
+                        ps = new_slot(g, hkeys, hvals, S, key)
+                        if logging:
+                            _log(g, logs, gi, ps)
+                        issue(g, cfg, S, frames, heap, ps)
+                        n_done += 1
+                p += 1
+            g[G_SCHED] = p
+            continue
+        if not observed:
+            continue
+        g[C_OBSERVED] += 1
+        if kind == PF_PYTHON:
+            g[G_POS] = i
+            g[G_LASTHIT] = 1 if hit else 0
+            return PAUSE
+        if kind == PF_ORACLE:
+            k = min(cfg[K_ORACLE_K], maxpf)
+            stamp[s] = gi + 1
+            found = 0
+            end = min(len(ids), i + 1 + cfg[K_LOOKAHEAD])
+            j = i + 1
+            while j < end and found < k:
+                q = ids[j]
+                if stamp[q] != gi + 1:
+                    stamp[q] = gi + 1
+                    found += 1
+                    if logging:
+                        _log(g, logs, gi, q)
+                    issue(g, cfg, S, frames, heap, q)
+                j += 1
+            continue
+        region = reg[i]
+        page = pg[i]
+        if kind == PF_NEXTLINE:
+            n = nextline.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_STRIDE:
+            n = stride.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_LEAP:
+            n = leap.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_MARKOV:
+            n = markov.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        else:
+            n = bestoffset.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        for j in range(min(n, maxpf)):
+            key = make_key(out_r[j], out_p[j])
+            if key >= 0:
+                ps = new_slot(g, hkeys, hvals, S, key)
+                if logging:
+                    _log(g, logs, gi, ps)
+                issue(g, cfg, S, frames, heap, ps)
+    g[G_POS] = n_rows
+    return DONE
+
+
+@njit(cache=True)
+def issue_pages(g, cfg, hkeys, hvals, S, frames, heap, regions, pages, gi, logs):
+    """Issue prefetches a Python prefetcher asked for (after a PAUSE)."""
+    for j in range(min(len(pages), cfg[K_MAXPF])):
+        key = make_key(regions[j], pages[j])
+        if key >= 0:
+            ps = new_slot(g, hkeys, hvals, S, key)
+            if cfg[K_LOG] != 0:
+                _log(g, logs, gi, ps)
+            issue(g, cfg, S, frames, heap, ps)
+
+
+@njit(cache=True)
+def next_use_backward(g, hkeys, hvals, S, reg, pg, base, nextuse_out):
+    """One chunk of the backward pass for MIN: each row's next use (global index).
+
+    Rows are visited last to first; ``S[F_NXT]`` holds, per page, the earliest use seen
+    so far, which after the whole pass is the page's first use.
+    """
+    for i in range(len(reg) - 1, -1, -1):
+        s = new_slot(g, hkeys, hvals, S, make_key(reg[i], pg[i]))
+        nextuse_out[i] = S[F_NXT, s]
+        S[F_NXT, s] = base + i

@@ -1,0 +1,60 @@
+"""The demand stream of a trace, in bounded chunks (forwards or backwards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pagecast.trace.reader import Trace, open_trace
+from pagecast.trace.schema import DEMAND_KINDS, FLAG_WRITE
+
+_COLS = ["t_ns", "region", "page", "kind", "flags"]
+_DEMAND = np.array([int(k) for k in DEMAND_KINDS], np.uint8)
+
+
+def as_trace(trace_or_path: Trace | str | Path) -> Trace:
+    return trace_or_path if isinstance(trace_or_path, Trace) else open_trace(trace_or_path)
+
+
+def _demand(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    keep = np.isin(cols["kind"], _DEMAND)
+    return {
+        "t": np.ascontiguousarray(cols["t_ns"][keep], np.int64),
+        "region": np.ascontiguousarray(cols["region"][keep], np.int64),
+        "page": np.ascontiguousarray(cols["page"][keep], np.int64),
+        "write": np.ascontiguousarray((cols["flags"][keep] & FLAG_WRITE), np.uint8),
+    }
+
+
+def demand_chunks(trace: Trace, chunk_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+    """Demand rows (ACCESS and FAULT_* kinds) in file order, about ``chunk_rows`` at a time."""
+    for cols in trace.iter_batches(_COLS, batch_rows=chunk_rows):
+        d = _demand(cols)
+        if len(d["t"]):
+            yield d
+
+
+def demand_chunks_reversed(trace: Trace) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+    """(global index of the chunk's first demand row, chunk), last row group first."""
+    pf = pq.ParquetFile(str(trace.path))
+    counts = []
+    for rg in range(pf.num_row_groups):
+        kinds = pf.read_row_group(rg, columns=["kind"]).column(0).to_numpy()
+        counts.append(int(np.isin(kinds, _DEMAND).sum()))
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for rg in range(pf.num_row_groups - 1, -1, -1):
+        if counts[rg] == 0:
+            continue
+        t = pf.read_row_group(rg, columns=_COLS)
+        yield int(starts[rg]), _demand({c: t.column(c).to_numpy() for c in _COLS})
+
+
+def read_demand(trace: Trace) -> dict[str, np.ndarray]:
+    """The whole demand stream in memory (metrics and small traces only)."""
+    parts = list(demand_chunks(trace))
+    if not parts:
+        return {k: np.empty(0, np.int64 if k != "write" else np.uint8) for k in ("t", "region", "page", "write")}
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
