@@ -1,0 +1,486 @@
+/*
+ * faultmon: run a command and stream every page fault it takes.
+ *
+ * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] -- CMD ARGS...
+ *
+ * The child is forked stopped (it blocks on a pipe) so the counters are attached before
+ * it runs a single instruction of the command; with enable_on_exec they start counting
+ * at exec, so faults of the fork/exec glue are not recorded.
+ *
+ * Why per-CPU events: the kernel refuses to mmap a ring buffer of an inherited per-task
+ * event opened with cpu == -1 (every thread would write one buffer), so we open the
+ * major and minor fault events once per CPU with inherit=1 and point the minor event's
+ * output at the major event's ring on the same CPU (PERF_EVENT_IOC_SET_OUTPUT).
+ *
+ * Output on fd N (default 1): frames {u32 type, u32 len, payload}. Samples travel in
+ * bulk as arrays of struct fm_sample so the reader decodes them with one numpy call.
+ * Records of different rings are not ordered with each other; after each drain a
+ * WATERMARK frame promises that no later frame holds an event older than its time.
+ *
+ * Exit status: that of the command (128 + signal if it was killed); 126/127 for
+ * errors of faultmon itself, after an ERROR frame with a one-line message.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    FR_HELLO = 1,
+    FR_SAMPLES = 2,
+    FR_MMAP = 3,
+    FR_FORK = 4,
+    FR_EXEC = 5,
+    FR_LOST = 6,
+    FR_WATERMARK = 7,
+    FR_EXIT = 8,
+    FR_ERROR = 9,
+};
+
+struct fm_sample {
+    uint64_t time;
+    uint64_t addr;
+    uint64_t ip;
+    uint32_t pid;
+    uint32_t tid;
+    uint32_t kind; /* 2 major, 1 minor (pagecast Kind values) */
+    uint32_t pad;
+};
+
+struct fm_mmap {
+    uint64_t time, addr, len, pgoff, ino;
+    uint32_t pid, tid, prot, flags, maj, min;
+    /* followed by the file name (no NUL) */
+};
+
+struct ring {
+    int fd_maj, fd_min;
+    uint64_t id_maj, id_min;
+    void *base;
+    size_t data_size;
+};
+
+static int out_fd = 1;
+static struct ring *rings;
+static int nrings;
+static size_t ring_pages = 1024; /* data pages per CPU: 4 MiB */
+static uint64_t lost_total;
+
+/* Sample buffer flushed as one SAMPLES frame. */
+#define SBUF_CAP 65536
+static struct fm_sample sbuf[SBUF_CAP];
+static size_t sbuf_n;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void write_all(const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(out_fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(126); /* reader gone: nothing left to report to */
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+static void frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen)
+{
+    uint32_t hdr[2] = {type, alen + blen};
+    write_all(hdr, sizeof hdr);
+    if (alen)
+        write_all(a, alen);
+    if (blen)
+        write_all(b, blen);
+}
+
+static void flush_samples(void)
+{
+    if (sbuf_n) {
+        frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
+        sbuf_n = 0;
+    }
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fail(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    flush_samples();
+    frame(FR_ERROR, msg, (uint32_t)strlen(msg), NULL, 0);
+    if (out_fd != 2)
+        fprintf(stderr, "faultmon: %s\n", msg);
+    exit(126);
+}
+
+static int perf_open(struct perf_event_attr *a, pid_t pid, int cpu)
+{
+    return (int)syscall(SYS_perf_event_open, a, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+static void fill_attr(struct perf_event_attr *a, uint64_t config, int leader, int exclude_kernel)
+{
+    memset(a, 0, sizeof *a);
+    a->type = PERF_TYPE_SOFTWARE;
+    a->size = sizeof *a;
+    a->config = config;
+    a->sample_period = 1; /* one sample per fault: perf's default sampling loses most */
+    a->sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR;
+    a->disabled = 1;
+    a->enable_on_exec = 1;
+    a->inherit = 1;
+    a->exclude_kernel = (unsigned)exclude_kernel;
+    a->exclude_hv = 1;
+    a->sample_id_all = 1;
+    a->use_clockid = 1;
+    a->clockid = CLOCK_MONOTONIC;
+    a->watermark = 1;
+    a->wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
+    if (leader) {
+        /* side-band records only once per ring, else each would arrive twice */
+        a->mmap = 1;
+        a->mmap_data = 1;
+        a->mmap2 = 1;
+        a->comm = 1;
+        a->comm_exec = 1;
+        a->task = 1;
+    }
+}
+
+/* Copy len bytes at ring offset off (may wrap). */
+static void ring_copy(struct ring *r, uint64_t off, void *dst, size_t len)
+{
+    char *data = (char *)r->base + 4096;
+    size_t pos = (size_t)(off % r->data_size);
+    size_t first = r->data_size - pos;
+    if (first >= len) {
+        memcpy(dst, data + pos, len);
+    } else {
+        memcpy(dst, data + pos, first);
+        memcpy((char *)dst + first, data, len - first);
+    }
+}
+
+static void handle_record(struct ring *r, const struct perf_event_header *h, const char *rec)
+{
+    const char *p = rec + sizeof *h;
+    /* sample_id trailer with our sample_type: {pid, tid}, time, identifier */
+    const char *trailer = rec + h->size - 24;
+    uint64_t ttime;
+    memcpy(&ttime, trailer + 8, 8);
+    switch (h->type) {
+    case PERF_RECORD_SAMPLE: {
+        uint64_t id, ip, time, addr;
+        uint32_t pt[2];
+        memcpy(&id, p, 8);
+        memcpy(&ip, p + 8, 8);
+        memcpy(pt, p + 16, 8);
+        memcpy(&time, p + 24, 8);
+        memcpy(&addr, p + 32, 8);
+        struct fm_sample *s = &sbuf[sbuf_n++];
+        s->time = time;
+        s->addr = addr;
+        s->ip = ip;
+        s->pid = pt[0];
+        s->tid = pt[1];
+        s->kind = id == r->id_maj ? 2 : 1;
+        s->pad = 0;
+        if (sbuf_n == SBUF_CAP)
+            flush_samples();
+        break;
+    }
+    case PERF_RECORD_MMAP2: {
+        struct fm_mmap m;
+        uint32_t pt[2];
+        memcpy(pt, p, 8);
+        memcpy(&m.addr, p + 8, 8);
+        memcpy(&m.len, p + 16, 8);
+        memcpy(&m.pgoff, p + 24, 8);
+        uint32_t mm[2];
+        memcpy(mm, p + 32, 8);
+        memcpy(&m.ino, p + 40, 8);
+        /* p+48: ino_generation */
+        memcpy(&m.prot, p + 56, 4);
+        memcpy(&m.flags, p + 60, 4);
+        const char *name = p + 64;
+        size_t maxn = (size_t)(trailer - name);
+        size_t n = strnlen(name, maxn);
+        m.time = ttime;
+        m.pid = pt[0];
+        m.tid = pt[1];
+        m.maj = mm[0];
+        m.min = mm[1];
+        if (h->misc & PERF_RECORD_MISC_MMAP_BUILD_ID) {
+            m.maj = m.min = 0;
+            m.ino = 0;
+        }
+        flush_samples(); /* keep samples and maps in ring order */
+        frame(FR_MMAP, &m, sizeof m, name, (uint32_t)n);
+        break;
+    }
+    case PERF_RECORD_FORK: {
+        uint32_t v[4];
+        memcpy(v, p, 16);
+        uint64_t t;
+        memcpy(&t, p + 16, 8);
+        struct {
+            uint64_t time;
+            uint32_t pid, ppid, tid, ptid;
+        } f = {t, v[0], v[1], v[2], v[3]};
+        flush_samples();
+        frame(FR_FORK, &f, sizeof f, NULL, 0);
+        break;
+    }
+    case PERF_RECORD_COMM: {
+        if (!(h->misc & PERF_RECORD_MISC_COMM_EXEC))
+            break;
+        uint32_t pt[2];
+        memcpy(pt, p, 8);
+        const char *name = p + 8;
+        size_t n = strnlen(name, (size_t)(trailer - name));
+        struct {
+            uint64_t time;
+            uint32_t pid, tid;
+        } e = {ttime, pt[0], pt[1]};
+        flush_samples();
+        frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
+        break;
+    }
+    case PERF_RECORD_LOST: {
+        uint64_t lost;
+        memcpy(&lost, p + 8, 8);
+        lost_total += lost;
+        struct {
+            uint64_t time, lost;
+        } l = {ttime, lost};
+        flush_samples();
+        frame(FR_LOST, &l, sizeof l, NULL, 0);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static void drain(struct ring *r)
+{
+    struct perf_event_mmap_page *meta = r->base;
+    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+    uint64_t tail = meta->data_tail;
+    static char rec[65536];
+    while (tail < head) {
+        struct perf_event_header h;
+        ring_copy(r, tail, &h, sizeof h);
+        if (h.size < sizeof h)
+            fail("corrupt perf ring record (size %u)", h.size);
+        ring_copy(r, tail, rec, h.size);
+        if (h.size >= sizeof h + 24 || h.type == PERF_RECORD_SAMPLE)
+            handle_record(r, &h, rec);
+        tail += h.size;
+    }
+    __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
+}
+
+static void drain_all(void)
+{
+    /* Anything written after this moment is newer than it, minus the short gap between
+     * a sample's timestamp and its write into the ring: keep a margin. */
+    uint64_t mark = now_ns() - 2000000ull;
+    for (int i = 0; i < nrings; i++)
+        drain(&rings[i]);
+    flush_samples();
+    frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
+}
+
+static void open_rings(pid_t child, int *exclude_kernel)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+    if (ncpu < 1)
+        ncpu = 1;
+    rings = calloc((size_t)ncpu, sizeof *rings);
+    if (!rings)
+        fail("out of memory");
+    *exclude_kernel = 0;
+    for (int cpu = 0; cpu < ncpu; cpu++) {
+        struct perf_event_attr a;
+        int fd;
+        for (;;) {
+            fill_attr(&a, PERF_COUNT_SW_PAGE_FAULTS_MAJ, 1, *exclude_kernel);
+            fd = perf_open(&a, child, cpu);
+            if (fd < 0 && (errno == EACCES || errno == EPERM) && !*exclude_kernel) {
+                *exclude_kernel = 1; /* paranoid level 2 allows user-mode faults only */
+                continue;
+            }
+            break;
+        }
+        if (fd < 0) {
+            if (errno == ENODEV || errno == EINVAL)
+                continue; /* offline CPU */
+            if (errno == EACCES || errno == EPERM) {
+                int lvl = -1;
+                FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+                if (f) {
+                    if (fscanf(f, "%d", &lvl) != 1)
+                        lvl = -1;
+                    fclose(f);
+                }
+                fail("perf_event_open not permitted (%s; kernel.perf_event_paranoid=%d): run as root, "
+                     "or `sysctl kernel.perf_event_paranoid=1`, or grant CAP_PERFMON",
+                     strerror(errno), lvl);
+            }
+            if (errno == ENOENT || errno == ENOSYS)
+                fail("perf_event_open unavailable (%s): kernel built without perf events?", strerror(errno));
+            fail("perf_event_open failed on cpu %d: %s", cpu, strerror(errno));
+        }
+        struct ring *r = &rings[nrings];
+        r->fd_maj = fd;
+        fill_attr(&a, PERF_COUNT_SW_PAGE_FAULTS_MIN, 0, *exclude_kernel);
+        r->fd_min = perf_open(&a, child, cpu);
+        if (r->fd_min < 0)
+            fail("perf_event_open (minor faults) failed on cpu %d: %s", cpu, strerror(errno));
+        size_t pages = ring_pages;
+        for (;;) {
+            r->base = mmap(NULL, (pages + 1) * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_maj, 0);
+            if (r->base != MAP_FAILED)
+                break;
+            /* unprivileged users are limited by perf_event_mlock_kb: shrink */
+            if (errno != EPERM || pages <= 8)
+                fail("cannot map perf ring buffer: %s", strerror(errno));
+            pages /= 2;
+        }
+        r->data_size = pages * 4096;
+        if (ioctl(r->fd_min, PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0)
+            fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
+        if (ioctl(r->fd_maj, PERF_EVENT_IOC_ID, &r->id_maj) < 0 || ioctl(r->fd_min, PERF_EVENT_IOC_ID, &r->id_min) < 0)
+            fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
+        nrings++;
+    }
+    if (!nrings)
+        fail("perf_event_open found no usable CPU");
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] -- CMD ARGS...\n");
+    exit(126);
+}
+
+int main(int argc, char **argv)
+{
+    int poll_ms = 20;
+    int i = 1;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "--")) {
+            i++;
+            break;
+        } else if (!strcmp(argv[i], "--fd") && i + 1 < argc) {
+            out_fd = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--ring-pages") && i + 1 < argc) {
+            ring_pages = (size_t)atol(argv[++i]);
+        } else if (!strcmp(argv[i], "--poll-ms") && i + 1 < argc) {
+            poll_ms = atoi(argv[++i]);
+        } else {
+            usage();
+        }
+    }
+    if (i >= argc)
+        usage();
+    if (ring_pages & (ring_pages - 1))
+        fail("--ring-pages must be a power of two");
+    char **cmd = argv + i;
+    signal(SIGPIPE, SIG_IGN);
+
+    int go[2], execerr[2];
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(execerr, O_CLOEXEC) < 0)
+        fail("pipe: %s", strerror(errno));
+    pid_t child = fork();
+    if (child < 0)
+        fail("fork: %s", strerror(errno));
+    if (child == 0) {
+        char c;
+        close(go[1]);
+        close(execerr[0]);
+        if (out_fd > 2)
+            close(out_fd);
+        if (read(go[0], &c, 1) != 1)
+            _exit(127); /* parent gave up */
+        signal(SIGPIPE, SIG_DFL);
+        execvp(cmd[0], cmd);
+        int e = errno;
+        if (write(execerr[1], &e, sizeof e) < 0)
+            _exit(127);
+        _exit(127);
+    }
+    close(go[0]);
+    close(execerr[1]);
+
+    int exclude_kernel = 0;
+    open_rings(child, &exclude_kernel);
+
+    uint64_t t0 = now_ns();
+    struct {
+        uint64_t t0;
+        uint32_t pid, nrings, exclude_kernel, ring_pages;
+    } hello = {t0, (uint32_t)child, (uint32_t)nrings, (uint32_t)exclude_kernel, (uint32_t)(rings[0].data_size / 4096)};
+    frame(FR_HELLO, &hello, sizeof hello, NULL, 0);
+    if (write(go[1], "g", 1) != 1)
+        fail("cannot start the command: %s", strerror(errno));
+    close(go[1]);
+    int e = 0;
+    ssize_t n = read(execerr[0], &e, sizeof e);
+    close(execerr[0]);
+    if (n == (ssize_t)sizeof e) {
+        waitpid(child, NULL, 0);
+        fail("cannot run %s: %s", cmd[0], strerror(e));
+    }
+
+    struct pollfd *pfd = calloc((size_t)nrings, sizeof *pfd);
+    for (int k = 0; k < nrings; k++) {
+        pfd[k].fd = rings[k].fd_maj;
+        pfd[k].events = POLLIN;
+    }
+    int status = 0;
+    for (;;) {
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child)
+            break;
+        if (w < 0 && errno != EINTR)
+            fail("waitpid: %s", strerror(errno));
+        poll(pfd, (nfds_t)nrings, poll_ms);
+        drain_all();
+    }
+    drain_all();
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    struct {
+        int32_t status, code;
+        uint64_t time, lost;
+    } ex = {status, code, now_ns(), lost_total};
+    frame(FR_EXIT, &ex, sizeof ex, NULL, 0);
+    return code;
+}

@@ -1,0 +1,42 @@
+"""``pagecast info``: counts by kind, regions, unique pages, duration, fault rate."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info", help="summarise a trace: event counts, regions, unique pages, duration, fault rate",
+        description="Summarise a trace in one streaming pass (bounded memory): rows per event kind, "
+                    "the busiest regions with pages touched out of their length, unique pages, duration "
+                    "and fault rate.",
+    )
+    p.add_argument("trace", help="trace file (.parquet)")
+    p.add_argument("--top", type=int, default=20, help="regions to list, busiest first (default 20)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagecast.report.summary import summarize
+    from pagecast.trace import open_trace
+
+    t = open_trace(args.trace)
+    with progress(total=t.num_rows, desc="rows", unit="row") as bar:
+        s = summarize(t, top=args.top, on_rows=bar.update)
+    if args.json:
+        print_json(s.to_dict())
+        return 0
+    head = {k: v for k, v in s.to_dict().items() if k not in ("kinds", "top_regions", "meta")}
+    print(format_table([{"field": k, "value": v} for k, v in head.items()]))
+    for k, v in s.meta.items():
+        print(f"{k}: {v}")
+    print()
+    print(format_table([{"kind": k, "rows": v} for k, v in s.kinds.items()]))
+    print()
+    print(format_table([dataclasses.asdict(r) for r in s.top_regions]))
+    return 0

@@ -1,0 +1,1 @@
+"""Sources that record real programs: page faults (perf), full access traces (valgrind), GPU (CUDA)."""

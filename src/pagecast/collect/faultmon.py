@@ -1,0 +1,421 @@
+"""Stream the page faults of a running program (native/faultmon.c + perf_event_open).
+
+``FaultMonitor`` starts the command under the native collector and yields
+``FaultBatch``es — numpy arrays, time-ordered, already translated into region-relative
+pages — while the program runs. The collector sends samples in bulk; they are decoded
+with one ``np.frombuffer`` per frame, never a Python loop per fault.
+
+Regions (see ``pagecast.trace.regions``):
+- a file mapping → one region per file path; page = file offset // 4096, wherever the
+  file was mapped and however often;
+- ``[heap]`` → one region per process image, page relative to the start of the heap;
+- ``[stack]`` → one region, page relative to the mapping reported;
+- any other mapping without a file (anonymous mmap, thread stacks, ...) → a new "anon"
+  region per mmap record, numbered by creation order among anon regions (``order``),
+  which with its length identifies it in the next run of a deterministic program.
+The kernel reports mmap (and mprotect changes) but not munmap: a newer mapping replaces
+any older one at the same addresses, which is exact for every fault that can happen
+(a fault only hits mapped memory).
+
+Each process of the traced tree has its own address space: a fork copies its parent's
+map, an exec empties it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.trace.regions import Region, RegionMap
+from pagecast.trace.schema import Kind
+from pagecast.util.native import build
+
+PAGE_SIZE = 4096
+
+FR_HELLO, FR_SAMPLES, FR_MMAP, FR_FORK, FR_EXEC, FR_LOST, FR_WATERMARK, FR_EXIT, FR_ERROR = range(1, 10)
+
+SAMPLE_DTYPE = np.dtype(
+    [("time", "<u8"), ("addr", "<u8"), ("ip", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("kind", "<u4"), ("pad", "<u4")]
+)
+MMAP_DTYPE = np.dtype(
+    [("time", "<u8"), ("addr", "<u8"), ("len", "<u8"), ("pgoff", "<u8"), ("ino", "<u8"),
+     ("pid", "<u4"), ("tid", "<u4"), ("prot", "<u4"), ("flags", "<u4"), ("maj", "<u4"), ("min", "<u4")]
+)
+HELLO_DTYPE = np.dtype([("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"), ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
+FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid", "<u4"), ("ptid", "<u4")])
+EXEC_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("tid", "<u4")])
+LOST_DTYPE = np.dtype([("time", "<u8"), ("lost", "<u8")])
+EXIT_DTYPE = np.dtype([("status", "<i4"), ("code", "<i4"), ("time", "<u8"), ("lost", "<u8")])
+
+
+def faultmon_binary() -> Path:
+    return build("faultmon", ["faultmon.c"], shared=False)
+
+
+@dataclass
+class FaultBatch:
+    """Faults in time order. ``t_ns`` counts from the start of the command."""
+
+    t_ns: np.ndarray  # int64
+    tid: np.ndarray  # int32
+    pid: np.ndarray  # int32
+    addr: np.ndarray  # uint64
+    ip: np.ndarray  # uint64
+    kind: np.ndarray  # uint8, Kind.FAULT_MAJOR / Kind.FAULT_MINOR
+    region: np.ndarray  # int32, -1 where no mapping is known
+    page: np.ndarray  # int64, region-relative (raw addr // 4096 where region == -1)
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+
+@dataclass
+class _Event:
+    """A side-band record (mmap, fork, exec) applied in time order with the samples."""
+
+    time: int
+    what: str
+    data: Any
+
+
+@dataclass
+class _Proc:
+    rmap: RegionMap = field(default_factory=lambda: RegionMap(PAGE_SIZE))
+    heap: int = -1  # region id of this image's [heap]
+    stack: int = -1
+
+
+class FaultMonitor:
+    """Run ``cmd`` and stream its page faults.
+
+    >>> with FaultMonitor(["ls"]) as mon:
+    ...     for batch in mon.batches():
+    ...         ...
+    >>> mon.returncode, mon.lost, mon.regions
+    """
+
+    def __init__(self, cmd: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = None,
+                 stderr: Any = None, ring_pages: int = 1024, poll_ms: int = 20):
+        if not cmd:
+            raise PagecastError("no command given")
+        self.cmd = [str(c) for c in cmd]
+        self.env = env
+        self.stdout = stdout
+        self.stderr = stderr
+        self.ring_pages = ring_pages
+        self.poll_ms = poll_ms
+        self.regions: list[Region] = []
+        self.returncode: int | None = None
+        self.lost = 0
+        self.samples = 0
+        self.pid: int | None = None
+        self.exclude_kernel = False
+        self.t0_mono_ns = 0
+        self._proc: subprocess.Popen | None = None
+        self._fd = -1
+        self._buf = bytearray()
+        self._eof = False
+        self._procs: dict[int, _Proc] = {}
+        self._file_regions: dict[str, int] = {}
+        self._anon_order = 0
+        self._pending_samples: list[np.ndarray] = []
+        self._pending_events: list[_Event] = []
+        self._changed_regions: set[int] = set()
+
+    # -- process -------------------------------------------------------------------
+    def start(self) -> "FaultMonitor":
+        if self._proc is not None:
+            return self
+        exe = self.cmd[0]
+        if os.sep not in exe and shutil.which(exe, path=(self.env or os.environ).get("PATH")) is None:
+            raise PagecastError(f"command not found: {exe}")
+        if os.sep in exe and not os.access(exe, os.X_OK):
+            raise PagecastError(f"command not found or not executable: {exe}")
+        binary = faultmon_binary()
+        r, w = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [str(binary), "--fd", str(w), "--ring-pages", str(self.ring_pages), "--poll-ms", str(self.poll_ms),
+                 "--", *self.cmd],
+                pass_fds=(w,), env=self.env, stdout=self.stdout, stderr=self.stderr,
+            )
+        except OSError as e:
+            os.close(r)
+            raise PagecastError(f"cannot start the fault collector: {e}") from None
+        finally:
+            os.close(w)
+        self._fd = r
+        # The first frame tells whether perf could be attached.
+        frame = self._next_frame()
+        if frame is None:
+            self._finish_process()
+            raise PagecastError(f"fault collector exited without output (status {self._proc.returncode})")
+        self._dispatch(*frame)
+        return self
+
+    def __enter__(self) -> "FaultMonitor":
+        return self.start()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None and self.returncode is None:
+            # Stopping early: end the traced program, then the collector.
+            if self.pid:
+                try:
+                    os.kill(self.pid, 15)
+                except ProcessLookupError:
+                    pass
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._finish_process()
+
+    def _finish_process(self) -> None:
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+
+    # -- frames --------------------------------------------------------------------
+    def _fill(self, need: int) -> bool:
+        while len(self._buf) < need:
+            if self._eof:
+                return False
+            chunk = os.read(self._fd, 1 << 20)
+            if not chunk:
+                self._eof = True
+                return False
+            self._buf += chunk
+        return True
+
+    def _next_frame(self) -> tuple[int, bytes] | None:
+        if not self._fill(8):
+            return None
+        ftype, flen = np.frombuffer(self._buf, dtype="<u4", count=2)
+        if not self._fill(8 + int(flen)):
+            return None
+        payload = bytes(self._buf[8:8 + flen])
+        del self._buf[:8 + flen]
+        return int(ftype), payload
+
+    def _dispatch(self, ftype: int, payload: bytes) -> bool:
+        """Handle a frame; returns True when pending events may be released."""
+        if ftype == FR_SAMPLES:
+            self._pending_samples.append(np.frombuffer(payload, dtype=SAMPLE_DTYPE))
+        elif ftype == FR_MMAP:
+            m = np.frombuffer(payload[:MMAP_DTYPE.itemsize], dtype=MMAP_DTYPE)[0]
+            name = payload[MMAP_DTYPE.itemsize:].decode("utf-8", "surrogateescape")
+            self._pending_events.append(_Event(int(m["time"]), "mmap", (m, name)))
+        elif ftype == FR_FORK:
+            f = np.frombuffer(payload, dtype=FORK_DTYPE)[0]
+            if f["pid"] != f["ppid"]:  # a new process, not a thread
+                self._pending_events.append(_Event(int(f["time"]), "fork", (int(f["pid"]), int(f["ppid"]))))
+        elif ftype == FR_EXEC:
+            e = np.frombuffer(payload[:EXEC_DTYPE.itemsize], dtype=EXEC_DTYPE)[0]
+            self._pending_events.append(_Event(int(e["time"]), "exec", int(e["pid"])))
+        elif ftype == FR_LOST:
+            self.lost += int(np.frombuffer(payload, dtype=LOST_DTYPE)[0]["lost"])
+        elif ftype == FR_WATERMARK:
+            self._watermark = int(np.frombuffer(payload, dtype="<u8")[0])
+            return True
+        elif ftype == FR_HELLO:
+            h = np.frombuffer(payload, dtype=HELLO_DTYPE)[0]
+            self.t0_mono_ns = int(h["t0"])
+            self.pid = int(h["pid"])
+            self.exclude_kernel = bool(h["exclude_kernel"])
+            self._procs[self.pid] = _Proc()
+        elif ftype == FR_EXIT:
+            x = np.frombuffer(payload, dtype=EXIT_DTYPE)[0]
+            status = int(x["status"])
+            self.returncode = os.waitstatus_to_exitcode(status)
+            self._watermark = None  # release everything
+            return True
+        elif ftype == FR_ERROR:
+            msg = payload.decode("utf-8", "replace")
+            self.close()
+            raise PagecastError(msg)
+        return False
+
+    # -- public stream -------------------------------------------------------------
+    def batches(self) -> Iterator[FaultBatch]:
+        """Yield faults as they arrive (every few ms), until the command exits."""
+        if self._proc is None:
+            self.start()
+        while True:
+            frame = self._next_frame()
+            if frame is None:
+                break
+            if self._dispatch(*frame):
+                batch = self._release(self._watermark)
+                if batch is not None and len(batch):
+                    yield batch
+        batch = self._release(None)
+        if batch is not None and len(batch):
+            yield batch
+        self.close()
+        if self.returncode is None:
+            code = self._proc.returncode if self._proc else None
+            raise PagecastError(f"fault collector ended without reporting the command's exit (status {code})")
+
+    def take_changed_regions(self) -> list[int]:
+        """Ids of regions whose length or end changed since the last call."""
+        out = sorted(self._changed_regions)
+        self._changed_regions.clear()
+        return out
+
+    # -- translation ---------------------------------------------------------------
+    def _release(self, watermark: int | None) -> FaultBatch | None:
+        if self._pending_samples:
+            s = np.concatenate(self._pending_samples) if len(self._pending_samples) > 1 else self._pending_samples[0]
+        else:
+            s = np.empty(0, SAMPLE_DTYPE)
+        s = s[np.argsort(s["time"], kind="stable")]
+        cut = len(s) if watermark is None else int(np.searchsorted(s["time"], np.uint64(watermark), side="left"))
+        ready, rest = s[:cut], s[cut:]
+        self._pending_samples = [rest] if len(rest) else []
+        self._pending_events.sort(key=lambda e: e.time)
+        n_ev = len(self._pending_events)
+        if watermark is not None:
+            n_ev = sum(1 for e in self._pending_events if e.time < watermark)
+        events, self._pending_events = self._pending_events[:n_ev], self._pending_events[n_ev:]
+        region = np.full(len(ready), -1, np.int32)
+        page = (ready["addr"] >> np.uint64(12)).astype(np.int64)
+        times = ready["time"]
+        # Between consecutive side-band events the maps are fixed: translate each span at once.
+        start = 0
+        for ev in events + [None]:
+            stop = len(ready) if ev is None else int(np.searchsorted(times, np.uint64(ev.time), side="left"))
+            if stop > start:
+                self._translate(ready[start:stop], region[start:stop], page[start:stop])
+            start = max(start, stop)
+            if ev is not None:
+                self._apply(ev)
+        self.samples += len(ready)
+        if not len(ready):
+            return None
+        t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
+        return FaultBatch(
+            t_ns=np.maximum(t, 0),
+            tid=ready["tid"].astype(np.int32),
+            pid=ready["pid"].astype(np.int32),
+            addr=ready["addr"].copy(),
+            ip=ready["ip"].copy(),
+            kind=ready["kind"].astype(np.uint8),
+            region=region,
+            page=page,
+        )
+
+    def _translate(self, s: np.ndarray, region_out: np.ndarray, page_out: np.ndarray) -> None:
+        pids = s["pid"]
+        for pid in np.unique(pids):
+            proc = self._procs.get(int(pid))
+            if proc is None or not len(proc.rmap):
+                continue
+            sel = pids == pid
+            r, p = proc.rmap.translate(s["addr"][sel])
+            region_out[sel] = r
+            page_out[sel] = np.where(r >= 0, p, page_out[sel])
+
+    def _proc_of(self, pid: int) -> _Proc:
+        if pid not in self._procs:
+            self._procs[pid] = _Proc()
+        return self._procs[pid]
+
+    def _new_region(self, **kw: Any) -> Region:
+        r = Region(id=len(self.regions), **kw)
+        self.regions.append(r)
+        self._changed_regions.add(r.id)
+        return r
+
+    def _apply(self, ev: _Event) -> None:
+        if ev.what == "fork":
+            pid, ppid = ev.data
+            parent = self._procs.get(ppid)
+            child = _Proc()
+            if parent is not None:
+                for s, e, rid, fp in zip(parent.rmap._starts, parent.rmap._ends, parent.rmap._regions, parent.rmap._first_pages):
+                    child.rmap.add(s, e, rid, fp)
+                child.heap, child.stack = parent.heap, parent.stack
+            self._procs[pid] = child
+        elif ev.what == "exec":
+            self._procs[ev.data] = _Proc()
+        elif ev.what == "mmap":
+            m, name = ev.data
+            self._apply_mmap(m, name, ev.time)
+
+    def _apply_mmap(self, m: np.void, name: str, time: int) -> None:
+        proc = self._proc_of(int(m["pid"]))
+        start, length, pgoff = int(m["addr"]), int(m["len"]), int(m["pgoff"])
+        end = start + length
+        t_rel = max(time - self.t0_mono_ns, 0)
+        is_file = name.startswith("/") and int(m["ino"]) != 0 and not name.startswith("/dev/zero")
+        if name.startswith("/SYSV") or name.startswith("/memfd:") or name.startswith("/dev/shm/"):
+            is_file = name.startswith("/dev/shm/")
+        if is_file:
+            rid = self._file_regions.get(name)
+            if rid is None:
+                try:
+                    size = os.stat(name).st_size
+                except OSError:
+                    size = 0
+                r = self._new_region(name=os.path.basename(name), kind="file", path=name, file_offset=0,
+                                     base=start - pgoff, length=max(size, pgoff + length), created_ns=t_rel,
+                                     order=len(self._file_regions))
+                rid = r.id
+                self._file_regions[name] = rid
+            else:
+                r = self.regions[rid]
+                if pgoff + length > r.length:
+                    r.length = pgoff + length
+                    self._changed_regions.add(rid)
+            proc.rmap.add(start, end, rid, pgoff // PAGE_SIZE)
+            return
+        if name == "[heap]":
+            if proc.heap < 0:
+                r = self._new_region(name="[heap]", kind="heap", base=start, length=length, created_ns=t_rel,
+                                     order=sum(1 for x in self.regions if x.kind == "heap"))
+                proc.heap = r.id
+            r = self.regions[proc.heap]
+            if end - r.base > r.length:
+                r.length = end - r.base
+                self._changed_regions.add(r.id)
+            proc.rmap.add(start, end, r.id, (start - r.base) // PAGE_SIZE)
+            return
+        if name == "[stack]":
+            if proc.stack < 0:
+                r = self._new_region(name="[stack]", kind="stack", base=start, length=length, created_ns=t_rel,
+                                     order=sum(1 for x in self.regions if x.kind == "stack"))
+                proc.stack = r.id
+            r = self.regions[proc.stack]
+            proc.rmap.add(start, end, r.id, max(start - r.base, 0) // PAGE_SIZE)
+            return
+        kind = "anon" if name in ("", "//anon") or name.startswith("[anon") or name.startswith("/dev/zero") else "other"
+        r = self._new_region(name=name or "//anon", kind=kind, base=start, length=length, created_ns=t_rel,
+                             order=self._anon_order if kind == "anon" else -1,
+                             extra={"prot": int(m["prot"]), "flags": int(m["flags"])})
+        if kind == "anon":
+            self._anon_order += 1
+        proc.rmap.add(start, end, r.id, 0)
+
+
+def read_all(cmd: Sequence[str], **kw: Any) -> tuple[FaultBatch, FaultMonitor]:
+    """Run ``cmd`` to completion and return all its faults as one batch (small programs, tests)."""
+    parts: list[FaultBatch] = []
+    with FaultMonitor(cmd, **kw) as mon:
+        parts.extend(mon.batches())
+    if parts:
+        cols = {f: np.concatenate([getattr(b, f) for b in parts]) for f in FaultBatch.__dataclass_fields__}
+        return FaultBatch(**cols), mon
+    empty = FaultBatch(*(np.empty(0, d) for d in (np.int64, np.int32, np.int32, np.uint64, np.uint64, np.uint8, np.int32, np.int64)))
+    return empty, mon

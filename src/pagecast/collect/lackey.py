@@ -1,0 +1,55 @@
+"""Full memory-access traces: run a program under valgrind lackey, import its output.
+
+lackey writes one line per load/store/instruction, far more than the page faults perf
+sees; the log goes to a temporary file beside the output (streamed by valgrind, then
+imported in blocks), so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from pagecast.errors import PagecastError
+from pagecast.importers.lackey import import_trace
+
+
+@dataclass
+class LackeyResult:
+    trace: str
+    command: list[str]
+    exit_status: int
+    rows: int
+    instructions: int
+    loads: int
+    stores: int
+    regions: int
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def record_lackey(cmd: Sequence[str], out: str | Path, *, stdout: Any = None, instructions: bool = False) -> LackeyResult:
+    cmd = [str(c) for c in cmd]
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise PagecastError("valgrind not found (apt-get install valgrind) — needed for --lackey")
+    if shutil.which(cmd[0]) is None:
+        raise PagecastError(f"command not found: {cmd[0]}")
+    out = Path(out)
+    log = out.with_name(out.name + ".lackey.log")
+    start = time.monotonic()
+    try:
+        proc = subprocess.run([valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={log}", *cmd], stdout=stdout)
+        stats = import_trace(log, out, instructions=instructions, source="lackey", meta={"command": cmd})
+    finally:
+        log.unlink(missing_ok=True)
+    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    return LackeyResult(trace=str(out), command=cmd, exit_status=code, rows=stats["rows"],
+                        instructions=stats["instructions"], loads=stats["loads"], stores=stats["stores"],
+                        regions=stats["regions"], duration_s=round(time.monotonic() - start, 3))

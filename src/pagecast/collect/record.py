@@ -1,0 +1,108 @@
+"""Record a program's page faults into a trace (the engine of ``pagecast record``).
+
+Rows stream from the collector into a journaled ``TraceWriter`` as they arrive, so memory
+stays bounded however many faults the program takes, and a recorder killed midway leaves
+a journal that ``pagecast recover`` turns into a trace.
+"""
+
+from __future__ import annotations
+
+import resource
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pagecast.collect.faultmon import FaultMonitor
+from pagecast.errors import PagecastError
+from pagecast.trace.schema import Kind
+from pagecast.trace.writer import TraceWriter
+
+
+@dataclass
+class RecordResult:
+    trace: str
+    command: list[str]
+    exit_status: int
+    faults: int
+    major: int
+    minor: int
+    lost: int
+    regions: int
+    duration_s: float
+    recorder_peak_rss_mib: float
+    user_faults_only: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exit_status(returncode: int) -> int:
+    """Shell convention: a program killed by signal N exits 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def record_faults(
+    cmd: Sequence[str],
+    out: str | Path,
+    *,
+    stdout: Any = None,
+    stderr: Any = None,
+    ring_pages: int = 1024,
+    on_batch: Callable[[int], None] | None = None,
+) -> RecordResult:
+    """Run ``cmd`` under the fault collector and write its trace to ``out``."""
+    cmd = [str(c) for c in cmd]
+    start = time.monotonic()
+    major = minor = 0
+    mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages)
+    # The terminal's Ctrl-C reaches the traced program too; keep recording until it exits.
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        mon.start()
+        writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd})
+        try:
+            for batch in mon.batches():
+                while len(writer.regions) < len(mon.regions):
+                    writer.add_region(mon.regions[len(writer.regions)])
+                for rid in mon.take_changed_regions():
+                    writer.update_region(rid)
+                writer.write(t_ns=batch.t_ns, region=batch.region, page=batch.page, kind=batch.kind,
+                             tid=batch.tid, ip=batch.ip)
+                nmaj = int(np.count_nonzero(batch.kind == Kind.FAULT_MAJOR))
+                major += nmaj
+                minor += len(batch) - nmaj
+                if on_batch:
+                    on_batch(len(batch))
+            while len(writer.regions) < len(mon.regions):
+                writer.add_region(mon.regions[len(writer.regions)])
+            writer.meta.update({
+                "exit_status": exit_status(mon.returncode or 0),
+                "lost": mon.lost,
+                "faults": major + minor,
+                "user_faults_only": mon.exclude_kernel,
+                "collector": "perf_event_open page-faults (maj+min), sample_period=1",
+            })
+        except PagecastError:
+            # The program never ran (or the collector failed): nothing worth recovering.
+            writer.abort()
+            for p in (Path(str(out) + ".partial"), Path(str(out) + ".partial.regions")):
+                p.unlink(missing_ok=True)
+            raise
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+    finally:
+        signal.signal(signal.SIGINT, old)
+        mon.close()
+    return RecordResult(
+        trace=str(out), command=cmd, exit_status=exit_status(mon.returncode or 0), faults=major + minor,
+        major=major, minor=minor, lost=mon.lost, regions=len(mon.regions),
+        duration_s=round(time.monotonic() - start, 3),
+        recorder_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        user_faults_only=mon.exclude_kernel,
+    )

@@ -1,0 +1,1 @@
+"""Views of a trace: summaries and plots."""

@@ -1,0 +1,100 @@
+"""``pagecast info``: what a trace holds, computed in one streaming pass."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pagecast.trace.reader import Trace, open_trace
+from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, Kind
+
+_REGION_SHIFT = 40  # key = (region + 1) << 40 | page: pages below 2^40 (4 PiB of 4 KiB pages)
+
+
+@dataclass
+class RegionSummary:
+    id: int
+    name: str
+    kind: str
+    rows: int
+    unique_pages: int
+    length_pages: int
+    touched_pct: float
+
+
+@dataclass
+class TraceSummary:
+    path: str
+    source: str
+    format_version: int
+    rows: int
+    row_groups: int
+    kinds: dict[str, int]
+    regions: int
+    unique_pages: int
+    unmapped_rows: int
+    duration_s: float
+    faults: int
+    fault_rate_per_s: float
+    demand_rows: int
+    bytes_moved: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    top_regions: list[RegionSummary] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: int = 1 << 21,
+              on_rows: Callable[[int], None] | None = None) -> TraceSummary:
+    t = path_or_trace if isinstance(path_or_trace, Trace) else open_trace(path_or_trace)
+    kind_counts = np.zeros(256, np.int64)
+    nreg = len(t.regions)
+    region_rows = np.zeros(nreg + 1, np.int64)  # index 0: region -1
+    uniq: list[np.ndarray] = []
+    tmin, tmax = None, None
+    nbytes = 0
+    for b in t.iter_batches(["t_ns", "region", "page", "kind", "bytes"], batch_rows):
+        kind_counts += np.bincount(b["kind"], minlength=256)
+        reg = b["region"].astype(np.int64)
+        reg = np.where((reg >= -1) & (reg < nreg), reg, -1)
+        region_rows += np.bincount(reg + 1, minlength=nreg + 1)
+        key = ((reg + 1) << _REGION_SHIFT) | (b["page"].astype(np.int64) & ((1 << _REGION_SHIFT) - 1))
+        uniq.append(np.unique(key))
+        if sum(len(u) for u in uniq) > 4 * batch_rows:
+            uniq = [np.unique(np.concatenate(uniq))]
+        if len(b["t_ns"]):
+            lo, hi = int(b["t_ns"].min()), int(b["t_ns"].max())
+            tmin = lo if tmin is None else min(tmin, lo)
+            tmax = hi if tmax is None else max(tmax, hi)
+        nbytes += int(b["bytes"].sum(dtype=np.uint64))
+        if on_rows:
+            on_rows(len(reg))
+    keys = np.unique(np.concatenate(uniq)) if uniq else np.empty(0, np.int64)
+    per_region_unique = np.bincount(keys >> _REGION_SHIFT, minlength=nreg + 1)
+    duration = (tmax - tmin) / 1e9 if tmin is not None else 0.0
+    kinds = {Kind(k).name: int(c) for k, c in enumerate(kind_counts) if c and k in Kind._value2member_map_}
+    kinds.update({f"kind{k}": int(c) for k, c in enumerate(kind_counts) if c and k not in Kind._value2member_map_})
+    faults = int(sum(kind_counts[int(k)] for k in FAULT_KINDS))
+    demand = int(sum(kind_counts[int(k)] for k in DEMAND_KINDS))
+    regs = []
+    for rid in np.argsort(-region_rows[1:], kind="stable")[:top]:
+        if region_rows[rid + 1] == 0:
+            break
+        r = t.regions[rid]
+        u = int(per_region_unique[rid + 1])
+        regs.append(RegionSummary(id=int(rid), name=r.name, kind=r.kind, rows=int(region_rows[rid + 1]),
+                                  unique_pages=u, length_pages=r.pages,
+                                  touched_pct=round(100.0 * u / r.pages, 2) if r.pages else float("nan")))
+    return TraceSummary(
+        path=str(t.path), source=t.source, format_version=t.version, rows=t.num_rows, row_groups=t.num_row_groups,
+        kinds=kinds, regions=nreg, unique_pages=int(len(keys)), unmapped_rows=int(region_rows[0]),
+        duration_s=round(duration, 6), faults=faults,
+        fault_rate_per_s=round(faults / duration, 1) if duration > 0 else float("nan"),
+        demand_rows=demand, bytes_moved=nbytes,
+        meta={k: v for k, v in t.meta.items() if k in ("command", "exit_status", "lost", "page_size", "time_unit", "recorder")},
+        top_regions=regs,
+    )
