@@ -345,7 +345,7 @@ int main(int argc, char **argv)
 	uint32_t dim = 1024;
 	uint64_t seed = 1;
 	const char *advice = "normal";
-	struct run_cfg cfg = {.prompt = 1, .tokens = 4, .hot = 256, .ctx = 16, .quiet = 0, .zipf_s = 1.1, .pool = 512, .tail = 12};
+	struct run_cfg cfg = {.prompt = 1, .tokens = 4, .hot = 320, .ctx = 16, .quiet = 0, .zipf_s = 1.1, .pool = 320, .tail = 2};
 	for (int i = 3; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;

@@ -1,0 +1,1 @@
+"""Live prefetching: stream a running program's faults, predict, prefetch ahead of it."""
