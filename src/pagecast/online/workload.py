@@ -21,15 +21,16 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.util.native import build
+from pagecast.util.pagecache import drop_file
+from pagecast.util.workloads import workloads_dir
 
 PAGE = 4096
-WORKLOAD_DIR = Path(__file__).resolve().parents[3] / "workloads" / "sparse_weights"
 ADVICE = ("random", "normal", "sequential", "willneed")
 
 
 def binary() -> Path:
     """Compile the workload on first use (cached by source hash)."""
-    src = WORKLOAD_DIR / "sparse_weights.c"
+    src = workloads_dir() / "sparse_weights" / "sparse_weights.c"
     if not src.exists():
         raise PagecastError("workload source missing", path=src)
     return build("sparse_weights", [src], shared=False, ldflags=("-lm",))
@@ -73,12 +74,7 @@ def ensure_weights(path: Path | None = None, size_mib: int = 1024, seed: int = 1
 
 def drop_cache(path: Path) -> None:
     """Make ``path`` cold. Only effective once no process maps it (callers wait for exit)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_file(path)
 
 
 def warm_cache(path: Path) -> None:
