@@ -76,14 +76,15 @@ class PolicySource(Source):
     def __init__(self, prefetcher: Prefetcher, name: str):
         self.p = prefetcher
         self.name = name
-        self._reset = False
+        self._known = -1
 
     def set_regions(self, regions: Sequence[Region]) -> None:
-        if not self._reset:
+        # Prefetchers map regions at reset (learned ones: region -> model slot), so a new
+        # region means a reset. Programs map their files at start-up, before the faults
+        # that matter, so little history is lost.
+        if len(regions) != self._known:
             self.p.reset(list(regions))
-            self._reset = True
-        elif hasattr(self.p, "update_regions"):
-            self.p.update_regions(list(regions))
+            self._known = len(regions)
 
     def on_batch(self, t_ns, region, page, kind) -> Predictions:
         causes: list[int] = []
