@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from pagecast.cli.bench import add_bench_args, config_from_args, print_report
 from pagecast.online.bench import run_bench

@@ -22,11 +22,11 @@ from pagecast.errors import PagecastError
 from pagecast.online import workload as wl
 from pagecast.online.injector import merge_ranges
 from pagecast.online.live import LiveConfig, _next_fault, run_live
-from pagecast.online.sources import ReplaySource, merge_schedules, schedule_from_trace
+from pagecast.online.sources import ReplaySource, merge_schedules
 from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
-from pagecast.trace.schedule import Schedule, write_schedule
+from pagecast.trace.schedule import Schedule
 
 
 def _perf_ok() -> str | None:

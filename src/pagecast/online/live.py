@@ -14,7 +14,6 @@ through unchanged.
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import select
 import signal
 import sys
@@ -334,7 +333,3 @@ def _meta(r: LiveResult) -> dict[str, Any]:
 def exit_status(returncode: int) -> int:
     """Shell convention: a program killed by signal N exits 128 + N."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def default_env() -> dict[str, str]:
-    return dict(os.environ)
