@@ -34,7 +34,6 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
-from pagecast.trace.schema import Kind
 from pagecast.util.native import build
 
 PAGE_SIZE = 4096
