@@ -76,7 +76,7 @@ struct ring {
 static int out_fd = 1;
 static struct ring *rings;
 static int nrings;
-static size_t ring_pages = 1024; /* data pages per CPU: 4 MiB */
+static size_t ring_pages = 4096; /* data pages per CPU: 16 MiB, ~350k samples */
 static uint64_t lost_total;
 
 /* Sample buffer flushed as one SAMPLES frame. */
@@ -415,6 +415,8 @@ int main(int argc, char **argv)
         fail("--ring-pages must be a power of two");
     char **cmd = argv + i;
     signal(SIGPIPE, SIG_IGN);
+    /* A larger pipe absorbs the reader's scheduling hiccups before the rings must. */
+    (void)fcntl(out_fd, F_SETPIPE_SZ, 1 << 20);
 
     int go[2], execerr[2];
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(execerr, O_CLOEXEC) < 0)
@@ -439,6 +441,8 @@ int main(int argc, char **argv)
     }
     close(go[0]);
     close(execerr[1]);
+    /* Ctrl-C reaches the traced program through the terminal; we keep draining until it exits. */
+    signal(SIGINT, SIG_IGN);
 
     int exclude_kernel = 0;
     open_rings(child, &exclude_kernel);

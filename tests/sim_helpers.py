@@ -89,3 +89,35 @@ def ref_belady(pages, cap: int) -> int:
             resident.discard(max(resident, key=next_use))
         resident.add(p)
     return faults
+
+
+def mixed_pages(n: int = 4000, seed: int = 1) -> np.ndarray:
+    """Sequential runs, strided runs, a repeating delta pattern and random noise."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    while sum(len(p) for p in parts) < n:
+        k = rng.integers(4)
+        start = int(rng.integers(0, 3000))
+        if k == 0:
+            parts.append(np.arange(start, start + 60))
+        elif k == 1:
+            parts.append(start + 3 * np.arange(40))
+        elif k == 2:
+            parts.append(start + np.cumsum(np.tile([1, 5, 2], 15)))
+        else:
+            parts.append(rng.integers(0, 3200, 30))
+    return np.concatenate(parts)[:n]
+
+
+def same_results_both_engines(path, make, capacity: int = 256, eviction: str = "lru") -> dict:
+    """Simulate with the compiled prefetcher and with its per-event Python observe."""
+    from pagecast.sim import SimConfig, simulate
+
+    fast = simulate(path, SimConfig(capacity=capacity, eviction=eviction, log_prefetches=True), make()).to_dict()
+    slow = simulate(path, SimConfig(capacity=capacity, eviction=eviction, log_prefetches=True), make(), engine="python").to_dict()
+    for d in (fast, slow):
+        d.pop("wall_s")
+        log = d.pop("extra")["prefetch_log"]
+        d["log"] = [a.tolist() for a in log]
+    assert fast == slow
+    return fast

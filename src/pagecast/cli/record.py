@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--lackey", action="store_true",
                       help="run under valgrind --tool=lackey --trace-mem=yes: every load/store, not only faults (slow, ~100x)")
     mode.add_argument("--cuda", action="store_true", help="record CUDA managed-memory events (GPU faults, migrations) via CUPTI")
-    p.add_argument("--ring-pages", type=int, default=1024,
+    p.add_argument("--ring-pages", type=int, default=4096,
                    help="perf ring buffer pages per CPU (power of two; larger loses fewer samples under bursts)")
     p.add_argument("--instructions", action="store_true", help="with --lackey: also store instruction fetches")
     add_json_flag(p)

@@ -102,7 +102,7 @@ class FaultMonitor:
     """
 
     def __init__(self, cmd: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = None,
-                 stderr: Any = None, ring_pages: int = 1024, poll_ms: int = 20):
+                 stderr: Any = None, ring_pages: int = 4096, poll_ms: int = 20):
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]

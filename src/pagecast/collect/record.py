@@ -51,7 +51,7 @@ def record_faults(
     *,
     stdout: Any = None,
     stderr: Any = None,
-    ring_pages: int = 1024,
+    ring_pages: int = 4096,
     on_batch: Callable[[int], None] | None = None,
 ) -> RecordResult:
     """Run ``cmd`` under the fault collector and write its trace to ``out``."""

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pagecast.errors import PagecastError
+from pagecast.trace._arrow import to_numpy
 from pagecast.trace.regions import Region, regions_from_json
 from pagecast.trace.schema import COLUMNS, FORMAT_VERSION, META_INFO, META_KERNELS, META_REGIONS, META_VERSION
 
@@ -87,13 +88,13 @@ class Trace:
         """Yield dicts of numpy columns, ``batch_rows`` rows at a time (bounded memory)."""
         cols = self._columns(columns)
         for batch in self._pf.iter_batches(batch_size=batch_rows, columns=cols, use_threads=True):
-            yield {c: batch.column(i).to_numpy() for i, c in enumerate(cols)}
+            yield {c: to_numpy(batch.column(i), COLUMNS[c]) for i, c in enumerate(cols)}
 
     def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """All rows of the given columns as numpy arrays."""
         cols = self._columns(columns)
         table = self._pf.read(columns=cols, use_threads=True)
-        return {c: table.column(c).to_numpy() for c in cols}
+        return {c: to_numpy(table.column(c), COLUMNS[c], writable=True) for c in cols}
 
     def table(self, columns: Sequence[str] | None = None) -> pa.Table:
         return self._pf.read(columns=self._columns(columns), use_threads=True)

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from pagecast import __version__
 from pagecast.errors import PagecastError
+from pagecast.trace._arrow import to_arrow, to_numpy
 from pagecast.trace.regions import Region, regions_to_json
 from pagecast.trace.schema import (
     ACCESS_SCHEMA,
@@ -169,7 +170,7 @@ class TraceWriter:
 
     def write_table(self, table: pa.Table) -> None:
         """Append rows from an Arrow table or record batch that has the trace columns."""
-        self.write(**{c: table.column(c).to_numpy() for c in COLUMNS if c in table.column_names})
+        self.write(**{c: to_numpy(table.column(c), COLUMNS[c]) for c in COLUMNS if c in table.column_names})
 
     def _flush(self, final: bool) -> None:
         if not self._buffered:
@@ -179,7 +180,8 @@ class TraceWriter:
         start = 0
         while total - start >= self.row_group_rows or (final and start < total):
             stop = min(start + self.row_group_rows, total)
-            batch = pa.record_batch([pa.array(cols[c][start:stop]) for c in COLUMNS], schema=ACCESS_SCHEMA)
+            batch = pa.record_batch([to_arrow(cols[c][start:stop], ACCESS_SCHEMA.field(c).type) for c in COLUMNS],
+                                    schema=ACCESS_SCHEMA)
             if self._journal:
                 self._ipc.write_batch(batch)
                 self._sink.flush()
@@ -292,7 +294,7 @@ def _journal_to_parquet(
                 except (pa.ArrowInvalid, OSError):
                     writer.meta["recovered_truncated"] = True
                     break
-                writer.write(**{c: batch.column(c).to_numpy() for c in COLUMNS})
+                writer.write(**{c: to_numpy(batch.column(c), COLUMNS[c]) for c in COLUMNS})
     except BaseException:
         writer.abort()
         raise

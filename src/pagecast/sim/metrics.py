@@ -1,0 +1,120 @@
+"""Offline ranking metrics of prefetch predictions against what the trace did next.
+
+For a prediction made at demand event ``i`` (its trigger), the *truth* is the set of
+distinct pages demanded in the next ``horizon`` events, i + 1 … i + horizon. Per trigger,
+with the top ``k`` predictions in rank order (best score first, duplicates dropped):
+
+* precision@K = hits in the top K / K
+* recall@K    = hits in the top K / |truth|
+* AP@K        = Σ_r P(r)·rel(r) / min(K, |truth|)  (mAP = mean over triggers)
+* micro-F1    = F1 of Σ hits / Σ predictions and Σ hits / Σ |truth| over all triggers
+
+Averages run over triggers that have at least one prediction and a non-empty truth.
+The whole demand stream is held in memory here (one int64 per event and a sort).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pagecast.sim.stream import as_trace, read_demand
+from pagecast.trace.schedule import Schedule
+
+PredictionRows = Schedule | tuple[np.ndarray, ...]
+
+
+def _keys(region: np.ndarray, page: np.ndarray) -> np.ndarray:
+    return ((np.asarray(region, np.int64) + 1) << 40) | np.asarray(page, np.int64)
+
+
+def _rows(pred: PredictionRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(trigger, key, score) sorted by trigger then best first."""
+    if isinstance(pred, Schedule):
+        trig, key, score = pred.trigger, _keys(pred.region, pred.page), pred.score.astype(np.float64)
+    else:
+        trig, region, page = (np.asarray(a, np.int64) for a in pred[:3])
+        key = _keys(region, page)
+        # without scores, the order given is the rank order
+        score = np.asarray(pred[3], np.float64) if len(pred) > 3 else -np.arange(len(trig), dtype=np.float64)
+    order = np.lexsort((-score, trig))
+    return trig[order], key[order], score[order]
+
+
+def window_distinct(ids: np.ndarray, horizon: int) -> np.ndarray:
+    """For each i: number of distinct ids among positions i+1 … i+horizon."""
+    n = len(ids)
+    order = np.lexsort((np.arange(n), ids))
+    prev = np.full(n, -1, np.int64)
+    same = ids[order][1:] == ids[order][:-1]
+    prev[order[1:][same]] = order[:-1][same]
+    j = np.arange(n)
+    # position j is the first occurrence of its id within the window after i exactly
+    # when max(prev[j], j - horizon) <= i < j
+    lo = np.maximum(prev, j - horizon)
+    lo = np.maximum(lo, 0)
+    diff = np.zeros(n + 1, np.int64)
+    np.add.at(diff, lo, 1)
+    np.add.at(diff, j, -1)
+    return np.cumsum(diff)[:n]
+
+
+def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int = 10, horizon: int = 64) -> dict[str, float]:
+    """precision@K, recall@K, mAP and micro-F1 of predictions against ``trace``."""
+    if k < 1 or horizon < 1:
+        raise ValueError("k and horizon must be positive")
+    d = read_demand(as_trace(trace)) if not isinstance(trace, dict) else trace
+    stream = _keys(d["region"], d["page"])
+    n = len(stream)
+    uniq, ids = np.unique(stream, return_inverse=True)
+    trig, key, _ = _rows(schedule_or_predictions)
+    ok = (trig >= 0) & (trig < n)
+    trig, key = trig[ok], key[ok]
+    # top-k distinct predictions per trigger
+    first = np.ones(len(trig), bool)
+    if len(trig):
+        pair_order = np.lexsort((np.arange(len(trig)), key, trig))
+        dup = np.zeros(len(trig), bool)
+        dup[pair_order[1:]] = (trig[pair_order[1:]] == trig[pair_order[:-1]]) & (key[pair_order[1:]] == key[pair_order[:-1]])
+        first = ~dup
+    trig, key = trig[first], key[first]
+    starts = np.flatnonzero(np.r_[True, trig[1:] != trig[:-1]]) if len(trig) else np.zeros(0, np.int64)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(trig)]))
+    rank = np.arange(len(trig)) - starts[group] if len(trig) else np.zeros(0, np.int64)
+    keep = rank < k
+    trig, key, group, rank = trig[keep], key[keep], group[keep], rank[keep]
+    # relevance: the page's next use after the trigger is within the horizon
+    pos = np.searchsorted(uniq, key)
+    pos_c = np.minimum(pos, len(uniq) - 1) if len(uniq) else pos
+    known = (pos < len(uniq)) & (uniq[pos_c] == key) if len(uniq) else np.zeros(len(key), bool)
+    occ = np.lexsort((np.arange(n), ids))
+    combined = ids[occ].astype(np.int64) * (n + 1) + occ
+    q = pos_c.astype(np.int64) * (n + 1) + trig
+    nxt = np.searchsorted(combined, q, side="right")
+    nxt_c = np.minimum(nxt, max(n - 1, 0))
+    rel = known & (nxt < n) & (combined[nxt_c] // (n + 1) == pos_c) & (combined[nxt_c] % (n + 1) <= trig + horizon)
+    truth = window_distinct(ids, horizon)
+    g_trig = trig[np.r_[True, group[1:] != group[:-1]]] if len(trig) else np.zeros(0, np.int64)
+    ng = len(g_trig)
+    hits = np.bincount(group, weights=rel, minlength=ng) if ng else np.zeros(0)
+    npred = np.bincount(group, minlength=ng) if ng else np.zeros(0)
+    t_size = truth[g_trig].astype(np.float64) if ng else np.zeros(0)
+    cum = np.cumsum(rel)
+    g_start_cum = np.r_[0, cum][np.flatnonzero(np.r_[True, group[1:] != group[:-1]])] if ng else np.zeros(0)
+    cum_in_group = cum - g_start_cum[group] if ng else np.zeros(0)
+    prec_at_r = cum_in_group / (rank + 1)
+    ap_num = np.bincount(group, weights=prec_at_r * rel, minlength=ng) if ng else np.zeros(0)
+    valid = t_size > 0
+    denom_ap = np.minimum(k, t_size)
+    out = {
+        "k": k, "horizon": horizon, "events": n, "triggers": int(valid.sum()),
+        "precision_at_k": float(np.mean(hits[valid] / k)) if valid.any() else float("nan"),
+        "recall_at_k": float(np.mean(hits[valid] / t_size[valid])) if valid.any() else float("nan"),
+        "map": float(np.mean(ap_num[valid] / denom_ap[valid])) if valid.any() else float("nan"),
+    }
+    tp, pp, tt = hits[valid].sum(), npred[valid].sum(), t_size[valid].sum()
+    p = tp / pp if pp else 0.0
+    r = tp / tt if tt else 0.0
+    out["micro_f1"] = float(2 * p * r / (p + r)) if p + r else 0.0
+    return out

@@ -1,0 +1,387 @@
+"""UVM mode: the open NVIDIA driver's fault servicing, tree prefetcher and eviction.
+
+Follows kernel-open/nvidia-uvm of NVIDIA/open-gpu-kernel-modules (read, not copied):
+
+* Managed memory is split into VA blocks at 2 MiB virtual-address boundaries (a block
+  never crosses one, nor leaves its allocation); pages are 4 KiB, big pages 64 KiB.
+* GPU faults are fetched in batches of up to ``uvm_perf_fault_batch_count`` (256).
+  Duplicate faults on a page already in the batch are coalesced; the batch is serviced
+  as a whole and then replayed. Here a batch holds the faults that arrive within
+  ``batch_window_ns`` of its first fault (simulated time), up to the batch count.
+* Tree prefetcher (uvm_perf_prefetch.c): per block, leaves = pages resident on the GPU
+  ∪ pages faulted in this batch, laid out so big pages align (ghost leaves before an
+  unaligned first page); every big page holding a faulted page is filled ("grow fault
+  granularity"); then for each faulted page, walking from its leaf to the root of the
+  binary tree over the leaves, the largest subtree whose count × 100 exceeds its size ×
+  ``uvm_perf_prefetch_threshold`` (51) is selected; stop early once a selection reaches
+  the block's end. Prefetched = union − faulted pages. No thrashing detection.
+* GPU memory is handed out in 2 MiB root chunks; a block with resident pages holds one.
+  When none is free, the chunk that became resident first is evicted (FIFO: the driver
+  does not move a chunk on access) and all its pages go back to the host.
+* Costs: ``fault_batch_ns`` per batch + ``fault_ns`` per distinct faulted page + per
+  contiguous copy ``copy_latency_ns`` + bytes / ``pcie_bytes_per_s``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numba import njit
+
+from pagecast.errors import PagecastError
+from pagecast.sim.config import SimConfig, SimResult
+from pagecast.sim.hashtab import grown, intern, make_key, new_table
+from pagecast.sim.stream import demand_chunks
+from pagecast.trace.reader import Trace
+from pagecast.trace.schedule import Schedule
+
+PAGES_PER_BLOCK = 512
+BIG = 16  # 4 KiB pages per 64 KiB big page
+NIL = -1
+
+# block fields B[field, block]
+B_KEY, B_LO, B_HI, B_NRES, B_CHUNK, B_PREV, B_NEXT, B_INBATCH, B_FAULTS = range(9)
+N_BFIELDS = 9
+# globals
+(U_NBLOCKS, U_USED, U_HEAD, U_TAIL, U_NOW, U_LAST_T, U_T0, U_STARTED, U_OPEN, U_BSTART, U_NF, U_NB, U_BATCHID,
+ C_ACC, C_HITS, C_FAULTS, C_DUP, C_BATCHES, C_FPAGES, C_PF, C_USEFUL, C_USELESS, C_BIN, C_BOUT, C_STALL, C_EVICT,
+ C_COPIES, C_DISTINCT) = range(28)
+N_U = 32
+# config
+(Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = range(11)
+N_Q = 12
+# page state flags P[block, page]
+P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
+
+DONE, NEED_GROW = 0, 1
+
+
+@njit(cache=True)
+def tree_prefetch(lo, hi, state, threshold, out):
+    """Pages (block-local indices) the tree prefetcher adds for this batch → out; count.
+
+    ``state[p]`` has P_RES for resident pages and P_FAULT for pages faulted in the batch;
+    valid pages are lo..hi-1. Result excludes faulted pages, includes resident ones
+    (the caller drops those).
+    """
+    base = (lo // BIG) * BIG  # leaf 0: the big-page boundary at or before lo (ghost leaves)
+    first = lo - base
+    nleaves = hi - base
+    leaves = np.zeros(nleaves, np.int64)
+    for p in range(lo, hi):
+        if state[p] & (P_RES | P_FAULT):
+            leaves[p - base] = 1
+    # grow fault granularity: fill every big page (clipped to valid pages) holding a fault
+    for g0 in range(0, nleaves, BIG):
+        has = False
+        for leaf in range(g0, min(g0 + BIG, nleaves)):
+            if leaf >= first and state[leaf + base] & P_FAULT:
+                has = True
+                break
+        if has:
+            for leaf in range(max(g0, first), min(g0 + BIG, nleaves)):
+                leaves[leaf] = 1
+    prefix = np.zeros(nleaves + 1, np.int64)
+    for j in range(nleaves):
+        prefix[j + 1] = prefix[j] + leaves[j]
+    size_top = 1
+    while size_top < nleaves:
+        size_top *= 2
+    sel = np.zeros(nleaves, np.uint8)
+    for p in range(lo, hi):
+        if not state[p] & P_FAULT:
+            continue
+        leaf = p - base
+        r0, r1 = -1, -1
+        size = 1
+        while size <= size_top:
+            s0 = (leaf // size) * size
+            s1 = min(s0 + size, nleaves)
+            if (prefix[s1] - prefix[s0]) * 100 > (s1 - s0) * threshold:
+                r0, r1 = s0, s1
+            size *= 2
+        if r0 < 0:
+            continue
+        r0 = max(r0, first)
+        for leaf2 in range(r0, r1):
+            sel[leaf2] = 1
+        if r1 == nleaves:
+            break  # the driver stops once a selection reaches the block's end
+    n = 0
+    for leaf in range(first, nleaves):
+        if sel[leaf] and not state[leaf + base] & P_FAULT:
+            out[n] = leaf + base
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _evict_block(u, q, B, P, b):
+    # unlink from the residency FIFO, send every resident page home
+    p, nx = B[B_PREV, b], B[B_NEXT, b]
+    if p != NIL:
+        B[B_NEXT, p] = nx
+    else:
+        u[U_HEAD] = nx
+    if nx != NIL:
+        B[B_PREV, nx] = p
+    else:
+        u[U_TAIL] = p
+    nres = 0
+    copies = 0
+    prev_res = False
+    for j in range(PAGES_PER_BLOCK):
+        f = P[b, j]
+        if f & P_RES:
+            nres += 1
+            if not prev_res:
+                copies += 1
+            prev_res = True
+        else:
+            prev_res = False
+        if f & P_PF:
+            u[C_USELESS] += 1
+        P[b, j] = f & ~(P_RES | P_PF)
+    u[C_BOUT] += nres * q[Q_PAGE]
+    u[C_COPIES] += copies
+    u[C_EVICT] += 1
+    B[B_NRES, b] = 0
+    B[B_CHUNK, b] = 0
+    u[U_USED] -= 1
+    # eviction copies are on the critical path of the batch that needed the chunk
+    return copies * q[Q_COPY_NS] + (nres * q[Q_PS_PER_PAGE]) // 1000
+
+
+@njit(cache=True)
+def _service(u, q, B, P, fb, scratch):
+    """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
+    cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
+    batch = u[U_BATCHID]
+    for k in range(u[U_NB]):
+        b = fb[k]
+        if B[B_CHUNK, b] == 0:
+            if u[U_USED] >= q[Q_CHUNKS]:
+                v = u[U_HEAD]
+                while v != NIL and B[B_INBATCH, v] == batch:
+                    v = B[B_NEXT, v]
+                if v == NIL:
+                    v = u[U_HEAD]
+                cost += _evict_block(u, q, B, P, v)
+            B[B_CHUNK, b] = 1
+            u[U_USED] += 1
+            B[B_PREV, b] = u[U_TAIL]
+            B[B_NEXT, b] = NIL
+            if u[U_TAIL] != NIL:
+                B[B_NEXT, u[U_TAIL]] = b
+            else:
+                u[U_HEAD] = b
+            u[U_TAIL] = b
+        lo, hi = B[B_LO, b], B[B_HI, b]
+        state = P[b]
+        nf = 0
+        for j in range(lo, hi):
+            if state[j] & P_FAULT:
+                nf += 1
+        B[B_FAULTS, b] += nf
+        npf = 0
+        if q[Q_ENABLE] and B[B_FAULTS, b] >= q[Q_MINF]:
+            npf = tree_prefetch(lo, hi, state, q[Q_THRESH], scratch)
+        for j in range(npf):
+            pj = scratch[j]
+            if not state[pj] & P_RES:
+                state[pj] |= P_PF
+                u[C_PF] += 1
+        # migrate faulted + prefetched pages that are not resident, in contiguous copies
+        moved = 0
+        run = False
+        for j in range(lo, hi):
+            f = state[j]
+            if (f & (P_FAULT | P_PF)) and not f & P_RES:
+                moved += 1
+                if not run:
+                    u[C_COPIES] += 1
+                    cost += q[Q_COPY_NS]
+                run = True
+                state[j] = (f | P_RES) & ~P_FAULT
+            else:
+                run = False
+                state[j] = f & ~P_FAULT
+        B[B_NRES, b] += moved
+        u[C_BIN] += moved * q[Q_PAGE]
+        cost += (moved * q[Q_PS_PER_PAGE]) // 1000
+    u[C_BATCHES] += 1
+    u[U_OPEN] = 0
+    u[U_NF] = 0
+    u[U_NB] = 0
+    return cost
+
+
+@njit(cache=True)
+def _close(u, q, B, P, fb, scratch):
+    c = _service(u, q, B, P, fb, scratch)
+    u[U_NOW] += c
+    u[C_STALL] += c
+
+
+@njit(cache=True)
+def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, finish):
+    n = len(t)
+    for i in range(i0, n):
+        if 2 * (u[U_NBLOCKS] + 2) > len(hkeys) or u[U_NBLOCKS] + 2 > B.shape[1]:
+            return i
+        ti = t[i]
+        if u[U_STARTED] == 0:
+            u[U_STARTED] = 1
+            u[U_T0] = ti
+            u[U_LAST_T] = ti
+        if ti > u[U_LAST_T]:
+            u[U_NOW] += ti - u[U_LAST_T]
+            u[U_LAST_T] = ti
+        if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
+            _close(u, q, B, P, fb, scratch)
+        r = reg[i]
+        ri = r if 0 <= r < len(roff) else len(roff) - 1
+        off = roff[ri]
+        vpage = off + pg[i]
+        blk = vpage >> 9
+        j = vpage & (PAGES_PER_BLOCK - 1)
+        key = make_key(r, blk)
+        b = intern(hkeys, hvals, key, u[U_NBLOCKS])
+        if b == u[U_NBLOCKS]:
+            u[U_NBLOCKS] += 1
+            B[B_KEY, b] = key
+            start = blk * PAGES_PER_BLOCK
+            B[B_LO, b] = max(0, off - start)
+            B[B_HI, b] = PAGES_PER_BLOCK if rlen[ri] <= 0 else max(1, min(PAGES_PER_BLOCK, off + rlen[ri] - start))
+            if j >= B[B_HI, b]:
+                B[B_HI, b] = j + 1  # a page past the allocation's recorded end still counts
+            B[B_NRES, b] = 0
+            B[B_CHUNK, b] = 0
+            B[B_INBATCH, b] = -1
+            B[B_FAULTS, b] = 0
+            for k in range(PAGES_PER_BLOCK):
+                P[b, k] = 0
+        if j < B[B_LO, b]:
+            B[B_LO, b] = j
+        if j >= B[B_HI, b]:
+            B[B_HI, b] = j + 1
+        u[C_ACC] += 1
+        f = P[b, j]
+        if not f & P_SEEN:
+            P[b, j] = f | P_SEEN
+            u[C_DISTINCT] += 1
+        if f & P_RES:
+            u[C_HITS] += 1
+            if f & P_PF:
+                u[C_USEFUL] += 1
+                P[b, j] &= ~P_PF
+            continue
+        u[C_FAULTS] += 1
+        if f & P_FAULT:
+            u[C_DUP] += 1
+            continue
+        if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
+            _close(u, q, B, P, fb, scratch)
+        if not u[U_OPEN]:
+            u[U_OPEN] = 1
+            u[U_BSTART] = u[U_NOW]
+            u[U_BATCHID] += 1
+        P[b, j] |= P_FAULT
+        u[U_NF] += 1
+        u[C_FPAGES] += 1
+        if B[B_INBATCH, b] != u[U_BATCHID]:
+            B[B_INBATCH, b] = u[U_BATCHID]
+            fb[u[U_NB]] = b
+            u[U_NB] += 1
+    if finish and u[U_OPEN]:
+        _close(u, q, B, P, fb, scratch)
+    return n
+
+
+def _q(config: SimConfig, trace: Trace) -> np.ndarray:
+    p = config.uvm_params
+    if p.va_block_size != 2 << 20 or p.big_page_size != 64 << 10:
+        raise PagecastError("UVM mode models 2 MiB VA blocks and 64 KiB big pages only")
+    if not 1 <= p.uvm_perf_prefetch_threshold <= 100:
+        raise PagecastError("uvm_perf_prefetch_threshold must be 1..100 (as in the driver)")
+    if not 1 <= p.uvm_perf_prefetch_min_faults <= 20:
+        raise PagecastError("uvm_perf_prefetch_min_faults must be 1..20 (as in the driver)")
+    if not 1 <= p.uvm_perf_fault_batch_count <= 256:
+        raise PagecastError("uvm_perf_fault_batch_count must be 1..256")
+    cap_bytes = config.capacity_pages(4096) * 4096
+    chunks = cap_bytes // p.va_block_size
+    if chunks < 1:
+        raise PagecastError("UVM capacity must be at least one 2 MiB chunk")
+    q = np.zeros(N_Q, np.int64)
+    q[Q_CHUNKS] = chunks
+    q[Q_PAGE] = 4096
+    q[Q_ENABLE] = 1 if p.uvm_perf_prefetch_enable else 0
+    q[Q_THRESH] = p.uvm_perf_prefetch_threshold
+    q[Q_MINF] = p.uvm_perf_prefetch_min_faults
+    q[Q_BATCH] = p.uvm_perf_fault_batch_count
+    q[Q_WINDOW] = p.batch_window_ns
+    q[Q_BATCH_NS] = p.fault_batch_ns
+    q[Q_FAULT_NS] = p.fault_ns
+    q[Q_COPY_NS] = p.copy_latency_ns
+    q[Q_PS_PER_PAGE] = round(4096 * 1e12 / p.pcie_bytes_per_s)  # picoseconds per page
+    return q
+
+
+def _region_layout(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    roff = [((r.base >> 12) & (PAGES_PER_BLOCK - 1)) for r in trace.regions] + [0]
+    rlen = [-(-r.length // 4096) if r.length else 0 for r in trace.regions] + [0]
+    return np.array(roff, np.int64), np.array(rlen, np.int64)
+
+
+def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
+    """Play the trace through the UVM driver model (see module docstring)."""
+    name = prefetcher if isinstance(prefetcher, str) or prefetcher is None else getattr(prefetcher, "name", "")
+    if isinstance(prefetcher, Schedule) or name not in (None, "none", "tree", "uvm"):
+        raise PagecastError("UVM mode simulates the driver's own tree prefetcher: use --prefetcher tree (default) or none")
+    if name == "none":
+        config.uvm_params.uvm_perf_prefetch_enable = False
+    t_start = time.perf_counter()
+    q = _q(config, trace)
+    roff, rlen = _region_layout(trace)
+    u = np.zeros(N_U, np.int64)
+    u[U_HEAD] = u[U_TAIL] = NIL
+    hkeys, hvals = new_table(1024)
+    B = np.zeros((N_BFIELDS, 1024), np.int64)
+    P = np.zeros((1024, PAGES_PER_BLOCK), np.uint8)
+    fb = np.zeros(q[Q_BATCH] + 1, np.int64)
+    scratch = np.zeros(PAGES_PER_BLOCK, np.int64)
+    it = demand_chunks(trace, config.chunk_rows)
+    cur = next(it, None)
+    while cur is not None:
+        nxt = next(it, None)
+        i = 0
+        n = len(cur["t"])
+        while i < n:
+            i = run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            if i < n:
+                need = int(u[U_NBLOCKS]) + 2
+                hkeys, hvals = grown(hkeys, hvals, need)
+                if need > B.shape[1]:
+                    size = 2 * B.shape[1]
+                    B2 = np.zeros((N_BFIELDS, size), np.int64)
+                    B2[:, : B.shape[1]] = B
+                    P2 = np.zeros((size, PAGES_PER_BLOCK), np.uint8)
+                    P2[: P.shape[0]] = P
+                    B, P = B2, P2
+        cur = nxt
+    compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
+    res = SimResult(
+        trace=str(trace.path), prefetcher="tree" if q[Q_ENABLE] else "none", eviction="uvm-fifo-2MiB",
+        capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK, page_size=4096,
+        accesses=int(u[C_ACC]), hits=int(u[C_HITS]), faults=int(u[C_FAULTS]), prefetches=int(u[C_PF]),
+        useful=int(u[C_USEFUL]), useless=int(u[C_USELESS]), evictions=int(u[C_EVICT]), bytes_in=int(u[C_BIN]),
+        bytes_out=int(u[C_BOUT]), stall_ns=int(u[C_STALL]), compute_ns=compute, est_time_ns=compute + int(u[C_STALL]),
+        distinct_pages=int(u[C_DISTINCT]), fault_batches=int(u[C_BATCHES]),
+    )
+    nb = int(u[U_NBLOCKS])
+    res.unused_at_end = int(np.count_nonzero((P[:nb] & (P_RES | P_PF)) == (P_RES | P_PF)))
+    res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
+                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy())
+    res.wall_s = time.perf_counter() - t_start
+    return res
