@@ -57,7 +57,7 @@ def test_tree_prefetch_direct():
     state[0:32] = P_RES
     state[40] = P_FAULT
     out = np.zeros(512, np.int64)
-    n = tree_prefetch(0, 512, state, 51, out)
+    n = tree_prefetch(0, 512, state, 51, out, np.zeros((3, 529), np.int64))
     # leaves 0..47 set (32 resident + big page 32..47): 48/64 > 51 % → pages 32..63 minus 40
     # (the selection includes resident pages 0..31; the simulator skips those)
     assert sorted(p for p in out[:n].tolist() if p >= 32) == [p for p in range(32, 64) if p != 40]

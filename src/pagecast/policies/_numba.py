@@ -22,7 +22,7 @@ from pagecast.trace.regions import Region
 MAX_PREFETCH = 64  # pages one event may ask for (bounds the simulator's scratch buffers)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def region_index(region: int, n_regions: int) -> int:
     """Row of per-region state: regions 0..n-1, and n for unknown (-1 or out of range)."""
     if region < 0 or region >= n_regions:

@@ -26,7 +26,7 @@ _HDR = 4
 _RR = _HDR + len(OFFSETS)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _rr_slot(key):
     return _RR + ((key ^ (key >> 8) ^ (key >> 16)) & (RR_SIZE - 1))
 

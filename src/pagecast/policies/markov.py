@@ -21,7 +21,7 @@ from pagecast.policies.base import register_prefetcher
 _HDR = 4
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _entry(state, delta, mask):
     return _HDR + 4 * ((delta ^ (delta >> 17)) & mask)
 

@@ -20,7 +20,7 @@ from numba import njit
 from pagecast.policies import bestoffset, leap, markov, nextline, stride
 from pagecast.sim.hashtab import intern, make_key
 
-# --- per-slot fields: S[field, slot] ----------------------------------------------
+# --- per-slot fields: S[slot, field] (one slot's fields share a cache line) ----------------------------------------------
 F_KEY, F_FLAG, F_ARR, F_PREV, F_NEXT, F_POS, F_NXT, F_SEEN = range(8)
 N_FIELDS = 8
 RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
@@ -49,34 +49,32 @@ MAX_PF = 64
 
 
 # --- eviction structures -------------------------------------------------------------
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _list_append(g, S, s):
-    S[F_PREV, s] = g[G_TAIL]
-    S[F_NEXT, s] = NIL
+    S[s, F_PREV] = g[G_TAIL]
+    S[s, F_NEXT] = NIL
     if g[G_TAIL] != NIL:
-        S[F_NEXT, g[G_TAIL]] = s
+        S[g[G_TAIL], F_NEXT] = s
     else:
         g[G_HEAD] = s
     g[G_TAIL] = s
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _list_remove(g, S, s):
-    p, n = S[F_PREV, s], S[F_NEXT, s]
+    p, n = S[s, F_PREV], S[s, F_NEXT]
     if p != NIL:
-        S[F_NEXT, p] = n
+        S[p, F_NEXT] = n
     else:
         g[G_HEAD] = n
     if n != NIL:
-        S[F_PREV, n] = p
+        S[n, F_PREV] = p
     else:
         g[G_TAIL] = p
 
 
 @njit(cache=True)
-def _heap_push(g, heap, S, frames, key, s):
-    if g[G_HEAPN] == heap.shape[1]:
-        _heap_rebuild(g, heap, S, frames)
+def _sift_up(g, heap, key, s):
     j = g[G_HEAPN]
     g[G_HEAPN] = j + 1
     while j > 0:
@@ -88,6 +86,18 @@ def _heap_push(g, heap, S, frames, key, s):
         j = parent
     heap[0, j] = key
     heap[1, j] = s
+
+
+@njit(cache=True)
+def _heap_push(g, heap, S, frames, key, s):
+    if g[G_HEAPN] == heap.shape[1]:
+        # Lazy deletion leaves stale entries; keep one live entry per resident page.
+        # (No recursion through _heap_push: numba's cache cannot load recursive functions.)
+        g[G_HEAPN] = 0
+        for j in range(g[G_NRES]):
+            r = frames[j]
+            _sift_up(g, heap, S[r, F_NXT], r)
+    _sift_up(g, heap, key, s)
 
 
 @njit(cache=True)
@@ -113,20 +123,11 @@ def _heap_pop(g, heap):
 
 
 @njit(cache=True)
-def _heap_rebuild(g, heap, S, frames):
-    # Lazy deletion leaves stale entries; keep one live entry per resident page.
-    g[G_HEAPN] = 0
-    for j in range(g[G_NRES]):
-        s = frames[j]
-        _heap_push(g, heap, S, frames, S[F_NXT, s], s)
-
-
-@njit(cache=True)
 def _min_victim(g, heap, S):
     """Resident page used farthest in the future (top of the lazy max-heap)."""
     while True:
         s = heap[1, 0]
-        if (S[F_FLAG, s] & RES) and S[F_NXT, s] == heap[0, 0]:
+        if (S[s, F_FLAG] & RES) and S[s, F_NXT] == heap[0, 0]:
             return s
         _heap_pop(g, heap)
 
@@ -140,22 +141,22 @@ def _evict(g, cfg, S, frames, heap):
         _list_remove(g, S, v)
     elif ev == EV_CLOCK:
         cap = cfg[K_CAP]
-        while S[F_FLAG, frames[g[G_HAND]]] & REF:
-            S[F_FLAG, frames[g[G_HAND]]] &= ~REF
+        while S[frames[g[G_HAND]], F_FLAG] & REF:
+            S[frames[g[G_HAND]], F_FLAG] &= ~REF
             g[G_HAND] = (g[G_HAND] + 1) % cap
         v = frames[g[G_HAND]]
         g[G_HAND] = (g[G_HAND] + 1) % cap
     else:
         v = _min_victim(g, heap, S)
         _heap_pop(g, heap)
-    f = S[F_FLAG, v]
+    f = S[v, F_FLAG]
     if f & PF:
         g[C_PF_USELESS] += 1
     if f & DIRTY:
         g[C_BYTES_OUT] += cfg[K_PAGE]
-    S[F_FLAG, v] = 0
+    S[v, F_FLAG] = 0
     g[C_EVICTIONS] += 1
-    return S[F_POS, v]
+    return S[v, F_POS]
 
 
 @njit(cache=True)
@@ -166,52 +167,52 @@ def _insert(g, cfg, S, frames, heap, s, flags):
     else:
         pos = _evict(g, cfg, S, frames, heap)
     frames[pos] = s
-    S[F_POS, s] = pos
-    S[F_FLAG, s] = RES | flags
+    S[s, F_POS] = pos
+    S[s, F_FLAG] = RES | flags
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
         _list_append(g, S, s)
     elif ev == EV_MIN:
-        _heap_push(g, heap, S, frames, S[F_NXT, s], s)
+        _heap_push(g, heap, S, frames, S[s, F_NXT], s)
 
 
 @njit(cache=True)
 def issue(g, cfg, S, frames, heap, s):
     """Queue a prefetch of slot ``s`` on the link."""
-    if S[F_FLAG, s] & RES:
+    if S[s, F_FLAG] & RES:
         g[C_PF_REDUNDANT] += 1
         return
     if cfg[K_EVICT] == EV_MIN and g[G_NRES] >= cfg[K_CAP]:
         # MIN never keeps a page needed later than every resident one: do no harm.
-        if S[F_NXT, _min_victim(g, heap, S)] <= S[F_NXT, s]:
+        if S[_min_victim(g, heap, S), F_NXT] <= S[s, F_NXT]:
             g[C_PF_SKIPPED] += 1
             return
     start = max(g[G_NOW], g[G_LINK])
     g[G_LINK] = start + cfg[K_XFER_NS]
-    S[F_ARR, s] = g[G_LINK] + cfg[K_LINK_LAT]
+    S[s, F_ARR] = g[G_LINK] + cfg[K_LINK_LAT]
     _insert(g, cfg, S, frames, heap, s, PF)
     g[C_PF_ISSUED] += 1
     g[C_BYTES_IN] += cfg[K_PAGE]
 
 
 @njit(cache=True)
-def new_slot(g, hkeys, hvals, S, key):
-    s = intern(hkeys, hvals, key, g[G_NSLOTS])
+def new_slot(g, htab, S, key):
+    s = intern(htab, key, g[G_NSLOTS])
     if s == g[G_NSLOTS]:
         g[G_NSLOTS] += 1
-        S[F_KEY, s] = key
-        S[F_FLAG, s] = 0
-        S[F_ARR, s] = 0
-        S[F_NXT, s] = INF
-        S[F_SEEN, s] = 0
+        S[s, F_KEY] = key
+        S[s, F_FLAG] = 0
+        S[s, F_ARR] = 0
+        S[s, F_NXT] = INF
+        S[s, F_SEEN] = 0
     return s
 
 
 @njit(cache=True)
-def intern_rows(g, hkeys, hvals, S, reg, pg, ids):
+def intern_rows(g, htab, S, reg, pg, ids):
     """Slot ids of rows (caller has grown the tables for len(reg) new keys)."""
     for i in range(len(reg)):
-        ids[i] = new_slot(g, hkeys, hvals, S, make_key(reg[i], pg[i]))
+        ids[i] = new_slot(g, htab, S, make_key(reg[i], pg[i]))
 
 
 @njit(cache=True)
@@ -223,7 +224,7 @@ def _log(g, logs, gi, s):
 
 
 @njit(cache=True)
-def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
+def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
         pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
     """Play rows ``i0..n_rows-1`` (``ids`` may extend past ``n_rows``: oracle lookahead)."""
     ev = cfg[K_EVICT]
@@ -233,7 +234,7 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
     page_size = cfg[K_PAGE]
     logging = cfg[K_LOG] != 0
     for i in range(i0, n_rows):
-        if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[1] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > len(hkeys)
+        if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
                 or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
             g[G_POS] = i
             return NEED_GROW
@@ -247,16 +248,16 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
             g[G_LAST_T] = ti
         s = ids[i]
         g[C_ACCESSES] += 1
-        if S[F_SEEN, s] == 0:
-            S[F_SEEN, s] = 1
+        if S[s, F_SEEN] == 0:
+            S[s, F_SEEN] = 1
             g[G_DISTINCT] += 1
         if ev == EV_MIN:
-            S[F_NXT, s] = nextuse[i]
-        f = S[F_FLAG, s]
+            S[s, F_NXT] = nextuse[i]
+        f = S[s, F_FLAG]
         observed = False
         hit = False
         if f & RES:
-            arr = S[F_ARR, s]
+            arr = S[s, F_ARR]
             if arr > g[G_NOW]:
                 g[C_LATE] += 1
                 g[C_STALL] += arr - g[G_NOW]
@@ -266,28 +267,28 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
                 g[C_HITS] += 1
             if f & PF:
                 g[C_PF_USEFUL] += 1
-                S[F_FLAG, s] = f & ~PF
+                S[s, F_FLAG] = f & ~PF
                 observed = True
                 hit = True
             if ev == EV_LRU:
                 _list_remove(g, S, s)
                 _list_append(g, S, s)
             elif ev == EV_CLOCK:
-                S[F_FLAG, s] |= REF
+                S[s, F_FLAG] |= REF
             elif ev == EV_MIN:
-                _heap_push(g, heap, S, frames, S[F_NXT, s], s)
+                _heap_push(g, heap, S, frames, S[s, F_NXT], s)
         else:
             g[C_FAULTS] += 1
             g[C_STALL] += fault_cost
             g[G_NOW] += fault_cost
             g[C_BYTES_IN] += page_size
             _insert(g, cfg, S, frames, heap, s, REF if ev == EV_CLOCK else 0)
-            S[F_ARR, s] = g[G_NOW]
+            S[s, F_ARR] = g[G_NOW]
             if g[G_LINK] < g[G_NOW]:
                 g[G_LINK] = g[G_NOW]
             observed = True
         if wr[i]:
-            S[F_FLAG, s] |= DIRTY
+            S[s, F_FLAG] |= DIRTY
         if kind == PF_NONE:
             continue
         gi = base + i
@@ -300,7 +301,7 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
                 if n_done < maxpf:
                     key = make_key(sched[1, p], sched[2, p])
                     if key >= 0:
-                        ps = new_slot(g, hkeys, hvals, S, key)
+                        ps = new_slot(g, htab, S, key)
                         if logging:
                             _log(g, logs, gi, ps)
                         issue(g, cfg, S, frames, heap, ps)
@@ -346,7 +347,7 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
         for j in range(min(n, maxpf)):
             key = make_key(out_r[j], out_p[j])
             if key >= 0:
-                ps = new_slot(g, hkeys, hvals, S, key)
+                ps = new_slot(g, htab, S, key)
                 if logging:
                     _log(g, logs, gi, ps)
                 issue(g, cfg, S, frames, heap, ps)
@@ -355,25 +356,25 @@ def run(g, cfg, hkeys, hvals, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_r
 
 
 @njit(cache=True)
-def issue_pages(g, cfg, hkeys, hvals, S, frames, heap, regions, pages, gi, logs):
+def issue_pages(g, cfg, htab, S, frames, heap, regions, pages, gi, logs):
     """Issue prefetches a Python prefetcher asked for (after a PAUSE)."""
     for j in range(min(len(pages), cfg[K_MAXPF])):
         key = make_key(regions[j], pages[j])
         if key >= 0:
-            ps = new_slot(g, hkeys, hvals, S, key)
+            ps = new_slot(g, htab, S, key)
             if cfg[K_LOG] != 0:
                 _log(g, logs, gi, ps)
             issue(g, cfg, S, frames, heap, ps)
 
 
 @njit(cache=True)
-def next_use_backward(g, hkeys, hvals, S, reg, pg, base, nextuse_out):
+def next_use_backward(g, htab, S, reg, pg, base, nextuse_out):
     """One chunk of the backward pass for MIN: each row's next use (global index).
 
     Rows are visited last to first; ``S[F_NXT]`` holds, per page, the earliest use seen
     so far, which after the whole pass is the page's first use.
     """
     for i in range(len(reg) - 1, -1, -1):
-        s = new_slot(g, hkeys, hvals, S, make_key(reg[i], pg[i]))
-        nextuse_out[i] = S[F_NXT, s]
-        S[F_NXT, s] = base + i
+        s = new_slot(g, htab, S, make_key(reg[i], pg[i]))
+        nextuse_out[i] = S[s, F_NXT]
+        S[s, F_NXT] = base + i

@@ -20,7 +20,7 @@ PAGE_MASK = (1 << PAGE_BITS) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def make_key(region: int, page: int) -> int:
     """(region, page) → one int64; region -1 (unknown) is allowed. -1 if page is out of range."""
     if page < 0 or page > PAGE_MASK or region < -1:
@@ -28,72 +28,74 @@ def make_key(region: int, page: int) -> int:
     return ((region + 1) << PAGE_BITS) | page
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def key_region(key: int) -> int:
     return (key >> PAGE_BITS) - 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def key_page(key: int) -> int:
     return key & PAGE_MASK
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _slot_of(key: int, mask: int) -> int:
     h = np.uint64(key) * _GOLDEN
     return int(h >> np.uint64(20)) & mask
 
 
 @njit(cache=True)
-def lookup(hkeys: np.ndarray, hvals: np.ndarray, key: int) -> int:
-    """Id of ``key`` or -1."""
-    mask = len(hkeys) - 1
+def lookup(table: np.ndarray, key: int) -> int:
+    """Id of ``key`` or -1. ``table[j] = (key, id)``: both in one cache line."""
+    mask = table.shape[0] - 1
     j = _slot_of(key, mask)
     while True:
-        k = hkeys[j]
+        k = table[j, 0]
         if k == key:
-            return hvals[j]
+            return table[j, 1]
         if k == EMPTY:
             return -1
         j = (j + 1) & mask
 
 
 @njit(cache=True)
-def intern(hkeys: np.ndarray, hvals: np.ndarray, key: int, next_id: int) -> int:
+def intern(table: np.ndarray, key: int, next_id: int) -> int:
     """Id of ``key``; if absent it gets ``next_id`` (caller checks ``result == next_id``).
 
     The caller keeps the table at most half full, so the probe always ends.
     """
-    mask = len(hkeys) - 1
+    mask = table.shape[0] - 1
     j = _slot_of(key, mask)
     while True:
-        k = hkeys[j]
+        k = table[j, 0]
         if k == key:
-            return hvals[j]
+            return table[j, 1]
         if k == EMPTY:
-            hkeys[j] = key
-            hvals[j] = next_id
+            table[j, 0] = key
+            table[j, 1] = next_id
             return next_id
         j = (j + 1) & mask
 
 
 @njit(cache=True)
-def rehash(old_keys: np.ndarray, old_vals: np.ndarray, new_keys: np.ndarray, new_vals: np.ndarray) -> None:
-    for j in range(len(old_keys)):
-        k = old_keys[j]
+def rehash(old: np.ndarray, new: np.ndarray) -> None:
+    for j in range(old.shape[0]):
+        k = old[j, 0]
         if k != EMPTY:
-            intern(new_keys, new_vals, k, old_vals[j])
+            intern(new, k, old[j, 1])
 
 
-def new_table(min_entries: int) -> tuple[np.ndarray, np.ndarray]:
+def new_table(min_entries: int) -> np.ndarray:
     size = 1 << max(10, int(2 * max(min_entries, 1) - 1).bit_length())
-    return np.full(size, EMPTY, np.int64), np.zeros(size, np.int32)
+    t = np.zeros((size, 2), np.int64)
+    t[:, 0] = EMPTY
+    return t
 
 
-def grown(hkeys: np.ndarray, hvals: np.ndarray, min_entries: int) -> tuple[np.ndarray, np.ndarray]:
-    """A table holding the same keys with room for ``min_entries`` at ≤ 50 % load."""
-    if 2 * min_entries <= len(hkeys):
-        return hkeys, hvals
-    nk, nv = new_table(min_entries)
-    rehash(hkeys, hvals, nk, nv)
-    return nk, nv
+def grown(table: np.ndarray, min_entries: int) -> np.ndarray:
+    """A table holding the same keys with room for ``min_entries`` at <= 50 % load."""
+    if 2 * min_entries <= table.shape[0]:
+        return table
+    nt = new_table(min_entries)
+    rehash(table, nt)
+    return nt

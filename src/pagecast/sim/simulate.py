@@ -70,8 +70,8 @@ class _State:
         self.cfg = cfg
         self.g = np.zeros(E.N_GLOBALS, np.int64)
         self.g[E.G_HEAD] = self.g[E.G_TAIL] = E.NIL
-        self.hkeys, self.hvals = new_table(n)
-        self.S = np.zeros((E.N_FIELDS, n), np.int64)
+        self.htab = new_table(n)
+        self.S = np.zeros((n, E.N_FIELDS), np.int64)
         self.frames = np.zeros(min(int(cfg[E.K_CAP]), n), np.int64)
         self.heap = np.zeros((2, self._heap_size()), np.int64)
         self.stamp = np.zeros(n, np.int64)
@@ -82,11 +82,11 @@ class _State:
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
-        self.hkeys, self.hvals = grown(self.hkeys, self.hvals, need)
-        if need > self.S.shape[1]:
-            size = max(need, 2 * self.S.shape[1])
-            S = np.zeros((E.N_FIELDS, size), np.int64)
-            S[:, : self.S.shape[1]] = self.S
+        self.htab = grown(self.htab, need)
+        if need > self.S.shape[0]:
+            size = max(need, 2 * self.S.shape[0])
+            S = np.zeros((size, E.N_FIELDS), np.int64)
+            S[: self.S.shape[0]] = self.S
             self.S = S
             stamp = np.zeros(size, np.int64)
             stamp[: len(self.stamp)] = self.stamp
@@ -205,7 +205,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             nextuse = nextuse_all[base: base + n] if nextuse_all is not None else empty
             i0 = 0
             while True:
-                status = E.run(st.g, cfg, st.hkeys, st.hvals, st.S, st.frames, st.heap, cur["t"], ids, cur["write"],
+                status = E.run(st.g, cfg, st.htab, st.S, st.frames, st.heap, cur["t"], ids, cur["write"],
                                cur["region"], cur["page"], nextuse, n, i0, base, pstate, pparams, rpages, out_r, out_p,
                                st.stamp, sched, st.logs)
                 i0 = int(st.g[E.G_POS])
@@ -218,7 +218,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
                 reqs = pobj.observe(int(cur["t"][i]), int(cur["region"][i]), int(cur["page"][i]), bool(st.g[E.G_LASTHIT]))
                 if reqs:
                     arr = np.asarray(reqs, np.int64).reshape(-1, 2)
-                    E.issue_pages(st.g, cfg, st.hkeys, st.hvals, st.S, st.frames, st.heap, arr[:, 0].copy(),
+                    E.issue_pages(st.g, cfg, st.htab, st.S, st.frames, st.heap, arr[:, 0].copy(),
                                   arr[:, 1].copy(), base + i, st.logs)
                 i0 = i + 1
             base += n
@@ -231,7 +231,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
     res.wall_s = time.perf_counter() - t_start
     if config.log_prefetches:
         n = int(st.g[E.G_LOGN])
-        keys = st.S[E.F_KEY, st.logs[1, :n]]
+        keys = st.S[st.logs[1, :n], E.F_KEY]
         res.extra["prefetch_log"] = (st.logs[0, :n].copy(), (keys >> 40) - 1, keys & ((1 << 40) - 1))
     return res
 
@@ -239,7 +239,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
 def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
     st.ensure(len(chunk["t"]))
     ids = np.empty(len(chunk["t"]), np.int64)
-    E.intern_rows(st.g, st.hkeys, st.hvals, st.S, chunk["region"], chunk["page"], ids)
+    E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids)
     return ids
 
 
@@ -254,9 +254,9 @@ def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
         if total is None:
             total = start + n
             mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(max(total, 1),))
-            st.S[E.F_NXT, :] = E.INF
+            st.S[:, E.F_NXT] = E.INF
         st.ensure(n)
-        E.next_use_backward(st.g, st.hkeys, st.hvals, st.S, chunk["region"], chunk["page"], start, mm[start: start + n])
+        E.next_use_backward(st.g, st.htab, st.S, chunk["region"], chunk["page"], start, mm[start: start + n])
     if mm is None:
         mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(1,))
     return mm, path
@@ -265,7 +265,7 @@ def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
 def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _State, page_size: int) -> SimResult:
     g = st.g
     ns = int(g[E.G_NSLOTS])
-    flags = st.S[E.F_FLAG, :ns]
+    flags = st.S[:ns, E.F_FLAG]
     compute = int(g[E.G_LAST_T] - g[E.G_T0]) if g[E.G_STARTED] else 0
     stall = int(g[E.C_STALL])
     return SimResult(
@@ -278,3 +278,39 @@ def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _St
         bytes_in=int(g[E.C_BYTES_IN]), bytes_out=int(g[E.C_BYTES_OUT]), stall_ns=stall, late_ns=int(g[E.C_LATE_NS]),
         compute_ns=compute, est_time_ns=compute + stall, distinct_pages=int(g[E.G_DISTINCT]),
     )
+
+
+def count_distinct(trace_or_path: Trace | str | Path, chunk_rows: int = 1 << 20) -> int:
+    """Distinct demanded pages of a trace, streaming (for capacities given in percent)."""
+    trace = as_trace(trace_or_path)
+    cfg = np.zeros(E.N_CFG, np.int64)
+    cfg[E.K_CAP] = 1
+    st = _State(cfg, 1024, False)
+    for chunk in demand_chunks(trace, chunk_rows):
+        _ids(st, chunk)
+    return int(st.g[E.G_NSLOTS])
+
+
+def resolve_capacity(spec: str | int, trace_or_path: Trace | str | Path, page_size: int | None = None, _cache: dict | None = None) -> int:
+    """Pages for '4096', '64MiB' or '25%' (of the trace's distinct pages)."""
+    trace = as_trace(trace_or_path)
+    ps = int(page_size or trace.page_size)
+    s = str(spec).strip()
+    if s.endswith("%"):
+        try:
+            frac = float(s[:-1]) / 100
+        except ValueError:
+            raise PagecastError(f"bad capacity {spec!r}") from None
+        if not 0 < frac:
+            raise PagecastError(f"capacity {spec!r} must be positive")
+        key = str(trace.path)
+        if _cache is not None and key in _cache:
+            distinct = _cache[key]
+        else:
+            distinct = count_distinct(trace)
+            if _cache is not None:
+                _cache[key] = distinct
+        return max(1, int(round(distinct * frac)))
+    from pagecast.sim.config import parse_capacity
+
+    return parse_capacity(s, ps)

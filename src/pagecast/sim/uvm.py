@@ -58,17 +58,19 @@ DONE, NEED_GROW = 0, 1
 
 
 @njit(cache=True)
-def tree_prefetch(lo, hi, state, threshold, out):
+def tree_prefetch(lo, hi, state, threshold, out, work):
     """Pages (block-local indices) the tree prefetcher adds for this batch → out; count.
 
     ``state[p]`` has P_RES for resident pages and P_FAULT for pages faulted in the batch;
     valid pages are lo..hi-1. Result excludes faulted pages, includes resident ones
-    (the caller drops those).
+    (the caller drops those). ``work`` is int64 scratch of shape (3, >= 529).
     """
     base = (lo // BIG) * BIG  # leaf 0: the big-page boundary at or before lo (ghost leaves)
     first = lo - base
     nleaves = hi - base
-    leaves = np.zeros(nleaves, np.int64)
+    leaves = work[0]
+    for j in range(nleaves):
+        leaves[j] = 0
     for p in range(lo, hi):
         if state[p] & (P_RES | P_FAULT):
             leaves[p - base] = 1
@@ -82,13 +84,16 @@ def tree_prefetch(lo, hi, state, threshold, out):
         if has:
             for leaf in range(max(g0, first), min(g0 + BIG, nleaves)):
                 leaves[leaf] = 1
-    prefix = np.zeros(nleaves + 1, np.int64)
+    prefix = work[1]
+    prefix[0] = 0
     for j in range(nleaves):
         prefix[j + 1] = prefix[j] + leaves[j]
     size_top = 1
     while size_top < nleaves:
         size_top *= 2
-    sel = np.zeros(nleaves, np.uint8)
+    sel = work[2]
+    for j in range(nleaves):
+        sel[j] = 0
     for p in range(lo, hi):
         if not state[p] & P_FAULT:
             continue
@@ -154,7 +159,7 @@ def _evict_block(u, q, B, P, b):
 
 
 @njit(cache=True)
-def _service(u, q, B, P, fb, scratch):
+def _service(u, q, B, P, fb, scratch, work):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
     batch = u[U_BATCHID]
@@ -186,7 +191,7 @@ def _service(u, q, B, P, fb, scratch):
         B[B_FAULTS, b] += nf
         npf = 0
         if q[Q_ENABLE] and B[B_FAULTS, b] >= q[Q_MINF]:
-            npf = tree_prefetch(lo, hi, state, q[Q_THRESH], scratch)
+            npf = tree_prefetch(lo, hi, state, q[Q_THRESH], scratch, work)
         for j in range(npf):
             pj = scratch[j]
             if not state[pj] & P_RES:
@@ -218,17 +223,17 @@ def _service(u, q, B, P, fb, scratch):
 
 
 @njit(cache=True)
-def _close(u, q, B, P, fb, scratch):
-    c = _service(u, q, B, P, fb, scratch)
+def _close(u, q, B, P, fb, scratch, work):
+    c = _service(u, q, B, P, fb, scratch, work)
     u[U_NOW] += c
     u[C_STALL] += c
 
 
 @njit(cache=True)
-def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, finish):
+def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
     for i in range(i0, n):
-        if 2 * (u[U_NBLOCKS] + 2) > len(hkeys) or u[U_NBLOCKS] + 2 > B.shape[1]:
+        if 2 * (u[U_NBLOCKS] + 2) > htab.shape[0] or u[U_NBLOCKS] + 2 > B.shape[1]:
             return i
         ti = t[i]
         if u[U_STARTED] == 0:
@@ -239,7 +244,7 @@ def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, f
             u[U_NOW] += ti - u[U_LAST_T]
             u[U_LAST_T] = ti
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
-            _close(u, q, B, P, fb, scratch)
+            _close(u, q, B, P, fb, scratch, work)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -247,7 +252,7 @@ def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, f
         blk = vpage >> 9
         j = vpage & (PAGES_PER_BLOCK - 1)
         key = make_key(r, blk)
-        b = intern(hkeys, hvals, key, u[U_NBLOCKS])
+        b = intern(htab, key, u[U_NBLOCKS])
         if b == u[U_NBLOCKS]:
             u[U_NBLOCKS] += 1
             B[B_KEY, b] = key
@@ -282,7 +287,7 @@ def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, f
             u[C_DUP] += 1
             continue
         if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
-            _close(u, q, B, P, fb, scratch)
+            _close(u, q, B, P, fb, scratch, work)
         if not u[U_OPEN]:
             u[U_OPEN] = 1
             u[U_BSTART] = u[U_NOW]
@@ -295,7 +300,7 @@ def run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, t, reg, pg, roff, rlen, i0, f
             fb[u[U_NB]] = b
             u[U_NB] += 1
     if finish and u[U_OPEN]:
-        _close(u, q, B, P, fb, scratch)
+        _close(u, q, B, P, fb, scratch, work)
     return n
 
 
@@ -346,11 +351,12 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     roff, rlen = _region_layout(trace)
     u = np.zeros(N_U, np.int64)
     u[U_HEAD] = u[U_TAIL] = NIL
-    hkeys, hvals = new_table(1024)
+    htab = new_table(1024)
     B = np.zeros((N_BFIELDS, 1024), np.int64)
     P = np.zeros((1024, PAGES_PER_BLOCK), np.uint8)
     fb = np.zeros(q[Q_BATCH] + 1, np.int64)
     scratch = np.zeros(PAGES_PER_BLOCK, np.int64)
+    work = np.zeros((3, PAGES_PER_BLOCK + BIG + 1), np.int64)
     it = demand_chunks(trace, config.chunk_rows)
     cur = next(it, None)
     while cur is not None:
@@ -358,10 +364,10 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, hkeys, hvals, B, P, fb, scratch, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(u, q, htab, B, P, fb, scratch, work, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
-                hkeys, hvals = grown(hkeys, hvals, need)
+                htab = grown(htab, need)
                 if need > B.shape[1]:
                     size = 2 * B.shape[1]
                     B2 = np.zeros((N_BFIELDS, size), np.int64)

@@ -30,7 +30,9 @@ def configure() -> None:
     h = hashlib.sha256()
     for pkg in _PACKAGES:
         for f in sorted((root / pkg).glob("*.py")):
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
+            text = f.read_bytes()
+            if b"njit" in text:  # only modules with compiled code matter
+                h.update(f.name.encode())
+                h.update(text)
     base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pagecast" / "numba"
     numba.config.CACHE_DIR = str(base / h.hexdigest()[:16])

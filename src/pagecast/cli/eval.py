@@ -1,0 +1,93 @@
+"""`pagecast eval`: several prefetchers and schedules side by side on one trace."""
+
+from __future__ import annotations
+
+import argparse
+
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._sim_options import add_model_options, model_options, summary_row
+from pagecast.errors import PagecastError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="compare prefetchers/schedules on a trace: ranking metrics + simulation, oracle last",
+        description=(
+            "Evaluate prefetchers, schedules and models on one trace: offline ranking metrics of what each asked for "
+            "(precision@K, recall@K, mAP, micro-F1 against the distinct pages of the next H demand events) and, from "
+            "simulation, faults, accuracy, coverage, timeliness and estimated time. The oracle is always the last row."
+        ),
+    )
+    p.add_argument("trace")
+    p.add_argument("--prefetchers", default="none,nextline,stride,leap,markov,bestoffset", help="comma-separated (default %(default)s)")
+    p.add_argument("--schedule", action="append", default=[], metavar="S.parquet", help="a schedule to evaluate (repeatable)")
+    p.add_argument("--model", action="append", default=[], metavar="M.pt", help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)")
+    p.add_argument("-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)")
+    p.add_argument("--horizon", type=int, default=64, help="H: the truth window is the next H demand events (default %(default)s)")
+    p.add_argument("--capacity", default="50%", help="pages, bytes (64MiB) or percent of distinct pages (default %(default)s)")
+    p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"])
+    add_model_options(p)
+    add_json_flag(p)
+    p.set_defaults(func=main)
+
+
+def _model_schedule(model: str, trace, k: int):
+    try:
+        from pagecast.learn.predict import predict_schedule
+    except ImportError as e:
+        raise PagecastError(f"--model needs pagecast.learn, which is not available here ({e})") from None
+    s = predict_schedule(model, trace, top_k=k)
+    s.meta.setdefault("name", f"model:{model}")
+    return s
+
+
+def main(args: argparse.Namespace) -> int:
+    from pagecast.sim import SimConfig, simulate
+    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.sim.simulate import resolve_capacity
+    from pagecast.sim.stream import read_demand
+    from pagecast.trace.reader import open_trace
+    from pagecast.trace.schedule import read_schedule
+
+    if args.uvm:
+        raise PagecastError("eval compares host-side prefetchers; use `pagecast simulate --uvm` for the UVM model")
+    trace = open_trace(args.trace)
+    cap = resolve_capacity(args.capacity, trace)
+    names = [n.strip() for n in args.prefetchers.split(",") if n.strip() and n.strip() != "oracle"]
+    cands: list = list(names)
+    for s in args.schedule:
+        sch = read_schedule(s)
+        sch.meta.setdefault("name", f"schedule:{s}")
+        cands.append(sch)
+    for m in args.model:
+        cands.append(_model_schedule(m, trace, args.k))
+    cands.append("oracle")
+    demand = read_demand(trace)
+    rows, full = [], []
+    baseline = None
+    bar = progress(len(cands), "eval", "policy")
+    for c in cands:
+        cfg = SimConfig(capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args))
+        r = simulate(trace, cfg, c)
+        log = r.extra.pop("prefetch_log")
+        rank = ranking_metrics(log, demand, k=args.k, horizon=args.horizon) if len(log[0]) else {}
+        d = r.to_dict()
+        d.update({f"rank_{k}": v for k, v in rank.items()})
+        if baseline is None and r.prefetcher == "none":
+            baseline = r.est_time_ns
+        full.append(d)
+        bar.update(1)
+    bar.close()
+    for d in full:
+        row = summary_row(d, baseline)
+        row["timeliness"] = d["timeliness"]
+        for k in ("precision_at_k", "recall_at_k", "map", "micro_f1"):
+            row[k.replace("_at_k", "@K")] = d.get(f"rank_{k}", float("nan"))
+        rows.append(row)
+    if args.json:
+        print_json({"trace": str(trace.path), "capacity_pages": cap, "k": args.k, "horizon": args.horizon, "results": full})
+        return 0
+    print(f"{trace.path}: capacity {cap:,} pages, eviction {args.eviction}, K={args.k}, H={args.horizon}")
+    print(format_table(rows))
+    return 0
