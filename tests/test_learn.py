@@ -283,3 +283,25 @@ def test_cli_train_predict_and_errors(pattern, tmp_path, capsys):
         w.write(t_ns=[1, 2, 3], region=0, page=[1, 2, 3])
     assert cli_main(["train", str(tiny), "-o", str(m)]) == 2
     assert "too few demand events" in capsys.readouterr().err
+
+
+def test_learned_schedule_removes_more_faults_than_classic_prefetchers(lstm_model, tmp_path):
+    """Simulated on the held-out part alone (a trace the model never saw)."""
+    from pagecast.policies import available_prefetchers
+    from pagecast.sim import SimConfig, simulate
+
+    model_path, _ = lstm_model
+    cols, regions = generate(12_000)
+    held = tmp_path / "held_out.parquet"
+    with TraceWriter(held, regions=regions) as w:
+        w.write(**{k: v[8400:] for k, v in cols.items()})
+    cfg = SimConfig(capacity=256)
+    learned = simulate(held, cfg, predict_schedule(model_path, held, top_k=10))
+    none = simulate(held, cfg, "none")
+    oracle = simulate(held, cfg, "oracle")
+    assert none.faults == 3600  # every page of the walk is new
+    classic = {n: simulate(held, cfg, n).faults for n in available_prefetchers() if n not in ("none", "oracle")}
+    assert len(classic) >= 5
+    assert learned.faults < 0.5 * min(classic.values()), (learned.faults, classic)
+    # and close to the limit: ≥ 90 % of the oracle's fault reduction
+    assert (none.faults - learned.faults) >= 0.9 * (none.faults - oracle.faults)

@@ -135,29 +135,40 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     raise ValueError(f"unknown model kind {cfg.kind!r} (valid: {', '.join(MODEL_KINDS)})")
 
 
-def _probs(logits: torch.Tensor, head: str) -> torch.Tensor:
-    return torch.sigmoid(logits) if head == "horizon" else F.softmax(logits, -1)
+def _head(model: nn.Module, head: str) -> nn.Linear:
+    return model.horizon_head if head == "horizon" else model.next_head
 
 
-def _mask_other(p: torch.Tensor) -> torch.Tensor:
-    """Class 0 ("other") names no page: never rank it."""
-    return torch.cat([torch.full_like(p[..., :1], -1.0), p[..., 1:]], -1)
+def _ranked(logits: torch.Tensor, head: str, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k classes by probability, without ever ranking class 0 ("other", names no page).
+
+    The sigmoid is monotonic, so top-k runs on logits and only k values are squashed; the
+    softmax needs its normaliser over all classes (logsumexp), but no full exp.
+    """
+    logits = torch.cat([torch.full_like(logits[..., :1], -1e9), logits[..., 1:]], -1)
+    top, idx = torch.topk(logits, k, dim=-1)
+    if head == "horizon":
+        return torch.sigmoid(top), idx
+    return torch.exp(top - torch.logsumexp(logits, -1, keepdim=True)), idx
 
 
 class SeqScorer(nn.Module):
-    """(tokens, slots, ips) of shape (B, T) → top-K (scores, classes) per position.
+    """(tokens, slots, ips) of shape (B, T) → top-K (scores, classes) of positions skip … T−1.
 
-    The export unit for batched inference (ONNX / TorchScript / eager alike).
+    The export unit for batched inference (ONNX / TorchScript / eager alike). Leading
+    positions that only warm the context up get no head, which is most of the cost.
     """
 
-    def __init__(self, model: nn.Module, head: str, k: int):
+    def __init__(self, model: nn.Module, head: str, k: int, skip: int = 0):
         super().__init__()
-        self.model, self.head, self.k = model, head, k
+        self.model, self.head, self.k, self.skip = model, head, k, skip
 
     def forward(self, tokens, slots, ips):
-        nxt, hor = self.model(tokens, slots, ips)
-        p = _mask_other(_probs(hor if self.head == "horizon" else nxt, self.head))
-        return torch.topk(p, self.k, dim=-1)
+        m = self.model
+        feat = m.features(tokens, slots, ips)
+        if isinstance(feat, tuple):
+            feat = feat[0]
+        return _ranked(_head(m, self.head)(feat[:, self.skip :]), self.head, self.k)
 
 
 class LSTMStep(nn.Module):
@@ -174,10 +185,8 @@ class LSTMStep(nn.Module):
     def forward(self, token, slot, ip, h, c, sel):
         x = self.model.embed(token[:, None], slot[:, None], ip[:, None])
         out, (h2, c2) = self.model.lstm(x, (h, c))
-        feat = out[:, 0].index_select(0, sel)
-        logits = self.model.horizon_head(feat) if self.head == "horizon" else self.model.next_head(feat)
-        p = _mask_other(_probs(logits, self.head))[0]
-        s, i = torch.topk(p, self.k)
+        feat = out[:, 0].index_select(0, sel)[0]
+        s, i = _ranked(_head(self.model, self.head)(feat), self.head, self.k)
         return s, i, h2, c2
 
 
@@ -189,7 +198,5 @@ class LastScorer(nn.Module):
         self.model, self.head, self.k = model, head, k
 
     def forward(self, tokens, slots, ips):
-        nxt, hor = self.model(tokens, slots, ips)
-        logits = (hor if self.head == "horizon" else nxt)[0, -1]
-        p = _mask_other(_probs(logits, self.head))
-        return torch.topk(p, self.k)
+        feat = self.model.features(tokens, slots, ips)[0, -1]
+        return _ranked(_head(self.model, self.head)(feat), self.head, self.k)

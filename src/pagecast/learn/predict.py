@@ -25,7 +25,8 @@ from pagecast.learn.dataset import (
     DemandStream,
     decode_pages,
     encode_inputs,
-    pack_key,
+    _DELTA_BITS,
+    _DELTA_OFFSET,
     read_demand,
 )
 from pagecast.learn.models import LastScorer, LSTMStep, SeqScorer
@@ -48,7 +49,8 @@ def _candidates(lm: LoadedModel, top_k: int) -> int:
 # Runners: one callable per (model, backend, unit), exported lazily
 
 
-def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict):
+def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict,
+                  threads: int):
     import onnxruntime as ort
 
     buf = io.BytesIO()
@@ -57,19 +59,22 @@ def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], ou
         torch.onnx.export(module, args, buf, dynamo=False, input_names=list(names), output_names=list(outs),
                           dynamic_axes=dynamic, opset_version=17)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = torch.get_num_threads()
+    so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
 
 
 def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names: Sequence[str], outs: Sequence[str],
-                dynamic: dict, backend: str) -> Callable[..., tuple[np.ndarray, ...]]:
-    """A function numpy inputs → numpy outputs for ``module`` on the chosen backend."""
+                dynamic: dict, backend: str, threads: int = 0) -> Callable[..., tuple[np.ndarray, ...]]:
+    """A function numpy inputs → numpy outputs for ``module`` on the chosen backend.
+
+    ``threads`` (onnx): intra-op threads, 0 = torch's current setting.
+    """
     module.eval()
     targs = tuple(torch.from_numpy(a) for a in example)
     if backend == "onnx":
-        sess = _onnx_session(module, targs, names, outs, dynamic)
+        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads())
         run = sess.run
         # Inputs the graph does not read (ips when the model ignores ip) are pruned by the exporter.
         used = {i.name for i in sess.get_inputs()}
@@ -109,13 +114,12 @@ def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
     return _CACHE[key]
 
 
-def seq_runner(lm: LoadedModel, k: int, backend: str):
-    key = ("seq", id(lm), k, backend)
+def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
+    key = ("seq", id(lm), k, backend, skip)
     if key not in _CACHE:
         ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
-        dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips")}
-        dyn.update({n: {0: "batch", 1: "time"} for n in ("scores", "classes")})
-        _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k), ex, ("tokens", "slots", "ips"),
+        dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
+        _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k, skip), ex, ("tokens", "slots", "ips"),
                                   ("scores", "classes"), dyn, backend)
     return _CACHE[key]
 
@@ -128,12 +132,12 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
             z = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
             ex = (np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), z, z, np.zeros(1, np.int64))
             _CACHE[key] = make_runner(LSTMStep(lm.model, lm.train_config.head, k), ex, ("token", "slot", "ip", "h", "c", "sel"),
-                                      ("scores", "classes", "h_out", "c_out"), {}, backend)
+                                      ("scores", "classes", "h_out", "c_out"), {}, backend, threads=1)
         else:
             ex = tuple(np.zeros((1, cfg.seq_len), np.int64) for _ in range(3))
             dyn = {n: {1: "time"} for n in ("tokens", "slots", "ips")}
             _CACHE[key] = make_runner(LastScorer(lm.model, lm.train_config.head, k), ex, ("tokens", "slots", "ips"),
-                                      ("scores", "classes"), dyn, backend)
+                                      ("scores", "classes"), dyn, backend, threads=1)
     return _CACHE[key]
 
 
@@ -154,10 +158,12 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
     if n == 0:
         return
     c = lm.config.chunk
-    run = seq_runner(lm, k, backend)
     first = min(c, n)
-    s0, c0 = run(tokens[None, :first], slots[None, :first], ips[None, :first])
+    s0, c0 = seq_runner(lm, k, backend)(tokens[None, :first], slots[None, :first], ips[None, :first])
     on_block(0, s0[0], c0[0])
+    if n <= c:
+        return
+    run = seq_runner(lm, k, backend, skip=c)
     n_chunks = -(-n // c)
     base = np.arange(2 * c, dtype=np.int64)
     for b0 in range(1, n_chunks, batch_windows):
@@ -166,7 +172,7 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
         sc, cl = run(tokens[idx], slots[idx], ips[idx])
         start = int(bs[0]) * c
         m = min(n, int(bs[-1] + 1) * c) - start
-        on_block(start, sc[:, c:].reshape(-1, k)[:m], cl[:, c:].reshape(-1, k)[:m])
+        on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
 
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
@@ -263,6 +269,9 @@ class LearnedPrefetcher(Prefetcher):
         cfg = lm.config
         self._c = cfg.chunk
         self._ip = np.zeros(2, np.int64)
+        self._tok2 = np.zeros(2, np.int64)
+        self._slot2 = np.zeros(2, np.int64)
+        self._sel = (np.zeros(1, np.int64), np.ones(1, np.int64))
         if cfg.kind == "lstm":
             self._h = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
             self._cst = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
@@ -275,7 +284,7 @@ class LearnedPrefetcher(Prefetcher):
         tok = 0
         if slot < self._n_slots:
             if self._seen[slot]:
-                tok = self._class_of.get(int(pack_key(slot, page - self._last[slot])), 0)
+                tok = self._class_of.get((slot << _DELTA_BITS) | (page - self._last[slot] + _DELTA_OFFSET), 0)
             self._last[slot] = page
             self._seen[slot] = True
         i = self._i
@@ -291,9 +300,9 @@ class LearnedPrefetcher(Prefetcher):
                 self._h[:, 1] = 0.0
                 self._cst[:, 1] = 0.0
             sel = 0 if b == 0 or (b - 1) % 2 == 0 else 1
-            t2 = np.array([tok, tok], np.int64)
-            s2 = np.array([slot, slot], np.int64)
-            scores, classes, self._h, self._cst = self._run(t2, s2, self._ip, self._h, self._cst, np.array([sel], np.int64))
+            self._tok2[:] = tok
+            self._slot2[:] = slot
+            scores, classes, self._h, self._cst = self._run(self._tok2, self._slot2, self._ip, self._h, self._cst, self._sel[sel])
         else:
             start = max(0, (b - 1) * c)
             self._toks.append(tok)
