@@ -118,14 +118,20 @@ def test_merge_schedules_union_in_relative_order():
 
 # -- live runs ----------------------------------------------------------------------------
 
-@needs_perf
-def test_replay_cuts_major_faults_and_keeps_output(weights, tmp_path):
-    base, out0 = _run(weights, SourceSpec(), trace=tmp_path / "rec.parquet")
-    assert base.returncode == 0 and out0
+@pytest.fixture(scope="module")
+def recorded(weights, tmp_path_factory):
+    """A cold run without prefetching, recorded: the baseline and the schedule to replay."""
+    trace = tmp_path_factory.mktemp("rec") / "rec.parquet"
+    base, out = _run(weights, SourceSpec(), trace=trace)
+    assert base.returncode == 0 and out
     assert base.faults_major > 300  # cold: every first touch is a major fault
-    # a short lookahead: most prefetches are paced by this run's faults, not issued at start
-    spec = SourceSpec("schedule", "replay", str(tmp_path / "rec.parquet"), lookahead=256)
-    res, out1 = _run(weights, spec, trace=tmp_path / "live.parquet")
+    return trace, base, out
+
+
+@needs_perf
+def test_replay_cuts_major_faults_and_keeps_output(weights, recorded, tmp_path):
+    trace, base, out0 = recorded
+    res, out1 = _run(weights, SourceSpec("schedule", "replay", str(trace)), trace=tmp_path / "live.parquet")
     assert out1["checksum"] == out0["checksum"]  # same computation, same result
     assert res.prefetch_pages > 0 and res.prefetch_used > 0
     assert res.faults_major < base.faults_major * 0.5, (res.faults_major, base.faults_major)
@@ -133,7 +139,17 @@ def test_replay_cuts_major_faults_and_keeps_output(weights, tmp_path):
     kinds = t.read(["kind"])["kind"]
     assert int((kinds == Kind.PREFETCH).sum()) == res.prefetch_pages
     assert int((kinds == Kind.FAULT_MAJOR).sum()) == res.faults_major
+
+
+@needs_perf
+def test_replay_paced_by_live_faults(weights, recorded):
+    trace, base, out0 = recorded
+    # a short lookahead: most prefetches are issued in response to this run's faults
+    res, out1 = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=256))
+    assert out1["checksum"] == out0["checksum"]
+    assert res.prefetch_at_start <= 256 < res.prefetch_pages
     assert res.latency_submit_us["n"] > 0 and res.latency_submit_us["p50"] is not None
+    assert res.prefetch_used > 0 and res.faults_major < base.faults_major
 
 
 @needs_perf
