@@ -29,8 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
-    src.add_argument("--pager", action="append", metavar="FILE:BUDGET",
-                     help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M); repeatable")
+    p.add_argument("--pager", action="append", metavar="FILE:BUDGET",
+                   help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
+                        "prefetching with --policy; repeatable")
     p.add_argument("-o", "--output", help="trace file to write (faults + PREFETCH rows)")
     p.add_argument("--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position")
     p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
@@ -66,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
         return int(run_cuda(cmd, schedule=args.schedule, model=args.model, out_dir=args.out_dir))
+    if args.pager and (args.model or args.schedule or args.cuda):
+        raise PagecastError("--pager works with --policy only (not --model, --schedule or --cuda)")
     if args.pager:
         specs = []
         for s in args.pager:
