@@ -75,8 +75,11 @@ def print_report(report: dict, as_json: bool) -> None:
     for name, x in report["speedup_vs_best_kernel"].items():
         print(f"  {name}: {x}x faster than it")
     for name, runs in report["live"].items():
-        seen = runs[-1]["submit"]
-        print(f"  {name}: fault seen -> prefetch submitted p50 {seen['p50']} us, p99 {seen['p99']} us")
+        sub = [r["submit"] for r in runs if r["submit"]["n"]]
+        if sub:  # runs whose prefetches all went out at start (replay) have none
+            p50 = sorted(x["p50"] for x in sub)[len(sub) // 2]
+            p99 = sorted(x["p99"] for x in sub)[len(sub) // 2]
+            print(f"  {name}: fault seen -> prefetch submitted: p50 {p50:.0f} us, p99 {p99:.0f} us (median over runs)")
     if report.get("learned_note"):
         print(report["learned_note"])
     if not report["same_output_every_run"]:

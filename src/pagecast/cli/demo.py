@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         args.epochs = 1
         args.policies = args.policies.split(",")[0] if args.policies else ""
     cfg = config_from_args(args, "pagecast-demo")
-    n_steps = 6 + len(cfg.train_prompts) + cfg.runs * (6 + len(cfg.policies) + (0 if args.no_learned else 1))
+    n_steps = 6 + len(cfg.train_prompts) + cfg.runs * (7 + len(cfg.policies) + (0 if args.no_learned else 1))
     t0 = time.time()
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
     with progress(total=n_steps, desc="demo", unit="step", disable=False) as bar:

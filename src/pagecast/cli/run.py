@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
     p.add_argument("--threads", type=int, default=2, help="prefetch issuing threads")
     p.add_argument("--top-k", type=int, default=10, help="--model: pages predicted per fault")
-    p.add_argument("--poll-ms", type=int, default=1, help="collector poll period (fault -> daemon delay bound)")
+    p.add_argument("--poll-ms", type=int, default=5, help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)")
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")

@@ -156,6 +156,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     strategies: list[tuple[str, Callable[[int], RunRow]]] = []
     for adv in KERNEL:
         strategies.append((KERNEL_LABEL[adv], lambda r, a=adv: _plain(cfg, weights, a, KERNEL_LABEL[a], r)))
+    # the collector and daemon alone: what watching the faults costs the program
+    strategies.append(("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r)))
     for pol in cfg.policies:
         name = f"pagecast: {pol}"
         strategies.append((name, lambda r, p=pol, n=name: _live(cfg, weights, SourceSpec("policy", p), n, r)))

@@ -43,7 +43,7 @@ class LiveConfig:
     trace_out: Path | None = None
     threads: int = 2  # injector threads in the predictor process
     gap: int = 4  # merge predicted pages up to this many pages apart into one read
-    poll_ms: int = 1  # collector poll period: bounds fault → daemon delay
+    poll_ms: int = 5  # collector poll period: bounds fault → daemon delay; 1 ms costs the program CPU on small machines
     ring_pages: int = 4096
     stdout: Any = None
     stderr: Any = None
