@@ -6,8 +6,8 @@ prefetch, in the *live* run's region ids. Three kinds:
 - ``PolicySource``: any ``Prefetcher`` (classic policies from ``pagecast.policies``,
   learned ones from ``pagecast.learn.predict.load_predictor``), one ``observe`` per fault.
 - ``ReplaySource``: a schedule from an earlier run, paced by the faults this run takes.
-  A fault on a page the schedule knows moves the cursor to that page's position; any
-  other fault advances it by one. Everything up to ``cursor + lookahead`` is issued, so
+  A fault on a page the schedule knows, at most ``lookahead`` rows ahead, moves the
+  cursor to that page's position; any other fault advances it by one. Everything up to ``cursor + lookahead`` is issued, so
   the prefetch wave runs that many pages ahead of the program: the kernel's fault path is
   synchronous, so only a deep queue of outstanding reads beats it.
 """
@@ -243,10 +243,12 @@ class ReplaySource(Source):
         n = len(self._s_page)
         for i, k in enumerate(keys):
             pos = index.get(k)
-            if pos is None or pos <= self._cursor:
-                self._cursor += 1
-            else:
+            if pos is not None and self._cursor < pos <= self._cursor + self.lookahead:
                 self._cursor = pos
+            else:
+                # unknown page, one already passed, or a jump too far to trust (e.g. a code
+                # page the earlier run first touched only at its end): advance by one
+                self._cursor += 1
             hi = min(n, self._cursor + 1 + self.lookahead)
             if hi > self._issued_upto:
                 rows.append(np.arange(self._issued_upto, hi))
