@@ -98,12 +98,17 @@ def test_replay_source_paces_by_faults():
     src = ReplaySource(s, lookahead=10)
     live = [Region(3, "w", kind="file", path="/nonexistent/w.bin", length=1 << 20)]
     src.set_regions(live)
-    # a fault on page 150 (schedule row 50) jumps the cursor: rows up to 60 are issued
-    p = src.on_batch(np.array([0]), np.array([3], np.int32), np.array([150]), np.array([Kind.FAULT_MAJOR], np.uint8))
-    assert p.region.tolist() == [3] * 61 and p.page.tolist() == list(range(100, 161))
-    # an unknown page advances by one row
-    p = src.on_batch(np.array([1]), np.array([3], np.int32), np.array([999]), np.array([Kind.FAULT_MAJOR], np.uint8))
-    assert p.page.tolist() == [161]
+    fault = lambda pg: src.on_batch(np.array([0]), np.array([3], np.int32), np.array([pg]),  # noqa: E731
+                                    np.array([Kind.FAULT_MAJOR], np.uint8))
+    # a fault on page 105 (schedule row 5, within the lookahead) jumps the cursor: rows 0..15 go out
+    p = fault(105)
+    assert p.region.tolist() == [3] * 16 and p.page.tolist() == list(range(100, 116))
+    # page 190 is row 90: too far ahead to trust, so it counts as one step (row 16)
+    assert fault(190).page.tolist() == [116]
+    # an unknown page advances by one row too
+    assert fault(999).page.tolist() == [117]
+    # an already passed page as well
+    assert fault(101).page.tolist() == [118]
 
 
 def test_merge_schedules_union_in_relative_order():
