@@ -215,3 +215,14 @@ def test_cuda_and_pager_unavailable_are_one_line(capfd):
 def test_bad_pager_spec():
     with pytest.raises(SystemExit):
         raise SystemExit(cli_main(["run", "--pager", "nobudget", "--", "true"]))
+
+
+@needs_perf
+def test_program_keeps_priority_daemon_restored(tmp_path):
+    out = tmp_path / "nice.txt"
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    # the program reads its own niceness after the daemon has reniced itself
+    res = run_live(LiveConfig(["sh", "-c", f"sleep 0.3; cut -d' ' -f19 /proc/self/stat > {out}"], nice=10))
+    assert res.returncode == 0
+    assert int(out.read_text()) == before  # the program was not reniced
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before  # and the daemon got its priority back
