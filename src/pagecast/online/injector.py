@@ -122,7 +122,7 @@ class FileInjector:
         return fd
 
     def submit(self, region: np.ndarray, page: np.ndarray, t_fault: np.ndarray, t_seen: np.ndarray) -> None:
-        is_file = np.fromiter((int(r) in self._paths for r in region.tolist()), bool, len(region)) if len(region) else np.zeros(0, bool)
+        is_file = np.isin(region, np.fromiter(self._paths, np.int64, len(self._paths)))
         self.skipped += int((~is_file).sum())
         region, page, t_fault, t_seen = region[is_file], page[is_file], t_fault[is_file], t_seen[is_file]
         if not len(page):
