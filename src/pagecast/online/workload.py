@@ -26,6 +26,7 @@ from pagecast.util.workloads import workloads_dir
 
 PAGE = 4096
 ADVICE = ("random", "normal", "sequential", "willneed")
+MAGIC = (0x5357504741454353).to_bytes(8, "little")  # the generator's header magic
 
 
 def binary() -> Path:
@@ -59,10 +60,22 @@ class WorkloadConfig:
                 "--advice", self.advice, "--quiet", *self.extra]
 
 
+def expected_size(size_mib: int, layers: int = 16, dim: int = 1024) -> int:
+    """Bytes of a generated file (mirrors the generator: rows per layer rounded down to 64)."""
+    rows = max(64, (size_mib << 20) // (layers * dim * 4)) & ~63
+    return PAGE + layers * rows * dim * 4
+
+
 def ensure_weights(path: Path | None = None, size_mib: int = 1024, seed: int = 1) -> Path:
     """Generate the weights file once; reuse it while its size matches."""
+    if path is not None and Path(path).exists():
+        # a file the user named: never overwrite it, only check it is a weights file
+        with open(path, "rb") as f:
+            if f.read(8) != MAGIC:
+                raise PagecastError("not a sparse_weights file (bad magic); give a new path to generate one", path=path)
+        return Path(path)
     path = Path(path) if path else cache_dir() / f"sparse_weights_{size_mib}m_s{seed}.bin"
-    if path.exists() and path.stat().st_size > size_mib << 20 - 1 and path.stat().st_size <= (size_mib << 20) + 2 * PAGE:
+    if path.exists() and path.stat().st_size == expected_size(size_mib):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([str(binary()), "gen", str(path), "--size-mib", str(size_mib), "--seed", str(seed)],
