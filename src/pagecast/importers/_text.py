@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class Lines:
         return len(self.starts)
 
 
-def iter_lines(f: BinaryIO, block: int = BLOCK) -> Iterator[Lines]:
+def iter_lines(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[Lines]:
     """Yield blocks of complete lines from a binary stream (\\n or \\r\\n endings)."""
     carry = b""
     line_no = 1
@@ -47,6 +47,8 @@ def iter_lines(f: BinaryIO, block: int = BLOCK) -> Iterator[Lines]:
         data = f.read(block)
         if not data:
             break
+        if on_bytes:
+            on_bytes(len(data))
         data = carry + data
         cut = data.rfind(b"\n")
         if cut < 0:
