@@ -310,3 +310,24 @@ def test_learned_schedule_removes_more_faults_than_classic_prefetchers(lstm_mode
     assert learned.faults < 0.5 * min(classic.values()), (learned.faults, classic)
     # and close to the limit: ≥ 90 % of the oracle's fault reduction
     assert (none.faults - learned.faults) >= 0.9 * (none.faults - oracle.faults)
+
+
+def test_learned_policy_per_event_in_simulator_matches_schedule(lstm_model, tmp_path):
+    """The same model as a named per-event prefetcher (simulator's Python engine, as the
+    live loop would call it) removes the same faults as its precomputed schedule."""
+    from pagecast.errors import PagecastError as PE
+    from pagecast.sim import SimConfig, parse_prefetcher, simulate
+
+    model_path, _ = lstm_model
+    cols, regions = generate(1500)
+    t = tmp_path / "short.parquet"
+    with TraceWriter(t, regions=regions) as w:
+        w.write(**cols)
+    cfg = SimConfig(capacity=128)
+    per_event = simulate(t, cfg, parse_prefetcher(f"learned:model={model_path}"))
+    sched = simulate(t, cfg, predict_schedule(model_path, t, top_k=10))
+    none = simulate(t, cfg, "none")
+    assert none.faults == 1500 and sched.faults < 100
+    assert abs(per_event.faults - sched.faults) <= 3
+    with pytest.raises(PE, match="needs a model file"):
+        parse_prefetcher("learned")
