@@ -15,7 +15,7 @@ from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
 from pagecast.importers import ai4mem, champsim, lackey, memai
 from pagecast.importers.ai4mem_predictions import attach_triggers, read_predictions_csv, write_predictions_csv
-from pagecast.trace import Kind, Region, Schedule, open_trace, read_schedule
+from pagecast.trace import Kind, Region, open_trace
 from pagecast.trace.schema import FLAG_WRITE
 
 SHARED = Path(os.environ.get("PAGECAST_SHARED_DIR", Path(__file__).resolve().parents[1].parent / "shared"))
@@ -121,6 +121,9 @@ def test_predictions_triggers_and_errors(tmp_path):
     (tmp_path / "bad.csv").write_text("Timestamp_ns,Prefetch_Address,Confidence\n1,0x10,0.5\n2,zz,0.5\n")
     with pytest.raises(PagecastError, match=r"bad.csv:3: bad address"):
         read_predictions_csv(tmp_path / "bad.csv")
+    (tmp_path / "sc.csv").write_text("trigger_time_ns,page_addr,page_idx,score\n1,0x10,0,0.5\n2,0x20,1,high\n")
+    with pytest.raises(PagecastError, match=r"sc.csv:3: bad score"):
+        read_predictions_csv(tmp_path / "sc.csv")
     (tmp_path / "hdr.csv").write_text("a,b\n")
     with pytest.raises(PagecastError, match=r"hdr.csv:1: unknown predictions header"):
         read_predictions_csv(tmp_path / "hdr.csv")

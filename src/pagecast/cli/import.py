@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 from pagecast.errors import PagecastError
 from pagecast.importers import FORMATS
 
@@ -35,18 +35,22 @@ def run(args: argparse.Namespace) -> int:
     if not src.exists():
         raise PagecastError("no such file", path=src)
     fmt = args.format
+    size = src.stat().st_size
     if fmt == "ai4mem":
         from pagecast.importers.ai4mem import import_trace
 
-        info = import_trace(src, args.output, dedupe=not args.no_dedupe)
+        with progress(total=size, desc="read", unit="B") as bar:
+            info = import_trace(src, args.output, dedupe=not args.no_dedupe, on_bytes=bar.update)
     elif fmt == "lackey":
         from pagecast.importers.lackey import import_trace
 
-        info = import_trace(src, args.output, instructions=args.instructions)
+        with progress(total=2 * size, desc="read (2 passes)", unit="B") as bar:
+            info = import_trace(src, args.output, instructions=args.instructions, on_bytes=bar.update)
     elif fmt == "champsim":
         from pagecast.importers.champsim import import_trace
 
-        info = import_trace(src, args.output, cpu_ghz=args.cpu_ghz)
+        with progress(total=2 * size, desc="read (2 passes)", unit="B") as bar:
+            info = import_trace(src, args.output, cpu_ghz=args.cpu_ghz, on_bytes=bar.update)
     elif fmt == "memai":
         from pagecast.importers.memai import import_trace
 

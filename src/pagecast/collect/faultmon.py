@@ -34,7 +34,6 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
-from pagecast.trace.schema import Kind
 from pagecast.util.native import build
 
 PAGE_SIZE = 4096
@@ -344,9 +343,7 @@ class FaultMonitor:
             parent = self._procs.get(ppid)
             child = _Proc()
             if parent is not None:
-                for s, e, rid, fp in zip(parent.rmap._starts, parent.rmap._ends, parent.rmap._regions, parent.rmap._first_pages):
-                    child.rmap.add(s, e, rid, fp)
-                child.heap, child.stack = parent.heap, parent.stack
+                child = _Proc(rmap=parent.rmap.copy(), heap=parent.heap, stack=parent.stack)
             self._procs[pid] = child
         elif ev.what == "exec":
             self._procs[ev.data] = _Proc()

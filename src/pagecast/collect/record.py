@@ -62,9 +62,10 @@ def record_faults(
     # The terminal's Ctrl-C reaches the traced program too; keep recording until it exits.
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        mon.start()
+        # The output must be writable before the program starts, not after it ran.
         writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd})
         try:
+            mon.start()
             for batch in mon.batches():
                 while len(writer.regions) < len(mon.regions):
                     writer.add_region(mon.regions[len(writer.regions)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class Lines:
         return len(self.starts)
 
 
-def iter_lines(f: BinaryIO, block: int = BLOCK) -> Iterator[Lines]:
+def iter_lines(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[Lines]:
     """Yield blocks of complete lines from a binary stream (\\n or \\r\\n endings)."""
     carry = b""
     line_no = 1
@@ -47,6 +47,8 @@ def iter_lines(f: BinaryIO, block: int = BLOCK) -> Iterator[Lines]:
         data = f.read(block)
         if not data:
             break
+        if on_bytes:
+            on_bytes(len(data))
         data = carry + data
         cut = data.rfind(b"\n")
         if cut < 0:
@@ -127,16 +129,26 @@ def split_fields(path: str | Path, lines: Lines, idx: np.ndarray, nfields: int, 
     return starts, stops
 
 
-def parse_float(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode decimal floats field by field (few rows per file: prediction scores)."""
-    vals = np.empty(len(start))
-    ok = np.ones(len(start), bool)
-    for i, (a, b) in enumerate(zip(start.tolist(), stop.tolist())):
-        try:
-            vals[i] = float(bytes(buf[a:b]))
-        except ValueError:
-            ok[i] = False
-    return vals, ok
+def parse_float(buf: np.ndarray, start: np.ndarray, stop: np.ndarray, width: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Decode decimal floats: fields gathered into fixed-width byte strings, converted by numpy."""
+    n = stop - start
+    ok = (n >= 1) & (n <= width)
+    k = np.arange(width)
+    idx = start[:, None] + k
+    valid = (k < n[:, None]) & ok[:, None]
+    raw = np.where(valid, buf[np.minimum(idx, len(buf) - 1)], 0).astype(np.uint8)
+    strs = np.ascontiguousarray(raw).view(f"S{width}").ravel()
+    try:
+        vals = strs.astype(np.float64)
+    except ValueError:
+        # some field is not a number: find which, row by row (error path only)
+        vals = np.zeros(len(strs))
+        for i, s in enumerate(strs.tolist()):
+            try:
+                vals[i] = float(s)
+            except ValueError:
+                ok[i] = False
+    return vals, ok & (n >= 1)
 
 
 def strip_bounds(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

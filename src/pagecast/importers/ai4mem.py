@@ -25,7 +25,7 @@ Time: ``t_ns`` = StartTime_ns minus the earliest start in the file (kept in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -110,7 +110,7 @@ def parse_kernel_row(text: str, path: Path, line: int) -> dict[str, Any]:
             "pre": [f.strip() for f in fields[k:i]], "post": [f.strip() for f in fields[i + 3:]], "line": line}
 
 
-def read_csv(path: str | Path) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
     """Parse the file: UVM columns, kernel rows, number of snapshots."""
     path = Path(path)
     try:
@@ -123,7 +123,7 @@ def read_csv(path: str | Path) -> tuple[dict[str, np.ndarray], list[dict[str, An
     snap_of_part: list[np.ndarray] = []
     saw_header = False
     with f:
-        for lines in iter_lines(f):
+        for lines in iter_lines(f, on_bytes=on_bytes):
             buf, s, e = lines.buf, lines.starts, lines.ends
             n = e - s
             first = np.where(n > 0, buf[np.minimum(s, len(buf) - 1)], 0)
@@ -169,9 +169,10 @@ def read_csv(path: str | Path) -> tuple[dict[str, np.ndarray], list[dict[str, An
     return cols, kernels, snapshots
 
 
-def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_size: int = 4096) -> dict[str, Any]:
+def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_size: int = 4096,
+                 on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
     src = Path(src)
-    cols, kernels, snapshots = read_csv(src)
+    cols, kernels, snapshots = read_csv(src, on_bytes)
     names, name_inv = np.unique(cols["name"], return_inverse=True)
     kind_of_name = np.zeros(len(names), np.uint8)
     for j, nm in enumerate(names):

@@ -14,7 +14,7 @@ trace's demand stream) of the last load whose instr_id ≤ the prefetch's instr_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -48,10 +48,10 @@ def _open(path: Path):
         raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
 
 
-def iter_loads(path: str | Path) -> Iterator[dict[str, np.ndarray]]:
+def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
     path = Path(path)
     with _open(path) as f:
-        for lines in iter_lines(f):
+        for lines in iter_lines(f, on_bytes=on_bytes):
             idx = np.flatnonzero((lines.ends > lines.starts) & (lines.buf[np.minimum(lines.starts, len(lines.buf) - 1)] != ord("#")))
             if not len(idx):
                 continue
@@ -70,12 +70,13 @@ def iter_loads(path: str | Path) -> Iterator[dict[str, np.ndarray]]:
             yield {"instr_id": iid, "cycle": cyc, "addr": addr, "pc": pc, "hit": hit}
 
 
-def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = None) -> dict[str, Any]:
+def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = None,
+                 on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
     src = Path(src)
     clusters = AddressClusters()
     n = 0
     c0 = None
-    for b in iter_loads(src):
+    for b in iter_loads(src, on_bytes):
         clusters.add(b["addr"])
         n += len(b["addr"])
         c0 = int(b["cycle"].min()) if c0 is None else min(c0, int(b["cycle"].min()))
@@ -84,7 +85,7 @@ def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = No
     regions = clusters.build(kind="anon", name="range")
     meta = {"time_unit": "ns" if cpu_ghz else "cycles", "cpu_ghz": cpu_ghz, "t0_cycle": c0, "champsim_file": str(src)}
     with TraceWriter(out, regions=regions, source="import:champsim", meta=meta) as w:
-        for b in iter_loads(src):
+        for b in iter_loads(src, on_bytes):
             t = (b["cycle"] - np.uint64(c0)).astype(np.int64)
             if cpu_ghz:
                 t = (t / cpu_ghz).astype(np.int64)

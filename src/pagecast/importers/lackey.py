@@ -13,7 +13,7 @@ writes rows; memory stays bounded by the block size.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -55,22 +55,23 @@ def _parse(path: Path, lines: Lines) -> dict[str, np.ndarray]:
     return {"addr": addr, "size": size, "instr": instr, "op": c1}
 
 
-def _blocks(path: Path) -> Iterator[dict[str, np.ndarray]]:
+def _blocks(path: Path, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
     try:
         f = open(path, "rb")
     except OSError as e:
         raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
     with f:
-        for lines in iter_lines(f):
+        for lines in iter_lines(f, on_bytes=on_bytes):
             yield _parse(path, lines)
 
 
 def import_trace(src: str | Path, out: str | Path, *, instructions: bool = False, source: str = "import:lackey",
-                 meta: dict[str, Any] | None = None) -> dict[str, Any]:
+                 meta: dict[str, Any] | None = None, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Import ``src``; ``on_bytes`` sees bytes read (the file is read twice)."""
     src, out = Path(src), Path(out)
     clusters = AddressClusters()
     records = 0
-    for b in _blocks(src):
+    for b in _blocks(src, on_bytes):
         sel = b["addr"] if instructions else b["addr"][~b["instr"]]
         clusters.add(sel)
         records += len(b["addr"])
@@ -82,7 +83,7 @@ def import_trace(src: str | Path, out: str | Path, *, instructions: bool = False
     rows = loads = stores = 0
     icount = 0
     with TraceWriter(out, regions=regions, source=source, meta=info) as w:
-        for b in _blocks(src):
+        for b in _blocks(src, on_bytes):
             instr = b["instr"]
             # instructions executed before each record (lackey prints the fetch before its data accesses)
             t = icount + np.cumsum(instr) - instr

@@ -1,8 +1,8 @@
 """Page-granularity access heatmaps (time × page), like damo's heatmap.
 
-Two streaming passes over the trace: the first finds the time span and each region's
-row count and page range, the second bins rows into a fixed grid per region with one
-``np.bincount`` per batch. Memory is the grids, whatever the trace size.
+Two streaming passes over the trace, each a numba loop per batch: rows, page range per
+region and the time span; then counting the chosen regions' rows into fixed grids.
+Memory is the grids, whatever the trace size.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numba
 import numpy as np
 
 from pagecast.errors import PagecastError
@@ -38,30 +39,65 @@ class RegionGrid:
     grid: np.ndarray  # (page_bins, time_bins) counts
 
 
+@numba.njit(cache=True, nogil=True)
+def _scan(region, page, t, kind, kind_ok, nreg, rows, pmin, pmax, trange):  # pragma: no cover - jitted
+    """Pass 1: rows, page range per region and the time span of rows that will be drawn."""
+    for i in range(len(region)):
+        r = region[i]
+        if r < 0 or r >= nreg or not kind_ok[kind[i]]:
+            continue
+        rows[r] += 1
+        p = page[i]
+        if p < pmin[r]:
+            pmin[r] = p
+        if p > pmax[r]:
+            pmax[r] = p
+        if t[i] < trange[0]:
+            trange[0] = t[i]
+        if t[i] > trange[1]:
+            trange[1] = t[i]
+
+
+@numba.njit(cache=True, nogil=True)
+def _bin(region, page, t, kind, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins, total):  # pragma: no cover
+    """Pass 2: count each drawn row into its region's (page bin, time bin) cell."""
+    nreg = len(slot)
+    for i in range(len(region)):
+        r = region[i]
+        if r < 0 or r >= nreg or not kind_ok[kind[i]]:
+            continue
+        s = slot[r]
+        if s < 0:
+            continue
+        tb = (t[i] - tmin) * tbins // span
+        if tb >= tbins:
+            tb = tbins - 1
+        pb = (page[i] - lo[s]) * pbins[s] // width[s]
+        if pb >= pbins[s]:
+            pb = pbins[s] - 1
+        if pb < 0:
+            pb = 0
+        total[off[s] + pb * tbins + tb] += 1
+
+
 def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None) -> tuple[list[RegionGrid], int, int]:
     nreg = len(t.regions)
-    kinds = None if cfg.kinds is None else np.asarray(cfg.kinds, np.uint8)
-    rows = np.zeros(nreg, np.int64)
-    pmin = np.full(nreg, np.iinfo(np.int64).max)
-    pmax = np.full(nreg, -1, np.int64)
-    tmin, tmax = None, None
+    kind_ok = np.ones(256, np.bool_)
+    if cfg.kinds is not None:
+        kind_ok[:] = False
+        kind_ok[np.asarray(cfg.kinds, np.uint8)] = True
     cols = ["t_ns", "region", "page", "kind"]
+    rows = np.zeros(nreg, np.int64)
+    pmin = np.full(nreg, np.iinfo(np.int64).max, np.int64)
+    pmax = np.full(nreg, -1, np.int64)
+    trange = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        keep = (b["region"] >= 0) & (b["region"] < nreg)
-        if kinds is not None:
-            keep &= np.isin(b["kind"], kinds)
-        r, p, tt = b["region"][keep], b["page"][keep], b["t_ns"][keep]
+        _scan(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, nreg, rows, pmin, pmax, trange)
         if on_rows:
             on_rows(len(b["t_ns"]))
-        if not len(r):
-            continue
-        rows += np.bincount(r, minlength=nreg)
-        _minmax(r, p, pmin, pmax)
-        lo, hi = int(tt.min()), int(tt.max())
-        tmin = lo if tmin is None else min(tmin, lo)
-        tmax = hi if tmax is None else max(tmax, hi)
-    if tmin is None:
+    if not rows.any():
         raise PagecastError("no rows with a known region to plot", path=t.path)
+    tmin, tmax = int(trange[0]), int(trange[1])
     if cfg.regions:
         chosen = [int(r) for r in cfg.regions]
         bad = [r for r in chosen if not 0 <= r < nreg]
@@ -72,39 +108,25 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
     span = max(tmax - tmin, 1)
     grids = {}
     for rid in chosen:
-        lo = int(pmin[rid]) if rows[rid] else 0
-        hi = int(pmax[rid]) + 1 if rows[rid] else 1
+        lo, hi = (int(pmin[rid]), int(pmax[rid]) + 1) if rows[rid] else (0, 1)
         pbins = min(cfg.page_bins, hi - lo)  # never a bin narrower than one page
         grids[rid] = RegionGrid(rid, t.regions[rid].name, lo, hi, np.zeros((pbins, cfg.time_bins), np.int64))
-    sel_ids = np.array(chosen, np.int32)
+    # the chosen regions' grids laid end to end in one array
+    slot = np.full(nreg, -1, np.int64)
+    slot[chosen] = np.arange(len(chosen))
+    lo = np.array([grids[r].page_lo for r in chosen], np.int64)
+    width = np.array([max(grids[r].page_hi - grids[r].page_lo, 1) for r in chosen], np.int64)
+    pbins = np.array([grids[r].grid.shape[0] for r in chosen], np.int64)
+    off = np.concatenate([[0], np.cumsum(pbins * cfg.time_bins)]).astype(np.int64)
+    total = np.zeros(int(off[-1]), np.int64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        keep = np.isin(b["region"], sel_ids)
-        if kinds is not None:
-            keep &= np.isin(b["kind"], kinds)
-        r, p, tt = b["region"][keep], b["page"][keep], b["t_ns"][keep]
-        tb = np.minimum((tt - tmin) * cfg.time_bins // span, cfg.time_bins - 1)
-        for rid in chosen:
-            m = r == rid
-            if not m.any():
-                continue
-            g = grids[rid]
-            width = max(g.page_hi - g.page_lo, 1)
-            pbins = g.grid.shape[0]
-            pb = np.minimum((p[m] - g.page_lo) * pbins // width, pbins - 1)
-            g.grid += np.bincount(pb * cfg.time_bins + tb[m], minlength=g.grid.size).reshape(g.grid.shape)
+        _bin(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, slot, lo, width, pbins, off, tmin, span,
+             cfg.time_bins, total)
         if on_rows:
             on_rows(len(b["t_ns"]))
+    for i, rid in enumerate(chosen):
+        grids[rid].grid = total[off[i]:off[i + 1]].reshape(grids[rid].grid.shape)
     return [grids[r] for r in chosen], tmin, tmax
-
-
-def _minmax(r: np.ndarray, p: np.ndarray, pmin: np.ndarray, pmax: np.ndarray) -> None:
-    order = np.lexsort((p, r))
-    rs, ps = r[order], p[order]
-    first = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
-    last = np.r_[first[1:] - 1, len(rs) - 1]
-    ids = rs[first]
-    pmin[ids] = np.minimum(pmin[ids], ps[first])
-    pmax[ids] = np.maximum(pmax[ids], ps[last])
 
 
 def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,

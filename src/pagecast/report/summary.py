@@ -11,6 +11,7 @@ import numpy as np
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, Kind
 
+BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counting
 _REGION_SHIFT = 40  # key = (region + 1) << 40 | page: pages below 2^40 (4 PiB of 4 KiB pages)
 
 
@@ -54,6 +55,13 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
     kind_counts = np.zeros(256, np.int64)
     nreg = len(t.regions)
     region_rows = np.zeros(nreg + 1, np.int64)  # index 0: region -1
+    # Pages inside a region's known length are counted in one bitmap (no sorting); the
+    # rest (unknown region, page beyond the length) fall back to sorted unique keys.
+    lengths = np.array([r.pages for r in t.regions], np.int64)
+    if lengths.sum() > BITMAP_MAX_PAGES:
+        lengths[:] = 0
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    seen = np.zeros(int(offsets[-1]), bool)
     uniq: list[np.ndarray] = []
     tmin, tmax = None, None
     nbytes = 0
@@ -62,10 +70,16 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         reg = b["region"].astype(np.int64)
         reg = np.where((reg >= -1) & (reg < nreg), reg, -1)
         region_rows += np.bincount(reg + 1, minlength=nreg + 1)
-        key = ((reg + 1) << _REGION_SHIFT) | (b["page"].astype(np.int64) & ((1 << _REGION_SHIFT) - 1))
-        uniq.append(np.unique(key))
-        if sum(len(u) for u in uniq) > 4 * batch_rows:
-            uniq = [np.unique(np.concatenate(uniq))]
+        page = b["page"]
+        lim = lengths[np.maximum(reg, 0)]
+        inside = (reg >= 0) & (page >= 0) & (page < lim)
+        seen[offsets[reg[inside]] + page[inside]] = True
+        if not inside.all():
+            out = ~inside
+            key = ((reg[out] + 1) << _REGION_SHIFT) | (page[out].astype(np.int64) & ((1 << _REGION_SHIFT) - 1))
+            uniq.append(np.unique(key))
+            if sum(len(u) for u in uniq) > 4 * batch_rows:
+                uniq = [np.unique(np.concatenate(uniq))]
         if len(b["t_ns"]):
             lo, hi = int(b["t_ns"].min()), int(b["t_ns"].max())
             tmin = lo if tmin is None else min(tmin, lo)
@@ -75,6 +89,9 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
             on_rows(len(reg))
     keys = np.unique(np.concatenate(uniq)) if uniq else np.empty(0, np.int64)
     per_region_unique = np.bincount(keys >> _REGION_SHIFT, minlength=nreg + 1)
+    nz = np.flatnonzero(lengths > 0)
+    if len(nz):
+        per_region_unique[1 + nz] += np.add.reduceat(seen, offsets[nz], dtype=np.int64)
     duration = (tmax - tmin) / 1e9 if tmin is not None else 0.0
     kinds = {Kind(k).name: int(c) for k, c in enumerate(kind_counts) if c and k in Kind._value2member_map_}
     kinds.update({f"kind{k}": int(c) for k, c in enumerate(kind_counts) if c and k not in Kind._value2member_map_})
@@ -91,7 +108,7 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
                                   touched_pct=round(100.0 * u / r.pages, 2) if r.pages else float("nan")))
     return TraceSummary(
         path=str(t.path), source=t.source, format_version=t.version, rows=t.num_rows, row_groups=t.num_row_groups,
-        kinds=kinds, regions=nreg, unique_pages=int(len(keys)), unmapped_rows=int(region_rows[0]),
+        kinds=kinds, regions=nreg, unique_pages=int(per_region_unique.sum()), unmapped_rows=int(region_rows[0]),
         duration_s=round(duration, 6), faults=faults,
         fault_rate_per_s=round(faults / duration, 1) if duration > 0 else float("nan"),
         demand_rows=demand, bytes_moved=nbytes,

@@ -211,8 +211,14 @@ def new_slot(g, htab, S, key):
 @njit(cache=True)
 def intern_rows(g, htab, S, reg, pg, ids):
     """Slot ids of rows (caller has grown the tables for len(reg) new keys)."""
+    last_key = -2
+    last_id = -1
     for i in range(len(reg)):
-        ids[i] = new_slot(g, htab, S, make_key(reg[i], pg[i]))
+        key = make_key(reg[i], pg[i])
+        if key != last_key:  # runs of the same page are common: skip the hash probe
+            last_id = new_slot(g, htab, S, key)
+            last_key = key
+        ids[i] = last_id
 
 
 @njit(cache=True)
@@ -270,7 +276,7 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
                 S[s, F_FLAG] = f & ~PF
                 observed = True
                 hit = True
-            if ev == EV_LRU:
+            if ev == EV_LRU and g[G_TAIL] != s:
                 _list_remove(g, S, s)
                 _list_append(g, S, s)
             elif ev == EV_CLOCK:

@@ -13,6 +13,9 @@ from pagecast.trace.schema import DEMAND_KINDS, FLAG_WRITE
 
 _COLS = ["t_ns", "region", "page", "kind", "flags"]
 _DEMAND = np.array([int(k) for k in DEMAND_KINDS], np.uint8)
+# kinds 0..3 (ACCESS, FAULT_MINOR, FAULT_MAJOR, FAULT_GPU) are all demand kinds
+_DEMAND_BELOW = 3
+assert all(k in DEMAND_KINDS for k in range(_DEMAND_BELOW + 1))
 
 
 def as_trace(trace_or_path: Trace | str | Path) -> Trace:
@@ -20,7 +23,11 @@ def as_trace(trace_or_path: Trace | str | Path) -> Trace:
 
 
 def _demand(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    keep = np.isin(cols["kind"], _DEMAND)
+    kind = cols["kind"]
+    if len(kind) and kind.max() <= _DEMAND_BELOW:
+        keep = slice(None)  # the usual case: only demand rows, no copy for the filter
+    else:
+        keep = np.isin(kind, _DEMAND)
     return {
         "t": np.ascontiguousarray(cols["t_ns"][keep], np.int64),
         "region": np.ascontiguousarray(cols["region"][keep], np.int64),

@@ -232,6 +232,8 @@ def _close(u, q, B, P, fb, scratch, work):
 @njit(cache=True)
 def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
+    last_key = -2
+    last_b = -1
     for i in range(i0, n):
         if 2 * (u[U_NBLOCKS] + 2) > htab.shape[0] or u[U_NBLOCKS] + 2 > B.shape[1]:
             return i
@@ -252,7 +254,12 @@ def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, fin
         blk = vpage >> 9
         j = vpage & (PAGES_PER_BLOCK - 1)
         key = make_key(r, blk)
-        b = intern(htab, key, u[U_NBLOCKS])
+        if key == last_key:  # consecutive faults mostly stay in one 2 MiB block
+            b = last_b
+        else:
+            b = intern(htab, key, u[U_NBLOCKS])
+            last_key = key
+            last_b = b
         if b == u[U_NBLOCKS]:
             u[U_NBLOCKS] += 1
             B[B_KEY, b] = key

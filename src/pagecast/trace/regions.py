@@ -137,6 +137,13 @@ class RegionMap:
     def __len__(self) -> int:
         return len(self._starts)
 
+    def copy(self) -> "RegionMap":
+        """An independent copy (a forked process starts with its parent's mappings)."""
+        new = RegionMap(self.page_size)
+        new._starts, new._ends = list(self._starts), list(self._ends)
+        new._regions, new._first_pages = list(self._regions), list(self._first_pages)
+        return new
+
     def _sorted(self) -> tuple[np.ndarray, ...]:
         if self._arrays is None:
             order = np.argsort(np.asarray(self._starts, dtype=np.uint64), kind="stable")

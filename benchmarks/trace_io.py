@@ -1,0 +1,125 @@
+"""Trace write/read throughput (rows/s) against raw baselines measured in the same run.
+
+Writes N rows of a fault-like trace (sorted times, few regions, clustered pages) with
+TraceWriter (streaming row groups, zstd), reads it back whole and in batches, and
+compares with np.save/np.load of the same columns (uncompressed, the memory-bandwidth
+ceiling) and with pyarrow.parquet.write_table/read_table of one in-memory table.
+
+    PYTHONPATH=src python benchmarks/trace_io.py [--rows 10000000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pagecast.trace import COLUMNS, TraceWriter, open_trace
+from pagecast.trace.schema import ACCESS_SCHEMA
+
+
+def make_rows(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    region = rng.integers(0, 8, n).astype(np.int32)
+    page = (np.cumsum(rng.integers(-3, 5, n)) % 100_000).astype(np.int64)
+    return {
+        "t_ns": np.cumsum(rng.integers(100, 5000, n)).astype(np.int64),
+        "region": region,
+        "page": page,
+        "kind": rng.choice([1, 2], n, p=[0.9, 0.1]).astype(np.uint8),
+        "flags": np.zeros(n, np.uint8),
+        "tid": rng.integers(1000, 1004, n).astype(np.int32),
+        "ip": (0x400000 + rng.integers(0, 4096, n) * 4).astype(np.uint64),
+        "bytes": np.zeros(n, np.uint32),
+    }
+
+
+def best(fn, repeat: int) -> float:
+    return statistics.median([_t(fn) for _ in range(repeat)])
+
+
+def _t(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    n = a.rows
+    cols = make_rows(n)
+    d = Path(tempfile.mkdtemp(prefix="pagecast-io-"))
+    chunk = 1 << 20
+
+    def pc_write():
+        with TraceWriter(d / "t.parquet", source="bench") as w:
+            for i in range(0, n, chunk):
+                w.write(**{k: v[i:i + chunk] for k, v in cols.items()})
+
+    def pc_read():
+        open_trace(d / "t.parquet").read()
+
+    def pc_iter():
+        s = 0
+        for b in open_trace(d / "t.parquet").iter_batches(batch_rows=chunk):
+            s += len(b["page"])
+        assert s == n
+
+    def np_write():
+        for k, v in cols.items():
+            np.save(d / f"{k}.npy", v)
+
+    def np_read():
+        for k in cols:
+            np.load(d / f"{k}.npy")
+
+    table = pa.table({k: cols[k] for k in COLUMNS}, schema=ACCESS_SCHEMA)
+
+    def pq_write():
+        pq.write_table(table, d / "raw.parquet", compression="zstd", row_group_size=chunk)
+
+    def pq_read():
+        pq.read_table(d / "raw.parquet")
+
+    res = {}
+    for name, fn in [("pagecast write", pc_write), ("pagecast read (all columns)", pc_read),
+                     ("pagecast iter_batches", pc_iter), ("np.save", np_write), ("np.load", np_read),
+                     ("pyarrow write_table zstd", pq_write), ("pyarrow read_table", pq_read)]:
+        s = best(fn, a.repeat)
+        res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s)}
+    size = {"pagecast_mib": round((d / "t.parquet").stat().st_size / 2**20, 1),
+            "npy_mib": round(sum((d / f"{k}.npy").stat().st_size for k in cols) / 2**20, 1)}
+    shutil.rmtree(d, ignore_errors=True)
+    ratios = {
+        "write vs np.save": res["pagecast write"]["rows_per_s"] / res["np.save"]["rows_per_s"],
+        "read vs np.load": res["pagecast read (all columns)"]["rows_per_s"] / res["np.load"]["rows_per_s"],
+        "write vs pyarrow": res["pagecast write"]["rows_per_s"] / res["pyarrow write_table zstd"]["rows_per_s"],
+        "read vs pyarrow": res["pagecast read (all columns)"]["rows_per_s"] / res["pyarrow read_table"]["rows_per_s"],
+    }
+    if a.json:
+        print(json.dumps({"rows": n, "results": res, "ratios": ratios, "size": size}, indent=2))
+        return 0
+    print(f"{n:,} rows, median of {a.repeat} (target: >= 10M rows/s write and read)")
+    for k, v in res.items():
+        print(f"  {k:30s} {v['seconds']:8.3f} s  {v['rows_per_s'] / 1e6:8.1f} M rows/s")
+    for k, v in ratios.items():
+        print(f"  ratio {k:24s} {v:.2f}")
+    print(f"  file size: pagecast {size['pagecast_mib']} MiB, npy {size['npy_mib']} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
