@@ -140,7 +140,7 @@ def main() -> None:
     ap.add_argument("--walk", type=int, default=3000, help="file pages touched per recorded run")
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--capacity", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-recorded", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
