@@ -36,7 +36,7 @@ def build_model(tmp: Path, kind: str, events: int, vocab: int) -> tuple[Path, Pa
     ds = DatasetSpec(horizon=16, vocab_size=vocab, min_count=1)
     data = prepare([read_demand(trace)], ds, val_fraction=0.05)
     cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=32, horizon=16)
-    tcfg = TrainConfig(epochs=1, max_windows=256, max_val_windows=64, threads=2)
+    tcfg = TrainConfig(epochs=1, max_windows=256, max_val_windows=64, threads=1)
     res = train_model(data, cfg, tcfg)
     return save_model(tmp / f"{kind}.pt", res, data, ds, tcfg), trace
 
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--faults", type=int, default=20_000, help="faults timed one by one")
     ap.add_argument("--kinds", default="lstm,transformer")
     ap.add_argument("--vocab", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2, help="threads for the batched run")
+    ap.add_argument("--threads", type=int, default=1, help="threads for the batched run")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=10, help="pages predicted per event (default: 10)")
     p.add_argument("--csv", metavar="FILE", help="also export the seed's predictions.csv layout")
     p.add_argument("--backend", choices=("onnx", "torchscript", "eager"), default="onnx", help="inference engine (default: onnx)")
-    p.add_argument("--threads", type=int, default=0, help="threads, 0 = all cores (default: 0)")
+    p.add_argument("--threads", type=int, default=1, help="inference threads, 0 = all cores (default: 1)")
     add_json_flag(p)
     p.set_defaults(func=run)
 

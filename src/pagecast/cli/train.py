@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=10, help="k of the validation recall@k (default: 10)")
     p.add_argument("--head", choices=("horizon", "next"), default="horizon", help="head that ranks pages at inference (default: horizon)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads, 0 = all cores (default: 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)")
     add_json_flag(p)
     p.set_defaults(func=run)
 

@@ -61,6 +61,8 @@ def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], ou
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    # Spinning workers burn the cores other processes (the traced program) need.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
 

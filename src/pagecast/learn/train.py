@@ -36,7 +36,10 @@ class TrainConfig:
     batch: int = 64  # windows per step
     lr: float = 3e-3
     seed: int = 0
-    threads: int = 0  # 0: all cores (torch.set_num_threads(os.cpu_count()))
+    # One thread: these models are small (64-wide GEMMs), so a second OpenMP thread gains
+    # little on an idle machine and, when cores are shared, spin-waits: measured 9x slower
+    # per epoch with 2 threads than with 1 on this (oversubscribed) 2-core machine.
+    threads: int = 1  # 0: all cores
     max_windows: int = 0  # windows per epoch (sampled); 0: all
     max_val_windows: int = 2000
     next_weight: float = 1.0
