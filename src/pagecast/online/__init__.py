@@ -1,1 +1,1 @@
-"""Live loop: apply prefetch decisions to running programs (host pages, userfaultfd, CUDA)."""
+"""Live loop: stream a running program's faults, predict, and prefetch ahead of it (host pages, userfaultfd pager, CUDA)."""

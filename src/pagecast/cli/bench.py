@@ -1,0 +1,103 @@
+"""``pagecast bench``: live prefetching vs the kernel's strategies, cold cache, same session."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.errors import PagecastError
+
+
+def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int = 1024) -> None:
+    p.add_argument("--out", default=None, help="output directory (traces, schedule, model, bench.json, bench.png)")
+    p.add_argument("--weights", help="weights file to use (default: generated once in ~/.cache/pagecast)")
+    p.add_argument("--size-mib", type=int, default=size_mib, help=f"size of the generated weights file (default: {size_mib})")
+    p.add_argument("--runs", type=int, default=runs, help=f"cold runs per strategy; medians are reported (default: {runs})")
+    p.add_argument("--tokens", type=int, default=4, help="tokens per inference run (default: 4)")
+    p.add_argument("--train-prompts", default="101,102,103", help="prompts of the recorded training runs (default: 101,102,103)")
+    p.add_argument("--prompt", type=int, default=7, help="prompt of the benchmarked runs, not among the training ones (default: 7)")
+    p.add_argument("--policies", default="nextline,markov", help="classic pagecast prefetchers to include, comma-separated ('' for none)")
+    p.add_argument("--model", help="use this trained model instead of training one")
+    p.add_argument("--no-learned", action="store_true", help="skip training and the learned-model row")
+    p.add_argument("--epochs", type=int, default=3, help="training epochs for the learned model (default: 3)")
+    p.add_argument("--lookahead", type=int, default=8192, help="replay: pages issued ahead of the program (default: 8192)")
+    add_json_flag(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark live prefetching against the kernel's strategies on the sparse-weights workload",
+        description=(
+            "Side-by-side on the sparse-weights workload, cold page cache every run (posix_fadvise DONTNEED on the "
+            "weights once no process maps them): MADV_RANDOM, default read-around, MADV_SEQUENTIAL, WILLNEED on the "
+            "whole file, pagecast classic prefetchers, schedule replay of training runs (other prompts), a learned "
+            "model, the oracle (this run's own pages) and a warm cache. Strategies alternate round by round; medians "
+            "of program wall time, TTFT, tokens/s, major faults and MiB read, with ratios to the best kernel "
+            "strategy and to warm cache. Writes bench.json and bench.png."
+        ),
+    )
+    add_bench_args(p)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace, out_default: str):
+    from pagecast.online.bench import BenchConfig
+
+    try:
+        train = tuple(int(x) for x in args.train_prompts.split(",") if x.strip())
+    except ValueError:
+        raise PagecastError(f"--train-prompts wants comma-separated integers, got {args.train_prompts!r}") from None
+    if args.prompt in train:
+        raise PagecastError(f"--prompt {args.prompt} is one of the training prompts: benchmark on an unseen prompt")
+    if args.runs < 1 or args.tokens < 1 or args.size_mib < 16:
+        raise PagecastError("--runs and --tokens must be >= 1, --size-mib >= 16")
+    if args.model and not Path(args.model).exists():
+        raise PagecastError("no such model file", path=args.model)
+    return BenchConfig(
+        out_dir=Path(args.out or out_default), weights=Path(args.weights) if args.weights else None,
+        size_mib=args.size_mib, tokens=args.tokens, train_prompts=train, test_prompt=args.prompt, runs=args.runs,
+        policies=tuple(x for x in args.policies.split(",") if x.strip()), model=Path(args.model) if args.model else None,
+        train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead,
+    )
+
+
+def print_report(report: dict, as_json: bool) -> None:
+    if as_json:
+        print_json(report)
+        return
+    cols = ["strategy", "wall_s", "ttft_s", "tokens_per_s", "major_faults", "mib_read", "prefetched", "vs_best_kernel", "vs_warm"]
+    print(format_table(report["strategies"], cols))
+    print()
+    print(f"best kernel strategy: {report['best_kernel']}")
+    for name, x in report["speedup_vs_best_kernel"].items():
+        print(f"  {name}: {x}x faster than it")
+    for name, runs in report["live"].items():
+        sub = [r["submit"] for r in runs if r["submit"]["n"]]
+        if sub:  # runs whose prefetches all went out at start (replay) have none
+            p50 = sorted(x["p50"] for x in sub)[len(sub) // 2]
+            p99 = sorted(x["p99"] for x in sub)[len(sub) // 2]
+            print(f"  {name}: fault seen -> prefetch submitted: p50 {p50:.0f} us, p99 {p99:.0f} us (median over runs)")
+    if report.get("learned_note"):
+        print(report["learned_note"])
+    if not report["same_output_every_run"]:
+        print("warning: the workload's checksum differed between runs", file=sys.stderr)
+    print(f"report: {report['report']}\nplot:   {report['plot']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagecast.cli._common import progress
+    from pagecast.online.bench import run_bench
+
+    cfg = config_from_args(args, "pagecast-bench")
+    with progress(desc="bench", unit="step") as bar:
+        def log(msg: str) -> None:
+            bar.set_description_str(msg[:60])
+            bar.update(1)
+            if not sys.stderr.isatty():
+                print(f"pagecast bench: {msg}", file=sys.stderr)
+        report = run_bench(cfg, log=log)
+    print_report(report, args.json)
+    return 0

@@ -1,0 +1,68 @@
+"""`pagecast predict`: run a trained model over a trace and write its prefetch schedule."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="compute a model's prefetch schedule for a trace",
+        description=(
+            "Run a model from `pagecast train` over the demand stream of TRACE, causally (the "
+            "predictions after event i use only events up to i), and write the schedule "
+            "(trigger, t_ns, region, page, score) as Parquet for `pagecast simulate`/`eval`. "
+            "Regions are matched to the model's by identity (file path, or kind/order/length), "
+            "so a model trained on one run predicts pages of another."
+        ),
+    )
+    p.add_argument("model", metavar="MODEL", help="model file from `pagecast train`")
+    p.add_argument("trace", metavar="TRACE", help="trace to predict (.parquet)")
+    p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write (.parquet)")
+    p.add_argument("--top-k", type=int, default=10, help="pages predicted per event (default: 10)")
+    p.add_argument("--csv", metavar="FILE", help="also export the seed's predictions.csv layout")
+    p.add_argument("--backend", choices=("onnx", "torchscript", "eager"), default="onnx", help="inference engine (default: onnx)")
+    p.add_argument("--threads", type=int, default=1, help="inference threads, 0 = all cores (default: 1)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagecast.errors import PagecastError
+    from pagecast.learn.predict import predict_schedule
+    from pagecast.learn.train import set_threads
+    from pagecast.trace.reader import open_trace
+    from pagecast.trace.schedule import write_schedule
+
+    if args.top_k < 1:
+        raise PagecastError("--top-k must be at least 1")
+    write_csv = None
+    if args.csv:
+        try:
+            from pagecast.importers.ai4mem_predictions import write_predictions_csv as write_csv
+        except ImportError:
+            raise PagecastError("--csv needs pagecast.importers.ai4mem_predictions, which this installation lacks") from None
+    set_threads(args.threads)
+    t0 = time.perf_counter()
+    trace = open_trace(args.trace)
+    with progress(None, "predict", unit="ev") as bar:
+        sched = predict_schedule(args.model, trace, top_k=args.top_k, backend=args.backend, progress=bar.update)
+    write_schedule(args.output, sched)
+    out = {"schedule": args.output, "rows": len(sched), "events": sched.meta.get("stream_rows", 0),
+           "events_with_predictions": int(len(np.unique(sched.trigger))),
+           "seconds": time.perf_counter() - t0}
+    if write_csv is not None:
+        write_csv(sched, args.csv, trace.regions)
+        out["csv"] = args.csv
+    out["predictions_per_second"] = out["events"] / out["seconds"] if out["seconds"] > 0 else None
+    if args.json:
+        print_json(out)
+    else:
+        print(format_table([{"metric": k, "value": v} for k, v in out.items() if v is not None]))
+    return 0

@@ -1,0 +1,124 @@
+"""``pagecast run``: run a program with live prefetching."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.errors import PagecastError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a program and prefetch its pages live (policy, learned model or schedule replay)",
+        description=(
+            "Start the program, stream its page faults live (perf_event_open), feed them to a predictor in a "
+            "separate process, and prefetch file-backed pages ahead of the program with posix_fadvise(WILLNEED) "
+            "(the page cache is shared). --schedule replays an earlier run's pages paced by the faults this run "
+            "takes. Writes a trace of faults and PREFETCH rows (late/useless flagged) and prints a summary with "
+            "the fault-seen -> prefetch-issued latency. The program's output and exit status pass through; if "
+            "the predictor dies, the program runs on unprefetched."
+        ),
+        epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...)")
+    src.add_argument("--model", help="learned model file (pagecast train) used per fault")
+    src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
+    src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
+    p.add_argument("--pager", action="append", metavar="FILE:BUDGET",
+                   help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
+                        "prefetching with --policy; repeatable")
+    p.add_argument("-o", "--output", help="trace file to write (faults + PREFETCH rows)")
+    p.add_argument("--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position")
+    p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
+    p.add_argument("--threads", type=int, default=2, help="prefetch issuing threads")
+    p.add_argument("--top-k", type=int, default=10, help="--model: pages predicted per fault")
+    p.add_argument("--poll-ms", type=int, default=5, help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)")
+    p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
+    add_json_flag(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
+    p.set_defaults(func=run)
+
+
+def parse_size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().rstrip("b").rstrip("i")
+    try:
+        if t and t[-1] in units:
+            return int(float(t[:-1]) * units[t[-1]])
+        return int(t)
+    except ValueError:
+        raise PagecastError(f"bad size {text!r} (examples: 4096, 256M, 1.5G)") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise PagecastError("no command given (usage: pagecast run [--policy P|--model M|--schedule S] -- CMD ARGS...)")
+    if args.cuda:
+        try:
+            from pagecast.online.cuda_inject import run_cuda
+        except ImportError as e:
+            raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
+        return int(run_cuda(cmd, schedule=args.schedule, model=args.model, out_dir=args.out_dir))
+    if args.pager and (args.model or args.schedule or args.cuda):
+        raise PagecastError("--pager works with --policy only (not --model, --schedule or --cuda)")
+    if args.pager:
+        specs = []
+        for s in args.pager:
+            path, sep, budget = s.rpartition(":")
+            if not sep or not path:
+                raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
+            specs.append((path, parse_size(budget)))
+        try:
+            from pagecast.online.pager import run_with_pager
+        except ImportError as e:
+            raise PagecastError(f"the userfaultfd pager is not available in this build ({e})") from None
+        return int(run_with_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output))
+
+    from pagecast.online.live import LiveConfig, exit_status, run_live
+    from pagecast.online.worker import SourceSpec
+
+    if args.schedule:
+        from pagecast.online.sources import load_replay
+
+        load_replay(args.schedule)  # malformed → one-line error before the program starts
+        spec = SourceSpec("schedule", "replay", args.schedule, lookahead=args.lookahead)
+    elif args.model:
+        if not Path(args.model).exists():
+            raise PagecastError("no such model file", path=args.model)
+        spec = SourceSpec("model", "model", args.model, top_k=args.top_k)
+    elif args.policy:
+        from pagecast.policies.base import get_prefetcher
+
+        get_prefetcher(args.policy)  # unknown name → one-line error listing the valid ones
+        spec = SourceSpec("policy", args.policy)
+    else:
+        spec = SourceSpec()
+    cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,
+                     poll_ms=args.poll_ms, stdout=2 if args.json else None)
+    res = run_live(cfg)
+    d = res.to_dict()
+    if args.json:
+        print_json(d)
+    else:
+        rows = []
+        for k, v in d.items():
+            if isinstance(v, dict):
+                v = ", ".join(f"{a}={b}" for a, b in v.items())
+            elif isinstance(v, list):
+                v = " ".join(map(str, v))
+            rows.append({"field": k, "value": v})
+        print(format_table(rows), file=sys.stderr)
+        if not res.predictor_alive:
+            print(f"pagecast run: warning: the predictor stopped mid-run ({res.predictor_error or 'killed'}); "
+                  "the program continued unprefetched", file=sys.stderr)
+    if res.lost:
+        print(f"pagecast run: warning: {res.lost} fault samples lost", file=sys.stderr)
+    return exit_status(res.returncode)

@@ -1,0 +1,90 @@
+"""`pagecast train`: learn a page-access model from traces."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train an LSTM or Transformer page predictor on traces",
+        description=(
+            "Train a learned prefetcher on the demand stream (accesses and faults) of one or more "
+            "traces. Inputs are region-relative page deltas (a vocabulary of the most frequent "
+            "(region, delta) pairs), labels the next pair and the set of pages of the next H events. "
+            "Validation runs each epoch on the last part of each trace (or on --val-trace runs); "
+            "training stops early when validation recall@k stops improving. The model file holds "
+            "weights, vocabulary, region table, configuration and metrics."
+        ),
+    )
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="training trace(s) (.parquet)")
+    p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.pt)")
+    p.add_argument("--model", choices=("lstm", "transformer"), default="lstm", help="architecture (default: lstm)")
+    p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default: 20)")
+    p.add_argument("--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)")
+    p.add_argument("--seq-len", type=int, default=32, help="training window; inference context is seq_len/2..seq_len (default: 32)")
+    p.add_argument("--horizon", type=int, default=16, help="H: the multi-label head predicts pages of the next H events (default: 16)")
+    p.add_argument("--vocab", type=int, default=1024, help="classes: the most frequent (region, delta) pairs + 'other' (default: 1024)")
+    p.add_argument("--min-count", type=int, default=2, help="pairs seen fewer times are 'other' (default: 2)")
+    p.add_argument("--embed", type=int, default=32, help="embedding width (LSTM) (default: 32)")
+    p.add_argument("--hidden", type=int, default=64, help="LSTM hidden / Transformer width (default: 64)")
+    p.add_argument("--layers", type=int, default=1, help="LSTM layers / Transformer blocks (default: 1)")
+    p.add_argument("--heads", type=int, default=2, help="Transformer attention heads (default: 2)")
+    p.add_argument("--use-ip", type=int, default=0, metavar="BUCKETS", help="also feed the instruction pointer, hashed into BUCKETS (default: 0 = off)")
+    p.add_argument("--batch", type=int, default=64, help="windows per training step (default: 64)")
+    p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default: 3e-3)")
+    p.add_argument("--max-windows", type=int, default=16384, help="windows sampled per epoch, 0 = all (default: 16384)")
+    p.add_argument("--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)")
+    p.add_argument("--test-fraction", type=float, default=0.0, help="last fraction of each trace held out for the test metrics (default: 0)")
+    p.add_argument("--val-trace", action="append", default=[], metavar="TRACE", help="validate on another run instead (repeatable; split across runs)")
+    p.add_argument("--top-k", type=int, default=10, help="k of the validation recall@k (default: 10)")
+    p.add_argument("--head", choices=("horizon", "next"), default="horizon", help="head that ranks pages at inference (default: horizon)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)")
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagecast.errors import PagecastError
+    from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
+    from pagecast.learn.models import ModelConfig
+    from pagecast.learn.train import TrainConfig, save_model, train_model
+
+    for name in ("epochs", "seq_len", "horizon", "batch", "top_k"):
+        if getattr(args, name) < 1:
+            raise PagecastError(f"--{name.replace('_', '-')} must be at least 1")
+    if args.vocab < 2:
+        raise PagecastError("--vocab must be at least 2")
+    t0 = time.perf_counter()
+    streams = [read_demand(t) for t in args.traces]
+    vals = [read_demand(t) for t in args.val_trace]
+    spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
+    data = prepare(streams, spec, val_fraction=args.val_fraction, test_fraction=args.test_fraction, val_streams=vals)
+    mcfg = ModelConfig(kind=args.model, n_classes=len(data.vocab), n_slots=data.table.unknown, n_ip=args.use_ip,
+                       embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                       seq_len=args.seq_len, horizon=args.horizon)
+    tcfg = TrainConfig(epochs=args.epochs, patience=args.patience, batch=args.batch, lr=args.lr, seed=args.seed,
+                       threads=args.threads, max_windows=args.max_windows, top_k=args.top_k, head=args.head)
+    key = f"val_recall@{args.top_k}"
+
+    def on_epoch(row: dict) -> None:
+        if not args.json:
+            print(f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}  val loss {row['val_loss']:.3f}  "
+                  f"{key} {row[key]:.3f}  next acc {row['val_next_accuracy']:.3f}  ({row['seconds']:.1f} s)", file=sys.stderr)
+
+    res = train_model(data, mcfg, tcfg, on_epoch=on_epoch, progress_factory=lambda n, d: progress(n, d, unit="win"))
+    save_model(args.output, res, data, spec, tcfg, extra={"traces": [str(t) for t in args.traces], "val_traces": args.val_trace})
+    out = {"model": args.output, "kind": args.model, "parameters": sum(p.numel() for p in res.model.parameters()),
+           "wall_seconds": time.perf_counter() - t0, **res.metrics, "history": res.history}
+    if args.json:
+        print_json(out)
+    else:
+        rows = [{"metric": k, "value": v} for k, v in out.items() if k != "history"]
+        print(format_table(rows))
+    return 0

@@ -1,0 +1,345 @@
+"""Inference: batched schedules for whole traces, and a per-fault Prefetcher for the live loop.
+
+Both follow the context rule of ``pagecast.learn.models`` (the prediction at event i sees
+events ``context_start(i)`` … i), so the live predictor emits the same pages as the
+schedule computed offline for the same stream (up to float rounding among near-equal
+scores).
+
+Backends: ``onnx`` (onnxruntime; the default, fastest measured in
+benchmarks/inference_latency.py), ``torchscript`` and ``eager`` (plain PyTorch, the
+baseline). The model is exported once per process and cached.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from pagecast.errors import PagecastError
+from pagecast.learn.dataset import (
+    DemandStream,
+    decode_pages,
+    encode_inputs,
+    _DELTA_BITS,
+    _DELTA_OFFSET,
+    read_demand,
+)
+from pagecast.learn.models import LastScorer, LSTMStep, SeqScorer
+from pagecast.learn.train import LoadedModel, load_model
+from pagecast.policies.base import Prefetcher
+from pagecast.trace.reader import Trace
+from pagecast.trace.regions import Region
+from pagecast.trace.schedule import Schedule
+
+BACKENDS = ("onnx", "torchscript", "eager")
+DEFAULT_BACKEND = "onnx"
+EXTRA_CANDIDATES = 16  # ranked classes beyond top_k, as some decode to no usable page
+
+
+def _candidates(lm: LoadedModel, top_k: int) -> int:
+    return max(1, min(lm.config.n_classes - 1, top_k + EXTRA_CANDIDATES))
+
+
+# ---------------------------------------------------------------------------------------
+# Runners: one callable per (model, backend, unit), exported lazily
+
+
+def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict,
+                  threads: int):
+    import onnxruntime as ort
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, args, buf, dynamo=False, input_names=list(names), output_names=list(outs),
+                          dynamic_axes=dynamic, opset_version=17)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    # Spinning workers burn the cores other processes (the traced program) need.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+
+
+def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names: Sequence[str], outs: Sequence[str],
+                dynamic: dict, backend: str, threads: int = 0) -> Callable[..., tuple[np.ndarray, ...]]:
+    """A function numpy inputs → numpy outputs for ``module`` on the chosen backend.
+
+    ``threads`` (onnx): intra-op threads, 0 = torch's current setting.
+    """
+    module.eval()
+    targs = tuple(torch.from_numpy(a) for a in example)
+    if backend == "onnx":
+        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads())
+        run = sess.run
+        # Inputs the graph does not read (ips when the model ignores ip) are pruned by the exporter.
+        used = {i.name for i in sess.get_inputs()}
+        keep = [j for j, n in enumerate(names) if n in used]
+        kept = [names[j] for j in keep]
+
+        def f(*arrays):
+            return tuple(run(None, {n: arrays[j] for n, j in zip(kept, keep)}))
+        return f
+    if backend == "torchscript":
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = torch.jit.freeze(torch.jit.trace(module, targs, check_trace=False))
+        mod = torch.jit.optimize_for_inference(mod)
+    elif backend == "eager":
+        mod = module
+    else:
+        raise PagecastError(f"unknown inference backend {backend!r} (valid: {', '.join(BACKENDS)})")
+
+    def g(*arrays):
+        with torch.no_grad():
+            res = mod(*(torch.from_numpy(a) for a in arrays))
+        return tuple(r.numpy() for r in res)
+    return g
+
+
+_CACHE: dict[tuple, Any] = {}
+
+
+def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
+    if isinstance(model_path, LoadedModel):
+        return model_path
+    p = Path(model_path)
+    key = ("model", str(p.resolve()), p.stat().st_mtime_ns if p.exists() else 0)
+    if key not in _CACHE:
+        _CACHE[key] = load_model(p)
+    return _CACHE[key]
+
+
+def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
+    key = ("seq", id(lm), k, backend, skip)
+    if key not in _CACHE:
+        ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
+        dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
+        _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k, skip), ex, ("tokens", "slots", "ips"),
+                                  ("scores", "classes"), dyn, backend)
+    return _CACHE[key]
+
+
+def step_runner(lm: LoadedModel, k: int, backend: str):
+    key = ("step", id(lm), k, backend)
+    if key not in _CACHE:
+        cfg = lm.config
+        if cfg.kind == "lstm":
+            z = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
+            ex = (np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), z, z, np.zeros(1, np.int64))
+            _CACHE[key] = make_runner(LSTMStep(lm.model, lm.train_config.head, k), ex, ("token", "slot", "ip", "h", "c", "sel"),
+                                      ("scores", "classes", "h_out", "c_out"), {}, backend, threads=1)
+        else:
+            ex = tuple(np.zeros((1, cfg.seq_len), np.int64) for _ in range(3))
+            dyn = {n: {1: "time"} for n in ("tokens", "slots", "ips")}
+            _CACHE[key] = make_runner(LastScorer(lm.model, lm.train_config.head, k), ex, ("tokens", "slots", "ips"),
+                                      ("scores", "classes"), dyn, backend, threads=1)
+    return _CACHE[key]
+
+
+# ---------------------------------------------------------------------------------------
+# Batched, causal scoring of a whole stream
+
+
+def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, k: int, *,
+                 backend: str = DEFAULT_BACKEND, batch_windows: int = 512,
+                 on_block: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
+    """Run the model over the stream in context-rule windows; ``on_block(start, scores, classes)``
+    receives (m, k) arrays for events start … start+m−1, in order.
+
+    Window b ≥ 1 holds events [(b−1)C, (b+1)C) and yields the predictions of its last C
+    events; window 0 holds [0, C). Padding past the end is harmless: the models are causal.
+    """
+    n = len(tokens)
+    if n == 0:
+        return
+    c = lm.config.chunk
+    first = min(c, n)
+    s0, c0 = seq_runner(lm, k, backend)(tokens[None, :first], slots[None, :first], ips[None, :first])
+    on_block(0, s0[0], c0[0])
+    if n <= c:
+        return
+    run = seq_runner(lm, k, backend, skip=c)
+    n_chunks = -(-n // c)
+    base = np.arange(2 * c, dtype=np.int64)
+    for b0 in range(1, n_chunks, batch_windows):
+        bs = np.arange(b0, min(n_chunks, b0 + batch_windows), dtype=np.int64)
+        idx = np.minimum((bs[:, None] - 1) * c + base[None, :], n - 1)
+        sc, cl = run(tokens[idx], slots[idx], ips[idx])
+        start = int(bs[0]) * c
+        m = min(n, int(bs[-1] + 1) * c) - start
+        on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
+
+
+def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
+                     backend: str = DEFAULT_BACKEND, progress: Callable[[int], None] | None = None) -> Schedule:
+    """The model's top-k pages after every demand event of ``trace``, causally.
+
+    Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
+    matched to the model's regions by ``region_key``), page (region-relative), score.
+    """
+    if top_k < 1:
+        raise PagecastError(f"top_k must be at least 1, got {top_k}")
+    lm = _loaded(model_path)
+    stream = read_demand(trace)
+    tokens, slots, ips = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
+    k = _candidates(lm, top_k)
+    cls_slot, cls_delta = lm.vocab.class_slots_deltas()
+    n_slots = lm.table.unknown
+    slot_to_region = _slot_to_region(lm, stream.regions)
+    region_pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in stream.regions] + [np.iinfo(np.int64).max], np.int64)
+    last = np.zeros(n_slots, np.int64)
+    seen = np.zeros(n_slots, np.bool_)
+    slots32 = slots.astype(np.int32)
+    out: dict[str, list[np.ndarray]] = {c: [] for c in ("trigger", "region", "page", "score")}
+
+    def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
+        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k)
+        reg = slot_to_region[s]
+        ok &= reg >= 0
+        ok &= p < region_pages[reg]
+        rows, cols = np.nonzero(ok)
+        out["trigger"].append((start + rows).astype(np.int64))
+        out["region"].append(reg[rows, cols])
+        out["page"].append(p[rows, cols])
+        out["score"].append(np.take_along_axis(scores, rank, 1)[rows, cols].astype(np.float32))
+        if progress:
+            progress(len(scores))
+
+    score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block)
+    if not out["trigger"]:
+        sched = Schedule.empty()
+    else:
+        trig = np.concatenate(out["trigger"])
+        sched = Schedule(trig, stream.t_ns[trig], np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
+    sched.regions = list(stream.regions)
+    sched.meta = {"source": "pagecast.learn", "model": str(lm.path), "kind": lm.config.kind, "top_k": top_k,
+                  "head": lm.train_config.head, "stream_rows": len(stream)}
+    return sched
+
+
+def _slot_to_region(lm: LoadedModel, regions: Sequence[Region]) -> np.ndarray:
+    """Model slot → region id in this trace (−1: the region is absent from this run)."""
+    lut = lm.table.lut_for(regions)
+    inv = np.full(lm.table.unknown + 1, -1, np.int32)
+    for rid in range(len(regions)):
+        s = lut[rid + 1]
+        if s < lm.table.unknown:
+            inv[s] = rid
+    return inv
+
+
+# ---------------------------------------------------------------------------------------
+# Per-fault inference
+
+
+class LearnedPrefetcher(Prefetcher):
+    """Incremental inference: one ``observe`` per fault, up to ``top_k`` pages back.
+
+    LSTM: two staggered recurrent states (reset every 2C events, offset by C) advance
+    together in one model call; the one whose context began ``context_start(i)`` scores.
+    Transformer: the window since ``context_start(i)`` is re-run (at most seq_len events).
+    """
+
+    name = "learned"
+
+    def __init__(self, lm: LoadedModel, *, top_k: int = 10, backend: str = DEFAULT_BACKEND):
+        self.lm, self.top_k, self.backend = lm, top_k, backend
+        self.k = _candidates(lm, top_k)
+        self._run = step_runner(lm, self.k, backend)
+        self._class_of = {int(key): c + 1 for c, key in enumerate(lm.vocab.keys.tolist())}
+        cs, cd = lm.vocab.class_slots_deltas()
+        self._cls_slot, self._cls_delta = cs.tolist(), cd.tolist()
+        self.reset([])
+
+    def reset(self, regions: Sequence[Region]) -> None:
+        lm = self.lm
+        self.regions = list(regions)
+        self._lut = lm.table.lut_for(self.regions).tolist()
+        self._slot_to_region = _slot_to_region(lm, self.regions).tolist()
+        self._region_pages = [r.pages if r.pages > 0 else None for r in self.regions]
+        self._n_slots = lm.table.unknown
+        self._last = [0] * self._n_slots
+        self._seen = [False] * self._n_slots
+        self._i = 0
+        cfg = lm.config
+        self._c = cfg.chunk
+        self._ip = np.zeros(2, np.int64)
+        self._tok2 = np.zeros(2, np.int64)
+        self._slot2 = np.zeros(2, np.int64)
+        self._sel = (np.zeros(1, np.int64), np.ones(1, np.int64))
+        if cfg.kind == "lstm":
+            self._h = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
+            self._cst = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
+        self._toks: list[int] = []
+        self._slots: list[int] = []
+
+    def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+        lut = self._lut
+        slot = lut[region + 1] if -1 <= region < len(lut) - 1 else self._n_slots
+        tok = 0
+        if slot < self._n_slots:
+            if self._seen[slot]:
+                tok = self._class_of.get((slot << _DELTA_BITS) | (page - self._last[slot] + _DELTA_OFFSET), 0)
+            self._last[slot] = page
+            self._seen[slot] = True
+        i = self._i
+        self._i += 1
+        c = self._c
+        b = i // c
+        if self.lm.config.kind == "lstm":
+            # state 0 restarts at multiples of 2C, state 1 at odd multiples of C
+            if i % (2 * c) == 0:
+                self._h[:, 0] = 0.0
+                self._cst[:, 0] = 0.0
+            elif i % (2 * c) == c:
+                self._h[:, 1] = 0.0
+                self._cst[:, 1] = 0.0
+            sel = 0 if b == 0 or (b - 1) % 2 == 0 else 1
+            self._tok2[:] = tok
+            self._slot2[:] = slot
+            scores, classes, self._h, self._cst = self._run(self._tok2, self._slot2, self._ip, self._h, self._cst, self._sel[sel])
+        else:
+            start = max(0, (b - 1) * c)
+            self._toks.append(tok)
+            self._slots.append(slot)
+            keep = i - start + 1
+            if len(self._toks) > keep:
+                del self._toks[: len(self._toks) - keep]
+                del self._slots[: len(self._slots) - keep]
+            t = np.array([self._toks], np.int64)
+            scores, classes = self._run(t, np.array([self._slots], np.int64), np.zeros_like(t))
+        return self._decode(classes.tolist(), slot, page)
+
+    def _decode(self, classes: list[int], slot: int, page: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for cls in classes:
+            if cls <= 0:
+                continue
+            cs = self._cls_slot[cls]
+            if cs >= self._n_slots or not self._seen[cs]:
+                continue
+            p = self._last[cs] + self._cls_delta[cls]
+            if p < 0 or (cs == slot and p == page):
+                continue
+            rid = self._slot_to_region[cs]
+            if rid < 0:
+                continue
+            lim = self._region_pages[rid]
+            if lim is not None and p >= lim:
+                continue
+            out.append((rid, p))
+            if len(out) == self.top_k:
+                break
+        return out
+
+
+def load_predictor(model_path: str | Path, *, top_k: int = 10, backend: str = DEFAULT_BACKEND) -> Prefetcher:
+    """A ``Prefetcher`` running the model per fault (call ``reset(regions)`` before use)."""
+    return LearnedPrefetcher(_loaded(model_path), top_k=top_k, backend=backend)

@@ -1,0 +1,284 @@
+"""Training loop and the self-contained model file.
+
+The model file (``torch.save`` of plain types and tensors, loadable with
+``weights_only=True``) holds everything inference needs: weights, model config, the
+dataset spec, the vocabulary (pair keys), the region table (to match regions of a new
+run), training metrics and history.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+from pagecast.errors import PagecastError
+from pagecast.learn.dataset import DatasetSpec, EncodedStream, PreparedData, RegionTable, Vocabulary, window_starts
+from pagecast.learn.models import ModelConfig, build_model
+from pagecast.util.atomic import atomic_output
+
+MODEL_FORMAT = "pagecast-model"
+MODEL_VERSION = 1
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 20
+    patience: int = 3  # epochs without a better validation recall before stopping
+    batch: int = 64  # windows per step
+    lr: float = 3e-3
+    seed: int = 0
+    # One thread: these models are small (64-wide GEMMs), so a second OpenMP thread gains
+    # little on an idle machine and, when cores are shared, spin-waits: measured 9x slower
+    # per epoch with 2 threads than with 1 on this (oversubscribed) 2-core machine.
+    threads: int = 1  # 0: all cores
+    max_windows: int = 0  # windows per epoch (sampled); 0: all
+    max_val_windows: int = 2000
+    next_weight: float = 1.0
+    horizon_weight: float = 1.0
+    top_k: int = 10  # k of the validation recall
+    head: str = "horizon"  # head used for schedules: horizon (multi-label) or next
+
+
+@dataclass
+class TrainResult:
+    model: torch.nn.Module
+    model_config: ModelConfig
+    history: list[dict] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _concat(parts: list[tuple[EncodedStream, range]], seq_len: int, horizon: int, stride: int):
+    """All streams glued into flat arrays; window starts shifted into the glued index space."""
+    if not parts:
+        return None
+    arrays = {k: [] for k in ("tokens", "slots", "ips", "next_label", "horizon", "n_future")}
+    starts = []
+    off = 0
+    seen: dict[int, int] = {}
+    for enc, r in parts:
+        if id(enc) not in seen:
+            seen[id(enc)] = off
+            for k in arrays:
+                arrays[k].append(getattr(enc, k))
+            off += len(enc)
+        starts.append(window_starts(r, seq_len, horizon, stride) + seen[id(enc)])
+    flat = {k: torch.from_numpy(np.ascontiguousarray(np.concatenate(v))) for k, v in arrays.items()}
+    return flat, np.concatenate(starts)
+
+
+def _batch(flat: dict[str, torch.Tensor], starts: np.ndarray, seq_len: int, n_classes: int):
+    idx = torch.from_numpy(starts[:, None] + np.arange(seq_len)[None, :])
+    tok, slot, ip = flat["tokens"][idx], flat["slots"][idx], flat["ips"][idx]
+    nxt = flat["next_label"][idx]
+    hz = flat["horizon"][idx]  # (B, T, H)
+    target = torch.zeros(*hz.shape[:2], n_classes)
+    target.scatter_(2, hz.clamp(min=0), 1.0)
+    target[..., 0] = 0.0  # "other" is not a page
+    return tok, slot, ip, nxt, target, hz, flat["n_future"][idx]
+
+
+def _loss(model, batch, cfg: TrainConfig):
+    tok, slot, ip, nxt, target, _, _ = batch
+    next_logits, hor_logits = model(tok, slot, ip)
+    ce = F.cross_entropy(next_logits.reshape(-1, next_logits.shape[-1]), nxt.reshape(-1), ignore_index=-100)
+    # Sum over classes (positives are sparse among ~1000 classes), mean over positions.
+    bce = F.binary_cross_entropy_with_logits(hor_logits[..., 1:], target[..., 1:], reduction="sum") / (tok.shape[0] * tok.shape[1])
+    return cfg.next_weight * ce + cfg.horizon_weight * bce, next_logits, hor_logits
+
+
+@torch.no_grad()
+def evaluate(model, flat, starts, mcfg: ModelConfig, tcfg: TrainConfig) -> dict[str, float]:
+    """Loss, next-pair accuracy, and recall@k/precision@k of the ranked head in class space.
+
+    The recall denominator counts every distinct page of the next H events, including
+    those the vocabulary cannot name, so it is an honest page-level recall.
+    """
+    model.eval()
+    tot = {"loss": 0.0, "n": 0, "acc_hit": 0, "acc_n": 0, "hits": 0, "future": 0, "pred": 0}
+    for b0 in range(0, len(starts), 256):
+        batch = _batch(flat, starts[b0 : b0 + 256], mcfg.seq_len, mcfg.n_classes)
+        loss, nl, hl = _loss(model, batch, tcfg)
+        _, _, _, nxt, target, _, n_future = batch
+        tot["loss"] += loss.item() * len(starts[b0 : b0 + 256])
+        tot["n"] += len(starts[b0 : b0 + 256])
+        valid = nxt != -100
+        tot["acc_hit"] += int(((nl.argmax(-1) == nxt) & valid & (nxt > 0)).sum())
+        tot["acc_n"] += int(valid.sum())
+        ranked = hl if tcfg.head == "horizon" else nl
+        ranked = ranked.clone()
+        ranked[..., 0] = float("-inf")
+        top = ranked.topk(min(tcfg.top_k, mcfg.n_classes - 1), -1).indices
+        tot["hits"] += int(target.gather(-1, top).sum())
+        tot["future"] += int(n_future.sum())
+        tot["pred"] += top.numel()
+    model.train()
+    n = max(tot["n"], 1)
+    return {
+        "loss": tot["loss"] / n,
+        "next_accuracy": tot["acc_hit"] / max(tot["acc_n"], 1),
+        f"recall@{tcfg.top_k}": tot["hits"] / max(tot["future"], 1),
+        f"precision@{tcfg.top_k}": tot["hits"] / max(tot["pred"], 1),
+    }
+
+
+def set_threads(threads: int) -> int:
+    n = threads or (os.cpu_count() or 1)
+    torch.set_num_threads(n)
+    return n
+
+
+def train_model(
+    data: PreparedData,
+    mcfg: ModelConfig,
+    tcfg: TrainConfig,
+    *,
+    on_epoch: Callable[[dict], None] | None = None,
+    progress_factory: Callable[[int, str], Any] | None = None,
+) -> TrainResult:
+    torch.manual_seed(tcfg.seed)
+    rng = np.random.default_rng(tcfg.seed)
+    set_threads(tcfg.threads)
+    train = _concat(data.train, mcfg.seq_len, mcfg.horizon, max(1, mcfg.seq_len // 2))
+    if train is None or len(train[1]) == 0:
+        raise PagecastError(
+            f"too few demand events to train: need more than seq_len + horizon = {mcfg.seq_len + mcfg.horizon} in the training part"
+        )
+    flat, starts = train
+    val = _concat(data.val, mcfg.seq_len, mcfg.horizon, mcfg.seq_len)
+    if val is not None and len(val[1]) > tcfg.max_val_windows:
+        vflat, vstarts = val
+        val = (vflat, np.sort(rng.choice(vstarts, tcfg.max_val_windows, replace=False)))
+    if val is None or len(val[1]) == 0:
+        val = (flat, starts[-max(1, len(starts) // 10) :])  # no held-out data: monitor the latest training windows
+
+    model = build_model(mcfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=1e-4)
+    key = f"recall@{tcfg.top_k}"
+    best = (-1.0, float("inf"))
+    best_state = copy.deepcopy(model.state_dict())
+    history: list[dict] = []
+    bad = 0
+    t0 = time.perf_counter()
+    for epoch in range(1, tcfg.epochs + 1):
+        order = rng.permutation(len(starts))
+        if tcfg.max_windows and len(order) > tcfg.max_windows:
+            order = order[: tcfg.max_windows]
+        bar = progress_factory(len(order), f"epoch {epoch}") if progress_factory else None
+        run_loss, steps = 0.0, 0
+        for b0 in range(0, len(order), tcfg.batch):
+            sel = starts[order[b0 : b0 + tcfg.batch]]
+            loss, _, _ = _loss(model, _batch(flat, sel, mcfg.seq_len, mcfg.n_classes), tcfg)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            run_loss += loss.item()
+            steps += 1
+            if bar is not None:
+                bar.update(len(sel))
+                bar.set_postfix(loss=f"{run_loss / steps:.3f}", refresh=False)
+        if bar is not None:
+            bar.close()
+        vm = evaluate(model, val[0], val[1], mcfg, tcfg)
+        row = {"epoch": epoch, "train_loss": run_loss / max(steps, 1), **{f"val_{k}": v for k, v in vm.items()}, "seconds": time.perf_counter() - t0}
+        history.append(row)
+        if on_epoch:
+            on_epoch(row)
+        score = (vm[key], vm["loss"])
+        if score[0] > best[0] + 1e-4 or (abs(score[0] - best[0]) <= 1e-4 and score[1] < best[1]):
+            best, bad = score, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+            if bad >= tcfg.patience:
+                break
+    model.load_state_dict(best_state)
+    model.eval()
+    metrics: dict[str, Any] = {"epochs_run": len(history), "best_epoch": max(history, key=lambda r: (r[f"val_{key}"], -r["val_loss"]))["epoch"],
+                               "train_seconds": time.perf_counter() - t0, "train_windows": int(len(starts))}
+    metrics.update({f"val_{k}": v for k, v in evaluate(model, val[0], val[1], mcfg, tcfg).items()})
+    if data.test:
+        tflat, tstarts = _concat(data.test, mcfg.seq_len, mcfg.horizon, mcfg.seq_len) or (None, np.empty(0))
+        if len(tstarts):
+            metrics.update({f"test_{k}": v for k, v in evaluate(model, tflat, tstarts, mcfg, tcfg).items()})
+    metrics.update(data.stats)
+    return TrainResult(model, mcfg, history, metrics)
+
+
+# ---------------------------------------------------------------------------------------
+# Model file
+
+
+def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: DatasetSpec, tcfg: TrainConfig, extra: dict | None = None) -> Path:
+    blob = {
+        "format": MODEL_FORMAT,
+        "version": MODEL_VERSION,
+        "model_config": json.dumps(result.model_config.to_dict()),
+        "dataset": json.dumps(asdict(spec)),
+        "train_config": json.dumps(asdict(tcfg)),
+        "regions": json.dumps(data.table.to_list()),
+        "vocab_keys": torch.from_numpy(data.vocab.keys.astype(np.int64)),
+        "state_dict": {k: v.detach().clone() for k, v in result.model.state_dict().items()},
+        "metrics": json.dumps(result.metrics),
+        "history": json.dumps(result.history),
+        "extra": json.dumps(extra or {}),
+    }
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        torch.save(blob, str(tmp))
+    return path
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    config: ModelConfig
+    spec: DatasetSpec
+    train_config: TrainConfig
+    table: RegionTable
+    vocab: Vocabulary
+    metrics: dict
+    history: list
+    extra: dict
+    path: str = ""
+
+
+def load_model(path: str | Path) -> LoadedModel:
+    path = Path(path)
+    if not path.exists():
+        raise PagecastError("no such model file", path=path)
+    with open(path, "rb") as f:
+        if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
+            raise PagecastError("not a pagecast model file (not a torch.save archive)", path=path)
+    try:
+        blob = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for a damaged or foreign archive
+        raise PagecastError(f"not a pagecast model file (unreadable archive: {type(e).__name__})", path=path) from None
+    if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT:
+        raise PagecastError("not a pagecast model file (no pagecast-model header)", path=path)
+    if int(blob.get("version", 0)) > MODEL_VERSION:
+        raise PagecastError(f"model file version {blob['version']} is newer than this pagecast reads ({MODEL_VERSION})", path=path)
+    try:
+        cfg = ModelConfig(**json.loads(blob["model_config"]))
+        spec = DatasetSpec(**json.loads(blob["dataset"]))
+        tcfg = TrainConfig(**json.loads(blob["train_config"]))
+        model = build_model(cfg)
+        model.load_state_dict(blob["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        raise PagecastError(f"corrupt model file ({str(e).splitlines()[0][:120]})", path=path) from None
+    model.eval()
+    return LoadedModel(
+        model, cfg, spec, tcfg,
+        RegionTable.from_list(json.loads(blob["regions"])),
+        Vocabulary(blob["vocab_keys"].numpy().astype(np.int64)),
+        json.loads(blob["metrics"]), json.loads(blob["history"]), json.loads(blob.get("extra", "{}")), str(path),
+    )

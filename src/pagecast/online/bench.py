@@ -1,0 +1,258 @@
+"""``pagecast bench``: kernel strategies vs pagecast's live prefetching on the sparse-weights
+workload, cold page cache every run, measured side by side in the same session.
+
+Every run starts cold: the previous process has exited (so no mapping of the weights is
+left) and the file gets posix_fadvise(DONTNEED). Strategies run interleaved round by
+round, so slow phases of a shared machine hit them all alike; medians are reported.
+
+The time compared is the program's own wall time (from its start to its last token, as
+it prints it): pagecast's predictor is loaded before the program starts, as a daemon
+would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.online import workload as wl
+from pagecast.online.live import LiveConfig, run_live
+from pagecast.online.sources import merge_schedules, schedule_from_trace
+from pagecast.online.worker import SourceSpec
+from pagecast.trace.schedule import write_schedule
+
+KERNEL = ("random", "normal", "sequential", "willneed")
+KERNEL_LABEL = {"random": "kernel: no prefetch (MADV_RANDOM)", "normal": "kernel: default read-around",
+                "sequential": "kernel: MADV_SEQUENTIAL", "willneed": "kernel: WILLNEED whole file"}
+
+
+@dataclass
+class BenchConfig:
+    out_dir: Path
+    weights: Path | None = None
+    size_mib: int = 1024
+    tokens: int = 4
+    train_prompts: tuple[int, ...] = (101, 102, 103)
+    test_prompt: int = 7
+    runs: int = 3
+    policies: tuple[str, ...] = ("nextline", "markov")
+    model: Path | None = None  # a trained model; None: train one if learn is available and train_model is set
+    train_model: bool = True
+    epochs: int = 3
+    lookahead: int = 8192
+    gap: int = 4
+    threads: int = 2
+    extra: list[str] = field(default_factory=list)  # more workload flags
+
+
+@dataclass
+class RunRow:
+    strategy: str
+    round: int
+    wall_s: float
+    ttft_s: float
+    tokens_per_s: float
+    major_faults: int
+    bytes_read: int
+    prefetched: int = 0
+    checksum: float = 0.0
+
+
+def _workload(cfg: BenchConfig, weights: Path, prompt: int, advice: str) -> wl.WorkloadConfig:
+    return wl.WorkloadConfig(weights, prompt=prompt, tokens=cfg.tokens, advice=advice, extra=list(cfg.extra))
+
+
+def record_run(cfg: BenchConfig, weights: Path, prompt: int, out: Path) -> Path:
+    """A cold run under the collector (no prefetching): every first touch is a major fault."""
+    wl.drop_cache(weights)
+    res = run_live(LiveConfig(_workload(cfg, weights, prompt, "random").argv(), trace_out=out,
+                              stdout=subprocess.DEVNULL))
+    if res.returncode != 0:
+        raise PagecastError(f"recording run (prompt {prompt}) failed with status {res.returncode}")
+    return out
+
+
+def train_learned(traces: list[Path], out: Path, epochs: int) -> Path | None:
+    """Train with the learn branch's `pagecast train`; None when it is not available."""
+    try:
+        import pagecast.learn.train  # noqa: F401
+    except ImportError:
+        return None
+    cmd = [sys.executable, "-m", "pagecast", "train", *map(str, traces), "-o", str(out), "--epochs", str(epochs),
+           "--max-windows", "4096", "--patience", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise PagecastError(f"training failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return out
+
+
+def _plain(cfg: BenchConfig, weights: Path, advice: str, name: str, rnd: int, warm: bool = False) -> RunRow:
+    if warm:
+        wl.warm_cache(weights)
+    else:
+        wl.drop_cache(weights)
+    o = wl.run_plain(_workload(cfg, weights, cfg.test_prompt, advice))
+    if o.returncode != 0:
+        raise PagecastError(f"{name}: workload failed ({o.stderr.strip()[:200]})")
+    r = o.result
+    return RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached,
+                  checksum=r["checksum"])
+
+
+def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int) -> RunRow:
+    wl.drop_cache(weights)
+    out_r, out_w = os.pipe()  # the workload's JSON line; it is one short line, the pipe cannot fill
+    res = run_live(LiveConfig(_workload(cfg, weights, cfg.test_prompt, "random").argv(), spec, threads=cfg.threads,
+                              gap=cfg.gap, stdout=out_w))
+    os.close(out_w)
+    with os.fdopen(out_r) as f:
+        r = wl.parse_result(f.read())
+    if res.returncode != 0 or not r:
+        raise PagecastError(f"{name}: workload failed under pagecast run (status {res.returncode})")
+    cached = int(wl.resident_pages(weights).sum()) * wl.PAGE
+    row = RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], res.faults_major, cached,
+                 prefetched=res.prefetch_pages, checksum=r["checksum"])
+    row.live = res  # type: ignore[attr-defined]
+    return row
+
+
+def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    log("building the workload")
+    wl.binary()
+    weights = wl.ensure_weights(cfg.weights, cfg.size_mib)
+    log(f"weights: {weights} ({weights.stat().st_size >> 20} MiB)")
+
+    traces = []
+    for p in cfg.train_prompts:
+        log(f"recording training run, prompt {p}")
+        traces.append(record_run(cfg, weights, p, out / f"train_prompt{p}.parquet"))
+    sched = merge_schedules([schedule_from_trace(str(t)) for t in traces])
+    sched_path = write_schedule(out / "replay.schedule.parquet", sched)
+    log(f"replay schedule: {len(sched)} pages from {len(traces)} training runs")
+    log(f"recording the oracle run (test prompt {cfg.test_prompt})")
+    oracle_trace = record_run(cfg, weights, cfg.test_prompt, out / f"oracle_prompt{cfg.test_prompt}.parquet")
+    oracle_path = write_schedule(out / "oracle.schedule.parquet", schedule_from_trace(str(oracle_trace)))
+
+    model = cfg.model
+    learned_note = None
+    if model is None and cfg.train_model:
+        log("training the learned model (pagecast train)")
+        model = train_learned(traces, out / "model.pt", cfg.epochs)
+        if model is None:
+            learned_note = "learned model skipped: pagecast.learn is not available in this build"
+    strategies: list[tuple[str, Callable[[int], RunRow]]] = []
+    for adv in KERNEL:
+        strategies.append((KERNEL_LABEL[adv], lambda r, a=adv: _plain(cfg, weights, a, KERNEL_LABEL[a], r)))
+    # the collector and daemon alone: what watching the faults costs the program
+    strategies.append(("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r)))
+    for pol in cfg.policies:
+        name = f"pagecast: {pol}"
+        strategies.append((name, lambda r, p=pol, n=name: _live(cfg, weights, SourceSpec("policy", p), n, r)))
+    strategies.append(("pagecast: schedule replay", lambda r: _live(
+        cfg, weights, SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead), "pagecast: schedule replay", r)))
+    if model is not None:
+        strategies.append(("pagecast: learned model", lambda r: _live(
+            cfg, weights, SourceSpec("model", "model", str(model)), "pagecast: learned model", r)))
+    strategies.append(("oracle (this run's pages)", lambda r: _live(
+        cfg, weights, SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead), "oracle (this run's pages)", r)))
+    strategies.append(("warm cache", lambda r: _plain(cfg, weights, "normal", "warm cache", r, warm=True)))
+
+    rows: list[RunRow] = []
+    lat: dict[str, list[dict]] = {}
+    for rnd in range(cfg.runs):
+        for name, fn in strategies:
+            log(f"round {rnd + 1}/{cfg.runs}: {name}")
+            row = fn(rnd)
+            live = getattr(row, "live", None)
+            if live is not None:
+                lat.setdefault(name, []).append({"seen": live.latency_seen_us, "submit": live.latency_submit_us,
+                                                 "late": live.prefetch_late, "useless": live.prefetch_useless,
+                                                 "used": live.prefetch_used})
+                del row.live  # type: ignore[attr-defined]
+            rows.append(row)
+    summary = summarise(rows, [n for n, _ in strategies])
+    checks = {r.checksum for r in rows}
+    report = {
+        "command": "pagecast bench",
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "weights": str(weights), "weights_mib": weights.stat().st_size >> 20,
+        "replay_pages": len(sched), "model": str(model) if model else None, "learned_note": learned_note,
+        "strategies": summary, "live": lat, "runs": [asdict(r) for r in rows],
+        "same_output_every_run": len(checks) == 1, "elapsed_s": round(time.time() - t_start, 1),
+    }
+    best = report["best_kernel"] = min((s for s in summary if s["strategy"] in KERNEL_LABEL.values()), key=lambda s: s["wall_s"])["strategy"]
+    report["speedup_vs_best_kernel"] = {s["strategy"]: s["vs_best_kernel"] for s in summary if s["strategy"].startswith("pagecast")}
+    with open(out / "bench.json.tmp", "w") as f:
+        json.dump(report, f, indent=2)
+    Path(out / "bench.json.tmp").replace(out / "bench.json")
+    report["plot"] = str(plot(report, out / "bench.png"))
+    report["report"] = str(out / "bench.json")
+    del best
+    return report
+
+
+def summarise(rows: list[RunRow], order: list[str]) -> list[dict[str, Any]]:
+    by: dict[str, list[RunRow]] = {}
+    for r in rows:
+        by.setdefault(r.strategy, []).append(r)
+    med = lambda xs: float(statistics.median(xs))  # noqa: E731
+    out = []
+    for name in order:
+        rs = by.get(name, [])
+        if not rs:
+            continue
+        out.append({"strategy": name, "runs": len(rs), "wall_s": med([r.wall_s for r in rs]),
+                    "ttft_s": med([r.ttft_s for r in rs]), "tokens_per_s": med([r.tokens_per_s for r in rs]),
+                    "major_faults": int(med([r.major_faults for r in rs])),
+                    "mib_read": round(med([r.bytes_read for r in rs]) / 2**20, 1),
+                    "prefetched": int(med([r.prefetched for r in rs])),
+                    "wall_min_s": min(r.wall_s for r in rs), "wall_max_s": max(r.wall_s for r in rs)})
+    kern = [s["wall_s"] for s in out if s["strategy"] in KERNEL_LABEL.values()]
+    warm = [s["wall_s"] for s in out if s["strategy"] == "warm cache"]
+    for s in out:
+        s["vs_best_kernel"] = round(min(kern) / s["wall_s"], 2) if kern else None
+        s["vs_warm"] = round(s["wall_s"] / warm[0], 2) if warm else None
+    return out
+
+
+def plot(report: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = report["strategies"]
+    names = [x["strategy"] for x in s]
+    walls = [x["wall_s"] for x in s]
+    lo = [x["wall_s"] - x["wall_min_s"] for x in s]
+    hi = [x["wall_max_s"] - x["wall_s"] for x in s]
+    colors = ["#999999" if n.startswith("kernel") else "#1f77b4" if n.startswith("pagecast") else "#2ca02c" for n in names]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
+    y = np.arange(len(names))
+    ax.barh(y, walls, xerr=[lo, hi], color=colors)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+    ax.set_xlabel("program wall time, s (median, min-max bars), cold page cache")
+    ax.set_title(f"sparse weights ({report['weights_mib']} MiB, {report['config']['tokens']} tokens): "
+                 f"{report['config']['runs']} runs each")
+    for yi, x in zip(y, s):
+        ax.text(x["wall_s"], yi, f"  {x['vs_best_kernel']}x", va="center")
+    fig.tight_layout()
+    tmp = path.with_name(path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    tmp.replace(path)
+    return path

@@ -1,0 +1,381 @@
+"""The live loop: run a program, stream its faults, predict, prefetch ahead of it.
+
+    daemon (this process)                 predictor process (forked)
+    FaultMonitor ── batches ──► sender ──► source.on_batch ──► FileInjector threads
+         │                                                        │ posix_fadvise(WILLNEED)
+         └── faults ─► trace ◄── issued pages ◄── reader ◄────────┘
+
+The traced program never waits for pagecast: faults are observed, not intercepted. If
+the predictor process dies (crash, kill), the daemon keeps draining the collector and
+records the rest of the run unprefetched; the program's exit status and output pass
+through unchanged.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from pagecast.collect.faultmon import FaultMonitor
+from pagecast.errors import PagecastError
+from pagecast.online.injector import Issued
+from pagecast.online.sources import pack
+from pagecast.online.worker import SourceSpec, worker_main
+from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
+from pagecast.trace.writer import TraceWriter
+
+READY_TIMEOUT_S = 300.0
+
+
+@dataclass
+class LiveConfig:
+    cmd: list[str]
+    source: SourceSpec = field(default_factory=SourceSpec)
+    trace_out: Path | None = None
+    threads: int = 2  # injector threads in the predictor process
+    gap: int = 4  # merge predicted pages up to this many pages apart into one read
+    poll_ms: int = 5  # collector poll period: bounds fault → daemon delay; 1 ms costs the program CPU on small machines
+    ring_pages: int = 4096
+    stdout: Any = None
+    stderr: Any = None
+    env: dict[str, str] | None = None
+    # Niceness added to the daemon and the collector (not the program, not the predictor)
+    # while the program runs: on a small machine their CPU time otherwise delays the
+    # program's wake-up after every fault. Applied only where it can be undone (root).
+    nice: int = 10
+    nice_predictor: bool = False
+
+
+@dataclass
+class LiveResult:
+    command: list[str]
+    predictor: str
+    returncode: int
+    wall_s: float
+    faults_major: int
+    faults_minor: int
+    prefetch_pages: int
+    prefetch_used: int  # prefetched pages the program then faulted on as minor (read was done)
+    prefetch_late: int  # prefetched pages the program still took a major fault on
+    prefetch_useless: int  # prefetched pages never faulted on afterwards
+    prefetch_at_start: int  # of prefetch_pages: issued by file path as the program started (replay)
+    latency_submit_us: dict[str, float | None]  # daemon received the fault → predictor handed pages to the injector
+    latency_seen_us: dict[str, float | None]  # daemon received the fault → first prefetch issued (incl. queueing behind earlier reads)
+    latency_fault_us: dict[str, float | None]  # fault happened → first prefetch issued (adds collector delay)
+    predictor_alive: bool
+    predictor_error: str | None
+    lost: int
+    trace: str | None
+    worker: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LiveSession:
+    """Handle given to ``on_started`` (tests use it to kill the predictor mid-run)."""
+
+    def __init__(self) -> None:
+        self.worker_pid: int | None = None
+        self.program_pid: int | None = None
+
+
+def _percentiles(x: np.ndarray) -> dict[str, float]:
+    if not len(x):
+        return {"n": 0, "p50": None, "p99": None, "max": None}
+    us = x / 1e3
+    return {"n": int(len(x)), "p50": round(float(np.percentile(us, 50)), 1), "p99": round(float(np.percentile(us, 99)), 1),
+            "max": round(float(us.max()), 1)}
+
+
+class _Predictor:
+    """The forked predictor process and the two threads talking to it."""
+
+    def __init__(self, spec: SourceSpec, threads: int, gap: int):
+        ctx = mp.get_context("fork")
+        self._in_r, self._in_w = ctx.Pipe(duplex=False)
+        self._out_r, self._out_w = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=worker_main, args=(spec, self._in_r, self._out_w, threads, gap),
+                                name="pagecast-predictor", daemon=True)
+        self.proc.start()
+        self._in_r.close()
+        self._out_w.close()
+        self.issued: list[Issued] = []
+        self.stats: dict[str, Any] = {}
+        self.error: str | None = None
+        self.alive = True
+        self.name = spec.label()
+        self.dropped_batches = 0
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self._out_r.poll(0.1):
+            if not self.proc.is_alive() or time.monotonic() > deadline:
+                self.close()
+                raise PagecastError("the predictor process failed to start")
+        try:
+            msg = self._out_r.recv()
+        except EOFError:
+            self.close()
+            raise PagecastError("the predictor process failed to start") from None
+        if msg[0] == "error":
+            self.close()
+            raise PagecastError(msg[1])
+        self.name = msg[1]
+        self._reader = threading.Thread(target=self._read_loop, daemon=True)
+        self._reader.start()
+
+    def send(self, msg: tuple, droppable: bool = False) -> None:
+        """Send from the daemon's own thread (no queue: a queue adds a GIL hand-over per
+        batch). A fault batch is dropped rather than waited for when the predictor is
+        not keeping up (its pipe is full), so a hung predictor cannot stall the daemon."""
+        if not self.alive:
+            return
+        if droppable and not select.select([], [self._in_w], [], 0)[1]:
+            self.dropped_batches += 1
+            return
+        try:
+            self._in_w.send(msg)
+        except (BrokenPipeError, OSError, EOFError):
+            self.alive = False
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                msg = self._out_r.recv()
+            except (EOFError, OSError):
+                if not self.stats:
+                    self.alive = False
+                return
+            if msg[0] == "issued":
+                self.issued.extend(msg[1])
+            elif msg[0] == "stats":
+                self.stats = msg[1]
+            elif msg[0] == "error":
+                self.error = msg[1]
+                self.alive = False
+
+    def finish(self, timeout: float = 30.0) -> None:
+        self.send(("end",))
+        self._reader.join(timeout)
+        self.close()
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()
+        self.proc.join(5)
+        for c in (self._in_w, self._out_r):
+            c.close()
+
+
+def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None = None) -> LiveResult:
+    """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
+    session = LiveSession()
+    sys.setswitchinterval(0.0005)  # the reader thread must not hold up the fault loop for 5 ms
+    predictor = _Predictor(cfg.source, cfg.threads, cfg.gap) if cfg.source.kind != "none" else None
+    session.worker_pid = predictor.proc.pid if predictor else None
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("t_ns", "region", "page", "kind", "tid", "ip")}
+    mon = FaultMonitor(cfg.cmd, env=cfg.env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
+                       poll_ms=cfg.poll_ms)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
+    t_start = time.monotonic()
+    reniced: list[tuple[int, int]] = []
+    try:
+        mon.start()
+        if cfg.nice:
+            extra = [predictor.proc.pid] if predictor and cfg.nice_predictor else []
+            reniced = _renice_self_and_collector(mon, cfg.nice, extra)
+        t0 = mon.t0_mono_ns
+        session.program_pid = mon.pid
+        if predictor:
+            predictor.send(("t0", t0))
+        if on_started:
+            on_started(session)
+        sent_regions = 0
+        for batch in mon.batches():
+            t_seen = time.monotonic_ns() - t0
+            changed = mon.take_changed_regions()
+            if predictor and (len(mon.regions) != sent_regions or changed):
+                predictor.send(("regions", [r.to_dict() for r in mon.regions]))
+                sent_regions = len(mon.regions)
+            if predictor:
+                predictor.send(("faults", t_seen, batch.t_ns, batch.region, batch.page, batch.kind), droppable=True)
+            for k in cols:
+                cols[k].append(getattr(batch, k))
+        wall = time.monotonic() - t_start
+    finally:
+        signal.signal(signal.SIGINT, old)
+        _restore_nice(reniced)
+        mon.close()
+        if predictor:
+            predictor.finish()
+    returncode = mon.returncode if mon.returncode is not None else -1
+    faults = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+    issued = predictor.issued if predictor else []
+    return _summarise(cfg, mon, predictor, faults, issued, returncode, wall)
+
+
+def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None, faults: dict[str, np.ndarray],
+               issued: Sequence[Issued], returncode: int, wall: float) -> LiveResult:
+    f_t = faults["t_ns"].astype(np.int64)
+    f_kind = faults["kind"].astype(np.uint8)
+    f_key = pack(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
+    cat = lambda name, dt: np.concatenate([getattr(i, name) for i in issued]).astype(dt) if issued else np.empty(0, dt)  # noqa: E731
+    p_t, p_reg, p_page = cat("t_issue", np.int64), cat("region", np.int32), cat("page", np.int64)
+    p_fault, p_seen, p_sub = cat("t_fault", np.int64), cat("t_seen", np.int64), cat("t_submit", np.int64)
+    pre = p_reg < -1  # issued at start by file path, in the schedule's region ids
+    if pre.any():
+        p_reg = p_reg.copy()
+        p_reg[pre] = _live_ids(cfg.source, mon.regions, -2 - p_reg[pre])
+    # pre-issued rows have no causing fault: keep them out of the latency figures
+    lat_rows = ~pre
+
+    # First fault on each prefetched page at or after its prefetch: merge both streams
+    # sorted by (page key, time, prefetch-before-fault) and look forward to the next fault.
+    p_key = pack(p_reg, p_page)
+    order = np.lexsort((f_t, f_key))  # faults by (key, t)
+    nxt = _next_fault(f_key[order], f_t[order], p_key, p_t)
+    skind = f_kind[order]
+    has = nxt >= 0
+    late = np.zeros(len(p_key), bool)
+    late[has] = skind[nxt[has]] == Kind.FAULT_MAJOR
+    useless = ~has
+    used = has & ~late
+
+    # Latency: per causing fault, the first prefetch issued for it.
+    lat_seen = lat_fault = lat_sub = np.empty(0, np.int64)
+    if lat_rows.any():
+        g = np.nonzero(lat_rows)[0][np.lexsort((p_t[lat_rows], p_seen[lat_rows], p_fault[lat_rows]))]
+        gf, gs, gt = p_fault[g], p_seen[g], p_t[g]
+        first = np.ones(len(g), bool)
+        first[1:] = (gf[1:] != gf[:-1]) | (gs[1:] != gs[:-1])
+        lat_seen = np.maximum(gt[first] - gs[first], 0)
+        lat_fault = np.maximum(gt[first] - gf[first], 0)
+        lat_sub = np.maximum(p_sub[g][first] - gs[first], 0)
+
+    flags_f = np.zeros(len(f_t), np.uint8)
+    if len(nxt) and late.any():
+        flags_f[order[nxt[late]]] |= FLAG_LATE
+    flags_p = (late * FLAG_LATE | useless * FLAG_USELESS).astype(np.uint8)
+
+    trace_path = None
+    n_major = int(np.count_nonzero(f_kind == Kind.FAULT_MAJOR))
+    result = LiveResult(
+        command=list(cfg.cmd), predictor=predictor.name if predictor else "none", returncode=returncode,
+        wall_s=round(wall, 4), faults_major=n_major, faults_minor=int(len(f_t) - n_major),
+        prefetch_pages=int(len(p_t)), prefetch_used=int(used.sum()), prefetch_late=int(late.sum()),
+        prefetch_useless=int(useless.sum()), prefetch_at_start=int(pre.sum()), latency_submit_us=_percentiles(lat_sub), latency_seen_us=_percentiles(lat_seen),
+        latency_fault_us=_percentiles(lat_fault), predictor_alive=bool(predictor.alive) if predictor else True,
+        predictor_error=predictor.error if predictor else None, lost=int(mon.lost), trace=None,
+        worker=dict(predictor.stats, dropped_batches=predictor.dropped_batches) if predictor else {},
+    )
+    if cfg.trace_out is not None:
+        t_all = np.concatenate([f_t, p_t])
+        order_all = np.argsort(t_all, kind="stable")
+        n_p = len(p_t)
+        w = TraceWriter(cfg.trace_out, regions=list(mon.regions), source="live",
+                        meta={"command": list(cfg.cmd), "predictor": result.predictor, "live": _meta(result)})
+        try:
+            w.write(
+                t_ns=t_all[order_all],
+                region=np.concatenate([faults["region"].astype(np.int32), p_reg])[order_all],
+                page=np.concatenate([faults["page"].astype(np.int64), p_page])[order_all],
+                kind=np.concatenate([f_kind, np.full(n_p, int(Kind.PREFETCH), np.uint8)])[order_all],
+                flags=np.concatenate([flags_f, flags_p])[order_all],
+                tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
+                ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
+                bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
+            )
+        except BaseException:
+            w.abort()
+            raise
+        w.close()
+        result.trace = str(cfg.trace_out)
+    return result
+
+
+def _renice_self_and_collector(mon: FaultMonitor, inc: int, extra_pids: Sequence[int] = ()) -> list[tuple[int, int]]:
+    """Lower the priority of every thread of this process and of the collector process.
+
+    The program was forked by the collector before this call, so it keeps its priority.
+    Returns (tid, old niceness) to restore; empty when not root (could not undo it, and
+    later programs started from this process would inherit it).
+    """
+    if os.geteuid() != 0:
+        return []
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    coll = getattr(mon, "_proc", None)
+    for pid in ([coll.pid] if coll is not None else []) + list(extra_pids):
+        try:
+            tids += [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            pass
+    done = []
+    for tid in tids:
+        try:
+            old = os.getpriority(os.PRIO_PROCESS, tid)
+            os.setpriority(os.PRIO_PROCESS, tid, min(19, old + inc))
+            done.append((tid, old))
+        except OSError:
+            pass
+    return done
+
+
+def _restore_nice(done: list[tuple[int, int]]) -> None:
+    for tid, old in done:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, old)
+        except OSError:
+            pass
+
+
+def _live_ids(spec: SourceSpec, regions: Sequence, old: np.ndarray) -> np.ndarray:
+    """Map a schedule's region ids to this run's (-1 where the region never appeared)."""
+    from pagecast.online.sources import load_replay
+    from pagecast.trace.regions import match_regions
+
+    mapping = match_regions(load_replay(spec.path).regions, regions) if spec.kind == "schedule" else {}
+    return np.asarray([mapping.get(int(o), -1) for o in old.tolist()], np.int32)
+
+
+def _next_fault(fk: np.ndarray, ft: np.ndarray, pk: np.ndarray, pt: np.ndarray) -> np.ndarray:
+    """For each prefetch (pk, pt): index into the (key, t)-sorted faults of the first fault
+    with the same key and t >= pt, or -1."""
+    nf, npf = len(fk), len(pk)
+    if npf == 0 or nf == 0:
+        return np.full(npf, -1, np.int64)
+    key = np.concatenate([fk, pk])
+    t = np.concatenate([ft, pt])
+    is_p = np.concatenate([np.zeros(nf, np.int8), np.ones(npf, np.int8)])
+    # at equal times the prefetch sorts first (-is_p), so a fault at the same instant counts
+    o = np.lexsort((-is_p, t, key))
+    pos_fault = np.where(is_p[o] == 0, np.arange(len(o)), len(o))
+    nxt_pos = np.minimum.accumulate(pos_fault[::-1])[::-1]  # next fault position at or after i
+    out = np.full(npf, -1, np.int64)
+    ppos = np.nonzero(is_p[o] == 1)[0]
+    pidx = o[ppos] - nf
+    cand = nxt_pos[ppos]
+    ok = cand < len(o)
+    cand_c = np.minimum(cand, len(o) - 1)
+    ok &= key[o[cand_c]] == pk[pidx]
+    out[pidx[ok]] = o[cand_c[ok]]  # o[...] < nf: a fault row, already in (key, t) order
+    return out
+
+
+def _meta(r: LiveResult) -> dict[str, Any]:
+    d = r.to_dict()
+    d.pop("trace", None)
+    return d
+
+
+def exit_status(returncode: int) -> int:
+    """Shell convention: a program killed by signal N exits 128 + N."""
+    return 128 - returncode if returncode < 0 else returncode
