@@ -53,7 +53,7 @@ def train(trace: Path, out: Path, kind: str, epochs: int, threads: int) -> tuple
 
 def evaluate(model: Path, held_out: list[Path], capacity: int) -> list[dict]:
     rows = []
-    classic = [n for n in available_prefetchers() if n not in ("none", "oracle")]
+    classic = [n for n in available_prefetchers() if n not in ("none", "oracle", "learned")]
     for t in held_out:
         cfg = SimConfig(capacity=capacity)
         none = simulate(t, cfg, "none").faults
