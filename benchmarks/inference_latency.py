@@ -33,10 +33,10 @@ def build_model(tmp: Path, kind: str, events: int, vocab: int) -> tuple[Path, Pa
     # a long irregular delta sequence so the vocabulary fills up to ``vocab`` classes
     spec = PatternSpec(irregular=tuple(int(x) for x in rng.integers(1, 3000, 4000)))
     trace = write_pattern_trace(tmp / "bench.parquet", events, spec)
-    ds = DatasetSpec(horizon=16, vocab_size=vocab, min_count=1)
+    ds = DatasetSpec(horizon=10, vocab_size=vocab, min_count=1)
     data = prepare([read_demand(trace)], ds, val_fraction=0.05)
-    cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=32, horizon=16)
-    tcfg = TrainConfig(epochs=1, max_windows=256, max_val_windows=64, threads=1)
+    cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=32, horizon=10)
+    tcfg = TrainConfig(epochs=1, windows_per_epoch=256, max_val_windows=64, threads=1)
     res = train_model(data, cfg, tcfg)
     return save_model(tmp / f"{kind}.pt", res, data, ds, tcfg), trace
 

@@ -46,7 +46,7 @@ def train(trace: Path, out: Path, kind: str, epochs: int, threads: int) -> tuple
     spec = DatasetSpec()
     data = prepare([read_demand(trace)], spec, val_fraction=0.1)
     cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, horizon=spec.horizon)
-    tcfg = TrainConfig(epochs=epochs, threads=threads, max_windows=16384)
+    tcfg = TrainConfig(epochs=epochs, threads=threads, windows_per_epoch=8192)
     res = train_model(data, cfg, tcfg)
     return save_model(out, res, data, spec, tcfg), res.metrics
 

@@ -262,7 +262,7 @@ def test_training_is_reproducible(pattern):
 def test_cli_train_predict_and_errors(pattern, tmp_path, capsys):
     _, path = pattern
     m = tmp_path / "m.pt"
-    assert cli_main(["train", str(path), "-o", str(m), "--epochs", "1", "--threads", "1", "--horizon", "8", "--vocab", "64", "--json"]) == 0
+    assert cli_main(["train", str(path), "-o", str(m), "--epochs", "1", "--windows-per-epoch", "256", "--horizon", "8", "--vocab", "64", "--json"]) == 0
     out = capsys.readouterr().out
     assert '"val_recall@10"' in out and m.exists()
     s = tmp_path / "s.parquet"
