@@ -90,3 +90,17 @@ def test_recover_cli(tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["rows"] == 2000 and d["regions"] == 1
     assert open_trace(out).read(["page"])["page"].tolist() == (np.arange(2000) % 10).tolist()
+
+
+def test_info_strict_json_for_non_ns_clock(tmp_path, capsys):
+    p = tmp_path / "i.parquet"
+    with TraceWriter(p, regions=[Region(id=0, name="x", kind="anon", length=0)], meta={"time_unit": "instructions"}) as w:
+        w.write(t_ns=np.arange(100) * 3, region=0, page=np.arange(100) % 7)
+    assert cli_main(["info", "--json", str(p)]) == 0
+
+    def no_nan(name):
+        raise AssertionError(f"not strict JSON: {name}")
+
+    d = json.loads(capsys.readouterr().out, parse_constant=no_nan)
+    assert d["duration_s"] is None and d["span"] == 297 and d["time_unit"] == "instructions"
+    assert d["top_regions"][0]["touched_pct"] is None and d["top_regions"][0]["unique_pages"] == 7

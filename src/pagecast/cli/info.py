@@ -32,11 +32,11 @@ def run(args: argparse.Namespace) -> int:
         print_json(s.to_dict())
         return 0
     head = {k: v for k, v in s.to_dict().items() if k not in ("kinds", "top_regions", "meta")}
-    print(format_table([{"field": k, "value": v} for k, v in head.items()]))
+    print(format_table([{"field": k, "value": "-" if v is None else v} for k, v in head.items()]))
     for k, v in s.meta.items():
         print(f"{k}: {v}")
     print()
     print(format_table([{"kind": k, "rows": v} for k, v in s.kinds.items()]))
     print()
-    print(format_table([dataclasses.asdict(r) for r in s.top_regions]))
+    print(format_table([{k: "-" if v is None else v for k, v in dataclasses.asdict(r).items()} for r in s.top_regions]))
     return 0

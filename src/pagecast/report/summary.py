@@ -23,7 +23,7 @@ class RegionSummary:
     rows: int
     unique_pages: int
     length_pages: int
-    touched_pct: float
+    touched_pct: float | None  # None when the region's length is unknown
 
 
 @dataclass
@@ -37,9 +37,11 @@ class TraceSummary:
     regions: int
     unique_pages: int
     unmapped_rows: int
-    duration_s: float
+    duration_s: float | None  # None when the trace's clock is not in ns (lackey, cycles)
+    time_unit: str
+    span: int  # last - first t_ns, in time_unit
     faults: int
-    fault_rate_per_s: float
+    fault_rate_per_s: float | None
     demand_rows: int
     bytes_moved: int
     meta: dict[str, Any] = field(default_factory=dict)
@@ -92,7 +94,9 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
     nz = np.flatnonzero(lengths > 0)
     if len(nz):
         per_region_unique[1 + nz] += np.add.reduceat(seen, offsets[nz], dtype=np.int64)
-    duration = (tmax - tmin) / 1e9 if tmin is not None else 0.0
+    unit = str(t.meta.get("time_unit", "ns"))
+    span = (tmax - tmin) if tmin is not None else 0
+    duration = span / 1e9 if unit == "ns" else None
     kinds = {Kind(k).name: int(c) for k, c in enumerate(kind_counts) if c and k in Kind._value2member_map_}
     kinds.update({f"kind{k}": int(c) for k, c in enumerate(kind_counts) if c and k not in Kind._value2member_map_})
     faults = int(sum(kind_counts[int(k)] for k in FAULT_KINDS))
@@ -105,12 +109,12 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         u = int(per_region_unique[rid + 1])
         regs.append(RegionSummary(id=int(rid), name=r.name, kind=r.kind, rows=int(region_rows[rid + 1]),
                                   unique_pages=u, length_pages=r.pages,
-                                  touched_pct=round(100.0 * u / r.pages, 2) if r.pages else float("nan")))
+                                  touched_pct=round(100.0 * u / r.pages, 2) if r.pages else None))
     return TraceSummary(
         path=str(t.path), source=t.source, format_version=t.version, rows=t.num_rows, row_groups=t.num_row_groups,
         kinds=kinds, regions=nreg, unique_pages=int(per_region_unique.sum()), unmapped_rows=int(region_rows[0]),
-        duration_s=round(duration, 6), faults=faults,
-        fault_rate_per_s=round(faults / duration, 1) if duration > 0 else float("nan"),
+        duration_s=round(duration, 6) if duration is not None else None, time_unit=unit, span=int(span), faults=faults,
+        fault_rate_per_s=round(faults / duration, 1) if duration else None,
         demand_rows=demand, bytes_moved=nbytes,
         meta={k: v for k, v in t.meta.items() if k in ("command", "exit_status", "lost", "page_size", "time_unit", "recorder")},
         top_regions=regs,
