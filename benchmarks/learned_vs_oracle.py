@@ -22,6 +22,8 @@ printed too (--train-events 1000000 gives the 1 M-access figure).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import tempfile
 import time
@@ -46,14 +48,14 @@ def train(trace: Path, out: Path, kind: str, epochs: int, threads: int) -> tuple
     spec = DatasetSpec()
     data = prepare([read_demand(trace)], spec, val_fraction=0.1)
     cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, horizon=spec.horizon)
-    tcfg = TrainConfig(epochs=epochs, threads=threads, max_windows=16384)
+    tcfg = TrainConfig(epochs=epochs, threads=threads, windows_per_epoch=8192)
     res = train_model(data, cfg, tcfg)
     return save_model(out, res, data, spec, tcfg), res.metrics
 
 
 def evaluate(model: Path, held_out: list[Path], capacity: int) -> list[dict]:
     rows = []
-    classic = [n for n in available_prefetchers() if n not in ("none", "oracle")]
+    classic = [n for n in available_prefetchers() if n not in ("none", "oracle", "learned")]
     for t in held_out:
         cfg = SimConfig(capacity=capacity)
         none = simulate(t, cfg, "none").faults
@@ -122,7 +124,9 @@ def recorded_case(tmp: Path, args) -> None:
         for i in (1, 2, 3):
             drop_file(data)
             out = tmp / f"rec_run{i}.parquet"
-            if cli_main(["record", "-o", str(out), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "500"]) != 0:
+            with contextlib.redirect_stdout(io.StringIO()):  # the recorder's summary repeats the long command
+                rc = cli_main(["record", "-o", str(out), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "500"])
+            if rc != 0:
                 print("\n== recorded program: recording failed")
                 return
             runs.append(out)

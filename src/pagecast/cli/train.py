@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default: 20)")
     p.add_argument("--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)")
     p.add_argument("--seq-len", type=int, default=32, help="training window; inference context is seq_len/2..seq_len (default: 32)")
-    p.add_argument("--horizon", type=int, default=16, help="H: the multi-label head predicts pages of the next H events (default: 16)")
+    p.add_argument("--horizon", type=int, default=10, help="H: the multi-label head predicts pages of the next H events; keep H <= the top-k used at inference, or the ranking cannot prefer the nearest pages (default: 10)")
     p.add_argument("--vocab", type=int, default=1024, help="classes: the most frequent (region, delta) pairs + 'other' (default: 1024)")
     p.add_argument("--min-count", type=int, default=2, help="pairs seen fewer times are 'other' (default: 2)")
     p.add_argument("--embed", type=int, default=32, help="embedding width (LSTM) (default: 32)")
@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--use-ip", type=int, default=0, metavar="BUCKETS", help="also feed the instruction pointer, hashed into BUCKETS (default: 0 = off)")
     p.add_argument("--batch", type=int, default=64, help="windows per training step (default: 64)")
     p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default: 3e-3)")
-    p.add_argument("--max-windows", type=int, default=16384, help="windows sampled per epoch, 0 = all (default: 16384)")
+    p.add_argument("--windows-per-epoch", type=int, default=8192, help="training windows drawn per epoch (a subset of a long trace, several passes over a short one); 0 = one pass (default: 8192)")
     p.add_argument("--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)")
     p.add_argument("--test-fraction", type=float, default=0.0, help="last fraction of each trace held out for the test metrics (default: 0)")
     p.add_argument("--val-trace", action="append", default=[], metavar="TRACE", help="validate on another run instead (repeatable; split across runs)")
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                        embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
                        seq_len=args.seq_len, horizon=args.horizon)
     tcfg = TrainConfig(epochs=args.epochs, patience=args.patience, batch=args.batch, lr=args.lr, seed=args.seed,
-                       threads=args.threads, max_windows=args.max_windows, top_k=args.top_k, head=args.head)
+                       threads=args.threads, windows_per_epoch=args.windows_per_epoch, top_k=args.top_k, head=args.head)
     key = f"val_recall@{args.top_k}"
 
     def on_epoch(row: dict) -> None:

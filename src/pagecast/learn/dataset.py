@@ -384,7 +384,7 @@ def window_starts(rng_: range, seq_len: int, horizon: int, stride: int | None = 
 
 @dataclass
 class DatasetSpec:
-    horizon: int = 16
+    horizon: int = 10
     vocab_size: int = 1024
     min_count: int = 2
     max_regions: int = 256

@@ -35,7 +35,7 @@ class ModelConfig:
     layers: int = 1
     heads: int = 2  # transformer only
     seq_len: int = 32
-    horizon: int = 16
+    horizon: int = 10
     dropout: float = 0.0
 
     @property

@@ -5,9 +5,10 @@ events ``context_start(i)`` … i), so the live predictor emits the same pages a
 schedule computed offline for the same stream (up to float rounding among near-equal
 scores).
 
-Backends: ``onnx`` (onnxruntime; the default, fastest measured in
+Backends: ``onnx`` (onnxruntime; the batched default, fastest measured in
 benchmarks/inference_latency.py), ``torchscript`` and ``eager`` (plain PyTorch, the
-baseline). The model is exported once per process and cached.
+baseline); per fault also ``numba`` (one compiled LSTM step, learn/fast_step.py; the
+per-fault default for LSTMs). The model is exported once per process and cached.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 
 BACKENDS = ("onnx", "torchscript", "eager")
+STEP_BACKENDS = BACKENDS + ("numba",)  # numba: the per-fault LSTM step only (learn/fast_step.py)
 DEFAULT_BACKEND = "onnx"
 EXTRA_CANDIDATES = 16  # ranked classes beyond top_k, as some decode to no usable page
 
@@ -130,7 +132,13 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
     key = ("step", id(lm), k, backend)
     if key not in _CACHE:
         cfg = lm.config
-        if cfg.kind == "lstm":
+        if backend == "numba":
+            if cfg.kind != "lstm" or cfg.layers != 1:
+                raise PagecastError("the numba backend runs one-layer LSTM models only; use onnx")
+            from pagecast.learn.fast_step import NumbaLSTMStep
+
+            _CACHE[key] = NumbaLSTMStep(lm.model, lm.train_config.head, k)
+        elif cfg.kind == "lstm":
             z = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
             ex = (np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), z, z, np.zeros(1, np.int64))
             _CACHE[key] = make_runner(LSTMStep(lm.model, lm.train_config.head, k), ex, ("token", "slot", "ip", "h", "c", "sel"),
@@ -249,7 +257,11 @@ class LearnedPrefetcher(Prefetcher):
 
     name = "learned"
 
-    def __init__(self, lm: LoadedModel, *, top_k: int = 10, backend: str = DEFAULT_BACKEND):
+    def __init__(self, lm: LoadedModel, *, top_k: int = 10, backend: str = "auto"):
+        if backend == "auto":
+            backend = "numba" if lm.config.kind == "lstm" and lm.config.layers == 1 else DEFAULT_BACKEND
+        if backend not in STEP_BACKENDS:
+            raise PagecastError(f"unknown inference backend {backend!r} (valid: auto, {', '.join(STEP_BACKENDS)})")
         self.lm, self.top_k, self.backend = lm, top_k, backend
         self.k = _candidates(lm, top_k)
         self._run = step_runner(lm, self.k, backend)
@@ -340,6 +352,10 @@ class LearnedPrefetcher(Prefetcher):
         return out
 
 
-def load_predictor(model_path: str | Path, *, top_k: int = 10, backend: str = DEFAULT_BACKEND) -> Prefetcher:
-    """A ``Prefetcher`` running the model per fault (call ``reset(regions)`` before use)."""
+def load_predictor(model_path: str | Path, *, top_k: int = 10, backend: str = "auto") -> Prefetcher:
+    """A ``Prefetcher`` running the model per fault (call ``reset(regions)`` before use).
+
+    ``auto``: the compiled numba step for one-layer LSTMs (fastest measured per fault),
+    onnxruntime otherwise.
+    """
     return LearnedPrefetcher(_loaded(model_path), top_k=top_k, backend=backend)

@@ -40,7 +40,9 @@ class TrainConfig:
     # little on an idle machine and, when cores are shared, spin-waits: measured 9x slower
     # per epoch with 2 threads than with 1 on this (oversubscribed) 2-core machine.
     threads: int = 1  # 0: all cores
-    max_windows: int = 0  # windows per epoch (sampled); 0: all
+    # Windows drawn per epoch: a subset of a long trace, several passes over a short one,
+    # so a small recording still gets enough optimiser steps. 0: one pass over all windows.
+    windows_per_epoch: int = 0
     max_val_windows: int = 2000
     next_weight: float = 1.0
     horizon_weight: float = 1.0
@@ -170,8 +172,11 @@ def train_model(
     t0 = time.perf_counter()
     for epoch in range(1, tcfg.epochs + 1):
         order = rng.permutation(len(starts))
-        if tcfg.max_windows and len(order) > tcfg.max_windows:
-            order = order[: tcfg.max_windows]
+        if tcfg.windows_per_epoch:
+            reps = -(-tcfg.windows_per_epoch // len(order))
+            if reps > 1:
+                order = np.concatenate([order] + [rng.permutation(len(starts)) for _ in range(reps - 1)])
+            order = order[: tcfg.windows_per_epoch]
         bar = progress_factory(len(order), f"epoch {epoch}") if progress_factory else None
         run_loss, steps = 0.0, 0
         for b0 in range(0, len(order), tcfg.batch):

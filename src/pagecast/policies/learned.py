@@ -12,7 +12,7 @@ from pagecast.policies.base import Prefetcher, register_prefetcher
 
 
 @register_prefetcher("learned")
-def learned(model: str | None = None, top_k: int = 10, backend: str = "onnx") -> Prefetcher:
+def learned(model: str | None = None, top_k: int = 10, backend: str = "auto") -> Prefetcher:
     if not model:
         raise PagecastError("the learned prefetcher needs a model file: learned:model=PATH.pt")
     from pagecast.learn.predict import load_predictor
