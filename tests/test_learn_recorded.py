@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
-from pagecast.errors import PagecastError
 from pagecast.learn.dataset import read_demand
 from pagecast.learn.predict import predict_schedule
 from pagecast.util.pagecache import drop_file
 from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
 
 # A repeating irregular walk over a file: no constant stride, and order-1 delta successors
 # are ambiguous (5 → 2, 5 → 9).
@@ -22,18 +22,7 @@ DELTAS = np.array([5, 2, 9, 5, 9, 3, 2, 5, 2, 11, 1, 4])
 N = 1500
 
 
-def _perf_ok() -> str | None:
-    try:
-        from pagecast.collect.faultmon import read_all
-
-        read_all(["true"])
-    except (PagecastError, ImportError, OSError) as e:
-        return str(e)
-    return None
-
-
-_why = _perf_ok()
-pytestmark = [pytest.mark.perf, pytest.mark.slow, pytest.mark.skipif(_why is not None, reason=f"perf not usable: {_why}")]
+pytestmark = [pytest.mark.perf, pytest.mark.slow, needs_perf]
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
-from pagecast.collect.faultmon import read_all
-from pagecast.errors import PagecastError
 from pagecast.online import workload as wl
 from pagecast.online.injector import merge_ranges
 from pagecast.online.live import LiveConfig, _next_fault, run_live
@@ -27,18 +25,9 @@ from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
+from perf_support import needs_perf
 
 
-def _perf_ok() -> str | None:
-    try:
-        read_all(["true"])
-    except PagecastError as e:
-        return str(e)
-    return None
-
-
-_why = _perf_ok()
-needs_perf = pytest.mark.skipif(_why is not None, reason=f"perf not usable: {_why}")
 
 # small and quick: 32 MiB file, 16 layers of 512 rows; ~1.2k cold pages per run
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]

@@ -13,24 +13,15 @@ import pytest
 
 from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor, read_all
-from pagecast.errors import PagecastError
 from pagecast.trace import Kind, match_regions, open_trace
 from pagecast.util.pagecache import drop_file
 from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
 
 PAGES = [0, 2, 5, 6, 8, 13, 11]
 
 
-def _perf_ok() -> str | None:
-    try:
-        read_all(["true"])
-    except PagecastError as e:
-        return str(e)
-    return None
-
-
-_why = _perf_ok()
-pytestmark = [pytest.mark.perf, pytest.mark.skipif(_why is not None, reason=f"perf not usable: {_why}")]
+pytestmark = [pytest.mark.perf, needs_perf]
 
 
 @pytest.fixture(scope="module")

@@ -266,7 +266,6 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
         flags_f[order[nxt[late]]] |= FLAG_LATE
     flags_p = (late * FLAG_LATE | useless * FLAG_USELESS).astype(np.uint8)
 
-    trace_path = None
     n_major = int(np.count_nonzero(f_kind == Kind.FAULT_MAJOR))
     result = LiveResult(
         command=list(cfg.cmd), predictor=predictor.name if predictor else "none", returncode=returncode,
