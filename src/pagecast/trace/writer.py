@@ -43,14 +43,23 @@ from pagecast.trace.schema import (
 from pagecast.util.atomic import temp_path_for
 
 DEFAULT_ROW_GROUP = 1 << 20
-# Encoding chosen by benchmarks/trace_io.py: lz4 over delta-encoded integer columns is
-# about as small as zstd with dictionaries on fault traces and 2-3x faster to write and
-# read; dictionary encoding and per-column statistics cost most of the write time, so
-# only t_ns keeps statistics (time-range pruning).
-COMPRESSION = "lz4"
-COLUMN_ENCODING = {"t_ns": "DELTA_BINARY_PACKED", "page": "DELTA_BINARY_PACKED", "region": "DELTA_BINARY_PACKED",
-                   "tid": "DELTA_BINARY_PACKED", "kind": "PLAIN", "flags": "PLAIN", "ip": "PLAIN", "bytes": "PLAIN"}
+# Encodings chosen per column with benchmarks/trace_io.py (each column timed alone, then
+# together). DELTA_BINARY_PACKED turns the wide integer columns (time, page, ip, region,
+# tid) into bit-packed deltas that a block compressor cannot shrink further (lz4 on top
+# saved < 1 % and cost a third of the encode time; on PLAIN ip it was the slowest column
+# of all), so they are stored uncompressed. The one-byte/constant columns (kind, flags,
+# bytes) are PLAIN + lz4, which is both the fastest and, on runs of equal values, the
+# smallest. Dictionaries and per-column statistics cost most of the write time, so there
+# are none, except statistics on t_ns (time-range pruning).
+COMPRESSION = "lz4"  # codec of the PLAIN columns
+DELTA_COLUMNS = ("t_ns", "region", "page", "tid", "ip")
+COLUMN_ENCODING = {c: ("DELTA_BINARY_PACKED" if c in DELTA_COLUMNS else "PLAIN") for c in COLUMNS}
 STATISTICS_COLUMNS = ["t_ns"]
+
+
+def column_compression(codec: str) -> dict[str, str]:
+    """Per-column codecs: ``codec`` for the PLAIN columns, none for the delta-coded ones."""
+    return {c: ("none" if c in DELTA_COLUMNS else codec) for c in COLUMNS}
 
 
 def host_facts() -> dict[str, str]:
@@ -114,7 +123,7 @@ class TraceWriter:
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
             else:
                 self._tmp = temp_path_for(self.path)
-                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression,
+                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=column_compression(compression),
                                             use_dictionary=False, column_encoding=COLUMN_ENCODING,
                                             write_statistics=STATISTICS_COLUMNS)
         except OSError as e:
