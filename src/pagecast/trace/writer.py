@@ -9,6 +9,11 @@ it) rows go first to an Arrow IPC stream ``<path>.partial`` flushed at every row
 with regions appended to ``<path>.partial.regions``; ``close()`` converts it into the
 Parquet trace. If the process dies first, ``recover_partial`` turns the journal into a
 trace holding every complete row group.
+
+Parquet row groups are encoded on a background thread (pyarrow releases the GIL while
+encoding), so the producer (an importer parsing its input, or the journal conversion
+reading and decompressing IPC batches) runs while the previous row group is encoded.
+Arrays handed to ``write()`` are not copied: do not modify them afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import platform
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -111,6 +117,8 @@ class TraceWriter:
         self._closed = False
         self._journal = journal
         self._compression = compression
+        self._encoder: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if journal:
@@ -126,6 +134,8 @@ class TraceWriter:
                 self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=column_compression(compression),
                                             use_dictionary=False, column_encoding=COLUMN_ENCODING,
                                             write_statistics=STATISTICS_COLUMNS)
+                # one worker and at most one row group queued: bounded memory, ordered groups
+                self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagecast-trace-encoder")
         except OSError as e:
             raise PagecastError(f"cannot write trace: {e.strerror}", path=self.path) from None
         for r in regions:
@@ -205,11 +215,24 @@ class TraceWriter:
                 self._ipc.write_batch(batch)
                 self._sink.flush()
             else:
-                self._pq.write_batch(batch, row_group_size=self.row_group_rows)
+                self._wait_encoder()
+                assert self._encoder is not None
+                self._pending = self._encoder.submit(self._pq.write_batch, batch, row_group_size=self.row_group_rows)
             self.rows += stop - start
             start = stop
         self._buf = {c: ([cols[c][start:]] if start < total else []) for c in COLUMNS}
         self._buffered = total - start
+
+    def _wait_encoder(self) -> None:
+        """Wait for the row group being encoded; re-raises its error (e.g. disk full) here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _stop_encoder(self) -> None:
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=True)
+            self._encoder = None
 
     # -- finishing -----------------------------------------------------------------
     def _file_metadata(self) -> dict[bytes, bytes]:
@@ -226,9 +249,9 @@ class TraceWriter:
     def close(self) -> Path:
         if self._closed:
             return self.path
-        self._flush(final=True)
-        self._closed = True
         if self._journal:
+            self._flush(final=True)
+            self._closed = True
             self._ipc.close()
             self._sink.close()
             self._regions_journal.close()
@@ -237,6 +260,14 @@ class TraceWriter:
             )
             _remove_journal(self._partial)
         else:
+            try:
+                self._flush(final=True)
+                self._wait_encoder()
+            except BaseException:
+                self.abort()  # an encoding error (disk full, ...) leaves no temp file behind
+                raise
+            self._closed = True
+            self._stop_encoder()
             self._pq.add_key_value_metadata(self._file_metadata())
             self._pq.close()
             os.replace(self._tmp, self.path)
@@ -254,6 +285,9 @@ class TraceWriter:
                 self._sink.close()
                 self._regions_journal.close()
             else:
+                with contextlib.suppress(Exception):
+                    self._wait_encoder()
+                self._stop_encoder()
                 self._pq.close()
                 self._tmp.unlink()
 
