@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,16 +48,18 @@ def make_rows(n: int) -> dict[str, np.ndarray]:
     }
 
 
-def best(fn, repeat: int, before=None) -> float:
-    return statistics.median([_t(fn, before) for _ in range(repeat)])
+def best(fn, repeat: int, before=None) -> tuple[float, float]:
+    """Median wall and CPU seconds (this process, all threads) of ``repeat`` runs."""
+    runs = [_t(fn, before) for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
-def _t(fn, before=None) -> float:
+def _t(fn, before=None) -> tuple[float, float]:
     if before is not None:
         before()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def main() -> int:
@@ -124,8 +127,9 @@ def main() -> int:
                      ("pagecast iter_batches", pc_iter), ("np.save", np_write), ("np.load", np_read),
                      ("pyarrow write_table zstd", pq_write), ("pyarrow read_table", pq_read),
                      ("previous encodings (lz4 all)", pq_old_write)]:
-        s = best(fn, a.repeat, cleanup.get(name))
-        res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s)}
+        s, cpu = best(fn, a.repeat, cleanup.get(name))
+        res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s), "cpu_seconds": round(cpu, 4),
+                     "rows_per_cpu_s": round(n / cpu)}
     size = {"pagecast_mib": round((d / "t.parquet").stat().st_size / 2**20, 1),
             "previous_encodings_mib": round((d / "old.parquet").stat().st_size / 2**20, 1),
             "pyarrow_zstd_mib": round((d / "raw.parquet").stat().st_size / 2**20, 1),
@@ -139,12 +143,17 @@ def main() -> int:
         "write vs pyarrow": res["pagecast write"]["rows_per_s"] / res["pyarrow write_table zstd"]["rows_per_s"],
         "read vs pyarrow": res["pagecast read (all columns)"]["rows_per_s"] / res["pyarrow read_table"]["rows_per_s"],
     }
+    # On a shared machine wall time includes waiting for a core; CPU seconds do not.
+    load = os.getloadavg()
     if a.json:
-        print(json.dumps({"rows": n, "results": res, "ratios": ratios, "size": size}, indent=2))
+        print(json.dumps({"rows": n, "results": res, "ratios": ratios, "size": size, "loadavg": load}, indent=2))
         return 0
-    print(f"{n:,} rows, median of {a.repeat} (target: >= 10M rows/s write and read)")
+    print(f"{n:,} rows, median of {a.repeat} (target: >= 10M rows/s write and read); "
+          f"load average {load[0]:.1f} on {os.cpu_count()} cores")
+    print(f"  {'':30s} {'wall s':>8s}  {'M rows/s':>8s}  {'CPU s':>8s}  {'M rows/CPU-s':>12s}")
     for k, v in res.items():
-        print(f"  {k:30s} {v['seconds']:8.3f} s  {v['rows_per_s'] / 1e6:8.1f} M rows/s")
+        print(f"  {k:30s} {v['seconds']:8.3f}  {v['rows_per_s'] / 1e6:8.1f}  {v['cpu_seconds']:8.3f}  "
+              f"{v['rows_per_cpu_s'] / 1e6:12.1f}")
     for k, v in ratios.items():
         print(f"  ratio {k:24s} {v:.2f}")
     print(f"  file size: pagecast {size['pagecast_mib']} MiB, previous encodings {size['previous_encodings_mib']} MiB, "
