@@ -49,23 +49,20 @@ from pagecast.trace.schema import (
 from pagecast.util.atomic import temp_path_for
 
 DEFAULT_ROW_GROUP = 1 << 20
-# Encodings chosen per column with benchmarks/trace_io.py (each column timed alone, then
-# together). DELTA_BINARY_PACKED turns the wide integer columns (time, page, ip, region,
-# tid) into bit-packed deltas that a block compressor cannot shrink further (lz4 on top
-# saved < 1 % and cost a third of the encode time; on PLAIN ip it was the slowest column
-# of all), so they are stored uncompressed. The one-byte/constant columns (kind, flags,
-# bytes) are PLAIN + lz4, which is both the fastest and, on runs of equal values, the
-# smallest. Dictionaries and per-column statistics cost most of the write time, so there
-# are none, except statistics on t_ns (time-range pruning).
-COMPRESSION = "lz4"  # codec of the PLAIN columns
+# Encodings chosen per column with benchmarks/trace_io.py and re-encoded real traces
+# (perf recordings, a lackey import): each column timed alone, then all together.
+# DELTA_BINARY_PACKED for the integer columns, including ip: PLAIN ip under lz4 was the
+# slowest column of all when a program has many distinct instruction addresses
+# (lz4 crawls over 8-byte values with 12 random low bits) and half of the file; as
+# deltas it costs about half as much and is half the size. lz4 stays on every column: on real
+# traces it shrinks bit-packed deltas of regular patterns (lackey t_ns/page: 2x) and runs
+# in the one-byte columns for a few percent of the time. Dictionaries and per-column
+# statistics cost most of the write time, so there are none, except statistics on t_ns
+# (time-range pruning).
+COMPRESSION = "lz4"
 DELTA_COLUMNS = ("t_ns", "region", "page", "tid", "ip")
 COLUMN_ENCODING = {c: ("DELTA_BINARY_PACKED" if c in DELTA_COLUMNS else "PLAIN") for c in COLUMNS}
 STATISTICS_COLUMNS = ["t_ns"]
-
-
-def column_compression(codec: str) -> dict[str, str]:
-    """Per-column codecs: ``codec`` for the PLAIN columns, none for the delta-coded ones."""
-    return {c: ("none" if c in DELTA_COLUMNS else codec) for c in COLUMNS}
 
 
 def host_facts() -> dict[str, str]:
@@ -131,7 +128,7 @@ class TraceWriter:
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
             else:
                 self._tmp = temp_path_for(self.path)
-                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=column_compression(compression),
+                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression,
                                             use_dictionary=False, column_encoding=COLUMN_ENCODING,
                                             write_statistics=STATISTICS_COLUMNS)
                 # one worker and at most one row group queued: bounded memory, ordered groups
