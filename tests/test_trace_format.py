@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -72,6 +73,58 @@ def test_failed_write_leaves_no_file(tmp_path):
             w.write(t_ns=[1], page=[1])
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
+
+
+def _encoder_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("pagecast-trace-encoder")]
+
+
+def test_per_column_encodings_and_background_encoder(tmp_path):
+    from pagecast.trace.writer import COLUMN_ENCODING, COMPRESSION
+
+    path = tmp_path / "t.parquet"
+    rows = _rows(25_000, seed=3)
+    # extremes the delta encoder must wrap correctly: kernel-space ips, negative tids/regions
+    rows["ip"][::7] = np.uint64(0xFFFFFFFF81000000) + np.arange(len(rows["ip"][::7]), dtype=np.uint64)
+    rows["ip"][1] = np.iinfo(np.uint64).max
+    rows["page"][2] = np.iinfo(np.int64).max
+    rows["page"][3] = np.iinfo(np.int64).min
+    rows["region"][::5] = -1
+    sizes = np.random.default_rng(1).integers(1, 2500, 40)
+    with TraceWriter(path, row_group_rows=1000) as w:
+        i = 0
+        for n in sizes:
+            w.write(**{k: v[i : i + n] for k, v in rows.items()})
+            i += n
+            if i >= 25_000:
+                break
+    assert not _encoder_threads()
+    t = open_trace(path)
+    assert t.num_rows == 25_000 and t.num_row_groups == 25
+    back = t.read()
+    for k, v in rows.items():
+        np.testing.assert_array_equal(back[k], v)
+    md = pq.ParquetFile(path).metadata
+    for g in (0, md.num_row_groups - 1):
+        for j in range(md.num_columns):
+            col = md.row_group(g).column(j)
+            name = col.path_in_schema
+            assert col.compression == COMPRESSION.upper()
+            assert COLUMN_ENCODING[name] in col.encodings
+            assert not col.has_dictionary_page
+            assert col.is_stats_set == (name == "t_ns")
+
+
+def test_failure_after_queued_row_groups_leaves_no_file_or_thread(tmp_path):
+    path = tmp_path / "t.parquet"
+    rows = _rows(20_000)
+    with pytest.raises(RuntimeError):
+        with TraceWriter(path, row_group_rows=1000) as w:
+            w.write(**rows)
+            assert _encoder_threads()
+            raise RuntimeError("producer failed")
+    assert list(tmp_path.iterdir()) == []
+    assert not _encoder_threads()
 
 
 def test_crash_mid_write_recovers_complete_row_groups(tmp_path):

@@ -9,6 +9,11 @@ it) rows go first to an Arrow IPC stream ``<path>.partial`` flushed at every row
 with regions appended to ``<path>.partial.regions``; ``close()`` converts it into the
 Parquet trace. If the process dies first, ``recover_partial`` turns the journal into a
 trace holding every complete row group.
+
+Parquet row groups are encoded on a background thread (pyarrow releases the GIL while
+encoding), so the producer (an importer parsing its input, or the journal conversion
+reading and decompressing IPC batches) runs while the previous row group is encoded.
+Arrays handed to ``write()`` are not copied: do not modify them afterwards.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import json
 import os
 import platform
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,13 +49,19 @@ from pagecast.trace.schema import (
 from pagecast.util.atomic import temp_path_for
 
 DEFAULT_ROW_GROUP = 1 << 20
-# Encoding chosen by benchmarks/trace_io.py: lz4 over delta-encoded integer columns is
-# about as small as zstd with dictionaries on fault traces and 2-3x faster to write and
-# read; dictionary encoding and per-column statistics cost most of the write time, so
-# only t_ns keeps statistics (time-range pruning).
+# Encodings chosen per column with benchmarks/trace_io.py and re-encoded real traces
+# (perf recordings, a lackey import): each column timed alone, then all together.
+# DELTA_BINARY_PACKED for the integer columns, including ip: PLAIN ip under lz4 was the
+# slowest column of all when a program has many distinct instruction addresses
+# (lz4 crawls over 8-byte values with 12 random low bits) and half of the file; as
+# deltas it costs about half as much and is half the size. lz4 stays on every column: on real
+# traces it shrinks bit-packed deltas of regular patterns (lackey t_ns/page: 2x) and runs
+# in the one-byte columns for a few percent of the time. Dictionaries and per-column
+# statistics cost most of the write time, so there are none, except statistics on t_ns
+# (time-range pruning).
 COMPRESSION = "lz4"
-COLUMN_ENCODING = {"t_ns": "DELTA_BINARY_PACKED", "page": "DELTA_BINARY_PACKED", "region": "DELTA_BINARY_PACKED",
-                   "tid": "DELTA_BINARY_PACKED", "kind": "PLAIN", "flags": "PLAIN", "ip": "PLAIN", "bytes": "PLAIN"}
+DELTA_COLUMNS = ("t_ns", "region", "page", "tid", "ip")
+COLUMN_ENCODING = {c: ("DELTA_BINARY_PACKED" if c in DELTA_COLUMNS else "PLAIN") for c in COLUMNS}
 STATISTICS_COLUMNS = ["t_ns"]
 
 
@@ -102,6 +114,8 @@ class TraceWriter:
         self._closed = False
         self._journal = journal
         self._compression = compression
+        self._encoder: ThreadPoolExecutor | None = None
+        self._pending: Future | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if journal:
@@ -117,6 +131,8 @@ class TraceWriter:
                 self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression,
                                             use_dictionary=False, column_encoding=COLUMN_ENCODING,
                                             write_statistics=STATISTICS_COLUMNS)
+                # one worker and at most one row group queued: bounded memory, ordered groups
+                self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagecast-trace-encoder")
         except OSError as e:
             raise PagecastError(f"cannot write trace: {e.strerror}", path=self.path) from None
         for r in regions:
@@ -196,11 +212,24 @@ class TraceWriter:
                 self._ipc.write_batch(batch)
                 self._sink.flush()
             else:
-                self._pq.write_batch(batch, row_group_size=self.row_group_rows)
+                self._wait_encoder()
+                assert self._encoder is not None
+                self._pending = self._encoder.submit(self._pq.write_batch, batch, row_group_size=self.row_group_rows)
             self.rows += stop - start
             start = stop
         self._buf = {c: ([cols[c][start:]] if start < total else []) for c in COLUMNS}
         self._buffered = total - start
+
+    def _wait_encoder(self) -> None:
+        """Wait for the row group being encoded; re-raises its error (e.g. disk full) here."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def _stop_encoder(self) -> None:
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=True)
+            self._encoder = None
 
     # -- finishing -----------------------------------------------------------------
     def _file_metadata(self) -> dict[bytes, bytes]:
@@ -217,9 +246,9 @@ class TraceWriter:
     def close(self) -> Path:
         if self._closed:
             return self.path
-        self._flush(final=True)
-        self._closed = True
         if self._journal:
+            self._flush(final=True)
+            self._closed = True
             self._ipc.close()
             self._sink.close()
             self._regions_journal.close()
@@ -228,6 +257,14 @@ class TraceWriter:
             )
             _remove_journal(self._partial)
         else:
+            try:
+                self._flush(final=True)
+                self._wait_encoder()
+            except BaseException:
+                self.abort()  # an encoding error (disk full, ...) leaves no temp file behind
+                raise
+            self._closed = True
+            self._stop_encoder()
             self._pq.add_key_value_metadata(self._file_metadata())
             self._pq.close()
             os.replace(self._tmp, self.path)
@@ -245,6 +282,9 @@ class TraceWriter:
                 self._sink.close()
                 self._regions_journal.close()
             else:
+                with contextlib.suppress(Exception):
+                    self._wait_encoder()
+                self._stop_encoder()
                 self._pq.close()
                 self._tmp.unlink()
 
