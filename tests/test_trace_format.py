@@ -197,3 +197,14 @@ def test_schedule_round_trip_and_remap(tmp_path):
     assert back.meta["model"] == "x" and [r.name for r in back.regions] == ["a", "b"]
     moved = back.remap_regions({0: 5})
     assert moved.region.tolist() == [5, 5] and moved.page.tolist() == [9, 7]
+
+
+def test_caller_may_reuse_its_buffers(tmp_path):
+    # Row groups are encoded on a background thread: the writer must not alias caller arrays.
+    buf = np.arange(5000, dtype=np.int64)
+    with TraceWriter(tmp_path / "t.parquet", row_group_rows=1000) as w:
+        for k in range(4):
+            buf[:] = np.arange(5000) + k * 5000
+            w.write(t_ns=buf, page=buf)
+    got = open_trace(tmp_path / "t.parquet").read(["page"])["page"]
+    np.testing.assert_array_equal(got, np.arange(20000))

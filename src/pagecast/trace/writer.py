@@ -13,7 +13,7 @@ trace holding every complete row group.
 Parquet row groups are encoded on a background thread (pyarrow releases the GIL while
 encoding), so the producer (an importer parsing its input, or the journal conversion
 reading and decompressing IPC batches) runs while the previous row group is encoded.
-Arrays handed to ``write()`` are not copied: do not modify them afterwards.
+``write()`` copies the arrays it is given, so callers may reuse their buffers at once.
 """
 
 from __future__ import annotations
@@ -184,7 +184,8 @@ class TraceWriter:
             return
         for name, dt in COLUMNS.items():
             v = cols.get(name, DEFAULTS[name])
-            arr = np.asarray(v, dtype=dt) if np.ndim(v) > 0 else np.full(n, v, dtype=dt)
+            # A copy: row groups are encoded on a background thread while the caller may reuse its buffers.
+            arr = np.array(v, dtype=dt) if np.ndim(v) > 0 else np.full(n, v, dtype=dt)
             self._buf[name].append(arr)
         t = self._buf["t_ns"][-1]
         if self.sorted and (t[0] < self._last_t or (n > 1 and np.any(t[1:] < t[:-1]))):
