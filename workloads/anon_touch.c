@@ -7,7 +7,7 @@
  *   distinct pages in a fixed irregular order (a seeded shuffle, the same every run):
  *   for each page it does W (default 20000) rounds of arithmetic, then writes one word
  *   and reads another. Each first touch is one minor fault unless the page is already
- *   populated. --spawn runs /bin/echo as a child (fork + exec) halfway through.
+ *   populated. --spawn runs /usr/bin/env as a child (fork + exec) halfway through (prints its environment).
  *   Prints one line: "anon_touch pages=N checksum=X" (independent of how pages arrived).
  */
 #define _GNU_SOURCE
@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			pid_t c = fork();
 			if (c == 0) {
-				execl("/bin/echo", "echo", "anon_touch child ran", (char *)NULL);
+				execl("/usr/bin/env", "env", (char *)NULL);
 				_exit(127);
 			}
 			int st;
