@@ -2,13 +2,14 @@
  * anon_touch: a real program whose anonymous-memory access pattern is fixed, for the
  * in-process anonymous prefetch of `pagecast run` (native/live/anon_shim.c).
  *
- * Usage: anon_touch [--mib M] [--pages N] [--work W] [--spawn] [--exit CODE]
+ * Usage: anon_touch [--mib M] [--pages N] [--work W] [--spawn] [--time] [--exit CODE]
  *   mmaps M MiB (default 64) of private anonymous memory, then visits N (default 4096)
  *   distinct pages in a fixed irregular order (a seeded shuffle, the same every run):
  *   for each page it does W (default 20000) rounds of arithmetic, then writes one word
  *   and reads another. Each first touch is one minor fault unless the page is already
  *   populated. --spawn runs /usr/bin/env as a child (fork + exec) halfway through (prints its environment).
  *   Prints one line: "anon_touch pages=N checksum=X" (independent of how pages arrived).
+ *   --time also prints "anon_touch loop_s=S" on stderr: wall time of the touching loop.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096
@@ -34,7 +36,7 @@ static uint64_t next(void)
 int main(int argc, char **argv)
 {
 	long mib = 64, npages = 4096, work = 20000, code = 0;
-	int spawn = 0;
+	int spawn = 0, timing = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--mib") && i + 1 < argc)
 			mib = atol(argv[++i]);
@@ -46,8 +48,10 @@ int main(int argc, char **argv)
 			code = atol(argv[++i]);
 		else if (!strcmp(argv[i], "--spawn"))
 			spawn = 1;
+		else if (!strcmp(argv[i], "--time"))
+			timing = 1;
 		else {
-			fprintf(stderr, "usage: anon_touch [--mib M] [--pages N] [--work W] [--spawn] [--exit CODE]\n");
+			fprintf(stderr, "usage: anon_touch [--mib M] [--pages N] [--work W] [--spawn] [--time] [--exit CODE]\n");
 			return 2;
 		}
 	}
@@ -71,6 +75,8 @@ int main(int argc, char **argv)
 		perror("anon_touch: mmap");
 		return 1;
 	}
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t sum = 0;
 	for (long i = 0; i < npages; i++) {
 		uint64_t *p = (uint64_t *)(buf + perm[i] * PAGE);
@@ -91,6 +97,9 @@ int main(int argc, char **argv)
 				waitpid(c, &st, 0);
 		}
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (timing)
+		fprintf(stderr, "anon_touch loop_s=%.6f\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 	printf("anon_touch pages=%ld checksum=%llu\n", npages, (unsigned long long)sum);
 	return (int)code;
 }

@@ -190,10 +190,8 @@ class AnonInjector:
             recs = np.empty((len(starts), 2), np.uint64)
             recs[:, 0] = (rbase + first * PAGE).astype(np.uint64)
             recs[:, 1] = (npages * PAGE).astype(np.uint64)
-            bounds = np.append(starts, len(page))
-            for i in range(len(starts)):
-                lo, hi = int(bounds[i]), int(bounds[i + 1])
-                self._inflight.put((region[lo:hi], page[lo:hi], t_fault[lo:hi], t_seen[lo:hi], t_sub, int(npages[i])))
+            # one in-flight entry per batch: acks are handled in bulk, not per range in Python
+            self._inflight.put((region, page, t_fault, t_seen, t_sub, np.diff(np.append(starts, len(page))), npages))
             try:
                 self._conn.sendall(recs.tobytes())
             except OSError:
@@ -206,26 +204,39 @@ class AnonInjector:
 
     def _ack_loop(self) -> None:
         conn = self._conn
+        buf = b""
+        acks = np.empty((0, 2), np.int64)
         while True:
             try:
-                data = _recv_exact(conn, 16)
+                chunk = conn.recv(1 << 16)
             except OSError:
-                data = None
-            if data is None:
+                chunk = b""
+            if not chunk:
                 return
-            t_done, err = struct.unpack("=qq", data)
-            try:
-                region, page, t_fault, t_seen, t_sub, npg = self._inflight.get_nowait()
-            except queue.Empty:
-                return
-            with self._lock:
-                self.ranges += 1
-                if err:
-                    self.errors += 1
-                    continue
-                self.pages += npg
-                self._done.append(Issued(np.full(len(page), t_done - self.t0, np.int64), region.astype(np.int32),
-                                         page.astype(np.int64), t_fault, t_seen, np.full(len(page), t_sub, np.int64)))
+            buf += chunk
+            whole = len(buf) // 16 * 16
+            if whole:
+                acks = np.concatenate([acks, np.frombuffer(buf[:whole], np.int64).reshape(-1, 2)])
+                buf = buf[whole:]
+            while len(acks):
+                try:
+                    region, page, t_fault, t_seen, t_sub, counts, npages = self._inflight.queue[0]
+                except IndexError:
+                    return  # acks nobody asked for: stop listening
+                if len(acks) < len(counts):
+                    break
+                self._inflight.get_nowait()
+                mine, acks = acks[:len(counts)], acks[len(counts):]
+                ok = mine[:, 1] == 0
+                keep = np.repeat(ok, counts)
+                with self._lock:
+                    self.ranges += len(counts)
+                    self.errors += int((~ok).sum())
+                    self.pages += int(npages[ok].sum())
+                    if keep.any():
+                        self._done.append(Issued(np.repeat(mine[:, 0] - self.t0, counts)[keep], region[keep].astype(np.int32),
+                                                 page[keep].astype(np.int64), t_fault[keep], t_seen[keep],
+                                                 np.full(int(keep.sum()), t_sub, np.int64)))
 
     def take(self) -> list[Issued]:
         with self._lock:
