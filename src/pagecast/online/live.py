@@ -188,9 +188,12 @@ def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None =
     try:
         predictor = _Predictor(cfg.source, cfg.threads, cfg.gap, channel.sock if channel else None) \
             if cfg.source.kind != "none" else None
-    finally:
+    except BaseException:
         if channel is not None:
-            channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
+            channel.close()
+        raise
+    if channel is not None:
+        channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
     session.worker_pid = predictor.proc.pid if predictor else None
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("t_ns", "region", "page", "kind", "tid", "ip")}
     mon = FaultMonitor(cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
