@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Start the program, stream its page faults live (perf_event_open), feed them to a predictor in a "
             "separate process, and prefetch file-backed pages ahead of the program with posix_fadvise(WILLNEED) "
-            "(the page cache is shared). --schedule replays an earlier run's pages paced by the faults this run "
+            "(the page cache is shared); anonymous pages through a preloaded shim that calls madvise(MADV_POPULATE_WRITE) inside the program. --schedule replays an earlier run's pages paced by the faults this run "
             "takes. Writes a trace of faults and PREFETCH rows (late/useless flagged) and prints a summary with "
             "the fault-seen -> prefetch-issued latency. The program's output and exit status pass through; if "
             "the predictor dies, the program runs on unprefetched."
@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=2, help="prefetch issuing threads")
     p.add_argument("--top-k", type=int, default=10, help="--model: pages predicted per fault")
     p.add_argument("--poll-ms", type=int, default=5, help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)")
+    p.add_argument("--no-anon", action="store_true",
+                   help="do not preload the shim that prefetches anonymous memory inside the program "
+                        "(madvise MADV_POPULATE_WRITE; on by default with a predictor)")
+    p.add_argument("--nice", type=int, default=10,
+                   help="niceness added to pagecast's daemon and collector while the program runs (root only; default 10). "
+                        "Use 0 for CPU-bound programs: a niced daemon then sees their faults too late to prefetch")
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
@@ -102,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         spec = SourceSpec()
     cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,
-                     poll_ms=args.poll_ms, stdout=2 if args.json else None)
+                     poll_ms=args.poll_ms, stdout=2 if args.json else None, anon=not args.no_anon, nice=args.nice)
     res = run_live(cfg)
     d = res.to_dict()
     if args.json:

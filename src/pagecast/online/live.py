@@ -54,6 +54,8 @@ class LiveConfig:
     # program's wake-up after every fault. Applied only where it can be undone (root).
     nice: int = 10
     nice_predictor: bool = False
+    # Prefetch anonymous memory in-process through the LD_PRELOAD shim (anon.py).
+    anon: bool = True
 
 
 @dataclass
@@ -77,6 +79,8 @@ class LiveResult:
     lost: int
     trace: str | None
     worker: dict[str, Any] = field(default_factory=dict)
+    # in-process anonymous prefetch: state on/off, reason when off, madvise mode, ranges/pages/errors
+    anon_prefetch: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,11 +105,11 @@ def _percentiles(x: np.ndarray) -> dict[str, float]:
 class _Predictor:
     """The forked predictor process and the two threads talking to it."""
 
-    def __init__(self, spec: SourceSpec, threads: int, gap: int):
+    def __init__(self, spec: SourceSpec, threads: int, gap: int, anon_listener: Any = None):
         ctx = mp.get_context("fork")
         self._in_r, self._in_w = ctx.Pipe(duplex=False)
         self._out_r, self._out_w = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=worker_main, args=(spec, self._in_r, self._out_w, threads, gap),
+        self.proc = ctx.Process(target=worker_main, args=(spec, self._in_r, self._out_w, threads, gap, anon_listener),
                                 name="pagecast-predictor", daemon=True)
         self.proc.start()
         self._in_r.close()
@@ -180,10 +184,19 @@ def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None =
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
     session = LiveSession()
     sys.setswitchinterval(0.0005)  # the reader thread must not hold up the fault loop for 5 ms
-    predictor = _Predictor(cfg.source, cfg.threads, cfg.gap) if cfg.source.kind != "none" else None
+    env, channel, anon_off = _anon_setup(cfg)
+    try:
+        predictor = _Predictor(cfg.source, cfg.threads, cfg.gap, channel.sock if channel else None) \
+            if cfg.source.kind != "none" else None
+    except BaseException:
+        if channel is not None:
+            channel.close()
+        raise
+    if channel is not None:
+        channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
     session.worker_pid = predictor.proc.pid if predictor else None
     cols: dict[str, list[np.ndarray]] = {k: [] for k in ("t_ns", "region", "page", "kind", "tid", "ip")}
-    mon = FaultMonitor(cfg.cmd, env=cfg.env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
+    mon = FaultMonitor(cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
                        poll_ms=cfg.poll_ms)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
     t_start = time.monotonic()
@@ -217,14 +230,41 @@ def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None =
         mon.close()
         if predictor:
             predictor.finish()
+        if channel is not None:
+            channel.close()
     returncode = mon.returncode if mon.returncode is not None else -1
     faults = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
     issued = predictor.issued if predictor else []
-    return _summarise(cfg, mon, predictor, faults, issued, returncode, wall)
+    res = _summarise(cfg, mon, predictor, faults, issued, returncode, wall, anon_off)
+    return res
+
+
+def _anon_setup(cfg: LiveConfig) -> tuple[dict[str, str] | None, Any, dict[str, Any]]:
+    """(program env, AnonChannel or None, anon_prefetch summary when off).
+
+    The shim is only injected when a predictor runs, the program can take LD_PRELOAD
+    (dynamic, not set-id) and the shim builds; otherwise anon prefetch is reported off.
+    """
+    if not cfg.anon:
+        return cfg.env, None, {"state": "off", "reason": "disabled (--no-anon)"}
+    if cfg.source.kind == "none":
+        return cfg.env, None, {"state": "off", "reason": "no predictor"}
+    from pagecast.online.anon import AnonChannel, preload_blocker, shim_path
+
+    base = dict(cfg.env if cfg.env is not None else os.environ)
+    why = preload_blocker(cfg.cmd, base)
+    if why:
+        return cfg.env, None, {"state": "off", "reason": why}
+    try:
+        shim = shim_path()
+        channel = AnonChannel.open()
+    except (PagecastError, OSError) as e:
+        return cfg.env, None, {"state": "off", "reason": f"shim unavailable: {e}"}
+    return channel.env(base, shim), channel, {}
 
 
 def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None, faults: dict[str, np.ndarray],
-               issued: Sequence[Issued], returncode: int, wall: float) -> LiveResult:
+               issued: Sequence[Issued], returncode: int, wall: float, anon_off: dict[str, Any] | None = None) -> LiveResult:
     f_t = faults["t_ns"].astype(np.int64)
     f_kind = faults["kind"].astype(np.uint8)
     f_key = pack(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
@@ -236,7 +276,7 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
         p_reg = p_reg.copy()
         p_reg[pre] = _live_ids(cfg.source, mon.regions, -2 - p_reg[pre])
     # pre-issued rows have no causing fault: keep them out of the latency figures
-    lat_rows = ~pre
+    lat_rows = ~pre & (p_fault >= 0)  # -1: issued when its region appeared, not after a fault
 
     # First fault on each prefetched page at or after its prefetch: merge both streams
     # sorted by (page key, time, prefetch-before-fault) and look forward to the next fault.
@@ -275,6 +315,8 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
         latency_fault_us=_percentiles(lat_fault), predictor_alive=bool(predictor.alive) if predictor else True,
         predictor_error=predictor.error if predictor else None, lost=int(mon.lost), trace=None,
         worker=dict(predictor.stats, dropped_batches=predictor.dropped_batches) if predictor else {},
+        anon_prefetch=anon_off or (predictor.stats.get("anon") if predictor and predictor.stats.get("anon")
+                                   else {"state": "off", "reason": "the predictor ended before reporting"}),
     )
     if cfg.trace_out is not None:
         t_all = np.concatenate([f_t, p_t])

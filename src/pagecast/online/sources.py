@@ -59,6 +59,10 @@ class Source:
     def on_batch(self, t_ns: np.ndarray, region: np.ndarray, page: np.ndarray, kind: np.ndarray) -> Predictions:
         return Predictions.empty()
 
+    def take_pending(self) -> Predictions:
+        """Pages that became issuable outside a fault batch (a region appeared)."""
+        return Predictions.empty()
+
     def initial(self) -> tuple[Predictions, dict[int, str]]:
         """Pages to read before the program's first fault, named by *encoded* region ids
         (``-2 - id`` of a region of the source's own region list) with their file paths."""
@@ -190,6 +194,7 @@ class ReplaySource(Source):
         self._issued_upto = 0
         self._pending: list[np.ndarray] = []
         self._pre_upto = 0
+        self._sent = np.zeros(len(s), bool)  # rows handed out (issued at start or after a fault)
         if not self._old_regions:
             # A schedule without regions names live region ids directly.
             self._s_region = self._s_region_old.copy()
@@ -205,10 +210,12 @@ class ReplaySource(Source):
         lut = {int(k): int(v) for k, v in mapping.items()}
         before = self._s_region
         self._s_region = np.asarray([lut.get(int(r), -1) for r in self._s_region_old], np.int32)
-        # rows already passed while their region was unknown are issued at the next batch
-        lo, hi = self._pre_upto, self._issued_upto
-        late = lo + np.nonzero((before[lo:hi] < 0) & (self._s_region[lo:hi] >= 0))[0]
+        # rows already passed while their region was unknown (including the start window's
+        # non-file rows, e.g. anonymous memory mapped later) are issued at the next batch
+        hi = self._issued_upto
+        late = np.nonzero((before[:hi] < 0) & (self._s_region[:hi] >= 0) & ~self._sent[:hi])[0]
         if len(late):
+            self._sent[late] = True
             self._pending.append(late)
         self._rebuild_index()
 
@@ -221,8 +228,17 @@ class ReplaySource(Source):
         hi = min(len(self._s_page), self.lookahead)
         rows = np.nonzero(np.isin(self._s_region_old[:hi], np.fromiter(paths, np.int32, len(paths))))[0]
         self._pre_upto = self._issued_upto = hi
+        self._sent[rows] = True
         enc = {int(-2 - k): v for k, v in paths.items()}
         return Predictions(np.full(len(rows), -1, np.int64), encode_old(self._s_region_old[rows]), self._s_page[rows]), enc
+
+    def take_pending(self) -> Predictions:
+        if not self._pending:
+            return Predictions.empty()
+        r = np.concatenate(self._pending)
+        self._pending = []
+        r = r[self._s_region[r] >= 0]
+        return Predictions(np.zeros(len(r), np.int64), self._s_region[r], self._s_page[r])
 
     def _rebuild_index(self) -> None:
         ok = self._s_region >= 0
@@ -260,4 +276,5 @@ class ReplaySource(Source):
         c = np.concatenate(causes)
         live = self._s_region[r] >= 0
         r, c = r[live], c[live]
+        self._sent[r] = True
         return Predictions(c, self._s_region[r], self._s_page[r])

@@ -66,7 +66,8 @@ def make_source(spec: SourceSpec) -> Source:
     raise PagecastError(f"unknown predictor kind {spec.kind!r}")
 
 
-def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, threads: int, gap: int) -> None:
+def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, threads: int, gap: int,
+                anon_listener=None) -> None:
     import sys
 
     sys.setswitchinterval(0.0005)  # hand the GIL over quickly: fault batches must not wait
@@ -81,6 +82,7 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
         return
     conn_out.send(("ready", source.name))
     injector: FileInjector | None = None
+    anon = None  # AnonInjector when the program was started with the shim
     predict_ns: list[int] = []
     transit_ns: list[int] = []  # daemon received the batch → this process received it
     faults = 0
@@ -92,10 +94,19 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
             return
         now = time.monotonic_ns()
         if force or now - last_flush > FLUSH_NS:
-            done = injector.take()
+            done = injector.take() + (anon.take() if anon is not None else [])
             if done:
                 conn_out.send(("issued", done))
             last_flush = now
+
+    def issue(region: np.ndarray, page: np.ndarray, t_f: np.ndarray, t_s: np.ndarray) -> None:
+        # anonymous pages go to the shim inside the program; the rest to fadvise
+        if anon is not None:
+            a = anon.wants(region)
+            if a.any():
+                anon.submit(region[a], page[a], t_f[a], t_s[a])
+                region, page, t_f, t_s = region[~a], page[~a], t_f[~a], t_s[~a]
+        injector.submit(region, page, t_f, t_s)
 
     try:
         while True:
@@ -106,6 +117,10 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
             what = msg[0]
             if what == "t0":
                 injector = FileInjector(msg[1], threads=threads, gap=gap)
+                if anon_listener is not None:
+                    from pagecast.online.anon import AnonInjector
+
+                    anon = AnonInjector(anon_listener, msg[1], gap=gap)
                 pre, paths = source.initial()
                 if len(pre):
                     injector.add_paths(paths)
@@ -115,6 +130,15 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
                 source.set_regions(regions)
                 if injector is not None:
                     injector.set_regions(regions)
+                if anon is not None:
+                    anon.set_regions(regions)
+                if injector is not None:
+                    # pages of a region that just appeared go out now, not after the next
+                    # fault batch has been worked through (that can take many ms)
+                    pend = source.take_pending()
+                    if len(pend):
+                        none = np.full(len(pend), -1, np.int64)  # no causing fault: kept out of latencies
+                        issue(pend.region, pend.page, none, none)
             elif what == "faults":
                 _, t_seen, t, region, page, kind = msg
                 faults += len(t)
@@ -125,12 +149,14 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
                 # per batch: prediction time / faults in it (what one fault costs the predictor)
                 predict_ns.append((time.monotonic_ns() - c0) // max(1, len(t)))
                 if len(pred) and injector is not None:
-                    injector.submit(pred.region, pred.page, t[pred.cause], np.full(len(pred), t_seen, np.int64))
+                    issue(pred.region, pred.page, t[pred.cause], np.full(len(pred), t_seen, np.int64))
                 flush()
             elif what == "end":
                 break
         if injector is not None:
             injector.close()
+            if anon is not None:
+                anon.close()
             flush(force=True)
         stats = {"faults_seen": faults,
                  "predict_us_per_fault_p50": float(np.percentile(predict_ns, 50) / 1e3) if predict_ns else None,
@@ -140,6 +166,8 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
         if injector is not None:
             stats.update(skipped_non_file=injector.skipped, fadvise_errors=injector.errors, ranges=injector.ranges,
                          range_pages=injector.range_pages)
+        if anon is not None:
+            stats["anon"] = anon.stats()
         conn_out.send(("stats", stats))
     except (EOFError, BrokenPipeError, OSError):
         pass  # the daemon went away: nothing left to do
