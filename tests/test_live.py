@@ -218,3 +218,17 @@ def test_program_keeps_priority_daemon_restored(tmp_path):
     assert res.returncode == 0
     assert int(out.read_text()) == before  # the program was not reniced
     assert os.getpriority(os.PRIO_PROCESS, 0) == before  # and the daemon got its priority back
+
+
+def test_bench_trains_the_learned_model_through_the_cli(tmp_path):
+    # The demo trains through `pagecast train`: a renamed flag there must fail here, not in the demo.
+    from pagecast.learn.train import load_model
+    from pagecast.online.bench import train_learned
+    from pagecast.trace import TraceWriter
+
+    pages = np.tile(np.array([0, 3, 4, 9, 10, 17], np.int64), 400) + np.repeat(np.arange(400) * 20, 6)
+    trace = tmp_path / "t.parquet"
+    with TraceWriter(trace, regions=[Region(0, "w.bin", "file", path="/w.bin", length=1 << 24)]) as w:
+        w.write(t_ns=np.arange(len(pages)) * 1000, region=0, page=pages, kind=Kind.FAULT_MAJOR)
+    model = train_learned([trace], tmp_path / "m.pt", epochs=1)
+    assert model is not None and load_model(model).metrics["epochs_run"] == 1

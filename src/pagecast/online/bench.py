@@ -89,7 +89,7 @@ def train_learned(traces: list[Path], out: Path, epochs: int) -> Path | None:
     except ImportError:
         return None
     cmd = [sys.executable, "-m", "pagecast", "train", *map(str, traces), "-o", str(out), "--epochs", str(epochs),
-           "--max-windows", "4096", "--patience", "1"]
+           "--windows-per-epoch", "4096", "--patience", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise PagecastError(f"training failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
