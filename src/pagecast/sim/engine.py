@@ -21,7 +21,8 @@ from pagecast.policies import bestoffset, leap, markov, nextline, stride
 from pagecast.sim.hashtab import intern, make_key
 
 # --- per-slot fields: S[slot, field] (one slot's fields share a cache line) ----------------------------------------------
-F_KEY, F_FLAG, F_ARR, F_PREV, F_NEXT, F_POS, F_NXT, F_SEEN = range(8)
+# F_STAMP: for LRU/FIFO, the stamp of the slot's newest entry in the recency queue.
+F_KEY, F_FLAG, F_ARR, F_STAMP, F_SPARE, F_POS, F_NXT, F_SEEN = range(8)
 N_FIELDS = 8
 RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
 
@@ -29,7 +30,7 @@ RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
 (G_NRES, G_NSLOTS, G_HEAD, G_TAIL, G_HAND, G_NOW, G_LAST_T, G_T0, G_LINK, G_HEAPN, G_SCHED, G_LOGN, G_POS,
  G_LASTHIT, G_STARTED,
  C_ACCESSES, C_HITS, C_FAULTS, C_LATE, C_PF_ISSUED, C_PF_USEFUL, C_PF_USELESS, C_PF_REDUNDANT, C_PF_SKIPPED,
- C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT) = range(31)
+ C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT, G_STAMP) = range(32)
 N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
@@ -49,28 +50,51 @@ MAX_PF = 64
 
 
 # --- eviction structures -------------------------------------------------------------
+# LRU and FIFO keep a recency queue instead of a doubly linked list: entries (stamp, slot)
+# in ``heap[0:2, G_HEAD:G_TAIL]`` in order of use; an entry is live while its slot is
+# resident and still carries that stamp. A hit appends one entry (a sequential write)
+# instead of unlinking the slot (two random cache misses on its neighbours); the victim
+# is the oldest live entry, i.e. exactly the list's head. Stale entries are dropped when
+# the queue is full (live entries <= resident pages <= half its length: amortised O(1)).
 @njit(cache=True, inline="always")
-def _list_append(g, S, s):
-    S[s, F_PREV] = g[G_TAIL]
-    S[s, F_NEXT] = NIL
-    if g[G_TAIL] != NIL:
-        S[g[G_TAIL], F_NEXT] = s
-    else:
-        g[G_HEAD] = s
-    g[G_TAIL] = s
+def _q_live(S, heap, j):
+    s = heap[1, j]
+    return (S[s, F_FLAG] & RES) != 0 and S[s, F_STAMP] == heap[0, j]
+
+
+@njit(cache=True)
+def _q_compact(g, S, heap):
+    k = 0
+    for j in range(g[G_HEAD], g[G_TAIL]):
+        if _q_live(S, heap, j):
+            heap[0, k] = heap[0, j]
+            heap[1, k] = heap[1, j]
+            k += 1
+    g[G_HEAD] = 0
+    g[G_TAIL] = k
 
 
 @njit(cache=True, inline="always")
-def _list_remove(g, S, s):
-    p, n = S[s, F_PREV], S[s, F_NEXT]
-    if p != NIL:
-        S[p, F_NEXT] = n
-    else:
-        g[G_HEAD] = n
-    if n != NIL:
-        S[n, F_PREV] = p
-    else:
-        g[G_TAIL] = p
+def _q_push(g, S, heap, s):
+    if g[G_TAIL] == heap.shape[1]:
+        _q_compact(g, S, heap)
+    st = g[G_STAMP] + 1
+    g[G_STAMP] = st
+    S[s, F_STAMP] = st
+    t = g[G_TAIL]
+    heap[0, t] = st
+    heap[1, t] = s
+    g[G_TAIL] = t + 1
+
+
+@njit(cache=True, inline="always")
+def _q_pop(g, S, heap):
+    """Slot of the oldest live entry (removed from the queue)."""
+    while True:
+        j = g[G_HEAD]
+        g[G_HEAD] = j + 1
+        if _q_live(S, heap, j):
+            return heap[1, j]
 
 
 @njit(cache=True)
@@ -137,8 +161,7 @@ def _evict(g, cfg, S, frames, heap):
     """Drop one page; return the frame it held."""
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        v = g[G_HEAD]
-        _list_remove(g, S, v)
+        v = _q_pop(g, S, heap)
     elif ev == EV_CLOCK:
         cap = cfg[K_CAP]
         while S[frames[g[G_HAND]], F_FLAG] & REF:
@@ -171,7 +194,7 @@ def _insert(g, cfg, S, frames, heap, s, flags):
     S[s, F_FLAG] = RES | flags
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        _list_append(g, S, s)
+        _q_push(g, S, heap, s)
     elif ev == EV_MIN:
         _heap_push(g, heap, S, frames, S[s, F_NXT], s)
 
@@ -280,9 +303,8 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
                 S[s, F_FLAG] = f & ~PF
                 observed = True
                 hit = True
-            if ev == EV_LRU and g[G_TAIL] != s:
-                _list_remove(g, S, s)
-                _list_append(g, S, s)
+            if ev == EV_LRU and S[s, F_STAMP] != g[G_STAMP]:  # not already the newest entry
+                _q_push(g, S, heap, s)
             elif ev == EV_CLOCK:
                 S[s, F_FLAG] |= REF
             elif ev == EV_MIN:

@@ -69,7 +69,6 @@ class _State:
         n = max(1024, distinct_hint)
         self.cfg = cfg
         self.g = np.zeros(E.N_GLOBALS, np.int64)
-        self.g[E.G_HEAD] = self.g[E.G_TAIL] = E.NIL
         self.htab = new_table(n)
         self.S = np.zeros((n, E.N_FIELDS), np.int64)
         self.frames = np.zeros(min(int(cfg[E.K_CAP]), n), np.int64)
