@@ -256,6 +256,22 @@ def _log(g, logs, gi, s):
     g[G_LOGN] = n + 1
 
 
+@njit(cache=True, inline="always")
+def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, observed):
+    g[G_NOW] = now
+    g[G_LAST_T] = last_t
+    g[C_ACCESSES] += acc
+    g[C_HITS] += hits
+    g[C_FAULTS] += faults
+    g[C_LATE] += late
+    g[C_STALL] += stall
+    g[C_LATE_NS] += late_ns
+    g[G_DISTINCT] += distinct
+    g[C_BYTES_IN] += bytes_in
+    g[C_PF_USEFUL] += useful
+    g[C_OBSERVED] += observed
+
+
 @njit(cache=True)
 def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
         pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
@@ -266,24 +282,31 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
     fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
     page_size = cfg[K_PAGE]
     logging = cfg[K_LOG] != 0
+    if i0 < n_rows and g[G_STARTED] == 0:
+        g[G_STARTED] = 1
+        g[G_T0] = t[i0]
+        g[G_LAST_T] = t[i0]
+    # The per-access counters live in locals (registers) and reach g only at exits and
+    # before calls that read g: stores into g could alias S, so LLVM would otherwise
+    # reload and store every counter on every access.
+    now = g[G_NOW]
+    last_t = g[G_LAST_T]
+    acc = hits = faults = late = stall = late_ns = distinct = bytes_in = useful = n_obs = 0
     for i in range(i0, n_rows):
         if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
                 or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
             g[G_POS] = i
+            _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return NEED_GROW
         ti = t[i]
-        if g[G_STARTED] == 0:
-            g[G_STARTED] = 1
-            g[G_T0] = ti
-            g[G_LAST_T] = ti
-        if ti > g[G_LAST_T]:
-            g[G_NOW] += ti - g[G_LAST_T]
-            g[G_LAST_T] = ti
+        if ti > last_t:
+            now += ti - last_t
+            last_t = ti
         s = ids[i]
-        g[C_ACCESSES] += 1
+        acc += 1
         if S[s, F_SEEN] == 0:
             S[s, F_SEEN] = 1
-            g[G_DISTINCT] += 1
+            distinct += 1
         if ev == EV_MIN:
             S[s, F_NXT] = nextuse[i]
         f = S[s, F_FLAG]
@@ -291,15 +314,15 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
         hit = False
         if f & RES:
             arr = S[s, F_ARR]
-            if arr > g[G_NOW]:
-                g[C_LATE] += 1
-                g[C_STALL] += arr - g[G_NOW]
-                g[C_LATE_NS] += arr - g[G_NOW]
-                g[G_NOW] = arr
+            if arr > now:
+                late += 1
+                stall += arr - now
+                late_ns += arr - now
+                now = arr
             else:
-                g[C_HITS] += 1
+                hits += 1
             if f & PF:
-                g[C_PF_USEFUL] += 1
+                useful += 1
                 S[s, F_FLAG] = f & ~PF
                 observed = True
                 hit = True
@@ -310,19 +333,20 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
             elif ev == EV_MIN:
                 _heap_push(g, heap, S, frames, S[s, F_NXT], s)
         else:
-            g[C_FAULTS] += 1
-            g[C_STALL] += fault_cost
-            g[G_NOW] += fault_cost
-            g[C_BYTES_IN] += page_size
+            faults += 1
+            stall += fault_cost
+            now += fault_cost
+            bytes_in += page_size
             _insert(g, cfg, S, frames, heap, s, REF if ev == EV_CLOCK else 0)
-            S[s, F_ARR] = g[G_NOW]
-            if g[G_LINK] < g[G_NOW]:
-                g[G_LINK] = g[G_NOW]
+            S[s, F_ARR] = now
+            if g[G_LINK] < now:
+                g[G_LINK] = now
             observed = True
         if wr[i]:
             S[s, F_FLAG] |= DIRTY
         if kind == PF_NONE:
             continue
+        g[G_NOW] = now  # issue() reads the clock
         gi = base + i
         if kind == PF_SCHEDULE:
             p = g[G_SCHED]
@@ -343,10 +367,11 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
             continue
         if not observed:
             continue
-        g[C_OBSERVED] += 1
+        n_obs += 1
         if kind == PF_PYTHON:
             g[G_POS] = i
             g[G_LASTHIT] = 1 if hit else 0
+            _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return PAUSE
         if kind == PF_ORACLE:
             k = min(cfg[K_ORACLE_K], maxpf)
@@ -384,6 +409,7 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
                     _log(g, logs, gi, ps)
                 issue(g, cfg, S, frames, heap, ps)
     g[G_POS] = n_rows
+    _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
     return DONE
 
 
