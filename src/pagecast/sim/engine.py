@@ -310,12 +310,16 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
     now = g[G_NOW]
     last_t = g[G_LAST_T]
     acc = hits = faults = late = stall = late_ns = distinct = bytes_in = useful = n_obs = 0
+    # Without a prefetcher no slot is created and nothing is logged inside the loop: the
+    # room check is loop-invariant, so it runs once.
+    check = True
     for i in range(i0, n_rows):
-        if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
-                or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
+        if check and (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
+                      or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
             g[G_POS] = i
             _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return NEED_GROW
+        check = kind != PF_NONE
         ti = t[i]
         if ti > last_t:
             now += ti - last_t
