@@ -51,7 +51,7 @@ N_U = 32
 # config
 (Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = range(11)
 N_Q = 12
-# page state flags P[block, page]
+# page state flags of the page-array ``tree_prefetch`` (the simulator itself keeps bit maps, below)
 P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
 
 DONE, NEED_GROW = 0, 1
@@ -121,12 +121,13 @@ def tree_prefetch(lo, hi, state, threshold, out, work):
     return n
 
 
-# Per block, three 512-bit maps mirror P's flags: W[b, W_RES] resident pages, W[b, W_FLT]
-# pages faulted in the open batch, W[b, W_PF] prefetched pages not used yet. Servicing a
-# batch and evicting a chunk then work on 8 words per map (popcounts for the tree's
-# subtree counts, shifts for contiguous copies) and touch P only for pages that change,
-# instead of scanning all 512 pages of every block several times per batch.
-W_RES, W_FLT, W_PF = 0, 1, 2
+# Page state is kept per block as four 512-bit maps: W[b, W_RES] resident pages,
+# W[b, W_FLT] pages faulted in the open batch, W[b, W_PF] prefetched pages not used yet,
+# W[b, W_SEEN] pages ever demanded. Servicing a batch and evicting a chunk work on 8 words
+# per map (popcounts for the tree's subtree counts, shifts for contiguous copies) instead
+# of scanning and writing all 512 pages of every block several times per batch.
+W_RES, W_FLT, W_PF, W_SEEN = 0, 1, 2, 3
+N_MAPS = 4
 WORDS = PAGES_PER_BLOCK // 64
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
@@ -231,7 +232,7 @@ def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel):
 
 
 @njit(cache=True)
-def _evict_block(u, q, B, P, W, b):
+def _evict_block(u, q, B, W, b):
     # unlink from the residency FIFO, send every resident page home
     p, nx = B[B_PREV, b], B[B_NEXT, b]
     if p != NIL:
@@ -250,10 +251,6 @@ def _evict_block(u, q, B, P, W, b):
         useless += _popcount(W[b, W_PF, w])
     copies = _runs(res)
     for w in range(WORDS):
-        x = res[w]
-        while x:
-            P[b, 64 * w + _lowbit(x)] &= ~(P_RES | P_PF)
-            x &= x - _ONE
         res[w] = _ZERO
         W[b, W_PF, w] = _ZERO
     u[C_USELESS] += useless
@@ -268,7 +265,7 @@ def _evict_block(u, q, B, P, W, b):
 
 
 @njit(cache=True)
-def _service(u, q, B, P, W, fb, leaves, sel):
+def _service(u, q, B, W, fb, leaves, sel):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
     batch = u[U_BATCHID]
@@ -281,7 +278,7 @@ def _service(u, q, B, P, W, fb, leaves, sel):
                     v = B[B_NEXT, v]
                 if v == NIL:
                     v = u[U_HEAD]
-                cost += _evict_block(u, q, B, P, W, v)
+                cost += _evict_block(u, q, B, W, v)
             B[B_CHUNK, b] = 1
             u[U_USED] += 1
             B[B_PREV, b] = u[U_TAIL]
@@ -301,10 +298,6 @@ def _service(u, q, B, P, W, fb, leaves, sel):
                 new = sel[w] & ~flt[w] & ~res[w] & _span(w, lo, hi)
                 u[C_PF] += _popcount(new)
                 pf[w] |= new
-                x = new
-                while x:
-                    P[b, 64 * w + _lowbit(x)] |= P_PF
-                    x &= x - _ONE
         # migrate faulted + prefetched pages that are not resident, in contiguous copies
         moved = 0
         for w in range(WORDS):
@@ -315,15 +308,7 @@ def _service(u, q, B, P, W, fb, leaves, sel):
         u[C_COPIES] += copies
         cost += copies * q[Q_COPY_NS]
         for w in range(WORDS):
-            m = leaves[w]
-            res[w] |= m
-            while m:
-                P[b, 64 * w + _lowbit(m)] |= P_RES
-                m &= m - _ONE
-            x = flt[w]
-            while x:
-                P[b, 64 * w + _lowbit(x)] &= ~P_FAULT
-                x &= x - _ONE
+            res[w] |= leaves[w]
             flt[w] = _ZERO
         B[B_NRES, b] += moved
         u[C_BIN] += moved * q[Q_PAGE]
@@ -336,14 +321,14 @@ def _service(u, q, B, P, W, fb, leaves, sel):
 
 
 @njit(cache=True)
-def _close(u, q, B, P, W, fb, leaves, sel):
-    c = _service(u, q, B, P, W, fb, leaves, sel)
+def _close(u, q, B, W, fb, leaves, sel):
+    c = _service(u, q, B, W, fb, leaves, sel)
     u[U_NOW] += c
     u[C_STALL] += c
 
 
 @njit(cache=True)
-def run_uvm(u, q, htab, B, P, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finish):
+def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
     last_key = -2
     last_b = -1
@@ -359,7 +344,7 @@ def run_uvm(u, q, htab, B, P, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, fi
             u[U_NOW] += ti - u[U_LAST_T]
             u[U_LAST_T] = ti
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
-            _close(u, q, B, P, W, fb, leaves, sel)
+            _close(u, q, B, W, fb, leaves, sel)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -385,9 +370,7 @@ def run_uvm(u, q, htab, B, P, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, fi
             B[B_CHUNK, b] = 0
             B[B_INBATCH, b] = -1
             B[B_FAULTS, b] = 0
-            for k in range(PAGES_PER_BLOCK):
-                P[b, k] = 0
-            for k in range(3):
+            for k in range(N_MAPS):
                 for w in range(WORDS):
                     W[b, k, w] = _ZERO
         if j < B[B_LO, b]:
@@ -395,29 +378,28 @@ def run_uvm(u, q, htab, B, P, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, fi
         if j >= B[B_HI, b]:
             B[B_HI, b] = j + 1
         u[C_ACC] += 1
-        f = P[b, j]
-        if not f & P_SEEN:
-            P[b, j] = f | P_SEEN
+        w = j >> 6
+        m = _ONE << np.uint64(j & 63)
+        if not W[b, W_SEEN, w] & m:
+            W[b, W_SEEN, w] |= m
             u[C_DISTINCT] += 1
-        if f & P_RES:
+        if W[b, W_RES, w] & m:
             u[C_HITS] += 1
-            if f & P_PF:
+            if W[b, W_PF, w] & m:
                 u[C_USEFUL] += 1
-                P[b, j] &= ~P_PF
-                W[b, W_PF, j >> 6] &= ~(_ONE << np.uint64(j & 63))
+                W[b, W_PF, w] &= ~m
             continue
         u[C_FAULTS] += 1
-        if f & P_FAULT:
+        if W[b, W_FLT, w] & m:
             u[C_DUP] += 1
             continue
         if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
-            _close(u, q, B, P, W, fb, leaves, sel)
+            _close(u, q, B, W, fb, leaves, sel)
         if not u[U_OPEN]:
             u[U_OPEN] = 1
             u[U_BSTART] = u[U_NOW]
             u[U_BATCHID] += 1
-        P[b, j] |= P_FAULT
-        W[b, W_FLT, j >> 6] |= _ONE << np.uint64(j & 63)
+        W[b, W_FLT, w] |= m
         u[U_NF] += 1
         u[C_FPAGES] += 1
         if B[B_INBATCH, b] != u[U_BATCHID]:
@@ -425,7 +407,7 @@ def run_uvm(u, q, htab, B, P, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, fi
             fb[u[U_NB]] = b
             u[U_NB] += 1
     if finish and u[U_OPEN]:
-        _close(u, q, B, P, W, fb, leaves, sel)
+        _close(u, q, B, W, fb, leaves, sel)
     return n
 
 
@@ -478,9 +460,8 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     u[U_HEAD] = u[U_TAIL] = NIL
     htab = new_table(1024)
     B = np.zeros((N_BFIELDS, 1024), np.int64)
-    P = np.zeros((1024, PAGES_PER_BLOCK), np.uint8)
     fb = np.zeros(q[Q_BATCH] + 1, np.int64)
-    W = np.zeros((1024, 3, WORDS), np.uint64)
+    W = np.zeros((1024, N_MAPS, WORDS), np.uint64)
     leaves = np.zeros(WORDS, np.uint64)
     sel = np.zeros(WORDS, np.uint64)
     it = demand_chunks(trace, config.chunk_rows)
@@ -490,7 +471,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, htab, B, P, W, fb, leaves, sel, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(u, q, htab, B, W, fb, leaves, sel, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
@@ -498,11 +479,9 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
                     size = 2 * B.shape[1]
                     B2 = np.zeros((N_BFIELDS, size), np.int64)
                     B2[:, : B.shape[1]] = B
-                    P2 = np.zeros((size, PAGES_PER_BLOCK), np.uint8)
-                    P2[: P.shape[0]] = P
-                    W2 = np.zeros((size, 3, WORDS), np.uint64)
+                    W2 = np.zeros((size, N_MAPS, WORDS), np.uint64)
                     W2[: W.shape[0]] = W
-                    B, P, W = B2, P2, W2
+                    B, W = B2, W2
         cur = nxt
     compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
     res = SimResult(
@@ -514,7 +493,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         distinct_pages=int(u[C_DISTINCT]), fault_batches=int(u[C_BATCHES]),
     )
     nb = int(u[U_NBLOCKS])
-    res.unused_at_end = int(np.count_nonzero((P[:nb] & (P_RES | P_PF)) == (P_RES | P_PF)))
+    res.unused_at_end = int(np.unpackbits((W[:nb, W_RES] & W[:nb, W_PF]).view(np.uint8)).sum())
     res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
                      chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy())
     res.wall_s = time.perf_counter() - t_start
