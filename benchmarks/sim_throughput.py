@@ -1,6 +1,7 @@
 """Simulator throughput, scaling and memory (targets in DESIGN.md §8).
 
-Prints, measured in this run on one pinned core:
+Prints, measured in this run on one pinned core (rates per wall second and per CPU
+second of this process: on a shared machine wall time includes waiting for the core):
   * accesses/s of ``simulate`` (LRU, no prefetch; whole call: Parquet decode + simulation)
     on a 10 M-access trace, beside a plain-Python OrderedDict LRU on the same trace
     (its first 1 M accesses: the pure-Python loop would take minutes on all 10 M) → ratio;
@@ -69,7 +70,7 @@ def python_lru(path: Path, capacity: int, limit: int) -> tuple[int, float]:
     import pyarrow.parquet as pq
 
     pages = pq.read_table(path, columns=["page"]).column(0).to_numpy()[:limit].tolist()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     cache: OrderedDict = OrderedDict()
     faults = 0
     for p in pages:
@@ -80,26 +81,30 @@ def python_lru(path: Path, capacity: int, limit: int) -> tuple[int, float]:
             if len(cache) >= capacity:
                 cache.popitem(last=False)
             cache[p] = True
-    return faults, time.perf_counter() - t0
+    return faults, time.process_time() - t0
 
 
-def read_only(path: Path) -> float:
-    """Seconds to read and decode the demand stream alone (the simulator's I/O share)."""
+def read_only(path: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds to read and decode the demand stream alone (the I/O share)."""
     from pagecast.sim.stream import as_trace, demand_chunks
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in demand_chunks(as_trace(path)):
         pass
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def timed_simulate(path: Path, capacity: int, uvm: bool = False) -> tuple[float, dict]:
+    """Wall seconds and the result; the result's ``cpu_s`` is this process's CPU time
+    (on a shared machine wall time includes waiting for the core)."""
     from pagecast.sim import SimConfig, simulate
 
     cfg = SimConfig(capacity=capacity, uvm=uvm)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     r = simulate(path, cfg, "tree" if uvm else "none")
-    return time.perf_counter() - t0, r.to_dict()
+    d = r.to_dict()
+    d["cpu_s"] = time.process_time() - c0
+    return time.perf_counter() - t0, d
 
 
 def child_rss(path: Path, capacity: int) -> dict:
@@ -139,16 +144,18 @@ def main() -> int:
     s10 = write_bench_trace(d / "stream_10M.parquet", 10_000_000, stream=True, seed=2)
     pf, psec = python_lru(t10, cap, 1_000_000)
     prate = 1_000_000 / psec
-    print(f"\nplain-Python LRU (baseline): 1,000,000 accesses of skewed.10M in {psec:.2f} s = {prate / 1e6:.2f} M accesses/s")
+    print(f"\nplain-Python LRU (baseline): 1,000,000 accesses of skewed.10M in {psec:.2f} s CPU = {prate / 1e6:.2f} M accesses/s")
+    print("rates: wall | CPU time of this process (the core is shared: wall includes waiting for it)")
     print("\n## LRU, no prefetch (target >= 20 M accesses/s)")
     for label, path, c in (("skewed (1 Mi pages, 4 GiB)", t10, cap), ("streaming (64 Ki pages)", s10, 1 << 14)):
         sec, r = timed_simulate(path, c)
-        io = read_only(path)
+        io, iocpu = read_only(path)
         rate = r["accesses"] / sec
-        krate = r["accesses"] / max(sec - io, 1e-9)
-        print(f"{label:28s}: {r['accesses']:,} accesses in {sec:.2f} s = {rate / 1e6:5.1f} M/s end to end "
-              f"({rate / prate:.1f}x Python); without Parquet decode ({io:.2f} s) {krate / 1e6:5.1f} M/s "
-              f"({krate / prate:.1f}x); faults {r['faults']:,}")
+        crate = r["accesses"] / r["cpu_s"]
+        krate = r["accesses"] / max(r["cpu_s"] - iocpu, 1e-9)
+        print(f"{label:28s}: {r['accesses']:,} accesses in {sec:.2f} s wall = {rate / 1e6:5.1f} M/s | "
+              f"{r['cpu_s']:.2f} s CPU = {crate / 1e6:5.1f} M/s end to end ({crate / prate:.1f}x Python); "
+              f"without Parquet decode ({iocpu:.2f} s CPU) {krate / 1e6:5.1f} M/s ({krate / prate:.1f}x); faults {r['faults']:,}")
 
     print("\n## UVM mode, tree prefetcher (target >= 5 M accesses/s)")
     g_stream = write_bench_trace(d / "uvm_stream_10M.parquet", 10_000_000, gpu=True, stream=True, seed=3)
@@ -156,18 +163,19 @@ def main() -> int:
     for label, path, c in (("streaming, 256 MiB in 512 MiB", g_stream, 1 << 17), ("streaming, 256 MiB on 128 MiB", g_stream, 1 << 15),
                            ("skewed, 4 GiB on 2 GiB", g_skew, UNIVERSE // 2)):
         usec, ur = timed_simulate(path, c, uvm=True)
-        io = read_only(path)
+        io, iocpu = read_only(path)
         urate = ur["accesses"] / usec
-        krate = ur["accesses"] / max(usec - io, 1e-9)
-        print(f"{label:30s}: {ur['accesses']:,} in {usec:.2f} s = {urate / 1e6:5.1f} M/s end to end ({urate / prate:.1f}x Python); "
-              f"without decode {krate / 1e6:5.1f} M/s "
+        crate = ur["accesses"] / ur["cpu_s"]
+        krate = ur["accesses"] / max(ur["cpu_s"] - iocpu, 1e-9)
+        print(f"{label:30s}: {ur['accesses']:,} in {usec:.2f} s wall = {urate / 1e6:5.1f} M/s | {ur['cpu_s']:.2f} s CPU = "
+              f"{crate / 1e6:5.1f} M/s end to end ({crate / prate:.1f}x Python); without decode {krate / 1e6:5.1f} M/s "
               f"({ur['fault_batches']:,} batches, {ur['prefetches']:,} pages prefetched, {ur['evictions']:,} chunk evictions)")
 
     print("\n## Scaling (LRU, no prefetch)")
     for n in (1_000_000, 3_000_000, 10_000_000):
         p = t10 if n == 10_000_000 else write_bench_trace(d / f"lru_{n // 1_000_000}M.parquet", n)
         s, rr = timed_simulate(p, cap)
-        print(f"{n:>12,} accesses: {s:6.2f} s  {s / n * 1e9:5.1f} ns/access")
+        print(f"{n:>12,} accesses: {s:6.2f} s wall, {rr['cpu_s']:6.2f} s CPU = {rr['cpu_s'] / n * 1e9:5.1f} ns/access")
 
     print("\n## Peak RSS (fresh process, same distinct pages)")
     sizes = [10_000_000] + ([] if args.quick else [100_000_000])

@@ -21,7 +21,8 @@ from pagecast.policies import bestoffset, leap, markov, nextline, stride
 from pagecast.sim.hashtab import intern, make_key
 
 # --- per-slot fields: S[slot, field] (one slot's fields share a cache line) ----------------------------------------------
-F_KEY, F_FLAG, F_ARR, F_PREV, F_NEXT, F_POS, F_NXT, F_SEEN = range(8)
+# F_STAMP: for LRU/FIFO, the stamp of the slot's newest entry in the recency queue.
+F_KEY, F_FLAG, F_ARR, F_STAMP, F_SPARE, F_POS, F_NXT, F_SEEN = range(8)
 N_FIELDS = 8
 RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
 
@@ -29,7 +30,7 @@ RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
 (G_NRES, G_NSLOTS, G_HEAD, G_TAIL, G_HAND, G_NOW, G_LAST_T, G_T0, G_LINK, G_HEAPN, G_SCHED, G_LOGN, G_POS,
  G_LASTHIT, G_STARTED,
  C_ACCESSES, C_HITS, C_FAULTS, C_LATE, C_PF_ISSUED, C_PF_USEFUL, C_PF_USELESS, C_PF_REDUNDANT, C_PF_SKIPPED,
- C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT) = range(31)
+ C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT, G_STAMP) = range(32)
 N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
@@ -49,28 +50,51 @@ MAX_PF = 64
 
 
 # --- eviction structures -------------------------------------------------------------
+# LRU and FIFO keep a recency queue instead of a doubly linked list: entries (stamp, slot)
+# in ``heap[0:2, G_HEAD:G_TAIL]`` in order of use; an entry is live while its slot is
+# resident and still carries that stamp. A hit appends one entry (a sequential write)
+# instead of unlinking the slot (two random cache misses on its neighbours); the victim
+# is the oldest live entry, i.e. exactly the list's head. Stale entries are dropped when
+# the queue is full (live entries <= resident pages <= half its length: amortised O(1)).
 @njit(cache=True, inline="always")
-def _list_append(g, S, s):
-    S[s, F_PREV] = g[G_TAIL]
-    S[s, F_NEXT] = NIL
-    if g[G_TAIL] != NIL:
-        S[g[G_TAIL], F_NEXT] = s
-    else:
-        g[G_HEAD] = s
-    g[G_TAIL] = s
+def _q_live(S, heap, j):
+    s = heap[1, j]
+    return (S[s, F_FLAG] & RES) != 0 and S[s, F_STAMP] == heap[0, j]
+
+
+@njit(cache=True)
+def _q_compact(g, S, heap):
+    k = 0
+    for j in range(g[G_HEAD], g[G_TAIL]):
+        if _q_live(S, heap, j):
+            heap[0, k] = heap[0, j]
+            heap[1, k] = heap[1, j]
+            k += 1
+    g[G_HEAD] = 0
+    g[G_TAIL] = k
 
 
 @njit(cache=True, inline="always")
-def _list_remove(g, S, s):
-    p, n = S[s, F_PREV], S[s, F_NEXT]
-    if p != NIL:
-        S[p, F_NEXT] = n
-    else:
-        g[G_HEAD] = n
-    if n != NIL:
-        S[n, F_PREV] = p
-    else:
-        g[G_TAIL] = p
+def _q_push(g, S, heap, s):
+    if g[G_TAIL] == heap.shape[1]:
+        _q_compact(g, S, heap)
+    st = g[G_STAMP] + 1
+    g[G_STAMP] = st
+    S[s, F_STAMP] = st
+    t = g[G_TAIL]
+    heap[0, t] = st
+    heap[1, t] = s
+    g[G_TAIL] = t + 1
+
+
+@njit(cache=True, inline="always")
+def _q_pop(g, S, heap):
+    """Slot of the oldest live entry (removed from the queue)."""
+    while True:
+        j = g[G_HEAD]
+        g[G_HEAD] = j + 1
+        if _q_live(S, heap, j):
+            return heap[1, j]
 
 
 @njit(cache=True)
@@ -137,8 +161,7 @@ def _evict(g, cfg, S, frames, heap):
     """Drop one page; return the frame it held."""
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        v = g[G_HEAD]
-        _list_remove(g, S, v)
+        v = _q_pop(g, S, heap)
     elif ev == EV_CLOCK:
         cap = cfg[K_CAP]
         while S[frames[g[G_HAND]], F_FLAG] & REF:
@@ -171,7 +194,7 @@ def _insert(g, cfg, S, frames, heap, s, flags):
     S[s, F_FLAG] = RES | flags
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        _list_append(g, S, s)
+        _q_push(g, S, heap, s)
     elif ev == EV_MIN:
         _heap_push(g, heap, S, frames, S[s, F_NXT], s)
 
@@ -209,17 +232,35 @@ def new_slot(g, htab, S, key):
 
 
 @njit(cache=True)
-def intern_rows(g, htab, S, reg, pg, ids, i0):
+def intern_rows(g, htab, S, reg, pg, ids, i0, dmap, doff, dlen):
     """Slot ids of rows i0...; returns where it stopped (len(reg), or earlier when the
-    tables need to grow: the caller grows them and calls again from there)."""
+    tables need to grow: the caller grows them and calls again from there).
+
+    ``dmap`` caches the hash table for pages inside a known region: entry
+    ``doff[r] + page`` holds slot + 1 (0: not looked up yet). Pages are region-relative,
+    so this is one small direct-indexed array (4 B per page of the regions) instead of a
+    probe into a 16 B-per-entry table at half load; ids stay the hash table's (first-seen
+    order), so pages a prefetcher names later map to the same slots.
+    """
     last_key = -2
     last_id = -1
+    nreg = len(doff)
     for i in range(i0, len(reg)):
         if g[G_NSLOTS] + MAX_PF + 2 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 2) > htab.shape[0]:
             return i
-        key = make_key(reg[i], pg[i])
-        if key != last_key:  # runs of the same page are common: skip the hash probe
-            last_id = new_slot(g, htab, S, key)
+        r = reg[i]
+        p = pg[i]
+        key = make_key(r, p)
+        if key != last_key:  # runs of the same page are common: skip the lookup
+            if 0 <= r < nreg and 0 <= p < dlen[r]:
+                j = doff[r] + p
+                v = dmap[j]
+                if v == 0:
+                    v = new_slot(g, htab, S, key) + 1
+                    dmap[j] = v
+                last_id = v - 1
+            else:
+                last_id = new_slot(g, htab, S, key)
             last_key = key
         ids[i] = last_id
     return len(reg)
@@ -233,6 +274,22 @@ def _log(g, logs, gi, s):
     g[G_LOGN] = n + 1
 
 
+@njit(cache=True, inline="always")
+def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, observed):
+    g[G_NOW] = now
+    g[G_LAST_T] = last_t
+    g[C_ACCESSES] += acc
+    g[C_HITS] += hits
+    g[C_FAULTS] += faults
+    g[C_LATE] += late
+    g[C_STALL] += stall
+    g[C_LATE_NS] += late_ns
+    g[G_DISTINCT] += distinct
+    g[C_BYTES_IN] += bytes_in
+    g[C_PF_USEFUL] += useful
+    g[C_OBSERVED] += observed
+
+
 @njit(cache=True)
 def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
         pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
@@ -243,24 +300,35 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
     fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
     page_size = cfg[K_PAGE]
     logging = cfg[K_LOG] != 0
+    if i0 < n_rows and g[G_STARTED] == 0:
+        g[G_STARTED] = 1
+        g[G_T0] = t[i0]
+        g[G_LAST_T] = t[i0]
+    # The per-access counters live in locals (registers) and reach g only at exits and
+    # before calls that read g: stores into g could alias S, so LLVM would otherwise
+    # reload and store every counter on every access.
+    now = g[G_NOW]
+    last_t = g[G_LAST_T]
+    acc = hits = faults = late = stall = late_ns = distinct = bytes_in = useful = n_obs = 0
+    # Without a prefetcher no slot is created and nothing is logged inside the loop: the
+    # room check is loop-invariant, so it runs once.
+    check = True
     for i in range(i0, n_rows):
-        if (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
-                or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
+        if check and (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
+                      or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
             g[G_POS] = i
+            _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return NEED_GROW
+        check = kind != PF_NONE
         ti = t[i]
-        if g[G_STARTED] == 0:
-            g[G_STARTED] = 1
-            g[G_T0] = ti
-            g[G_LAST_T] = ti
-        if ti > g[G_LAST_T]:
-            g[G_NOW] += ti - g[G_LAST_T]
-            g[G_LAST_T] = ti
+        if ti > last_t:
+            now += ti - last_t
+            last_t = ti
         s = ids[i]
-        g[C_ACCESSES] += 1
+        acc += 1
         if S[s, F_SEEN] == 0:
             S[s, F_SEEN] = 1
-            g[G_DISTINCT] += 1
+            distinct += 1
         if ev == EV_MIN:
             S[s, F_NXT] = nextuse[i]
         f = S[s, F_FLAG]
@@ -268,39 +336,39 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
         hit = False
         if f & RES:
             arr = S[s, F_ARR]
-            if arr > g[G_NOW]:
-                g[C_LATE] += 1
-                g[C_STALL] += arr - g[G_NOW]
-                g[C_LATE_NS] += arr - g[G_NOW]
-                g[G_NOW] = arr
+            if arr > now:
+                late += 1
+                stall += arr - now
+                late_ns += arr - now
+                now = arr
             else:
-                g[C_HITS] += 1
+                hits += 1
             if f & PF:
-                g[C_PF_USEFUL] += 1
+                useful += 1
                 S[s, F_FLAG] = f & ~PF
                 observed = True
                 hit = True
-            if ev == EV_LRU and g[G_TAIL] != s:
-                _list_remove(g, S, s)
-                _list_append(g, S, s)
+            if ev == EV_LRU and S[s, F_STAMP] != g[G_STAMP]:  # not already the newest entry
+                _q_push(g, S, heap, s)
             elif ev == EV_CLOCK:
                 S[s, F_FLAG] |= REF
             elif ev == EV_MIN:
                 _heap_push(g, heap, S, frames, S[s, F_NXT], s)
         else:
-            g[C_FAULTS] += 1
-            g[C_STALL] += fault_cost
-            g[G_NOW] += fault_cost
-            g[C_BYTES_IN] += page_size
+            faults += 1
+            stall += fault_cost
+            now += fault_cost
+            bytes_in += page_size
             _insert(g, cfg, S, frames, heap, s, REF if ev == EV_CLOCK else 0)
-            S[s, F_ARR] = g[G_NOW]
-            if g[G_LINK] < g[G_NOW]:
-                g[G_LINK] = g[G_NOW]
+            S[s, F_ARR] = now
+            if g[G_LINK] < now:
+                g[G_LINK] = now
             observed = True
         if wr[i]:
             S[s, F_FLAG] |= DIRTY
         if kind == PF_NONE:
             continue
+        g[G_NOW] = now  # issue() reads the clock
         gi = base + i
         if kind == PF_SCHEDULE:
             p = g[G_SCHED]
@@ -321,10 +389,11 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
             continue
         if not observed:
             continue
-        g[C_OBSERVED] += 1
+        n_obs += 1
         if kind == PF_PYTHON:
             g[G_POS] = i
             g[G_LASTHIT] = 1 if hit else 0
+            _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return PAUSE
         if kind == PF_ORACLE:
             k = min(cfg[K_ORACLE_K], maxpf)
@@ -362,6 +431,7 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
                     _log(g, logs, gi, ps)
                 issue(g, cfg, S, frames, heap, ps)
     g[G_POS] = n_rows
+    _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
     return DONE
 
 

@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import grown, new_table
 from pagecast.sim.stream import as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.reader import Trace
+from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 
 PrefetcherSpec = str | Prefetcher | Schedule | None
@@ -65,11 +66,11 @@ def prefetcher_label(p: PrefetcherSpec) -> str:
 class _State:
     """The arrays the compiled loop works on, grown on demand."""
 
-    def __init__(self, cfg: np.ndarray, distinct_hint: int, log: bool):
+    def __init__(self, cfg: np.ndarray, distinct_hint: int, log: bool, regions: Sequence[Region] = ()):
         n = max(1024, distinct_hint)
         self.cfg = cfg
+        self.doff, self.dlen, self.dmap = _dense_layout(regions)
         self.g = np.zeros(E.N_GLOBALS, np.int64)
-        self.g[E.G_HEAD] = self.g[E.G_TAIL] = E.NIL
         self.htab = new_table(n)
         self.S = np.zeros((n, E.N_FIELDS), np.int64)
         self.frames = np.zeros(min(int(cfg[E.K_CAP]), n), np.int64)
@@ -103,6 +104,22 @@ class _State:
             logs = np.zeros((2, 2 * self.logs.shape[1]), np.int64)
             logs[:, : self.logs.shape[1]] = self.logs
             self.logs = logs
+
+
+DENSE_MAX_PAGES = 1 << 27  # 512 MiB of address space for the id cache (zero pages until touched)
+
+
+def _dense_layout(regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Offsets and lengths (pages) of the regions in the dense id cache, and the cache.
+
+    Regions of unknown length, or past DENSE_MAX_PAGES in total, get length 0: their
+    pages go to the hash table directly.
+    """
+    dlen = np.array([max(0, int(r.pages)) for r in regions], np.int64)
+    total = np.cumsum(dlen)
+    dlen[total > DENSE_MAX_PAGES] = 0
+    doff = np.concatenate([[0], np.cumsum(dlen)[:-1]]).astype(np.int64) if len(dlen) else np.zeros(0, np.int64)
+    return doff, dlen, np.zeros(int(dlen.sum()) if len(dlen) else 0, np.int32)
 
 
 def _config_array(config: SimConfig, page_size: int, kind: int) -> np.ndarray:
@@ -164,7 +181,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
     page_size = int(config.page_size or trace.page_size)
     kind, pobj = _resolve(prefetcher, config, engine)
     cfg = _config_array(config, page_size, kind)
-    st = _State(cfg, 1024, config.log_prefetches)
+    st = _State(cfg, 1024, config.log_prefetches, trace.regions)
     rpages = region_pages(trace.regions)
 
     pstate = np.zeros(1, np.int64)
@@ -241,7 +258,7 @@ def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
     ids = np.empty(n, np.int64)
     i = 0
     while True:
-        i = E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids, i)
+        i = E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids, i, st.dmap, st.doff, st.dlen)
         if i == n:
             return ids
         st.ensure(max(1024, int(st.g[E.G_NSLOTS])))  # grow geometrically
@@ -289,7 +306,7 @@ def count_distinct(trace_or_path: Trace | str | Path, chunk_rows: int = 1 << 20)
     trace = as_trace(trace_or_path)
     cfg = np.zeros(E.N_CFG, np.int64)
     cfg[E.K_CAP] = 1
-    st = _State(cfg, 1024, False)
+    st = _State(cfg, 1024, False, trace.regions)
     for chunk in demand_chunks(trace, chunk_rows):
         _ids(st, chunk)
     return int(st.g[E.G_NSLOTS])

@@ -51,7 +51,7 @@ N_U = 32
 # config
 (Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = range(11)
 N_Q = 12
-# page state flags P[block, page]
+# page state flags of the page-array ``tree_prefetch`` (the simulator itself keeps bit maps, below)
 P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
 
 DONE, NEED_GROW = 0, 1
@@ -121,8 +121,118 @@ def tree_prefetch(lo, hi, state, threshold, out, work):
     return n
 
 
+# Page state is kept per block as four 512-bit maps: W[b, W_RES] resident pages,
+# W[b, W_FLT] pages faulted in the open batch, W[b, W_PF] prefetched pages not used yet,
+# W[b, W_SEEN] pages ever demanded. Servicing a batch and evicting a chunk work on 8 words
+# per map (popcounts for the tree's subtree counts, shifts for contiguous copies) instead
+# of scanning and writing all 512 pages of every block several times per batch.
+W_RES, W_FLT, W_PF, W_SEEN = 0, 1, 2, 3
+N_MAPS = 4
+WORDS = PAGES_PER_BLOCK // 64
+_ONE = np.uint64(1)
+_ZERO = np.uint64(0)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_M1 = np.uint64(0x5555555555555555)
+_M2 = np.uint64(0x3333333333333333)
+_M4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+_H01 = np.uint64(0x0101010101010101)
+_U56 = np.uint64(56)
+_U63 = np.uint64(63)
+
+
+@njit(cache=True, inline="always")
+def _popcount(x):
+    x = x - ((x >> _ONE) & _M1)
+    x = (x & _M2) + ((x >> np.uint64(2)) & _M2)
+    x = (x + (x >> np.uint64(4))) & _M4
+    return int((x * _H01) >> _U56)
+
+
+@njit(cache=True, inline="always")
+def _span(w, a, e):
+    """Bits [a, e) of word ``w`` of a block's map (page indices a, e in 0..512)."""
+    lo = max(a - 64 * w, 0)
+    hi = min(e - 64 * w, 64)
+    if hi <= lo:
+        return _ZERO
+    m = _ALL if hi == 64 else (_ONE << np.uint64(hi)) - _ONE
+    return m & ~((_ONE << np.uint64(lo)) - _ONE)
+
+
+@njit(cache=True, inline="always")
+def _count(words, a, e):
+    c = 0
+    for w in range(a >> 6, ((e - 1) >> 6) + 1):
+        c += _popcount(words[w] & _span(w, a, e))
+    return c
+
+
+@njit(cache=True, inline="always")
+def _runs(words):
+    """Maximal runs of set bits across the 512-bit map (one copy each)."""
+    c = 0
+    carry = _ZERO
+    for w in range(WORDS):
+        x = words[w]
+        c += _popcount(x & ~((x << _ONE) | carry))
+        carry = x >> _U63
+    return c
+
+
+@njit(cache=True, inline="always")
+def _lowbit(x):
+    return _popcount((x & (~x + _ONE)) - _ONE)
+
+
 @njit(cache=True)
-def _evict_block(u, q, B, P, b):
+def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel):
+    """``tree_prefetch`` on bit maps: pages it selects (faulted ones included) → ``sel``.
+
+    ``leaves`` and ``sel`` are WORDS-long uint64 scratch.
+    """
+    base = (lo // BIG) * BIG
+    first = lo - base
+    nleaves = hi - base
+    for w in range(WORDS):
+        v = _span(w, lo, hi)
+        f = flt[w] & v
+        x = (res[w] | f) & v
+        if f:
+            # grow fault granularity: big pages are 16-page groups aligned in page space
+            for k in range(4):
+                g = np.uint64(0xFFFF) << np.uint64(16 * k)
+                if f & g:
+                    x |= g & v
+        leaves[w] = x
+        sel[w] = _ZERO
+    size_top = 1
+    while size_top < nleaves:
+        size_top *= 2
+    for w in range(WORDS):
+        f = flt[w] & _span(w, lo, hi)
+        while f:
+            p = 64 * w + _lowbit(f)
+            f &= f - _ONE
+            leaf = p - base
+            r0, r1 = -1, -1
+            size = 1
+            while size <= size_top:
+                s0 = (leaf // size) * size
+                s1 = min(s0 + size, nleaves)
+                if _count(leaves, s0 + base, s1 + base) * 100 > (s1 - s0) * threshold:
+                    r0, r1 = s0, s1
+                size *= 2
+            if r0 < 0:
+                continue
+            r0 = max(r0, first)
+            for w2 in range((r0 + base) >> 6, ((r1 + base - 1) >> 6) + 1):
+                sel[w2] |= _span(w2, r0 + base, r1 + base)
+            if r1 == nleaves:
+                return  # the driver stops once a selection reaches the block's end
+
+
+@njit(cache=True)
+def _evict_block(u, q, B, W, b):
     # unlink from the residency FIFO, send every resident page home
     p, nx = B[B_PREV, b], B[B_NEXT, b]
     if p != NIL:
@@ -133,21 +243,17 @@ def _evict_block(u, q, B, P, b):
         B[B_PREV, nx] = p
     else:
         u[U_TAIL] = p
+    res = W[b, W_RES]
     nres = 0
-    copies = 0
-    prev_res = False
-    for j in range(PAGES_PER_BLOCK):
-        f = P[b, j]
-        if f & P_RES:
-            nres += 1
-            if not prev_res:
-                copies += 1
-            prev_res = True
-        else:
-            prev_res = False
-        if f & P_PF:
-            u[C_USELESS] += 1
-        P[b, j] = f & ~(P_RES | P_PF)
+    useless = 0
+    for w in range(WORDS):
+        nres += _popcount(res[w])
+        useless += _popcount(W[b, W_PF, w])
+    copies = _runs(res)
+    for w in range(WORDS):
+        res[w] = _ZERO
+        W[b, W_PF, w] = _ZERO
+    u[C_USELESS] += useless
     u[C_BOUT] += nres * q[Q_PAGE]
     u[C_COPIES] += copies
     u[C_EVICT] += 1
@@ -159,7 +265,7 @@ def _evict_block(u, q, B, P, b):
 
 
 @njit(cache=True)
-def _service(u, q, B, P, fb, scratch, work):
+def _service(u, q, B, W, fb, leaves, sel):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
     batch = u[U_BATCHID]
@@ -172,7 +278,7 @@ def _service(u, q, B, P, fb, scratch, work):
                     v = B[B_NEXT, v]
                 if v == NIL:
                     v = u[U_HEAD]
-                cost += _evict_block(u, q, B, P, v)
+                cost += _evict_block(u, q, B, W, v)
             B[B_CHUNK, b] = 1
             u[U_USED] += 1
             B[B_PREV, b] = u[U_TAIL]
@@ -183,35 +289,27 @@ def _service(u, q, B, P, fb, scratch, work):
                 u[U_HEAD] = b
             u[U_TAIL] = b
         lo, hi = B[B_LO, b], B[B_HI, b]
-        state = P[b]
-        nf = 0
-        for j in range(lo, hi):
-            if state[j] & P_FAULT:
-                nf += 1
+        res, flt, pf = W[b, W_RES], W[b, W_FLT], W[b, W_PF]
+        nf = _count(flt, lo, hi)
         B[B_FAULTS, b] += nf
-        npf = 0
         if q[Q_ENABLE] and B[B_FAULTS, b] >= q[Q_MINF]:
-            npf = tree_prefetch(lo, hi, state, q[Q_THRESH], scratch, work)
-        for j in range(npf):
-            pj = scratch[j]
-            if not state[pj] & P_RES:
-                state[pj] |= P_PF
-                u[C_PF] += 1
+            tree_prefetch_bits(lo, hi, res, flt, q[Q_THRESH], leaves, sel)
+            for w in range(WORDS):
+                new = sel[w] & ~flt[w] & ~res[w] & _span(w, lo, hi)
+                u[C_PF] += _popcount(new)
+                pf[w] |= new
         # migrate faulted + prefetched pages that are not resident, in contiguous copies
         moved = 0
-        run = False
-        for j in range(lo, hi):
-            f = state[j]
-            if (f & (P_FAULT | P_PF)) and not f & P_RES:
-                moved += 1
-                if not run:
-                    u[C_COPIES] += 1
-                    cost += q[Q_COPY_NS]
-                run = True
-                state[j] = (f | P_RES) & ~P_FAULT
-            else:
-                run = False
-                state[j] = f & ~P_FAULT
+        for w in range(WORDS):
+            m = (flt[w] | pf[w]) & ~res[w] & _span(w, lo, hi)
+            leaves[w] = m
+            moved += _popcount(m)
+        copies = _runs(leaves)
+        u[C_COPIES] += copies
+        cost += copies * q[Q_COPY_NS]
+        for w in range(WORDS):
+            res[w] |= leaves[w]
+            flt[w] = _ZERO
         B[B_NRES, b] += moved
         u[C_BIN] += moved * q[Q_PAGE]
         cost += (moved * q[Q_PS_PER_PAGE]) // 1000
@@ -223,14 +321,14 @@ def _service(u, q, B, P, fb, scratch, work):
 
 
 @njit(cache=True)
-def _close(u, q, B, P, fb, scratch, work):
-    c = _service(u, q, B, P, fb, scratch, work)
+def _close(u, q, B, W, fb, leaves, sel):
+    c = _service(u, q, B, W, fb, leaves, sel)
     u[U_NOW] += c
     u[C_STALL] += c
 
 
 @njit(cache=True)
-def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, finish):
+def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
     last_key = -2
     last_b = -1
@@ -246,7 +344,7 @@ def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, fin
             u[U_NOW] += ti - u[U_LAST_T]
             u[U_LAST_T] = ti
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
-            _close(u, q, B, P, fb, scratch, work)
+            _close(u, q, B, W, fb, leaves, sel)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -272,34 +370,36 @@ def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, fin
             B[B_CHUNK, b] = 0
             B[B_INBATCH, b] = -1
             B[B_FAULTS, b] = 0
-            for k in range(PAGES_PER_BLOCK):
-                P[b, k] = 0
+            for k in range(N_MAPS):
+                for w in range(WORDS):
+                    W[b, k, w] = _ZERO
         if j < B[B_LO, b]:
             B[B_LO, b] = j
         if j >= B[B_HI, b]:
             B[B_HI, b] = j + 1
         u[C_ACC] += 1
-        f = P[b, j]
-        if not f & P_SEEN:
-            P[b, j] = f | P_SEEN
+        w = j >> 6
+        m = _ONE << np.uint64(j & 63)
+        if not W[b, W_SEEN, w] & m:
+            W[b, W_SEEN, w] |= m
             u[C_DISTINCT] += 1
-        if f & P_RES:
+        if W[b, W_RES, w] & m:
             u[C_HITS] += 1
-            if f & P_PF:
+            if W[b, W_PF, w] & m:
                 u[C_USEFUL] += 1
-                P[b, j] &= ~P_PF
+                W[b, W_PF, w] &= ~m
             continue
         u[C_FAULTS] += 1
-        if f & P_FAULT:
+        if W[b, W_FLT, w] & m:
             u[C_DUP] += 1
             continue
         if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
-            _close(u, q, B, P, fb, scratch, work)
+            _close(u, q, B, W, fb, leaves, sel)
         if not u[U_OPEN]:
             u[U_OPEN] = 1
             u[U_BSTART] = u[U_NOW]
             u[U_BATCHID] += 1
-        P[b, j] |= P_FAULT
+        W[b, W_FLT, w] |= m
         u[U_NF] += 1
         u[C_FPAGES] += 1
         if B[B_INBATCH, b] != u[U_BATCHID]:
@@ -307,7 +407,7 @@ def run_uvm(u, q, htab, B, P, fb, scratch, work, t, reg, pg, roff, rlen, i0, fin
             fb[u[U_NB]] = b
             u[U_NB] += 1
     if finish and u[U_OPEN]:
-        _close(u, q, B, P, fb, scratch, work)
+        _close(u, q, B, W, fb, leaves, sel)
     return n
 
 
@@ -360,10 +460,10 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     u[U_HEAD] = u[U_TAIL] = NIL
     htab = new_table(1024)
     B = np.zeros((N_BFIELDS, 1024), np.int64)
-    P = np.zeros((1024, PAGES_PER_BLOCK), np.uint8)
     fb = np.zeros(q[Q_BATCH] + 1, np.int64)
-    scratch = np.zeros(PAGES_PER_BLOCK, np.int64)
-    work = np.zeros((3, PAGES_PER_BLOCK + BIG + 1), np.int64)
+    W = np.zeros((1024, N_MAPS, WORDS), np.uint64)
+    leaves = np.zeros(WORDS, np.uint64)
+    sel = np.zeros(WORDS, np.uint64)
     it = demand_chunks(trace, config.chunk_rows)
     cur = next(it, None)
     while cur is not None:
@@ -371,7 +471,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, htab, B, P, fb, scratch, work, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(u, q, htab, B, W, fb, leaves, sel, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
@@ -379,9 +479,9 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
                     size = 2 * B.shape[1]
                     B2 = np.zeros((N_BFIELDS, size), np.int64)
                     B2[:, : B.shape[1]] = B
-                    P2 = np.zeros((size, PAGES_PER_BLOCK), np.uint8)
-                    P2[: P.shape[0]] = P
-                    B, P = B2, P2
+                    W2 = np.zeros((size, N_MAPS, WORDS), np.uint64)
+                    W2[: W.shape[0]] = W
+                    B, W = B2, W2
         cur = nxt
     compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
     res = SimResult(
@@ -393,7 +493,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         distinct_pages=int(u[C_DISTINCT]), fault_batches=int(u[C_BATCHES]),
     )
     nb = int(u[U_NBLOCKS])
-    res.unused_at_end = int(np.count_nonzero((P[:nb] & (P_RES | P_PF)) == (P_RES | P_PF)))
+    res.unused_at_end = int(np.unpackbits((W[:nb, W_RES] & W[:nb, W_PF]).view(np.uint8)).sum())
     res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
                      chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy())
     res.wall_s = time.perf_counter() - t_start
