@@ -46,47 +46,84 @@ def _sig(x):
 
 
 @numba.njit(cache=True, fastmath=True)
+def _exp_neg(z, out, bits):
+    """out = exp(z) element-wise, vectorisable (float32, relative error ~2e-7).
+
+    Without SVML numba calls libm once per element, which was 2/3 of a step; here 2^round
+    comes from the exponent bits and e^(remainder) from a degree-6 Taylor polynomial
+    (|remainder·ln2| ≤ 0.35, so the truncation error is below float32 rounding).
+    """
+    two = bits.view(np.float32)
+    for r in range(z.shape[0]):
+        t = min(max(z[r], np.float32(-87.0)), np.float32(88.0)) * np.float32(1.4426950408889634)
+        n = np.floor(t + np.float32(0.5))
+        u = (t - n) * np.float32(0.6931471805599453)
+        p = np.float32(1.0) + u * (np.float32(1.0) + u * (np.float32(0.5) + u * (np.float32(1.0 / 6) + u * (
+            np.float32(1.0 / 24) + u * (np.float32(1.0 / 120) + u * np.float32(1.0 / 720))))))
+        bits[r] = (np.int32(n) + np.int32(127)) << 23
+        out[r] = p * two[r]
+
+
+@numba.njit(cache=True, inline="always")
+def _mat(wf, off, rows, cols):
+    # Views, not index arithmetic on the flat array: a computed flat index defeats numba's
+    # proof that it is non-negative, and the wrap-around check then blocks vectorisation.
+    return wf[off : off + rows * cols].reshape(rows, cols)
+
+
+@numba.njit(cache=True, fastmath=True)
 def _cell(wf, mi, tok, slot, ip, h, c, g):
-    """Advance both staggered states h[s], c[s] (s = 0, 1) by one event (same input)."""
+    """Advance both staggered states h[s], c[s] (s = 0, 1) by one event (same input).
+
+    ``g`` is float32 scratch of 12·H: gates, exp buffer, exponent bits.
+    """
     hid = mi[_H]
     g4 = 4 * hid
-    ptok = mi[_O_PTOK] + tok * g4
-    pslot = mi[_O_PSLOT] + slot * g4
-    whh = mi[_O_WHH]
+    ptok = _mat(wf, mi[_O_PTOK] + tok * g4, 1, g4)[0]
+    pslot = _mat(wf, mi[_O_PSLOT] + slot * g4, 1, g4)[0]
+    whh = _mat(wf, mi[_O_WHH], hid, g4)
     for s in range(h.shape[0]):
         for r in range(g4):
-            g[r] = wf[ptok + r] + wf[pslot + r]
+            g[r] = ptok[r] + pslot[r]
         if mi[_NIP] > 0:
-            pip = mi[_O_PIP] + ip * g4
+            pip = _mat(wf, mi[_O_PIP] + ip * g4, 1, g4)[0]
             for r in range(g4):
-                g[r] += wf[pip + r]
+                g[r] += pip[r]
         for j in range(hid):
             hj = h[s, j]
-            row = whh + j * g4
             for r in range(g4):
-                g[r] += wf[row + r] * hj
+                g[r] += whh[j, r] * hj
+        # gates i, f, o: σ(x) = 1/(1+e^−x); cell input: tanh(x) = 2σ(2x) − 1
+        z = g[g4 : 2 * g4]
+        e = g[2 * g4 : 3 * g4]
+        bits = g[3 * g4 : 4 * g4].view(np.int32)
+        for r in range(g4):
+            z[r] = -g[r]
+        for r in range(2 * hid, 3 * hid):
+            z[r] = np.float32(-2.0) * g[r]
+        _exp_neg(z, e, bits)
+        for r in range(g4):
+            e[r] = np.float32(1.0) / (np.float32(1.0) + e[r])
         for j in range(hid):
-            ig = _sig(g[j])
-            fg = _sig(g[hid + j])
-            gg = np.tanh(g[2 * hid + j])
-            og = _sig(g[3 * hid + j])
-            c[s, j] = fg * c[s, j] + ig * gg
-            h[s, j] = og * np.tanh(c[s, j])
+            c[s, j] = e[hid + j] * c[s, j] + e[j] * (np.float32(2.0) * e[2 * hid + j] - np.float32(1.0))
+            z[j] = np.float32(-2.0) * c[s, j]
+        _exp_neg(z[:hid], e[:hid], bits[:hid])
+        for j in range(hid):
+            h[s, j] = e[3 * hid + j] * (np.float32(2.0) / (np.float32(1.0) + e[j]) - np.float32(1.0))
 
 
 @numba.njit(cache=True, fastmath=True)
 def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
     """Top-k classes (never class 0, "other") of the head on feature ``hs``; returns the count."""
     n_cls = mi[_NCLS]
-    wout = mi[_O_WOUT]
-    bout = mi[_O_BOUT]
+    wout = _mat(wf, mi[_O_WOUT], hs.shape[0], n_cls)
+    bout = _mat(wf, mi[_O_BOUT], 1, n_cls)[0]
     for r in range(n_cls):
-        logits[r] = wf[bout + r]
+        logits[r] = bout[r]
     for j in range(hs.shape[0]):
         hj = hs[j]
-        row = wout + j * n_cls
         for r in range(n_cls):
-            logits[r] += wf[row + r] * hj
+            logits[r] += wout[j, r] * hj
     m = 0
     for r in range(1, n_cls):
         v = logits[r]
@@ -145,9 +182,9 @@ def observe_kernel(wf, mi, ri, st, region, page):
     k = mi[_K]
     h = st[: 2 * hid].reshape(2, hid)
     c = st[2 * hid : 4 * hid].reshape(2, hid)
-    g = st[4 * hid : 8 * hid]
-    logits = st[8 * hid : 8 * hid + n_cls]
-    out_s = st[8 * hid + n_cls : 8 * hid + n_cls + k]
+    g = st[4 * hid : 20 * hid]
+    logits = st[20 * hid : 20 * hid + n_cls]
+    out_s = st[20 * hid + n_cls : 20 * hid + n_cls + k]
     out_c = ri[ri[_R_OUT] + 2 * ri[_R_TOPK] :][:k]
     last = ri[ri[_R_LAST] :][:n_slots]
     seen = ri[ri[_R_SEEN] :][:n_slots]
@@ -199,7 +236,7 @@ def score_stream_kernel(wf, mi, tokens, slots, ips, start, stop, h, c, scores, c
     """Ranked (scores, classes) of events start … stop−1 (rows 0 … of the outputs): the live
     step in a loop. ``h``/``c`` (2, H) carry the states from one block to the next."""
     k = scores.shape[1]
-    g = np.empty(4 * mi[_H], np.float32)
+    g = np.empty(16 * mi[_H], np.float32)
     logits = np.empty(mi[_NCLS], np.float32)
     out_s = np.empty(k, np.float32)
     out_c = np.empty(k, np.int64)
@@ -262,7 +299,7 @@ class LSTMKernel:
 
     def scratch(self) -> np.ndarray:
         """The float32 state array of ``observe_kernel``: h, c, gates, logits, top-k scores."""
-        return np.zeros(8 * self.hidden + self.n_classes + self.k, np.float32)
+        return np.zeros(20 * self.hidden + self.n_classes + self.k, np.float32)
 
     def run_state(self, lut: np.ndarray, slot_to_region: np.ndarray, region_pages: np.ndarray, n_slots: int,
                   top_k: int) -> np.ndarray:
@@ -291,7 +328,7 @@ class LSTMKernel:
 
 @numba.njit(cache=True, fastmath=True)
 def _step_both(wf, mi, tok, slot, ip, h, c, sel, k, out_s, out_c):
-    g = np.empty(4 * mi[_H], np.float32)
+    g = np.empty(16 * mi[_H], np.float32)
     logits = np.empty(mi[_NCLS], np.float32)
     _cell(wf, mi, tok, slot, ip, h, c, g)
     return _head_topk(wf, mi, h[sel], logits, k, out_s, out_c)
