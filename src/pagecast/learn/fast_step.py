@@ -154,7 +154,7 @@ def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
 
 
 @numba.njit(cache=True, fastmath=True)
-def _advance(wf, mi, i, tok, slot, ip, h, c, g, logits, k, out_s, out_c):
+def _advance(wf, mi, i, tok, slot, ip, h, c, g, logits, k, out_s, out_c, rank=True):
     """Event i of a stream under the context rule: reset, step both states, rank; count of classes."""
     ch = mi[_CHUNK]
     hid = mi[_H]
@@ -165,6 +165,8 @@ def _advance(wf, mi, i, tok, slot, ip, h, c, g, logits, k, out_s, out_c):
             h[s, j] = 0.0
             c[s, j] = 0.0
     _cell(wf, mi, tok, slot, ip, h, c, g)
+    if not rank:
+        return 0
     b = i // ch
     sel = 0 if b == 0 or (b - 1) % 2 == 0 else 1
     return _head_topk(wf, mi, h[sel], logits, k, out_s, out_c)
@@ -231,24 +233,39 @@ def observe_kernel(wf, mi, ri, st, region, page):
     return got
 
 
-@numba.njit(cache=True, fastmath=True)
-def score_stream_kernel(wf, mi, tokens, slots, ips, start, stop, h, c, scores, classes):
+@numba.njit(cache=True, fastmath=True, parallel=True)
+def score_stream_kernel(wf, mi, tokens, slots, ips, start, stop, sub, scores, classes):
     """Ranked (scores, classes) of events start … stop−1 (rows 0 … of the outputs): the live
-    step in a loop. ``h``/``c`` (2, H) carry the states from one block to the next."""
+    step in a compiled loop, over sub-blocks of ``sub`` events in parallel.
+
+    The context rule makes this exact: at a multiple of 2C state 0 restarts, and state 1
+    restarted C events earlier, so a sub-block starting there only needs those C events
+    replayed (without the head) to hold bit-for-bit the sequential states.
+    ``start`` and ``sub`` are multiples of 2C.
+    """
     k = scores.shape[1]
-    g = np.empty(16 * mi[_H], np.float32)
-    logits = np.empty(mi[_NCLS], np.float32)
-    out_s = np.empty(k, np.float32)
-    out_c = np.empty(k, np.int64)
-    for i in range(start, stop):
-        m = _advance(wf, mi, i, tokens[i], slots[i], ips[i], h, c, g, logits, k, out_s, out_c)
-        r = i - start
-        for q in range(m):
-            scores[r, q] = out_s[q]
-            classes[r, q] = out_c[q]
-        for q in range(m, k):
-            scores[r, q] = 0.0
-            classes[r, q] = 0
+    ch = mi[_CHUNK]
+    n_sub = (stop - start + sub - 1) // sub
+    for sb in numba.prange(n_sub):
+        a = start + sb * sub
+        e = min(stop, a + sub)
+        h = np.zeros((2, mi[_H]), np.float32)
+        c = np.zeros((2, mi[_H]), np.float32)
+        g = np.empty(16 * mi[_H], np.float32)
+        logits = np.empty(mi[_NCLS], np.float32)
+        out_s = np.empty(k, np.float32)
+        out_c = np.empty(k, np.int64)
+        for i in range(max(0, a - ch), a):
+            _advance(wf, mi, i, tokens[i], slots[i], ips[i], h, c, g, logits, k, out_s, out_c, False)
+        for i in range(a, e):
+            m = _advance(wf, mi, i, tokens[i], slots[i], ips[i], h, c, g, logits, k, out_s, out_c, True)
+            r = i - start
+            for q in range(m):
+                scores[r, q] = out_s[q]
+                classes[r, q] = out_c[q]
+            for q in range(m, k):
+                scores[r, q] = 0.0
+                classes[r, q] = 0
 
 
 def _pack(parts: Sequence[np.ndarray], dtype, header: int) -> tuple[np.ndarray, list[int]]:
@@ -311,19 +328,25 @@ class LSTMKernel:
         ri[[_R_LUT, _R_S2R, _R_RPAGES, _R_LAST, _R_SEEN, _R_OUT]] = o
         return ri
 
-    def score_stream(self, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, block: int = 1 << 16
-                     ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    def score_stream(self, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, threads: int = 1,
+                     block: int = 1 << 16) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(start, scores, classes) per block of events, in order; memory bounded by ``block``."""
         tokens, slots, ips = (np.ascontiguousarray(a, np.int64) for a in (tokens, slots, ips))
-        h = np.zeros((2, self.hidden), np.float32)
-        c = np.zeros((2, self.hidden), np.float32)
+        two_c = 2 * int(self.mi[_CHUNK])
+        sub = two_c * max(1, 2048 // two_c)
+        block = sub * max(1, block // sub)
         n = len(tokens)
         scores = np.empty((min(block, n), self.k), np.float32)
         classes = np.empty((min(block, n), self.k), np.int64)
-        for a in range(0, n, block):
-            b = min(n, a + block)
-            score_stream_kernel(self.wf, self.mi, tokens, slots, ips, a, b, h, c, scores, classes)
-            yield a, scores[: b - a], classes[: b - a]
+        prev = numba.get_num_threads()
+        numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+        try:
+            for a in range(0, n, block):
+                b = min(n, a + block)
+                score_stream_kernel(self.wf, self.mi, tokens, slots, ips, a, b, sub, scores, classes)
+                yield a, scores[: b - a], classes[: b - a]
+        finally:
+            numba.set_num_threads(prev)
 
 
 @numba.njit(cache=True, fastmath=True)

@@ -189,7 +189,7 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
         return
     backend = resolve_backend(lm, backend)
     if backend == "numba":
-        for start, sc, cl in lstm_kernel(lm, k).score_stream(tokens, slots, ips):
+        for start, sc, cl in lstm_kernel(lm, k).score_stream(tokens, slots, ips, threads=torch.get_num_threads()):
             on_block(start, sc, cl)
         return
     c = lm.config.chunk
