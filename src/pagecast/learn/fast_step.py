@@ -329,11 +329,15 @@ class LSTMKernel:
         return ri
 
     def score_stream(self, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, threads: int = 1,
-                     block: int = 1 << 16) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-        """(start, scores, classes) per block of events, in order; memory bounded by ``block``."""
+                     block: int = 1 << 16, sub: int = 2048) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+        """(start, scores, classes) per block of events, in order; memory bounded by ``block``.
+
+        ``sub`` (rounded to a multiple of 2C): events per parallel work item; each replays C
+        events, so small values cost recomputation.
+        """
         tokens, slots, ips = (np.ascontiguousarray(a, np.int64) for a in (tokens, slots, ips))
         two_c = 2 * int(self.mi[_CHUNK])
-        sub = two_c * max(1, 2048 // two_c)
+        sub = two_c * max(1, sub // two_c)
         block = sub * max(1, block // sub)
         n = len(tokens)
         scores = np.empty((min(block, n), self.k), np.float32)
