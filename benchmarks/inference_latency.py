@@ -23,7 +23,7 @@ import torch
 
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
-from pagecast.learn.predict import BACKENDS, load_predictor, predict_schedule
+from pagecast.learn.predict import BACKENDS, load_predictor, predict_schedule, resolve_backend
 from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 
@@ -95,12 +95,13 @@ def main() -> None:
             step_backends = ("eager",) + tuple(b for b in BACKENDS if b != "eager") + (("numba",) if kind == "lstm" else ())
             for be in step_backends:
                 p50, p99, mean = per_fault(model, trace, be, args.faults)
-                thr = batched(model, trace, be, args.threads) if be in BACKENDS else float("nan")
+                thr = batched(model, trace, be, args.threads)
                 rows[be] = (p50, p99, mean, thr)
             e = rows["eager"]
             for be, (p50, p99, mean, thr) in rows.items():
-                bt = f"{thr:15,.0f} {thr / e[3]:8.2f}x" if thr == thr else f"{'n/a (per-fault only)':>25}"
+                bt = f"{thr:15,.0f} {thr / e[3]:8.2f}x"
                 print(f"{be:12} {p50:8.1f} {p99:8.1f} {mean:8.1f} {e[1] / p99:11.2f}x {bt}")
+            print(f"default backend (auto) for this model: {resolve_backend(lm, 'auto')}")
             print("targets: p99 <= 100 µs per fault; >= 200,000 predictions/s batched")
 
 

@@ -205,6 +205,38 @@ def test_live_predictor_matches_batch_schedule(pattern, lstm_model, backend):
     assert len(set(live) ^ set(batch)) <= len(batch) // 200
 
 
+def test_numba_schedule_equals_live_numba_and_onnx(pattern, lstm_model):
+    """The compiled batched schedule replays the live kernel: identical pages, for any
+    block split or thread count; and it agrees with the onnxruntime graph."""
+    from pagecast.learn.fast_step import LSTMKernel
+    from pagecast.learn.dataset import encode_inputs
+
+    _, path = pattern
+    model_path, _ = lstm_model
+    stream = read_demand(path).slice(0, 3000)
+    sched = predict_schedule(model_path, stream, top_k=5, backend="numba")
+    pf = load_predictor(model_path, top_k=5, backend="numba")
+    pf.reset(stream.regions)
+    live = []
+    for i in range(len(stream)):
+        live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+    batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
+    assert len(batch) > 5 * 2900
+    assert live == batch
+    onnx = predict_schedule(model_path, stream, top_k=5, backend="onnx")
+    ref = set(zip(onnx.trigger.tolist(), onnx.region.tolist(), onnx.page.tolist()))
+    assert len(ref ^ set(batch)) <= len(batch) // 200
+    lm = load_model(model_path)
+    cs, cd = lm.vocab.class_slots_deltas()
+    kern = LSTMKernel.build(lm.model, "horizon", 8, lm.vocab.keys, cs, cd)
+    tok, sl, ip = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
+    one = [(a, s.copy(), c.copy()) for a, s, c in kern.score_stream(tok, sl, ip, threads=1, block=1 << 20)]
+    two = [(a, s.copy(), c.copy()) for a, s, c in kern.score_stream(tok, sl, ip, threads=2, block=1024, sub=1)]
+    assert [a for a, _, _ in two] == list(range(0, len(stream), 1024))  # sub-blocks of 2C events, 2 threads
+    for col in (1, 2):
+        np.testing.assert_array_equal(np.concatenate([t[col] for t in two]), one[0][col])
+
+
 def test_transformer_trains_and_predicts_live(pattern, tmp_path):
     _, path = pattern
     res, data, spec, tcfg = _train(path, kind="transformer", epochs=6, hidden=32, heads=2)

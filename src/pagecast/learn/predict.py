@@ -5,10 +5,11 @@ events ``context_start(i)`` … i), so the live predictor emits the same pages a
 schedule computed offline for the same stream (up to float rounding among near-equal
 scores).
 
-Backends: ``onnx`` (onnxruntime; the batched default, fastest measured in
-benchmarks/inference_latency.py), ``torchscript`` and ``eager`` (plain PyTorch, the
-baseline); per fault also ``numba`` (one compiled LSTM step, learn/fast_step.py; the
-per-fault default for LSTMs). The model is exported once per process and cached.
+Backends: ``numba`` (one-layer LSTMs: the compiled kernels of learn/fast_step.py, per
+fault and batched; the default for them, fastest measured in
+benchmarks/inference_latency.py), ``onnx`` (onnxruntime; the default for other models),
+``torchscript`` and ``eager`` (plain PyTorch, the baseline). ``auto`` picks. The model is
+exported once per process and cached.
 """
 
 from __future__ import annotations
@@ -37,9 +38,34 @@ from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 
-BACKENDS = ("onnx", "torchscript", "eager")
-STEP_BACKENDS = BACKENDS + ("numba",)  # numba: the per-fault LSTM step only (learn/fast_step.py)
-DEFAULT_BACKEND = "onnx"
+BACKENDS = ("onnx", "torchscript", "eager")  # graph backends, any model
+STEP_BACKENDS = BACKENDS + ("numba",)  # numba: one-layer LSTMs only (learn/fast_step.py)
+DEFAULT_BACKEND = "onnx"  # for models the numba kernels do not cover
+
+
+def _numba_ok(lm: LoadedModel) -> bool:
+    return lm.config.kind == "lstm" and lm.config.layers == 1
+
+
+def resolve_backend(lm: LoadedModel, backend: str) -> str:
+    if backend == "auto":
+        return "numba" if _numba_ok(lm) else DEFAULT_BACKEND
+    if backend not in STEP_BACKENDS:
+        raise PagecastError(f"unknown inference backend {backend!r} (valid: auto, {', '.join(STEP_BACKENDS)})")
+    if backend == "numba" and not _numba_ok(lm):
+        raise PagecastError("the numba backend runs one-layer LSTM models only; use onnx")
+    return backend
+
+
+def lstm_kernel(lm: LoadedModel, k: int):
+    """The model in the flat layout of the compiled numba kernels (cached per model and k)."""
+    key = ("kernel", id(lm), k)
+    if key not in _CACHE:
+        from pagecast.learn.fast_step import LSTMKernel
+
+        cs, cd = lm.vocab.class_slots_deltas()
+        _CACHE[key] = LSTMKernel.build(lm.model, lm.train_config.head, k, lm.vocab.keys, cs, cd)
+    return _CACHE[key]
 EXTRA_CANDIDATES = 16  # ranked classes beyond top_k, as some decode to no usable page
 
 
@@ -132,13 +158,7 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
     key = ("step", id(lm), k, backend)
     if key not in _CACHE:
         cfg = lm.config
-        if backend == "numba":
-            if cfg.kind != "lstm" or cfg.layers != 1:
-                raise PagecastError("the numba backend runs one-layer LSTM models only; use onnx")
-            from pagecast.learn.fast_step import NumbaLSTMStep
-
-            _CACHE[key] = NumbaLSTMStep(lm.model, lm.train_config.head, k)
-        elif cfg.kind == "lstm":
+        if cfg.kind == "lstm":
             z = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
             ex = (np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), z, z, np.zeros(1, np.int64))
             _CACHE[key] = make_runner(LSTMStep(lm.model, lm.train_config.head, k), ex, ("token", "slot", "ip", "h", "c", "sel"),
@@ -156,7 +176,7 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
 
 
 def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, k: int, *,
-                 backend: str = DEFAULT_BACKEND, batch_windows: int = 512,
+                 backend: str = "auto", batch_windows: int = 512,
                  on_block: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
     """Run the model over the stream in context-rule windows; ``on_block(start, scores, classes)``
     receives (m, k) arrays for events start … start+m−1, in order.
@@ -166,6 +186,11 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
     """
     n = len(tokens)
     if n == 0:
+        return
+    backend = resolve_backend(lm, backend)
+    if backend == "numba":
+        for start, sc, cl in lstm_kernel(lm, k).score_stream(tokens, slots, ips, threads=torch.get_num_threads()):
+            on_block(start, sc, cl)
         return
     c = lm.config.chunk
     first = min(c, n)
@@ -186,7 +211,7 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
 
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
-                     backend: str = DEFAULT_BACKEND, progress: Callable[[int], None] | None = None) -> Schedule:
+                     backend: str = "auto", progress: Callable[[int], None] | None = None) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
 
     Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
@@ -258,13 +283,13 @@ class LearnedPrefetcher(Prefetcher):
     name = "learned"
 
     def __init__(self, lm: LoadedModel, *, top_k: int = 10, backend: str = "auto"):
-        if backend == "auto":
-            backend = "numba" if lm.config.kind == "lstm" and lm.config.layers == 1 else DEFAULT_BACKEND
-        if backend not in STEP_BACKENDS:
-            raise PagecastError(f"unknown inference backend {backend!r} (valid: auto, {', '.join(STEP_BACKENDS)})")
+        backend = resolve_backend(lm, backend)
         self.lm, self.top_k, self.backend = lm, top_k, backend
         self.k = _candidates(lm, top_k)
-        self._run = step_runner(lm, self.k, backend)
+        if backend == "numba":
+            self._kern = lstm_kernel(lm, self.k)
+        else:
+            self._run = step_runner(lm, self.k, backend)
         self._class_of = {int(key): c + 1 for c, key in enumerate(lm.vocab.keys.tolist())}
         cs, cd = lm.vocab.class_slots_deltas()
         self._cls_slot, self._cls_delta = cs.tolist(), cd.tolist()
@@ -291,8 +316,26 @@ class LearnedPrefetcher(Prefetcher):
             self._cst = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
         self._toks: list[int] = []
         self._slots: list[int] = []
+        if self.backend == "numba":
+            from pagecast.learn.fast_step import _R_OUT, observe_kernel
+
+            pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions], np.int64)
+            kern = self._kern
+            self._ri = kern.run_state(lm.table.lut_for(self.regions), _slot_to_region(lm, self.regions), pages,
+                                      self._n_slots, self.top_k)
+            self._out = int(self._ri[_R_OUT])  # where the kernel writes (region, page) pairs
+            self._st = kern.scratch()
+            self._obs = observe_kernel
 
     def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+        if self.backend == "numba":
+            # one compiled call: encode, both LSTM states, head, top-k, decode
+            ri = self._ri
+            m = self._obs(self._kern.wf, self._kern.mi, ri, self._st, region, page)
+            if m == 0:
+                return []
+            o = ri[self._out : self._out + 2 * m].tolist()
+            return list(zip(o[::2], o[1::2]))
         lut = self._lut
         slot = lut[region + 1] if -1 <= region < len(lut) - 1 else self._n_slots
         tok = 0
@@ -355,7 +398,7 @@ class LearnedPrefetcher(Prefetcher):
 def load_predictor(model_path: str | Path, *, top_k: int = 10, backend: str = "auto") -> Prefetcher:
     """A ``Prefetcher`` running the model per fault (call ``reset(regions)`` before use).
 
-    ``auto``: the compiled numba step for one-layer LSTMs (fastest measured per fault),
+    ``auto``: the compiled numba kernel for one-layer LSTMs (fastest measured per fault),
     onnxruntime otherwise.
     """
     return LearnedPrefetcher(_loaded(model_path), top_k=top_k, backend=backend)
