@@ -95,3 +95,12 @@ def test_uvm_rejects_other_prefetchers(tmp_path):
         _uvm(path, prefetcher="stride")
     with pytest.raises(PagecastError, match="threshold"):
         _uvm(path, uvm_perf_prefetch_threshold=0)
+
+
+def test_capacity_below_one_chunk_is_one_chunk(tmp_path):
+    # GPU memory comes in whole 2 MiB root chunks: 10 pages of capacity behave as one chunk.
+    A, B = 0, 512
+    path = _trace(tmp_path / "c.parquet", np.array([A, B, A]))
+    small, chunk = _uvm(path, capacity=10), _uvm(path, capacity="2MiB")
+    assert small.capacity_pages == chunk.capacity_pages == 512
+    assert (small.faults, small.evictions) == (chunk.faults, chunk.evictions) == (3, 2)

@@ -422,9 +422,12 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
     if not 1 <= p.uvm_perf_fault_batch_count <= 256:
         raise PagecastError("uvm_perf_fault_batch_count must be 1..256")
     cap_bytes = config.capacity_pages(4096) * 4096
-    chunks = cap_bytes // p.va_block_size
-    if chunks < 1:
-        raise PagecastError("UVM capacity must be at least one 2 MiB chunk")
+    if cap_bytes <= 0:
+        raise PagecastError("UVM capacity must be positive")
+    # The driver allocates and evicts GPU memory in whole 2 MiB root chunks; a smaller
+    # capacity (e.g. the default 50 % of a small trace's pages) is one chunk. The result's
+    # capacity_pages shows the chunks actually simulated.
+    chunks = max(cap_bytes // p.va_block_size, 1)
     q = np.zeros(N_Q, np.int64)
     q[Q_CHUNKS] = chunks
     q[Q_PAGE] = 4096
