@@ -8,9 +8,7 @@ status; helper functions are checked against brute-force references.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,7 @@ from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
-from perf_support import needs_perf
+from perf_support import PredictorKiller, needs_perf
 
 
 
@@ -148,24 +146,10 @@ def test_replay_paced_by_live_faults(weights, recorded):
 
 @needs_perf
 def test_survives_predictor_killed_midrun(weights, tmp_path):
-    killed = threading.Event()
-    program_running = []
-
-    def kill_soon(session):
-        def k():
-            os.kill(session.worker_pid, signal.SIGKILL)
-            # mid-run: the traced program has not exited (not even as a zombie) yet
-            try:
-                state = Path(f"/proc/{session.program_pid}/stat").read_text().split(")")[-1].split()[0]
-            except OSError:
-                state = "X"
-            program_running.append(state not in ("Z", "X"))
-            killed.set()
-        threading.Timer(0.03, k).start()
-
+    killer = PredictorKiller()
     _, want = _run(weights, SourceSpec(), tokens=6)
-    res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=kill_soon)
-    assert killed.wait(5) and program_running == [True]
+    res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer)
+    assert killer.killed.wait(5) and killer.program_was_running == [True]
     assert res.returncode == 0
     assert got["checksum"] == want["checksum"] and got["tokens"] == 6
     assert res.predictor_alive is False

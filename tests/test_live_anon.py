@@ -9,9 +9,7 @@ program sees.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +21,7 @@ from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.util.native import build
 from pagecast.util.workloads import build_workload, workloads_dir
-from perf_support import needs_perf
+from perf_support import PredictorKiller, needs_perf
 
 BUF = 64 << 20
 
@@ -83,23 +81,10 @@ def test_anon_prefetch_cuts_buffer_faults(prog, run1, tmp_path):
 
 @needs_perf
 def test_predictor_killed_with_shim_loaded(prog, run1, tmp_path):
-    killed = threading.Event()
-    running = []
-
-    def kill_soon(session):
-        def k():
-            os.kill(session.worker_pid, signal.SIGKILL)
-            try:
-                state = Path(f"/proc/{session.program_pid}/stat").read_text().split(")")[-1].split()[0]
-            except OSError:
-                state = "X"
-            running.append(state not in ("Z", "X"))
-            killed.set()
-        threading.Timer(0.03, k).start()
-
+    killer = PredictorKiller()
     _, want, _ = _live(prog, run1, tmp_path, anon=False, args=["--exit", "5"], name="ref")
-    res, got, _ = _live(prog, run1, tmp_path, anon=True, args=["--exit", "5"], on_started=kill_soon, name="killed")
-    assert killed.wait(5) and running == [True]
+    res, got, _ = _live(prog, run1, tmp_path, anon=True, args=["--exit", "5"], on_started=killer, name="killed")
+    assert killer.killed.wait(5) and killer.program_was_running == [True]
     assert res.predictor_alive is False
     assert res.returncode == 5
     assert _line(got) == _line(want)
