@@ -13,15 +13,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                         \
-    do {                                                                                    \
-        cudaError_t err_ = (call);                                                          \
-        if (err_ != cudaSuccess) {                                                          \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
-                         cudaGetErrorString(err_));                                         \
-            std::exit(1);                                                                   \
-        }                                                                                   \
-    } while (0)
+#include "check.cuh"
 
 static const size_t kWordsPerPage = 4096 / sizeof(uint32_t);
 

@@ -6,15 +6,7 @@
 #include <cstdlib>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                         \
-    do {                                                                                    \
-        cudaError_t err_ = (call);                                                          \
-        if (err_ != cudaSuccess) {                                                          \
-            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,              \
-                         cudaGetErrorString(err_));                                         \
-            std::exit(1);                                                                   \
-        }                                                                                   \
-    } while (0)
+#include "check.cuh"
 
 __global__ void vector_add_uvm(const float *a, const float *b, float *c, int n) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) c[i] = a[i] + b[i];

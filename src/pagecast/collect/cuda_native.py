@@ -138,7 +138,8 @@ def build_workloads(out_dir: Path | None = None, tk: CudaToolkit | None = None) 
     for name, src in WORKLOADS.items():
         source = workloads_dir() / src
         out = out_dir / name
-        if out.exists() and out.stat().st_mtime >= source.stat().st_mtime:
+        newest_input = max(p.stat().st_mtime for p in [source, *workloads_dir().glob("*.cuh")])
+        if out.exists() and out.stat().st_mtime >= newest_input:
             built[name] = out
             continue
         tmp = out.with_name(f".{name}.{os.getpid()}.tmp")
