@@ -27,6 +27,9 @@ from pagecast.online.injector import Issued
 from pagecast.online.worker import SourceSpec
 
 MAGIC = b"PCFAST1\0"
+# A schedule with more of its rows in anonymous/heap memory than this stays on the Python
+# path, where the LD_PRELOAD shim prefetches those pages (the fast path cannot).
+MAX_ANON_SHARE = 0.01
 MODES = {"replay": 1, "nextline": 2, "stride": 3}
 FLAG_AT_START = 1
 
@@ -51,12 +54,13 @@ class FastPathState:
     dropped_batches: int = 0
 
 
-def write_config(spec: SourceSpec, gap: int, directory: str | None = None) -> tuple[Path, str] | None:
-    """Write the fast path's config for ``spec`` to a temp file: (path, mode), or None
-    when this predictor (or this schedule) cannot run there."""
+def write_config(spec: SourceSpec, gap: int, anon: bool = True,
+                 directory: str | None = None) -> tuple[Path, str] | str:
+    """Write the fast path's config for ``spec`` to a temp file: (path, mode), or the
+    reason why this predictor (or this schedule) stays on the Python path."""
     mode = fast_mode(spec)
     if mode is None:
-        return None
+        return f"not available for {spec.label()} (replay, nextline, stride only)"
     files: list[tuple[int, str]] = []
     row_file = np.empty(0, np.int32)
     row_page = np.empty(0, np.int64)
@@ -66,8 +70,12 @@ def write_config(spec: SourceSpec, gap: int, directory: str | None = None) -> tu
 
         sched = load_replay(spec.path)
         if not sched.regions:
-            return None  # region ids of the live run itself: only the Python source can match those
+            return "the schedule has no region table (only the Python source matches its ids)"
         s = sched.sorted()
+        shim_kinds = {r.id for r in sched.regions if r.kind in ("anon", "heap")}
+        share = float(np.isin(s.region, list(shim_kinds)).mean()) if shim_kinds and len(s) else 0.0
+        if anon and share > MAX_ANON_SHARE:
+            return f"{share:.0%} of the schedule is anonymous memory: the in-process shim runs on the Python path"
         file_regions = [r for r in sched.regions if r.kind == "file" and r.path]
         files = [(r.id, r.path) for r in file_regions]
         lut = np.full(max([r.id for r in sched.regions] + [0]) + 2, -1, np.int32)

@@ -201,17 +201,16 @@ class _Predictor:
 
 def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None = None) -> LiveResult:
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
-    from pagecast.online.fastpath import fast_mode, write_config
+    from pagecast.online.fastpath import write_config
 
     fast_off: dict[str, Any] = {"state": "off", "reason": "disabled (--no-fast)"}
-    if cfg.fast is not False:
-        if fast_mode(cfg.source) is None:
-            fast_off = {"state": "off", "reason": f"not available for {cfg.source.label()} (replay, nextline, stride only)"}
-        else:
-            made = write_config(cfg.source, cfg.gap)
-            if made is not None:
-                return _run_fast(cfg, on_started, *made)
-            fast_off = {"state": "off", "reason": "the schedule has no region table to match files by path"}
+    if cfg.fast is not False and cfg.source.kind != "none":
+        made = write_config(cfg.source, cfg.gap, anon=cfg.anon)
+        if not isinstance(made, str):
+            return _run_fast(cfg, on_started, *made)
+        fast_off = {"state": "off", "reason": made}
+    elif cfg.source.kind == "none":
+        fast_off = {"state": "off", "reason": "no predictor"}
     res = _run_python(cfg, on_started)
     res.fast_path = fast_off
     return res
