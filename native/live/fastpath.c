@@ -136,26 +136,35 @@ static int is_file_mapping(const char *name, uint64_t ino)
 
 static int add_file(const char *path, size_t n, int32_t tag, int open_it)
 {
+    struct file nf = {.tag = tag, .fd = -1, .last = -1};
+    nf.path = xrealloc(NULL, n + 1);
+    memcpy(nf.path, path, n);
+    nf.path[n] = 0;
+    if (open_it) {
+        nf.fd = open(nf.path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (nf.fd >= 0 && fstat(nf.fd, &st) == 0)
+            nf.pages = (st.st_size + 4095) >> PAGE_SHIFT;
+    }
+    /* under the lock: the start-up thread reads files[] (file_fd) while we may move it */
+    pthread_mutex_lock(&mu);
     if (nfiles == cap_files) {
         cap_files = cap_files ? 2 * cap_files : 16;
         files = xrealloc(files, (size_t)cap_files * sizeof *files);
     }
-    struct file *f = &files[nfiles];
-    memset(f, 0, sizeof *f);
-    f->path = xrealloc(NULL, n + 1);
-    memcpy(f->path, path, n);
-    f->path[n] = 0;
-    f->tag = tag;
-    f->fd = -1;
-    f->last = -1;
-    if (open_it) {
-        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        if (f->fd >= 0 && fstat(f->fd, &st) == 0)
-            f->pages = (st.st_size + 4095) >> PAGE_SHIFT;
-    }
-    fm_frame(FR_FILE, (int32_t[2]){nfiles, tag}, 8, f->path, (uint32_t)n);
-    return nfiles++;
+    files[nfiles] = nf;
+    int idx = nfiles++;
+    pthread_mutex_unlock(&mu);
+    fm_frame(FR_FILE, (int32_t[2]){idx, tag}, 8, nf.path, (uint32_t)n);
+    return idx;
+}
+
+static int file_fd(int32_t file)
+{
+    pthread_mutex_lock(&mu);
+    int fd = files[file].fd;
+    pthread_mutex_unlock(&mu);
+    return fd;
 }
 
 static int find_file(const char *path, size_t n)
@@ -397,7 +406,7 @@ static void issue(const struct page_ref *refs, size_t n, uint64_t t_fault, uint6
                && refs[j].page - refs[j - 1].page <= gap + 1)
             j++;
         int64_t first = refs[i].page, npages = refs[j - 1].page - first + 1;
-        int fd = files[refs[i].file].fd;
+        int fd = file_fd(refs[i].file);
         uint64_t t_issue = fm_now_ns();
         if (fd < 0 || posix_fadvise(fd, first << PAGE_SHIFT, npages << PAGE_SHIFT, POSIX_FADV_WILLNEED) != 0)
             errors++;
@@ -433,10 +442,12 @@ static void issue_rows(int64_t lo, int64_t hi, uint64_t t_fault, uint64_t t_seen
         free(refs);
 }
 
+static int64_t start_upto; /* end of the start window: fixed before the thread starts */
+
 static void *start_wave(void *arg)
 {
     (void)arg;
-    issue_rows(0, issued_upto, 0, 0, 1);
+    issue_rows(0, start_upto, 0, 0, 1);
     return NULL;
 }
 
@@ -444,7 +455,7 @@ void fp_start(void)
 {
     if (mode != M_REPLAY)
         return;
-    issued_upto = lookahead < nrows ? lookahead : nrows;
+    issued_upto = start_upto = lookahead < nrows ? lookahead : nrows; /* faults continue from here */
     /* a thread of its own: the first fault must not wait behind the start-up burst */
     if (issued_upto > 0 && pthread_create(&start_thread, NULL, start_wave, NULL) == 0)
         start_running = 1;
