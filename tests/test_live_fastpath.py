@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from perf_support import PredictorKiller, needs_perf
 
 from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor
@@ -25,7 +26,6 @@ from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule, write_schedule
-from perf_support import PredictorKiller, needs_perf
 
 # small and quick: 32 MiB file, 16 layers of 512 rows; ~1.2k cold pages per run
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
@@ -34,7 +34,7 @@ SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fast")
-    if subprocess.run(["stat", "-f", "-c", "%T", str(d)], capture_output=True, text=True).stdout.strip() == "tmpfs":
+    if subprocess.run(["stat", "-f", "-c", "%T", str(d)], check=False, capture_output=True, text=True).stdout.strip() == "tmpfs":
         pytest.skip("tmp dir is tmpfs: files cannot be made cold")
     return wl.ensure_weights(d / "w.bin", size_mib=32)
 
@@ -94,6 +94,7 @@ def test_fast_replay_issues_what_the_python_rule_issues(weights, recorded, tmp_p
     trace, _, _ = recorded
     la = 64
     res, _ = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=la), trace=tmp_path / "f.parquet")
+    assert res.fast_path["state"] == "on"
     live = open_trace(tmp_path / "f.parquet")
     c = live.read(["t_ns", "region", "page", "kind"])
     wid = next(r.id for r in live.regions if r.path == str(weights))
@@ -158,9 +159,8 @@ def test_fast_exit_status_and_output_pass_through(recorded, capfd):
 def test_bad_fast_config_is_a_one_line_error(tmp_path):
     bad = tmp_path / "bad.cfg"
     bad.write_bytes(b"PCFAST1\0" + b"\x01\x00")
-    with pytest.raises(PagecastError) as e:
-        with FaultMonitor(["true"], fast=bad) as mon:
-            list(mon.batches())
+    with pytest.raises(PagecastError) as e, FaultMonitor(["true"], fast=bad) as mon:
+        list(mon.batches())
     assert str(bad) in str(e.value) and "truncated" in str(e.value) and "\n" not in str(e.value)
 
 
