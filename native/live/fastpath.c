@@ -361,11 +361,11 @@ void fp_on_exec(uint32_t pid)
 
 static int translate(uint32_t pid, uint64_t addr, int32_t *file, int64_t *page)
 {
-    static struct proc *last_proc;
-    struct proc *p = last_proc && last_proc->pid == pid ? last_proc : get_proc(pid, 0);
-    last_proc = p;
+    static int last = -1; /* an index: procs[] moves when it grows */
+    struct proc *p = last >= 0 && last < nprocs && procs[last].pid == pid ? &procs[last] : get_proc(pid, 0);
     if (!p)
         return 0;
+    last = (int)(p - procs);
     for (int i = p->n - 1; i >= 0; i--) {
         struct map *m = &p->maps[i];
         if (addr >= m->start && addr < m->end) {
