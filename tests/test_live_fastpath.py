@@ -176,3 +176,23 @@ def test_anonymous_schedule_stays_on_the_python_path(tmp_path):
     assert not isinstance(made, str) and made[1] == "replay"
     made[0].unlink()
     assert isinstance(write_config(SourceSpec("policy", "markov"), gap=4), str)
+
+
+@needs_perf
+def test_fast_path_follows_the_program_through_fork_and_exec(weights, recorded):
+    """The shell forks, the child execs the workload: the fast path's map table must
+    follow (fork copies, exec empties, the child's mmaps fill it)."""
+    import shlex
+
+    trace, base, out0 = recorded
+    argv = wl.WorkloadConfig(weights, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
+    wl.drop_cache(weights)
+    r, w = os.pipe()
+    res = run_live(LiveConfig(["sh", "-c", "true; " + shlex.join(argv) + "; exit 3"],
+                              SourceSpec("schedule", "replay", str(trace), lookahead=256), stdout=w))
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = wl.parse_result(f.read())
+    assert res.returncode == 3 and out["checksum"] == out0["checksum"]
+    assert res.fast_path["state"] == "on" and res.prefetch_used > 0
+    assert res.faults_major < base.faults_major * 0.5, (res.faults_major, base.faults_major)
