@@ -463,7 +463,9 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
 
 def _renice_self_and_collector(mon: FaultMonitor, inc: int, extra_pids: Sequence[int] = (),
                                collector: bool = True, only_collector: bool = False) -> list[tuple[int, int]]:
-    """Lower the priority of every thread of this process and of the collector process.
+    """Add ``inc`` to the niceness of every thread of this process (unless ``only_collector``)
+    and of the collector process (if ``collector``): +10 lowers the recording daemon's
+    priority; the fast path raises the collector's with a negative ``inc``.
 
     The program was forked by the collector before this call, so it keeps its priority.
     Returns (tid, old niceness) to restore; empty when not root (could not undo it, and
