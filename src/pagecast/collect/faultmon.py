@@ -265,7 +265,7 @@ class FaultMonitor:
             idx, tag = np.frombuffer(payload[:8], dtype="<i4")
             self.fast_files[int(idx)] = (int(tag), payload[8:].decode("utf-8", "surrogateescape"))
         elif ftype == FR_FASTSTAT:
-            self.fast_stats = dict(zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<u8").tolist()))
+            self.fast_stats = dict(zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<i8").tolist()))  # cursor -1: none
         elif ftype == FR_ERROR:
             msg = payload.decode("utf-8", "replace")
             self.error = msg
