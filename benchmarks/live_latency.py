@@ -79,7 +79,11 @@ def main() -> int:
 
     load0 = os.getloadavg()
     weights = wl.ensure_weights(size_mib=args.size_mib)
-    tmp = Path(tempfile.mkdtemp(prefix="pagecast-latency-"))
+    with tempfile.TemporaryDirectory(prefix="pagecast-latency-") as d:
+        return _measure(args, weights, Path(d), load0)
+
+
+def _measure(args: argparse.Namespace, weights: Path, tmp: Path, load0: tuple[float, ...]) -> int:
     traces = []
     for pr in args.train_prompts:
         t = tmp / f"train{pr}.parquet"
