@@ -17,6 +17,12 @@
  * Records of different rings are not ordered with each other; after each drain a
  * WATERMARK frame promises that no later frame holds an event older than its time.
  *
+ * With --fast FILE the live loop's native fast path (live/fastpath.c) runs inside this
+ * process: the major-fault event wakes us per sample (minor faults every N samples with
+ * --fast-wake-minor N; in any case they are read within --fast-poll-ms),
+ * each sample goes straight to the predictor, which issues posix_fadvise(WILLNEED). The
+ * reader then still gets every frame, but only every --poll-ms (it only records).
+ *
  * Exit status: that of the command (128 + signal if it was killed); 126/127 for
  * errors of faultmon itself, after an ERROR frame with a one-line message.
  */
@@ -25,6 +31,7 @@
 #include <fcntl.h>
 #include <linux/perf_event.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -37,6 +44,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "live/fastpath.h"
 
 enum {
     FR_HELLO = 1,
@@ -78,13 +87,17 @@ static struct ring *rings;
 static int nrings;
 static size_t ring_pages = 4096; /* data pages per CPU: 16 MiB, ~350k samples */
 static uint64_t lost_total;
+static int fast;            /* --fast given: the native fast path runs in this process */
+static int fast_wake_minor; /* --fast-wake-minor N: every N minor-fault samples wake the fast path too */
+static uint64_t seen_ns;    /* when the current drain pass started reading the rings */
+static uint64_t wakeups;
 
 /* Sample buffer flushed as one SAMPLES frame. */
 #define SBUF_CAP 65536
 static struct fm_sample sbuf[SBUF_CAP];
 static size_t sbuf_n;
 
-static uint64_t now_ns(void)
+uint64_t fm_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -106,26 +119,29 @@ static void write_all(const void *p, size_t n)
     }
 }
 
-static void frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen)
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void fm_frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen)
 {
     uint32_t hdr[2] = {type, alen + blen};
+    pthread_mutex_lock(&out_mu);
     write_all(hdr, sizeof hdr);
     if (alen)
         write_all(a, alen);
     if (blen)
         write_all(b, blen);
+    pthread_mutex_unlock(&out_mu);
 }
 
 static void flush_samples(void)
 {
     if (sbuf_n) {
-        frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
+        fm_frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
         sbuf_n = 0;
     }
 }
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void fail(const char *fmt, ...)
+void fm_fail(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -133,7 +149,7 @@ static void fail(const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     flush_samples();
-    frame(FR_ERROR, msg, (uint32_t)strlen(msg), NULL, 0);
+    fm_frame(FR_ERROR, msg, (uint32_t)strlen(msg), NULL, 0);
     if (out_fd != 2)
         fprintf(stderr, "faultmon: %s\n", msg);
     exit(126);
@@ -160,8 +176,19 @@ static void fill_attr(struct perf_event_attr *a, uint64_t config, int leader, in
     a->sample_id_all = 1;
     a->use_clockid = 1;
     a->clockid = CLOCK_MONOTONIC;
-    a->watermark = 1;
-    a->wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
+    if (fast && config == PERF_COUNT_SW_PAGE_FAULTS_MAJ) {
+        /* fast path: wake on every major fault: the program is waiting for a read */
+        a->watermark = 0;
+        a->wakeup_events = 1;
+    } else if (fast && fast_wake_minor > 0) {
+        /* and every N minor faults (replay is paced by them too); a wake-up per minor fault
+         * costs the faulting program more than it gains on a small machine */
+        a->watermark = 0;
+        a->wakeup_events = (uint32_t)fast_wake_minor;
+    } else {
+        a->watermark = 1;
+        a->wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
+    }
     if (leader) {
         /* side-band records only once per ring, else each would arrive twice */
         a->mmap = 1;
@@ -211,6 +238,8 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         s->tid = pt[1];
         s->kind = id == r->id_maj ? 2 : 1;
         s->pad = 0;
+        if (fast)
+            fp_on_fault(time, pt[0], addr, s->kind == 2, seen_ns);
         if (sbuf_n == SBUF_CAP)
             flush_samples();
         break;
@@ -241,7 +270,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
             m.ino = 0;
         }
         flush_samples(); /* keep samples and maps in ring order */
-        frame(FR_MMAP, &m, sizeof m, name, (uint32_t)n);
+        fm_frame(FR_MMAP, &m, sizeof m, name, (uint32_t)n);
         break;
     }
     case PERF_RECORD_FORK: {
@@ -254,7 +283,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
             uint32_t pid, ppid, tid, ptid;
         } f = {t, v[0], v[1], v[2], v[3]};
         flush_samples();
-        frame(FR_FORK, &f, sizeof f, NULL, 0);
+        fm_frame(FR_FORK, &f, sizeof f, NULL, 0);
         break;
     }
     case PERF_RECORD_COMM: {
@@ -269,7 +298,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
             uint32_t pid, tid;
         } e = {ttime, pt[0], pt[1]};
         flush_samples();
-        frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
+        fm_frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
         break;
     }
     case PERF_RECORD_LOST: {
@@ -280,7 +309,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
             uint64_t time, lost;
         } l = {ttime, lost};
         flush_samples();
-        frame(FR_LOST, &l, sizeof l, NULL, 0);
+        fm_frame(FR_LOST, &l, sizeof l, NULL, 0);
         break;
     }
     default:
@@ -288,17 +317,54 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
     }
 }
 
-static void drain(struct ring *r)
+/* Fast path: hand the side-band records in [tail, head) to it before any sample of any
+ * ring is drained, so a fault on another CPU's ring right after an mmap finds its mapping
+ * (rings are not ordered with each other). */
+static void prescan(struct ring *r, uint64_t head)
 {
     struct perf_event_mmap_page *meta = r->base;
-    uint64_t head = __atomic_load_n(&meta->data_head, __ATOMIC_ACQUIRE);
+    static char rec[65536];
+    for (uint64_t tail = meta->data_tail; tail < head;) {
+        struct perf_event_header h;
+        ring_copy(r, tail, &h, sizeof h);
+        if (h.size < sizeof h)
+            fm_fail("corrupt perf ring record (size %u)", h.size);
+        if (h.type != PERF_RECORD_SAMPLE && h.size >= sizeof h + 24) {
+            ring_copy(r, tail, rec, h.size);
+            const char *p = rec + sizeof h;
+            uint32_t v[4];
+            memcpy(v, p, 16);
+            if (h.type == PERF_RECORD_MMAP2) {
+                uint64_t addr, len, pgoff, ino;
+                memcpy(&addr, p + 8, 8);
+                memcpy(&len, p + 16, 8);
+                memcpy(&pgoff, p + 24, 8);
+                memcpy(&ino, p + 40, 8);
+                if (h.misc & PERF_RECORD_MISC_MMAP_BUILD_ID)
+                    ino = 1; /* no inode given: a path still names a file */
+                const char *name = p + 64;
+                const char *trailer = rec + h.size - 24;
+                fp_on_mmap(v[0], addr, len, pgoff, ino, name, strnlen(name, (size_t)(trailer - name)));
+            } else if (h.type == PERF_RECORD_FORK) {
+                fp_on_fork(v[0], v[1]);
+            } else if (h.type == PERF_RECORD_COMM && (h.misc & PERF_RECORD_MISC_COMM_EXEC)) {
+                fp_on_exec(v[0]);
+            }
+        }
+        tail += h.size;
+    }
+}
+
+static void drain(struct ring *r, uint64_t head)
+{
+    struct perf_event_mmap_page *meta = r->base;
     uint64_t tail = meta->data_tail;
     static char rec[65536];
     while (tail < head) {
         struct perf_event_header h;
         ring_copy(r, tail, &h, sizeof h);
         if (h.size < sizeof h)
-            fail("corrupt perf ring record (size %u)", h.size);
+            fm_fail("corrupt perf ring record (size %u)", h.size);
         ring_copy(r, tail, rec, h.size);
         if (h.size >= sizeof h + 24 || h.type == PERF_RECORD_SAMPLE)
             handle_record(r, &h, rec);
@@ -307,15 +373,29 @@ static void drain(struct ring *r)
     __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }
 
+static void drain_pass(void)
+{
+    uint64_t heads[nrings];
+    seen_ns = fm_now_ns();
+    for (int i = 0; i < nrings; i++)
+        heads[i] = __atomic_load_n(&((struct perf_event_mmap_page *)rings[i].base)->data_head, __ATOMIC_ACQUIRE);
+    if (fast)
+        for (int i = 0; i < nrings; i++)
+            prescan(&rings[i], heads[i]);
+    for (int i = 0; i < nrings; i++)
+        drain(&rings[i], heads[i]);
+}
+
 static void drain_all(void)
 {
     /* Anything written after this moment is newer than it, minus the short gap between
      * a sample's timestamp and its write into the ring: keep a margin. */
-    uint64_t mark = now_ns() - 2000000ull;
-    for (int i = 0; i < nrings; i++)
-        drain(&rings[i]);
+    uint64_t mark = fm_now_ns() - 2000000ull;
+    drain_pass();
     flush_samples();
-    frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
+    if (fast)
+        fp_flush();
+    fm_frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
 }
 
 static void open_rings(pid_t child, int *exclude_kernel)
@@ -325,7 +405,7 @@ static void open_rings(pid_t child, int *exclude_kernel)
         ncpu = 1;
     rings = calloc((size_t)ncpu, sizeof *rings);
     if (!rings)
-        fail("out of memory");
+        fm_fail("out of memory");
     *exclude_kernel = 0;
     for (int cpu = 0; cpu < ncpu; cpu++) {
         struct perf_event_attr a;
@@ -350,20 +430,20 @@ static void open_rings(pid_t child, int *exclude_kernel)
                         lvl = -1;
                     fclose(f);
                 }
-                fail("perf_event_open not permitted (%s; kernel.perf_event_paranoid=%d): run as root, "
+                fm_fail("perf_event_open not permitted (%s; kernel.perf_event_paranoid=%d): run as root, "
                      "or `sysctl kernel.perf_event_paranoid=1`, or grant CAP_PERFMON",
                      strerror(errno), lvl);
             }
             if (errno == ENOENT || errno == ENOSYS)
-                fail("perf_event_open unavailable (%s): kernel built without perf events?", strerror(errno));
-            fail("perf_event_open failed on cpu %d: %s", cpu, strerror(errno));
+                fm_fail("perf_event_open unavailable (%s): kernel built without perf events?", strerror(errno));
+            fm_fail("perf_event_open failed on cpu %d: %s", cpu, strerror(errno));
         }
         struct ring *r = &rings[nrings];
         r->fd_maj = fd;
         fill_attr(&a, PERF_COUNT_SW_PAGE_FAULTS_MIN, 0, *exclude_kernel);
         r->fd_min = perf_open(&a, child, cpu);
         if (r->fd_min < 0)
-            fail("perf_event_open (minor faults) failed on cpu %d: %s", cpu, strerror(errno));
+            fm_fail("perf_event_open (minor faults) failed on cpu %d: %s", cpu, strerror(errno));
         size_t pages = ring_pages;
         for (;;) {
             r->base = mmap(NULL, (pages + 1) * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_maj, 0);
@@ -371,29 +451,30 @@ static void open_rings(pid_t child, int *exclude_kernel)
                 break;
             /* unprivileged users are limited by perf_event_mlock_kb: shrink */
             if (errno != EPERM || pages <= 8)
-                fail("cannot map perf ring buffer: %s", strerror(errno));
+                fm_fail("cannot map perf ring buffer: %s", strerror(errno));
             pages /= 2;
         }
         r->data_size = pages * 4096;
         if (ioctl(r->fd_min, PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0)
-            fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
+            fm_fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
         if (ioctl(r->fd_maj, PERF_EVENT_IOC_ID, &r->id_maj) < 0 || ioctl(r->fd_min, PERF_EVENT_IOC_ID, &r->id_min) < 0)
-            fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
+            fm_fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
         nrings++;
     }
     if (!nrings)
-        fail("perf_event_open found no usable CPU");
+        fm_fail("perf_event_open found no usable CPU");
 }
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] -- CMD ARGS...\n");
+    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
     exit(126);
 }
 
 int main(int argc, char **argv)
 {
-    int poll_ms = 20;
+    int poll_ms = 20, fast_poll_ms = 1;
+    const char *fast_config = NULL;
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -405,6 +486,13 @@ int main(int argc, char **argv)
             ring_pages = (size_t)atol(argv[++i]);
         } else if (!strcmp(argv[i], "--poll-ms") && i + 1 < argc) {
             poll_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fast") && i + 1 < argc) {
+            fast_config = argv[++i];
+            fast = 1;
+        } else if (!strcmp(argv[i], "--fast-wake-minor") && i + 1 < argc) {
+            fast_wake_minor = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--fast-poll-ms") && i + 1 < argc) {
+            fast_poll_ms = atoi(argv[++i]);
         } else {
             usage();
         }
@@ -412,7 +500,7 @@ int main(int argc, char **argv)
     if (i >= argc)
         usage();
     if (ring_pages & (ring_pages - 1))
-        fail("--ring-pages must be a power of two");
+        fm_fail("--ring-pages must be a power of two");
     char **cmd = argv + i;
     signal(SIGPIPE, SIG_IGN);
     /* A larger pipe absorbs the reader's scheduling hiccups before the rings must. */
@@ -420,10 +508,10 @@ int main(int argc, char **argv)
 
     int go[2], execerr[2];
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(execerr, O_CLOEXEC) < 0)
-        fail("pipe: %s", strerror(errno));
+        fm_fail("pipe: %s", strerror(errno));
     pid_t child = fork();
     if (child < 0)
-        fail("fork: %s", strerror(errno));
+        fm_fail("fork: %s", strerror(errno));
     if (child == 0) {
         char c;
         close(go[1]);
@@ -447,22 +535,26 @@ int main(int argc, char **argv)
     int exclude_kernel = 0;
     open_rings(child, &exclude_kernel);
 
-    uint64_t t0 = now_ns();
+    uint64_t t0 = fm_now_ns();
     struct {
         uint64_t t0;
         uint32_t pid, nrings, exclude_kernel, ring_pages;
     } hello = {t0, (uint32_t)child, (uint32_t)nrings, (uint32_t)exclude_kernel, (uint32_t)(rings[0].data_size / 4096)};
-    frame(FR_HELLO, &hello, sizeof hello, NULL, 0);
+    fm_frame(FR_HELLO, &hello, sizeof hello, NULL, 0);
+    if (fast)
+        fp_load(fast_config); /* before the program runs: a bad file is an error, not a slow run */
     if (write(go[1], "g", 1) != 1)
-        fail("cannot start the command: %s", strerror(errno));
+        fm_fail("cannot start the command: %s", strerror(errno));
     close(go[1]);
     int e = 0;
     ssize_t n = read(execerr[0], &e, sizeof e);
     close(execerr[0]);
     if (n == (ssize_t)sizeof e) {
         waitpid(child, NULL, 0);
-        fail("cannot run %s: %s", cmd[0], strerror(e));
+        fm_fail("cannot run %s: %s", cmd[0], strerror(e));
     }
+    if (fast)
+        fp_start();
 
     struct pollfd *pfd = calloc((size_t)nrings, sizeof *pfd);
     for (int k = 0; k < nrings; k++) {
@@ -470,21 +562,38 @@ int main(int argc, char **argv)
         pfd[k].events = POLLIN;
     }
     int status = 0;
+    uint64_t next_report = fm_now_ns() + (uint64_t)poll_ms * 1000000ull;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
         if (w == child)
             break;
         if (w < 0 && errno != EINTR)
-            fail("waitpid: %s", strerror(errno));
-        poll(pfd, (nfds_t)nrings, poll_ms);
-        drain_all();
+            fm_fail("waitpid: %s", strerror(errno));
+        if (!fast) {
+            poll(pfd, (nfds_t)nrings, poll_ms);
+            drain_all();
+            continue;
+        }
+        /* Fast path: act on samples at once, report to the reader every poll_ms. */
+        uint64_t now = fm_now_ns();
+        if (now >= next_report) {
+            drain_all();
+            next_report = now + (uint64_t)poll_ms * 1000000ull;
+            continue;
+        }
+        int wait_ms = (int)((next_report - now + 999999) / 1000000);
+        if (poll(pfd, (nfds_t)nrings, wait_ms < fast_poll_ms ? wait_ms : fast_poll_ms) > 0)
+            wakeups++;
+        drain_pass();
     }
     drain_all();
+    if (fast)
+        fp_finish(wakeups);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     struct {
         int32_t status, code;
         uint64_t time, lost;
-    } ex = {status, code, now_ns(), lost_total};
-    frame(FR_EXIT, &ex, sizeof ex, NULL, 0);
+    } ex = {status, code, fm_now_ns(), lost_total};
+    fm_frame(FR_EXIT, &ex, sizeof ex, NULL, 0);
     return code;
 }

@@ -43,10 +43,11 @@ def _argv(weights: Path, prompt: int = 1, tokens: int = 2) -> list[str]:
     return wl.WorkloadConfig(weights, prompt=prompt, tokens=tokens, advice="random", extra=SMALL).argv()
 
 
-def _run(weights: Path, spec: SourceSpec, trace: Path | None = None, prompt: int = 1, tokens: int = 2, on_started=None):
+def _run(weights: Path, spec: SourceSpec, trace: Path | None = None, prompt: int = 1, tokens: int = 2, on_started=None,
+         **kw):
     wl.drop_cache(weights)
     r, w = os.pipe()
-    res = run_live(LiveConfig(_argv(weights, prompt, tokens), spec, trace_out=trace, stdout=w), on_started=on_started)
+    res = run_live(LiveConfig(_argv(weights, prompt, tokens), spec, trace_out=trace, stdout=w, **kw), on_started=on_started)
     os.close(w)
     with os.fdopen(r) as f:
         return res, wl.parse_result(f.read())
@@ -148,7 +149,9 @@ def test_replay_paced_by_live_faults(weights, recorded):
 def test_survives_predictor_killed_midrun(weights, tmp_path):
     killer = PredictorKiller()
     _, want = _run(weights, SourceSpec(), tokens=6)
-    res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer)
+    # the Python predictor process (nextline takes the native fast path by default: test_live_fastpath.py)
+    res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer,
+                    fast=False)
     assert killer.killed.wait(5) and killer.program_was_running == [True]
     assert res.returncode == 0
     assert got["checksum"] == want["checksum"] and got["tokens"] == 6

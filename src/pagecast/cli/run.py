@@ -44,6 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nice", type=int, default=10,
                    help="niceness added to pagecast's daemon and collector while the program runs (root only; default 10). "
                         "Use 0 for CPU-bound programs: a niced daemon then sees their faults too late to prefetch")
+    p.add_argument("--no-fast", action="store_true",
+                   help="replay, nextline and stride run natively inside the collector by default (fault -> fadvise "
+                        "in microseconds, file pages only); this forces the Python predictor process instead")
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
@@ -108,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         spec = SourceSpec()
     cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,
-                     poll_ms=args.poll_ms, stdout=2 if args.json else None, anon=not args.no_anon, nice=args.nice)
+                     poll_ms=args.poll_ms, stdout=2 if args.json else None, anon=not args.no_anon, nice=args.nice,
+                     fast=False if args.no_fast else None)
     res = run_live(cfg)
     d = res.to_dict()
     if args.json:

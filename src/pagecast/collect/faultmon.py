@@ -39,6 +39,7 @@ from pagecast.util.native import build
 PAGE_SIZE = 4096
 
 FR_HELLO, FR_SAMPLES, FR_MMAP, FR_FORK, FR_EXEC, FR_LOST, FR_WATERMARK, FR_EXIT, FR_ERROR = range(1, 10)
+FR_ISSUED, FR_FILE, FR_FASTSTAT = range(10, 13)  # native fast path (native/live/fastpath.c)
 
 SAMPLE_DTYPE = np.dtype(
     [("time", "<u8"), ("addr", "<u8"), ("ip", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("kind", "<u4"), ("pad", "<u4")]
@@ -52,10 +53,16 @@ FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid",
 EXEC_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("tid", "<u4")])
 LOST_DTYPE = np.dtype([("time", "<u8"), ("lost", "<u8")])
 EXIT_DTYPE = np.dtype([("status", "<i4"), ("code", "<i4"), ("time", "<u8"), ("lost", "<u8")])
+# one page whose read the fast path issued; times are CLOCK_MONOTONIC ns (t_fault 0: at start)
+ISSUED_DTYPE = np.dtype([("t_issue", "<u8"), ("t_fault", "<u8"), ("t_seen", "<u8"), ("t_submit", "<u8"),
+                         ("page", "<i8"), ("file", "<i4"), ("flags", "<u4")])
+FASTSTAT_FIELDS = ("faults", "unmapped_faults", "ranges", "range_pages", "fadvise_errors", "pages", "replay_cursor",
+                   "wakeups", "fadvise_ns", "handler_ns_p50", "handler_ns_p99", "handler_ns_max")
 
 
 def faultmon_binary() -> Path:
-    return build("faultmon", ["faultmon.c"], shared=False)
+    # one collector binary: the live loop's native fast path is linked in, off unless --fast
+    return build("faultmon", ["faultmon.c", "live/fastpath.c"], shared=False, ldflags=("-lpthread",))
 
 
 @dataclass
@@ -101,7 +108,8 @@ class FaultMonitor:
     """
 
     def __init__(self, cmd: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = None,
-                 stderr: Any = None, ring_pages: int = 4096, poll_ms: int = 20):
+                 stderr: Any = None, ring_pages: int = 4096, poll_ms: int = 20, fast: str | Path | None = None,
+                 fast_poll_ms: int = 1, fast_wake_minor: int = 0):
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]
@@ -110,6 +118,14 @@ class FaultMonitor:
         self.stderr = stderr
         self.ring_pages = ring_pages
         self.poll_ms = poll_ms
+        # native fast path: its config file (pagecast.online.fastpath), what it issued, its files
+        self.fast = fast
+        self.fast_poll_ms = fast_poll_ms
+        self.fast_wake_minor = fast_wake_minor
+        self.fast_issued: list[np.ndarray] = []
+        self.fast_files: dict[int, tuple[int, str]] = {}  # index -> (schedule region id or -1, path)
+        self.fast_stats: dict[str, int] | None = None
+        self.error: str | None = None  # the collector's own ERROR frame, if any
         self.regions: list[Region] = []
         self.returncode: int | None = None
         self.lost = 0
@@ -139,10 +155,13 @@ class FaultMonitor:
             raise PagecastError(f"command not found or not executable: {exe}")
         binary = faultmon_binary()
         r, w = os.pipe()
+        fast = ["--fast", str(self.fast), "--fast-poll-ms", str(self.fast_poll_ms)] if self.fast else []
+        if self.fast and self.fast_wake_minor:
+            fast += ["--fast-wake-minor", str(int(self.fast_wake_minor))]
         try:
             self._proc = subprocess.Popen(
                 [str(binary), "--fd", str(w), "--ring-pages", str(self.ring_pages), "--poll-ms", str(self.poll_ms),
-                 "--", *self.cmd],
+                 *fast, "--", *self.cmd],
                 pass_fds=(w,), env=self.env, stdout=self.stdout, stderr=self.stderr,
             )
         except OSError as e:
@@ -240,8 +259,16 @@ class FaultMonitor:
             self.returncode = os.waitstatus_to_exitcode(status)
             self._watermark = None  # release everything
             return True
+        elif ftype == FR_ISSUED:
+            self.fast_issued.append(np.frombuffer(payload, dtype=ISSUED_DTYPE))
+        elif ftype == FR_FILE:
+            idx, tag = np.frombuffer(payload[:8], dtype="<i4")
+            self.fast_files[int(idx)] = (int(tag), payload[8:].decode("utf-8", "surrogateescape"))
+        elif ftype == FR_FASTSTAT:
+            self.fast_stats = dict(zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<i8").tolist()))  # cursor -1: none
         elif ftype == FR_ERROR:
             msg = payload.decode("utf-8", "replace")
+            self.error = msg
             self.close()
             raise PagecastError(msg)
         return False
@@ -266,6 +293,14 @@ class FaultMonitor:
         if self.returncode is None:
             code = self._proc.returncode if self._proc else None
             raise PagecastError(f"fault collector ended without reporting the command's exit (status {code})")
+
+    @property
+    def collector_pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def region_of_path(self, path: str) -> int:
+        """Id of the file region mapped from ``path`` in this run, -1 if never mapped."""
+        return self._file_regions.get(path, -1)
 
     def take_changed_regions(self) -> list[int]:
         """Ids of regions whose length or end changed since the last call."""
