@@ -90,7 +90,7 @@ struct pgr_region {
     /* page pack (pgr_pack_start) */
     int pack_efd;         /* the loader's end-of-stream signal to the handler */
     struct pgr_pack *pack;
-    int32_t *pack_pos;    /* region page -> its position in the pack, -1: not in it or already mapped once */
+    int32_t *pack_pos;    /* region page -> its position j in the pack; -2-j once mapped (by anyone); -1 not in it */
     struct deferred *dfr; /* faults waiting for the loader */
     uint64_t ndfr, dfrcap;
 };
@@ -661,7 +661,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         for (uint64_t k = i; k < j; k++) {
             uint64_t s = (uint64_t)r->batch[k];
             r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            if (r->pack_pos) r->pack_pos[s] = -1;
+            if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
             r->st.resident++;
             r->st.prefetched++;
             log_rec(r, t, (int64_t)s, PGR_REC_PREFETCH, 0, -1);
@@ -679,7 +679,8 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         return;
     }
     r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
-    if (r->pack_pos) r->pack_pos[p] = -1; /* once mapped, the file (maybe written back since) is the truth */
+    /* once mapped, the file (maybe written back since) is the truth: the loader skips it */
+    if (r->pack_pos && r->pack_pos[p] >= 0) r->pack_pos[p] = -2 - r->pack_pos[p];
     r->st.resident++;
     if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
     r->pending_wake = (int64_t)p;
@@ -833,7 +834,7 @@ static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
 
 #define PACK_FIRST_BLOCKS 1 /* the first read is one block: the program waits for it */
 #define PACK_READ_BLOCKS 8
-#define PACK_LOCK_PAGES 64  /* pages mapped per hold of the region lock: faults interleave */
+#define PACK_LOCK_PAGES 16  /* pages mapped per hold of the region lock: faults interleave */
 
 static void pack_finish(pgr_region *r, int state, const char *why) {
     pthread_mutex_lock(&r->mu);
@@ -863,10 +864,15 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
                 return -1;
             }
             int64_t p = k->rpage[j];
-            if (p < 0 || r->pack_pos[p] != (int32_t)j) continue; /* outside, duplicate, or mapped before */
+            if (p < 0) continue; /* outside the region */
+            if (r->pack_pos[p] == -2 - (int32_t)j) { /* the program faulted it in before the loader came */
+                r->st.pack_skipped++;
+                continue;
+            }
+            if (r->pack_pos[p] != (int32_t)j) continue; /* a duplicate */
             if (r->state[p] & (ST_RES | ST_PIN)) {
                 r->st.pack_skipped++;
-                r->pack_pos[p] = -1;
+                r->pack_pos[p] = -2 - (int32_t)j;
                 continue;
             }
             /* never evict for the pack: it is a guess, the resident pages are not */
@@ -889,7 +895,7 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
                 return -1;
             }
             r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            r->pack_pos[p] = -1;
+            r->pack_pos[p] = -2 - (int32_t)j;
             r->st.resident++;
             r->st.pack_installed++;
             r->st.prefetched++;
