@@ -149,7 +149,8 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     if res.returncode != 0 or not r or len(res.stats) != 1:
         raise PagecastError(f"{name}: workload failed under the pager (status {res.returncode})")
     st = res.stats[0]
-    if pack is not None and st["pack_state"] != 2:
+    # state 3 with pages installed: the program ended before the loader reached the pack's tail
+    if pack is not None and (st["pack_state"] == 0 or st["pack_installed"] == 0):
         raise PagecastError(f"{name}: the page pack was not loaded (state {st['pack_state']}; see the warning above)")
     return RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], st["faults"] + st["pack_deferred"],
                   st["bytes_read"] + st["pack_bytes_read"], prefetched=st["pack_installed"], checksum=r["checksum"])
