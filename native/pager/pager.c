@@ -100,17 +100,22 @@ struct deferred {
     int write, tid;
 };
 
+#define PACK_MAX_THREADS 4
+
 struct pgr_pack {
     int fd;
     uint64_t n, block, data_off, nblocks;
     int64_t *rpage;  /* pack position -> region page, -1 outside the region */
     uint64_t *sums;  /* per block */
-    uint8_t *buf;
-    uint64_t pos;    /* next position to install (under r->mu) */
+    uint8_t *buf[PACK_MAX_THREADS];
+    uint64_t next_chunk; /* chunks are claimed in order by the loader threads (atomic) */
+    uint64_t hi;     /* end of the furthest chunk claimed (under r->mu) */
+    uint64_t claimed; /* pages claimed for installing so far (under r->mu; stop_after) */
     uint64_t defer, stop_after;
-    int stop;        /* set by pgr_close */
-    pthread_t thr;
-    int started;
+    int stop;        /* set by pgr_close or by a thread that failed: the others stop too */
+    int nthreads, live;
+    pthread_t thr[PACK_MAX_THREADS];
+    char why[200];   /* first failure */
     char path[PATH_MAX];
 };
 
@@ -447,7 +452,7 @@ static int copy_pages(pgr_region *r, uint64_t p, const uint8_t *src, uint64_t np
         .len = npg * r->ps,
         .mode = (wp && r->wp ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE),
     };
-    r->st.copy_ioctls++;
+    __atomic_fetch_add(&r->st.copy_ioctls, 1, __ATOMIC_RELAXED); /* the pack loaders copy without the lock */
     for (;;) {
         if (ioctl(r->uffd, UFFDIO_COPY, &c) == 0) return 0;
         if (errno == EAGAIN && c.copy > 0) { /* partial copy: continue after it */
@@ -574,9 +579,12 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
             if (!(r->state[r->dfr[i].page] & ST_RES)) r->dfr[k++] = r->dfr[i];
         r->ndfr = k;
     }
-    if (r->pack && r->st.pack_state == PGR_PACK_RUNNING && r->pack_pos[p] >= 0 &&
-        (uint64_t)r->pack_pos[p] >= r->pack->pos && (uint64_t)r->pack_pos[p] < r->pack->pos + r->pack->defer &&
-        r->ndfr < r->dfrcap) {
+    /* A page the loader is copying right now (claimed, not yet resident) must wait for it:
+     * a second UFFDIO_COPY would fail with EEXIST. */
+    int loading = r->pack && r->st.pack_state == PGR_PACK_RUNNING;
+    if (loading && r->ndfr < r->dfrcap &&
+        ((r->state[p] & ST_PIN) ||
+         (r->pack_pos[p] >= 0 && (uint64_t)r->pack_pos[p] < r->pack->hi + r->pack->defer))) {
         r->dfr[r->ndfr++] = (struct deferred){(int64_t)p, write, tid};
         r->st.pack_deferred++;
         log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_PACK, tid);
@@ -832,37 +840,33 @@ static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
     return 0;
 }
 
-#define PACK_FIRST_BLOCKS 1 /* the first read is one block: the program waits for it */
-#define PACK_READ_BLOCKS 8
-#define PACK_LOCK_PAGES 16  /* pages mapped per hold of the region lock: faults interleave */
+#define PACK_READ_BLOCKS 8   /* a chunk (after the first, one block: the program waits for it) */
+#define PACK_LOCK_PAGES 16   /* pages claimed per hold of the region lock: faults interleave */
 
-static void pack_finish(pgr_region *r, int state, const char *why) {
-    pthread_mutex_lock(&r->mu);
-    r->st.pack_state = state;
-    r->st.pack_done_ns = (uint64_t)(now_ns() - r->t0);
-    pthread_mutex_unlock(&r->mu);
-    if (why) fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", r->pack->path, why, r->path);
-    uint64_t one = 1;
-    if (write(r->pack_efd, &one, sizeof one) < 0) { /* the handler also checks the state after each batch */
-    }
+/* Chunk c of the pack: [start, end) positions. Chunk 0 is one block (latency), then
+ * PACK_READ_BLOCKS blocks each; boundaries are block-aligned (checksums are per block). */
+static int pack_chunk(const struct pgr_pack *k, uint64_t c, uint64_t *start, uint64_t *end) {
+    uint64_t B = k->block;
+    *start = c == 0 ? 0 : B + (c - 1) * PACK_READ_BLOCKS * B;
+    *end = c == 0 ? B : *start + PACK_READ_BLOCKS * B;
+    if (*end > k->n) *end = k->n;
+    return *start < k->n;
 }
 
-/* Install pack positions [i, end) whose bytes are in buf (caller: not holding mu). Returns
- * 0, or -1 with *why set when the loader must stop. */
-static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *buf, const char **why) {
+/* Install pack positions [i, end) whose bytes are in buf. Pages are claimed under the
+ * lock (ST_PIN + a ring slot), copied without it (so several loader threads and the fault
+ * handler run at once), then marked resident under it. Returns 0, or -1 with k->why set. */
+static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *buf) {
     struct pgr_pack *k = r->pack;
-    static __thread char msg[160];
+    int64_t pg[PACK_LOCK_PAGES];
+    uint64_t at[PACK_LOCK_PAGES], slot[PACK_LOCK_PAGES];
+    int ok[PACK_LOCK_PAGES];
     for (uint64_t j = i; j < end;) {
-        uint64_t stop_at = j + PACK_LOCK_PAGES < end ? j + PACK_LOCK_PAGES : end;
+        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) return -1;
         int64_t t = now_ns();
+        int nc = 0, full = 0, hook = 0;
         pthread_mutex_lock(&r->mu);
-        for (; j < stop_at; j++) {
-            if (k->stop_after && r->st.pack_installed >= k->stop_after) {
-                k->pos = j;
-                pthread_mutex_unlock(&r->mu);
-                *why = "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)";
-                return -1;
-            }
+        for (; j < end && nc < PACK_LOCK_PAGES; j++) {
             int64_t p = k->rpage[j];
             if (p < 0) continue; /* outside the region */
             if (r->pack_pos[p] == -2 - (int32_t)j) { /* the program faulted it in before the loader came */
@@ -875,86 +879,122 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
                 r->pack_pos[p] = -2 - (int32_t)j;
                 continue;
             }
-            /* never evict for the pack: it is a guess, the resident pages are not */
-            if (r->fill >= r->cap) {
-                k->pos = j;
-                pthread_mutex_unlock(&r->mu);
-                snprintf(msg, sizeof msg, "memory budget full after %llu pages", (unsigned long long)r->st.pack_installed);
-                *why = msg;
-                return -1;
+            if (k->stop_after && k->claimed >= k->stop_after) {
+                hook = 1;
+                break;
             }
+            if (r->fill >= r->cap) { /* never evict for the pack: it is a guess, resident pages are not */
+                full = 1;
+                break;
+            }
+            slot[nc] = r->fill;
             ring_insert(r, (uint64_t)p, t);
-            /* written-protected like a prefetch; the copy wakes a thread waiting on the page */
-            if (copy_pages(r, (uint64_t)p, buf + (j - i) * r->ps, 1, 1, 1) < 0) {
-                int e = errno;
-                r->ring[--r->fill] = -1;
-                k->pos = j;
-                pthread_mutex_unlock(&r->mu);
-                snprintf(msg, sizeof msg, "UFFDIO_COPY failed: %s", strerror(e));
-                *why = msg;
-                return -1;
+            r->state[p] |= ST_PIN;
+            r->pack_pos[p] = -2 - (int32_t)j;
+            k->claimed++;
+            pg[nc] = p;
+            at[nc++] = j;
+        }
+        pthread_mutex_unlock(&r->mu);
+        /* write-protected like a prefetch; with wake, so a thread waiting on the page runs on */
+        int err = 0;
+        for (int c = 0; c < nc; c++) {
+            ok[c] = copy_pages(r, (uint64_t)pg[c], buf + (at[c] - i) * r->ps, 1, 1, 1) == 0;
+            if (!ok[c] && !err) err = errno;
+        }
+        pthread_mutex_lock(&r->mu);
+        for (int c = 0; c < nc; c++) {
+            int64_t p = pg[c];
+            if (!ok[c]) {
+                r->state[p] &= (uint8_t)~ST_PIN;
+                r->ring[slot[c]] = -1;
+                continue;
             }
             r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            r->pack_pos[p] = -2 - (int32_t)j;
             r->st.resident++;
             r->st.pack_installed++;
             r->st.prefetched++;
-            if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
             log_rec(r, t, p, PGR_REC_PREFETCH, PGR_RF_PACK, -1);
             if (r->nlog == r->logcap) log_flush(r);
         }
-        k->pos = j;
+        if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
         log_flush(r);
         pthread_mutex_unlock(&r->mu);
+        const char *why = err ? "UFFDIO_COPY failed" : full ? "memory budget full" : hook ? "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)" : NULL;
+        if (why) {
+            pthread_mutex_lock(&r->mu);
+            if (!k->why[0])
+                snprintf(k->why, sizeof k->why, "%s%s%s after %llu pages", why, err ? ": " : "", err ? strerror(err) : "",
+                         (unsigned long long)r->st.pack_installed);
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
     }
     return 0;
 }
 
-static void *pack_main(void *arg) {
-    pgr_region *r = arg;
+/* The last loader thread to end tells the handler, which serves every fault that waited. */
+static void pack_thread_end(pgr_region *r, const char *why) {
     struct pgr_pack *k = r->pack;
+    pthread_mutex_lock(&r->mu);
+    if (why && !k->why[0]) snprintf(k->why, sizeof k->why, "%s", why);
+    if (k->why[0]) __atomic_store_n(&k->stop, 1, __ATOMIC_RELEASE);
+    int last = --k->live == 0;
+    int closing = k->stop == 2;
+    if (last) {
+        r->st.pack_state = k->why[0] || closing ? PGR_PACK_STOPPED : PGR_PACK_DONE;
+        r->st.pack_done_ns = (uint64_t)(now_ns() - r->t0);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!last) return;
+    if (k->why[0]) fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", k->path, k->why, r->path);
+    uint64_t one = 1;
+    if (write(r->pack_efd, &one, sizeof one) < 0) { /* the handler also checks the state after each batch */
+    }
+}
+
+struct pack_arg {
+    pgr_region *r;
+    int id;
+};
+
+static void *pack_main(void *arg) {
+    struct pack_arg *a = arg;
+    pgr_region *r = a->r;
+    struct pgr_pack *k = r->pack;
+    uint8_t *buf = k->buf[a->id];
+    free(a);
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
-    uint64_t B = k->block, ps = r->ps;
-    const char *why = NULL;
-    static __thread char msg[200];
-    uint64_t i = 0;
-    int first = 1;
-    while (i < k->n) {
-        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) {
-            pack_finish(r, PGR_PACK_STOPPED, NULL);
-            return NULL;
-        }
-        uint64_t blk = i / B;
-        uint64_t end = (blk + (first ? PACK_FIRST_BLOCKS : PACK_READ_BLOCKS)) * B;
-        if (end > k->n) end = k->n;
-        if (pread_full(k->fd, k->buf, (end - i) * ps, k->data_off + i * ps) < 0) {
-            snprintf(msg, sizeof msg, "read failed at page %llu of %llu (%s)", (unsigned long long)i,
+    uint64_t ps = r->ps;
+    char why[200] = "";
+    for (;;) {
+        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) break;
+        uint64_t c = __atomic_fetch_add(&k->next_chunk, 1, __ATOMIC_ACQ_REL), i, end;
+        if (!pack_chunk(k, c, &i, &end)) break;
+        pthread_mutex_lock(&r->mu);
+        if (end > k->hi) k->hi = end;
+        pthread_mutex_unlock(&r->mu);
+        if (c == 1) /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
+            posix_fadvise(k->fd, (off_t)(k->data_off + i * ps), (off_t)((k->n - i) * ps), POSIX_FADV_WILLNEED);
+        if (pread_full(k->fd, buf, (end - i) * ps, k->data_off + i * ps) < 0) {
+            snprintf(why, sizeof why, "read failed at page %llu of %llu (%s)", (unsigned long long)i,
                      (unsigned long long)k->n, errno ? strerror(errno) : "file shorter than its header says");
-            why = msg;
             break;
         }
         __atomic_fetch_add(&r->st.pack_bytes_read, (end - i) * ps, __ATOMIC_RELAXED);
-        if (first) {
-            /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
-            posix_fadvise(k->fd, (off_t)(k->data_off + end * ps), (off_t)((k->n - end) * ps), POSIX_FADV_WILLNEED);
-            first = 0;
-        }
-        for (uint64_t b = blk; b * B < end; b++) {
-            uint64_t lo = b * B, hi = lo + B < k->n ? lo + B : k->n;
-            if (pgr_pack_sum((const uint64_t *)(k->buf + (lo - i) * ps), (hi - lo) * ps / 8) != k->sums[b]) {
-                snprintf(msg, sizeof msg, "block %llu (pages %llu-%llu) fails its checksum (pack corrupted?)",
+        for (uint64_t b = i / k->block; b * k->block < end; b++) {
+            uint64_t lo = b * k->block, hi = lo + k->block < k->n ? lo + k->block : k->n;
+            if (pgr_pack_sum((const uint64_t *)(buf + (lo - i) * ps), (hi - lo) * ps / 8) != k->sums[b]) {
+                snprintf(why, sizeof why, "block %llu (pages %llu-%llu) fails its checksum (pack corrupted?)",
                          (unsigned long long)b, (unsigned long long)lo, (unsigned long long)hi - 1);
-                why = msg;
                 break;
             }
         }
-        if (why) break;
-        if (pack_install(r, i, end, k->buf, &why) < 0) break;
-        i = end;
+        if (why[0] || pack_install(r, i, end, buf) < 0) break;
     }
-    pack_finish(r, why ? PGR_PACK_STOPPED : PGR_PACK_DONE, why);
+    pack_thread_end(r, why[0] ? why : NULL);
     return NULL;
 }
 
@@ -963,7 +1003,7 @@ static void pack_free(struct pgr_pack *k) {
     if (k->fd >= 0) close(k->fd);
     free(k->rpage);
     free(k->sums);
-    free(k->buf);
+    for (int i = 0; i < PACK_MAX_THREADS; i++) free(k->buf[i]);
     free(k);
 }
 
@@ -976,7 +1016,7 @@ struct pack_header {
     char path[PGR_PACK_HEADER - 96];
 };
 
-int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after) {
+int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
     _Static_assert(sizeof(struct pack_header) == PGR_PACK_HEADER, "pack header size");
     if (r->pack) {
         set_err("%s: a page pack is already loading for %s", pack_path, r->path);
@@ -1047,10 +1087,12 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     k->stop_after = stop_after;
     k->rpage = malloc((k->n ? k->n : 1) * sizeof(int64_t));
     k->sums = malloc((nblocks ? nblocks : 1) * sizeof(uint64_t));
-    k->buf = aligned_alloc(4096, PACK_READ_BLOCKS * k->block * r->ps);
+    k->nthreads = threads < 1 ? 2 : threads > PACK_MAX_THREADS ? PACK_MAX_THREADS : threads;
+    int bufs_ok = 1;
+    for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, PACK_READ_BLOCKS * k->block * r->ps)) != NULL;
     int32_t *pos = malloc(r->npages * sizeof(int32_t));
     struct deferred *dfr = malloc(4096 * sizeof *dfr);
-    if (!k->rpage || !k->sums || !k->buf || !pos || !dfr) {
+    if (!k->rpage || !k->sums || !bufs_ok || !pos || !dfr) {
         set_err("page pack %s: out of memory", pack_path);
         free(idx);
         free(pos);
@@ -1080,14 +1122,32 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     r->st.pack_bytes_read = PGR_PACK_HEADER + idx_bytes;
     r->st.pack_state = PGR_PACK_RUNNING;
     pthread_mutex_unlock(&r->mu);
-    if (pthread_create(&k->thr, NULL, pack_main, r) != 0) {
+    /* several threads: while the program waits for its next page, the idle core maps pages too */
+    int started = 0;
+    for (int t = 0; t < k->nthreads; t++) {
+        struct pack_arg *a = malloc(sizeof *a);
+        if (!a) break;
+        *a = (struct pack_arg){r, t};
+        pthread_mutex_lock(&r->mu);
+        k->live++;
+        pthread_mutex_unlock(&r->mu);
+        if (pthread_create(&k->thr[t], NULL, pack_main, a) != 0) {
+            free(a);
+            pthread_mutex_lock(&r->mu);
+            k->live--;
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        started++;
+    }
+    k->nthreads = started;
+    if (!started) {
         pthread_mutex_lock(&r->mu);
         r->st.pack_state = PGR_PACK_STOPPED;
         pthread_mutex_unlock(&r->mu);
         set_err("page pack %s: cannot start the loader thread", pack_path);
         return -1;
     }
-    k->started = 1;
     return 0;
 }
 
@@ -1334,9 +1394,9 @@ long pgr_drop_all(pgr_region *r) {
 
 int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     if (!r) return 0;
-    if (r->pack && r->pack->started) { /* the loader first: it maps pages under the handler's lock */
-        __atomic_store_n(&r->pack->stop, 1, __ATOMIC_RELEASE);
-        pthread_join(r->pack->thr, NULL);
+    if (r->pack) { /* the loader first: it maps pages into the region */
+        __atomic_store_n(&r->pack->stop, 2, __ATOMIC_RELEASE);
+        for (int t = 0; t < r->pack->nthreads; t++) pthread_join(r->pack->thr[t], NULL);
     }
     if (r->thr_started) {
         char c = 1;

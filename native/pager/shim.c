@@ -20,6 +20,7 @@
  *                                             ignored with a one-line warning.
  *   PAGECAST_PAGER_PACK_DEFER=N               faults on pack pages at most N ahead of the loader wait
  *                                             for it (default 256)
+ *   PAGECAST_PAGER_PACK_THREADS=N             loader threads mapping pages in parallel (default 2)
  *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
  * A file matches by device and inode, whatever name the program opens it by.
  */
@@ -191,11 +192,12 @@ static void load_table(pgr_region *r, const char *file_path) {
 static void start_pack(pgr_region *r) {
     const char *env = getenv("PAGECAST_PAGER_PACK");
     if (!env || !*env) return;
-    const char *d = getenv("PAGECAST_PAGER_PACK_DEFER"), *sa = getenv("PAGECAST_PAGER_PACK_STOP_AFTER");
+    const char *d = getenv("PAGECAST_PAGER_PACK_DEFER"), *sa = getenv("PAGECAST_PAGER_PACK_STOP_AFTER"),
+               *th = getenv("PAGECAST_PAGER_PACK_THREADS");
     uint64_t defer = d ? strtoull(d, NULL, 10) : 0, stop_after = sa ? strtoull(sa, NULL, 10) : 0;
     char *dup = strdup(env), *save = NULL;
     for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        int rc = pgr_pack_start(r, t, defer, stop_after);
+        int rc = pgr_pack_start(r, t, defer, stop_after, th ? atoi(th) : 0);
         if (rc < 0) fprintf(stderr, "pagecast pager: %s\n", pgr_last_error());
         if (rc <= 0) break; /* one pack per region: the first one built for this file */
     }
