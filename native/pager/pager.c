@@ -104,6 +104,7 @@ struct deferred {
 
 struct pgr_pack {
     int fd;
+    int dfd;         /* the same file opened O_DIRECT (-1: not supported here, read through the page cache) */
     uint64_t n, block, data_off, nblocks;
     int64_t *rpage;  /* pack position -> region page, -1 outside the region */
     uint64_t *sums;  /* per block */
@@ -976,9 +977,9 @@ static void *pack_main(void *arg) {
         pthread_mutex_lock(&r->mu);
         if (end > k->hi) k->hi = end;
         pthread_mutex_unlock(&r->mu);
-        if (c == 1) /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
+        if (c == 1 && k->dfd < 0) /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
             posix_fadvise(k->fd, (off_t)(k->data_off + i * ps), (off_t)((k->n - i) * ps), POSIX_FADV_WILLNEED);
-        if (pread_full(k->fd, buf, (end - i) * ps, k->data_off + i * ps) < 0) {
+        if (pread_full(k->dfd >= 0 ? k->dfd : k->fd, buf, (end - i) * ps, k->data_off + i * ps) < 0) {
             snprintf(why, sizeof why, "read failed at page %llu of %llu (%s)", (unsigned long long)i,
                      (unsigned long long)k->n, errno ? strerror(errno) : "file shorter than its header says");
             break;
@@ -1001,6 +1002,7 @@ static void *pack_main(void *arg) {
 static void pack_free(struct pgr_pack *k) {
     if (!k) return;
     if (k->fd >= 0) close(k->fd);
+    if (k->dfd >= 0) close(k->dfd);
     free(k->rpage);
     free(k->sums);
     for (int i = 0; i < PACK_MAX_THREADS; i++) free(k->buf[i]);
@@ -1072,6 +1074,7 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         return -1;
     }
     k->fd = fd;
+    k->dfd = -1;
     if (pread_full(fd, idx, idx_bytes, h.index_offset) < 0 || pgr_pack_sum(idx, idx_bytes / 8) != h.index_sum) {
         set_err("page pack %s: index fails its checksum (corrupted)", pack_path);
         free(idx);
@@ -1079,6 +1082,11 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         return -1;
     }
     snprintf(k->path, sizeof k->path, "%s", pack_path);
+    /* Direct I/O: the device writes the pages into the loader's buffer, no page-cache copy
+     * or page-cache pages to allocate (CPU is what bounds the loader); the two loader
+     * threads overlap one chunk's read with the other's installs. */
+    const char *dio = getenv("PAGECAST_PAGER_PACK_DIRECT");
+    k->dfd = dio && *dio == '0' ? -1 : open(pack_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
     k->n = h.npages;
     k->block = h.block_pages;
     k->nblocks = nblocks;
