@@ -100,7 +100,7 @@ struct deferred {
     int write, tid;
 };
 
-#define PACK_MAX_THREADS 4
+#define PACK_MAX_THREADS 8
 
 struct pgr_pack {
     int fd;
@@ -1095,7 +1095,7 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     k->stop_after = stop_after;
     k->rpage = malloc((k->n ? k->n : 1) * sizeof(int64_t));
     k->sums = malloc((nblocks ? nblocks : 1) * sizeof(uint64_t));
-    k->nthreads = threads < 1 ? 2 : threads > PACK_MAX_THREADS ? PACK_MAX_THREADS : threads;
+    k->nthreads = threads < 1 ? 4 : threads > PACK_MAX_THREADS ? PACK_MAX_THREADS : threads;
     int bufs_ok = 1;
     for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, PACK_READ_BLOCKS * k->block * r->ps)) != NULL;
     int32_t *pos = malloc(r->npages * sizeof(int32_t));

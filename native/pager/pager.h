@@ -156,7 +156,7 @@ long pgr_drop_all(pgr_region *r);
  * error; one-line reason in pgr_last_error(), nothing is mapped from it). `defer` (pages):
  * a fault on a pack page at most this far ahead of the loader waits for the loader instead
  * of reading the file (0 = default 256). `stop_after` > 0: the loader stops after that
- * many pages, as if it had died (tests). `threads` loader threads (<= 0: 2) claim chunks
+ * many pages, as if it had died (tests). `threads` loader threads (<= 0: 4) claim chunks
  * in order and map their pages in parallel. Call before the program touches the region. */
 int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads);
 

@@ -20,7 +20,7 @@
  *                                             ignored with a one-line warning.
  *   PAGECAST_PAGER_PACK_DEFER=N               faults on pack pages at most N ahead of the loader wait
  *                                             for it (default 256)
- *   PAGECAST_PAGER_PACK_THREADS=N             loader threads mapping pages in parallel (default 2)
+ *   PAGECAST_PAGER_PACK_THREADS=N             loader threads reading and mapping in parallel (default 4, at most 8)
  *   PAGECAST_PAGER_PACK_DIRECT=0              read packs through the page cache (default O_DIRECT)
  *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
  * A file matches by device and inode, whatever name the program opens it by.
