@@ -23,6 +23,7 @@ from pagecast.online import workload as wl
 from pagecast.online.pack import BLOCK_PAGES, build_pack, pack_sum, pages_from_schedule, read_pack, usable_packs
 from pagecast.online.pager import _lib, probe, run_pager
 from pagecast.online.sources import schedule_from_trace
+from pagecast.trace import Kind, open_trace
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]  # ~1.2k pages of a 32 MiB file
 
@@ -174,10 +175,17 @@ def test_loader_stopping_midrun_hands_over_to_the_pager(weights, recorded, tmp_p
     blob[info.data_offset + 2 * BLOCK_PAGES * 4096 + 123] ^= 0x55
     bad = tmp_path / "bad.pack"
     bad.write_bytes(bytes(blob))
-    st, out, err = _run(weights, packs=[bad])
+    st, out, err = _run(weights, packs=[bad], trace=tmp_path / "bad.parquet")
     assert _same(out, out1) and st["pack_state"] == 3
-    assert st["pack_installed"] + st["pack_skipped"] <= 2 * BLOCK_PAGES
     assert "checksum" in err and str(bad) in err
+    t = open_trace(tmp_path / "bad.parquet").read(["kind", "page"])
+    mapped = set(t["page"][t["kind"] == int(Kind.PREFETCH)].tolist())
+    assert len(mapped) == st["pack_installed"] > 0
+    assert not mapped & set(info.pages[2 * BLOCK_PAGES : 3 * BLOCK_PAGES].tolist())  # none of the bad block
+    # one loader thread: it stops at the bad block, so at most the two blocks before it were mapped
+    st, out, _ = _run(weights, packs=[bad], env=dict(os.environ, PAGECAST_PAGER_PACK_THREADS="1"))
+    assert _same(out, out1) and st["pack_state"] == 3
+    assert 0 < st["pack_installed"] + st["pack_skipped"] <= 2 * BLOCK_PAGES
 
 
 def test_pager_pack_cli_builds_from_a_trace(weights, recorded, tmp_path, capfd):
