@@ -194,3 +194,20 @@ def test_pager_pack_cli_builds_from_a_trace(weights, recorded, tmp_path, capfd):
     assert cli_main(["pager", "pack", str(trace), "-o", str(out), "--json"]) == 0
     info = read_pack(out)
     assert Path(info.source) == weights.resolve() and info.pages.tolist() == pages.tolist()
+
+
+def test_pack_larger_than_the_budget_stops_at_the_budget(weights, recorded, tmp_path):
+    _, _, out1, pages = recorded
+    info = build_pack(weights, pages, tmp_path / "w.pack")
+    wl.drop_cache(weights)
+    r, wfd = os.pipe()
+    er, ew = os.pipe()
+    res = run_pager(_argv(weights), [(str(weights), 300 * 4096)], packs=[info.path], stdout=wfd, stderr=ew)
+    os.close(wfd)
+    os.close(ew)
+    out, err = os.fdopen(r).read(), os.fdopen(er).read()
+    st = res.stats[0]
+    assert res.returncode == 0 and _same(wl.parse_result(out), out1)
+    # the loader never evicts: it maps at most the budget, then the pager pages as usual
+    assert st["pack_state"] == 3 and 0 < st["pack_installed"] <= 300 and st["max_resident"] <= 300
+    assert "budget full" in err and st["evictions"] > 0
