@@ -108,12 +108,14 @@ def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_
     size = st.st_size
     with open(source, "rb") as f:
         mm = np.memmap(f, np.uint8, "r", shape=(size,))
-        # the last page may be partial: pad with zeros, as the pager serves it
-        padded = np.zeros(n * page_size, np.uint8)
-        for i, p in enumerate(pages.tolist()):  # offline, a few thousand pages
-            a = p * page_size
-            chunk = mm[a : min(a + page_size, size)]
-            padded[i * page_size : i * page_size + len(chunk)] = chunk
+        full = size // page_size
+        padded = np.zeros((n, page_size), np.uint8)
+        whole = pages < full
+        padded[whole] = mm[: full * page_size].reshape(full, page_size)[pages[whole]]
+        # the last page may be partial: zero-padded, as the pager serves it
+        tail = size - full * page_size
+        padded[~whole, :tail] = mm[full * page_size :]
+        padded = padded.reshape(-1)
         del mm
     words = padded.view(np.uint64).reshape(-1)
     wpb = block_pages * page_size // 8
