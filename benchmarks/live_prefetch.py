@@ -3,7 +3,9 @@
 
 Runs `pagecast bench` (cold page cache every run, strategies interleaved round by round,
 medians) and prints each strategy's median program wall time with its ratio to the best
-kernel strategy measured in the same run.
+kernel strategy measured in the same run. The rows include the page pack of the training
+runs (userfaultfd pager streaming one sequential file; docs/pager.md "Page packs"), the
+pager without a pack, and the oracle pack; `--no-pack` leaves them out.
 
     PYTHONPATH=src python benchmarks/live_prefetch.py [--runs 5] [--size-mib 1024] [--out DIR]
 """
@@ -25,7 +27,8 @@ def main() -> int:
     report = run_bench(cfg, log=lambda m: print(f"[bench] {m}", file=sys.stderr))
     print_report(report, args.json)
     best = report["best_kernel"]
-    print(f"\nbaseline (best kernel strategy, same run): {best}")
+    print(f"\nbaseline (best kernel strategy, same run): {best}; load average {report['load_average_start']} -> "
+          f"{report['load_average_end']}")
     for s in report["strategies"]:
         print(f"  {s['strategy']:<36} {s['wall_s']:.3f} s   {s['vs_best_kernel']}x vs baseline")
     return 0

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -86,6 +87,37 @@ struct pgr_region {
     int wp;
     int shrink_warned;
     pgr_stats st;
+    /* page pack (pgr_pack_start) */
+    int pack_efd;         /* the loader's end-of-stream signal to the handler */
+    struct pgr_pack *pack;
+    int32_t *pack_pos;    /* region page -> its position j in the pack; -2-j once mapped (by anyone); -1 not in it */
+    struct deferred *dfr; /* faults waiting for the loader */
+    uint64_t ndfr, dfrcap;
+};
+
+struct deferred {
+    int64_t page;
+    int write, tid;
+};
+
+#define PACK_MAX_THREADS 8
+
+struct pgr_pack {
+    int fd;
+    int dfd;         /* the same file opened O_DIRECT (-1: not supported here, read through the page cache) */
+    uint64_t n, block, data_off, nblocks;
+    int64_t *rpage;  /* pack position -> region page, -1 outside the region */
+    uint64_t *sums;  /* per block */
+    uint8_t *buf[PACK_MAX_THREADS];
+    uint64_t next_chunk; /* chunks are claimed in order by the loader threads (atomic) */
+    uint64_t hi;     /* end of the furthest chunk claimed (under r->mu) */
+    uint64_t claimed; /* pages claimed for installing so far (under r->mu; stop_after) */
+    uint64_t defer, stop_after;
+    int stop;        /* set by pgr_close or by a thread that failed: the others stop too */
+    int nthreads, live;
+    pthread_t thr[PACK_MAX_THREADS];
+    char why[200];   /* first failure */
+    char path[PATH_MAX];
 };
 
 /* Raw syscalls: when built into the LD_PRELOAD shim, mmap/munmap resolve to the shim's. */
@@ -421,7 +453,7 @@ static int copy_pages(pgr_region *r, uint64_t p, const uint8_t *src, uint64_t np
         .len = npg * r->ps,
         .mode = (wp && r->wp ? UFFDIO_COPY_MODE_WP : 0) | (wake ? 0 : UFFDIO_COPY_MODE_DONTWAKE),
     };
-    r->st.copy_ioctls++;
+    __atomic_fetch_add(&r->st.copy_ioctls, 1, __ATOMIC_RELAXED); /* the pack loaders copy without the lock */
     for (;;) {
         if (ioctl(r->uffd, UFFDIO_COPY, &c) == 0) return 0;
         if (errno == EAGAIN && c.copy > 0) { /* partial copy: continue after it */
@@ -539,6 +571,26 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         }
         return;
     }
+    /* A pack page just ahead of the loader: the loader maps it within a few hundred
+     * microseconds (its UFFDIO_COPY wakes this thread); reading it from the file now would
+     * queue a random read behind the pack's sequential stream. */
+    if (r->pack && r->ndfr == r->dfrcap) { /* drop waiters the loader has woken already */
+        uint64_t k = 0;
+        for (uint64_t i = 0; i < r->ndfr; i++)
+            if (!(r->state[r->dfr[i].page] & ST_RES)) r->dfr[k++] = r->dfr[i];
+        r->ndfr = k;
+    }
+    /* A page the loader is copying right now (claimed, not yet resident) must wait for it:
+     * a second UFFDIO_COPY would fail with EEXIST. */
+    int loading = r->pack && r->st.pack_state == PGR_PACK_RUNNING;
+    if (loading && r->ndfr < r->dfrcap &&
+        ((r->state[p] & ST_PIN) ||
+         (r->pack_pos[p] >= 0 && (uint64_t)r->pack_pos[p] < r->pack->hi + r->pack->defer))) {
+        r->dfr[r->ndfr++] = (struct deferred){(int64_t)p, write, tid};
+        r->st.pack_deferred++;
+        log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_PACK, tid);
+        return;
+    }
     /* Batch: prefetch candidates (in range, not resident, unique), at most budget-1. */
     uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
     if (maxpf > r->cap - 1) maxpf = r->cap - 1;
@@ -618,6 +670,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         for (uint64_t k = i; k < j; k++) {
             uint64_t s = (uint64_t)r->batch[k];
             r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
             r->st.resident++;
             r->st.prefetched++;
             log_rec(r, t, (int64_t)s, PGR_REC_PREFETCH, 0, -1);
@@ -635,6 +688,8 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         return;
     }
     r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
+    /* once mapped, the file (maybe written back since) is the truth: the loader skips it */
+    if (r->pack_pos && r->pack_pos[p] >= 0) r->pack_pos[p] = -2 - r->pack_pos[p];
     r->st.resident++;
     if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
     r->pending_wake = (int64_t)p;
@@ -672,13 +727,31 @@ static long flush_locked(pgr_region *r) {
     return bad ? -1 : n;
 }
 
+/* The loader ended (done, stopped or failed): faults that waited for it and are still
+ * missing are served from the file now (caller holds mu). */
+static void serve_deferred(pgr_region *r) {
+    for (uint64_t i = 0; i < r->ndfr; i++) {
+        struct deferred d = r->dfr[i];
+        int64_t t = now_ns();
+        r->pending_wake = -1;
+        if (r->state[d.page] & ST_RES)
+            wake(r, (uint64_t)d.page);
+        else
+            serve_missing(r, (uint64_t)d.page, d.write, d.tid, t);
+        log_flush(r);
+        if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+    }
+    r->ndfr = 0;
+}
+
 static void *handler_main(void *arg) {
     pgr_region *r = arg;
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     struct uffd_msg msgs[MAXMSG];
-    struct pollfd pf[2] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN}};
+    struct pollfd pf[3] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN},
+                           {.fd = r->pack_efd, .events = POLLIN}};
     /* Periodic write-back bounds what a SIGKILL can lose (the kernel's dirty_expire does
      * the same for page-cache pages, which survive the process anyway). */
     int64_t period = (int64_t)(r->cfg.flush_ms > 0 ? r->cfg.flush_ms : 0) * 1000000LL;
@@ -698,11 +771,20 @@ static void *handler_main(void *arg) {
                 int64_t left = next_flush - now_ns();
                 timeout = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
             }
-            if (poll(pf, 2, timeout) < 0 && errno != EINTR) {
+            if (poll(pf, 3, timeout) < 0 && errno != EINTR) {
                 handler_error(r, "poll", errno);
                 break;
             }
             if (pf[1].revents) break;
+            if (pf[2].revents) {
+                uint64_t v;
+                if (read(pf[2].fd, &v, sizeof v) < 0) { /* eventfd: a wake-up only */
+                }
+                pf[2].fd = -1; /* the loader signals once, at its end */
+                pthread_mutex_lock(&r->mu);
+                serve_deferred(r);
+                pthread_mutex_unlock(&r->mu);
+            }
             continue;
         }
         if (got < 0) {
@@ -732,9 +814,349 @@ static void *handler_main(void *arg) {
             record_sample(r, t);
             if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
         }
+        /* A fault deferred just as the loader ended: its eventfd may already be consumed. */
+        if (r->ndfr && r->st.pack_state != PGR_PACK_RUNNING) serve_deferred(r);
         pthread_mutex_unlock(&r->mu);
     }
     return NULL;
+}
+
+
+/* ---- page pack: sequential cold start ------------------------------------------------ */
+
+uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords) {
+    uint64_t h = nwords;
+    for (uint64_t i = 0; i < nwords; i++) h += (w[i] ^ 0x9e3779b97f4a7c15ull) * (2 * i + 1);
+    return h;
+}
+
+static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
+    uint64_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        got += (uint64_t)k;
+    }
+    return 0;
+}
+
+#define PACK_READ_BLOCKS 8   /* a chunk (after the first, one block: the program waits for it) */
+#define PACK_LOCK_PAGES 16   /* pages claimed per hold of the region lock: faults interleave */
+
+/* Chunk c of the pack: [start, end) positions. Chunk 0 is one block (latency), then
+ * PACK_READ_BLOCKS blocks each; boundaries are block-aligned (checksums are per block). */
+static int pack_chunk(const struct pgr_pack *k, uint64_t c, uint64_t *start, uint64_t *end) {
+    uint64_t B = k->block;
+    *start = c == 0 ? 0 : B + (c - 1) * PACK_READ_BLOCKS * B;
+    *end = c == 0 ? B : *start + PACK_READ_BLOCKS * B;
+    if (*end > k->n) *end = k->n;
+    return *start < k->n;
+}
+
+/* Install pack positions [i, end) whose bytes are in buf. Pages are claimed under the
+ * lock (ST_PIN + a ring slot), copied without it (so several loader threads and the fault
+ * handler run at once), then marked resident under it. Returns 0, or -1 with k->why set. */
+static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *buf) {
+    struct pgr_pack *k = r->pack;
+    int64_t pg[PACK_LOCK_PAGES];
+    uint64_t at[PACK_LOCK_PAGES], slot[PACK_LOCK_PAGES];
+    int ok[PACK_LOCK_PAGES];
+    for (uint64_t j = i; j < end;) {
+        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) return -1;
+        int64_t t = now_ns();
+        int nc = 0, full = 0, hook = 0;
+        pthread_mutex_lock(&r->mu);
+        for (; j < end && nc < PACK_LOCK_PAGES; j++) {
+            int64_t p = k->rpage[j];
+            if (p < 0) continue; /* outside the region */
+            if (r->pack_pos[p] == -2 - (int32_t)j) { /* the program faulted it in before the loader came */
+                r->st.pack_skipped++;
+                continue;
+            }
+            if (r->pack_pos[p] != (int32_t)j) continue; /* a duplicate */
+            if (r->state[p] & (ST_RES | ST_PIN)) {
+                r->st.pack_skipped++;
+                r->pack_pos[p] = -2 - (int32_t)j;
+                continue;
+            }
+            if (k->stop_after && k->claimed >= k->stop_after) {
+                hook = 1;
+                break;
+            }
+            if (r->fill >= r->cap) { /* never evict for the pack: it is a guess, resident pages are not */
+                full = 1;
+                break;
+            }
+            slot[nc] = r->fill;
+            ring_insert(r, (uint64_t)p, t);
+            r->state[p] |= ST_PIN;
+            r->pack_pos[p] = -2 - (int32_t)j;
+            k->claimed++;
+            pg[nc] = p;
+            at[nc++] = j;
+        }
+        pthread_mutex_unlock(&r->mu);
+        /* write-protected like a prefetch; with wake, so a thread waiting on the page runs on */
+        int err = 0;
+        for (int c = 0; c < nc; c++) {
+            ok[c] = copy_pages(r, (uint64_t)pg[c], buf + (at[c] - i) * r->ps, 1, 1, 1) == 0;
+            if (!ok[c] && !err) err = errno;
+        }
+        pthread_mutex_lock(&r->mu);
+        for (int c = 0; c < nc; c++) {
+            int64_t p = pg[c];
+            if (!ok[c]) {
+                r->state[p] &= (uint8_t)~ST_PIN;
+                r->ring[slot[c]] = -1;
+                continue;
+            }
+            r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            r->st.resident++;
+            r->st.pack_installed++;
+            r->st.prefetched++;
+            log_rec(r, t, p, PGR_REC_PREFETCH, PGR_RF_PACK, -1);
+            if (r->nlog == r->logcap) log_flush(r);
+        }
+        if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
+        log_flush(r);
+        pthread_mutex_unlock(&r->mu);
+        const char *why = err ? "UFFDIO_COPY failed" : full ? "memory budget full" : hook ? "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)" : NULL;
+        if (why) {
+            pthread_mutex_lock(&r->mu);
+            if (!k->why[0])
+                snprintf(k->why, sizeof k->why, "%s%s%s after %llu pages", why, err ? ": " : "", err ? strerror(err) : "",
+                         (unsigned long long)r->st.pack_installed);
+            pthread_mutex_unlock(&r->mu);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The last loader thread to end tells the handler, which serves every fault that waited. */
+static void pack_thread_end(pgr_region *r, const char *why) {
+    struct pgr_pack *k = r->pack;
+    pthread_mutex_lock(&r->mu);
+    if (why && !k->why[0]) snprintf(k->why, sizeof k->why, "%s", why);
+    if (k->why[0]) __atomic_store_n(&k->stop, 1, __ATOMIC_RELEASE);
+    int last = --k->live == 0;
+    int closing = k->stop == 2;
+    if (last) {
+        r->st.pack_state = k->why[0] || closing ? PGR_PACK_STOPPED : PGR_PACK_DONE;
+        r->st.pack_done_ns = (uint64_t)(now_ns() - r->t0);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (!last) return;
+    if (k->why[0]) fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", k->path, k->why, r->path);
+    uint64_t one = 1;
+    if (write(r->pack_efd, &one, sizeof one) < 0) { /* the handler also checks the state after each batch */
+    }
+}
+
+struct pack_arg {
+    pgr_region *r;
+    int id;
+};
+
+static void *pack_main(void *arg) {
+    struct pack_arg *a = arg;
+    pgr_region *r = a->r;
+    struct pgr_pack *k = r->pack;
+    uint8_t *buf = k->buf[a->id];
+    free(a);
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    uint64_t ps = r->ps;
+    char why[200] = "";
+    for (;;) {
+        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) break;
+        uint64_t c = __atomic_fetch_add(&k->next_chunk, 1, __ATOMIC_ACQ_REL), i, end;
+        if (!pack_chunk(k, c, &i, &end)) break;
+        pthread_mutex_lock(&r->mu);
+        if (end > k->hi) k->hi = end;
+        pthread_mutex_unlock(&r->mu);
+        if (c == 1 && k->dfd < 0) /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
+            posix_fadvise(k->fd, (off_t)(k->data_off + i * ps), (off_t)((k->n - i) * ps), POSIX_FADV_WILLNEED);
+        if (pread_full(k->dfd >= 0 ? k->dfd : k->fd, buf, (end - i) * ps, k->data_off + i * ps) < 0) {
+            snprintf(why, sizeof why, "read failed at page %llu of %llu (%s)", (unsigned long long)i,
+                     (unsigned long long)k->n, errno ? strerror(errno) : "file shorter than its header says");
+            break;
+        }
+        __atomic_fetch_add(&r->st.pack_bytes_read, (end - i) * ps, __ATOMIC_RELAXED);
+        for (uint64_t b = i / k->block; b * k->block < end; b++) {
+            uint64_t lo = b * k->block, hi = lo + k->block < k->n ? lo + k->block : k->n;
+            if (pgr_pack_sum((const uint64_t *)(buf + (lo - i) * ps), (hi - lo) * ps / 8) != k->sums[b]) {
+                snprintf(why, sizeof why, "block %llu (pages %llu-%llu) fails its checksum (pack corrupted?)",
+                         (unsigned long long)b, (unsigned long long)lo, (unsigned long long)hi - 1);
+                break;
+            }
+        }
+        if (why[0] || pack_install(r, i, end, buf) < 0) break;
+    }
+    pack_thread_end(r, why[0] ? why : NULL);
+    return NULL;
+}
+
+static void pack_free(struct pgr_pack *k) {
+    if (!k) return;
+    if (k->fd >= 0) close(k->fd);
+    if (k->dfd >= 0) close(k->dfd);
+    free(k->rpage);
+    free(k->sums);
+    for (int i = 0; i < PACK_MAX_THREADS; i++) free(k->buf[i]);
+    free(k);
+}
+
+struct pack_header {
+    char magic[8];
+    uint32_t version, page_size;
+    uint64_t npages, block_pages, index_offset, data_offset, src_size;
+    int64_t src_mtime_ns, src_ctime_ns;
+    uint64_t src_ino, src_dev, index_sum;
+    char path[PGR_PACK_HEADER - 96];
+};
+
+int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
+    _Static_assert(sizeof(struct pack_header) == PGR_PACK_HEADER, "pack header size");
+    if (r->pack) {
+        set_err("%s: a page pack is already loading for %s", pack_path, r->path);
+        return -1;
+    }
+    int fd = open(pack_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        set_err("page pack %s: %s", pack_path, strerror(errno));
+        return -1;
+    }
+    struct pack_header h;
+    struct stat ps_st, src, cur;
+    if (fstat(fd, &ps_st) < 0 || pread_full(fd, &h, sizeof h, 0) < 0 || memcmp(h.magic, PGR_PACK_MAGIC, 8) != 0) {
+        set_err("page pack %s: not a page pack (bad or short header)", pack_path);
+        close(fd);
+        return -1;
+    }
+    h.path[sizeof h.path - 1] = 0;
+    if (fstat(r->fd, &cur) < 0 || stat(h.path, &src) < 0 || src.st_dev != cur.st_dev || src.st_ino != cur.st_ino) {
+        close(fd);
+        return 1; /* built for another file */
+    }
+    uint64_t nblocks = h.block_pages ? (h.npages + h.block_pages - 1) / h.block_pages : 0;
+    uint64_t idx_bytes = (h.npages + nblocks) * 8;
+    uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
+    if (h.version != 1 || h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
+        h.npages > (1ull << 31) - 1 || h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
+        set_err("page pack %s: malformed header (version %u, page size %u)", pack_path, h.version, h.page_size);
+        close(fd);
+        return -1;
+    }
+    if ((uint64_t)ps_st.st_size != data_off + h.npages * r->ps) {
+        set_err("page pack %s: truncated or padded: %llu bytes, the header says %llu", pack_path,
+                (unsigned long long)ps_st.st_size, (unsigned long long)(data_off + h.npages * r->ps));
+        close(fd);
+        return -1;
+    }
+    if ((uint64_t)cur.st_size != h.src_size || (int64_t)cur.st_mtim.tv_sec * 1000000000LL + cur.st_mtim.tv_nsec != h.src_mtime_ns ||
+        (int64_t)cur.st_ctim.tv_sec * 1000000000LL + cur.st_ctim.tv_nsec != h.src_ctime_ns || (uint64_t)cur.st_ino != h.src_ino ||
+        (uint64_t)cur.st_dev != h.src_dev) {
+        set_err("page pack %s is stale: %s changed since the pack was built (size/mtime/ctime/inode differ); ignored",
+                pack_path, r->path);
+        close(fd);
+        return -1;
+    }
+    struct pgr_pack *k = calloc(1, sizeof *k);
+    uint64_t *idx = malloc(idx_bytes ? idx_bytes : 8);
+    if (!k || !idx) {
+        free(k);
+        free(idx);
+        close(fd);
+        set_err("out of memory");
+        return -1;
+    }
+    k->fd = fd;
+    k->dfd = -1;
+    if (pread_full(fd, idx, idx_bytes, h.index_offset) < 0 || pgr_pack_sum(idx, idx_bytes / 8) != h.index_sum) {
+        set_err("page pack %s: index fails its checksum (corrupted)", pack_path);
+        free(idx);
+        pack_free(k);
+        return -1;
+    }
+    snprintf(k->path, sizeof k->path, "%s", pack_path);
+    /* Direct I/O: the device writes the pages into the loader's buffer, no page-cache copy
+     * or page-cache pages to allocate (CPU is what bounds the loader); the two loader
+     * threads overlap one chunk's read with the other's installs. */
+    const char *dio = getenv("PAGECAST_PAGER_PACK_DIRECT");
+    k->dfd = dio && *dio == '0' ? -1 : open(pack_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    k->n = h.npages;
+    k->block = h.block_pages;
+    k->nblocks = nblocks;
+    k->data_off = data_off;
+    k->defer = defer ? defer : 256;
+    k->stop_after = stop_after;
+    k->rpage = malloc((k->n ? k->n : 1) * sizeof(int64_t));
+    k->sums = malloc((nblocks ? nblocks : 1) * sizeof(uint64_t));
+    k->nthreads = threads < 1 ? 4 : threads > PACK_MAX_THREADS ? PACK_MAX_THREADS : threads;
+    int bufs_ok = 1;
+    for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, PACK_READ_BLOCKS * k->block * r->ps)) != NULL;
+    int32_t *pos = malloc(r->npages * sizeof(int32_t));
+    struct deferred *dfr = malloc(4096 * sizeof *dfr);
+    if (!k->rpage || !k->sums || !bufs_ok || !pos || !dfr) {
+        set_err("page pack %s: out of memory", pack_path);
+        free(idx);
+        free(pos);
+        free(dfr);
+        pack_free(k);
+        return -1;
+    }
+    memcpy(k->sums, idx + k->n, nblocks * 8);
+    for (uint64_t p = 0; p < r->npages; p++) pos[p] = -1;
+    uint64_t first_page = r->file_offset / r->ps, inside = 0;
+    for (uint64_t j = 0; j < k->n; j++) {
+        int64_t fp = (int64_t)idx[j], p = fp - (int64_t)first_page;
+        int ok = fp >= 0 && p >= 0 && (uint64_t)p < r->npages && r->file_offset + (uint64_t)p * r->ps < r->valid_end;
+        k->rpage[j] = ok ? p : -1;
+        if (ok && pos[p] < 0) {
+            pos[p] = (int32_t)j;
+            inside++;
+        }
+    }
+    free(idx);
+    pthread_mutex_lock(&r->mu);
+    r->pack = k;
+    r->pack_pos = pos;
+    r->dfr = dfr;
+    r->dfrcap = 4096;
+    r->st.pack_pages = inside;
+    r->st.pack_bytes_read = PGR_PACK_HEADER + idx_bytes;
+    r->st.pack_state = PGR_PACK_RUNNING;
+    pthread_mutex_unlock(&r->mu);
+    /* several threads: while the program waits for its next page, the idle core maps pages too */
+    int started = 0;
+    for (int t = 0; t < k->nthreads; t++) {
+        struct pack_arg *a = malloc(sizeof *a);
+        if (!a) break;
+        *a = (struct pack_arg){r, t};
+        pthread_mutex_lock(&r->mu);
+        k->live++;
+        pthread_mutex_unlock(&r->mu);
+        if (pthread_create(&k->thr[t], NULL, pack_main, a) != 0) {
+            free(a);
+            pthread_mutex_lock(&r->mu);
+            k->live--;
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        started++;
+    }
+    k->nthreads = started;
+    if (!started) {
+        pthread_mutex_lock(&r->mu);
+        r->st.pack_state = PGR_PACK_STOPPED;
+        pthread_mutex_unlock(&r->mu);
+        set_err("page pack %s: cannot start the loader thread", pack_path);
+        return -1;
+    }
+    return 0;
 }
 
 /* ---- open / close ------------------------------------------------------------------ */
@@ -769,7 +1191,12 @@ int pgr_save_learned(pgr_region *r, const char *path) {
     return 0;
 }
 
+static void pack_free(struct pgr_pack *k);
+
 static void free_region(pgr_region *r) {
+    pack_free(r->pack);
+    free(r->pack_pos);
+    free(r->dfr);
     free(r->state);
     free(r->ring);
     free(r->learned);
@@ -833,6 +1260,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->uffd = uffd;
     r->fd = -1;
     r->stop_pipe[0] = r->stop_pipe[1] = -1;
+    r->pack_efd = -1;
     r->cfg = *cfg;
     r->ps = (uint64_t)ps;
     r->len = (length + r->ps - 1) / r->ps * r->ps;
@@ -898,6 +1326,11 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         set_err("pipe: %s", strerror(errno));
         goto fail;
     }
+    r->pack_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->pack_efd < 0) {
+        set_err("eventfd: %s", strerror(errno));
+        goto fail;
+    }
     if (pthread_create(&r->thr, NULL, handler_main, r) != 0) {
         set_err("cannot start the fault handler thread");
         goto fail;
@@ -910,6 +1343,7 @@ fail: {
     if (r->fd >= 0) close(r->fd);
     if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
     if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
+    if (r->pack_efd >= 0) close(r->pack_efd);
     close(uffd);
     pthread_mutex_destroy(&r->mu);
     free_region(r);
@@ -968,6 +1402,10 @@ long pgr_drop_all(pgr_region *r) {
 
 int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     if (!r) return 0;
+    if (r->pack) { /* the loader first: it maps pages into the region */
+        __atomic_store_n(&r->pack->stop, 2, __ATOMIC_RELEASE);
+        for (int t = 0; t < r->pack->nthreads; t++) pthread_join(r->pack->thr[t], NULL);
+    }
     if (r->thr_started) {
         char c = 1;
         if (write(r->stop_pipe[1], &c, 1) < 0) { /* the thread still stops at close below */
@@ -992,6 +1430,7 @@ int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     close(r->fd);
     close(r->stop_pipe[0]);
     close(r->stop_pipe[1]);
+    close(r->pack_efd);
     pthread_mutex_destroy(&r->mu);
     free_region(r);
     return rc;

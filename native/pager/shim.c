@@ -14,6 +14,15 @@
  *                                             0 = only at eviction/msync/unmap/exit)
  *   PAGECAST_PAGER_STRICT=1                   if the pager cannot start, mmap fails (else it
  *                                             falls back to the kernel mapping, with a warning)
+ *   PAGECAST_PAGER_PACK=P[,P]                 page packs (pagecast pager pack): each names its source
+ *                                             file; a loader thread streams the matching one into the
+ *                                             region as it is mapped. A stale or malformed pack is
+ *                                             ignored with a one-line warning.
+ *   PAGECAST_PAGER_PACK_DEFER=N               faults on pack pages at most N ahead of the loader wait
+ *                                             for it (default 256)
+ *   PAGECAST_PAGER_PACK_THREADS=N             loader threads reading and mapping in parallel (default 4, at most 8)
+ *   PAGECAST_PAGER_PACK_DIRECT=0              read packs through the page cache (default O_DIRECT)
+ *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
  * A file matches by device and inode, whatever name the program opens it by.
  */
 #define _GNU_SOURCE
@@ -181,6 +190,21 @@ static void load_table(pgr_region *r, const char *file_path) {
     free(dup);
 }
 
+static void start_pack(pgr_region *r) {
+    const char *env = getenv("PAGECAST_PAGER_PACK");
+    if (!env || !*env) return;
+    const char *d = getenv("PAGECAST_PAGER_PACK_DEFER"), *sa = getenv("PAGECAST_PAGER_PACK_STOP_AFTER"),
+               *th = getenv("PAGECAST_PAGER_PACK_THREADS");
+    uint64_t defer = d ? strtoull(d, NULL, 10) : 0, stop_after = sa ? strtoull(sa, NULL, 10) : 0;
+    char *dup = strdup(env), *save = NULL;
+    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int rc = pgr_pack_start(r, t, defer, stop_after, th ? atoi(th) : 0);
+        if (rc < 0) fprintf(stderr, "pagecast pager: %s\n", pgr_last_error());
+        if (rc <= 0) break; /* one pack per region: the first one built for this file */
+    }
+    free(dup);
+}
+
 static void learn_path_for(const char *path, char *out, size_t n) {
     const char *dir = getenv("PAGECAST_PAGER_LEARN");
     out[0] = 0;
@@ -242,6 +266,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
         return real_mmap(addr, len, prot, flags, fd, off);
     }
     if (cfg.policy == PGR_POLICY_TABLE) load_table(r, path);
+    start_pack(r);
     pthread_mutex_lock(&g_mu);
     int slot = -1;
     for (int i = 0; i < MAXREG; i++)
@@ -298,7 +323,9 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             "\"evictions\": %llu, \"writebacks\": %llu, \"writeback_skipped_eof\": %llu, "
             "\"eof_faults\": %llu, \"max_resident\": %llu, \"copy_ioctls\": %llu, \"bytes_read\": %llu, "
             "\"service_ns_total\": %llu, \"service_ns_p50\": %llu, \"service_ns_p99\": %llu, "
-            "\"errors\": %d, \"wp_enabled\": %d, \"close_ok\": %s}\n",
+            "\"errors\": %d, \"wp_enabled\": %d, \"pack_pages\": %llu, \"pack_installed\": %llu, "
+            "\"pack_skipped\": %llu, \"pack_bytes_read\": %llu, \"pack_deferred\": %llu, \"pack_done_ns\": %llu, "
+            "\"pack_state\": %d, \"close_ok\": %s}\n",
             esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults,
             (unsigned long long)s->late_faults, (unsigned long long)s->prefetched,
             (unsigned long long)s->prefetch_hits, (unsigned long long)s->prefetch_evicted_untouched,
@@ -306,7 +333,10 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             (unsigned long long)s->writeback_skipped_eof, (unsigned long long)s->eof_faults,
             (unsigned long long)s->max_resident, (unsigned long long)s->copy_ioctls,
             (unsigned long long)s->bytes_read, (unsigned long long)s->service_ns_total, (unsigned long long)p50,
-            (unsigned long long)p99, s->errors, s->wp_enabled, rc == 0 ? "true" : "false");
+            (unsigned long long)p99, s->errors, s->wp_enabled, (unsigned long long)s->pack_pages,
+            (unsigned long long)s->pack_installed, (unsigned long long)s->pack_skipped,
+            (unsigned long long)s->pack_bytes_read, (unsigned long long)s->pack_deferred,
+            (unsigned long long)s->pack_done_ns, s->pack_state, rc == 0 ? "true" : "false");
     if (fclose(f) == 0) rename(tmp, p);
 }
 

@@ -23,6 +23,10 @@ def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int =
     p.add_argument("--no-learned", action="store_true", help="skip training and the learned-model row")
     p.add_argument("--epochs", type=int, default=3, help="training epochs for the learned model (default: 3)")
     p.add_argument("--lookahead", type=int, default=8192, help="replay: pages issued ahead of the program (default: 8192)")
+    p.add_argument("--no-pack", action="store_true",
+                   help="skip the page-pack rows (userfaultfd pager streaming a sequential pack of the training runs' pages)")
+    p.add_argument("--pack-defer", type=int, default=None, metavar="PAGES",
+                   help="page pack: a fault on a pack page at most PAGES ahead of the loader waits for it (default 256)")
     add_json_flag(p)
 
 
@@ -34,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Side-by-side on the sparse-weights workload, cold page cache every run (posix_fadvise DONTNEED on the "
             "weights once no process maps them): MADV_RANDOM, default read-around, MADV_SEQUENTIAL, WILLNEED on the "
             "whole file, pagecast classic prefetchers, schedule replay of training runs (other prompts), a learned "
-            "model, the oracle (this run's own pages) and a warm cache. Strategies alternate round by round; medians "
+            "model, a page pack of the training runs streamed by the userfaultfd pager (plus the pager alone), "
+            "the oracle (this run's own pages; fadvise and page-pack variants) and a warm cache. Strategies alternate round by round; medians "
             "of program wall time, TTFT, tokens/s, major faults and MiB read, with ratios to the best kernel "
             "strategy and to warm cache. Writes bench.json and bench.png."
         ),
@@ -52,6 +57,8 @@ def config_from_args(args: argparse.Namespace, out_default: str):
         raise PagecastError(f"--train-prompts wants comma-separated integers, got {args.train_prompts!r}") from None
     if args.prompt in train:
         raise PagecastError(f"--prompt {args.prompt} is one of the training prompts: benchmark on an unseen prompt")
+    if args.pack_defer is not None and args.pack_defer < 1:
+        raise PagecastError("--pack-defer must be >= 1")
     if args.runs < 1 or args.tokens < 1 or args.size_mib < 16:
         raise PagecastError("--runs and --tokens must be >= 1, --size-mib >= 16")
     if args.model and not Path(args.model).exists():
@@ -60,7 +67,8 @@ def config_from_args(args: argparse.Namespace, out_default: str):
         out_dir=Path(args.out or out_default), weights=Path(args.weights) if args.weights else None,
         size_mib=args.size_mib, tokens=args.tokens, train_prompts=train, test_prompt=args.prompt, runs=args.runs,
         policies=tuple(x for x in args.policies.split(",") if x.strip()), model=Path(args.model) if args.model else None,
-        train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead,
+        train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead, pack=not args.no_pack,
+        pack_defer=args.pack_defer,
     )
 
 

@@ -19,8 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "End to end on this machine: build the sparse-weights workload (C), create its weights file once "
             "(~/.cache/pagecast, reused), record cold training runs with three prompts, train a model on them "
             "(pagecast train), then benchmark on a different prompt with a cold page cache every run: the "
-            "kernel's strategies, pagecast's classic prefetchers, schedule replay, the learned model, the oracle "
-            "and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
+            "kernel's strategies, pagecast's classic prefetchers, schedule replay, the learned model, a page pack "
+            "of the training runs streamed by the userfaultfd pager, the oracle and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
         ),
     )
     add_bench_args(p, runs=3, size_mib=1024)
@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
         args.epochs = 1
         args.policies = args.policies.split(",")[0] if args.policies else ""
     cfg = config_from_args(args, "pagecast-demo")
-    n_steps = 6 + len(cfg.train_prompts) + cfg.runs * (7 + len(cfg.policies) + (0 if args.no_learned else 1))
+    n_steps = 6 + len(cfg.train_prompts) + (1 if cfg.pack else 0) + cfg.runs * (
+        7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0))
     t0 = time.time()
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
     with progress(total=n_steps, desc="demo", unit="step", disable=False) as bar:

@@ -55,11 +55,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("-o", "--out", required=True)
     add_json_flag(t)
     t.set_defaults(func=_table)
+    k = ps.add_parser(
+        "pack",
+        help="build a page pack (learned cold start) from earlier runs",
+        description="Write the pages that earlier runs of a program used from FILE, in first-use order, "
+        "contiguously into a pack (with FILE's size/mtime/ctime/inode, so a stale pack is refused). "
+        "`pagecast run --pack P -- CMD` (or `pager run --pack P`) then streams it sequentially into the "
+        "program's mapping ahead of the program. Several runs are merged in relative order (union of pages).",
+        epilog="example: pagecast pager pack run1.parquet run2.parquet --file weights.bin -o weights.pack",
+    )
+    k.add_argument("runs", nargs="+", help="traces of earlier runs (pagecast record / run -o) or schedule files")
+    k.add_argument("--file", help="data file to pack (default: the file the first run took most faults on)")
+    k.add_argument("-o", "--out", required=True, help="pack file to write")
+    add_json_flag(k)
+    k.set_defaults(func=_pack)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--policy", default="none", help="none, next[:N], stride[:N], sparse[:N] or table:FILE (default none)")
+    r.add_argument("--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)")
     r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
     r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")
     r.add_argument("--no-strict", action="store_true", help="if userfaultfd is unusable, run on ordinary mappings")
@@ -87,7 +102,15 @@ def _run(args: argparse.Namespace) -> int:
         for k, v in vars(late_args).items():
             if v != late.get_default(k):
                 setattr(args, k, v)
-    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn, strict=not args.no_strict, flush_ms=args.flush_ms)
+    packs = []
+    if args.pack:
+        import sys
+
+        from pagecast.online.pack import usable_packs
+
+        packs = [i.path for i in usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))]
+    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn,
+                    strict=not args.no_strict, flush_ms=args.flush_ms, packs=packs)  # fmt: skip
     if args.json:
         print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
     else:
@@ -97,6 +120,30 @@ def _run(args: argparse.Namespace) -> int:
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
     return res.returncode
+
+
+def _pack(args: argparse.Namespace) -> int:
+    from pagecast.online.pack import pack_from_schedules
+    from pagecast.online.sources import load_replay
+
+    scheds = [load_replay(r) for r in args.runs]
+    file = args.file
+    if not file:
+        s0 = scheds[0]
+        rows = {r.path: int(np.count_nonzero(s0.region == r.id)) for r in s0.regions
+                if r.kind == "file" and r.path and Path(r.path).exists()}  # fmt: skip
+        if not rows or max(rows.values()) == 0:
+            raise PagecastError("no existing file with faults in the first run: name one with --file", path=args.runs[0])
+        file = max(rows, key=rows.get)
+    if not Path(file).exists():
+        raise PagecastError("no such file to pack", path=file)
+    info = pack_from_schedules(scheds, file, args.out)
+    out = {"pack": str(info.path), "file": info.source, "pages": info.npages, "bytes": info.nbytes, "runs": len(scheds)}
+    if args.json:
+        print_json(out)
+    else:
+        print(format_table([out]))
+    return 0
 
 
 def _stats(args: argparse.Namespace) -> int:

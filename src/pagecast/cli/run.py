@@ -32,6 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pager", action="append", metavar="FILE:BUDGET",
                    help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
                         "prefetching with --policy; repeatable")
+    p.add_argument("--pack", action="append", metavar="PACK",
+                   help="page pack (pagecast pager pack): serve its file through the userfaultfd pager and stream the "
+                        "pack's pages into the program's mapping ahead of it (one sequential read instead of scattered "
+                        "faults); pages not in it fault as usual. A stale pack (file changed) is skipped with a "
+                        "warning. Repeatable; combine with --pager FILE:BUDGET to cap memory (default: the whole file)")
     p.add_argument("-o", "--output", help="trace file to write (faults + PREFETCH rows)")
     p.add_argument("--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position")
     p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
@@ -64,6 +69,46 @@ def parse_size(text: str) -> int:
         raise PagecastError(f"bad size {text!r} (examples: 4096, 256M, 1.5G)") from None
 
 
+def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    specs = []
+    for s in args.pager or ():
+        path, sep, budget = s.rpartition(":")
+        if not sep or not path:
+            raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
+        specs.append((path, parse_size(budget)))
+    return specs
+
+
+def _run_pack(cmd: list[str], args: argparse.Namespace) -> int:
+    """The program under the pager, each pack's file paged and its pack streamed in."""
+    import os
+
+    from pagecast.online.pack import read_pack, usable_packs
+    from pagecast.online.pager import run_pager
+
+    infos = [read_pack(p) for p in args.pack]  # malformed → one-line error before the program starts
+    usable = usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))
+    specs = _pager_specs(args)
+    named = {os.path.realpath(p) for p, _ in specs}
+    for info in infos:
+        if os.path.exists(info.source) and os.path.realpath(info.source) not in named:
+            specs.append((info.source, os.path.getsize(info.source)))
+            named.add(os.path.realpath(info.source))
+    if not specs:
+        raise PagecastError(f"the file of page pack {args.pack[0]} ({infos[0].source}) does not exist")
+    res = run_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output, packs=[i.path for i in usable],
+                    stdout=2 if args.json else None)  # fmt: skip
+    if args.json:
+        print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
+    else:
+        keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
+                "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
+        print(format_table([{k: st.get(k) for k in keys} for st in res.stats], keys), file=sys.stderr)
+    from pagecast.online.live import exit_status
+
+    return exit_status(res.returncode)
+
+
 def run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
@@ -76,15 +121,12 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
         return int(run_cuda(cmd, schedule=args.schedule, model=args.model, out_dir=args.out_dir))
-    if args.pager and (args.model or args.schedule or args.cuda):
-        raise PagecastError("--pager works with --policy only (not --model, --schedule or --cuda)")
+    if (args.pager or args.pack) and (args.model or args.schedule or args.cuda):
+        raise PagecastError("--pager/--pack work with --policy only (not --model, --schedule or --cuda)")
+    if args.pack:
+        return _run_pack(cmd, args)
     if args.pager:
-        specs = []
-        for s in args.pager:
-            path, sep, budget = s.rpartition(":")
-            if not sep or not path:
-                raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
-            specs.append((path, parse_size(budget)))
+        specs = _pager_specs(args)
         try:
             from pagecast.online.pager import run_with_pager
         except ImportError as e:

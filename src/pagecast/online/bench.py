@@ -8,6 +8,11 @@ round, so slow phases of a shared machine hit them all alike; medians are report
 The time compared is the program's own wall time (from its start to its last token, as
 it prints it): pagecast's predictor is loaded before the program starts, as a daemon
 would be.
+
+Page-pack rows run the program under the userfaultfd pager (LD_PRELOAD shim) with a pack
+built from the training runs (``pagecast.online.pack``): the pack file is made cold too,
+and its bytes count in "bytes read"; their "major faults" are the pager's faults (the
+program's mapping is anonymous memory there, so the kernel's counter says nothing).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import numpy as np
 from pagecast.errors import PagecastError
 from pagecast.online import workload as wl
 from pagecast.online.live import LiveConfig, run_live
+from pagecast.online.pack import pack_from_schedules
 from pagecast.online.sources import merge_schedules, schedule_from_trace
 from pagecast.online.worker import SourceSpec
 from pagecast.trace.schedule import write_schedule
@@ -52,6 +58,8 @@ class BenchConfig:
     lookahead: int = 8192
     gap: int = 4
     threads: int = 2
+    pack: bool = True  # page-pack rows (userfaultfd pager + sequential pack of the training runs)
+    pack_defer: int | None = None  # pages a fault may wait for the pack loader (None: the pager's default)
     extra: list[str] = field(default_factory=list)  # more workload flags
 
 
@@ -126,10 +134,33 @@ def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int
     return row
 
 
+def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: int) -> RunRow:
+    from pagecast.online.pager import run_pager
+
+    wl.drop_cache(weights)
+    if pack is not None:
+        wl.drop_cache(pack)
+    out_r, out_w = os.pipe()
+    res = run_pager(_workload(cfg, weights, cfg.test_prompt, "random").argv(), [(str(weights), weights.stat().st_size)],
+                    policy="none", packs=[pack] if pack else (), pack_defer=cfg.pack_defer, stdout=out_w)  # fmt: skip
+    os.close(out_w)
+    with os.fdopen(out_r) as f:
+        r = wl.parse_result(f.read())
+    if res.returncode != 0 or not r or len(res.stats) != 1:
+        raise PagecastError(f"{name}: workload failed under the pager (status {res.returncode})")
+    st = res.stats[0]
+    # state 3 with pages installed: the program ended before the loader reached the pack's tail
+    if pack is not None and (st["pack_state"] == 0 or st["pack_installed"] == 0):
+        raise PagecastError(f"{name}: the page pack was not loaded (state {st['pack_state']}; see the warning above)")
+    return RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], st["faults"] + st["pack_deferred"],
+                  st["bytes_read"] + st["pack_bytes_read"], prefetched=st["pack_installed"], checksum=r["checksum"])
+
+
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
+    load_start = list(os.getloadavg())
     log("building the workload")
     wl.binary()
     weights = wl.ensure_weights(cfg.weights, cfg.size_mib)
@@ -145,6 +176,13 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     log(f"recording the oracle run (test prompt {cfg.test_prompt})")
     oracle_trace = record_run(cfg, weights, cfg.test_prompt, out / f"oracle_prompt{cfg.test_prompt}.parquet")
     oracle_path = write_schedule(out / "oracle.schedule.parquet", schedule_from_trace(str(oracle_trace)))
+
+    pack_path = oracle_pack = None
+    if cfg.pack:
+        # the pack holds the training runs' pages (never this run's); the oracle pack this run's
+        pack_path = pack_from_schedules([sched], weights, out / "replay.pack").path
+        oracle_pack = pack_from_schedules([schedule_from_trace(str(oracle_trace))], weights, out / "oracle.pack").path
+        log(f"page pack: {pack_path.stat().st_size >> 10} KiB from the training runs")
 
     model = cfg.model
     learned_note = None
@@ -166,8 +204,15 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     if model is not None:
         strategies.append(("pagecast: learned model", lambda r: _live(
             cfg, weights, SourceSpec("model", "model", str(model)), "pagecast: learned model", r)))
+    if pack_path is not None:
+        strategies.append(("pagecast: pager, no pack", lambda r: _pager(cfg, weights, None, "pagecast: pager, no pack", r)))
+        strategies.append(("pagecast: page pack (replay)", lambda r: _pager(
+            cfg, weights, pack_path, "pagecast: page pack (replay)", r)))
     strategies.append(("oracle (this run's pages)", lambda r: _live(
         cfg, weights, SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead), "oracle (this run's pages)", r)))
+    if oracle_pack is not None:
+        strategies.append(("oracle page pack (this run's pages)", lambda r: _pager(
+            cfg, weights, oracle_pack, "oracle page pack (this run's pages)", r)))
     strategies.append(("warm cache", lambda r: _plain(cfg, weights, "normal", "warm cache", r, warm=True)))
 
     rows: list[RunRow] = []
@@ -189,7 +234,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
         "command": "pagecast bench",
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "weights": str(weights), "weights_mib": weights.stat().st_size >> 20,
-        "replay_pages": len(sched), "model": str(model) if model else None, "learned_note": learned_note,
+        "replay_pages": len(sched), "pack": str(pack_path) if pack_path else None,
+        "load_average_start": load_start, "load_average_end": list(os.getloadavg()), "model": str(model) if model else None, "learned_note": learned_note,
         "strategies": summary, "live": lat, "runs": [asdict(r) for r in rows],
         "same_output_every_run": len(checks) == 1, "elapsed_s": round(time.time() - t_start, 1),
     }

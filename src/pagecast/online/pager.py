@@ -66,8 +66,12 @@ _STAT_FIELDS = [
 ]  # fmt: skip
 
 
+_PACK_FIELDS = ["pack_pages", "pack_installed", "pack_skipped", "pack_bytes_read", "pack_deferred", "pack_done_ns"]
+
+
 class _Stats(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in _STAT_FIELDS] + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
+    _fields_ = ([(n, ctypes.c_uint64) for n in _STAT_FIELDS] + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
+                + [(n, ctypes.c_uint64) for n in _PACK_FIELDS] + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)])
 
 
 _LIB: ctypes.CDLL | None = None
@@ -564,8 +568,12 @@ class PagerRun:
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
               stats_dir: Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              base_env: dict | None = None, flush_ms: int | None = None) -> dict:  # fmt: skip
-    """Environment that runs a program under the shim with these files paged."""
+              base_env: dict | None = None, flush_ms: int | None = None, packs: Sequence[str | Path] = (),
+              pack_defer: int | None = None, pack_stop_after: int | None = None) -> dict:  # fmt: skip
+    """Environment that runs a program under the shim with these files paged.
+
+    ``packs``: page packs (``pagecast.online.pack``) streamed into the matching regions as
+    they are mapped; check them first with ``pack.usable_packs``."""
     pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     env = dict(os.environ if base_env is None else base_env)
     for path, budget in specs:
@@ -590,12 +598,22 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     env["PAGECAST_PAGER_STRICT"] = "1" if strict else "0"
     if flush_ms is not None:
         env["PAGECAST_PAGER_FLUSH_MS"] = str(int(flush_ms))
+    for k in ("PAGECAST_PAGER_PACK", "PAGECAST_PAGER_PACK_DEFER", "PAGECAST_PAGER_PACK_STOP_AFTER"):
+        env.pop(k, None)
+    if packs:
+        env["PAGECAST_PAGER_PACK"] = ",".join(str(Path(p).resolve()) for p in packs)
+    if pack_defer is not None:
+        env["PAGECAST_PAGER_PACK_DEFER"] = str(int(pack_defer))
+    if pack_stop_after is not None:
+        env["PAGECAST_PAGER_PACK_STOP_AFTER"] = str(int(pack_stop_after))
     return env
 
 
 def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str | PolicySpec = "none",
               trace_out: str | Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              stdout=None, stderr=None, env: dict | None = None, flush_ms: int | None = None) -> PagerRun:  # fmt: skip
+              stdout=None, stderr=None, env: dict | None = None, flush_ms: int | None = None,
+              packs: Sequence[str | Path] = (), pack_defer: int | None = None,
+              pack_stop_after: int | None = None) -> PagerRun:  # fmt: skip
     """Run ``cmd`` with ``specs`` files on the pager; collect stats and (optionally) a trace.
 
     The fault logs are written by the program's own pager threads as it runs, so a trace
@@ -608,7 +626,9 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         tdp = Path(td)
         (tdp / "log").mkdir()
         (tdp / "stats").mkdir()
-        e = pager_env(specs, policy, log_dir=tdp / "log", stats_dir=tdp / "stats", learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms)
+        e = pager_env(specs, policy, log_dir=tdp / "log" if trace_out is not None else None, stats_dir=tdp / "stats",
+                      learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms, packs=packs,
+                      pack_defer=pack_defer, pack_stop_after=pack_stop_after)  # fmt: skip
         try:
             proc = subprocess.run(list(cmd), env=e, stdout=stdout, stderr=stderr)
         except FileNotFoundError:
