@@ -22,7 +22,7 @@ from pagecast.policies.oracle import Oracle
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
-from pagecast.sim.stream import as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.sim.stream import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
@@ -252,6 +252,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
 
     nextuse_file = None
     nextuse_all: np.ndarray | None = None
+    read_clock = ReadClock()
     try:
         if cfg[E.K_EVICT] == E.EV_MIN:
             nextuse_all, nextuse_file = _next_use_pass(trace, st)
@@ -259,7 +260,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
         base = 0
         lookahead = int(config.oracle_lookahead) if kind == E.PF_ORACLE else 0
         plain = kind == E.PF_NONE and cfg[E.K_EVICT] != E.EV_MIN and engine != "general"
-        chunks = demand_chunks(trace, config.chunk_rows)
+        chunks = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
         cur = next(chunks, None)
         cur_ids = _ids(st, cur) if cur is not None else None
         while cur is not None:
@@ -282,6 +283,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             os.unlink(nextuse_file)
     res = _result(trace, config, prefetcher, st, page_size)
     res.wall_s = time.perf_counter() - t_start
+    res.extra["read_cpu_s"] = read_clock.cpu_s  # forward pass only (MIN's backward pass reads the trace again)
     if config.log_prefetches:
         n = int(st.g[E.G_LOGN])
         region, page = st.keys(st.logs[1, :n])

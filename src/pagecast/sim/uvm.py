@@ -32,7 +32,7 @@ from numba import njit
 from pagecast.errors import PagecastError
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import grown, intern, make_key, new_table
-from pagecast.sim.stream import demand_chunks
+from pagecast.sim.stream import ReadClock, demand_chunks
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
 
@@ -467,7 +467,8 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     W = np.zeros((1024, N_MAPS, WORDS), np.uint64)
     leaves = np.zeros(WORDS, np.uint64)
     sel = np.zeros(WORDS, np.uint64)
-    it = demand_chunks(trace, config.chunk_rows)
+    read_clock = ReadClock()
+    it = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
     cur = next(it, None)
     while cur is not None:
         nxt = next(it, None)
@@ -498,6 +499,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     nb = int(u[U_NBLOCKS])
     res.unused_at_end = int(np.unpackbits((W[:nb, W_RES] & W[:nb, W_PF]).view(np.uint8)).sum())
     res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
-                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy())
+                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy(),
+                     read_cpu_s=read_clock.cpu_s)
     res.wall_s = time.perf_counter() - t_start
     return res
