@@ -141,7 +141,11 @@ def _q_live(st, heap, j):
 @njit(cache=True)
 def _q_compact(g, st, heap):
     k = 0
-    for j in range(g[G_HEAD], g[G_TAIL]):
+    tail = g[G_TAIL]
+    qid = heap[1]
+    for j in range(g[G_HEAD], tail):
+        if j + AHEAD < tail:
+            prefetch_hint(st, qid[j + AHEAD])
         if _q_live(st, heap, j):
             heap[0, k] = heap[0, j]
             heap[1, k] = heap[1, j]
