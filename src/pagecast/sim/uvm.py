@@ -236,8 +236,14 @@ def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel, cum):
                 continue
             r0, r1 = -1, -1
             size = 1
+            g0 = leaf & ~(BIG - 1)
+            if threshold < 100 and g0 >= first and g0 + BIG <= nleaves:
+                # the faulted page's whole big page is a leaf (grown): every subtree up
+                # to it is full and qualifies, so the walk starts there
+                r0, r1 = g0, g0 + BIG
+                size = 2 * BIG
             while size <= size_top:
-                s0 = (leaf // size) * size
+                s0 = leaf & ~(size - 1)  # sizes are powers of two: no division
                 s1 = min(s0 + size, nleaves)
                 if (_rank(leaves, cum, s1 + base) - _rank(leaves, cum, s0 + base)) * 100 > (s1 - s0) * threshold:
                     r0, r1 = s0, s1
@@ -311,18 +317,24 @@ def _service(u, q, B, W, fb, leaves, sel, cum):
             u[U_TAIL] = b
         lo, hi = B[B_LO, b], B[B_HI, b]
         res, flt, pf = W[b, W_RES], W[b, W_FLT], W[b, W_PF]
-        nf = _count(flt, lo, hi)
+        # Faulted, selected and prefetched pages all lie in [lo, hi) (the block's range
+        # only grows, and a fault outside it widened it first): no range masks below.
+        nf = 0
+        for w in range(WORDS):
+            nf += _popcount(flt[w])
         B[B_FAULTS, b] += nf
         if q[Q_ENABLE] and B[B_FAULTS, b] >= q[Q_MINF]:
             tree_prefetch_bits(lo, hi, res, flt, q[Q_THRESH], leaves, sel, cum)
+            npf = 0
             for w in range(WORDS):
-                new = sel[w] & ~flt[w] & ~res[w] & _span(w, lo, hi)
-                u[C_PF] += _popcount(new)
+                new = sel[w] & ~flt[w] & ~res[w]
+                npf += _popcount(new)
                 pf[w] |= new
+            u[C_PF] += npf
         # migrate faulted + prefetched pages that are not resident, in contiguous copies
         moved = 0
         for w in range(WORDS):
-            m = (flt[w] | pf[w]) & ~res[w] & _span(w, lo, hi)
+            m = (flt[w] | pf[w]) & ~res[w]
             leaves[w] = m
             moved += _popcount(m)
         copies = _runs(leaves)
