@@ -86,7 +86,7 @@ def page_id(g, cfg, htab, hkey, doff, dlen, r, p):
 
 
 @njit(cache=True)
-def room(g, cfg, htab, hkey, n_new):
+def room(g, htab, hkey, n_new):
     """Whether ``n_new`` more hashed ids fit (tables at most half full)."""
     need = g[G_NSLOTS] + n_new
     return need <= len(hkey) and 2 * need <= htab.shape[0]
@@ -107,7 +107,7 @@ def dense_ids(g, cfg, htab, hkey, doff, dlen, reg, pg, ids, i0):
         key = make_key(r, p)
         if key < 0:
             return -1 - i  # a page no id can name (negative page or region): bad input
-        if not room(g, cfg, htab, hkey, 1):
+        if not room(g, htab, hkey, 1):
             return i
         ids[i] = hashed_id(g, cfg, htab, hkey, key)
     return len(reg)
@@ -356,7 +356,7 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
         if i + AHEAD < len(ids):
             prefetch_hint(st, ids[i + AHEAD])
         if check:
-            if not room(g, cfg, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1]):
+            if not room(g, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1]):
                 g[G_POS] = i
                 _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
                 return NEED_GROW
