@@ -102,3 +102,30 @@ def test_unknown_engine_is_one_line_error(tmp_path):
     path, _ = _mixed_trace(tmp_path / "m.parquet", n=100)
     with pytest.raises(PagecastError, match="unknown simulator engine"):
         simulate(path, SimConfig(), engine="fast")
+
+
+@pytest.mark.parametrize("eviction", ["lru", "min"])
+def test_queue_follows_resident_pages_not_capacity(tmp_path, monkeypatch, eviction):
+    # A 64 GiB region (2^24 pages, all dense ids), a capacity larger than that, and
+    # 3000 distinct pages: the recency queue / MIN heap must be sized by the pages made
+    # resident, not by the capacity (its tail sweeps the whole array: that would be RSS).
+    rng = np.random.default_rng(2)
+    pages = rng.integers(0, 3000, 20_000) * 4001  # spread over the region
+    path = tmp_path / "big.parquet"
+    with TraceWriter(path, regions=[Region(0, "big", length=(1 << 24) * 4096)], source="test") as w:
+        w.write(t_ns=np.arange(len(pages), dtype=np.int64), region=0, page=pages)
+    states = []
+
+    class Recording(sim_mod._State):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            states.append(self)
+
+    monkeypatch.setattr(sim_mod, "_State", Recording)
+    r = simulate(path, SimConfig(capacity=1 << 25, eviction=eviction, chunk_rows=4096), "nextline")
+    assert r.evictions == 0 and r.faults + r.late + r.hits == len(pages)
+    st = states[-1]
+    assert st.ndense == 1 << 24
+    resident = int(st.g[sim_mod.E.G_NRES])
+    assert resident == r.faults + r.prefetches
+    assert st.heap.shape[1] <= 4 * (resident + 4096 + 65) + 200

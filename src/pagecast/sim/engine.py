@@ -356,7 +356,10 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
         if i + AHEAD < len(ids):
             prefetch_hint(st, ids[i + AHEAD])
         if check:
-            if not room(g, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1]):
+            # room for this row's new ids, log entries, and queue entries for the pages
+            # it may make resident (the queue follows the resident pages: simulate.py)
+            if (not room(g, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])
+                    or 2 * min(cfg[K_CAP], g[G_NRES] + MAX_PF + 1) + 2 * MAX_PF + 16 > qlen):
                 g[G_POS] = i
                 _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
                 return NEED_GROW

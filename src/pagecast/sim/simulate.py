@@ -92,15 +92,30 @@ class _State:
         self.nxt = np.full(n, E.INF, np.int64) if self.uses["nxt"] else np.zeros(n, np.int64)
         self.stamp = np.zeros(n, np.int64)
         self.frames = np.zeros(self._frames_size(n), np.int64)
-        self.heap = np.zeros((2, self._heap_size()), np.int64)
+        self.heap = np.zeros((2, self._queue_size(1024)), np.int64)
         self.logs = np.zeros((2, 1 << 16 if log else 0), np.int64)
 
     def _frames_size(self, n: int) -> int:
         return min(int(self.cfg[E.K_CAP]), n) if self.uses["pos"] else 1
 
-    def _heap_size(self) -> int:
-        # LRU/FIFO: the recency queue, MIN: the heap (both at most 2 entries per frame)
-        return 2 * min(int(self.cfg[E.K_CAP]), len(self.st)) + 2 * MAX_PREFETCH + 16
+    def _queue_size(self, resident: int) -> int:
+        # LRU/FIFO: the recency queue, MIN: the heap; twice the live entries (one per
+        # resident page) keeps compaction and rebuilds amortised O(1)
+        return 2 * min(int(self.cfg[E.K_CAP]), resident) + 2 * MAX_PREFETCH + 16
+
+    def reserve(self, new_resident: int) -> None:
+        """Room in the queue (heap) for ``new_resident`` more resident pages.
+
+        The queue follows the resident pages, not the capacity: its tail sweeps the
+        whole array between compactions, so an array sized for a large capacity would
+        be written through (RSS) even when few pages are ever used.
+        """
+        need = self._queue_size(int(self.g[E.G_NRES]) + new_resident)
+        if need > self.heap.shape[1]:
+            size = max(need, min(2 * self.heap.shape[1], self._queue_size(1 << 62)))
+            heap = np.zeros((2, size), np.int64)
+            heap[:, : self.heap.shape[1]] = self.heap
+            self.heap = heap
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
@@ -115,14 +130,11 @@ class _State:
             nf = self._frames_size(n)
             if nf > len(self.frames):
                 self.frames = _extended(self.frames, nf, 0)
-            if self._heap_size() > self.heap.shape[1]:
-                heap = np.zeros((2, self._heap_size()), np.int64)
-                heap[:, : self.heap.shape[1]] = self.heap
-                self.heap = heap
         if self.cfg[E.K_LOG] and self.g[E.G_LOGN] + MAX_PREFETCH > self.logs.shape[1]:
             logs = np.zeros((2, 2 * self.logs.shape[1]), np.int64)
             logs[:, : self.logs.shape[1]] = self.logs
             self.logs = logs
+        self.reserve(MAX_PREFETCH + 1)
 
     def keys(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(region, page) of ids (for the prefetch log)."""
@@ -271,6 +283,9 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             if lookahead and nxt_ids is not None:
                 ids = np.concatenate([cur_ids, nxt_ids[:lookahead]])
             nextuse = nextuse_all[base: base + n] if nextuse_all is not None else empty
+            # at most one page made resident per row by demand; ``run`` asks for more
+            # room before each row's prefetches
+            st.reserve(n)
             if plain:
                 E.run_plain(st.g, cfg, st.st, st.frames, st.heap, cur["t"], ids, cur["write"], n, 0)
             else:
