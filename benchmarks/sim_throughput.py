@@ -1,16 +1,20 @@
 """Simulator throughput, scaling and memory (targets in DESIGN.md §8).
 
-Prints, measured in this run on one pinned core (rates per wall second and per CPU
-second of this process: on a shared machine wall time includes waiting for the core):
-  * accesses/s of ``simulate`` (LRU, no prefetch; whole call: Parquet decode + simulation)
-    on a 10 M-access trace, beside a plain-Python OrderedDict LRU on the same trace
-    (its first 1 M accesses: the pure-Python loop would take minutes on all 10 M) → ratio;
-  * accesses/s in UVM mode with the tree prefetcher on a 10 M-access GPU fault trace;
-  * time at 1 M, 3 M and 10 M accesses (linear growth → flat per-access time);
+Prints, measured in this run on one pinned core with pyarrow on one thread, as medians
+of ``--repeat`` runs, in accesses per CPU second of this process (on a shared machine
+wall time includes waiting for the core; wall rates are printed too):
+  * LRU, no prefetch, on 10 M-access traces (skewed over 1 Mi pages, and streaming),
+    beside a plain-Python OrderedDict LRU on the same trace (its first 1 M accesses: the
+    pure-Python loop would take minutes on all 10 M) → ratio. Two figures each:
+    "engine" = the simulation alone (CPU time of the whole ``simulate`` call minus the
+    CPU time spent reading and decoding the trace, which ``simulate`` measures:
+    ``extra["read_cpu_s"]``), and "end to end" = the whole call, Parquet decode included;
+  * the same for UVM mode with the tree prefetcher on 10 M-access GPU fault traces;
+  * CPU time at 1 M, 3 M and 10 M accesses (linear growth → flat per-access time);
   * peak RSS of a fresh process simulating 10 M and 100 M accesses with the same set
     of distinct pages (the 100 M trace is written to disk in chunks).
 
-    PYTHONPATH=src python benchmarks/sim_throughput.py [--quick] [--dir DIR]
+    PYTHONPATH=src python benchmarks/sim_throughput.py [--quick] [--dir DIR] [--repeat N] [--json]
 """
 
 from __future__ import annotations
@@ -84,19 +88,9 @@ def python_lru(path: Path, capacity: int, limit: int) -> tuple[int, float]:
     return faults, time.process_time() - t0
 
 
-def read_only(path: Path) -> tuple[float, float]:
-    """(wall, CPU) seconds to read and decode the demand stream alone (the I/O share)."""
-    from pagecast.sim.stream import as_trace, demand_chunks
-
-    t0, c0 = time.perf_counter(), time.process_time()
-    for _ in demand_chunks(as_trace(path)):
-        pass
-    return time.perf_counter() - t0, time.process_time() - c0
-
-
 def timed_simulate(path: Path, capacity: int, uvm: bool = False) -> tuple[float, dict]:
-    """Wall seconds and the result; the result's ``cpu_s`` is this process's CPU time
-    (on a shared machine wall time includes waiting for the core)."""
+    """Wall seconds and the result; the result's ``cpu_s`` is this process's CPU time for
+    the call and ``read_cpu_s`` the part of it spent reading and decoding the trace."""
     from pagecast.sim import SimConfig, simulate
 
     cfg = SimConfig(capacity=capacity, uvm=uvm)
@@ -104,26 +98,66 @@ def timed_simulate(path: Path, capacity: int, uvm: bool = False) -> tuple[float,
     r = simulate(path, cfg, "tree" if uvm else "none")
     d = r.to_dict()
     d["cpu_s"] = time.process_time() - c0
+    d["read_cpu_s"] = r.extra["read_cpu_s"]
     return time.perf_counter() - t0, d
 
 
+def rates(path: Path, capacity: int, repeat: int, uvm: bool = False) -> dict:
+    """Median rates (M accesses/s) over ``repeat`` runs and the last run's result.
+
+    The first run of a trace in this process also pays for growing the allocators'
+    pools (page faults of decode buffers and state arrays, kernel time): its end-to-end
+    rate is kept in ``end_to_end_runs_mps[0]`` and printed as "first run".
+    """
+    runs = [timed_simulate(path, capacity, uvm) for _ in range(repeat)]
+    r = runs[-1][1]
+    n = r["accesses"]
+    cpu = [d["cpu_s"] for _, d in runs]
+    eng = [d["cpu_s"] - d["read_cpu_s"] for _, d in runs]
+    return {
+        "accesses": n, "faults": r["faults"], "result": r,
+        "engine_mps": float(np.median([n / max(e, 1e-9) for e in eng])) / 1e6,
+        "end_to_end_mps": float(np.median([n / c for c in cpu])) / 1e6,
+        "wall_mps": float(np.median([n / w for w, _ in runs])) / 1e6,
+        "read_ns_per_access": float(np.median([d["read_cpu_s"] for _, d in runs])) / n * 1e9,
+        "engine_runs_mps": [round(n / max(e, 1e-9) / 1e6, 2) for e in eng],
+        "end_to_end_runs_mps": [round(n / c / 1e6, 2) for c in cpu],
+    }
+
+
 def child_rss(path: Path, capacity: int) -> dict:
-    """Simulate in a fresh process; return its peak RSS and accesses."""
+    """Simulate in a fresh process; return its peak RSS and accesses.
+
+    Peak RSS is the child's VmHWM (/proc/self/status), not getrusage's ru_maxrss: Linux
+    carries the parent's RSS at spawn (the vfork'd copy before exec) into the child's
+    ru_maxrss, so that showed the benchmark process's size, not the simulation's.
+    """
     code = (
-        "import json,resource,sys,time\n"
+        "import json,re,sys,time\n"
         "from pagecast.sim import SimConfig, simulate\n"
-        "t=time.perf_counter(); r=simulate(sys.argv[1], SimConfig(capacity=int(sys.argv[2])))\n"
+        "t=time.perf_counter(); c=time.process_time(); r=simulate(sys.argv[1], SimConfig(capacity=int(sys.argv[2])))\n"
+        "hwm=int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
         "print(json.dumps({'accesses': r.accesses, 'faults': r.faults, 'wall_s': time.perf_counter()-t,\n"
-        "  'peak_rss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024}))\n"
+        "  'cpu_s': time.process_time()-c, 'peak_rss_mib': hwm/1024}))\n"
     )
     out = subprocess.run([sys.executable, "-c", code, str(path), str(capacity)], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)
+
+
+def _row(label: str, r: dict, prate: float, target: float) -> str:
+    ok = lambda x: "meets" if x >= target else "BELOW"  # noqa: E731
+    return (f"{label:32s}: engine {r['engine_mps']:6.1f} M/s ({ok(r['engine_mps'])} {target:g}; {r['engine_mps'] * 1e6 / prate:5.1f}x Python) | "
+            f"end to end {r['end_to_end_mps']:5.1f} M/s ({ok(r['end_to_end_mps'])} {target:g}; {r['end_to_end_mps'] * 1e6 / prate:4.1f}x; "
+            f"first run {r['end_to_end_runs_mps'][0]:.1f}) | "
+            f"read+decode {r['read_ns_per_access']:4.1f} ns/access | wall {r['wall_mps']:5.1f} M/s | faults {r['faults']:,}")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=None, help="where to keep the generated traces (default: a temp dir)")
     ap.add_argument("--quick", action="store_true", help="skip the 100 M-access memory run")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per throughput figure (the median is printed)")
+    ap.add_argument("--json", action="store_true", help="also print every figure as one JSON object at the end")
     args = ap.parse_args()
     try:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
@@ -132,57 +166,66 @@ def main() -> int:
     import pyarrow as pa
 
     pa.set_cpu_count(1)
+    out: dict = {"load_average_start": os.getloadavg(), "repeat": args.repeat}
     d = Path(args.dir or tempfile.mkdtemp(prefix="pagecast-bench-"))
     d.mkdir(parents=True, exist_ok=True)
     cap = UNIVERSE // 4
-    print(f"traces in {d}; capacity {cap:,} pages (25 % of {UNIVERSE:,} distinct)")
+    print(f"traces in {d}; capacity {cap:,} pages (25 % of {UNIVERSE:,} distinct); load average {os.getloadavg()[0]:.2f}")
     t10 = write_bench_trace(d / "lru_10M.parquet", 10_000_000)  # skewed
     small = write_bench_trace(d / "warm.parquet", 10_000)
     timed_simulate(small, 100)  # JIT warm-up (or load from cache)
     timed_simulate(write_bench_trace(d / "warm_gpu.parquet", 10_000, gpu=True), cap, uvm=True)
 
     s10 = write_bench_trace(d / "stream_10M.parquet", 10_000_000, stream=True, seed=2)
-    pf, psec = python_lru(t10, cap, 1_000_000)
+    pruns = [python_lru(t10, cap, 1_000_000) for _ in range(args.repeat)]
+    psec = float(np.median([s for _, s in pruns]))
     prate = 1_000_000 / psec
-    print(f"\nplain-Python LRU (baseline): 1,000,000 accesses of skewed.10M in {psec:.2f} s CPU = {prate / 1e6:.2f} M accesses/s")
-    print("rates: wall | CPU time of this process (the core is shared: wall includes waiting for it)")
-    print("\n## LRU, no prefetch (target >= 20 M accesses/s)")
-    for label, path, c in (("skewed (1 Mi pages, 4 GiB)", t10, cap), ("streaming (64 Ki pages)", s10, 1 << 14)):
-        sec, r = timed_simulate(path, c)
-        io, iocpu = read_only(path)
-        rate = r["accesses"] / sec
-        crate = r["accesses"] / r["cpu_s"]
-        krate = r["accesses"] / max(r["cpu_s"] - iocpu, 1e-9)
-        print(f"{label:28s}: {r['accesses']:,} accesses in {sec:.2f} s wall = {rate / 1e6:5.1f} M/s | "
-              f"{r['cpu_s']:.2f} s CPU = {crate / 1e6:5.1f} M/s end to end ({crate / prate:.1f}x Python); "
-              f"without Parquet decode ({iocpu:.2f} s CPU) {krate / 1e6:5.1f} M/s ({krate / prate:.1f}x); faults {r['faults']:,}")
+    out["python_lru_mps"] = prate / 1e6
+    print(f"\nplain-Python LRU (baseline): 1,000,000 accesses of the skewed trace in {psec:.2f} s CPU = {prate / 1e6:.2f} M accesses/s")
+    print(f"rates: M accesses per CPU second, median of {args.repeat} runs; engine = simulation alone, end to end = with Parquet read+decode")
+    print("\n## LRU, no prefetch (target >= 20 M accesses/s on one core)")
+    out["lru"] = {}
+    for key, label, path, c in (("skewed", "skewed (1 Mi pages, 4 GiB), cap 25 %", t10, cap),
+                                ("streaming", "streaming (64 Ki pages), cap 16 Ki", s10, 1 << 14)):
+        r = rates(path, c, args.repeat)
+        print(_row(label, r, prate, 20))
+        out["lru"][key] = {k: v for k, v in r.items() if k != "result"}
 
     print("\n## UVM mode, tree prefetcher (target >= 5 M accesses/s)")
     g_stream = write_bench_trace(d / "uvm_stream_10M.parquet", 10_000_000, gpu=True, stream=True, seed=3)
     g_skew = write_bench_trace(d / "uvm_skewed_10M.parquet", 10_000_000, gpu=True, seed=1)
-    for label, path, c in (("streaming, 256 MiB in 512 MiB", g_stream, 1 << 17), ("streaming, 256 MiB on 128 MiB", g_stream, 1 << 15),
-                           ("skewed, 4 GiB on 2 GiB", g_skew, UNIVERSE // 2)):
-        usec, ur = timed_simulate(path, c, uvm=True)
-        io, iocpu = read_only(path)
-        urate = ur["accesses"] / usec
-        crate = ur["accesses"] / ur["cpu_s"]
-        krate = ur["accesses"] / max(ur["cpu_s"] - iocpu, 1e-9)
-        print(f"{label:30s}: {ur['accesses']:,} in {usec:.2f} s wall = {urate / 1e6:5.1f} M/s | {ur['cpu_s']:.2f} s CPU = "
-              f"{crate / 1e6:5.1f} M/s end to end ({crate / prate:.1f}x Python); without decode {krate / 1e6:5.1f} M/s "
-              f"({ur['fault_batches']:,} batches, {ur['prefetches']:,} pages prefetched, {ur['evictions']:,} chunk evictions)")
+    out["uvm"] = {}
+    for key, label, path, c in (("stream_fits", "streaming, 256 MiB in 512 MiB", g_stream, 1 << 17),
+                                ("stream_over", "streaming, 256 MiB on 128 MiB", g_stream, 1 << 15),
+                                ("skewed_over", "skewed, 4 GiB on 2 GiB", g_skew, UNIVERSE // 2)):
+        r = rates(path, c, args.repeat, uvm=True)
+        ur = r["result"]
+        print(_row(label, r, prate, 5) + f" | {ur['fault_batches']:,} batches, {ur['prefetches']:,} prefetched, {ur['evictions']:,} chunk evictions")
+        out["uvm"][key] = {k: v for k, v in r.items() if k != "result"} | {"batches": ur["fault_batches"], "evictions": ur["evictions"]}
 
-    print("\n## Scaling (LRU, no prefetch)")
+    print("\n## Scaling (LRU, no prefetch, skewed; CPU time of the whole call, median)")
+    out["scaling"] = {}
     for n in (1_000_000, 3_000_000, 10_000_000):
         p = t10 if n == 10_000_000 else write_bench_trace(d / f"lru_{n // 1_000_000}M.parquet", n)
-        s, rr = timed_simulate(p, cap)
-        print(f"{n:>12,} accesses: {s:6.2f} s wall, {rr['cpu_s']:6.2f} s CPU = {rr['cpu_s'] / n * 1e9:5.1f} ns/access")
+        cpu = float(np.median([timed_simulate(p, cap)[1]["cpu_s"] for _ in range(args.repeat)]))
+        print(f"{n:>12,} accesses: {cpu:6.2f} s CPU = {cpu / n * 1e9:5.1f} ns/access")
+        out["scaling"][n] = cpu
 
-    print("\n## Peak RSS (fresh process, same distinct pages)")
+    print("\n## Peak RSS (fresh process, same 1 Mi distinct pages, LRU cap 25 %; an import-only process for scale)")
+    out["rss"] = {}
+    res = child_rss(small, 100)
+    print(f"{'10,000 (warm-up)':>12s} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB (interpreter, numpy, pyarrow, numba, kernels)")
+    out["rss"]["baseline"] = res
     sizes = [10_000_000] + ([] if args.quick else [100_000_000])
     for n in sizes:
         p = write_bench_trace(d / f"lru_{n // 1_000_000}M.parquet", n)
         res = child_rss(p, cap)
-        print(f"{n:>12,} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB, {res['wall_s']:.1f} s, faults {res['faults']:,}")
+        print(f"{n:>12,} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB, {res['cpu_s']:.1f} s CPU, {res['wall_s']:.1f} s wall, faults {res['faults']:,}")
+        out["rss"][n] = res
+    out["load_average_end"] = os.getloadavg()
+    print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")
+    if args.json:
+        print(json.dumps(out, default=float))
     return 0
 
 

@@ -19,6 +19,7 @@ def test_bits_match_page_array(seed):
     work = np.zeros((3, 529), np.int64)
     leaves = np.zeros(WORDS, np.uint64)
     sel = np.zeros(WORDS, np.uint64)
+    cum = np.zeros(WORDS + 1, np.int64)
     for _ in range(300):
         lo = int(rng.integers(0, 512))
         hi = int(rng.integers(lo + 1, 513))
@@ -30,7 +31,7 @@ def test_bits_match_page_array(seed):
         state[span][faulted] |= P_FAULT
         thr = int(rng.choice([1, 25, 51, 75, 99]))
         n = tree_prefetch(lo, hi, state, thr, out, work)
-        tree_prefetch_bits(lo, hi, _bits(state & P_RES), _bits(state & P_FAULT), thr, leaves, sel)
+        tree_prefetch_bits(lo, hi, _bits(state & P_RES), _bits(state & P_FAULT), thr, leaves, sel, cum)
         got = np.unpackbits(sel.view(np.uint8), bitorder="little").astype(bool)
         got &= (state & P_FAULT) == 0
         got[:lo] = False

@@ -61,7 +61,7 @@ class SimConfig:
     max_prefetch: int = 64  # pages per trigger at most
     oracle_k: int = 32
     oracle_lookahead: int = 1 << 16  # events the oracle may look ahead
-    chunk_rows: int = 1 << 20
+    chunk_rows: int = 1 << 18  # rows per chunk: small enough that a chunk's columns stay in cache between passes
     uvm: bool = False
     uvm_params: UvmParams = field(default_factory=UvmParams)
     log_prefetches: bool = False  # keep (trigger, page) of every prefetch request (ranking metrics)

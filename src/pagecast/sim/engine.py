@@ -3,7 +3,14 @@
 State lives in flat arrays so the loop is resumable: ``run`` returns early when its
 tables need to grow (``NEED_GROW``) or when a Python prefetcher must be asked
 (``PAUSE``); the driver in ``simulate.py`` does that and calls ``run`` again from where it
-stopped. Pages are dense slot ids handed out by ``hashtab``.
+stopped.
+
+Pages are dense ids. A page inside its region's declared length is
+``doff[region] + page`` (no lookup at all: the regions table gives each region's length);
+any other page (region of unknown length, page past the declared end, region -1) gets an
+id after the dense range from the hash table in ``hashtab``. Per-page state is a struct
+of arrays indexed by id; the field every access reads, ``st``, packs the page's flags and
+its recency stamp into one int64 (one load per access, 8 B per page).
 
 Model per demand event (see docs/simulator.md): the clock advances by the gap between
 trace timestamps; a resident page is a hit, or a *late* prefetch if its transfer has not
@@ -18,13 +25,18 @@ import numpy as np
 from numba import njit
 
 from pagecast.policies import bestoffset, leap, markov, nextline, stride
+from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 
-# --- per-slot fields: S[slot, field] (one slot's fields share a cache line) ----------------------------------------------
-# F_STAMP: for LRU/FIFO, the stamp of the slot's newest entry in the recency queue.
-F_KEY, F_FLAG, F_ARR, F_STAMP, F_SPARE, F_POS, F_NXT, F_SEEN = range(8)
-N_FIELDS = 8
-RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
+# --- per-page state --------------------------------------------------------------
+# st[id] = stamp << STAMP_SHIFT | flags. The stamp (LRU/FIFO) is the one of the page's
+# newest entry in the recency queue; it survives eviction (the entry is dead anyway: the
+# page is not resident). arr[id]: when a prefetched page arrives; pos[id]: its frame
+# (CLOCK, MIN); nxt[id]: its next use (MIN); hkey[id - ndense]: the key of a hashed id.
+RES, PF, DIRTY, REF, SEEN = 1, 2, 4, 8, 16
+STAMP_SHIFT = 8
+FLAG_MASK = (1 << STAMP_SHIFT) - 1
+CLEAR_ON_EVICT = ~(RES | PF | DIRTY | REF)
 
 # --- globals g[...] ---------------------------------------------------------------
 (G_NRES, G_NSLOTS, G_HEAD, G_TAIL, G_HAND, G_NOW, G_LAST_T, G_T0, G_LINK, G_HEAPN, G_SCHED, G_LOGN, G_POS,
@@ -34,7 +46,8 @@ RES, PF, DIRTY, REF = 1, 2, 4, 8  # F_FLAG bits
 N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
-(K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG) = range(11)
+(K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG,
+ K_NDENSE) = range(12)
 N_CFG = 12
 
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
@@ -47,26 +60,93 @@ DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
 INF = 1 << 62
 MAX_PF = 64
+AHEAD = 16  # rows between a cache hint for a page's state and its use
 
 
-# --- eviction structures -------------------------------------------------------------
-# LRU and FIFO keep a recency queue instead of a doubly linked list: entries (stamp, slot)
-# in ``heap[0:2, G_HEAD:G_TAIL]`` in order of use; an entry is live while its slot is
-# resident and still carries that stamp. A hit appends one entry (a sequential write)
-# instead of unlinking the slot (two random cache misses on its neighbours); the victim
-# is the oldest live entry, i.e. exactly the list's head. Stale entries are dropped when
-# the queue is full (live entries <= resident pages <= half its length: amortised O(1)).
+# --- page ids -------------------------------------------------------------------------
+@njit(cache=True)
+def hashed_id(g, cfg, htab, hkey, key):
+    """Id of a page outside the dense range (``key`` from ``make_key``, >= 0)."""
+    h = intern(htab, key, g[G_NSLOTS])
+    if h == g[G_NSLOTS]:
+        g[G_NSLOTS] = h + 1
+        hkey[h] = key
+    return cfg[K_NDENSE] + h
+
+
 @njit(cache=True, inline="always")
-def _q_live(S, heap, j):
-    s = heap[1, j]
-    return (S[s, F_FLAG] & RES) != 0 and S[s, F_STAMP] == heap[0, j]
+def page_id(g, cfg, htab, hkey, doff, dlen, r, p):
+    """Id of (region, page), or -1 if the page cannot be named (negative, too large)."""
+    if 0 <= r < len(doff) and 0 <= p < dlen[r]:
+        return doff[r] + p
+    key = make_key(r, p)
+    if key < 0:
+        return -1
+    return hashed_id(g, cfg, htab, hkey, key)
 
 
 @njit(cache=True)
-def _q_compact(g, S, heap):
+def room(g, htab, hkey, n_new):
+    """Whether ``n_new`` more hashed ids fit (tables at most half full)."""
+    need = g[G_NSLOTS] + n_new
+    return need <= len(hkey) and 2 * need <= htab.shape[0]
+
+
+@njit(cache=True)
+def dense_ids(g, cfg, htab, hkey, doff, dlen, reg, pg, ids, i0):
+    """Ids of rows i0...; returns where it stopped: len(reg), or earlier when the hash
+    tables must grow for a page outside the dense range (grow them and call again), or
+    ``-1 - i`` if row i names a page no id can hold."""
+    nreg = len(doff)
+    for i in range(i0, len(reg)):
+        r = reg[i]
+        p = pg[i]
+        if 0 <= r < nreg and 0 <= p < dlen[r]:
+            ids[i] = doff[r] + p
+            continue
+        key = make_key(r, p)
+        if key < 0:
+            return -1 - i  # a page no id can name (negative page or region): bad input
+        if not room(g, htab, hkey, 1):
+            return i
+        ids[i] = hashed_id(g, cfg, htab, hkey, key)
+    return len(reg)
+
+
+@njit(cache=True)
+def mark_seen(st, ids):
+    """Set SEEN on the pages of ``ids``; return how many were new."""
+    new = 0
+    for i in range(len(ids)):
+        s = ids[i]
+        if not st[s] & SEEN:
+            st[s] |= SEEN
+            new += 1
+    return new
+
+
+# --- eviction structures -------------------------------------------------------------
+# LRU and FIFO keep a recency queue instead of a doubly linked list: entries (stamp, id)
+# in ``heap[0:2, G_HEAD:G_TAIL]`` in order of use; an entry is live while its page is
+# resident and still carries that stamp. A hit appends one entry (a sequential write)
+# instead of unlinking the page (two random cache misses on its neighbours); the victim
+# is the oldest live entry, i.e. exactly the list's head. Stale entries are dropped when
+# the queue is full (live entries <= resident pages <= half its length: amortised O(1)).
+@njit(cache=True, inline="always")
+def _q_live(st, heap, j):
+    x = st[heap[1, j]]
+    return (x & RES) != 0 and (x >> STAMP_SHIFT) == heap[0, j]
+
+
+@njit(cache=True)
+def _q_compact(g, st, heap):
     k = 0
-    for j in range(g[G_HEAD], g[G_TAIL]):
-        if _q_live(S, heap, j):
+    tail = g[G_TAIL]
+    qid = heap[1]
+    for j in range(g[G_HEAD], tail):
+        if j + AHEAD < tail:
+            prefetch_hint(st, qid[j + AHEAD])
+        if _q_live(st, heap, j):
             heap[0, k] = heap[0, j]
             heap[1, k] = heap[1, j]
             k += 1
@@ -75,25 +155,25 @@ def _q_compact(g, S, heap):
 
 
 @njit(cache=True, inline="always")
-def _q_push(g, S, heap, s):
+def _q_push(g, st, heap, s):
     if g[G_TAIL] == heap.shape[1]:
-        _q_compact(g, S, heap)
-    st = g[G_STAMP] + 1
-    g[G_STAMP] = st
-    S[s, F_STAMP] = st
+        _q_compact(g, st, heap)
+    stamp = g[G_STAMP] + 1
+    g[G_STAMP] = stamp
+    st[s] = (stamp << STAMP_SHIFT) | (st[s] & FLAG_MASK)
     t = g[G_TAIL]
-    heap[0, t] = st
+    heap[0, t] = stamp
     heap[1, t] = s
     g[G_TAIL] = t + 1
 
 
 @njit(cache=True, inline="always")
-def _q_pop(g, S, heap):
-    """Slot of the oldest live entry (removed from the queue)."""
+def _q_pop(g, st, heap):
+    """Id of the oldest live entry (removed from the queue)."""
     while True:
         j = g[G_HEAD]
         g[G_HEAD] = j + 1
-        if _q_live(S, heap, j):
+        if _q_live(st, heap, j):
             return heap[1, j]
 
 
@@ -113,14 +193,14 @@ def _sift_up(g, heap, key, s):
 
 
 @njit(cache=True)
-def _heap_push(g, heap, S, frames, key, s):
+def _heap_push(g, heap, nxt, frames, key, s):
     if g[G_HEAPN] == heap.shape[1]:
         # Lazy deletion leaves stale entries; keep one live entry per resident page.
         # (No recursion through _heap_push: numba's cache cannot load recursive functions.)
         g[G_HEAPN] = 0
         for j in range(g[G_NRES]):
             r = frames[j]
-            _sift_up(g, heap, S[r, F_NXT], r)
+            _sift_up(g, heap, nxt[r], r)
     _sift_up(g, heap, key, s)
 
 
@@ -147,123 +227,78 @@ def _heap_pop(g, heap):
 
 
 @njit(cache=True)
-def _min_victim(g, heap, S):
+def _min_victim(g, heap, st, nxt):
     """Resident page used farthest in the future (top of the lazy max-heap)."""
     while True:
         s = heap[1, 0]
-        if (S[s, F_FLAG] & RES) and S[s, F_NXT] == heap[0, 0]:
+        if (st[s] & RES) and nxt[s] == heap[0, 0]:
             return s
         _heap_pop(g, heap)
 
 
 @njit(cache=True, inline="always")
-def _evict(g, cfg, S, frames, heap):
-    """Drop one page; return the frame it held."""
+def _evict(g, cfg, st, pos, nxt, frames, heap):
+    """Drop one page; return the frame it held (CLOCK and MIN keep frames)."""
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        v = _q_pop(g, S, heap)
+        v = _q_pop(g, st, heap)
     elif ev == EV_CLOCK:
         cap = cfg[K_CAP]
-        while S[frames[g[G_HAND]], F_FLAG] & REF:
-            S[frames[g[G_HAND]], F_FLAG] &= ~REF
+        while st[frames[g[G_HAND]]] & REF:
+            st[frames[g[G_HAND]]] &= ~REF
             g[G_HAND] = (g[G_HAND] + 1) % cap
         v = frames[g[G_HAND]]
         g[G_HAND] = (g[G_HAND] + 1) % cap
     else:
-        v = _min_victim(g, heap, S)
+        v = _min_victim(g, heap, st, nxt)
         _heap_pop(g, heap)
-    f = S[v, F_FLAG]
-    if f & PF:
+    x = st[v]
+    if x & PF:
         g[C_PF_USELESS] += 1
-    if f & DIRTY:
+    if x & DIRTY:
         g[C_BYTES_OUT] += cfg[K_PAGE]
-    S[v, F_FLAG] = 0
+    st[v] = x & CLEAR_ON_EVICT
     g[C_EVICTIONS] += 1
-    return S[v, F_POS]
+    if ev == EV_LRU or ev == EV_FIFO:
+        return 0
+    return pos[v]
 
 
 @njit(cache=True, inline="always")
-def _insert(g, cfg, S, frames, heap, s, flags):
+def _insert(g, cfg, st, pos, nxt, frames, heap, s, flags):
     if g[G_NRES] < cfg[K_CAP]:
-        pos = g[G_NRES]
+        p = g[G_NRES]
         g[G_NRES] += 1
     else:
-        pos = _evict(g, cfg, S, frames, heap)
-    frames[pos] = s
-    S[s, F_POS] = pos
-    S[s, F_FLAG] = RES | flags
+        p = _evict(g, cfg, st, pos, nxt, frames, heap)
+    st[s] = (st[s] & ~(RES | PF | DIRTY | REF)) | RES | flags
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
-        _q_push(g, S, heap, s)
-    elif ev == EV_MIN:
-        _heap_push(g, heap, S, frames, S[s, F_NXT], s)
+        _q_push(g, st, heap, s)
+    else:
+        frames[p] = s
+        pos[s] = p
+        if ev == EV_MIN:
+            _heap_push(g, heap, nxt, frames, nxt[s], s)
 
 
 @njit(cache=True)
-def issue(g, cfg, S, frames, heap, s):
-    """Queue a prefetch of slot ``s`` on the link."""
-    if S[s, F_FLAG] & RES:
+def issue(g, cfg, st, arr, pos, nxt, frames, heap, s):
+    """Queue a prefetch of page ``s`` on the link."""
+    if st[s] & RES:
         g[C_PF_REDUNDANT] += 1
         return
     if cfg[K_EVICT] == EV_MIN and g[G_NRES] >= cfg[K_CAP]:
         # MIN never keeps a page needed later than every resident one: do no harm.
-        if S[_min_victim(g, heap, S), F_NXT] <= S[s, F_NXT]:
+        if nxt[_min_victim(g, heap, st, nxt)] <= nxt[s]:
             g[C_PF_SKIPPED] += 1
             return
     start = max(g[G_NOW], g[G_LINK])
     g[G_LINK] = start + cfg[K_XFER_NS]
-    S[s, F_ARR] = g[G_LINK] + cfg[K_LINK_LAT]
-    _insert(g, cfg, S, frames, heap, s, PF)
+    arr[s] = g[G_LINK] + cfg[K_LINK_LAT]
+    _insert(g, cfg, st, pos, nxt, frames, heap, s, PF)
     g[C_PF_ISSUED] += 1
     g[C_BYTES_IN] += cfg[K_PAGE]
-
-
-@njit(cache=True)
-def new_slot(g, htab, S, key):
-    s = intern(htab, key, g[G_NSLOTS])
-    if s == g[G_NSLOTS]:
-        g[G_NSLOTS] += 1
-        S[s, F_KEY] = key
-        S[s, F_FLAG] = 0
-        S[s, F_ARR] = 0
-        S[s, F_NXT] = INF
-        S[s, F_SEEN] = 0
-    return s
-
-
-@njit(cache=True)
-def intern_rows(g, htab, S, reg, pg, ids, i0, dmap, doff, dlen):
-    """Slot ids of rows i0...; returns where it stopped (len(reg), or earlier when the
-    tables need to grow: the caller grows them and calls again from there).
-
-    ``dmap`` caches the hash table for pages inside a known region: entry
-    ``doff[r] + page`` holds slot + 1 (0: not looked up yet). Pages are region-relative,
-    so this is one small direct-indexed array (4 B per page of the regions) instead of a
-    probe into a 16 B-per-entry table at half load; ids stay the hash table's (first-seen
-    order), so pages a prefetcher names later map to the same slots.
-    """
-    last_key = -2
-    last_id = -1
-    nreg = len(doff)
-    for i in range(i0, len(reg)):
-        if g[G_NSLOTS] + MAX_PF + 2 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 2) > htab.shape[0]:
-            return i
-        r = reg[i]
-        p = pg[i]
-        key = make_key(r, p)
-        if key != last_key:  # runs of the same page are common: skip the lookup
-            if 0 <= r < nreg and 0 <= p < dlen[r]:
-                j = doff[r] + p
-                v = dmap[j]
-                if v == 0:
-                    v = new_slot(g, htab, S, key) + 1
-                    dmap[j] = v
-                last_id = v - 1
-            else:
-                last_id = new_slot(g, htab, S, key)
-            last_key = key
-        ids[i] = last_id
-    return len(reg)
 
 
 @njit(cache=True)
@@ -291,8 +326,8 @@ def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, by
 
 
 @njit(cache=True)
-def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0, base,
-        pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
+def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
+        base, pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
     """Play rows ``i0..n_rows-1`` (``ids`` may extend past ``n_rows``: oracle lookahead)."""
     ev = cfg[K_EVICT]
     kind = cfg[K_PF]
@@ -305,70 +340,100 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
         g[G_T0] = t[i0]
         g[G_LAST_T] = t[i0]
     # The per-access counters live in locals (registers) and reach g only at exits and
-    # before calls that read g: stores into g could alias S, so LLVM would otherwise
+    # before calls that read g: stores into g could alias st, so LLVM would otherwise
     # reload and store every counter on every access.
     now = g[G_NOW]
     last_t = g[G_LAST_T]
     acc = hits = faults = late = stall = late_ns = distinct = bytes_in = useful = n_obs = 0
-    # Without a prefetcher no slot is created and nothing is logged inside the loop: the
-    # room check is loop-invariant, so it runs once.
-    check = True
+    # The LRU queue's tail and stamp too: a hit appends to the queue right here, and only
+    # the calls below that may touch the queue (insert, issue) see them through g.
+    qt = g[G_TAIL]
+    qstamp = g[G_STAMP]
+    qlen = heap.shape[1]
+    # Without a prefetcher no id is created and nothing is logged inside the loop.
+    check = kind != PF_NONE
     for i in range(i0, n_rows):
-        if check and (g[G_NSLOTS] + MAX_PF + 1 > S.shape[0] or 2 * (g[G_NSLOTS] + MAX_PF + 1) > htab.shape[0]
-                      or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])):
-            g[G_POS] = i
-            _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
-            return NEED_GROW
-        check = kind != PF_NONE
+        if i + AHEAD < len(ids):
+            prefetch_hint(st, ids[i + AHEAD])
+        if check:
+            # room for this row's new ids, log entries, and queue entries for the pages
+            # it may make resident (the queue follows the resident pages: simulate.py)
+            if (not room(g, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])
+                    or 2 * min(cfg[K_CAP], g[G_NRES] + MAX_PF + 1) + 2 * MAX_PF + 16 > qlen):
+                g[G_POS] = i
+                _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
+                return NEED_GROW
+            qt = g[G_TAIL]
+            qstamp = g[G_STAMP]
         ti = t[i]
         if ti > last_t:
             now += ti - last_t
             last_t = ti
         s = ids[i]
         acc += 1
-        if S[s, F_SEEN] == 0:
-            S[s, F_SEEN] = 1
-            distinct += 1
         if ev == EV_MIN:
-            S[s, F_NXT] = nextuse[i]
-        f = S[s, F_FLAG]
+            nxt[s] = nextuse[i]
+        x = st[s]
+        if not x & SEEN:
+            x |= SEEN
+            st[s] = x
+            distinct += 1
         observed = False
         hit = False
-        if f & RES:
-            arr = S[s, F_ARR]
-            if arr > now:
-                late += 1
-                stall += arr - now
-                late_ns += arr - now
-                now = arr
-            else:
-                hits += 1
-            if f & PF:
+        if x & RES:
+            if x & PF:
+                # only a prefetched page can still be in flight: a demand-loaded page
+                # arrived when its fault ended, and a page's first use waits for it
+                a = arr[s]
+                if a > now:
+                    late += 1
+                    stall += a - now
+                    late_ns += a - now
+                    now = a
+                else:
+                    hits += 1
                 useful += 1
-                S[s, F_FLAG] = f & ~PF
+                x &= ~PF
+                st[s] = x
                 observed = True
                 hit = True
-            if ev == EV_LRU and S[s, F_STAMP] != g[G_STAMP]:  # not already the newest entry
-                _q_push(g, S, heap, s)
+            else:
+                hits += 1
+            if ev == EV_LRU:
+                if (x >> STAMP_SHIFT) != qstamp:  # not already the newest entry: append one (_q_push)
+                    if qt == qlen:
+                        g[G_TAIL] = qt
+                        _q_compact(g, st, heap)
+                        qt = g[G_TAIL]
+                    qstamp += 1
+                    st[s] = (qstamp << STAMP_SHIFT) | (x & FLAG_MASK)
+                    heap[0, qt] = qstamp
+                    heap[1, qt] = s
+                    qt += 1
             elif ev == EV_CLOCK:
-                S[s, F_FLAG] |= REF
+                st[s] = x | REF
             elif ev == EV_MIN:
-                _heap_push(g, heap, S, frames, S[s, F_NXT], s)
+                _heap_push(g, heap, nxt, frames, nxt[s], s)
         else:
             faults += 1
             stall += fault_cost
             now += fault_cost
             bytes_in += page_size
-            _insert(g, cfg, S, frames, heap, s, REF if ev == EV_CLOCK else 0)
-            S[s, F_ARR] = now
+            g[G_TAIL] = qt
+            g[G_STAMP] = qstamp
+            _insert(g, cfg, st, pos, nxt, frames, heap, s, REF if ev == EV_CLOCK else 0)
+            qt = g[G_TAIL]
+            qstamp = g[G_STAMP]
             if g[G_LINK] < now:
                 g[G_LINK] = now
             observed = True
         if wr[i]:
-            S[s, F_FLAG] |= DIRTY
+            st[s] |= DIRTY
         if kind == PF_NONE:
             continue
         g[G_NOW] = now  # issue() reads the clock
+        g[G_TAIL] = qt
+        g[G_STAMP] = qstamp
         gi = base + i
         if kind == PF_SCHEDULE:
             p = g[G_SCHED]
@@ -377,12 +442,11 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
             n_done = 0
             while p < sched.shape[1] and sched[0, p] == gi:
                 if n_done < maxpf:
-                    key = make_key(sched[1, p], sched[2, p])
-                    if key >= 0:
-                        ps = new_slot(g, htab, S, key)
+                    ps = page_id(g, cfg, htab, hkey, doff, dlen, sched[1, p], sched[2, p])
+                    if ps >= 0:
                         if logging:
                             _log(g, logs, gi, ps)
-                        issue(g, cfg, S, frames, heap, ps)
+                        issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
                         n_done += 1
                 p += 1
             g[G_SCHED] = p
@@ -408,7 +472,7 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
                     found += 1
                     if logging:
                         _log(g, logs, gi, q)
-                    issue(g, cfg, S, frames, heap, q)
+                    issue(g, cfg, st, arr, pos, nxt, frames, heap, q)
                 j += 1
             continue
         region = reg[i]
@@ -424,37 +488,155 @@ def run(g, cfg, htab, S, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
         else:
             n = bestoffset.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         for j in range(min(n, maxpf)):
-            key = make_key(out_r[j], out_p[j])
-            if key >= 0:
-                ps = new_slot(g, htab, S, key)
+            ps = page_id(g, cfg, htab, hkey, doff, dlen, out_r[j], out_p[j])
+            if ps >= 0:
                 if logging:
                     _log(g, logs, gi, ps)
-                issue(g, cfg, S, frames, heap, ps)
+                issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
     g[G_POS] = n_rows
+    if not check:  # with a prefetcher g is current: every row stored qt/qstamp before its prefetches
+        g[G_TAIL] = qt
+        g[G_STAMP] = qstamp
     _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
     return DONE
 
 
 @njit(cache=True)
-def issue_pages(g, cfg, htab, S, frames, heap, regions, pages, gi, logs):
-    """Issue prefetches a Python prefetcher asked for (after a PAUSE)."""
-    for j in range(min(len(pages), cfg[K_MAXPF])):
-        key = make_key(regions[j], pages[j])
-        if key >= 0:
-            ps = new_slot(g, htab, S, key)
-            if cfg[K_LOG] != 0:
-                _log(g, logs, gi, ps)
-            issue(g, cfg, S, frames, heap, ps)
+def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
+    """``run`` without a prefetcher, for LRU, FIFO and CLOCK: the same model and counters.
+
+    With no prefetch nothing is ever in flight and no id is created during the loop, so
+    the whole state it changes fits in locals: per access one load and one store of
+    ``st[id]`` (hinted ``AHEAD`` rows early), and for LRU one queue append. ``run``
+    with ``PF_NONE`` is the reference it is tested against.
+    """
+    ev = cfg[K_EVICT]
+    lru = ev == EV_LRU
+    clock = ev == EV_CLOCK
+    cap = cfg[K_CAP]
+    fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
+    if i0 < n_rows and g[G_STARTED] == 0:
+        g[G_STARTED] = 1
+        g[G_T0] = t[i0]
+        g[G_LAST_T] = t[i0]
+    now = g[G_NOW]
+    last_t = g[G_LAST_T]
+    qh = g[G_HEAD]
+    qt = g[G_TAIL]
+    qstamp = g[G_STAMP]
+    qlen = heap.shape[1]
+    qid = heap[1]
+    nres = g[G_NRES]
+    hand = g[G_HAND]
+    hits = faults = distinct = dirty_out = evictions = 0
+    for i in range(i0, n_rows):
+        if i + AHEAD < n_rows:
+            prefetch_hint(st, ids[i + AHEAD])
+        ti = t[i]
+        if ti > last_t:
+            now += ti - last_t
+            last_t = ti
+        s = ids[i]
+        x = st[s]
+        if not x & SEEN:
+            x |= SEEN
+            distinct += 1
+        push = False
+        if x & RES:
+            hits += 1
+            if clock:
+                x |= REF
+            elif lru and (x >> STAMP_SHIFT) != qstamp:  # not already the newest entry
+                push = True
+        else:
+            faults += 1
+            now += fault_cost
+            if nres < cap:
+                p = nres
+                nres += 1
+            else:
+                if clock:
+                    while st[frames[hand]] & REF:
+                        st[frames[hand]] &= ~REF
+                        hand = (hand + 1) % cap
+                    v = frames[hand]
+                    p = hand
+                    hand = (hand + 1) % cap
+                else:
+                    while True:  # _q_pop: the oldest live entry
+                        if qh + AHEAD < qlen:
+                            prefetch_hint(st, qid[qh + AHEAD])
+                        v = qid[qh]
+                        xv = st[v]
+                        live = (xv & RES) != 0 and (xv >> STAMP_SHIFT) == heap[0, qh]
+                        qh += 1
+                        if live:
+                            break
+                xv = st[v]
+                if xv & DIRTY:
+                    dirty_out += 1
+                st[v] = xv & CLEAR_ON_EVICT
+                evictions += 1
+            x = (x & CLEAR_ON_EVICT) | RES
+            if clock:
+                x |= REF
+                frames[p] = s
+            else:
+                push = True
+        if push:  # _q_push
+            if qt == qlen:
+                g[G_HEAD] = qh
+                g[G_TAIL] = qt
+                _q_compact(g, st, heap)
+                qh = g[G_HEAD]
+                qt = g[G_TAIL]
+            qstamp += 1
+            x = (qstamp << STAMP_SHIFT) | (x & FLAG_MASK)
+            heap[0, qt] = qstamp
+            qid[qt] = s
+            qt += 1
+        if wr[i]:
+            x |= DIRTY
+        st[s] = x
+    n = max(n_rows - i0, 0)
+    g[G_POS] = n_rows
+    g[G_NOW] = now
+    g[G_LAST_T] = last_t
+    g[G_HEAD] = qh
+    g[G_TAIL] = qt
+    g[G_STAMP] = qstamp
+    g[G_NRES] = nres
+    g[G_HAND] = hand
+    g[C_ACCESSES] += n
+    g[C_HITS] += hits
+    g[C_FAULTS] += faults
+    g[C_STALL] += faults * fault_cost
+    g[C_BYTES_IN] += faults * cfg[K_PAGE]
+    g[C_BYTES_OUT] += dirty_out * cfg[K_PAGE]
+    g[C_EVICTIONS] += evictions
+    g[G_DISTINCT] += distinct
+    return DONE
 
 
 @njit(cache=True)
-def next_use_backward(g, htab, S, reg, pg, base, nextuse_out):
+def issue_pages(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, regions, pages, gi, logs):
+    """Issue prefetches a Python prefetcher asked for (after a PAUSE)."""
+    for j in range(min(len(pages), cfg[K_MAXPF])):
+        ps = page_id(g, cfg, htab, hkey, doff, dlen, regions[j], pages[j])
+        if ps >= 0:
+            if cfg[K_LOG] != 0:
+                _log(g, logs, gi, ps)
+            issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
+
+
+@njit(cache=True)
+def next_use_backward(nxt, ids, base, nextuse_out):
     """One chunk of the backward pass for MIN: each row's next use (global index).
 
-    Rows are visited last to first; ``S[F_NXT]`` holds, per page, the earliest use seen
-    so far, which after the whole pass is the page's first use.
+    Rows are visited last to first; ``nxt`` holds, per page, the earliest use seen so
+    far, which after the whole pass is the page's first use.
     """
-    for i in range(len(reg) - 1, -1, -1):
-        s = new_slot(g, htab, S, make_key(reg[i], pg[i]))
-        nextuse_out[i] = S[s, F_NXT]
-        S[s, F_NXT] = base + i
+    for i in range(len(ids) - 1, -1, -1):
+        s = ids[i]
+        nextuse_out[i] = nxt[s]
+        nxt[s] = base + i

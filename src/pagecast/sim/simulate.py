@@ -21,8 +21,8 @@ from pagecast.policies.base import Prefetcher, get_prefetcher
 from pagecast.policies.oracle import Oracle
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import grown, new_table
-from pagecast.sim.stream import as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
+from pagecast.sim.stream import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
@@ -64,62 +64,121 @@ def prefetcher_label(p: PrefetcherSpec) -> str:
 
 
 class _State:
-    """The arrays the compiled loop works on, grown on demand."""
+    """The arrays the compiled loop works on (see ``engine``), grown on demand.
 
-    def __init__(self, cfg: np.ndarray, distinct_hint: int, log: bool, regions: Sequence[Region] = ()):
-        n = max(1024, distinct_hint)
+    Ids ``0..ndense-1`` are the dense range (pages inside their region's declared
+    length), ids from ``ndense`` on are hashed pages. Per-page arrays are allocated for
+    both with ``np.zeros`` (pages of memory the OS hands out when first written), and
+    only the arrays the chosen policy uses are ever touched, so RSS follows the pages
+    used.
+    """
+
+    def __init__(self, cfg: np.ndarray, log: bool, regions: Sequence[Region] = ()):
         self.cfg = cfg
-        self.doff, self.dlen, self.dmap = _dense_layout(regions)
+        self.doff, self.dlen = _dense_layout(regions)
+        self.ndense = int(self.dlen.sum())
+        cfg[E.K_NDENSE] = self.ndense
+        ev, kind = int(cfg[E.K_EVICT]), int(cfg[E.K_PF])
+        self.uses = {"st": True, "arr": kind != E.PF_NONE, "pos": ev in (E.EV_CLOCK, E.EV_MIN),
+                     "nxt": ev == E.EV_MIN, "stamp": kind == E.PF_ORACLE}
         self.g = np.zeros(E.N_GLOBALS, np.int64)
-        self.htab = new_table(n)
-        self.S = np.zeros((n, E.N_FIELDS), np.int64)
-        self.frames = np.zeros(min(int(cfg[E.K_CAP]), n), np.int64)
-        self.heap = np.zeros((2, self._heap_size()), np.int64)
+        nh = 1024
+        self.htab = new_table(nh)
+        self.hkey = np.zeros(nh, np.int64)
+        n = self.ndense + nh
+        self.st = np.zeros(n, np.int64)
+        self.arr = np.zeros(n, np.int64)
+        self.pos = np.zeros(n, np.int64)
+        self.nxt = np.full(n, E.INF, np.int64) if self.uses["nxt"] else np.zeros(n, np.int64)
         self.stamp = np.zeros(n, np.int64)
+        self.frames = np.zeros(self._frames_size(n), np.int64)
+        self.heap = np.zeros((2, self._queue_size(1024)), np.int64)
         self.logs = np.zeros((2, 1 << 16 if log else 0), np.int64)
 
-    def _heap_size(self) -> int:
-        return 2 * len(self.frames) + 2 * MAX_PREFETCH + 16
+    def _frames_size(self, n: int) -> int:
+        return min(int(self.cfg[E.K_CAP]), n) if self.uses["pos"] else 1
+
+    def _queue_size(self, resident: int) -> int:
+        # LRU/FIFO: the recency queue, MIN: the heap; twice the live entries (one per
+        # resident page) keeps compaction and rebuilds amortised O(1)
+        return 2 * min(int(self.cfg[E.K_CAP]), resident) + 2 * MAX_PREFETCH + 16
+
+    def reserve(self, new_resident: int) -> None:
+        """Room in the queue (heap) for ``new_resident`` more resident pages.
+
+        The queue follows the resident pages, not the capacity: its tail sweeps the
+        whole array between compactions, so an array sized for a large capacity would
+        be written through (RSS) even when few pages are ever used.
+        """
+        need = self._queue_size(int(self.g[E.G_NRES]) + new_resident)
+        if need > self.heap.shape[1]:
+            size = max(need, min(2 * self.heap.shape[1], self._queue_size(1 << 62)))
+            heap = np.zeros((2, size), np.int64)
+            heap[:, : self.heap.shape[1]] = self.heap
+            self.heap = heap
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
         self.htab = grown(self.htab, need)
-        if need > self.S.shape[0]:
-            size = max(need, 2 * self.S.shape[0])
-            S = np.zeros((size, E.N_FIELDS), np.int64)
-            S[: self.S.shape[0]] = self.S
-            self.S = S
-            stamp = np.zeros(size, np.int64)
-            stamp[: len(self.stamp)] = self.stamp
-            self.stamp = stamp
-            nf = min(int(self.cfg[E.K_CAP]), size)
+        if need > len(self.hkey):
+            nh = max(need, 2 * len(self.hkey))
+            self.hkey = _extended(self.hkey, nh, 0)
+            n = self.ndense + nh
+            for name, used in self.uses.items():
+                fill = E.INF if name == "nxt" and used else 0
+                setattr(self, name, _extended(getattr(self, name), n, fill) if used else np.zeros(n, np.int64))
+            nf = self._frames_size(n)
             if nf > len(self.frames):
-                frames = np.zeros(nf, np.int64)
-                frames[: len(self.frames)] = self.frames
-                self.frames = frames
-                heap = np.zeros((2, self._heap_size()), np.int64)
-                heap[:, : self.heap.shape[1]] = self.heap
-                self.heap = heap
+                self.frames = _extended(self.frames, nf, 0)
         if self.cfg[E.K_LOG] and self.g[E.G_LOGN] + MAX_PREFETCH > self.logs.shape[1]:
             logs = np.zeros((2, 2 * self.logs.shape[1]), np.int64)
             logs[:, : self.logs.shape[1]] = self.logs
             self.logs = logs
+        self.reserve(MAX_PREFETCH + 1)
+
+    def keys(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(region, page) of ids (for the prefetch log)."""
+        ids = np.asarray(ids, np.int64)
+        dense = ids < self.ndense
+        region = np.empty(len(ids), np.int64)
+        page = np.empty(len(ids), np.int64)
+        ends = self.doff + self.dlen
+        r = np.searchsorted(ends, ids[dense], side="right")
+        region[dense] = r
+        page[dense] = ids[dense] - self.doff[r]
+        k = self.hkey[ids[~dense] - self.ndense]
+        region[~dense] = (k >> PAGE_BITS) - 1
+        page[~dense] = k & PAGE_MASK
+        return region, page
 
 
-DENSE_MAX_PAGES = 1 << 27  # 512 MiB of address space for the id cache (zero pages until touched)
+def _extended(a: np.ndarray, n: int, fill: int) -> np.ndarray:
+    out = np.full(n, fill, a.dtype) if fill else np.zeros(n, a.dtype)
+    out[: len(a)] = a
+    return out
 
 
-def _dense_layout(regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Offsets and lengths (pages) of the regions in the dense id cache, and the cache.
+# Pages of declared region length that get dense ids (the rest are hashed): with 8 B of
+# ``st`` per page, at most 128 MiB of address space per per-page array, however sparsely
+# a huge region is used.
+DENSE_MAX_PAGES = 1 << 24
 
-    Regions of unknown length, or past DENSE_MAX_PAGES in total, get length 0: their
-    pages go to the hash table directly.
+
+def _dense_layout(regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
+    """Offset and length (pages) of each region in the dense id range.
+
+    A region of unknown length, or one that no longer fits in DENSE_MAX_PAGES, gets
+    length 0: its pages are hashed.
     """
-    dlen = np.array([max(0, int(r.pages)) for r in regions], np.int64)
-    total = np.cumsum(dlen)
-    dlen[total > DENSE_MAX_PAGES] = 0
-    doff = np.concatenate([[0], np.cumsum(dlen)[:-1]]).astype(np.int64) if len(dlen) else np.zeros(0, np.int64)
-    return doff, dlen, np.zeros(int(dlen.sum()) if len(dlen) else 0, np.int32)
+    dlen = np.zeros(len(regions), np.int64)
+    total = 0
+    for i, r in enumerate(regions):
+        n = max(0, int(r.pages))
+        if total + n <= DENSE_MAX_PAGES:
+            dlen[i] = n
+            total += n
+    doff = (np.cumsum(dlen) - dlen).astype(np.int64)
+    return doff, dlen
 
 
 def _config_array(config: SimConfig, page_size: int, kind: int) -> np.ndarray:
@@ -170,7 +229,11 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
 
     ``engine="python"`` calls a Prefetcher's per-event ``observe`` instead of its compiled
     twin (same results, slower; any Prefetcher without a compiled twin runs this way).
+    ``engine="general"`` runs the general compiled loop even where the leaner one for
+    no prefetch (``engine.run_plain``) would do: same results, for verification.
     """
+    if engine not in ("auto", "python", "general"):
+        raise PagecastError(f"unknown simulator engine {engine!r} (auto, python or general)")
     config = SimConfig() if config is None else SimConfig(**{**config.__dict__})
     trace = as_trace(trace_or_path)
     if config.uvm:
@@ -181,7 +244,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
     page_size = int(config.page_size or trace.page_size)
     kind, pobj = _resolve(prefetcher, config, engine)
     cfg = _config_array(config, page_size, kind)
-    st = _State(cfg, 1024, config.log_prefetches, trace.regions)
+    st = _State(cfg, config.log_prefetches, trace.regions)
     rpages = region_pages(trace.regions)
 
     pstate = np.zeros(1, np.int64)
@@ -201,15 +264,15 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
 
     nextuse_file = None
     nextuse_all: np.ndarray | None = None
+    read_clock = ReadClock()
     try:
         if cfg[E.K_EVICT] == E.EV_MIN:
             nextuse_all, nextuse_file = _next_use_pass(trace, st)
-        out_r = np.zeros(MAX_PREFETCH, np.int64)
-        out_p = np.zeros(MAX_PREFETCH, np.int64)
         empty = np.zeros(0, np.int64)
         base = 0
         lookahead = int(config.oracle_lookahead) if kind == E.PF_ORACLE else 0
-        chunks = demand_chunks(trace, config.chunk_rows)
+        plain = kind == E.PF_NONE and cfg[E.K_EVICT] != E.EV_MIN and engine != "general"
+        chunks = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
         cur = next(chunks, None)
         cur_ids = _ids(st, cur) if cur is not None else None
         while cur is not None:
@@ -220,24 +283,13 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             if lookahead and nxt_ids is not None:
                 ids = np.concatenate([cur_ids, nxt_ids[:lookahead]])
             nextuse = nextuse_all[base: base + n] if nextuse_all is not None else empty
-            i0 = 0
-            while True:
-                status = E.run(st.g, cfg, st.htab, st.S, st.frames, st.heap, cur["t"], ids, cur["write"],
-                               cur["region"], cur["page"], nextuse, n, i0, base, pstate, pparams, rpages, out_r, out_p,
-                               st.stamp, sched, st.logs)
-                i0 = int(st.g[E.G_POS])
-                if status == E.DONE:
-                    break
-                if status == E.NEED_GROW:
-                    st.ensure(0)
-                    continue
-                i = i0
-                reqs = pobj.observe(int(cur["t"][i]), int(cur["region"][i]), int(cur["page"][i]), bool(st.g[E.G_LASTHIT]))
-                if reqs:
-                    arr = np.asarray(reqs, np.int64).reshape(-1, 2)
-                    E.issue_pages(st.g, cfg, st.htab, st.S, st.frames, st.heap, arr[:, 0].copy(),
-                                  arr[:, 1].copy(), base + i, st.logs)
-                i0 = i + 1
+            # at most one page made resident per row by demand; ``run`` asks for more
+            # room before each row's prefetches
+            st.reserve(n)
+            if plain:
+                E.run_plain(st.g, cfg, st.st, st.frames, st.heap, cur["t"], ids, cur["write"], n, 0)
+            else:
+                _run_general(st, cfg, pobj, cur, ids, nextuse, n, base, pstate, pparams, rpages, sched)
             base += n
             cur, cur_ids = nxt, nxt_ids
     finally:
@@ -246,11 +298,37 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             os.unlink(nextuse_file)
     res = _result(trace, config, prefetcher, st, page_size)
     res.wall_s = time.perf_counter() - t_start
+    res.extra["read_cpu_s"] = read_clock.cpu_s  # forward pass only (MIN's backward pass reads the trace again)
     if config.log_prefetches:
         n = int(st.g[E.G_LOGN])
-        keys = st.S[st.logs[1, :n], E.F_KEY]
-        res.extra["prefetch_log"] = (st.logs[0, :n].copy(), (keys >> 40) - 1, keys & ((1 << 40) - 1))
+        region, page = st.keys(st.logs[1, :n])
+        res.extra["prefetch_log"] = (st.logs[0, :n].copy(), region, page)
     return res
+
+
+def _run_general(st: _State, cfg: np.ndarray, pobj, cur: dict[str, np.ndarray], ids: np.ndarray, nextuse: np.ndarray,
+                 n: int, base: int, pstate: np.ndarray, pparams: np.ndarray, rpages: np.ndarray, sched: np.ndarray) -> None:
+    """One chunk through ``engine.run``: grow tables and ask a Python prefetcher as it asks."""
+    out_r = np.zeros(MAX_PREFETCH, np.int64)
+    out_p = np.zeros(MAX_PREFETCH, np.int64)
+    i0 = 0
+    while True:
+        status = E.run(st.g, cfg, st.htab, st.hkey, st.doff, st.dlen, st.st, st.arr, st.pos, st.nxt, st.frames,
+                       st.heap, cur["t"], ids, cur["write"], cur["region"], cur["page"], nextuse, n, i0, base,
+                       pstate, pparams, rpages, out_r, out_p, st.stamp, sched, st.logs)
+        i0 = int(st.g[E.G_POS])
+        if status == E.DONE:
+            break
+        if status == E.NEED_GROW:
+            st.ensure(0)
+            continue
+        i = i0
+        reqs = pobj.observe(int(cur["t"][i]), int(cur["region"][i]), int(cur["page"][i]), bool(st.g[E.G_LASTHIT]))
+        if reqs:
+            arr = np.asarray(reqs, np.int64).reshape(-1, 2)
+            E.issue_pages(st.g, cfg, st.htab, st.hkey, st.doff, st.dlen, st.st, st.arr, st.pos, st.nxt,
+                          st.frames, st.heap, arr[:, 0].copy(), arr[:, 1].copy(), base + i, st.logs)
+        i0 = i + 1
 
 
 def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
@@ -258,26 +336,26 @@ def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
     ids = np.empty(n, np.int64)
     i = 0
     while True:
-        i = E.intern_rows(st.g, st.htab, st.S, chunk["region"], chunk["page"], ids, i, st.dmap, st.doff, st.dlen)
+        i = E.dense_ids(st.g, st.cfg, st.htab, st.hkey, st.doff, st.dlen, chunk["region"], chunk["page"], ids, i)
         if i == n:
             return ids
+        if i < 0:
+            row = -1 - i
+            raise PagecastError(f"demand row has page {int(chunk['page'][row])} of region {int(chunk['region'][row])}, "
+                                "which cannot be simulated (negative page or region < -1)")
         st.ensure(max(1024, int(st.g[E.G_NSLOTS])))  # grow geometrically
 
 
 def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
     """Backward pass for MIN: next use of every demand row, in a memory-mapped file."""
-    total = None
     fd, path = tempfile.mkstemp(prefix="pagecast-nextuse-", suffix=".i64")
     os.close(fd)
     mm = None
     for start, chunk in demand_chunks_reversed(trace):
         n = len(chunk["t"])
-        if total is None:
-            total = start + n
-            mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(max(total, 1),))
-            st.S[:, E.F_NXT] = E.INF
-        st.ensure(n)
-        E.next_use_backward(st.g, st.htab, st.S, chunk["region"], chunk["page"], start, mm[start: start + n])
+        if mm is None:
+            mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(max(start + n, 1),))
+        E.next_use_backward(st.nxt, _ids(st, chunk), start, mm[start: start + n])
     if mm is None:
         mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(1,))
     return mm, path
@@ -285,8 +363,6 @@ def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
 
 def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _State, page_size: int) -> SimResult:
     g = st.g
-    ns = int(g[E.G_NSLOTS])
-    flags = st.S[:ns, E.F_FLAG]
     compute = int(g[E.G_LAST_T] - g[E.G_T0]) if g[E.G_STARTED] else 0
     stall = int(g[E.C_STALL])
     return SimResult(
@@ -294,7 +370,8 @@ def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _St
         capacity_pages=int(st.cfg[E.K_CAP]), page_size=page_size,
         accesses=int(g[E.C_ACCESSES]), hits=int(g[E.C_HITS]), faults=int(g[E.C_FAULTS]), late=int(g[E.C_LATE]),
         prefetches=int(g[E.C_PF_ISSUED]), useful=int(g[E.C_PF_USEFUL]), useless=int(g[E.C_PF_USELESS]),
-        unused_at_end=int(np.count_nonzero((flags & (E.RES | E.PF)) == (E.RES | E.PF))),
+        # every prefetch sets PF on a page not resident; a use (useful) or an eviction (useless) clears it
+        unused_at_end=int(g[E.C_PF_ISSUED] - g[E.C_PF_USEFUL] - g[E.C_PF_USELESS]),
         redundant=int(g[E.C_PF_REDUNDANT]), skipped=int(g[E.C_PF_SKIPPED]), evictions=int(g[E.C_EVICTIONS]),
         bytes_in=int(g[E.C_BYTES_IN]), bytes_out=int(g[E.C_BYTES_OUT]), stall_ns=stall, late_ns=int(g[E.C_LATE_NS]),
         compute_ns=compute, est_time_ns=compute + stall, distinct_pages=int(g[E.G_DISTINCT]),
@@ -306,10 +383,11 @@ def count_distinct(trace_or_path: Trace | str | Path, chunk_rows: int = 1 << 20)
     trace = as_trace(trace_or_path)
     cfg = np.zeros(E.N_CFG, np.int64)
     cfg[E.K_CAP] = 1
-    st = _State(cfg, 1024, False, trace.regions)
+    st = _State(cfg, False, trace.regions)
+    distinct = 0
     for chunk in demand_chunks(trace, chunk_rows):
-        _ids(st, chunk)
-    return int(st.g[E.G_NSLOTS])
+        distinct += E.mark_seen(st.st, _ids(st, chunk))
+    return distinct
 
 
 def resolve_capacity(spec: str | int, trace_or_path: Trace | str | Path, page_size: int | None = None, _cache: dict | None = None) -> int:

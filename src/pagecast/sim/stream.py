@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator, TypeVar
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -16,6 +17,28 @@ _DEMAND = np.array([int(k) for k in DEMAND_KINDS], np.uint8)
 # kinds 0..3 (ACCESS, FAULT_MINOR, FAULT_MAJOR, FAULT_GPU) are all demand kinds
 _DEMAND_BELOW = 3
 assert all(k in DEMAND_KINDS for k in range(_DEMAND_BELOW + 1))
+
+
+T = TypeVar("T")
+
+
+class ReadClock:
+    """CPU seconds this process spent producing the items of an iterator (reading and
+    decoding the trace, pyarrow's threads included): ``simulate`` reports it so the
+    engine's own share can be told apart from Parquet decode."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+
+    def wrap(self, items: Iterable[T]) -> Iterator[T]:
+        it = iter(items)
+        while True:
+            c0 = time.process_time()
+            item = next(it, None)
+            self.cpu_s += time.process_time() - c0
+            if item is None:
+                return
+            yield item
 
 
 def as_trace(trace_or_path: Trace | str | Path) -> Trace:

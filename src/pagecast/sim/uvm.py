@@ -32,7 +32,7 @@ from numba import njit
 from pagecast.errors import PagecastError
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import grown, intern, make_key, new_table
-from pagecast.sim.stream import demand_chunks
+from pagecast.sim.stream import ReadClock, demand_chunks
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
 
@@ -184,15 +184,31 @@ def _lowbit(x):
     return _popcount((x & (~x + _ONE)) - _ONE)
 
 
+@njit(cache=True, inline="always")
+def _rank(words, cum, x):
+    """Set bits of the map below page ``x`` (0..512); ``cum[w]`` = set bits in words < w."""
+    w = x >> 6
+    if w >= WORDS:
+        return cum[WORDS]
+    b = x & 63
+    if b == 0:
+        return cum[w]
+    return cum[w] + _popcount(words[w] & ((_ONE << np.uint64(b)) - _ONE))
+
+
 @njit(cache=True)
-def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel):
+def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel, cum):
     """``tree_prefetch`` on bit maps: pages it selects (faulted ones included) → ``sel``.
 
-    ``leaves`` and ``sel`` are WORDS-long uint64 scratch.
+    ``leaves`` and ``sel`` are WORDS-long uint64 scratch, ``cum`` WORDS + 1 int64 scratch.
+    A subtree's count is a difference of two ranks (prefix popcounts), and a faulted page
+    inside the subtree selected for an earlier one is skipped: its largest qualifying
+    subtree is that same one (every larger one contains both and did not qualify).
     """
     base = (lo // BIG) * BIG
     first = lo - base
     nleaves = hi - base
+    cum[0] = 0
     for w in range(WORDS):
         v = _span(w, lo, hi)
         f = flt[w] & v
@@ -204,26 +220,37 @@ def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel):
                 if f & g:
                     x |= g & v
         leaves[w] = x
+        cum[w + 1] = cum[w] + _popcount(x)
         sel[w] = _ZERO
     size_top = 1
     while size_top < nleaves:
         size_top *= 2
+    done_below = 0  # leaves below this lie in the last selected subtree
     for w in range(WORDS):
         f = flt[w] & _span(w, lo, hi)
         while f:
             p = 64 * w + _lowbit(f)
             f &= f - _ONE
             leaf = p - base
+            if leaf < done_below:
+                continue
             r0, r1 = -1, -1
             size = 1
+            g0 = leaf & ~(BIG - 1)
+            if threshold < 100 and g0 >= first and g0 + BIG <= nleaves:
+                # the faulted page's whole big page is a leaf (grown): every subtree up
+                # to it is full and qualifies, so the walk starts there
+                r0, r1 = g0, g0 + BIG
+                size = 2 * BIG
             while size <= size_top:
-                s0 = (leaf // size) * size
+                s0 = leaf & ~(size - 1)  # sizes are powers of two: no division
                 s1 = min(s0 + size, nleaves)
-                if _count(leaves, s0 + base, s1 + base) * 100 > (s1 - s0) * threshold:
+                if (_rank(leaves, cum, s1 + base) - _rank(leaves, cum, s0 + base)) * 100 > (s1 - s0) * threshold:
                     r0, r1 = s0, s1
                 size *= 2
             if r0 < 0:
                 continue
+            done_below = r1
             r0 = max(r0, first)
             for w2 in range((r0 + base) >> 6, ((r1 + base - 1) >> 6) + 1):
                 sel[w2] |= _span(w2, r0 + base, r1 + base)
@@ -265,7 +292,7 @@ def _evict_block(u, q, B, W, b):
 
 
 @njit(cache=True)
-def _service(u, q, B, W, fb, leaves, sel):
+def _service(u, q, B, W, fb, leaves, sel, cum):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
     batch = u[U_BATCHID]
@@ -290,18 +317,24 @@ def _service(u, q, B, W, fb, leaves, sel):
             u[U_TAIL] = b
         lo, hi = B[B_LO, b], B[B_HI, b]
         res, flt, pf = W[b, W_RES], W[b, W_FLT], W[b, W_PF]
-        nf = _count(flt, lo, hi)
+        # Faulted, selected and prefetched pages all lie in [lo, hi) (the block's range
+        # only grows, and a fault outside it widened it first): no range masks below.
+        nf = 0
+        for w in range(WORDS):
+            nf += _popcount(flt[w])
         B[B_FAULTS, b] += nf
         if q[Q_ENABLE] and B[B_FAULTS, b] >= q[Q_MINF]:
-            tree_prefetch_bits(lo, hi, res, flt, q[Q_THRESH], leaves, sel)
+            tree_prefetch_bits(lo, hi, res, flt, q[Q_THRESH], leaves, sel, cum)
+            npf = 0
             for w in range(WORDS):
-                new = sel[w] & ~flt[w] & ~res[w] & _span(w, lo, hi)
-                u[C_PF] += _popcount(new)
+                new = sel[w] & ~flt[w] & ~res[w]
+                npf += _popcount(new)
                 pf[w] |= new
+            u[C_PF] += npf
         # migrate faulted + prefetched pages that are not resident, in contiguous copies
         moved = 0
         for w in range(WORDS):
-            m = (flt[w] | pf[w]) & ~res[w] & _span(w, lo, hi)
+            m = (flt[w] | pf[w]) & ~res[w]
             leaves[w] = m
             moved += _popcount(m)
         copies = _runs(leaves)
@@ -321,14 +354,14 @@ def _service(u, q, B, W, fb, leaves, sel):
 
 
 @njit(cache=True)
-def _close(u, q, B, W, fb, leaves, sel):
-    c = _service(u, q, B, W, fb, leaves, sel)
+def _close(u, q, B, W, fb, leaves, sel, cum):
+    c = _service(u, q, B, W, fb, leaves, sel, cum)
     u[U_NOW] += c
     u[C_STALL] += c
 
 
 @njit(cache=True)
-def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finish):
+def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish):
     n = len(t)
     last_key = -2
     last_b = -1
@@ -344,7 +377,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finis
             u[U_NOW] += ti - u[U_LAST_T]
             u[U_LAST_T] = ti
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
-            _close(u, q, B, W, fb, leaves, sel)
+            _close(u, q, B, W, fb, leaves, sel, cum)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -394,7 +427,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finis
             u[C_DUP] += 1
             continue
         if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
-            _close(u, q, B, W, fb, leaves, sel)
+            _close(u, q, B, W, fb, leaves, sel, cum)
         if not u[U_OPEN]:
             u[U_OPEN] = 1
             u[U_BSTART] = u[U_NOW]
@@ -407,7 +440,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, t, reg, pg, roff, rlen, i0, finis
             fb[u[U_NB]] = b
             u[U_NB] += 1
     if finish and u[U_OPEN]:
-        _close(u, q, B, W, fb, leaves, sel)
+        _close(u, q, B, W, fb, leaves, sel, cum)
     return n
 
 
@@ -467,14 +500,16 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     W = np.zeros((1024, N_MAPS, WORDS), np.uint64)
     leaves = np.zeros(WORDS, np.uint64)
     sel = np.zeros(WORDS, np.uint64)
-    it = demand_chunks(trace, config.chunk_rows)
+    cum = np.zeros(WORDS + 1, np.int64)
+    read_clock = ReadClock()
+    it = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
     cur = next(it, None)
     while cur is not None:
         nxt = next(it, None)
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, htab, B, W, fb, leaves, sel, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
@@ -498,6 +533,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     nb = int(u[U_NBLOCKS])
     res.unused_at_end = int(np.unpackbits((W[:nb, W_RES] & W[:nb, W_PF]).view(np.uint8)).sum())
     res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
-                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy())
+                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy(),
+                     read_cpu_s=read_clock.cpu_s)
     res.wall_s = time.perf_counter() - t_start
     return res
