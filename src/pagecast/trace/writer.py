@@ -1,7 +1,7 @@
 """Streaming trace writer.
 
-Rows are buffered as numpy columns and written as Parquet row groups, so a trace larger
-than memory can be written. The file appears under its final name only when it is
+Rows are staged in row-group-sized numpy buffers and written as Parquet row groups, so
+a trace larger than memory can be written. The file appears under its final name only when it is
 complete (temporary name + rename).
 
 With ``journal=True`` (recorders that run beside a program which may crash, or inside
@@ -13,7 +13,11 @@ trace holding every complete row group.
 Parquet row groups are encoded on a background thread (pyarrow releases the GIL while
 encoding), so the producer (an importer parsing its input, or the journal conversion
 reading and decompressing IPC batches) runs while the previous row group is encoded.
-``write()`` copies the arrays it is given, so callers may reuse their buffers at once.
+``write()`` copies what it keeps of the caller's arrays into two reused row-group
+buffers (one being encoded, one being filled: warm memory, half the cost of a fresh
+copy), so callers may reuse their buffers at once; ``write(copy=False)`` and
+``write_table()`` hand immutable arrays over and whole row groups are encoded straight
+from them.
 """
 
 from __future__ import annotations
@@ -303,6 +307,7 @@ class TraceWriter:
         if self._journal:
             self._flush_staged()
             self._closed = True
+            self._slots = [None, None]  # the conversion below stages its own row groups
             self._ipc.close()
             self._sink.close()
             self._regions_journal.close()
@@ -318,6 +323,7 @@ class TraceWriter:
                 self.abort()  # an encoding error (disk full, ...) leaves no temp file behind
                 raise
             self._closed = True
+            self._slots = [None, None]
             self._stop_encoder()
             self._pq.add_key_value_metadata(self._file_metadata())
             self._pq.close()
