@@ -12,19 +12,23 @@ file back;
 pyarrow.parquet.write_table/read_table with its defaults + zstd; np.save/np.load
 (uncompressed, the memory-bandwidth ceiling). Each write goes to a fresh name (the
 previous output is deleted outside the timer, so freeing the old file's blocks is not
-counted as writing). ``--trace FILE`` re-encodes the rows of an existing trace instead of
+counted as writing). The previous release's TraceWriter itself (its writer.py taken from
+git at ``--against``, default the commit before this change) is run as a baseline too
+when git can supply it. ``--trace FILE`` re-encodes the rows of an existing trace instead of
 the synthetic ones.
 
-    PYTHONPATH=src python benchmarks/trace_io.py [--rows 10000000] [--repeat 3] [--trace T.parquet]
+    PYTHONPATH=src python benchmarks/trace_io.py [--rows 10000000] [--repeat 5] [--trace T.parquet]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,11 +60,16 @@ def make_rows(n: int) -> dict[str, np.ndarray]:
 
 
 def interleaved(runs, repeat: int) -> dict[str, tuple[float, float]]:
-    """Median wall and CPU seconds (this process, all threads) per run; the runs take turns,
-    so a change of load on the shared machine hits all of them alike."""
+    """Median wall and CPU seconds (this process, all threads) per run.
+
+    The runs take turns, so a change of load on the shared machine hits all of them
+    alike, and every other round goes backwards: what a run finds left behind (memory
+    the allocators kept or gave back, dirty file pages) then does not always favour the
+    same one. Round 0 goes forwards, so every file a read needs exists from then on.
+    """
     times: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in runs}
-    for _ in range(repeat):
-        for name, fn, before in runs:
+    for r in range(repeat):
+        for name, fn, before in (runs if r % 2 == 0 else runs[::-1]):
             times[name].append(_t(fn, before))
     return {name: (statistics.median(r[0] for r in t), statistics.median(r[1] for r in t)) for name, t in times.items()}
 
@@ -76,13 +85,31 @@ def _t(fn, before=None) -> tuple[float, float]:
 PREVIOUS_ENCODING = {c: "DELTA_BINARY_PACKED" for c in ("t_ns", "region", "page", "tid", "ip")}
 PREVIOUS_ENCODING.update({c: "PLAIN" for c in ("kind", "flags", "bytes")})
 TARGET = 10e6
+PREVIOUS_RELEASE = "cd70740"  # main before the writer was changed to meet the target
+
+
+def previous_writer(rev: str, tmp: Path):
+    """TraceWriter as of ``rev`` (loaded from git), or None when git cannot supply it."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        src = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:src/pagecast/trace/writer.py"],
+                             capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    path = tmp / "previous_writer.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("pagecast.trace._previous_writer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TraceWriter
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=10_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--trace", type=Path, help="re-encode this trace's rows (first --rows of them) instead of synthetic rows")
+    ap.add_argument("--against", default=PREVIOUS_RELEASE, help="git revision whose TraceWriter is the baseline")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     load_before = os.getloadavg()
@@ -102,6 +129,13 @@ def main() -> int:
                 for i in range(0, n, chunk):
                     w.write(copy=copy, **{k: v[i:i + chunk] for k, v in cols.items()})
         return run
+
+    old_writer = previous_writer(a.against, d)
+
+    def old_write():
+        with old_writer(d / "old.parquet", source="bench") as w:
+            for i in range(0, n, chunk):
+                w.write(**{k: v[i:i + chunk] for k, v in cols.items()})
 
     def pc_read():
         open_trace(d / "t.parquet").read()
@@ -153,11 +187,12 @@ def main() -> int:
     runs = [
         ("pagecast write (default: copies)", pc_write(True), clean("t.parquet")),
         ("pagecast write (copy=False)", pc_write(False), clean("t.parquet")),
-        ("pagecast read (all columns)", pc_read, None),
-        ("pagecast iter_batches", pc_iter, None),
+        *([(f"previous TraceWriter ({a.against})", old_write, clean("old.parquet"))] if old_writer else []),
         ("ParquetWriter, previous encodings", raw_writer("prev.parquet", PREVIOUS_ENCODING), clean("prev.parquet")),
         ("ParquetWriter, current encodings", raw_writer("cur.parquet", COLUMN_ENCODING), clean("cur.parquet")),
+        ("pagecast read (all columns)", pc_read, None),
         ("pagecast read, previous encodings", prev_read, None),
+        ("pagecast iter_batches", pc_iter, None),
         ("pyarrow write_table zstd", pq_write, clean("raw.parquet")),
         ("pyarrow read_table", pq_read, None),
         ("np.save", np_write, clean(*(f"{k}.npy" for k in cols))),
@@ -173,7 +208,10 @@ def main() -> int:
     shutil.rmtree(d, ignore_errors=True)
     w, r = res["pagecast write (default: copies)"], res["pagecast read (all columns)"]
     prev = res["ParquetWriter, previous encodings"]
+    old = res.get(f"previous TraceWriter ({a.against})")
     ratios = {
+        **({"write vs previous TraceWriter": w["rows_per_s"] / old["rows_per_s"],
+            "write CPU vs previous TraceWriter": w["rows_per_cpu_s"] / old["rows_per_cpu_s"]} if old else {}),
         "write vs previous encodings": w["rows_per_s"] / prev["rows_per_s"],
         "write CPU vs previous encodings": w["rows_per_cpu_s"] / prev["rows_per_cpu_s"],
         "write vs ParquetWriter current": w["rows_per_s"] / res["ParquetWriter, current encodings"]["rows_per_s"],
@@ -190,7 +228,8 @@ def main() -> int:
     load = [round(x, 2) for x in load_before + os.getloadavg()]
     if a.json:
         print(json.dumps({"rows": n, "source": str(a.trace or "synthetic"), "results": res, "ratios": ratios,
-                          "size": size, "target_met": target, "loadavg_before_after": load}, indent=2))
+                          "size": size, "target_met": target,
+                          "previous_writer": a.against if old_writer else None, "loadavg_before_after": load}, indent=2))
         return 0
     print(f"{n:,} rows ({a.trace or 'synthetic'}), median of {a.repeat} (target: >= 10M rows/s write and read); "
           f"load average {load[0]:.1f} before, {load[3]:.1f} after, on {os.cpu_count()} cores")
@@ -202,6 +241,8 @@ def main() -> int:
         print(f"  ratio {k:32s} {v:.2f}")
     print(f"  file size: pagecast {size['pagecast_mib']} MiB, previous encodings {size['previous_encodings_mib']} MiB, "
           f"pyarrow zstd {size['pyarrow_zstd_mib']} MiB, npy {size['npy_mib']} MiB")
+    if not old_writer:
+        print(f"  (previous TraceWriter baseline skipped: git cannot show {a.against})")
     print(f"  target >= 10M rows/s: write {'met' if target['write'] else 'NOT met'} "
           f"({w['rows_per_s'] / 1e6:.1f} M), read {'met' if target['read'] else 'NOT met'} ({r['rows_per_s'] / 1e6:.1f} M)")
     return 0
