@@ -181,12 +181,14 @@ def main() -> int:
         def remove() -> None:
             for name in names:
                 (d / name).unlink(missing_ok=True)
+            settle()
         return remove
 
-    def cold_pool() -> None:
-        # Every read starts with the memory Arrow's allocator kept from the previous run
-        # given back, as in a fresh process: otherwise whichever read follows a big
-        # allocation gets warm pages and looks faster.
+    def settle() -> None:
+        # Every run starts alike: with the previous runs' files written back (the first
+        # read after the writes otherwise ran at half speed, whichever file it read) and
+        # with the memory Arrow's allocator kept given back, as in a fresh process.
+        os.sync()
         pa.default_memory_pool().release_unused()
 
     res = {}
@@ -196,13 +198,13 @@ def main() -> int:
         *([(f"previous TraceWriter ({a.against})", old_write, clean("old.parquet"))] if old_writer else []),
         ("ParquetWriter, previous encodings", raw_writer("prev.parquet", PREVIOUS_ENCODING), clean("prev.parquet")),
         ("ParquetWriter, current encodings", raw_writer("cur.parquet", COLUMN_ENCODING), clean("cur.parquet")),
-        ("pagecast read (all columns)", pc_read, cold_pool),
-        ("pagecast read, previous encodings", prev_read, cold_pool),
-        ("pagecast iter_batches", pc_iter, cold_pool),
+        ("pagecast read (all columns)", pc_read, settle),
+        ("pagecast read, previous encodings", prev_read, settle),
+        ("pagecast iter_batches", pc_iter, settle),
         ("pyarrow write_table zstd", pq_write, clean("raw.parquet")),
-        ("pyarrow read_table", pq_read, cold_pool),
+        ("pyarrow read_table", pq_read, settle),
         ("np.save", np_write, clean(*(f"{k}.npy" for k in cols))),
-        ("np.load", np_read, None),
+        ("np.load", np_read, settle),
     ]
     for name, (s, cpu) in interleaved(runs, a.repeat).items():
         res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s), "cpu_seconds": round(cpu, 4),
