@@ -8,11 +8,11 @@ and in batches. Baselines, same rows, same run: pyarrow's ParquetWriter alone (n
 pagecast code) with the encodings of the previous release (DELTA_BINARY_PACKED on five
 columns, lz4; a lower bound of the previous writer's cost, which also copied every
 input) and with the current encodings, on the same 1 Mi-row groups, and reading that
-file back;
-pyarrow.parquet.write_table/read_table with its defaults + zstd; np.save/np.load
-(uncompressed, the memory-bandwidth ceiling). Each write goes to a fresh name (the
-previous output is deleted outside the timer, so freeing the old file's blocks is not
-counted as writing). The previous release's TraceWriter itself (its writer.py taken from
+file back; pyarrow.parquet.write_table/read_table with its defaults + zstd;
+np.save/np.load (uncompressed, the memory-bandwidth ceiling). The writes take turns
+(rounds alternate direction; medians of --repeat rounds), then the reads do (after one
+untimed pass), and each run starts settled: its previous output deleted, dirty pages
+synced and Arrow's pool released, outside the timer. The previous release's TraceWriter itself (its writer.py taken from
 git at ``--against``, default the commit before this change) is run as a baseline too
 when git can supply it. ``--trace FILE`` re-encodes the rows of an existing trace instead of
 the synthetic ones.
@@ -185,28 +185,37 @@ def main() -> int:
         return remove
 
     def settle() -> None:
-        # Every run starts alike: with the previous runs' files written back (the first
-        # read after the writes otherwise ran at half speed, whichever file it read) and
-        # with the memory Arrow's allocator kept given back, as in a fresh process.
+        # Every run starts alike: with the previous runs' files written back and with the
+        # memory Arrow's allocator kept given back, as in a fresh process.
         os.sync()
         pa.default_memory_pool().release_unused()
 
-    res = {}
-    runs = [
+    writes = [
         ("pagecast write (default: copies)", pc_write(True), clean("t.parquet")),
         ("pagecast write (copy=False)", pc_write(False), clean("t.parquet")),
         *([(f"previous TraceWriter ({a.against})", old_write, clean("old.parquet"))] if old_writer else []),
         ("ParquetWriter, previous encodings", raw_writer("prev.parquet", PREVIOUS_ENCODING), clean("prev.parquet")),
         ("ParquetWriter, current encodings", raw_writer("cur.parquet", COLUMN_ENCODING), clean("cur.parquet")),
+        ("pyarrow write_table zstd", pq_write, clean("raw.parquet")),
+        ("np.save", np_write, clean(*(f"{k}.npy" for k in cols))),
+    ]
+    reads = [
         ("pagecast read (all columns)", pc_read, settle),
         ("pagecast read, previous encodings", prev_read, settle),
         ("pagecast iter_batches", pc_iter, settle),
-        ("pyarrow write_table zstd", pq_write, clean("raw.parquet")),
         ("pyarrow read_table", pq_read, settle),
-        ("np.save", np_write, clean(*(f"{k}.npy" for k in cols))),
         ("np.load", np_read, settle),
     ]
-    for name, (s, cpu) in interleaved(runs, a.repeat).items():
+    timed = interleaved(writes, a.repeat)
+    # Reads in rounds of their own, after one untimed pass: the first big read after the
+    # writes ran at a third of the speed whichever file it read (the machine's memory
+    # state after the writes, not the file), which made the order decide the comparison.
+    for _, fn, before in reads:
+        before()
+        fn()
+    timed.update(interleaved(reads, a.repeat))
+    res = {}
+    for name, (s, cpu) in timed.items():
         res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s), "cpu_seconds": round(cpu, 4),
                      "rows_per_cpu_s": round(n / cpu)}
     size = {"pagecast_mib": round((d / "t.parquet").stat().st_size / 2**20, 1),
