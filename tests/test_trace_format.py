@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -208,3 +209,64 @@ def test_caller_may_reuse_its_buffers(tmp_path):
             w.write(t_ns=buf, page=buf)
     got = open_trace(tmp_path / "t.parquet").read(["page"])["page"]
     np.testing.assert_array_equal(got, np.arange(20000))
+
+
+@pytest.mark.parametrize("journal", [False, True])
+def test_buffer_reuse_in_whole_and_partial_row_groups(tmp_path, journal):
+    # Writes of 2500 rows with 1000-row groups: whole groups go straight from the caller's
+    # arrays (copied into the writer's reused buffers, or journalled at once), the rest
+    # is staged. The caller overwrites every buffer after each call; region comes as
+    # int64 (converted, so fresh), page/ip in the column's own dtype (must be copied).
+    page = np.empty(2500, np.int64)
+    ip = np.empty(2500, np.uint64)
+    region = np.empty(2500, np.int64)
+    t = np.empty(2500, np.int64)
+    path = tmp_path / "t.parquet"
+    with TraceWriter(path, row_group_rows=1000, journal=journal) as w:
+        if not journal:
+            # a slow encoder: a buffer reused while its row group is still being encoded would show
+            encode = w._pq.write_batch
+            w._pq.write_batch = lambda *a, **kw: (time.sleep(0.02), encode(*a, **kw))
+        for k in range(5):
+            base = k * 2500
+            t[:] = np.arange(base, base + 2500)
+            page[:] = t * 3
+            ip[:] = (t + 7).astype(np.uint64)
+            region[:] = t % 5
+            w.write(t_ns=t, page=page, ip=ip, region=region, kind=Kind.FAULT_MINOR)
+        for buf in (t, page, ip, region):
+            buf[:] = -1 if buf.dtype.kind == "i" else 0
+    tr = open_trace(path)
+    assert tr.num_rows == 12_500 and tr.num_row_groups == 13
+    d = tr.read()
+    expect = np.arange(12_500)
+    np.testing.assert_array_equal(d["t_ns"], expect)
+    np.testing.assert_array_equal(d["page"], expect * 3)
+    np.testing.assert_array_equal(d["ip"], (expect + 7).astype(np.uint64))
+    np.testing.assert_array_equal(d["region"], expect % 5)
+    assert set(d["kind"].tolist()) == {int(Kind.FAULT_MINOR)} and tr.meta["sorted_by_time"] is True
+
+
+def test_copy_false_hands_arrays_over(tmp_path):
+    rows = _rows(7_300, seed=5)
+    path = tmp_path / "t.parquet"
+    sizes = [1000, 3000, 1, 999, 2300]  # whole groups at offset 0 and mid-write, plus staged tails
+    with TraceWriter(path, row_group_rows=1000) as w:
+        i = 0
+        for n in sizes:
+            w.write(copy=False, **{k: v[i:i + n] for k, v in rows.items()})
+            i += n
+        assert i == 7_300
+    back = open_trace(path).read()
+    for k, v in rows.items():
+        np.testing.assert_array_equal(back[k], v)
+
+
+def test_write_rejects_bad_shapes(tmp_path):
+    with TraceWriter(tmp_path / "t.parquet") as w:
+        with pytest.raises(ValueError, match="1-D"):
+            w.write(t_ns=np.zeros((2, 2), np.int64))
+        with pytest.raises(ValueError, match="different lengths"):
+            w.write(t_ns=[1, 2], page=[1])
+        w.write(t_ns=[3], page=[4])
+    assert open_trace(tmp_path / "t.parquet").read(["page"])["page"].tolist() == [4]

@@ -1,7 +1,7 @@
 """Streaming trace writer.
 
-Rows are buffered as numpy columns and written as Parquet row groups, so a trace larger
-than memory can be written. The file appears under its final name only when it is
+Rows are staged in row-group-sized numpy buffers and written as Parquet row groups, so
+a trace larger than memory can be written. The file appears under its final name only when it is
 complete (temporary name + rename).
 
 With ``journal=True`` (recorders that run beside a program which may crash, or inside
@@ -13,7 +13,11 @@ trace holding every complete row group.
 Parquet row groups are encoded on a background thread (pyarrow releases the GIL while
 encoding), so the producer (an importer parsing its input, or the journal conversion
 reading and decompressing IPC batches) runs while the previous row group is encoded.
-``write()`` copies the arrays it is given, so callers may reuse their buffers at once.
+``write()`` copies what it keeps of the caller's arrays into two reused row-group
+buffers (one being encoded, one being filled: warm memory, half the cost of a fresh
+copy), so callers may reuse their buffers at once; ``write(copy=False)`` and
+``write_table()`` hand immutable arrays over and whole row groups are encoded straight
+from them.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import platform
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -50,18 +54,24 @@ from pagecast.util.atomic import temp_path_for
 
 DEFAULT_ROW_GROUP = 1 << 20
 # Encodings chosen per column with benchmarks/trace_io.py and re-encoded real traces
-# (perf recordings, a lackey import): each column timed alone, then all together.
-# DELTA_BINARY_PACKED for the integer columns, including ip: PLAIN ip under lz4 was the
-# slowest column of all when a program has many distinct instruction addresses
-# (lz4 crawls over 8-byte values with 12 random low bits) and half of the file; as
-# deltas it costs about half as much and is half the size. lz4 stays on every column: on real
-# traces it shrinks bit-packed deltas of regular patterns (lackey t_ns/page: 2x) and runs
-# in the one-byte columns for a few percent of the time. Dictionaries and per-column
-# statistics cost most of the write time, so there are none, except statistics on t_ns
-# (time-range pruning).
+# (perf recordings, a lackey import): each column timed alone, then all together; see
+# docs/trace-format.md. DELTA_BINARY_PACKED for t_ns and page (sorted times and local
+# page walks: deltas are several times smaller than anything else). BYTE_STREAM_SPLIT for
+# region, tid and ip: Arrow's delta encoder costs ~5-9 ns a value, byte-splitting
+# ~2-4 ns, and lz4 on the split bytes keeps these columns about as small on real traces
+# (few regions/threads, runs of equal values; ip: high bytes constant). PLAIN for the
+# one/four-byte kind, flags, bytes. lz4 stays on every column: on real traces it shrinks
+# bit-packed deltas of regular patterns (lackey t_ns/page: 2x). Dictionaries and
+# per-column statistics cost most of the write time, so there are none, except
+# statistics on t_ns (time-range pruning). BYTE_STREAM_SPLIT on integer columns needs a
+# reader with pyarrow >= 17.
 COMPRESSION = "lz4"
-DELTA_COLUMNS = ("t_ns", "region", "page", "tid", "ip")
-COLUMN_ENCODING = {c: ("DELTA_BINARY_PACKED" if c in DELTA_COLUMNS else "PLAIN") for c in COLUMNS}
+DELTA_COLUMNS = ("t_ns", "page")
+SPLIT_COLUMNS = ("region", "tid", "ip")
+COLUMN_ENCODING = {
+    c: ("DELTA_BINARY_PACKED" if c in DELTA_COLUMNS else "BYTE_STREAM_SPLIT" if c in SPLIT_COLUMNS else "PLAIN")
+    for c in COLUMNS
+}
 STATISTICS_COLUMNS = ["t_ns"]
 
 
@@ -109,8 +119,10 @@ class TraceWriter:
         self.rows = 0
         self.sorted = True
         self._last_t = np.iinfo(np.int64).min
-        self._buf: dict[str, list[np.ndarray]] = {c: [] for c in COLUMNS}
-        self._buffered = 0
+        # Two reused row-group buffers: one being encoded, one being filled.
+        self._slots: list[dict[str, np.ndarray] | None] = [None, None]
+        self._cur = 0
+        self._staged = 0  # rows in slot _cur
         self._closed = False
         self._journal = journal
         self._compression = compression
@@ -161,10 +173,16 @@ class TraceWriter:
         return len(self.kernels) - 1
 
     # -- rows ----------------------------------------------------------------------
-    def write(self, **cols: Any) -> None:
+    def write(self, *, copy: bool = True, **cols: Any) -> None:
         """Append rows. Each column is an array or a scalar broadcast to the others' length.
 
         Missing columns take their defaults (region -1, tid -1, zeros elsewhere).
+        Row groups are encoded on a background thread after this returns, so by default
+        the writer keeps no reference to the caller's arrays: rows are copied into the
+        writer's own reused row-group buffers (arrays the writer converts to the column's
+        dtype are fresh already and are not copied again). ``copy=False`` hands the arrays
+        over instead: whole row groups are then encoded straight from them, and the caller
+        must not modify them afterwards (like memory handed to Arrow).
         """
         if self._closed:
             raise RuntimeError("trace writer is closed")
@@ -182,44 +200,83 @@ class TraceWriter:
             n = 1
         if n == 0:
             return
-        for name, dt in COLUMNS.items():
-            v = cols.get(name, DEFAULTS[name])
-            # A copy: row groups are encoded on a background thread while the caller may reuse its buffers.
-            arr = np.array(v, dtype=dt) if np.ndim(v) > 0 else np.full(n, v, dtype=dt)
-            self._buf[name].append(arr)
-        t = self._buf["t_ns"][-1]
-        if self.sorted and (t[0] < self._last_t or (n > 1 and np.any(t[1:] < t[:-1]))):
-            self.sorted = False
-        self._last_t = int(t[-1])
-        self._buffered += n
-        if self._buffered >= self.row_group_rows:
-            self._flush(final=False)
+        columns = {name: _column(cols.get(name, DEFAULTS[name]), dt, copy) for name, dt in COLUMNS.items()}
+        self._note_order(columns["t_ns"].data)
+        pos = 0
+        while pos < n:
+            take = min(n - pos, self.row_group_rows - self._staged)
+            if self._staged == 0 and take == self.row_group_rows:
+                self._emit_direct(columns, pos, take)
+            else:
+                slot = self._slot()
+                for name, c in columns.items():
+                    slot[name][self._staged:self._staged + take] = c.data if c.scalar else c.data[pos:pos + take]
+                self._staged += take
+                if self._staged == self.row_group_rows:
+                    self._flush_staged()
+            pos += take
 
     def write_table(self, table: pa.Table) -> None:
-        """Append rows from an Arrow table or record batch that has the trace columns."""
-        self.write(**{c: to_numpy(table.column(c), COLUMNS[c]) for c in COLUMNS if c in table.column_names})
+        """Append rows from an Arrow table or record batch that has the trace columns.
 
-    def _flush(self, final: bool) -> None:
-        if not self._buffered:
-            return
-        cols = {c: (np.concatenate(v) if len(v) > 1 else v[0]) for c, v in self._buf.items()}
-        total = self._buffered
-        start = 0
-        while total - start >= self.row_group_rows or (final and start < total):
-            stop = min(start + self.row_group_rows, total)
-            batch = pa.record_batch([to_arrow(cols[c][start:stop], ACCESS_SCHEMA.field(c).type) for c in COLUMNS],
-                                    schema=ACCESS_SCHEMA)
-            if self._journal:
-                self._ipc.write_batch(batch)
-                self._sink.flush()
+        Arrow memory is immutable, so its buffers are encoded without a copy.
+        """
+        self.write(copy=False, **{c: to_numpy(table.column(c), COLUMNS[c]) for c in COLUMNS if c in table.column_names})
+
+    def _note_order(self, t: np.ndarray | np.generic) -> None:
+        if np.ndim(t) == 0:
+            first = last = int(t)
+        else:
+            first, last = int(t[0]), int(t[-1])
+            if self.sorted and len(t) > 1 and np.any(t[1:] < t[:-1]):
+                self.sorted = False
+        if first < self._last_t:
+            self.sorted = False
+        self._last_t = last
+
+    def _slot(self) -> dict[str, np.ndarray]:
+        """The row-group buffer being filled. Allocated once (untouched pages cost nothing), then reused."""
+        slot = self._slots[self._cur]
+        if slot is None:
+            slot = self._slots[self._cur] = {c: np.empty(self.row_group_rows, dt) for c, dt in COLUMNS.items()}
+        return slot
+
+    def _emit_direct(self, columns: dict[str, "_Column"], pos: int, rows: int) -> None:
+        """A whole row group from one write(): encode the caller's arrays where that is safe."""
+        group: dict[str, np.ndarray] = {}
+        used_slot = False
+        for name, c in columns.items():
+            if c.scalar:
+                group[name] = np.full(rows, c.data, COLUMNS[name])
+            elif c.owned or self._journal:  # the journal writes synchronously: nothing outlives this call
+                group[name] = c.data[pos:pos + rows]
             else:
-                self._wait_encoder()
-                assert self._encoder is not None
-                self._pending = self._encoder.submit(self._pq.write_batch, batch, row_group_size=self.row_group_rows)
-            self.rows += stop - start
-            start = stop
-        self._buf = {c: ([cols[c][start:]] if start < total else []) for c in COLUMNS}
-        self._buffered = total - start
+                dst = self._slot()[name][:rows]
+                np.copyto(dst, c.data[pos:pos + rows])
+                group[name] = dst
+                used_slot = True
+        self._emit(group, rows, used_slot)
+
+    def _flush_staged(self) -> None:
+        if self._staged:
+            rows, self._staged = self._staged, 0
+            slot = self._slot()
+            self._emit({c: slot[c][:rows] for c in COLUMNS}, rows, True)
+
+    def _emit(self, group: dict[str, np.ndarray], rows: int, used_slot: bool) -> None:
+        batch = pa.record_batch([to_arrow(group[c], ACCESS_SCHEMA.field(c).type) for c in COLUMNS], schema=ACCESS_SCHEMA)
+        if self._journal:
+            self._ipc.write_batch(batch)
+            self._sink.flush()
+        else:
+            # The group being encoded never uses slot ``_cur``; after this wait nothing is
+            # pending, so the other slot is free for the next group.
+            self._wait_encoder()
+            assert self._encoder is not None
+            self._pending = self._encoder.submit(self._pq.write_batch, batch, row_group_size=self.row_group_rows)
+        if used_slot:
+            self._cur ^= 1
+        self.rows += rows
 
     def _wait_encoder(self) -> None:
         """Wait for the row group being encoded; re-raises its error (e.g. disk full) here."""
@@ -248,8 +305,9 @@ class TraceWriter:
         if self._closed:
             return self.path
         if self._journal:
-            self._flush(final=True)
+            self._flush_staged()
             self._closed = True
+            self._slots = [None, None]  # the conversion below stages its own row groups
             self._ipc.close()
             self._sink.close()
             self._regions_journal.close()
@@ -259,12 +317,13 @@ class TraceWriter:
             _remove_journal(self._partial)
         else:
             try:
-                self._flush(final=True)
+                self._flush_staged()
                 self._wait_encoder()
             except BaseException:
                 self.abort()  # an encoding error (disk full, ...) leaves no temp file behind
                 raise
             self._closed = True
+            self._slots = [None, None]
             self._stop_encoder()
             self._pq.add_key_value_metadata(self._file_metadata())
             self._pq.close()
@@ -278,7 +337,7 @@ class TraceWriter:
         self._closed = True
         with contextlib.suppress(Exception):
             if self._journal:
-                self._flush(final=True)
+                self._flush_staged()
                 self._ipc.close()
                 self._sink.close()
                 self._regions_journal.close()
@@ -345,7 +404,7 @@ def _journal_to_parquet(
                 except (pa.ArrowInvalid, OSError):
                     writer.meta["recovered_truncated"] = True
                     break
-                writer.write(**{c: to_numpy(batch.column(c), COLUMNS[c]) for c in COLUMNS})
+                writer.write_table(batch)
     except BaseException:
         writer.abort()
         raise
@@ -364,3 +423,21 @@ def recover_partial(partial: str | Path, out: str | Path | None = None) -> Path:
     meta["recovered_from"] = str(partial)
     _journal_to_parquet(partial, Path(out), regions, meta, [], COMPRESSION)
     return Path(out)
+
+
+class _Column(NamedTuple):
+    data: np.ndarray | np.generic
+    scalar: bool
+    owned: bool  # no one else can modify ``data``: the writer may encode it after write() returns
+
+
+def _column(v: Any, dt: np.dtype, copy: bool) -> _Column:
+    if np.ndim(v) == 0:
+        return _Column(dt.type(v), True, True)
+    a = np.asarray(v, dtype=dt)
+    if a.ndim != 1:
+        raise ValueError(f"trace columns are 1-D (got shape {a.shape})")
+    # A dtype conversion or a Python sequence produced a fresh array nobody else holds.
+    owned = not copy or isinstance(v, (list, tuple, range)) or (
+        isinstance(v, np.ndarray) and not np.may_share_memory(a, v))
+    return _Column(a, False, owned)
