@@ -38,7 +38,7 @@ from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 
-BACKENDS = ("onnx", "torchscript", "eager")  # graph backends, any model
+BACKENDS = ("onnx", "onnx-int8", "torchscript", "eager")  # graph backends, any model
 STEP_BACKENDS = BACKENDS + ("numba",)  # numba: one-layer LSTMs only (learn/fast_step.py)
 DEFAULT_BACKEND = "onnx"  # for models the numba kernels do not cover
 
@@ -77,8 +77,25 @@ def _candidates(lm: LoadedModel, top_k: int) -> int:
 # Runners: one callable per (model, backend, unit), exported lazily
 
 
+def _quantized(graph: bytes) -> bytes:
+    """The graph with int8 weights (onnxruntime dynamic quantization: weights once, activations
+    per call). Its scores differ from the float graph's by quantization error, so ranks among
+    near-equal classes can swap (tested: top-1 agrees on most events)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = Path(d) / "float.onnx", Path(d) / "int8.onnx"
+        src.write_bytes(graph)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return dst.read_bytes()
+
+
 def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict,
-                  threads: int):
+                  threads: int, int8: bool = False):
     import onnxruntime as ort
 
     buf = io.BytesIO()
@@ -86,13 +103,14 @@ def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], ou
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, buf, dynamo=False, input_names=list(names), output_names=list(outs),
                           dynamic_axes=dynamic, opset_version=17)
+    graph = _quantized(buf.getvalue()) if int8 else buf.getvalue()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     # Spinning workers burn the cores other processes (the traced program) need.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
 
 
 def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names: Sequence[str], outs: Sequence[str],
@@ -103,8 +121,8 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
     """
     module.eval()
     targs = tuple(torch.from_numpy(a) for a in example)
-    if backend == "onnx":
-        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads())
+    if backend in ("onnx", "onnx-int8"):
+        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads(), backend == "onnx-int8")
         run = sess.run
         # Inputs the graph does not read (ips when the model ignores ip) are pruned by the exporter.
         used = {i.name for i in sess.get_inputs()}
@@ -211,8 +229,11 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
 
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
-                     backend: str = "auto", progress: Callable[[int], None] | None = None) -> Schedule:
+                     backend: str = "auto", progress: Callable[[int], None] | None = None,
+                     batch_windows: int = 512) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
+
+    ``batch_windows``: windows of 2C events per graph call (graph backends; numba ignores it).
 
     Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
     matched to the model's regions by ``region_key``), page (region-relative), score.
@@ -245,7 +266,7 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         if progress:
             progress(len(scores))
 
-    score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block)
+    score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block, batch_windows=batch_windows)
     if not out["trigger"]:
         sched = Schedule.empty()
     else:
