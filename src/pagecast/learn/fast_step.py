@@ -135,14 +135,14 @@ def _floor_compact(val, cls, m, k):
     """
     if m < 2 * k:
         return m
-    floor = np.float32(np.inf)
+    floor = val[0]  # no ±inf literals: fastmath lets the compiler assume they never occur
     for q in range(k):
         a = q * m // k
         b = (q + 1) * m // k
         g = val[a]
         for r in range(a + 1, b):
             g = max(g, val[r])
-        floor = min(floor, g)
+        floor = g if q == 0 else min(floor, g)
     n = 0
     for r in range(m):
         v = val[r]
@@ -153,26 +153,17 @@ def _floor_compact(val, cls, m, k):
 
 
 @numba.njit(cache=True, fastmath=True)
-def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
-    """Top-k classes (never class 0, "other") of the head on feature ``hs``; returns the count.
+def select_topk(lg, scratch, k, out_s, out_c):
+    """The k largest of ``lg[1:]`` (class 0, "other", is never ranked) into out_s/out_c,
+    descending, ties to the lower class (a stable descending sort); returns the count.
 
-    ``logits``: float32 scratch of ``3 · n_classes`` (logits, candidate values, candidate classes).
-    Ranking is by score, ties to the lower class (what a stable descending sort gives).
+    ``scratch``: float32 of ``2 · len(lg)``. A plain insertion costs a mispredicted branch
+    and shifts per class it looks at, which was most of a step at 256 classes; two
+    branch-free floor passes first leave it a few dozen candidates.
     """
-    n_cls = mi[_NCLS]
-    wout = _mat(wf, mi[_O_WOUT], hs.shape[0], n_cls)
-    bout = _mat(wf, mi[_O_BOUT], 1, n_cls)[0]
-    lg = logits[:n_cls]
-    for r in range(n_cls):
-        lg[r] = bout[r]
-    for j in range(hs.shape[0]):
-        hj = hs[j]
-        for r in range(n_cls):
-            lg[r] += wout[j, r] * hj
-    # The insertion below costs a mispredicted branch and shifts per class it looks at, which
-    # was most of a step at 256 classes; two branch-free floor passes leave it ~40 classes.
-    val = logits[n_cls : 2 * n_cls]
-    cls = logits[2 * n_cls : 3 * n_cls].view(np.int32)
+    n_cls = lg.shape[0]
+    val = scratch[:n_cls]
+    cls = scratch[n_cls : 2 * n_cls].view(np.int32)
     for r in range(1, n_cls):
         val[r - 1] = lg[r]
         cls[r - 1] = r
@@ -194,6 +185,27 @@ def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
             q -= 1
         out_s[q] = v
         out_c[q] = cls[r]
+    return m
+
+
+@numba.njit(cache=True, fastmath=True)
+def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
+    """Top-k classes (never class 0, "other") of the head on feature ``hs``; returns the count.
+
+    ``logits``: float32 scratch of ``3 · n_classes`` (logits, candidate values, candidate classes).
+    Ranking is by score, ties to the lower class (what a stable descending sort gives).
+    """
+    n_cls = mi[_NCLS]
+    wout = _mat(wf, mi[_O_WOUT], hs.shape[0], n_cls)
+    bout = _mat(wf, mi[_O_BOUT], 1, n_cls)[0]
+    lg = logits[:n_cls]
+    for r in range(n_cls):
+        lg[r] = bout[r]
+    for j in range(hs.shape[0]):
+        hj = hs[j]
+        for r in range(n_cls):
+            lg[r] += wout[j, r] * hj
+    m = select_topk(lg, logits[n_cls:], k, out_s, out_c)
     if mi[_SOFTMAX]:
         mx = out_s[0]
         tot = 0.0
