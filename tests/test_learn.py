@@ -440,3 +440,21 @@ def test_int8_onnx_schedule_agrees_with_float(pattern, lstm_model):
         if got:
             live[i] = got[0]
     assert sum(ff.get(t) == v for t, v in live.items()) >= 0.9 * len(live) > 0
+
+
+def test_onnx_schedule_on_two_threads_equals_one_thread(pattern, lstm_model):
+    """Batches run concurrently on a thread pool are consumed in order: same schedule."""
+    _, path = pattern
+    model_path, _ = lstm_model
+    stream = read_demand(path).slice(0, 5000)
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = predict_schedule(model_path, stream, top_k=5, backend="onnx", batch_windows=16)
+        torch.set_num_threads(2)
+        two = predict_schedule(model_path, stream, top_k=5, backend="onnx", batch_windows=16)
+    finally:
+        torch.set_num_threads(prev)
+    assert len(one) > 5 * 4900
+    for col in ("trigger", "region", "page", "score"):
+        np.testing.assert_array_equal(getattr(one, col), getattr(two, col))

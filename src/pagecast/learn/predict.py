@@ -163,12 +163,15 @@ def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
 
 
 def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
-    key = ("seq", id(lm), k, backend, skip)
+    """Windows → top-k. onnxruntime sessions get one intra-op thread: its LSTM gained nothing
+    from a second one here; ``score_stream`` runs whole batches on several threads instead."""
+    onnx = backend.startswith("onnx")
+    key = ("seq", id(lm), k, backend, skip, 0 if onnx else torch.get_num_threads())
     if key not in _CACHE:
         ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
         dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
         _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k, skip), ex, ("tokens", "slots", "ips"),
-                                  ("scores", "classes"), dyn, backend)
+                                  ("scores", "classes"), dyn, backend, threads=1 if onnx else 0)
     return _CACHE[key]
 
 
@@ -219,12 +222,37 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
     run = seq_runner(lm, k, backend, skip=c)
     n_chunks = -(-n // c)
     base = np.arange(2 * c, dtype=np.int64)
-    for b0 in range(1, n_chunks, batch_windows):
+
+    def one(b0: int) -> tuple[int, int, np.ndarray, np.ndarray]:
         bs = np.arange(b0, min(n_chunks, b0 + batch_windows), dtype=np.int64)
         idx = np.minimum((bs[:, None] - 1) * c + base[None, :], n - 1)
         sc, cl = run(tokens[idx], slots[idx], ips[idx])
         start = int(bs[0]) * c
-        m = min(n, int(bs[-1] + 1) * c) - start
+        return start, min(n, int(bs[-1] + 1) * c) - start, sc, cl
+
+    starts = range(1, n_chunks, batch_windows)
+    threads = torch.get_num_threads()
+    if backend.startswith("onnx") and threads > 1 and len(starts) > 1:
+        # onnxruntime releases the GIL in run(): whole batches on parallel threads, results
+        # consumed in order, at most 2 per thread in flight (bounded memory).
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            todo, it = deque(), iter(starts)
+            for b0 in it:
+                todo.append(pool.submit(one, b0))
+                if len(todo) >= 2 * threads:
+                    break
+            while todo:
+                start, m, sc, cl = todo.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    todo.append(pool.submit(one, nxt))
+                on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
+        return
+    for b0 in starts:
+        start, m, sc, cl = one(b0)
         on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
 
 
