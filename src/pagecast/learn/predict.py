@@ -8,8 +8,8 @@ scores).
 Backends: ``numba`` (one-layer LSTMs: the compiled kernels of learn/fast_step.py, per
 fault and batched; the default for them, fastest measured in
 benchmarks/inference_latency.py), ``onnx`` (onnxruntime; the default for other models),
-``torchscript`` and ``eager`` (plain PyTorch, the baseline). ``auto`` picks. The model is
-exported once per process and cached.
+``onnx-int8`` (the same graph with int8 weights), ``torchscript`` and ``eager`` (plain
+PyTorch, the baseline). ``auto`` picks. The model is exported once per process and cached.
 """
 
 from __future__ import annotations
