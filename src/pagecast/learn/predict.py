@@ -166,7 +166,7 @@ def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
     """Windows → top-k. onnxruntime sessions get one intra-op thread: its LSTM gained nothing
     from a second one here; ``score_stream`` runs whole batches on several threads instead."""
     onnx = backend.startswith("onnx")
-    key = ("seq", id(lm), k, backend, skip, 0 if onnx else torch.get_num_threads())
+    key = ("seq", id(lm), k, backend, skip)
     if key not in _CACHE:
         ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
         dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
