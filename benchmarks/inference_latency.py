@@ -96,6 +96,10 @@ def batched_rates(configs: list[tuple[str, Path, Path, str, int, int]], reps: in
     return rates, cpu
 
 
+def threads_label(t: int) -> str:
+    return f"{t} thread{'s' if t > 1 else ''}"
+
+
 def size_label(lm) -> str:
     c = lm.config
     return (f"{sum(p.numel() for p in lm.model.parameters()):,} parameters, {c.n_classes} classes, hidden {c.hidden}, "
@@ -121,22 +125,21 @@ def run_kind(tmp: Path, kind: str, args) -> None:
     configs = []
     for be in step_backends:
         for t in threads:
-            configs.append((f"{be}, {t} thread{'s' if t > 1 else ''}", model, trace, be, t, 512))
+            configs.append((f"{be}, {threads_label(t)}", model, trace, be, t, 512))
     configs += [(f"onnx, 1 thread, {w} windows", model, trace, "onnx", 1, w) for w in (128, 2048)]
     old = None
     if args.baseline_size and kind == "lstm":
         v, h = (int(x) for x in args.baseline_size.split(","))
         old, _ = build_model(tmp, kind, args.events, v, h, args.embed)
-        configs += [(f"previous size, {auto}, {t} thread{'s' if t > 1 else ''}", old, trace, auto, t, 512) for t in threads]
+        configs += [(f"previous size, {auto}, {threads_label(t)}", old, trace, auto, t, 512) for t in threads]
     rates, cpu = batched_rates(configs, args.reps)
     print(f"\nbatched predict_schedule, predictions/s: median (min–max) of {args.reps} interleaved runs; graph backends "
           f"run windows of 32 events, 512 per call unless stated; 'vs eager' = eager with the same threads; "
           f"last column: predictions per CPU second (all threads)")
     best = (0.0, "")
-    for label, *_rest in configs:
+    for label, _, _, _, t, _ in configs:
         med = statistics.median(rates[label])
-        t = label.split(", ")[1] if not label.startswith("previous") else label.split(", ")[2]
-        eag = statistics.median(rates.get(f"eager, {t}", rates["eager, " + configs[0][0].split(", ")[1]]))
+        eag = statistics.median(rates[f"eager, {threads_label(t)}"])
         print(f"  {label:36} {med:10,.0f}  ({min(rates[label]):,.0f}–{max(rates[label]):,.0f})  {med / eag:5.2f}x eager"
               f"  {statistics.median(cpu[label]):10,.0f}/CPU-s")
         if label.startswith(f"{auto}, ") and med > best[0]:
@@ -146,7 +149,7 @@ def run_kind(tmp: Path, kind: str, args) -> None:
         p50, p99, _ = per_fault(old, trace, auto, args.faults)
         print(f"previous default size: {size_label(olm)}; per fault ({auto}) p50 {p50:.1f} µs, p99 {p99:.1f} µs")
         for t in threads:
-            sfx = f"{t} thread{'s' if t > 1 else ''}"
+            sfx = threads_label(t)
             ratio = statistics.median(rates[f"{auto}, {sfx}"]) / statistics.median(rates[f"previous size, {auto}, {sfx}"])
             print(f"  default size / previous size, {auto}, {sfx}: {ratio:.2f}x")
     print(f"\ndefault backend (auto) for this model: {auto}; best batched: {best[0]:,.0f} pred/s ({best[1]})")
@@ -167,6 +170,9 @@ def main() -> None:
     args = ap.parse_args()
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cpus, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("one prediction = one model step for one stream (LSTM: both staggered states advance by one event, then the "
+          "head ranks) producing the top-10 pages after that event, on both paths; batched predictions/s = demand "
+          "events of the trace / wall seconds of predict_schedule (read, encode, model, top-k, decode)")
     with tempfile.TemporaryDirectory() as d:
         for kind in args.kinds.split(","):
             run_kind(Path(d), kind, args)
