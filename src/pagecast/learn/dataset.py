@@ -385,7 +385,7 @@ def window_starts(rng_: range, seq_len: int, horizon: int, stride: int | None = 
 @dataclass
 class DatasetSpec:
     horizon: int = 10
-    vocab_size: int = 1024
+    vocab_size: int = 256
     min_count: int = 2
     max_regions: int = 256
     ip_buckets: int = 0  # 0: ip unused

@@ -15,6 +15,10 @@ copies + 17 µs of Python encode/decode around it. Hence, here:
 * the batched schedule runs the very same step in a compiled loop over the stream, so the
   live predictor and the schedule agree by construction (not only up to rounding).
 
+Later, for the smaller default model (256 classes, hidden 48), where the head's GEMV is no
+longer the cost: both staggered states share one pass over W_hh, and top-k drops classes
+that cannot rank with two branch-free floor passes before the insertion (``select_topk``).
+
 Same maths as ``models.LSTMStep`` (tested against it).
 """
 
@@ -71,36 +75,49 @@ def _mat(wf, off, rows, cols):
     return wf[off : off + rows * cols].reshape(rows, cols)
 
 
+G_SCRATCH = 20  # float32 scratch of the cell, in units of H: gates of both states (8H), z, exp, bits (12H)
+
+
 @numba.njit(cache=True, fastmath=True)
 def _cell(wf, mi, tok, slot, ip, h, c, g):
     """Advance both staggered states h[s], c[s] (s = 0, 1) by one event (same input).
 
-    ``g`` is float32 scratch of 12·H: gates, exp buffer, exponent bits.
+    ``g`` is float32 scratch of ``G_SCRATCH``·H. Both states' recurrent products run in one
+    pass over W_hh: every weight row is loaded once for two multiply-adds (the matrix is
+    64 KB at H = 64, beyond L1, so the second pass used to stream it from L2 again).
     """
     hid = mi[_H]
     g4 = 4 * hid
     ptok = _mat(wf, mi[_O_PTOK] + tok * g4, 1, g4)[0]
     pslot = _mat(wf, mi[_O_PSLOT] + slot * g4, 1, g4)[0]
     whh = _mat(wf, mi[_O_WHH], hid, g4)
-    for s in range(h.shape[0]):
+    g0 = g[:g4]
+    g1 = g[g4 : 2 * g4]
+    for r in range(g4):
+        g0[r] = ptok[r] + pslot[r]
+    if mi[_NIP] > 0:
+        pip = _mat(wf, mi[_O_PIP] + ip * g4, 1, g4)[0]
         for r in range(g4):
-            g[r] = ptok[r] + pslot[r]
-        if mi[_NIP] > 0:
-            pip = _mat(wf, mi[_O_PIP] + ip * g4, 1, g4)[0]
-            for r in range(g4):
-                g[r] += pip[r]
-        for j in range(hid):
-            hj = h[s, j]
-            for r in range(g4):
-                g[r] += whh[j, r] * hj
+            g0[r] += pip[r]
+    for r in range(g4):
+        g1[r] = g0[r]
+    for j in range(hid):
+        h0 = h[0, j]
+        h1 = h[1, j]
+        w = whh[j]
+        for r in range(g4):
+            g0[r] += w[r] * h0
+            g1[r] += w[r] * h1
+    z = g[2 * g4 : 3 * g4]
+    e = g[3 * g4 : 4 * g4]
+    bits = g[4 * g4 : 5 * g4].view(np.int32)
+    for s in range(2):
+        gs = g[s * g4 : (s + 1) * g4]
         # gates i, f, o: σ(x) = 1/(1+e^−x); cell input: tanh(x) = 2σ(2x) − 1
-        z = g[g4 : 2 * g4]
-        e = g[2 * g4 : 3 * g4]
-        bits = g[3 * g4 : 4 * g4].view(np.int32)
         for r in range(g4):
-            z[r] = -g[r]
+            z[r] = -gs[r]
         for r in range(2 * hid, 3 * hid):
-            z[r] = np.float32(-2.0) * g[r]
+            z[r] = np.float32(-2.0) * gs[r]
         _exp_neg(z, e, bits)
         for r in range(g4):
             e[r] = np.float32(1.0) / (np.float32(1.0) + e[r])
@@ -112,21 +129,53 @@ def _cell(wf, mi, tok, slot, ip, h, c, g):
             h[s, j] = e[3 * hid + j] * (np.float32(2.0) / (np.float32(1.0) + e[j]) - np.float32(1.0))
 
 
+@numba.njit(cache=True, fastmath=True, inline="always")
+def _floor_compact(val, cls, m, k):
+    """Keep, in place and in order, the candidates that can still be among the top k; new count.
+
+    The floor is a lower bound on the k-th largest value: split the m candidates into k
+    groups; each group's maximum is a distinct candidate, so at least k reach the smallest
+    of those maxima. The pass is branch-free (max/min, compaction by a counter).
+    """
+    if m < 2 * k:
+        return m
+    floor = val[0]  # no ±inf literals: fastmath lets the compiler assume they never occur
+    for q in range(k):
+        a = q * m // k
+        b = (q + 1) * m // k
+        g = val[a]
+        for r in range(a + 1, b):
+            g = max(g, val[r])
+        floor = g if q == 0 else min(floor, g)
+    n = 0
+    for r in range(m):
+        v = val[r]
+        val[n] = v
+        cls[n] = cls[r]
+        n += v >= floor
+    return n
+
+
 @numba.njit(cache=True, fastmath=True)
-def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
-    """Top-k classes (never class 0, "other") of the head on feature ``hs``; returns the count."""
-    n_cls = mi[_NCLS]
-    wout = _mat(wf, mi[_O_WOUT], hs.shape[0], n_cls)
-    bout = _mat(wf, mi[_O_BOUT], 1, n_cls)[0]
-    for r in range(n_cls):
-        logits[r] = bout[r]
-    for j in range(hs.shape[0]):
-        hj = hs[j]
-        for r in range(n_cls):
-            logits[r] += wout[j, r] * hj
-    m = 0
+def select_topk(lg, scratch, k, out_s, out_c):
+    """The k largest of ``lg[1:]`` (class 0, "other", is never ranked) into out_s/out_c,
+    descending, ties to the lower class (a stable descending sort); returns the count.
+
+    ``scratch``: float32 of ``2 · len(lg)``. A plain insertion costs a mispredicted branch
+    and shifts per class it looks at, which was most of a step at 256 classes; two
+    branch-free floor passes first leave it a few dozen candidates.
+    """
+    n_cls = lg.shape[0]
+    val = scratch[:n_cls]
+    cls = scratch[n_cls : 2 * n_cls].view(np.int32)
     for r in range(1, n_cls):
-        v = logits[r]
+        val[r - 1] = lg[r]
+        cls[r - 1] = r
+    n = _floor_compact(val, cls, n_cls - 1, k)
+    n = _floor_compact(val, cls, n, k)
+    m = 0
+    for r in range(n):
+        v = val[r]
         if m < k:
             q = m
             m += 1
@@ -139,12 +188,33 @@ def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
             out_c[q] = out_c[q - 1]
             q -= 1
         out_s[q] = v
-        out_c[q] = r
+        out_c[q] = cls[r]
+    return m
+
+
+@numba.njit(cache=True, fastmath=True)
+def _head_topk(wf, mi, hs, logits, k, out_s, out_c):
+    """Top-k classes (never class 0, "other") of the head on feature ``hs``; returns the count.
+
+    ``logits``: float32 scratch of ``3 · n_classes`` (logits, candidate values, candidate classes).
+    Ranking is by score, ties to the lower class (what a stable descending sort gives).
+    """
+    n_cls = mi[_NCLS]
+    wout = _mat(wf, mi[_O_WOUT], hs.shape[0], n_cls)
+    bout = _mat(wf, mi[_O_BOUT], 1, n_cls)[0]
+    lg = logits[:n_cls]
+    for r in range(n_cls):
+        lg[r] = bout[r]
+    for j in range(hs.shape[0]):
+        hj = hs[j]
+        for r in range(n_cls):
+            lg[r] += wout[j, r] * hj
+    m = select_topk(lg, logits[n_cls:], k, out_s, out_c)
     if mi[_SOFTMAX]:
         mx = out_s[0]
         tot = 0.0
         for r in range(1, n_cls):
-            tot += np.exp(logits[r] - mx)
+            tot += np.exp(lg[r] - mx)
         for q in range(m):
             out_s[q] = np.exp(out_s[q] - mx) / tot
     else:
@@ -184,9 +254,10 @@ def observe_kernel(wf, mi, ri, st, region, page):
     k = mi[_K]
     h = st[: 2 * hid].reshape(2, hid)
     c = st[2 * hid : 4 * hid].reshape(2, hid)
-    g = st[4 * hid : 20 * hid]
-    logits = st[20 * hid : 20 * hid + n_cls]
-    out_s = st[20 * hid + n_cls : 20 * hid + n_cls + k]
+    o = (4 + G_SCRATCH) * hid
+    g = st[4 * hid : o]
+    logits = st[o : o + 3 * n_cls]
+    out_s = st[o + 3 * n_cls : o + 3 * n_cls + k]
     out_c = ri[ri[_R_OUT] + 2 * ri[_R_TOPK] :][:k]
     last = ri[ri[_R_LAST] :][:n_slots]
     seen = ri[ri[_R_SEEN] :][:n_slots]
@@ -251,8 +322,8 @@ def score_stream_kernel(wf, mi, tokens, slots, ips, start, stop, sub, scores, cl
         e = min(stop, a + sub)
         h = np.zeros((2, mi[_H]), np.float32)
         c = np.zeros((2, mi[_H]), np.float32)
-        g = np.empty(16 * mi[_H], np.float32)
-        logits = np.empty(mi[_NCLS], np.float32)
+        g = np.empty(G_SCRATCH * mi[_H], np.float32)
+        logits = np.empty(3 * mi[_NCLS], np.float32)
         out_s = np.empty(k, np.float32)
         out_c = np.empty(k, np.int64)
         for i in range(max(0, a - ch), a):
@@ -316,7 +387,7 @@ class LSTMKernel:
 
     def scratch(self) -> np.ndarray:
         """The float32 state array of ``observe_kernel``: h, c, gates, logits, top-k scores."""
-        return np.zeros(20 * self.hidden + self.n_classes + self.k, np.float32)
+        return np.zeros((4 + G_SCRATCH) * self.hidden + 3 * self.n_classes + self.k, np.float32)
 
     def run_state(self, lut: np.ndarray, slot_to_region: np.ndarray, region_pages: np.ndarray, n_slots: int,
                   top_k: int) -> np.ndarray:
@@ -355,8 +426,8 @@ class LSTMKernel:
 
 @numba.njit(cache=True, fastmath=True)
 def _step_both(wf, mi, tok, slot, ip, h, c, sel, k, out_s, out_c):
-    g = np.empty(16 * mi[_H], np.float32)
-    logits = np.empty(mi[_NCLS], np.float32)
+    g = np.empty(G_SCRATCH * mi[_H], np.float32)
+    logits = np.empty(3 * mi[_NCLS], np.float32)
     _cell(wf, mi, tok, slot, ip, h, c, g)
     return _head_topk(wf, mi, h[sel], logits, k, out_s, out_c)
 

@@ -31,7 +31,7 @@ class ModelConfig:
     n_slots: int = 1  # known region slots; slot n_slots = unknown region
     n_ip: int = 0  # ip hash buckets; 0 = ip not used
     embed: int = 32
-    hidden: int = 64
+    hidden: int = 48
     layers: int = 1
     heads: int = 2  # transformer only
     seq_len: int = 32

@@ -8,8 +8,8 @@ scores).
 Backends: ``numba`` (one-layer LSTMs: the compiled kernels of learn/fast_step.py, per
 fault and batched; the default for them, fastest measured in
 benchmarks/inference_latency.py), ``onnx`` (onnxruntime; the default for other models),
-``torchscript`` and ``eager`` (plain PyTorch, the baseline). ``auto`` picks. The model is
-exported once per process and cached.
+``onnx-int8`` (the same graph with int8 weights), ``torchscript`` and ``eager`` (plain
+PyTorch, the baseline). ``auto`` picks. The model is exported once per process and cached.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 
-BACKENDS = ("onnx", "torchscript", "eager")  # graph backends, any model
+BACKENDS = ("onnx", "onnx-int8", "torchscript", "eager")  # graph backends, any model
 STEP_BACKENDS = BACKENDS + ("numba",)  # numba: one-layer LSTMs only (learn/fast_step.py)
 DEFAULT_BACKEND = "onnx"  # for models the numba kernels do not cover
 
@@ -77,8 +77,25 @@ def _candidates(lm: LoadedModel, top_k: int) -> int:
 # Runners: one callable per (model, backend, unit), exported lazily
 
 
+def _quantized(graph: bytes) -> bytes:
+    """The graph with int8 weights (onnxruntime dynamic quantization: weights once, activations
+    per call). Its scores differ from the float graph's by quantization error, so ranks among
+    near-equal classes can swap (tested: top-1 agrees on most events)."""
+    import tempfile
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = Path(d) / "float.onnx", Path(d) / "int8.onnx"
+        src.write_bytes(graph)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
+        return dst.read_bytes()
+
+
 def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict,
-                  threads: int):
+                  threads: int, int8: bool = False):
     import onnxruntime as ort
 
     buf = io.BytesIO()
@@ -86,13 +103,14 @@ def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], ou
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, buf, dynamo=False, input_names=list(names), output_names=list(outs),
                           dynamic_axes=dynamic, opset_version=17)
+    graph = _quantized(buf.getvalue()) if int8 else buf.getvalue()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     # Spinning workers burn the cores other processes (the traced program) need.
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(buf.getvalue(), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
 
 
 def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names: Sequence[str], outs: Sequence[str],
@@ -103,8 +121,8 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
     """
     module.eval()
     targs = tuple(torch.from_numpy(a) for a in example)
-    if backend == "onnx":
-        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads())
+    if backend in ("onnx", "onnx-int8"):
+        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads(), backend == "onnx-int8")
         run = sess.run
         # Inputs the graph does not read (ips when the model ignores ip) are pruned by the exporter.
         used = {i.name for i in sess.get_inputs()}
@@ -145,12 +163,15 @@ def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
 
 
 def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
+    """Windows → top-k. onnxruntime sessions get one intra-op thread: its LSTM gained nothing
+    from a second one here; ``score_stream`` runs whole batches on several threads instead."""
+    onnx = backend.startswith("onnx")
     key = ("seq", id(lm), k, backend, skip)
     if key not in _CACHE:
         ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
         dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
         _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k, skip), ex, ("tokens", "slots", "ips"),
-                                  ("scores", "classes"), dyn, backend)
+                                  ("scores", "classes"), dyn, backend, threads=1 if onnx else 0)
     return _CACHE[key]
 
 
@@ -201,18 +222,46 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
     run = seq_runner(lm, k, backend, skip=c)
     n_chunks = -(-n // c)
     base = np.arange(2 * c, dtype=np.int64)
-    for b0 in range(1, n_chunks, batch_windows):
+
+    def one(b0: int) -> tuple[int, int, np.ndarray, np.ndarray]:
         bs = np.arange(b0, min(n_chunks, b0 + batch_windows), dtype=np.int64)
         idx = np.minimum((bs[:, None] - 1) * c + base[None, :], n - 1)
         sc, cl = run(tokens[idx], slots[idx], ips[idx])
         start = int(bs[0]) * c
-        m = min(n, int(bs[-1] + 1) * c) - start
+        return start, min(n, int(bs[-1] + 1) * c) - start, sc, cl
+
+    starts = range(1, n_chunks, batch_windows)
+    threads = torch.get_num_threads()
+    if backend.startswith("onnx") and threads > 1 and len(starts) > 1:
+        # onnxruntime releases the GIL in run(): whole batches on parallel threads, results
+        # consumed in order, at most 2 per thread in flight (bounded memory).
+        from collections import deque
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads) as pool:
+            todo, it = deque(), iter(starts)
+            for b0 in it:
+                todo.append(pool.submit(one, b0))
+                if len(todo) >= 2 * threads:
+                    break
+            while todo:
+                start, m, sc, cl = todo.popleft().result()
+                nxt = next(it, None)
+                if nxt is not None:
+                    todo.append(pool.submit(one, nxt))
+                on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
+        return
+    for b0 in starts:
+        start, m, sc, cl = one(b0)
         on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
 
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
-                     backend: str = "auto", progress: Callable[[int], None] | None = None) -> Schedule:
+                     backend: str = "auto", progress: Callable[[int], None] | None = None,
+                     batch_windows: int = 512) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
+
+    ``batch_windows``: windows of 2C events per graph call (graph backends; numba ignores it).
 
     Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
     matched to the model's regions by ``region_key``), page (region-relative), score.
@@ -245,7 +294,7 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         if progress:
             progress(len(scores))
 
-    score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block)
+    score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block, batch_windows=batch_windows)
     if not out["trigger"]:
         sched = Schedule.empty()
     else:
