@@ -28,17 +28,11 @@ import numpy as np
 from pagecast.online import pager as pg
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
+from pagecast.util.pagecache import drop_file
 
 PS = os.sysconf("SC_PAGESIZE")
 
 
-def make_cold(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def _ra_kb(path: Path) -> str:
@@ -84,11 +78,11 @@ def fault_service(path: Path, npages: int, reps: int) -> dict:
     keys = ("kernel_major", "kernel_readaround", "pager_cold", "kernel_minor", "pager_warm", "handler_p50", "handler_p99", "handler_p50_cold")
     rows: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(reps):
-        make_cold(path)
+        drop_file(path)
         rows["kernel_major"].append(run_llm([*args, "-R"])["access_ns_p50"])
-        make_cold(path)
+        drop_file(path)
         rows["kernel_readaround"].append(run_llm(args)["access_ns_p50"])
-        make_cold(path)
+        drop_file(path)
         r, st = run_llm_paged(args, spec, "none")
         rows["pager_cold"].append(r["access_ns_p50"])
         rows["handler_p50_cold"].append(st[0]["service_ns_p50"])
@@ -117,7 +111,7 @@ def sparse_passes(path: Path, npages: int, reps: int, tmp: Path) -> list[dict]:
     for name, policy in [("kernel mmap (no budget)", None), ("pager none", "none"), ("pager next:16", "next:16"), ("pager sparse:16", "sparse:16")]:
         times, f1, f2 = [], None, None
         for _ in range(reps):
-            make_cold(path)
+            drop_file(path)
             if policy is None:
                 r = run_llm(args)
             else:
@@ -133,13 +127,13 @@ def sparse_cold_start(path: Path, npages: int, reps: int, tmp: Path) -> list[dic
     args = ["-n", str(npages), "-g", "11:100", "-m", "read", str(path)]
     spec = [(str(path), 1 << 20)]
     learn = tmp / "learn"
-    make_cold(path)
+    drop_file(path)
     run_llm_paged(args, spec, "sparse:16", learn=learn)  # the earlier run that learns
     out = []
     for name, policy in [("kernel mmap (no budget)", None), ("pager none", "none"), ("pager sparse:16 learned", "sparse:16")]:
         times, faults = [], None
         for _ in range(reps):
-            make_cold(path)
+            drop_file(path)
             if policy is None:
                 r = run_llm(args)
             else:

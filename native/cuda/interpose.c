@@ -162,19 +162,31 @@ typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t, CUdriverPr
 
 #define LOG(s, t0, bytes, dir, ptr, r) pc_log_call((s), hooks[s].export_name, (t0), pc_now_ns() - (t0), (bytes), (dir), (ptr), (int)(r))
 
+/* The pointer exists only after the call returns (the seed read it before). */
+static CUresult after_alloc(int s, int64_t t0, CUresult r, const CUdeviceptr *dptr, size_t size, int kind) {
+    uint64_t p = 0;
+    if (r == CUDA_SUCCESS && dptr) {
+        p = (uint64_t)*dptr;
+        pc_alloc_add(p, size, kind);
+    }
+    LOG(s, t0, size, PC_DIR_NONE, p, r);
+    return r;
+}
+
+static CUresult after_free(int s, int64_t t0, CUresult r, CUdeviceptr ptr) {
+    struct pc_alloc a;
+    uint64_t bytes = pc_alloc_lookup((uint64_t)ptr, &a) ? a.size : 0;
+    LOG(s, t0, bytes, PC_DIR_NONE, (uint64_t)ptr, r); /* logged while still in the table */
+    if (r == CUDA_SUCCESS) pc_alloc_free((uint64_t)ptr);
+    return r;
+}
+
 static CUresult do_alloc_managed(int s, CUdeviceptr *dptr, size_t size, unsigned int flags) {
     alloc_managed_fn f = (alloc_managed_fn)real(s);
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(dptr, size, flags);
-    uint64_t p = 0;
-    /* The pointer exists only after the call returns (the seed read it before). */
-    if (r == CUDA_SUCCESS && dptr) {
-        p = (uint64_t)*dptr;
-        pc_alloc_add(p, size, PC_ALLOC_MANAGED);
-    }
-    LOG(s, t0, size, PC_DIR_NONE, p, r);
-    return r;
+    return after_alloc(s, t0, r, dptr, size, PC_ALLOC_MANAGED);
 }
 
 static CUresult do_alloc(int s, CUdeviceptr *dptr, size_t size) {
@@ -182,13 +194,7 @@ static CUresult do_alloc(int s, CUdeviceptr *dptr, size_t size) {
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(dptr, size);
-    uint64_t p = 0;
-    if (r == CUDA_SUCCESS && dptr) {
-        p = (uint64_t)*dptr;
-        pc_alloc_add(p, size, PC_ALLOC_DEVICE);
-    }
-    LOG(s, t0, size, PC_DIR_NONE, p, r);
-    return r;
+    return after_alloc(s, t0, r, dptr, size, PC_ALLOC_DEVICE);
 }
 
 static CUresult do_free(int s, CUdeviceptr ptr) {
@@ -196,11 +202,7 @@ static CUresult do_free(int s, CUdeviceptr ptr) {
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(ptr);
-    struct pc_alloc a;
-    uint64_t bytes = pc_alloc_lookup((uint64_t)ptr, &a) ? a.size : 0;
-    LOG(s, t0, bytes, PC_DIR_NONE, (uint64_t)ptr, r); /* logged while still in the table */
-    if (r == CUDA_SUCCESS) pc_alloc_free((uint64_t)ptr);
-    return r;
+    return after_free(s, t0, r, ptr);
 }
 
 static CUresult do_launch(int s, CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -231,13 +233,7 @@ static CUresult do_alloc_async(int s, CUdeviceptr *dptr, size_t size, CUstream s
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(dptr, size, st);
-    uint64_t p = 0;
-    if (r == CUDA_SUCCESS && dptr) {
-        p = (uint64_t)*dptr;
-        pc_alloc_add(p, size, PC_ALLOC_DEVICE);
-    }
-    LOG(s, t0, size, PC_DIR_NONE, p, r);
-    return r;
+    return after_alloc(s, t0, r, dptr, size, PC_ALLOC_DEVICE);
 }
 
 static CUresult do_free_async(int s, CUdeviceptr ptr, CUstream st) {
@@ -245,11 +241,7 @@ static CUresult do_free_async(int s, CUdeviceptr ptr, CUstream st) {
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(ptr, st);
-    struct pc_alloc a;
-    uint64_t bytes = pc_alloc_lookup((uint64_t)ptr, &a) ? a.size : 0;
-    LOG(s, t0, bytes, PC_DIR_NONE, (uint64_t)ptr, r);
-    if (r == CUDA_SUCCESS) pc_alloc_free((uint64_t)ptr);
-    return r;
+    return after_free(s, t0, r, ptr);
 }
 
 /* Direction of a UVA copy: an address in the allocation table is device or managed. */

@@ -405,14 +405,24 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
 
+/* The first paged region overlapping [a, a + len) (only those without write-back if
+ * read_only_only); the caller holds g_mu. */
+static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only) {
+    for (int i = 0; i < MAXREG; i++) {
+        live_t *l = &g_live[i];
+        if (!l->r || (read_only_only && l->writeback) || a + len <= l->base || a >= l->base + l->len) continue;
+        return l;
+    }
+    return NULL;
+}
+
 int munmap(void *addr, size_t len) {
     resolve();
     if (g_nspec) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < MAXREG; i++) {
-            live_t *l = &g_live[i];
-            if (!l->r || a + len <= l->base || a >= l->base + l->len) continue;
+        live_t *l = overlapping(a, len, 0);
+        if (l) {
             if (a != l->base || len < l->len)
                 fprintf(stderr, "pagecast pager: %s: partial munmap of a paged region unmaps all of it\n", l->path);
             int rc = close_live(l);
@@ -433,9 +443,8 @@ int msync(void *addr, size_t len, int flags) {
     if (g_nspec) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < MAXREG; i++) {
-            live_t *l = &g_live[i];
-            if (!l->r || a + len <= l->base || a >= l->base + l->len) continue;
+        live_t *l = overlapping(a, len, 0);
+        if (l) {
             long n = pgr_flush(l->r);
             pthread_mutex_unlock(&g_mu);
             if (n < 0) {
@@ -456,15 +465,13 @@ int mprotect(void *addr, size_t len, int prot) {
     if (g_nspec && (prot & PROT_WRITE)) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
-        for (int i = 0; i < MAXREG; i++) {
-            live_t *l = &g_live[i];
-            if (!l->r || l->writeback || a + len <= l->base || a >= l->base + l->len) continue;
-            pthread_mutex_unlock(&g_mu);
+        live_t *l = overlapping(a, len, 1);
+        pthread_mutex_unlock(&g_mu);
+        if (l) {
             fprintf(stderr, "pagecast pager: %s: PROT_WRITE on a paged region without write-back refused\n", l->path);
             errno = EACCES;
             return -1;
         }
-        pthread_mutex_unlock(&g_mu);
     }
     return real_mprotect(addr, len, prot);
 }

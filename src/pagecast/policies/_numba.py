@@ -44,6 +44,15 @@ def emit(out_r: np.ndarray, out_p: np.ndarray, n: int, region: int, page: int, r
     return n + 1
 
 
+@njit(cache=True)
+def emit_run(out_r: np.ndarray, out_p: np.ndarray, n: int, region: int, page: int, step: int, count: int,
+             rpages: np.ndarray) -> int:
+    """Append page + step, page + 2*step, ... (count pages, those inside the region)."""
+    for k in range(1, count + 1):
+        n = emit(out_r, out_p, n, region, page + k * step, rpages)
+    return n
+
+
 def region_pages(regions: Sequence[Region]) -> np.ndarray:
     """Pages per region (0 = unknown length), plus a trailing 0 for region -1."""
     return np.array([r.pages for r in regions] + [0], dtype=np.int64)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit
+from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit_run
 from pagecast.policies.base import register_prefetcher
 
 # Michaud's list: offsets up to 64 whose prime factors are 2, 3 and 5.
@@ -62,8 +62,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     state[_rr_slot(key)] = key
     n = 0
     if state[3]:
-        for k in range(1, degree + 1):
-            n = emit(out_r, out_p, n, region, page + k * state[2], rpages)
+        n = emit_run(out_r, out_p, n, region, page, state[2], degree, rpages)
     return n
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit
+from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit_run
 from pagecast.policies.base import register_prefetcher
 
 # state layout: [last_region, last_page, count, head, window, hits, deltas...]
@@ -81,8 +81,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     trend = majority_trend(state, history, min_window)
     n = 0
     if trend != 0:
-        for k in range(1, state[_S_WINDOW] + 1):
-            n = emit(out_r, out_p, n, region, page + k * trend, rpages)
+        n = emit_run(out_r, out_p, n, region, page, trend, state[_S_WINDOW], rpages)
     return n
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit, region_index
+from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit_run, region_index
 from pagecast.policies.base import register_prefetcher
 
 
@@ -34,8 +34,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     state[base + 2] = conf
     n = 0
     if stride != 0 and conf >= min_conf:
-        for k in range(1, degree + 1):
-            n = emit(out_r, out_p, n, region, page + k * stride, rpages)
+        n = emit_run(out_r, out_p, n, region, page, stride, degree, rpages)
     return n
 
 

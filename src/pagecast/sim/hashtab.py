@@ -44,18 +44,23 @@ def _slot_of(key: int, mask: int) -> int:
     return int(h >> np.uint64(20)) & mask
 
 
-@njit(cache=True)
-def lookup(table: np.ndarray, key: int) -> int:
-    """Id of ``key`` or -1. ``table[j] = (key, id)``: both in one cache line."""
+@njit(cache=True, inline="always")
+def _probe(table: np.ndarray, key: int) -> int:
+    """Slot holding ``key``, or the empty slot where it would go (linear probing)."""
     mask = table.shape[0] - 1
     j = _slot_of(key, mask)
     while True:
         k = table[j, 0]
-        if k == key:
-            return table[j, 1]
-        if k == EMPTY:
-            return -1
+        if k == key or k == EMPTY:
+            return j
         j = (j + 1) & mask
+
+
+@njit(cache=True)
+def lookup(table: np.ndarray, key: int) -> int:
+    """Id of ``key`` or -1. ``table[j] = (key, id)``: both in one cache line."""
+    j = _probe(table, key)
+    return table[j, 1] if table[j, 0] == key else -1
 
 
 @njit(cache=True)
@@ -64,17 +69,11 @@ def intern(table: np.ndarray, key: int, next_id: int) -> int:
 
     The caller keeps the table at most half full, so the probe always ends.
     """
-    mask = table.shape[0] - 1
-    j = _slot_of(key, mask)
-    while True:
-        k = table[j, 0]
-        if k == key:
-            return table[j, 1]
-        if k == EMPTY:
-            table[j, 0] = key
-            table[j, 1] = next_id
-            return next_id
-        j = (j + 1) & mask
+    j = _probe(table, key)
+    if table[j, 0] == EMPTY:
+        table[j, 0] = key
+        table[j, 1] = next_id
+    return table[j, 1]
 
 
 @njit(cache=True)
