@@ -180,7 +180,9 @@ def test_loader_stopping_midrun_hands_over_to_the_pager(weights, recorded, tmp_p
     assert "checksum" in err and str(bad) in err
     t = open_trace(tmp_path / "bad.parquet").read(["kind", "page"])
     mapped = set(t["page"][t["kind"] == int(Kind.PREFETCH)].tolist())
-    assert len(mapped) == st["pack_installed"] > 0
+    # (with four threads the one that finds the bad block may stop the others before they
+    # map anything: how many pages came before is a race; the one-thread run below is exact)
+    assert len(mapped) == st["pack_installed"]
     assert not mapped & set(info.pages[2 * BLOCK_PAGES : 3 * BLOCK_PAGES].tolist())  # none of the bad block
     # one loader thread: it stops at the bad block, so at most the two blocks before it were mapped
     st, out, _ = _run(weights, packs=[bad], env=dict(os.environ, PAGECAST_PAGER_PACK_THREADS="1"))
