@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,7 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import HumanOutputFormat, Logger
 
     from pagecast.cli._common import progress as progress_bar
 
@@ -95,6 +97,8 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     model = PPO(policy, venv, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
                 learning_rate=ppo.learning_rate, gamma=ppo.gamma, ent_coef=ppo.ent_coef, seed=ppo.seed,
                 policy_kwargs=kwargs, device="cpu", verbose=verbose)
+    # SB3's default logger makes an empty /tmp/SB3-<date> directory on every training run
+    model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose else []))
     model.learn(total_timesteps=ppo.timesteps, callback=_Progress())
     out = Path(out_dir)
     # build in a temporary sibling directory, then rename: never a half-written agent
