@@ -18,7 +18,8 @@ from pagecast.cli import main as cli_main
 from pagecast.online import workload as wl
 from pagecast.online.injector import merge_ranges
 from pagecast.online.live import LiveConfig, _next_fault, run_live
-from pagecast.online.sources import ReplaySource, merge_schedules
+from pagecast.errors import PagecastError
+from pagecast.online.sources import ReplaySource, default_min_runs, merge_schedules
 from pagecast.online.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
@@ -107,6 +108,49 @@ def test_merge_schedules_union_in_relative_order():
     b = Schedule(b.trigger, b.t_ns, np.full(3, 5, np.int32), b.page, b.score, regions=b.regions)
     m = merge_schedules([a, b])
     assert m.page.tolist() == [10, 15, 20, 30, 40] and set(m.region.tolist()) == {0}
+
+
+def _run_schedule(pages: list[int]) -> Schedule:
+    n = len(pages)
+    return Schedule(np.arange(n), np.zeros(n), np.zeros(n, np.int32), np.array(pages), np.ones(n),
+                    regions=[Region(0, "w", kind="file", path="/x")])
+
+
+def test_merge_schedules_min_runs_keeps_pages_enough_runs_touched():
+    runs = [[1, 2, 3, 9], [2, 3, 4, 9], [3, 5, 9, 2], [3, 6, 7, 8]]
+    scheds = [_run_schedule(r) for r in runs]
+    support = {p: sum(p in r for r in runs) for r in runs for p in r}
+    for k in (1, 2, 3, 4):
+        m = merge_schedules(scheds, min_runs=k)
+        assert set(m.page.tolist()) == {p for p, c in support.items() if c >= k}
+        assert m.score.tolist() == [support[p] / 4 for p in m.page.tolist()]
+        assert m.meta["min_runs"] == k
+    # order is still the earliest relative position over the runs (ties: the earlier run's
+    # first): 2 and 3 are at 0 in runs 1 and 2, 9 at 2/3 in run 2
+    assert merge_schedules(scheds, min_runs=2).page.tolist() == [2, 3, 9]
+    # a page a run touches twice counts once
+    twice = [_run_schedule([1, 1, 2]), _run_schedule([2, 3])]
+    assert merge_schedules(twice, min_runs=2).page.tolist() == [2]
+    for bad in (0, 5):
+        with pytest.raises(PagecastError, match="min_runs"):
+            merge_schedules(scheds, min_runs=bad)
+    assert [default_min_runs(n) for n in (1, 3, 4, 12)] == [1, 1, 2, 2]
+
+
+def test_train_prompts_parse_ranges_and_reject_junk():
+    from pagecast.cli.bench import parse_prompts
+
+    assert parse_prompts("101-104,110") == (101, 102, 103, 104, 110)
+    assert parse_prompts(" 7 ") == (7,)
+    for bad, msg in (("a,b", "integers or ranges"), ("9-3", "empty range")):
+        with pytest.raises(PagecastError, match=msg):
+            parse_prompts(bad)
+
+
+def test_bench_min_runs_out_of_range_is_a_one_line_error(capfd):
+    assert cli_main(["bench", "--train-prompts", "1,2", "--min-runs", "3"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--min-runs must be between 1 and the number of training prompts (2)" in err[0]
 
 
 # -- live runs ----------------------------------------------------------------------------

@@ -196,6 +196,11 @@ def test_pager_pack_cli_builds_from_a_trace(weights, recorded, tmp_path, capfd):
     assert cli_main(["pager", "pack", str(trace), "-o", str(out), "--json"]) == 0
     info = read_pack(out)
     assert Path(info.source) == weights.resolve() and info.pages.tolist() == pages.tolist()
+    # one run cannot give pages touched by two
+    assert cli_main(["pager", "pack", str(trace), "-o", str(tmp_path / "x.pack"), "--min-runs", "2"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--min-runs must be between 1 and the number of runs (1)" in err[0]
+    assert not (tmp_path / "x.pack").exists()
 
 
 def test_pack_larger_than_the_budget_stops_at_the_budget(weights, recorded, tmp_path):

@@ -16,7 +16,11 @@ def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int =
     p.add_argument("--size-mib", type=int, default=size_mib, help=f"size of the generated weights file (default: {size_mib})")
     p.add_argument("--runs", type=int, default=runs, help=f"cold runs per strategy; medians are reported (default: {runs})")
     p.add_argument("--tokens", type=int, default=4, help="tokens per inference run (default: 4)")
-    p.add_argument("--train-prompts", default="101,102,103", help="prompts of the recorded training runs (default: 101,102,103)")
+    p.add_argument("--train-prompts", default="101-108",
+                   help="prompts of the recorded training runs: a comma-separated list, ranges allowed (default: 101-108)")
+    p.add_argument("--min-runs", type=int, default=None, metavar="N",
+                   help="replay schedule and page pack keep the pages at least N training runs touched "
+                        "(default: 2 with 4 or more training runs, else 1)")
     p.add_argument("--prompt", type=int, default=7, help="prompt of the benchmarked runs, not among the training ones (default: 7)")
     p.add_argument("--policies", default="nextline,markov", help="classic pagecast prefetchers to include, comma-separated ('' for none)")
     p.add_argument("--model", help="use this trained model instead of training one")
@@ -51,10 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace, out_default: str):
     from pagecast.online.bench import BenchConfig
 
-    try:
-        train = tuple(int(x) for x in args.train_prompts.split(",") if x.strip())
-    except ValueError:
-        raise PagecastError(f"--train-prompts wants comma-separated integers, got {args.train_prompts!r}") from None
+    train = parse_prompts(args.train_prompts)
+    if not train:
+        raise PagecastError("--train-prompts is empty: name at least one training prompt")
+    if args.min_runs is not None and not 1 <= args.min_runs <= len(train):
+        raise PagecastError(f"--min-runs must be between 1 and the number of training prompts ({len(train)})")
     if args.prompt in train:
         raise PagecastError(f"--prompt {args.prompt} is one of the training prompts: benchmark on an unseen prompt")
     if args.pack_defer is not None and args.pack_defer < 1:
@@ -68,8 +73,25 @@ def config_from_args(args: argparse.Namespace, out_default: str):
         size_mib=args.size_mib, tokens=args.tokens, train_prompts=train, test_prompt=args.prompt, runs=args.runs,
         policies=tuple(x for x in args.policies.split(",") if x.strip()), model=Path(args.model) if args.model else None,
         train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead, pack=not args.no_pack,
-        pack_defer=args.pack_defer,
+        pack_defer=args.pack_defer, min_runs=args.min_runs,
     )
+
+
+def parse_prompts(text: str) -> tuple[int, ...]:
+    """'101-104,110' -> (101, 102, 103, 104, 110)."""
+    out: list[int] = []
+    for part in (x.strip() for x in text.split(",")):
+        if not part:
+            continue
+        try:
+            lo, _, hi = part.partition("-")
+            a, b = int(lo), int(hi) if hi else int(lo)
+        except ValueError:
+            raise PagecastError(f"--train-prompts wants integers or ranges like 101-108, got {part!r}") from None
+        if b < a:
+            raise PagecastError(f"--train-prompts: empty range {part!r}")
+        out.extend(range(a, b + 1))
+    return tuple(out)
 
 
 def print_report(report: dict, as_json: bool) -> None:

@@ -61,12 +61,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Write the pages that earlier runs of a program used from FILE, in first-use order, "
         "contiguously into a pack (with FILE's size/mtime/ctime/inode, so a stale pack is refused). "
         "`pagecast run --pack P -- CMD` (or `pager run --pack P`) then streams it sequentially into the "
-        "program's mapping ahead of the program. Several runs are merged in relative order (union of pages).",
+        "program's mapping ahead of the program. Several runs are merged in relative order (union of the "
+        "pages at least --min-runs of them touched).",
         epilog="example: pagecast pager pack run1.parquet run2.parquet --file weights.bin -o weights.pack",
     )
     k.add_argument("runs", nargs="+", help="traces of earlier runs (pagecast record / run -o) or schedule files")
     k.add_argument("--file", help="data file to pack (default: the file the first run took most faults on)")
     k.add_argument("-o", "--out", required=True, help="pack file to write")
+    k.add_argument("--min-runs", type=int, default=None, metavar="N",
+                   help="keep the pages at least N of the runs touched: a page one input alone used is usually "
+                        "that input's own (default: 2 with 4 or more runs, else 1)")
     add_json_flag(k)
     k.set_defaults(func=_pack)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
@@ -124,7 +128,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _pack(args: argparse.Namespace) -> int:
     from pagecast.online.pack import pack_from_schedules
-    from pagecast.online.sources import load_replay
+    from pagecast.online.sources import default_min_runs, load_replay
 
     scheds = [load_replay(r) for r in args.runs]
     file = args.file
@@ -137,8 +141,12 @@ def _pack(args: argparse.Namespace) -> int:
         file = max(rows, key=rows.get)
     if not Path(file).exists():
         raise PagecastError("no such file to pack", path=file)
-    info = pack_from_schedules(scheds, file, args.out)
-    out = {"pack": str(info.path), "file": info.source, "pages": info.npages, "bytes": info.nbytes, "runs": len(scheds)}
+    min_runs = args.min_runs if args.min_runs is not None else default_min_runs(len(scheds))
+    if not 1 <= min_runs <= len(scheds):
+        raise PagecastError(f"--min-runs must be between 1 and the number of runs ({len(scheds)}), got {min_runs}")
+    info = pack_from_schedules(scheds, file, args.out, min_runs)
+    out = {"pack": str(info.path), "file": info.source, "pages": info.npages, "bytes": info.nbytes, "runs": len(scheds),
+           "min_runs": min_runs}
     if args.json:
         print_json(out)
     else:

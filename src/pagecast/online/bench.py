@@ -33,7 +33,7 @@ from pagecast.errors import PagecastError
 from pagecast.online import workload as wl
 from pagecast.online.live import LiveConfig, run_live
 from pagecast.online.pack import pack_from_schedules
-from pagecast.online.sources import merge_schedules, schedule_from_trace
+from pagecast.online.sources import default_min_runs, merge_schedules, schedule_from_trace
 from pagecast.online.worker import SourceSpec
 from pagecast.trace.schedule import write_schedule
 
@@ -48,7 +48,8 @@ class BenchConfig:
     weights: Path | None = None
     size_mib: int = 1024
     tokens: int = 4
-    train_prompts: tuple[int, ...] = (101, 102, 103)
+    train_prompts: tuple[int, ...] = tuple(range(101, 109))
+    min_runs: int | None = None  # pages kept in the replay schedule and pack: touched by >= this many training runs
     test_prompt: int = 7
     runs: int = 3
     policies: tuple[str, ...] = ("nextline", "markov")
@@ -170,9 +171,10 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     for p in cfg.train_prompts:
         log(f"recording training run, prompt {p}")
         traces.append(record_run(cfg, weights, p, out / f"train_prompt{p}.parquet"))
-    sched = merge_schedules([schedule_from_trace(str(t)) for t in traces])
+    min_runs = cfg.min_runs if cfg.min_runs is not None else default_min_runs(len(traces))
+    sched = merge_schedules([schedule_from_trace(str(t)) for t in traces], min_runs)
     sched_path = write_schedule(out / "replay.schedule.parquet", sched)
-    log(f"replay schedule: {len(sched)} pages from {len(traces)} training runs")
+    log(f"replay schedule: {len(sched)} pages touched by at least {min_runs} of {len(traces)} training runs")
     log(f"recording the oracle run (test prompt {cfg.test_prompt})")
     oracle_trace = record_run(cfg, weights, cfg.test_prompt, out / f"oracle_prompt{cfg.test_prompt}.parquet")
     oracle_path = write_schedule(out / "oracle.schedule.parquet", schedule_from_trace(str(oracle_trace)))
@@ -234,7 +236,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
         "command": "pagecast bench",
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "weights": str(weights), "weights_mib": weights.stat().st_size >> 20,
-        "replay_pages": len(sched), "pack": str(pack_path) if pack_path else None,
+        "replay_pages": len(sched), "min_runs": min_runs, "pack": str(pack_path) if pack_path else None,
         "load_average_start": load_start, "load_average_end": list(os.getloadavg()), "model": str(model) if model else None, "learned_note": learned_note,
         "strategies": summary, "live": lat, "runs": [asdict(r) for r in rows],
         "same_output_every_run": len(checks) == 1, "elapsed_s": round(time.time() - t_start, 1),

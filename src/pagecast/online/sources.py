@@ -126,32 +126,52 @@ def schedule_from_trace(trace: Trace | str, *, kinds: Sequence[Kind] = DEMAND_KI
                     np.ones(len(first), np.float32), regions=list(tr.regions), meta={"source": "replay", "trace": str(tr.path)})
 
 
-def merge_schedules(schedules: Sequence[Schedule]) -> Schedule:
+def default_min_runs(n_runs: int) -> int:
+    """Support threshold used when none is given: 2 once there are enough runs (4) for a
+    page that only one of them touched to be telling, else 1 (keep every page)."""
+    return 2 if n_runs >= 4 else 1
+
+
+def merge_schedules(schedules: Sequence[Schedule], min_runs: int = 1) -> Schedule:
     """Union of several runs' replay schedules, in order of relative position.
 
     Each run's rows are placed at trigger / (its last trigger), merged, and a page keeps
     its earliest place. Regions are those of the first schedule; the others are matched
     to them (rows of unmatched regions are dropped).
+
+    ``min_runs`` keeps only pages that at least that many runs touched: a page one input
+    alone used is most often that input's own (here, the workload's uniformly random tail
+    rows), so with enough runs the support threshold drops pages that would be read for
+    nothing while keeping the shared working set. The score is the fraction of runs that
+    touched the page.
     """
     if not schedules:
         raise PagecastError("no schedules to merge")
+    if not 1 <= min_runs <= len(schedules):
+        raise PagecastError(f"min_runs must be between 1 and the number of runs ({len(schedules)}), got {min_runs}")
     base = schedules[0]
-    frac, reg, page = [], [], []
-    for s in schedules:
+    frac, reg, page, run = [], [], [], []
+    for i, s in enumerate(schedules):
         s2 = s if s is base else s.remap_regions(match_regions(s.regions, base.regions))
         span = max(int(s2.trigger.max()) if len(s2) else 1, 1)
         frac.append(s2.trigger / span)
         reg.append(s2.region)
         page.append(s2.page)
-    f, r, p = np.concatenate(frac), np.concatenate(reg), np.concatenate(page)
+        run.append(np.full(len(s2), i, np.int64))
+    f, r, p, k = np.concatenate(frac), np.concatenate(reg), np.concatenate(page), np.concatenate(run)
     o = np.argsort(f, kind="stable")
-    f, r, p = f[o], r[o], p[o]
-    _, first = np.unique(pack(r, p), return_index=True)
-    first.sort()
-    n = len(first)
-    trig = np.round(f[first] * max(int(base.trigger.max()) if len(base) else 0, 0)).astype(np.int64)
-    return Schedule(trig, np.zeros(n, np.int64), r[first], p[first], np.ones(n, np.float32), regions=list(base.regions),
-                    meta={"source": "replay", "merged_runs": len(schedules)})
+    f, r, p, k = f[o], r[o], p[o], k[o]
+    key = pack(r, p)
+    _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    # runs per page: distinct (page, run) pairs counted per page
+    pair = np.unique(inv.astype(np.int64) * len(schedules) + k)
+    support = np.bincount(pair // len(schedules), minlength=len(first))
+    keep = np.sort(first[support >= min_runs])
+    n = len(keep)
+    trig = np.round(f[keep] * max(int(base.trigger.max()) if len(base) else 0, 0)).astype(np.int64)
+    score = (support[inv[keep]] / len(schedules)).astype(np.float32)
+    return Schedule(trig, np.zeros(n, np.int64), r[keep], p[keep], score, regions=list(base.regions),
+                    meta={"source": "replay", "merged_runs": len(schedules), "min_runs": min_runs})
 
 
 def load_replay(path: str | Path) -> Schedule:
