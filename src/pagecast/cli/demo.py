@@ -17,13 +17,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="build a sparse-inference workload, record it, learn it, and prefetch it live against the kernel",
         description=(
             "End to end on this machine: build the sparse-weights workload (C), create its weights file once "
-            "(~/.cache/pagecast, reused), record cold training runs with three prompts, train a model on them "
+            "(~/.cache/pagecast, reused), record cold training runs with eight prompts, train a model on them "
             "(pagecast train), then benchmark on a different prompt with a cold page cache every run: the "
             "kernel's strategies, pagecast's classic prefetchers, schedule replay, the learned model, a page pack "
-            "of the training runs streamed by the userfaultfd pager, the oracle and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
+            "of the pages at least two training runs touched, streamed by the userfaultfd pager, the oracle and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
         ),
     )
-    add_bench_args(p, runs=3, size_mib=1024)
+    add_bench_args(p, runs=5, size_mib=1024)
     p.add_argument("--quick", action="store_true", help="smaller and faster: 256 MiB weights, 2 runs, 1 epoch, one classic policy")
     p.set_defaults(func=run)
 
