@@ -4,8 +4,10 @@ The page-pack loader (native/pager/pager.c) keeps one 256 KiB read in flight at 
 This measures why: the time to read a cold file with O_DIRECT for each (readers, chunk
 size), readers taking chunks in file order, file made cold with posix_fadvise(DONTNEED)
 before every read. If one reader at 256 KiB is as fast as several, a deeper queue adds
-nothing but wait for a demand miss queued behind it. The second table is that wait: the
-latency of one 4 KiB O_DIRECT read at a random offset issued while the stream runs.
+nothing but wait for a demand miss queued behind it. The last column is that wait: the
+latency of one 4 KiB O_DIRECT read at a random offset issued while the stream runs. The
+second table is a lone miss: 4 KiB reads at random offsets of the cold file, back to back
+or with the disk idle 0.2 / 1 ms before each (a page fault between computations).
 
     PYTHONPATH=src python benchmarks/read_depth.py [FILE] [--reps 3] [--json]
 
@@ -86,6 +88,25 @@ def stream(path: Path, readers: int, chunk: int, probe: bool = False) -> tuple[f
     return elapsed, lat
 
 
+def isolated(path: Path, gap_s: float, n: int = 150) -> tuple[float, float]:
+    """p50 and p90 latency (µs) of 4 KiB O_DIRECT reads at scattered offsets, gap_s apart."""
+    drop_file(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    pages = os.fstat(fd).st_size // 4096
+    buf = mmap.mmap(-1, 4096)
+    lat = []
+    for k in range(1, n + 1):
+        off = (k * 2654435761 % pages) * 4096
+        t = time.perf_counter()
+        os.preadv(fd, [buf], off)
+        lat.append(time.perf_counter() - t)
+        if gap_s:
+            time.sleep(gap_s)
+    os.close(fd)
+    lat.sort()
+    return lat[n // 2] * 1e6, lat[int(n * 0.9)] * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("file", nargs="?", help="file to read (default: a 24 MiB file under /tmp)")
@@ -113,8 +134,14 @@ def main() -> None:
     base = next(t for t in table if t["readers"] == 1 and t["chunk_kib"] == 256)
     for t in table:
         t["vs_1x256k"] = round(t["ms"] / base["ms"], 2)
+    lone = []
+    for gap in (0.0, 0.0002, 0.001):
+        runs = [isolated(path, gap) for _ in range(a.reps)]
+        lone.append({"idle_ms": gap * 1e3, "p50_us": round(statistics.median(r[0] for r in runs)),
+                     "p90_us": round(statistics.median(r[1] for r in runs))})
     if a.json:
-        print(json.dumps({"file": str(path), "mib": mib, "reps": a.reps, "table": table, "load": os.getloadavg()}, indent=2))
+        print(json.dumps({"file": str(path), "mib": mib, "reps": a.reps, "table": table, "lone_miss": lone,
+                          "load": os.getloadavg()}, indent=2))
         return
     print(f"{path} ({mib:.0f} MiB), cold O_DIRECT reads in file order, median of {a.reps}; "
           f"a 4 KiB read at a random offset every 0.5 ms meanwhile (its p50 latency)")
@@ -122,6 +149,9 @@ def main() -> None:
     for t in table:
         print(f"{t['readers']:>7} {t['chunk_kib']:>9} {t['ms']:>7} {t['mb_s']:>6} {t['vs_1x256k']:>9} "
               f"{t['miss_p50_us'] if t['miss_p50_us'] is not None else '-':>14}")
+    print("\nlone 4 KiB reads at scattered offsets (no stream), the disk idle before each:")
+    for x in lone:
+        print(f"  idle {x['idle_ms']:.1f} ms: p50 {x['p50_us']} us, p90 {x['p90_us']} us")
 
 
 if __name__ == "__main__":
