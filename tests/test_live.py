@@ -263,3 +263,30 @@ def test_bench_trains_the_learned_model_through_the_cli(tmp_path):
         w.write(t_ns=np.arange(len(pages)) * 1000, region=0, page=pages, kind=Kind.FAULT_MAJOR)
     model = train_learned([trace], tmp_path / "m.pt", epochs=1)
     assert model is not None and load_model(model).metrics["epochs_run"] == 1
+
+
+@pytest.mark.parametrize("name", ["markov", "stride", "nextline"])
+def test_warm_up_leaves_no_state_behind(name):
+    # the predictor process warms its source up before the program starts (the first batch
+    # compiles); what it predicts afterwards must be what a fresh source predicts
+    from pagecast.online.worker import make_source
+
+    regions = [Region(0, "w", kind="file", path="/w", length=1 << 26), Region(1, "v", kind="file", path="/v", length=1 << 24)]
+    rng = np.random.default_rng(3)
+    batches = []
+    for b in range(4):
+        n = 200
+        page = np.where(rng.random(n) < 0.5, np.arange(n) + 7 * b, rng.integers(0, 4096, n)).astype(np.int64)
+        batches.append((np.arange(n, dtype=np.int64) + 1000 * b, rng.integers(0, 2, n).astype(np.int32), page,
+                        np.full(n, int(Kind.FAULT_MAJOR), np.uint8)))
+    outs = []
+    for warm in (False, True):
+        src = make_source(SourceSpec("policy", name))
+        if warm:
+            src.warm_up()
+        src.set_regions(regions)
+        outs.append([src.on_batch(*b) for b in batches])
+    for a, b in zip(*outs):
+        assert a.cause.tolist() == b.cause.tolist() and a.region.tolist() == b.region.tolist()
+        assert a.page.tolist() == b.page.tolist()
+    assert sum(len(p) for p in outs[0]) > 0  # the check compared real predictions

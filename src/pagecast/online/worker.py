@@ -76,6 +76,7 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
 
         _lib()
         source = make_source(spec)
+        source.warm_up()
     except Exception as e:  # reported to the daemon as one line
         msg = str(e) if isinstance(e, PagecastError) else f"{type(e).__name__}: {e}"
         conn_out.send(("error", msg))
