@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
     p.add_argument("--threads", type=int, default=2, help="prefetch issuing threads")
     p.add_argument("--top-k", type=int, default=10, help="--model: pages predicted per fault")
+    p.add_argument("--no-throttle", action="store_true",
+                   help="--policy/--model: always issue every prediction; by default the pages issued per fault "
+                        "drop while few prefetched pages are used (accuracy < 0.40) and grow back above 0.75")
     p.add_argument("--poll-ms", type=int, default=5, help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)")
     p.add_argument("--no-anon", action="store_true",
                    help="do not preload the shim that prefetches anonymous memory inside the program "
@@ -144,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
     elif args.model:
         if not Path(args.model).exists():
             raise PagecastError("no such model file", path=args.model)
-        spec = SourceSpec("model", "model", args.model, top_k=args.top_k)
+        spec = SourceSpec("model", "model", args.model, top_k=args.top_k, throttle=not args.no_throttle)
     elif args.policy:
         from pagecast.policies.base import get_prefetcher
 
         get_prefetcher(args.policy)  # unknown name → one-line error listing the valid ones
-        spec = SourceSpec("policy", args.policy)
+        spec = SourceSpec("policy", args.policy, throttle=not args.no_throttle)
     else:
         spec = SourceSpec()
     cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,

@@ -22,6 +22,7 @@ import numpy as np
 from pagecast.errors import PagecastError
 from pagecast.online.injector import FileInjector
 from pagecast.online.sources import PolicySource, ReplaySource, Source
+from pagecast.online.throttle import Throttle
 from pagecast.trace.regions import Region
 
 FLUSH_NS = 10_000_000  # send issued records back at least every 10 ms of activity
@@ -37,6 +38,7 @@ class SourceSpec:
     lookahead: int = 8192
     top_k: int = 10
     options: dict | None = None
+    throttle: bool = True  # per-fault predictors: issue fewer pages per fault while few are used (throttle.py)
 
     def label(self) -> str:
         if self.kind == "schedule":
@@ -81,6 +83,7 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
         msg = str(e) if isinstance(e, PagecastError) else f"{type(e).__name__}: {e}"
         conn_out.send(("error", msg))
         return
+    throttle = Throttle() if spec.throttle and spec.kind in ("policy", "model") else None
     conn_out.send(("ready", source.name))
     injector: FileInjector | None = None
     anon = None  # AnonInjector when the program was started with the shim
@@ -146,7 +149,11 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
                 c0 = time.monotonic_ns()
                 if injector is not None:
                     transit_ns.append(c0 - injector.t0 - t_seen)
+                if throttle is not None:
+                    throttle.observe(region, page, kind)
                 pred = source.on_batch(t, region, page, kind)
+                if throttle is not None:
+                    pred = throttle.limit(pred)
                 # per batch: prediction time / faults in it (what one fault costs the predictor)
                 predict_ns.append((time.monotonic_ns() - c0) // max(1, len(t)))
                 if len(pred) and injector is not None:
@@ -169,6 +176,8 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
                          range_pages=injector.range_pages)
         if anon is not None:
             stats["anon"] = anon.stats()
+        if throttle is not None:
+            stats["throttle"] = throttle.stats()
         conn_out.send(("stats", stats))
     except (EOFError, BrokenPipeError, OSError):
         pass  # the daemon went away: nothing left to do
