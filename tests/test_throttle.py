@@ -81,5 +81,5 @@ def test_a_window_is_judged_once_the_next_one_is_issued():
     th.observe(np.zeros(2, np.int32), np.arange(6, 8), np.full(2, MAJOR, np.uint8))  # 2 late
     th.limit(_pred(np.zeros(8), np.arange(8, 16)))  # window 1 closes: window 0 is judged
     assert th.windows == [(8, 0.75, th.cfg.max_degree)] and th.used == 6 and th.late == 2
-    th.limit(_pred(np.zeros(8), np.arange(16, 24)))  # window 1: nothing used -> cut to 8 (k = 8)
-    assert th.windows[-1] == (8, 0.0, 8)
+    th.limit(_pred(np.zeros(8), np.arange(16, 24)))  # window 1: nothing used -> half of k = 8
+    assert th.windows[-1] == (8, 0.0, 4)

@@ -12,15 +12,15 @@ prefetching does in hardware (Srinath et al., HPCA 2007):
   in the page cache, only not mapped yet), *late* when it is major;
 - every ``interval`` issued prefetches a window closes; the window before it (whose pages
   have had a window's time to be used) is judged, accuracy = used / issued: below
-  ``low`` the degree halves (from "all" to 8 first; down to 0: nothing issued), above
-  ``high`` it doubles (up to the predictor's own k). The thresholds are the paper's
+  ``low`` the degree halves (from "all" to half the predictor's k, at most 8; down to 0:
+  nothing issued), above ``high`` it doubles (up to the predictor's own k). The thresholds are the paper's
   accuracy thresholds (0.40 and 0.75): on a device that serves requests one by one a
   useless read costs about what a used one saves, so only accurate prefetching pays;
 - at degree 0 there is no signal, so after ``probe_faults`` faults the degree goes back
   to 1 for another window.
 
-Counts are approximate by design (a page used after its window closed counts in the
-next one; the kernel's fault-around can map a prefetched page without a fault, which
+Counts are approximate by design (a page used after its window was judged no longer
+counts for it; the kernel's fault-around can map a prefetched page without a fault, which
 then is never counted used): the estimate errs towards issuing less.
 """
 
@@ -58,6 +58,7 @@ class Throttle:
         self._issued: dict[int, int] = {}  # window -> issued in it
         self._used: dict[int, int] = {}  # window -> used so far
         self._cur = 0  # the window being issued
+        self._judged = -1  # the last window judged
         self._k = 0  # most predictions one fault has had (degrees above it mean "all")
         self.used = self.late = self.dropped = self.issued = 0
         self._idle_faults = 0
@@ -78,7 +79,8 @@ class Throttle:
             return
         minor = hit & (kind != int(Kind.FAULT_MAJOR))
         for w, n in zip(*np.unique(self._win[at[minor]], return_counts=True)):
-            self._used[int(w)] = self._used.get(int(w), 0) + int(n)
+            if int(w) > self._judged:
+                self._used[int(w)] = self._used.get(int(w), 0) + int(n)
         self.used += int(np.count_nonzero(minor))
         self.late += int(np.count_nonzero(hit & ~minor))
         gone = np.zeros(len(self._keys), bool)
@@ -116,9 +118,11 @@ class Throttle:
 
     def _decide(self, w: int) -> None:
         issued, used = self._issued.pop(w, 0), self._used.pop(w, 0)
+        self._judged = w
         acc = used / issued if issued else 0.0
         if acc < self.cfg.low:
-            self.degree = min(8, self._k) if self.degree >= self.cfg.max_degree else self.degree // 2
+            # from "all": half the most one fault has had, at most 8; then halve on
+            self.degree = min(8, self._k // 2) if self.degree >= self.cfg.max_degree else self.degree // 2
         elif acc > self.cfg.high and self.degree < self.cfg.max_degree:
             self.degree = max(self.degree * 2, 1)
             if self.degree >= self._k:
