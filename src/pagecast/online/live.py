@@ -41,6 +41,7 @@ from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
 from pagecast.trace.writer import TraceWriter
 
 READY_TIMEOUT_S = 300.0
+FAULT_COLUMNS = ("t_ns", "region", "page", "kind", "tid", "ip")
 
 
 @dataclass
@@ -230,7 +231,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     if channel is not None:
         channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
     session.worker_pid = predictor.proc.pid if predictor else None
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("t_ns", "region", "page", "kind", "tid", "ip")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
     mon = FaultMonitor(cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
                        poll_ms=cfg.poll_ms)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
@@ -260,15 +261,13 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
                 cols[k].append(getattr(batch, k))
         wall = time.monotonic() - t_start
     finally:
-        signal.signal(signal.SIGINT, old)
-        _restore_nice(reniced)
-        mon.close()
+        _end_monitoring(mon, old, reniced)
         if predictor:
             predictor.finish()
         if channel is not None:
             channel.close()
     returncode = mon.returncode if mon.returncode is not None else -1
-    faults = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+    faults = _concat_columns(cols)
     issued = predictor.issued if predictor else []
     res = _summarise(cfg, mon, predictor, faults, issued, returncode, wall, anon_off)
     return res
@@ -281,7 +280,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
 
     session = LiveSession()
     state = FastPathState(cfg.source.label())
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("t_ns", "region", "page", "kind", "tid", "ip")}
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
     mon = FaultMonitor(cfg.cmd, env=cfg.env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
                        poll_ms=cfg.fast_report_ms, fast=config, fast_poll_ms=cfg.fast_poll_ms,
                        fast_wake_minor=cfg.fast_wake_minor)
@@ -313,13 +312,11 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
             returncode = _wait_orphan(mon.pid, reaper)
         wall = time.monotonic() - t_start
     finally:
-        signal.signal(signal.SIGINT, old)
-        _restore_nice(reniced)
-        mon.close()
+        _end_monitoring(mon, old, reniced)
         if reaper:
             _set_subreaper(False)
         config.unlink(missing_ok=True)
-    faults = {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
+    faults = _concat_columns(cols)
     issued = issued_from_monitor(mon, mon.t0_mono_ns)
     state.stats = {"fast_path": True}
     fast = {"state": "on", "mode": mode, **(mon.fast_stats or {})}
@@ -332,6 +329,17 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
 
 
 _PR_SET_CHILD_SUBREAPER = 36
+
+
+def _end_monitoring(mon: FaultMonitor, old_sigint: Any, reniced: list[tuple[int, int]]) -> None:
+    """Give Ctrl-C and the priorities back, and stop the collector (both run paths)."""
+    signal.signal(signal.SIGINT, old_sigint)
+    _restore_nice(reniced)
+    mon.close()
+
+
+def _concat_columns(cols: dict[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: (np.concatenate(v) if v else np.empty(0)) for k, v in cols.items()}
 
 
 def _set_subreaper(on: bool) -> bool:
