@@ -310,6 +310,15 @@ def _log(g, logs, gi, s):
 
 
 @njit(cache=True, inline="always")
+def _start(g, t, n_rows, i0):
+    """The run's clock starts at its first access (both loops)."""
+    if i0 < n_rows and g[G_STARTED] == 0:
+        g[G_STARTED] = 1
+        g[G_T0] = t[i0]
+        g[G_LAST_T] = t[i0]
+
+
+@njit(cache=True, inline="always")
 def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, observed):
     g[G_NOW] = now
     g[G_LAST_T] = last_t
@@ -335,10 +344,7 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
     fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
     page_size = cfg[K_PAGE]
     logging = cfg[K_LOG] != 0
-    if i0 < n_rows and g[G_STARTED] == 0:
-        g[G_STARTED] = 1
-        g[G_T0] = t[i0]
-        g[G_LAST_T] = t[i0]
+    _start(g, t, n_rows, i0)
     # The per-access counters live in locals (registers) and reach g only at exits and
     # before calls that read g: stores into g could alias st, so LLVM would otherwise
     # reload and store every counter on every access.
@@ -515,10 +521,7 @@ def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
     clock = ev == EV_CLOCK
     cap = cfg[K_CAP]
     fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
-    if i0 < n_rows and g[G_STARTED] == 0:
-        g[G_STARTED] = 1
-        g[G_T0] = t[i0]
-        g[G_LAST_T] = t[i0]
+    _start(g, t, n_rows, i0)
     now = g[G_NOW]
     last_t = g[G_LAST_T]
     qh = g[G_HEAD]
