@@ -40,8 +40,8 @@ def _default_file() -> Path:
     return path
 
 
-def stream(path: Path, readers: int, chunk: int, probe: bool = False) -> tuple[float, list[float]]:
-    """Seconds to read the cold file; with probe, latencies of 4 KiB reads issued meanwhile."""
+def stream(path: Path, readers: int, chunk: int) -> tuple[float, list[float]]:
+    """Seconds to read the cold file, and the latencies of 4 KiB reads issued meanwhile."""
     drop_file(path)
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     size = os.fstat(fd).st_size
@@ -72,18 +72,16 @@ def stream(path: Path, readers: int, chunk: int, probe: bool = False) -> tuple[f
             time.sleep(0.0005)
 
     threads = [threading.Thread(target=reader) for _ in range(readers)]
-    p = threading.Thread(target=prober) if probe else None
+    p = threading.Thread(target=prober)
     t0 = time.perf_counter()
     for t in threads:
         t.start()
-    if p:
-        p.start()
+    p.start()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
     done.set()
-    if p:
-        p.join()
+    p.join()
     os.close(fd)
     return elapsed, lat
 
@@ -119,7 +117,7 @@ def main() -> None:
     for rep in range(a.reps):  # interleaved, so a slow phase of a shared disk hits every cell
         for r in READERS:
             for c in CHUNKS_KIB:
-                s, lat = stream(path, r, c << 10, probe=True)
+                s, lat = stream(path, r, c << 10)
                 rows.append({"rep": rep, "readers": r, "chunk_kib": c, "s": s,
                              "miss_p50_us": statistics.median(lat) * 1e6 if lat else None,
                              "miss_max_us": max(lat) * 1e6 if lat else None})

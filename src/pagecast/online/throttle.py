@@ -48,7 +48,7 @@ class ThrottleConfig:
 @dataclass
 class Throttle:
     cfg: ThrottleConfig = field(default_factory=ThrottleConfig)
-    degree: int = 0
+    degree: int = field(init=False)  # predictions issued per fault; cfg.max_degree = all of them
     windows: list[tuple[int, float, int]] = field(default_factory=list)  # (issued, accuracy, degree after)
 
     def __post_init__(self) -> None:
@@ -104,10 +104,10 @@ class Throttle:
             return
         self.issued += len(pred)
         self._issued[self._cur] = self._issued.get(self._cur, 0) + len(pred)
-        keys = pack(pred.region, pred.page)
-        order = np.argsort(np.concatenate([self._keys, keys]), kind="stable")
-        self._keys = np.concatenate([self._keys, keys])[order]
-        self._win = np.concatenate([self._win, np.full(len(keys), self._cur, np.int64)])[order]
+        keys = np.concatenate([self._keys, pack(pred.region, pred.page)])
+        win = np.concatenate([self._win, np.full(len(pred), self._cur, np.int64)])
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._win = keys[order], win[order]
         if len(self._keys) > MAX_PENDING:  # forget the oldest windows' pages
             keep = self._win >= np.sort(self._win)[len(self._win) - MAX_PENDING]
             self._keys, self._win = self._keys[keep], self._win[keep]
