@@ -8,6 +8,7 @@ program sees.
 
 from __future__ import annotations
 
+import sys
 import os
 import subprocess
 from pathlib import Path
@@ -36,7 +37,7 @@ def run1(prog, tmp_path_factory) -> Path:
     """Run 1 recorded with `pagecast record` (the CLI, as a user would)."""
     out = tmp_path_factory.mktemp("anon") / "run1.parquet"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
-    subprocess.run([os.environ.get("PYTHON", "/work/venv/bin/python"), "-m", "pagecast", "record", "-o", str(out), "--",
+    subprocess.run([sys.executable, "-m", "pagecast", "record", "-o", str(out), "--",
                     str(prog)], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return out
 
