@@ -375,7 +375,7 @@ def test_cli_bad_input_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -
     from pagecast.cli import main as cli_main
 
     (tmp_path / "ok.bin").write_bytes(b"x" * PS)
-    cases = ["nofile", f"{tmp_path}/missing:1M", f"{tmp_path}/ok.bin:abc", f"{tmp_path}/ok.bin:1M --policy bogus", f"{tmp_path}/ok.bin:1M"]
+    cases = ["nofile", f"{tmp_path}/nodir/missing:1M", f"{tmp_path}/ok.bin:abc", f"{tmp_path}/ok.bin:1M --policy bogus", f"{tmp_path}/ok.bin:1M"]
     for case in cases:
         spec, *opts = case.split()
         argv = ["pager", "run", spec, *opts] + (["--", "true"] if case != cases[-1] else [])

@@ -95,6 +95,13 @@ struct pgr_region {
     struct deferred *dfr; /* faults waiting for the loader */
     uint64_t ndfr, dfrcap;
     int miss_io;          /* demand reads in flight (futex): loaders hold their next read meanwhile */
+    /* Write-back regions: the page as it was when it became dirty ("twin", one per ring
+     * slot), so a write-back writes only the bytes the program changed and never
+     * overwrites what another writer put in the file meanwhile. */
+    uint8_t *twins;       /* cap pages (NORESERVE: only dirty pages' twins are touched) */
+    uint32_t *slot;       /* page -> its ring slot */
+    uint8_t *wbuf, *ebuf; /* snapshot + file page scratch: write_back under mu / emergency */
+    pid_t owner;          /* the process that opened the region (a forked child is not) */
 };
 
 struct deferred {
@@ -273,9 +280,83 @@ static int wp_range(pgr_region *r, uint64_t page, uint64_t n, int protect) {
     return 0;
 }
 
+static uint8_t *twin(pgr_region *r, uint64_t p) { return r->twins + (uint64_t)r->slot[p] * r->ps; }
+
+/* Page p is about to become dirty: keep its bytes as they are now (src) to diff against. */
+static void twin_set(pgr_region *r, uint64_t p, const uint8_t *src) {
+    if (r->twins) memcpy(twin(r, p), src, r->ps);
+}
+
+static int pwrite_full(int fd, const uint8_t *src, size_t n, uint64_t off) {
+    while (n) {
+        ssize_t w = pwrite(fd, src, n, (off_t)off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        src += w;
+        off += (uint64_t)w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static size_t skip_same(const uint8_t *a, const uint8_t *b, size_t i, size_t n) {
+    while (i < n && (i & 7) && a[i] == b[i]) i++;
+    for (uint64_t x, y; i + 8 <= n; i += 8) {
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) break;
+    }
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Runs of changed bytes written with one pwrite each up to this many; beyond, the file's
+ * page is read, the changed bytes laid over it and the page written whole (two syscalls;
+ * another writer's bytes written in between those two are overwritten, docs/pager.md). */
+#define WB_MAX_RUNS 4
+
+/* Write the bytes of snap[0, n) that differ from the twin of page p to the file at off. */
+static int write_changed(pgr_region *r, uint64_t p, const uint8_t *snap, size_t n, uint64_t off, uint8_t *scratch) {
+    const uint8_t *tw = twin(r, p);
+    size_t lo[WB_MAX_RUNS], hi[WB_MAX_RUNS];
+    int nr = 0;
+    for (size_t i = skip_same(snap, tw, 0, n); i < n; i = skip_same(snap, tw, i, n)) {
+        size_t j = i;
+        while (j < n && snap[j] != tw[j]) j++;
+        if (nr == WB_MAX_RUNS) {
+            nr = -1;
+            break;
+        }
+        lo[nr] = i;
+        hi[nr++] = j;
+        i = j;
+    }
+    if (nr >= 0) {
+        for (int k = 0; k < nr; k++)
+            if (pwrite_full(r->fd, snap + lo[k], hi[k] - lo[k], off + lo[k]) < 0) return -1;
+        return 0;
+    }
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(r->fd, scratch + got, n - got, (off_t)(off + got));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    if (got < n) n = got; /* the file shrank meanwhile: nothing past its end */
+    for (size_t i = 0; i < n; i++)
+        if (snap[i] != tw[i]) scratch[i] = snap[i];
+    return pwrite_full(r->fd, scratch, n, off);
+}
+
 /* Write page `p` (resident) to the file, clamped to the file's current end (a page past a
- * shrunk end is skipped and counted, as the kernel discards it on truncate). */
-static int write_back(pgr_region *r, uint64_t p) {
+ * shrunk end is skipped and counted, as the kernel discards it on truncate). Only the
+ * bytes changed since the page was read (its twin) are written. `emergency`: from a
+ * fatal-signal handler (own scratch, the twin is left alone). */
+static int write_back(pgr_region *r, uint64_t p, int emergency) {
     uint64_t off = r->file_offset + p * r->ps;
     uint64_t end = off + r->ps;
     if (end > r->valid_end) end = r->valid_end;
@@ -295,17 +376,16 @@ static int write_back(pgr_region *r, uint64_t p) {
         end = (uint64_t)sb.st_size;
     }
     if (end <= off) return 0;
-    const uint8_t *src = r->base + p * r->ps;
     size_t n = end - off;
-    while (n) {
-        ssize_t w = pwrite(r->fd, src, n, (off_t)off);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        src += w;
-        off += (uint64_t)w;
-        n -= (size_t)w;
+    if (!r->twins) {
+        if (pwrite_full(r->fd, r->base + p * r->ps, n, off) < 0) return -1;
+    } else {
+        /* A snapshot: with write-protect the page cannot change meanwhile; without it a
+         * write racing this one differs from the new twin and goes out next time. */
+        uint8_t *snap = emergency ? r->ebuf : r->wbuf;
+        memcpy(snap, r->base + p * r->ps, n);
+        if (write_changed(r, p, snap, n, off, snap + r->ps) < 0) return -1;
+        if (!emergency) memcpy(twin(r, p), snap, n);
     }
     r->st.writebacks++;
     return 0;
@@ -314,7 +394,7 @@ static int write_back(pgr_region *r, uint64_t p) {
 /* Make a dirty page clean: block writers, copy it out. The page stays resident. */
 static int clean_page(pgr_region *r, uint64_t p) {
     if (r->wp && wp_range(r, p, 1, 1) < 0) return -1;
-    if (write_back(r, p) < 0) return -1;
+    if (write_back(r, p, 0) < 0) return -1;
     if (r->wp) r->state[p] &= (uint8_t)~ST_DIRTY;
     return 0;
 }
@@ -345,6 +425,7 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
 /* Place page p in the CLOCK ring, evicting a victim if the budget is full. */
 static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
     if (r->fill < r->cap) {
+        if (r->slot) r->slot[p] = (uint32_t)r->fill;
         r->ring[r->fill++] = (int64_t)p;
         return 0;
     }
@@ -364,6 +445,7 @@ static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
             if (evict(r, (uint64_t)v, t) < 0) continue;
         }
         r->ring[h] = (int64_t)p;
+        if (r->slot) r->slot[p] = (uint32_t)h;
         return 0;
     }
     errno = ENOMEM;
@@ -566,6 +648,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         r->st.late_faults++;
         log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_LATE, tid);
         if (write && r->wp && !(r->state[p] & ST_DIRTY)) {
+            twin_set(r, p, r->base + p * r->ps); /* still write-protected: stable */
             r->state[p] |= ST_DIRTY | ST_REF;
             wp_range(r, p, 1, 0);
         } else {
@@ -683,6 +766,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         for (uint64_t k = i; k < j; k++) {
             uint64_t s = (uint64_t)r->batch[k];
             r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            if (!r->wp) twin_set(r, s, r->buf + (k - i) * r->ps);
             if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
             r->st.resident++;
             r->st.prefetched++;
@@ -701,6 +785,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         return;
     }
     r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
+    if (write || !r->wp) twin_set(r, p, r->dbuf);
     /* once mapped, the file (maybe written back since) is the truth: the loader skips it */
     if (r->pack_pos && r->pack_pos[p] >= 0) r->pack_pos[p] = -2 - r->pack_pos[p];
     r->st.resident++;
@@ -715,6 +800,9 @@ static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
     }
     r->st.wp_faults++;
     if (r->state[p] & ST_PF) r->st.prefetch_hits++;
+    /* Only the first WP fault of a clean page: another thread's fault queued behind it
+     * finds the page writable already (and maybe written). */
+    if (!(r->state[p] & ST_DIRTY)) twin_set(r, p, r->base + p * r->ps); /* still write-protected: stable */
     r->state[p] = (uint8_t)((r->state[p] | ST_DIRTY | ST_REF) & ~ST_PF);
     log_rec(r, t, (int64_t)p, PGR_REC_FAULT, PGR_RF_WRITE | PGR_RF_WP, tid);
     if (wp_range(r, p, 1, 0) < 0) {
@@ -925,6 +1013,7 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
                 continue;
             }
             r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            if (!r->wp) twin_set(r, (uint64_t)p, buf + (at[c] - i) * r->ps);
             r->st.resident++;
             r->st.pack_installed++;
             r->st.prefetched++;
@@ -1130,7 +1219,9 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     const char *ch = getenv("PAGECAST_PAGER_PACK_CHUNK");
     k->chunk = ch && atoi(ch) > 0 ? (uint64_t)atoi(ch) : PACK_READ_BLOCKS;
     int bufs_ok = 1;
-    for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, k->chunk * k->block * r->ps)) != NULL;
+    uint64_t bufpages = k->chunk * k->block; /* a read never spans more than the pack */
+    if (bufpages > k->n) bufpages = k->n ? k->n : 1;
+    for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, bufpages * r->ps)) != NULL;
     int32_t *pos = malloc(r->npages * sizeof(int32_t));
     struct deferred *dfr = malloc(4096 * sizeof *dfr);
     if (!k->rpage || !k->sums || !bufs_ok || !pos || !dfr) {
@@ -1240,6 +1331,10 @@ static void free_region(pgr_region *r) {
     free(r->batch);
     free(r->log);
     free(r->samples);
+    free(r->slot);
+    free(r->wbuf);
+    free(r->ebuf);
+    if (r->twins) sys_munmap(r->twins, r->cap * r->ps);
     free(r);
 }
 
@@ -1326,6 +1421,19 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         goto fail;
     }
     for (uint64_t i = 0; i < r->cap; i++) r->ring[i] = -1;
+    r->owner = getpid();
+    if (r->cfg.writeback) {
+        r->twins = sys_mmap(NULL, r->cap * r->ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+        if (r->twins == MAP_FAILED) r->twins = NULL;
+        r->slot = malloc(r->npages * sizeof *r->slot);
+        r->wbuf = malloc(2 * r->ps);
+        r->ebuf = malloc(2 * r->ps);
+        if (!r->twins || !r->slot || !r->wbuf || !r->ebuf) {
+            set_err("out of memory");
+            goto fail;
+        }
+        madvise(r->twins, r->cap * r->ps, MADV_DONTFORK);
+    }
     if (r->learn_path[0] && load_learned(r) < 0)
         fprintf(stderr, "pagecast pager: %s: ignoring learned pages file %s (unreadable or other size)\n", path,
                 r->learn_path);
@@ -1435,6 +1543,21 @@ long pgr_drop_all(pgr_region *r) {
 
 int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     if (!r) return 0;
+    if (getpid() != r->owner) {
+        /* A forked child: the handler and loader threads, the region's memory
+         * (MADV_DONTFORK) and maybe the lock's owner stayed in the parent. Writing back
+         * would write nothing of the child's, and the stop pipe is the parent's. */
+        if (final_stats) *final_stats = r->st;
+        close(r->uffd);
+        close(r->fd);
+        close(r->stop_pipe[0]);
+        close(r->stop_pipe[1]);
+        close(r->pack_efd);
+        r->twins = NULL; /* not mapped here, and the address may be another mapping's now */
+        if (r->pack) r->pack->nthreads = 0;
+        free_region(r);
+        return 0;
+    }
     if (r->pack) { /* the loader first: it maps pages into the region */
         __atomic_store_n(&r->pack->stop, 2, __ATOMIC_RELEASE);
         for (int t = 0; t < r->pack->nthreads; t++) pthread_join(r->pack->thr[t], NULL);
@@ -1448,7 +1571,7 @@ int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     int rc = 0;
     /* Handler stopped: nothing else changes state. Write every dirty page back. */
     for (uint64_t p = 0; p < r->npages; p++) {
-        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p) < 0) {
+        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p, 0) < 0) {
             if (!rc)
                 fprintf(stderr, "pagecast pager: %s: write-back at close failed: %s\n", r->path, strerror(errno));
             rc = -1;
@@ -1484,9 +1607,46 @@ uint64_t pgr_get_samples(pgr_region *r, uint32_t *out, uint64_t cap) {
     return n;
 }
 
+/* A table's CSR arrays are safe to walk: offsets start at 0 and never decrease, and every
+ * listed page is a page of the table (policy_pages indexes with them). */
+static int table_valid(const uint64_t *offsets, const int64_t *pages, uint64_t npages, uint64_t npages_listed,
+                       char *why, size_t whylen) {
+    if (offsets[0] != 0) {
+        snprintf(why, whylen, "the first offset is %llu, not 0", (unsigned long long)offsets[0]);
+        return 0;
+    }
+    for (uint64_t i = 0; i < npages; i++)
+        if (offsets[i + 1] < offsets[i] || offsets[i + 1] > npages_listed) {
+            snprintf(why, whylen, "offset %llu (%llu) is out of order or past the %llu listed pages", (unsigned long long)i + 1,
+                     (unsigned long long)offsets[i + 1], (unsigned long long)npages_listed);
+            return 0;
+        }
+    for (uint64_t i = 0; i < offsets[npages]; i++)
+        if (pages[i] < 0 || (uint64_t)pages[i] >= npages) {
+            snprintf(why, whylen, "entry %llu names page %lld, outside its %llu pages", (unsigned long long)i,
+                     (long long)pages[i], (unsigned long long)npages);
+            return 0;
+        }
+    return 1;
+}
+
+static void table_install(pgr_region *r, uint64_t *o, int64_t *pg) {
+    pthread_mutex_lock(&r->mu);
+    free(r->tab_off);
+    free(r->tab_pages);
+    r->tab_off = o;
+    r->tab_pages = pg;
+    pthread_mutex_unlock(&r->mu);
+}
+
 int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, uint64_t npages) {
     if (npages != r->npages) {
         set_err("table has %llu pages, region %llu", (unsigned long long)npages, (unsigned long long)r->npages);
+        return -1;
+    }
+    char why[200];
+    if (!table_valid(offsets, pages, npages, offsets[npages], why, sizeof why)) {
+        set_err("malformed prefetch table: %s", why);
         return -1;
     }
     uint64_t total = offsets[npages];
@@ -1500,12 +1660,111 @@ int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, 
     }
     memcpy(o, offsets, (npages + 1) * sizeof *o);
     memcpy(pg, pages, total * sizeof *pg);
-    pthread_mutex_lock(&r->mu);
-    free(r->tab_off);
-    free(r->tab_pages);
-    r->tab_off = o;
-    r->tab_pages = pg;
-    pthread_mutex_unlock(&r->mu);
+    table_install(r, o, pg);
+    return 0;
+}
+
+/* Table file: "PGCTAB1\0", u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]],
+ * then the path of the data file it was built for, NUL-terminated, ending the file. Every
+ * field is checked against the file's size before use. */
+typedef struct {
+    uint64_t npages;
+    uint64_t *off;
+    int64_t *pages;
+    char src[PATH_MAX];
+} table_file;
+
+static int table_read(const char *path, table_file *t) {
+    memset(t, 0, sizeof *t);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        set_err("pager table %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    const char *why = NULL;
+    char whybuf[200];
+    uint8_t *raw = NULL;
+    if (!S_ISREG(sb.st_mode)) why = "not a regular file";
+    else if (size < 16 + 16 + 2) why = "too short to be a pager table";
+    else if (size > (1ull << 40)) why = "larger than 1 TiB";
+    else if (!(raw = malloc(size))) why = "out of memory";
+    else if (pread_full(fd, raw, size, 0) < 0) why = "read failed";
+    else if (memcmp(raw, "PGCTAB1", 8) != 0) why = "not a pager table file (bad magic)";
+    close(fd);
+    uint64_t np = 0, total = 0, pages_at = 0;
+    if (!why) {
+        memcpy(&np, raw + 8, 8);
+        if (np == 0 || np > (size - 16) / 8 - 1) why = "page count does not fit the file (truncated?)";
+    }
+    if (!why) {
+        pages_at = 16 + 8 * (np + 1);
+        t->off = malloc((np + 1) * 8);
+        if (!t->off) why = "out of memory";
+        else {
+            memcpy(t->off, raw + 16, (np + 1) * 8);
+            total = t->off[np];
+            if (total > (size - pages_at) / 8) why = "the offsets name more entries than the file holds (truncated?)";
+        }
+    }
+    if (!why) {
+        t->pages = malloc((total ? total : 1) * 8);
+        if (!t->pages) why = "out of memory";
+        else {
+            memcpy(t->pages, raw + pages_at, total * 8);
+            if (!table_valid(t->off, t->pages, np, total, whybuf, sizeof whybuf)) why = whybuf;
+        }
+    }
+    if (!why) {
+        uint64_t at = pages_at + total * 8, rem = size - at;
+        const uint8_t *nul = rem ? memchr(raw + at, 0, rem) : NULL;
+        if (!nul || rem < 2) why = "no NUL-terminated data file path after the entries (truncated?)";
+        else if ((uint64_t)(nul - raw) != size - 1) why = "bytes after the data file path (padded?)";
+        else if (rem > PATH_MAX) why = "data file path longer than PATH_MAX";
+        else memcpy(t->src, raw + at, rem);
+    }
+    free(raw);
+    if (why) {
+        set_err("pager table %s: %s", path, why);
+        free(t->off);
+        free(t->pages);
+        t->off = NULL;
+        t->pages = NULL;
+        return -1;
+    }
+    t->npages = np;
+    return 0;
+}
+
+int pgr_table_check(const char *path, uint64_t *npages, char *src, size_t srclen) {
+    table_file t;
+    if (table_read(path, &t) < 0) return -1;
+    if (npages) *npages = t.npages;
+    if (src && srclen) snprintf(src, srclen, "%s", t.src);
+    free(t.off);
+    free(t.pages);
+    return 0;
+}
+
+int pgr_table_load(pgr_region *r, const char *path) {
+    table_file t;
+    if (table_read(path, &t) < 0) return -1;
+    struct stat want, st;
+    if (fstat(r->fd, &want) < 0 || stat(t.src, &st) < 0 || st.st_dev != want.st_dev || st.st_ino != want.st_ino) {
+        free(t.off);
+        free(t.pages);
+        return 1;
+    }
+    if (t.npages != r->npages) {
+        set_err("pager table %s covers %llu pages, the mapping of %s has %llu", path, (unsigned long long)t.npages, r->path,
+                (unsigned long long)r->npages);
+        free(t.off);
+        free(t.pages);
+        return -1;
+    }
+    table_install(r, t.off, t.pages);
     return 0;
 }
 
@@ -1549,6 +1808,6 @@ void pgr_percentiles(pgr_region *r, uint64_t *p50, uint64_t *p99) {
 long pgr_emergency_writeback(pgr_region *r) {
     long n = 0;
     for (uint64_t p = 0; p < r->npages; p++)
-        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p) == 0) n++;
+        if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p, 1) == 0) n++;
     return n;
 }

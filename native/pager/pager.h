@@ -139,6 +139,13 @@ uint64_t pgr_get_samples(pgr_region *r, uint32_t *out, uint64_t cap);
 /* Table policy: CSR over region pages; fault at page p prefetches
  * pages[offsets[p] .. offsets[p+1]). Copied. Call before the first fault. */
 int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, uint64_t npages);
+/* Check a table file (pagecast pager table): every field against the file's size, offsets
+ * in order, pages inside the table. 0 and its page count / data file path, or -1 with a
+ * one-line reason naming the file in pgr_last_error(). */
+int pgr_table_check(const char *path, uint64_t *npages, char *src, size_t srclen);
+/* Load a table file into the region if it was built for the region's file: 0 loaded, 1 it
+ * names another file, -1 malformed or of another size (reason in pgr_last_error()). */
+int pgr_table_load(pgr_region *r, const char *path);
 /* Sparse policy: mark pages as learned (e.g. from an earlier run's trace). */
 int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n);
 uint64_t pgr_learned_count(pgr_region *r);

@@ -23,7 +23,15 @@
  *   PAGECAST_PAGER_PACK_THREADS=N             loader threads reading and mapping in parallel (default 4, at most 8)
  *   PAGECAST_PAGER_PACK_DIRECT=0              read packs through the page cache (default O_DIRECT)
  *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
- * A file matches by device and inode, whatever name the program opens it by.
+ * A file matches by device and inode, whatever name the program opens it by; it need not
+ * exist before the run (a file the program creates is paged when it maps it).
+ * Lists of paths: items separated by ',', a ',' or '\' inside a path written '\,' or '\\'.
+ *
+ * Guarantees (docs/pager.md, "Guarantees and limits"): the kernel's own checks apply to
+ * every paged mmap; dirty pages are written back (changed bytes only) at eviction, msync,
+ * munmap, exit, _exit and every signal whose default action ends the process; a forked
+ * child never touches the parent's regions; mremap of a paged region and a second mapping
+ * of a file range a writable paged mapping covers are refused before anything is lost.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -32,6 +40,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +51,10 @@
 #include <unistd.h>
 
 #include "pager.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
 
 #define MAXSPEC 16
 #define MAXREG 64
@@ -58,6 +71,9 @@ typedef struct {
     int writeback;
     int log_fd;
     int n;
+    dev_t dev; /* the file and the byte range of it the region maps */
+    ino_t ino;
+    uint64_t foff;
     char path[PATH_MAX];
 } live_t;
 
@@ -67,6 +83,7 @@ static live_t g_live[MAXREG];
 static int g_nopened;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
 static int (*real_munmap)(void *, size_t);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_mprotect)(void *, size_t, int);
@@ -78,21 +95,46 @@ static void resolve(void) {
     if (!real_msync) real_msync = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "msync");
     if (!real_mprotect) real_mprotect = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "mprotect");
     if (!real__exit) real__exit = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
+    if (!real_mremap) real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
+}
+
+/* Lists in the environment: items separated by ',', with '\,' and '\\' standing for a
+ * ',' and a '\' inside an item (pagecast.online.pager.encode_list). Copies the next item,
+ * unescaped, into out and advances *s; 0 at the end of the list. */
+static int next_item(const char **s, char *out, size_t n) {
+    const char *p = *s;
+    if (!p || !*p) return 0;
+    size_t k = 0;
+    for (; *p && *p != ','; p++) {
+        if (*p == '\\' && (p[1] == ',' || p[1] == '\\')) p++;
+        if (k + 1 < n) out[k++] = *p;
+    }
+    out[k] = 0;
+    *s = *p ? p + 1 : p;
+    return 1;
+}
+
+static int strict_mode(void) {
+    const char *strict = getenv("PAGECAST_PAGER_STRICT");
+    return strict && *strict == '1';
 }
 
 static uint64_t parse_size(const char *s, int *pages, int *ok) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    *ok = errno == 0 && end != s;
+    *ok = errno == 0 && end != s && *s != '-';
     *pages = 0;
+    int shift = 0;
     switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
     case 'p': case 'P': *pages = 1; end++; break;
     default: break;
     }
+    if (shift && v > (ULLONG_MAX >> shift)) *ok = 0; /* 2^64 bytes or more */
+    v <<= shift;
     if (*end == 'i' || *end == 'B') end++;
     if (*end == 'B') end++;
     if (*end) *ok = 0;
@@ -111,26 +153,42 @@ static const char *policy_env(int *policy) {
     return NULL;
 }
 
+static void atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
+static void atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
+
+/* The child has none of the regions: their memory is MADV_DONTFORK, their threads and maybe
+ * the owner of a lock stayed in the parent. Forget them (never write back the parent's
+ * pages, never write its stats), so the child's exit, munmap and signals do nothing. */
+static void atfork_child(void) {
+    for (int i = 0; i < MAXREG; i++) {
+        if (g_live[i].r && g_live[i].log_fd >= 0) close(g_live[i].log_fd);
+        g_live[i].r = NULL;
+    }
+    pthread_mutex_init(&g_mu, NULL);
+}
+
 __attribute__((constructor)) static void shim_init(void) {
     resolve();
     const char *env = getenv("PAGECAST_PAGER");
     if (!env || !*env) return;
-    char *dup = strdup(env), *save = NULL;
-    for (char *tok = strtok_r(dup, ",", &save); tok && g_nspec < MAXSPEC; tok = strtok_r(NULL, ",", &save)) {
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    char tok[PATH_MAX + 64];
+    for (const char *cur = env; g_nspec < MAXSPEC && next_item(&cur, tok, sizeof tok);) {
         char *colon = strrchr(tok, ':');
         int pages = 0, ok = 0;
         uint64_t v = colon ? parse_size(colon + 1, &pages, &ok) : 0;
         if (!colon || !ok || v == 0) {
-            fprintf(stderr, "pagecast pager: PAGECAST_PAGER entry '%s' is not FILE:BUDGET (e.g. weights.bin:1M)\n", tok);
+            fprintf(stderr, "pagecast pager: PAGECAST_PAGER entry '%s' is not FILE:BUDGET (e.g. weights.bin:1M, below 2^64 bytes)%s\n",
+                    tok, strict_mode() ? "; strict mode: not running the program unpaged" : "");
+            if (strict_mode()) real__exit(2);
             continue;
         }
         *colon = 0;
         spec_t *s = &g_spec[g_nspec++];
-        snprintf(s->path, sizeof s->path, "%s", tok);
+        snprintf(s->path, sizeof s->path, "%.4095s", tok);
         s->budget_pages = pages ? v : 0;
         s->budget_bytes = pages ? 0 : v;
     }
-    free(dup);
     int pol;
     const char *bad = policy_env(&pol);
     if (bad) fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, next, stride, sparse, table)\n", bad);
@@ -144,50 +202,18 @@ static spec_t *match(int fd) {
     return NULL;
 }
 
-/* Table file: "PGCTAB1\0", u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]],
- * then the file's path (NUL-terminated) it was built for. Loaded when the path matches. */
-static void load_table(pgr_region *r, const char *file_path) {
-    const char *env = getenv("PAGECAST_PAGER_TABLE");
-    if (!env) return;
-    char *dup = strdup(env), *save = NULL;
-    struct stat want;
-    if (stat(file_path, &want) < 0) {
-        free(dup);
-        return;
+/* Policy table: the first table of PAGECAST_PAGER_TABLE built for this file (every field
+ * checked in pgr_table_load). A malformed one is refused with one line; the region then
+ * serves faults without prefetch. */
+static void load_table(pgr_region *r) {
+    const char *cur = getenv("PAGECAST_PAGER_TABLE");
+    char t[PATH_MAX];
+    while (next_item(&cur, t, sizeof t)) {
+        if (!*t) continue;
+        int rc = pgr_table_load(r, t);
+        if (rc < 0) fprintf(stderr, "pagecast pager: %s; no prefetch table for this mapping\n", pgr_last_error());
+        if (rc == 0) break;
     }
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        FILE *f = fopen(t, "rb");
-        if (!f) {
-            fprintf(stderr, "pagecast pager: cannot open table %s: %s\n", t, strerror(errno));
-            continue;
-        }
-        char magic[8];
-        uint64_t np = 0;
-        uint64_t *off = NULL;
-        int64_t *pg = NULL;
-        char path[PATH_MAX] = {0};
-        int ok = fread(magic, 8, 1, f) == 1 && !memcmp(magic, "PGCTAB1", 8) && fread(&np, 8, 1, f) == 1 &&
-                 np < (1ull << 40);
-        if (ok) {
-            off = malloc((np + 1) * 8);
-            ok = off && fread(off, 8, np + 1, f) == np + 1;
-        }
-        if (ok) {
-            pg = malloc((off[np] ? off[np] : 1) * 8);
-            ok = pg && fread(pg, 8, off[np], f) == off[np] && fread(path, 1, sizeof path - 1, f) > 0;
-        }
-        struct stat st;
-        if (ok && stat(path, &st) == 0 && st.st_dev == want.st_dev && st.st_ino == want.st_ino) {
-            if (pgr_set_table(r, off, pg, np) < 0)
-                fprintf(stderr, "pagecast pager: table %s: %s\n", t, pgr_last_error());
-        } else if (!ok) {
-            fprintf(stderr, "pagecast pager: %s is not a pager table file\n", t);
-        }
-        free(off);
-        free(pg);
-        fclose(f);
-    }
-    free(dup);
 }
 
 static void start_pack(pgr_region *r) {
@@ -196,13 +222,13 @@ static void start_pack(pgr_region *r) {
     const char *d = getenv("PAGECAST_PAGER_PACK_DEFER"), *sa = getenv("PAGECAST_PAGER_PACK_STOP_AFTER"),
                *th = getenv("PAGECAST_PAGER_PACK_THREADS");
     uint64_t defer = d ? strtoull(d, NULL, 10) : 0, stop_after = sa ? strtoull(sa, NULL, 10) : 0;
-    char *dup = strdup(env), *save = NULL;
-    for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    char t[PATH_MAX];
+    for (const char *cur = env; next_item(&cur, t, sizeof t);) {
+        if (!*t) continue;
         int rc = pgr_pack_start(r, t, defer, stop_after, th ? atoi(th) : 0);
         if (rc < 0) fprintf(stderr, "pagecast pager: %s\n", pgr_last_error());
         if (rc <= 0) break; /* one pack per region: the first one built for this file */
     }
-    free(dup);
 }
 
 static void learn_path_for(const char *path, char *out, size_t n) {
@@ -230,7 +256,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
 
     pgr_config cfg = {0};
     long ps = sysconf(_SC_PAGESIZE);
-    cfg.budget_pages = s->budget_pages ? s->budget_pages : (s->budget_bytes + (uint64_t)ps - 1) / (uint64_t)ps;
+    cfg.budget_pages = s->budget_pages ? s->budget_pages : s->budget_bytes / (uint64_t)ps + (s->budget_bytes % (uint64_t)ps != 0);
     policy_env(&cfg.policy);
     const char *d = getenv("PAGECAST_PAGER_DEPTH");
     cfg.depth = d ? atoi(d) : 16;
@@ -256,8 +282,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     if (!r) {
         int e = errno;
         if (log_fd >= 0) close(log_fd);
-        const char *strict = getenv("PAGECAST_PAGER_STRICT");
-        if (strict && *strict == '1') {
+        if (strict_mode()) {
             fprintf(stderr, "pagecast pager: %s\n", pgr_last_error());
             errno = e;
             return MAP_FAILED;
@@ -265,7 +290,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
         fprintf(stderr, "pagecast pager: %s; using an ordinary mapping instead\n", pgr_last_error());
         return real_mmap(addr, len, prot, flags, fd, off);
     }
-    if (cfg.policy == PGR_POLICY_TABLE) load_table(r, path);
+    if (cfg.policy == PGR_POLICY_TABLE) load_table(r);
     start_pack(r);
     pthread_mutex_lock(&g_mu);
     int slot = -1;
@@ -293,6 +318,11 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     l->log_fd = log_fd;
     l->writeback = cfg.writeback;
     l->n = n;
+    struct stat sb;
+    fstat(fd, &sb);
+    l->dev = sb.st_dev;
+    l->ino = sb.st_ino;
+    l->foff = (uint64_t)off;
     snprintf(l->path, sizeof l->path, "%s", path);
     pthread_mutex_unlock(&g_mu);
     return l->base;
@@ -363,9 +393,12 @@ __attribute__((destructor)) static void shim_fini(void) { close_all(); }
 
 /* A signal whose default action ends the process skips exit handlers; with the kernel's
  * MAP_SHARED the written data would survive in the page cache, so write back first, then
- * die of the same signal. Installed only where the program keeps the default action;
- * a handler the program installs later replaces it. */
-static const int g_fatal[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
+ * die of the same signal. Every such signal (man 7 signal: action Term or Core, and the
+ * real-time ones) except SIGKILL, which cannot be caught. Installed only where the program
+ * keeps the default action; a handler the program installs later replaces it. */
+static const int g_fatal[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGILL,  SIGTRAP,   SIGABRT, SIGBUS,  SIGFPE,
+                              SIGUSR1, SIGSEGV, SIGUSR2,   SIGPIPE, SIGALRM,   SIGTERM, SIGSTKFLT, SIGXCPU,
+                              SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,    SIGSYS};
 
 static void on_fatal(int sig) {
     for (int i = 0; i < MAXREG; i++)
@@ -374,22 +407,53 @@ static void on_fatal(int sig) {
     raise(sig);
 }
 
-static void install_fatal_handlers(void) {
-    for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) {
-        struct sigaction old;
-        if (sigaction(g_fatal[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO)) {
-            struct sigaction sa;
-            memset(&sa, 0, sizeof sa);
-            sa.sa_handler = on_fatal;
-            sigemptyset(&sa.sa_mask);
-            sa.sa_flags = SA_RESETHAND | SA_NODEFER;
-            sigaction(g_fatal[i], &sa, NULL);
-        }
+static void install_one(int sig) {
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_DFL && !(old.sa_flags & SA_SIGINFO)) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_fatal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        sigaction(sig, &sa, NULL);
     }
 }
 
+static void install_fatal_handlers(void) {
+    for (size_t i = 0; i < sizeof g_fatal / sizeof g_fatal[0]; i++) install_one(g_fatal[i]);
+    for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) install_one(sig);
+}
+
+/* A second mapping of bytes a paged region maps, where either is writable: the two would
+ * be separate copies (neither sees the other's writes). Returns the region, g_mu held. */
+static live_t *conflicting(int fd, uint64_t off, size_t len, int writable) {
+    struct stat sb;
+    if (fstat(fd, &sb) < 0) return NULL;
+    for (int i = 0; i < MAXREG; i++) {
+        live_t *l = &g_live[i];
+        if (l->r && l->dev == sb.st_dev && l->ino == sb.st_ino && (l->writeback || writable) &&
+            off < l->foff + l->len && l->foff < off + len)
+            return l;
+    }
+    return NULL;
+}
+
+static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only);
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     resolve();
+    if (g_nspec && (flags & MAP_FIXED) && len) {
+        /* MAP_FIXED would replace the region's memory under the pager */
+        pthread_mutex_lock(&g_mu);
+        live_t *l = overlapping(addr, len, 0);
+        if (l)
+            fprintf(stderr, "pagecast pager: %s: mmap(MAP_FIXED) over a paged region refused (EINVAL); munmap it first\n", l->path);
+        pthread_mutex_unlock(&g_mu);
+        if (l) {
+            errno = EINVAL;
+            return MAP_FAILED;
+        }
+    }
     if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
         spec_t *s = match(fd);
         /* A writable private mapping's changes must live as long as the mapping, but an
@@ -398,12 +462,59 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
             fprintf(stderr, "pagecast pager: %s: writable MAP_PRIVATE mapping left to the kernel (evicting it would lose private changes)\n", s->path);
             s = NULL;
         }
-        if (s) return shim_map(s, addr, len, prot, flags, fd, off);
+        if (s) {
+            /* The kernel's own checks first (access mode against prot, append-only,
+             * noexec, seals, flags): a mapping it refuses is refused the same way. */
+            void *probe = real_mmap(NULL, len, prot, flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
+            if (probe == MAP_FAILED) return MAP_FAILED;
+            real_munmap(probe, len);
+            int writable = (prot & PROT_WRITE) != 0;
+            pthread_mutex_lock(&g_mu);
+            live_t *l = conflicting(fd, (uint64_t)off, len, writable);
+            if (l)
+                fprintf(stderr,
+                        "pagecast pager: %s: bytes %llu-%llu are already mapped by the pager%s; a second mapping would "
+                        "not see the first one's writes: mmap refused (EBUSY)\n",
+                        l->path, (unsigned long long)off, (unsigned long long)off + len - 1, l->writeback ? " writable" : "");
+            pthread_mutex_unlock(&g_mu);
+            if (l) {
+                errno = EBUSY;
+                return MAP_FAILED;
+            }
+            return shim_map(s, addr, len, prot, flags, fd, off);
+        }
     }
     return real_mmap(addr, len, prot, flags, fd, off);
 }
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) __attribute__((alias("mmap")));
+
+/* Moving or resizing a paged region would leave the pager serving the old range (and the
+ * moved pages unregistered): refused before anything changes. */
+void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...) {
+    resolve();
+    void *new_addr = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        new_addr = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (g_nspec) {
+        pthread_mutex_lock(&g_mu);
+        live_t *l = overlapping(old, old_size ? old_size : 1, 0);
+        if (!l && (flags & MREMAP_FIXED)) l = overlapping(new_addr, new_size, 0);
+        if (l)
+            fprintf(stderr, "pagecast pager: %s: mremap of a paged region refused (EINVAL): the pager cannot move or "
+                            "resize it; munmap and mmap it again\n", l->path);
+        pthread_mutex_unlock(&g_mu);
+        if (l) {
+            errno = EINVAL;
+            return MAP_FAILED;
+        }
+    }
+    return real_mremap(old, old_size, new_size, flags, new_addr);
+}
 
 /* The first paged region overlapping [a, a + len) (only those without write-back if
  * read_only_only); the caller holds g_mu. */

@@ -123,7 +123,9 @@ def _run(args: argparse.Namespace) -> int:
         cols = ["path", "faults", "prefetched", "prefetch_hits", "evictions", "writebacks", "max_resident", "service_ns_p50", "service_ns_p99"]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
-    return res.returncode
+    from pagecast.online.live import exit_status
+
+    return exit_status(res.returncode)
 
 
 def _pack(args: argparse.Namespace) -> int:

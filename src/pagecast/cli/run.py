@@ -78,7 +78,10 @@ def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
         path, sep, budget = s.rpartition(":")
         if not sep or not path:
             raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
-        specs.append((path, parse_size(budget)))
+        size = parse_size(budget)
+        if size >= 1 << 64:
+            raise PagecastError(f"--pager {s}: budget {budget} is too large: at most 2^64-1 bytes")
+        specs.append((path, size))
     return specs
 
 
@@ -134,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
             from pagecast.online.pager import run_with_pager
         except ImportError as e:
             raise PagecastError(f"the userfaultfd pager is not available in this build ({e})") from None
-        return int(run_with_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output))
+        from pagecast.online.live import exit_status
+
+        return exit_status(int(run_with_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output)))
 
     from pagecast.online.live import LiveConfig, exit_status, run_live
     from pagecast.online.worker import SourceSpec

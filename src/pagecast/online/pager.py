@@ -104,6 +104,8 @@ def _lib() -> ctypes.CDLL:
         lib.pgr_learned_count.argtypes = [vp]
         lib.pgr_probe.restype = ctypes.c_int
         lib.pgr_last_error.restype = ctypes.c_char_p
+        lib.pgr_table_check.restype = ctypes.c_int
+        lib.pgr_table_check.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t]
         _LIB = lib
     return _LIB
 
@@ -154,26 +156,50 @@ class PolicySpec:
         return cls(name, depth or DEFAULT_DEPTH)
 
 
+_BUDGET = r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*"
+MAX_BUDGET = (1 << 64) - 1  # the shim holds budgets in 64 bits
+
+
 def parse_budget(text: str, page_size: int = 4096) -> int:
     """Bytes from ``4096``, ``64K``, ``1M``, ``1GiB`` or pages from ``16p``."""
-    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*", text)
+    m = re.fullmatch(_BUDGET, text)
     if not m:
         raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")
     if m.group(4):
-        return int(m.group(4)) * page_size
-    mult = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
-    return int(m.group(1)) * mult
+        value = int(m.group(4)) * page_size
+    else:
+        value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    _check_budget(value, text)
+    return value
+
+
+def _check_budget(value: int, text: str | int) -> None:
+    if value > MAX_BUDGET:
+        raise PagecastError(f"budget {text} is too large: at most 2^64-1 bytes")
 
 
 def parse_specs(text: str) -> list[tuple[str, int]]:
-    """``FILE:BUDGET[,FILE:BUDGET]`` → [(file, budget_bytes)]."""
+    """``FILE:BUDGET[,FILE:BUDGET]`` → [(file, budget_bytes)]. A comma splits entries only
+    after a budget, so a path may contain commas (``a,b.bin:1M``)."""
     out = []
-    for item in text.split(","):
+    pending = ""
+    for piece in text.split(","):
+        item = pending + piece
         path, sep, budget = item.rpartition(":")
-        if not sep or not path:
-            raise PagecastError(f"{item!r} is not FILE:BUDGET (e.g. weights.bin:1M)")
-        out.append((path, parse_budget(budget)))
+        if sep and path and re.fullmatch(_BUDGET, budget):
+            out.append((path, parse_budget(budget)))
+            pending = ""
+        else:
+            pending = item + ","
+    if pending:
+        raise PagecastError(f"{pending[:-1]!r} is not FILE:BUDGET (e.g. weights.bin:1M)")
     return out
+
+
+def encode_list(items: Iterable[str]) -> str:
+    """A list of paths for the shim's environment: ',' separates, and a ',' or '\\' inside
+    a path is escaped with '\\' (``next_item`` in shim.c)."""
+    return ",".join(str(i).replace("\\", "\\\\").replace(",", "\\,") for i in items)
 
 
 # ---- stats ---------------------------------------------------------------------------
@@ -427,21 +453,24 @@ def write_table(path: str | Path, table: PrefetchTable, file_path: str | Path) -
     return path
 
 
-def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
-    raw = Path(path).read_bytes() if Path(path).exists() else None
-    if raw is None:
+def check_table(path: str | Path) -> tuple[int, str]:
+    """Every field of a table file checked by the C loader the shim uses: (pages, data
+    file). Malformed → PagecastError, one line naming the file."""
+    if not Path(path).exists():
         raise PagecastError("no such pager table file", path=path)
-    if raw[:8] != TABLE_MAGIC or len(raw) < 16:
-        raise PagecastError("not a pager table file (bad magic)", path=path)
-    n = int(np.frombuffer(raw, "<u8", 1, 8)[0])
-    need = 16 + 8 * (n + 1)
-    if len(raw) < need:
-        raise PagecastError("pager table file is truncated", path=path)
+    n = ctypes.c_uint64()
+    src = ctypes.create_string_buffer(4096)
+    if _lib().pgr_table_check(str(path).encode(), ctypes.byref(n), src, len(src)) != 0:
+        raise PagecastError(_lib().pgr_last_error().decode(errors="replace"))
+    return int(n.value), src.value.decode(errors="replace")
+
+
+def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
+    n, _ = check_table(path)
+    raw = Path(path).read_bytes()
     offsets = np.frombuffer(raw, "<u8", n + 1, 16).copy()
     total = int(offsets[-1])
-    if len(raw) < need + 8 * total:
-        raise PagecastError("pager table file is truncated", path=path)
-    pages = np.frombuffer(raw, "<i8", total, need).copy()
+    pages = np.frombuffer(raw, "<i8", total, 16 + 8 * (n + 1)).copy()
     if npages is not None and n != npages:
         raise PagecastError(f"pager table covers {n} pages but the region has {npages}", path=path)
     return PrefetchTable(offsets, pages)
@@ -577,17 +606,21 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     env = dict(os.environ if base_env is None else base_env)
     for path, budget in specs:
-        if not Path(path).exists():
-            raise PagecastError("no such file to page (create it first)", path=path)
+        # a file the program creates itself is paged when it maps it: only its directory must exist
+        if not Path(path).exists() and not Path(path).resolve().parent.is_dir():
+            raise PagecastError("no such directory for the file to page", path=path)
         if budget < 1:
             raise PagecastError(f"budget for {path} must be positive")
+        _check_budget(budget, f"for {path}")
     pre = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = str(shim_path()) + (":" + pre if pre else "")
-    env["PAGECAST_PAGER"] = ",".join(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
+    env["PAGECAST_PAGER"] = encode_list(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
     env["PAGECAST_PAGER_POLICY"] = pol.name
     env["PAGECAST_PAGER_DEPTH"] = str(pol.depth)
+    env.pop("PAGECAST_PAGER_TABLE", None)
     if pol.table:
-        env["PAGECAST_PAGER_TABLE"] = str(Path(pol.table).resolve())
+        check_table(pol.table)  # malformed → one line before the program starts
+        env["PAGECAST_PAGER_TABLE"] = encode_list([Path(pol.table).resolve()])
     if learn_dir:
         Path(learn_dir).mkdir(parents=True, exist_ok=True)
         env["PAGECAST_PAGER_LEARN"] = str(Path(learn_dir).resolve())
@@ -601,7 +634,7 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     for k in ("PAGECAST_PAGER_PACK", "PAGECAST_PAGER_PACK_DEFER", "PAGECAST_PAGER_PACK_STOP_AFTER"):
         env.pop(k, None)
     if packs:
-        env["PAGECAST_PAGER_PACK"] = ",".join(str(Path(p).resolve()) for p in packs)
+        env["PAGECAST_PAGER_PACK"] = encode_list(Path(p).resolve() for p in packs)
     if pack_defer is not None:
         env["PAGECAST_PAGER_PACK_DEFER"] = str(int(pack_defer))
     if pack_stop_after is not None:
