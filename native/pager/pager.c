@@ -1513,7 +1513,17 @@ pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const p
 void *pgr_base(pgr_region *r) { return r->base; }
 uint64_t pgr_length(pgr_region *r) { return r->len; }
 
+/* In a forked child the region's lock may be held by a thread that stayed in the parent,
+ * and its memory is not mapped (MADV_DONTFORK): every call but pgr_close refuses. */
+static int foreign(pgr_region *r) {
+    if (getpid() == r->owner) return 0;
+    set_err("%s: the paged region belongs to the parent process (this is a forked child)", r->path);
+    errno = EINVAL;
+    return 1;
+}
+
 long pgr_flush(pgr_region *r) {
+    if (foreign(r)) return -1;
     pthread_mutex_lock(&r->mu);
     long n = flush_locked(r);
     pthread_mutex_unlock(&r->mu);
@@ -1523,6 +1533,7 @@ long pgr_flush(pgr_region *r) {
 long pgr_drop_all(pgr_region *r) {
     long n = 0;
     int64_t t = now_ns();
+    if (foreign(r)) return -1;
     pthread_mutex_lock(&r->mu);
     for (uint64_t i = 0; i < r->fill; i++) {
         int64_t v = r->ring[i];
@@ -1593,12 +1604,17 @@ int pgr_close(pgr_region *r, pgr_stats *final_stats) {
 }
 
 void pgr_get_stats(pgr_region *r, pgr_stats *out) {
+    if (foreign(r)) {
+        *out = r->st;
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     *out = r->st;
     pthread_mutex_unlock(&r->mu);
 }
 
 uint64_t pgr_get_samples(pgr_region *r, uint32_t *out, uint64_t cap) {
+    if (foreign(r)) return 0;
     pthread_mutex_lock(&r->mu);
     uint64_t n = r->st.nsamples < NSAMPLES ? r->st.nsamples : NSAMPLES;
     if (n > cap) n = cap;
