@@ -173,6 +173,32 @@ def test_another_writers_bytes_survive_write_back(cases: str, tmp_path: Path) ->
     assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), want)
 
 
+def test_without_write_protect_only_read_only_mappings_are_paged(cases: str, tmp_path: Path) -> None:
+    """As on a kernel without userfaultfd WP (PAGECAST_PAGER_NO_WP=1): nothing would stop a
+    thread writing a page between its write-back and its drop, so a writable shared mapping
+    is refused (strict) or left to the kernel (not strict); read-only ones are paged."""
+    n = 8
+    f = tmp_path / "n.bin"
+    ref = make_file(f, n)
+    e = {**shim_env(f, 4), "PAGECAST_PAGER_NO_WP": "1"}
+    p = subprocess.run([cases, "fork", str(f), str(n), "0"], env=e, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "write-protect is unavailable" in p.stderr and "mmap" in p.stderr
+    assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
+    p = subprocess.run([cases, "fork", str(f), str(n), "0"], env={**e, "PAGECAST_PAGER_STRICT": "0"}, capture_output=True, text=True, timeout=60)
+    lines = pager_lines(p.stderr)
+    assert p.returncode == 0 and len(lines) == 1 and "ordinary mapping" in lines[0]
+    ref[:, 64:128] = pattern(n, 64, 128)
+    assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
+    sd = tmp_path / "st"
+    sd.mkdir()
+    kernel = subprocess.run([cases, "read", str(f), str(n), "3"], capture_output=True, text=True, timeout=60)
+    p = subprocess.run([cases, "read", str(f), str(n), "3"], env={**shim_env(f, 4, stats_dir=sd), "PAGECAST_PAGER_NO_WP": "1"},
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0 and p.stdout == kernel.stdout
+    st = json.loads(next(sd.glob("*.json")).read_text())
+    assert st["wp_enabled"] == 0 and st["faults"] == n
+
+
 def test_second_writable_mapping_of_a_paged_file_is_refused(cases: str, tmp_path: Path) -> None:
     n = 8
     f = tmp_path / "t.bin"

@@ -355,7 +355,7 @@ static int write_changed(pgr_region *r, uint64_t p, const uint8_t *snap, size_t 
 /* Write page `p` (resident) to the file, clamped to the file's current end (a page past a
  * shrunk end is skipped and counted, as the kernel discards it on truncate). Only the
  * bytes changed since the page was read (its twin) are written. `emergency`: from a
- * fatal-signal handler (own scratch, the twin is left alone). */
+ * fatal-signal handler (its own scratch buffer). */
 static int write_back(pgr_region *r, uint64_t p, int emergency) {
     uint64_t off = r->file_offset + p * r->ps;
     uint64_t end = off + r->ps;
@@ -377,15 +377,11 @@ static int write_back(pgr_region *r, uint64_t p, int emergency) {
     }
     if (end <= off) return 0;
     size_t n = end - off;
-    if (!r->twins) {
-        if (pwrite_full(r->fd, r->base + p * r->ps, n, off) < 0) return -1;
-    } else {
-        /* A snapshot: with write-protect the page cannot change meanwhile; without it a
-         * write racing this one differs from the new twin and goes out next time. */
-        uint8_t *snap = emergency ? r->ebuf : r->wbuf;
-        memcpy(snap, r->base + p * r->ps, n);
-        if (write_changed(r, p, snap, n, off, snap + r->ps) < 0) return -1;
-        if (!emergency) memcpy(twin(r, p), snap, n);
+    {
+        /* Write-protected while it is written (writeback regions need WP, pgr_open_fd), or
+         * the handler is gone: the page is stable, and clean afterwards (its next write
+         * takes a WP fault, which renews the twin). */
+        if (write_changed(r, p, r->base + p * r->ps, n, off, emergency ? r->ebuf : r->wbuf) < 0) return -1;
     }
     r->st.writebacks++;
     return 0;
@@ -766,7 +762,6 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         for (uint64_t k = i; k < j; k++) {
             uint64_t s = (uint64_t)r->batch[k];
             r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            if (!r->wp) twin_set(r, s, r->buf + (k - i) * r->ps);
             if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
             r->st.resident++;
             r->st.prefetched++;
@@ -785,7 +780,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         return;
     }
     r->state[p] = ST_RES | ((write || !r->wp) ? ST_DIRTY : 0);
-    if (write || !r->wp) twin_set(r, p, r->dbuf);
+    if (write) twin_set(r, p, r->dbuf);
     /* once mapped, the file (maybe written back since) is the truth: the loader skips it */
     if (r->pack_pos && r->pack_pos[p] >= 0) r->pack_pos[p] = -2 - r->pack_pos[p];
     r->st.resident++;
@@ -1013,7 +1008,6 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
                 continue;
             }
             r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            if (!r->wp) twin_set(r, (uint64_t)p, buf + (at[c] - i) * r->ps);
             r->st.resident++;
             r->st.pack_installed++;
             r->st.prefetched++;
@@ -1397,7 +1391,17 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     uint64_t fend = offset + length;
     r->valid_end = (uint64_t)sb.st_size < fend ? (uint64_t)sb.st_size : fend;
     r->cap = cfg->budget_pages < r->npages ? cfg->budget_pages : r->npages;
-    r->wp = (feat & UFFD_FEATURE_PAGEFAULT_FLAG_WP) != 0;
+    /* PAGECAST_PAGER_NO_WP=1 (tests): behave as on a kernel without userfaultfd WP */
+    const char *nowp = getenv("PAGECAST_PAGER_NO_WP");
+    r->wp = (feat & UFFD_FEATURE_PAGEFAULT_FLAG_WP) != 0 && !(nowp && *nowp == '1');
+    if (cfg->writeback && !r->wp) {
+        /* Without write-protect nothing stops a thread writing a page between its
+         * write-back and its drop at eviction: that write would be lost. Refused instead. */
+        set_err("%s: userfaultfd write-protect is unavailable here (Linux >= 5.7 has it): a writable shared "
+                "mapping could lose writes at eviction", path);
+        errno = EOPNOTSUPP;
+        goto fail;
+    }
     r->st.wp_enabled = r->wp;
     r->last_fault = -1;
     r->t0 = now_ns();
@@ -1426,8 +1430,8 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         r->twins = sys_mmap(NULL, r->cap * r->ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
         if (r->twins == MAP_FAILED) r->twins = NULL;
         r->slot = malloc(r->npages * sizeof *r->slot);
-        r->wbuf = malloc(2 * r->ps);
-        r->ebuf = malloc(2 * r->ps);
+        r->wbuf = malloc(r->ps);
+        r->ebuf = malloc(r->ps);
         if (!r->twins || !r->slot || !r->wbuf || !r->ebuf) {
             set_err("out of memory");
             goto fail;
