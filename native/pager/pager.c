@@ -13,8 +13,10 @@
  *    pages therefore go first in FIFO order and written pages get a second chance, which
  *    also saves write-backs. On a monotone stream FIFO is what LRU would do anyway.
  *  - Write-back: a dirty victim is write-protected first (writers then block in a WP
- *    fault), written with pwrite, then dropped with MADV_DONTNEED; a blocked writer's
- *    fault is later served as a missing write fault from the written-back file.
+ *    fault), the bytes that differ from its twin (its copy from when it became dirty)
+ *    written with pwrite, then dropped with MADV_DONTNEED; a blocked writer's fault is
+ *    later served as a missing write fault from the written-back file. Writing only the
+ *    changed bytes leaves what other writers put in the file alone.
  *  - One handler thread per region serves every fault under the region lock; prefetched
  *    pages are copied before the demanded page, whose copy wakes the faulting thread, so
  *    a batch is visible all at once (one fault per batch window).
@@ -301,13 +303,10 @@ static int pwrite_full(int fd, const uint8_t *src, size_t n, uint64_t off) {
     return 0;
 }
 
+/* First i' >= i with a[i'] != b[i'] (n if none): 64-byte blocks by memcmp (vectorised). */
 static size_t skip_same(const uint8_t *a, const uint8_t *b, size_t i, size_t n) {
-    while (i < n && (i & 7) && a[i] == b[i]) i++;
-    for (uint64_t x, y; i + 8 <= n; i += 8) {
-        memcpy(&x, a + i, 8);
-        memcpy(&y, b + i, 8);
-        if (x != y) break;
-    }
+    while (i < n && (i & 63) && a[i] == b[i]) i++;
+    while (i + 64 <= n && memcmp(a + i, b + i, 64) == 0) i += 64;
     while (i < n && a[i] == b[i]) i++;
     return i;
 }

@@ -4,6 +4,8 @@
  *
  *   cases fork FILE NPAGES NFORKS   write every page, fork NFORKS children that _exit(0)
  *   cases mremap FILE NPAGES        write, mremap (grow, may move), write again via the result
+ *   cases fixed FILE NPAGES         write, mmap(MAP_FIXED) anonymous memory over the mapping,
+ *                                   write again through the mapping if that was refused
  *   cases signal FILE NPAGES SIG    write every page, then die of SIG (13: a write to a closed pipe)
  *   cases writer FILE NPAGES        write bytes [0,64) of every page, print "ready", wait for a
  *                                   line on stdin (another process writes the file meanwhile),
@@ -92,6 +94,19 @@ static int do_mremap(const char *file, long npages) {
     return 0;
 }
 
+static int do_fixed(const char *file, long npages) {
+    uint8_t *m = map_rw(file, npages, NULL);
+    write_range(m, npages, 0, 64);
+    void *n = mmap(m, PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (n != MAP_FAILED) {
+        printf("replaced\n");
+        return 0;
+    }
+    printf("MAP_FIXED refused: %s\n", strerror(errno));
+    write_range(m, npages, 64, 128);
+    return 0;
+}
+
 static int do_signal(const char *file, long npages, int sig) {
     uint8_t *m = map_rw(file, npages, NULL);
     write_range(m, npages, 0, 128);
@@ -174,6 +189,7 @@ int main(int argc, char **argv) {
     long npages = atol(argv[3]), arg = argc > 4 ? atol(argv[4]) : 0;
     if (!strcmp(mode, "fork")) return do_fork(file, npages, arg);
     if (!strcmp(mode, "mremap")) return do_mremap(file, npages);
+    if (!strcmp(mode, "fixed")) return do_fixed(file, npages);
     if (!strcmp(mode, "signal")) return do_signal(file, npages, (int)arg);
     if (!strcmp(mode, "writer")) return do_writer(file, npages);
     if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages);
