@@ -227,7 +227,7 @@ def test_unknown_policy_one_line_error(capfd):
 def test_cuda_and_pager_errors_are_one_line(capfd, tmp_path):
     cases = [
         (["run", "--cuda", "--", "true"], "give exactly one of a schedule or a model"),
-        (["run", "--pager", str(tmp_path / "missing.bin") + ":1M", "--", "true"], "no such file to page"),
+        (["run", "--pager", str(tmp_path / "nodir" / "missing.bin") + ":1M", "--", "true"], "no such directory for the file to page"),
     ]
     for argv, message in cases:
         assert cli_main(argv) == 2
