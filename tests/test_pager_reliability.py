@@ -293,6 +293,21 @@ def test_budget_beyond_64_bits_refused_in_one_line(tmp_path: Path, capsys: pytes
         assert len(err) == 1 and "budget" in err[0], err
 
 
+def test_strict_shim_never_runs_unpaged_on_an_entry_it_cannot_parse(cases: str, tmp_path: Path) -> None:
+    n = 4
+    f = tmp_path / "b.bin"
+    ref = make_file(f, n)
+    e = shim_env(f, 2)
+    e["PAGECAST_PAGER"] = f"{f}:{2**64}"  # as set by hand: the CLI refuses it before
+    p = subprocess.run([cases, "fork", str(f), str(n), "0"], env=e, capture_output=True, text=True, timeout=60)
+    lines = pager_lines(p.stderr)
+    assert p.returncode == 2 and p.stdout == "" and len(lines) == 1 and "strict" in lines[0]
+    assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)  # the program never ran
+    p = subprocess.run([cases, "fork", str(f), str(n), "0"], env={**e, "PAGECAST_PAGER_STRICT": "0"}, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 0 and len(pager_lines(p.stderr)) == 1  # not strict: warned, ran on the kernel
+
+
 def test_paths_with_commas_are_paged(cases: str, tmp_path: Path) -> None:
     d = tmp_path / "a,b"
     d.mkdir()

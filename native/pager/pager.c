@@ -282,11 +282,13 @@ static int wp_range(pgr_region *r, uint64_t page, uint64_t n, int protect) {
     return 0;
 }
 
+#define NO_SLOT UINT32_MAX /* a page without a ring slot (not resident, or no room was found) */
+
 static uint8_t *twin(pgr_region *r, uint64_t p) { return r->twins + (uint64_t)r->slot[p] * r->ps; }
 
 /* Page p is about to become dirty: keep its bytes as they are now (src) to diff against. */
 static void twin_set(pgr_region *r, uint64_t p, const uint8_t *src) {
-    if (r->twins) memcpy(twin(r, p), src, r->ps);
+    if (r->twins && r->slot[p] != NO_SLOT) memcpy(twin(r, p), src, r->ps);
 }
 
 static int pwrite_full(int fd, const uint8_t *src, size_t n, uint64_t off) {
@@ -376,7 +378,9 @@ static int write_back(pgr_region *r, uint64_t p, int emergency) {
     }
     if (end <= off) return 0;
     size_t n = end - off;
-    {
+    if (r->slot[p] == NO_SLOT) { /* no twin (installed when no slot could be freed): the whole page */
+        if (pwrite_full(r->fd, r->base + p * r->ps, n, off) < 0) return -1;
+    } else {
         /* Write-protected while it is written (writeback regions need WP, pgr_open_fd), or
          * the handler is gone: the page is stable, and clean afterwards (its next write
          * takes a WP fault, which renews the twin). */
@@ -411,6 +415,7 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
     }
     if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
     r->state[p] = 0;
+    if (r->slot) r->slot[p] = NO_SLOT;
     r->st.evictions++;
     r->st.resident--;
     log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
@@ -439,6 +444,7 @@ static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
             }
             if (evict(r, (uint64_t)v, t) < 0) continue;
         }
+        if (v >= 0 && r->slot && r->slot[v] == h) r->slot[v] = NO_SLOT; /* a page whose install failed */
         r->ring[h] = (int64_t)p;
         if (r->slot) r->slot[p] = (uint32_t)h;
         return 0;
@@ -1004,6 +1010,7 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
             if (!ok[c]) {
                 r->state[p] &= (uint8_t)~ST_PIN;
                 r->ring[slot[c]] = -1;
+                if (r->slot) r->slot[p] = NO_SLOT;
                 continue;
             }
             r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
@@ -1429,6 +1436,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         r->twins = sys_mmap(NULL, r->cap * r->ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
         if (r->twins == MAP_FAILED) r->twins = NULL;
         r->slot = malloc(r->npages * sizeof *r->slot);
+        if (r->slot) memset(r->slot, 0xff, r->npages * sizeof *r->slot); /* NO_SLOT */
         r->wbuf = malloc(r->ps);
         r->ebuf = malloc(r->ps);
         if (!r->twins || !r->slot || !r->wbuf || !r->ebuf) {
