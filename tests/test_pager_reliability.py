@@ -224,6 +224,19 @@ def test_second_writable_mapping_of_a_paged_file_is_refused(cases: str, tmp_path
     assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
 
 
+def test_two_read_only_mappings_are_fine_until_one_becomes_writable(cases: str, tmp_path: Path) -> None:
+    n = 8
+    f = tmp_path / "t.bin"
+    ref = make_file(f, n)
+    kernel = subprocess.run([cases, "readtwice", str(f), str(n)], capture_output=True, text=True, timeout=60)
+    assert kernel.stdout == "both mapped, same bytes\nmprotect done\n"
+    p = subprocess.run([cases, "readtwice", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "both mapped, same bytes\nmprotect refused: Permission denied\n", p.stdout
+    lines = pager_lines(p.stderr)
+    assert len(lines) == 1 and "PROT_WRITE refused" in lines[0]
+    assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
+
+
 def test_read_only_descriptor_cannot_be_mapped_writable_shared(cases: str, tmp_path: Path) -> None:
     n = 4
     f = tmp_path / "r.bin"

@@ -69,6 +69,7 @@ typedef struct {
     uint8_t *base;
     size_t len;
     int writeback;
+    int writable; /* PROT_WRITE now (mapped so, or mprotect'ed since) */
     int log_fd;
     int n;
     dev_t dev; /* the file and the byte range of it the region maps */
@@ -323,6 +324,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     l->dev = sb.st_dev;
     l->ino = sb.st_ino;
     l->foff = (uint64_t)off;
+    l->writable = (prot & PROT_WRITE) != 0;
     snprintf(l->path, sizeof l->path, "%s", path);
     pthread_mutex_unlock(&g_mu);
     return l->base;
@@ -424,15 +426,14 @@ static void install_fatal_handlers(void) {
     for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++) install_one(sig);
 }
 
-/* A second mapping of bytes a paged region maps, where either is writable: the two would
- * be separate copies (neither sees the other's writes). Returns the region, g_mu held. */
-static live_t *conflicting(int fd, uint64_t off, size_t len, int writable) {
-    struct stat sb;
-    if (fstat(fd, &sb) < 0) return NULL;
+/* Another paged region (not `self`) mapping bytes [off, off + len) of the file, where
+ * either it or the new mapping is writable: the two would be separate copies, neither
+ * seeing the other's writes. The caller holds g_mu. */
+static live_t *conflicting(dev_t dev, ino_t ino, uint64_t off, size_t len, int writable, const live_t *self) {
     for (int i = 0; i < MAXREG; i++) {
         live_t *l = &g_live[i];
-        if (l->r && l->dev == sb.st_dev && l->ino == sb.st_ino && (l->writeback || writable) &&
-            off < l->foff + l->len && l->foff < off + len)
+        if (l != self && l->r && l->dev == dev && l->ino == ino && (l->writable || writable) && off < l->foff + l->len &&
+            l->foff < off + len)
             return l;
     }
     return NULL;
@@ -468,14 +469,15 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
             void *probe = real_mmap(NULL, len, prot, flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
             if (probe == MAP_FAILED) return MAP_FAILED;
             real_munmap(probe, len);
-            int writable = (prot & PROT_WRITE) != 0;
+            struct stat sb;
+            if (fstat(fd, &sb) < 0) return MAP_FAILED;
             pthread_mutex_lock(&g_mu);
-            live_t *l = conflicting(fd, (uint64_t)off, len, writable);
+            live_t *l = conflicting(sb.st_dev, sb.st_ino, (uint64_t)off, len, (prot & PROT_WRITE) != 0, NULL);
             if (l)
                 fprintf(stderr,
                         "pagecast pager: %s: bytes %llu-%llu are already mapped by the pager%s; a second mapping would "
                         "not see the first one's writes: mmap refused (EBUSY)\n",
-                        l->path, (unsigned long long)off, (unsigned long long)off + len - 1, l->writeback ? " writable" : "");
+                        l->path, (unsigned long long)off, (unsigned long long)off + len - 1, l->writable ? " writable" : "");
             pthread_mutex_unlock(&g_mu);
             if (l) {
                 errno = EBUSY;
@@ -577,12 +579,26 @@ int mprotect(void *addr, size_t len, int prot) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
         live_t *l = overlapping(a, len, 1);
-        pthread_mutex_unlock(&g_mu);
         if (l) {
             fprintf(stderr, "pagecast pager: %s: PROT_WRITE on a paged region without write-back refused\n", l->path);
+            pthread_mutex_unlock(&g_mu);
             errno = EACCES;
             return -1;
         }
+        /* a region becoming writable while another one maps the same bytes: as at mmap */
+        l = overlapping(a, len, 0);
+        live_t *other = l ? conflicting(l->dev, l->ino, l->foff, l->len, 1, l) : NULL;
+        if (other) {
+            fprintf(stderr, "pagecast pager: %s: PROT_WRITE refused: another paged mapping of the same bytes would not "
+                            "see the writes\n", l->path);
+            pthread_mutex_unlock(&g_mu);
+            errno = EACCES;
+            return -1;
+        }
+        int rc = real_mprotect(addr, len, prot);
+        if (rc == 0 && l) l->writable = 1;
+        pthread_mutex_unlock(&g_mu);
+        return rc;
     }
     return real_mprotect(addr, len, prot);
 }

@@ -11,6 +11,8 @@
  *                                   line on stdin (another process writes the file meanwhile),
  *                                   write bytes [64,128), exit without munmap
  *   cases twomaps FILE NPAGES       two writable MAP_SHARED mappings of the file
+ *   cases readtwice FILE NPAGES     two read-only MAP_SHARED mappings of a read-write descriptor,
+ *                                   then mprotect(PROT_WRITE) of the first
  *   cases rdonly FILE NPAGES        a read-only descriptor mapped PROT_WRITE|MAP_SHARED
  *   cases read FILE NPAGES STEP     read page 0, STEP, 2*STEP, ... (mod NPAGES) NPAGES times and
  *                                   print the FNV-1a hash of every byte read
@@ -152,6 +154,21 @@ static int do_twomaps(const char *file, long npages) {
     return 0;
 }
 
+static int do_readtwice(const char *file, long npages) {
+    int fd = open(file, O_RDWR);
+    if (fd < 0) return 2;
+    size_t len = (size_t)npages * PAGE;
+    uint8_t *a = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0), *b = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (a == MAP_FAILED || b == MAP_FAILED) {
+        printf("refused: %s\n", strerror(errno));
+        return 3;
+    }
+    printf("both mapped, %s\n", memcmp(a, b, len) == 0 ? "same bytes" : "different bytes");
+    if (mprotect(a, len, PROT_READ | PROT_WRITE) < 0) printf("mprotect refused: %s\n", strerror(errno));
+    else printf("mprotect done\n");
+    return 0;
+}
+
 static int do_rdonly(const char *file, long npages) {
     int fd = open(file, O_RDONLY);
     if (fd < 0) return 2;
@@ -193,6 +210,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "signal")) return do_signal(file, npages, (int)arg);
     if (!strcmp(mode, "writer")) return do_writer(file, npages);
     if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages);
+    if (!strcmp(mode, "readtwice")) return do_readtwice(file, npages);
     if (!strcmp(mode, "rdonly")) return do_rdonly(file, npages);
     if (!strcmp(mode, "read")) return do_read(file, npages, arg);
     fprintf(stderr, "unknown mode %s\n", mode);
