@@ -131,6 +131,8 @@ struct pgr_pack {
     char path[PATH_MAX];
 };
 
+static int foreign(pgr_region *r);
+
 /* Raw syscalls: when built into the LD_PRELOAD shim, mmap/munmap resolve to the shim's. */
 static void *sys_mmap(void *addr, size_t len, int prot, int flags) {
     long r = syscall(SYS_mmap, addr, len, prot, flags, -1, 0);
@@ -1140,6 +1142,7 @@ struct pack_header {
 
 int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
     _Static_assert(sizeof(struct pack_header) == PGR_PACK_HEADER, "pack header size");
+    if (foreign(r)) return -1;
     if (r->pack) {
         set_err("%s: a page pack is already loading for %s", pack_path, r->path);
         return -1;
@@ -1299,6 +1302,7 @@ static int load_learned(pgr_region *r) {
 
 int pgr_save_learned(pgr_region *r, const char *path) {
     char tmp[PATH_MAX + 32];
+    if (foreign(r)) return -1;
     snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
@@ -1658,6 +1662,11 @@ static int table_valid(const uint64_t *offsets, const int64_t *pages, uint64_t n
 }
 
 static void table_install(pgr_region *r, uint64_t *o, int64_t *pg) {
+    if (foreign(r)) { /* the parent's handler reads the table; the child has none */
+        free(o);
+        free(pg);
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     free(r->tab_off);
     free(r->tab_pages);
@@ -1796,6 +1805,7 @@ int pgr_table_load(pgr_region *r, const char *path) {
 }
 
 int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n) {
+    if (foreign(r)) return -1;
     pthread_mutex_lock(&r->mu);
     for (uint64_t i = 0; i < n; i++)
         if (pages[i] >= 0 && (uint64_t)pages[i] < r->npages) r->learned[pages[i] >> 6] |= 1ull << (pages[i] & 63);
@@ -1805,6 +1815,7 @@ int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n) {
 
 uint64_t pgr_learned_count(pgr_region *r) {
     uint64_t c = 0;
+    if (foreign(r)) return 0;
     pthread_mutex_lock(&r->mu);
     for (uint64_t i = 0; i < r->nwords; i++) c += (uint64_t)__builtin_popcountll(r->learned[i]);
     pthread_mutex_unlock(&r->mu);

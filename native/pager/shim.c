@@ -23,6 +23,7 @@
  *   PAGECAST_PAGER_PACK_THREADS=N             loader threads reading and mapping in parallel (default 4, at most 8)
  *   PAGECAST_PAGER_PACK_DIRECT=0              read packs through the page cache (default O_DIRECT)
  *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
+ *   PAGECAST_PAGER_NO_WP=1                    tests: behave as on a kernel without userfaultfd WP
  * A file matches by device and inode, whatever name the program opens it by; it need not
  * exist before the run (a file the program creates is paged when it maps it).
  * Lists of paths: items separated by ',', a ',' or '\' inside a path written '\,' or '\\'.
