@@ -1258,19 +1258,19 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     r->st.pack_state = PGR_PACK_RUNNING;
     pthread_mutex_unlock(&r->mu);
     /* several threads: while the program waits for its next page, the idle core maps pages too */
-    int started = 0;
-    for (int t = 0; t < k->nthreads; t++) {
+    /* Every thread counts as live from the start: counted one by one, a thread that failed
+     * (a corrupted first block) before the next was created would find itself the last
+     * and report the end, and so would the next one. */
+    int want = k->nthreads, started = 0;
+    pthread_mutex_lock(&r->mu);
+    k->live = want;
+    pthread_mutex_unlock(&r->mu);
+    for (int t = 0; t < want; t++) {
         struct pack_arg *a = malloc(sizeof *a);
         if (!a) break;
         *a = (struct pack_arg){r, t};
-        pthread_mutex_lock(&r->mu);
-        k->live++;
-        pthread_mutex_unlock(&r->mu);
         if (pthread_create(&k->thr[t], NULL, pack_main, a) != 0) {
             free(a);
-            pthread_mutex_lock(&r->mu);
-            k->live--;
-            pthread_mutex_unlock(&r->mu);
             break;
         }
         started++;
@@ -1278,11 +1278,13 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     k->nthreads = started;
     if (!started) {
         pthread_mutex_lock(&r->mu);
+        k->live = 0;
         r->st.pack_state = PGR_PACK_STOPPED;
         pthread_mutex_unlock(&r->mu);
         set_err("page pack %s: cannot start the loader thread", pack_path);
         return -1;
     }
+    for (int t = started; t < want; t++) pack_thread_end(r, "cannot start every loader thread");
     return 0;
 }
 
