@@ -196,7 +196,7 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
     return out
 
 
-def encode_list(items: Iterable[str]) -> str:
+def encode_list(items: Iterable[str | Path]) -> str:
     """A list of paths for the shim's environment: ',' separates, and a ',' or '\\' inside
     a path is escaped with '\\' (``next_item`` in shim.c)."""
     return ",".join(str(i).replace("\\", "\\\\").replace(",", "\\,") for i in items)
