@@ -15,6 +15,11 @@ BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counti
 _REGION_SHIFT = 40  # key = (region + 1) << 40 | page: pages below 2^40 (4 PiB of 4 KiB pages)
 
 
+# metadata keys `pagecast info` shows (gem5_stats: the summary of the run's stats.txt)
+_META_SHOWN = ("command", "exit_status", "lost", "page_size", "time_unit", "recorder", "tick_freq", "gem5_commands",
+               "gem5_stats", "damo_format", "damo_intervals")
+
+
 @dataclass
 class RegionSummary:
     id: int
@@ -116,6 +121,6 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         duration_s=round(duration, 6) if duration is not None else None, time_unit=unit, span=int(span), faults=faults,
         fault_rate_per_s=round(faults / duration, 1) if duration else None,
         demand_rows=demand, bytes_moved=nbytes,
-        meta={k: v for k, v in t.meta.items() if k in ("command", "exit_status", "lost", "page_size", "time_unit", "recorder")},
+        meta={k: v for k, v in t.meta.items() if k in _META_SHOWN},
         top_regions=regs,
     )

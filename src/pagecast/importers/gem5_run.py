@@ -1,0 +1,62 @@
+"""``pagecast import gem5``: pick the reader for a gem5 output file and attach ``stats.txt``.
+
+A source is a packet trace when it starts with the gzip magic or ``gem5``; a
+``stats.txt`` when its first non-empty line is gem5's Begin Simulation Statistics
+separator; otherwise a debug trace of the GPU model. ``stats_only`` writes a trace with
+no rows whose metadata holds the statistics summary (a run without a packet trace).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from pagecast.errors import PagecastError
+from pagecast.importers import gem5, gem5_gpu_debug, gem5_stats
+from pagecast.trace.writer import TraceWriter
+
+
+def detect(path: str | Path) -> str:
+    """``packets``, ``stats`` or ``debug``."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
+    if head[:2] == b"\x1f\x8b" or head[:4] == gem5.MAGIC:
+        return "packets"
+    if head.lstrip().startswith(gem5_stats.BEGIN.encode()):
+        return "stats"
+    return "debug"
+
+
+def import_stats_only(src: str | Path, out: str | Path) -> dict[str, Any]:
+    summary = gem5_stats.summarize(src)
+    with TraceWriter(out, source="import:gem5-stats", meta={"gem5_stats": summary, "time_unit": "ns"}):
+        pass
+    return {"trace": str(out), "rows": 0, "stats_dumps": len(summary["dumps"]),
+            "statistics": sum(d["stats"] for d in summary["dumps"])}
+
+
+def import_run(src: str | Path, out: str | Path, *, stats: str | Path | None = None, stats_only: bool = False,
+               address: str = "virtual", tick_freq: int = 10**12,
+               on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+    src = Path(src)
+    kind = detect(src)
+    if stats_only or kind == "stats":
+        if not stats_only:
+            raise PagecastError("this is a stats.txt, not a trace: use --stats-only (or --stats with a trace)", path=src)
+        if kind != "stats":
+            raise PagecastError("--stats-only wants a gem5 stats.txt", path=src)
+        return import_stats_only(src, out)
+    summary = gem5_stats.summarize(stats) if stats else None
+    if kind == "packets":
+        info = gem5.import_trace(src, out, stats=summary, on_bytes=on_bytes)
+    else:
+        info = gem5_gpu_debug.import_trace(src, out, address=address, tick_freq=tick_freq, stats=summary,
+                                           on_bytes=on_bytes)
+    info["input"] = "packet trace" if kind == "packets" else f"GPU debug trace ({address} addresses)"
+    if summary:
+        info["stats_dumps"] = len(summary["dumps"])
+    return info
