@@ -1,6 +1,7 @@
 """``pagecast import gem5``: pick the reader for a gem5 output file and attach ``stats.txt``.
 
-A source is a packet trace when it starts with the gzip magic or ``gem5``; a
+A source is a packet trace when it starts with the gzip magic or ``gem5``, holds
+binary bytes or is named ``*.trc[.gz]`` / ``*.ptrc[.gz]``; a
 ``stats.txt`` when its first non-empty line is gem5's Begin Simulation Statistics
 separator; otherwise a debug trace of the GPU model. ``stats_only`` writes a trace with
 no rows whose metadata holds the statistics summary (a run without a packet trace).
@@ -24,8 +25,11 @@ def detect(path: str | Path) -> str:
             head = f.read(4096)
     except OSError as e:
         raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
-    if head[:2] == b"\x1f\x8b" or head[:4] == gem5.MAGIC:
-        return "packets"
+    if head[:2] == b"\x1f\x8b" or (head[:4] == gem5.MAGIC and not head.startswith(b"gem5 Simulator")):
+        return "packets"  # gem5's console output (and so a debug trace) starts "gem5 Simulator System"
+    binary = any(b < 9 for b in head)  # text logs have no control bytes below tab
+    if binary or path.name.endswith((".trc", ".trc.gz", ".ptrc", ".ptrc.gz")):
+        return "packets"  # the packet reader names what is wrong (magic, gzip)
     if head.lstrip().startswith(gem5_stats.BEGIN.encode()):
         return "stats"
     return "debug"
@@ -44,12 +48,10 @@ def import_run(src: str | Path, out: str | Path, *, stats: str | Path | None = N
                on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
     src = Path(src)
     kind = detect(src)
-    if stats_only or kind == "stats":
-        if not stats_only:
-            raise PagecastError("this is a stats.txt, not a trace: use --stats-only (or --stats with a trace)", path=src)
-        if kind != "stats":
-            raise PagecastError("--stats-only wants a gem5 stats.txt", path=src)
+    if stats_only:
         return import_stats_only(src, out)
+    if kind == "stats":
+        raise PagecastError("this is a stats.txt, not a trace: use --stats-only (or --stats with a trace)", path=src)
     summary = gem5_stats.summarize(stats) if stats else None
     if kind == "packets":
         info = gem5.import_trace(src, out, stats=summary, on_bytes=on_bytes)
