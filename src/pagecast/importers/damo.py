@@ -124,6 +124,9 @@ def _snapshot_arrays(path: Path, rec_i: int, snaps: Any) -> list[tuple[int, np.n
             a, b = _num(r.get("start"), rw, "start", path), _num(r.get("end"), rw, "end", path)
             if not 0 <= a < b < (1 << 64):
                 raise PagecastError(f"{rw}: empty or reversed range {a:#x}-{b:#x}", path=path)
+            if (a | b) & ((1 << PAGE_SHIFT) - 1):
+                # DAMON regions are whole pages: anything else is a damaged record, not a rounding matter
+                raise PagecastError(f"{rw}: range {a:#x}-{b:#x} is not 4 KiB aligned", path=path)
             na = r.get("nr_accesses")
             samples = na.get("samples") if isinstance(na, dict) else na
             k = _num(samples, rw, "nr_accesses.samples", path)
