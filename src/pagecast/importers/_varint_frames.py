@@ -68,13 +68,35 @@ def frames(buf: np.ndarray, pos: int = 0, *, tag: int = 0, max_frames: int = 1 <
     return starts[:k], lengths[:k], int(nxt), int(status), int(where)
 
 
+@numba.njit(cache=True, nogil=True)
+def _gather(buf, starts, lengths, out):  # pragma: no cover - jitted
+    k = 0
+    for i in range(len(starts)):
+        s = starts[i]
+        for j in range(lengths[i]):
+            out[k + j] = buf[s + j]
+        k += lengths[i]
+
+
 def strip_prefixes(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
     """The frames' bodies concatenated (the length prefixes removed)."""
-    if not len(starts):
-        return b""
-    # frames never touch (a prefix or key lies between), so no index repeats in either set
-    edge = np.zeros(len(buf) + 1, np.int8)
-    edge[starts] = 1
-    edge[starts + lengths] = -1
-    mask = np.cumsum(edge[:-1], dtype=np.int32) > 0
-    return buf[mask].tobytes()
+    out = np.empty(int(lengths.sum()), np.uint8)
+    _gather(buf, starts, lengths, out)
+    return out.tobytes()
+
+
+@numba.njit(cache=True, nogil=True)
+def varint_fields_present(buf, starts, lengths, max_field, present):  # pragma: no cover - jitted
+    """Which fields each frame holds, for frames that protobuf itself serialised with
+    only varint fields numbered below 16 (one-byte keys): ``present[i, f]``."""
+    for i in range(len(starts)):
+        p = starts[i]
+        end = p + lengths[i]
+        while p < end:
+            f = buf[p] >> 3
+            p += 1
+            while buf[p] & 0x80:
+                p += 1
+            p += 1
+            if f <= max_field:
+                present[i, f] = True

@@ -14,10 +14,11 @@ granules (``_cluster.py``), two passes over the file.
 
 Decoding: the frames are found by ``_varint_frames`` (jitted); each batch of up to a
 Mi packets is parsed by protobuf's C decoder as one ``PacketBatch`` (every packet
-inside its own boundary, required fields checked), re-serialised canonically (each
-field at most once, unknown fields dropped) and parsed again as ``PacketColumns``, which
-yields each field as one list; a field that only some packets carry (``pc``) is read
-per packet for that batch.
+inside its own boundary), re-serialised canonically (each field at most once, unknown
+fields dropped) and parsed again as ``PacketColumns``, which yields each field as one
+list: a required field must have one value per packet. For a field that only some
+packets carry (``pc``), which packets hold it is read from the canonical bytes (a
+jitted walk over protobuf's own output, ``varint_fields_present``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
+from google.protobuf.descriptor_pb2 import FieldDescriptorProto
 from google.protobuf.message import DecodeError
 
 from pagecast.errors import PagecastError
@@ -159,25 +161,31 @@ def _decode_batch(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: np.n
     tagged = np.insert(seg, prefix - prefix[0], 0x0A)  # key of `repeated Packet packet = 1`
     try:
         batch = M.PacketBatch.FromString(tagged.tobytes())
-        bad = None if batch.IsInitialized() else "missing required field"
     except DecodeError:
-        batch, bad = None, "undecodable"
-    if bad is not None:
         _raise_first_bad(path, buf, starts, lengths, first)
+    # canonical form: each field at most once, in field order; unknown fields dropped
     batch.DiscardUnknownFields()
-    canon = np.frombuffer(batch.SerializeToString(), np.uint8)
+    canon = np.frombuffer(batch.SerializePartialToString(), np.uint8)
     cs, cl, _, status, _ = vf.frames(canon, tag=0x0A, max_frames=n + 1, max_len=MAX_MESSAGE)
     assert status == vf.OK and len(cs) == n, "protobuf re-serialisation is not framed as expected"
     cols = M.PacketColumns.FromString(vf.strip_prefixes(canon, cs, cl))
+    present = None
     out = {}
-    for name, _num, _t, _label in PACKET_FIELDS:
+    for name, num, _t, label in PACKET_FIELDS:
         values = getattr(cols, name)
         if len(values) == n:
             out[name] = np.array(values, np.uint64)
+        elif label == FieldDescriptorProto.LABEL_REQUIRED:  # some packet lacks it
+            _raise_first_bad(path, buf, starts, lengths, first)
         elif len(values) == 0:
             out[name] = np.zeros(n, np.uint64)
-        else:  # some packets carry the field, others not: per packet, this batch only
-            out[name] = np.array([getattr(p, name) for p in batch.packet], np.uint64)
+        else:  # some packets carry the field (gem5 sets pc only when the request has one)
+            if present is None:
+                present = np.zeros((n, 8), np.bool_)
+                vf.varint_fields_present(canon, cs, cl, 7, present)
+            col = np.zeros(n, np.uint64)
+            col[present[:, num]] = np.array(values, np.uint64)
+            out[name] = col
     return out
 
 
