@@ -87,14 +87,18 @@ def _packets(n: int, seed: int = 0) -> list[Pkt]:
     return out
 
 
-def test_commmonitor_gzip_trace_from_schema(tmp_path, monkeypatch):
+@pytest.mark.parametrize("block", [1000, 7])
+def test_commmonitor_gzip_trace_from_schema(tmp_path, monkeypatch, block):
     hdr = Hdr(obj_id="system.monitor", tick_freq=10**12, id_strings={0: "system.cpu.dcache", 1: "writebacks"})
     data = encode_trace(hdr, _packets(5000))
     src = tmp_path / "mem.trc.gz"
     src.write_bytes(data)
-    # small blocks and batches: frames straddle blocks, several batches, pc present on some packets
-    monkeypatch.setattr(gem5, "BLOCK", 1000)
+    # small blocks and batches: frames straddle blocks (block 7: shorter than one packet), several
+    # batches, pc present on some packets
+    monkeypatch.setattr(gem5, "BLOCK", block)
     monkeypatch.setattr(gem5, "BATCH", 700)
+    batches = [len(b["tick"]) for b in gem5.iter_packets(src)[1]]
+    assert sum(batches) == 5000 and len(batches) >= 8
     seen = []
     info = gem5.import_trace(src, tmp_path / "t.parquet", on_bytes=seen.append)
     assert info["rows"] == 5000 and sum(seen) == 2 * len(data)

@@ -203,9 +203,10 @@ def _raise_first_bad(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: n
 
 
 def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None,
-                 batch: int = BATCH) -> tuple[Header, Iterator[dict[str, np.ndarray]]]:
-    """(header, iterator of column batches). The header is read before returning."""
+                 batch: int | None = None) -> tuple[Header, Iterator[dict[str, np.ndarray]]]:
+    """(header, iterator of column batches of up to ``batch`` packets). The header is read before returning."""
     path = Path(path)
+    batch = batch or BATCH
     blocks = _read_blocks(path, on_bytes)
     carry = b""
     for b in blocks:
@@ -232,9 +233,10 @@ def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None
         done = 0
         offset = int(hs[0] + hl[0])  # decompressed stream offset of rest[0]
         pending = rest
-        exhausted = False
+        exhausted = need_more = False
         while True:
-            if not exhausted and len(pending) < BLOCK:
+            if not exhausted and (len(pending) < BLOCK or need_more):
+                need_more = False
                 more = next(blocks, None)
                 if more is None:
                     exhausted = True
@@ -254,6 +256,8 @@ def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None
             if len(st):
                 yield _decode_batch(path, buf, st, ln, done + 1)
                 done += len(st)
+            else:
+                need_more = True  # one message longer than what is buffered
             pending = pending[nxt:]
             offset += nxt
             if exhausted and not pending:
