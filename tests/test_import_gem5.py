@@ -373,3 +373,68 @@ def test_gem5_trace_simulates_heatmaps_and_trains(tmp_path, capsys):
     assert cli_main(["train", str(tr), "-o", str(m), "--epochs", "1", "--windows-per-epoch", "256", "--horizon", "8",
                      "--vocab", "64", "--json"]) == 0
     assert m.exists()
+
+
+def _debug_reference(text: str) -> list[tuple[int, int, int, bool]]:
+    """(tick, tid, vaddr, write) per GPUTLB translation line, by splitting strings (no regex)."""
+    rows = []
+    for ln in text.splitlines():
+        body = ln.strip()
+        if " Translation for addr " not in body or not body.endswith(" sent!"):
+            continue
+        parts = body.split(": ", 4)
+        if len(parts) != 5 or not parts[2].startswith("CU") or not parts[3].startswith("WF["):
+            continue
+        if not parts[4].startswith("Translation for addr ") or " from instruction " not in parts[4]:
+            continue
+        ids = parts[3][3:-1].split("][")
+        addr_txt, instr = parts[4][len("Translation for addr "):].split(" from instruction ", 1)
+        if not all(x.isdigit() for x in [parts[0], parts[2][2:], *ids]) or len(ids) != 2 or " " in addr_txt \
+                or not parts[1] or any(ch.isspace() for ch in parts[1]):
+            continue  # gem5 prints bare numbers (%d), a hex address and an object name without spaces
+        try:
+            addr = int(addr_txt, 16)
+        except ValueError:
+            continue
+        tick, cu, (simd, slot) = int(parts[0]), int(parts[2][2:]), (int(x) for x in ids)
+        words = instr[: -len(" sent!")].split()
+        mnem = words[0].lower() if words else ""
+        write = any(w in mnem for w in ("store", "atomic", "_st_", "write")) or mnem.startswith("st")
+        rows.append((tick, cu << 16 | simd << 8 | slot, addr, write))
+    return rows
+
+
+def test_fuzz_gpu_debug_traces(tmp_path):
+    rng = random.Random(11)
+    lines = [f"{1000 * i:7d}: system.cpu3.CUs{i % 4}: CU{i % 4}: WF[{i % 3}][{i % 5}]: Translation for addr "
+             f"{0x7FFF_8000_0000 + 4096 * (i % 50) + 4 * i:#x} from instruction "
+             f"{'flat_store_dword' if i % 4 == 0 else 'flat_load_dword'} v1, v[2:3] sent!" for i in range(120)]
+    base = "gem5 Simulator System.\n" + "\n".join(lines) + "\n"
+    outcomes = {"error": 0, "ok": 0}
+    for i in range(120):
+        s = list(base)
+        for _ in range(rng.randint(1, 3)):
+            pos = rng.randrange(len(s))
+            s[pos:pos + rng.randint(0, 3)] = rng.choice(["", "x", "0", "9", " ", "]", ":", "f", "\n"])
+        text = "".join(s)
+        src, out = tmp_path / f"d{i}.txt", tmp_path / f"d{i}.parquet"
+        src.write_text(text)
+        try:
+            gem5_gpu_debug.import_trace(src, out)
+        except PagecastError as e:
+            assert "\n" not in str(e) and str(src) in str(e)
+            assert not out.exists()
+            outcomes["error"] += 1
+            continue
+        ref = _debug_reference(text)
+        c = open_trace(out).read()
+        assert len(c["t_ns"]) == len(ref)
+        t0 = min(r[0] for r in ref)
+        assert c["t_ns"].tolist() == [(r[0] - t0) // 1000 for r in ref]
+        assert c["tid"].tolist() == [r[1] for r in ref]
+        assert ((c["flags"] & FLAG_WRITE) > 0).tolist() == [r[3] for r in ref]
+        t = open_trace(out)
+        base_addr = np.array([r.base for r in t.regions], np.uint64)[c["region"]]
+        assert (base_addr + (c["page"].astype(np.uint64) << np.uint64(12))).tolist() == [r[2] & ~0xFFF for r in ref]
+        outcomes["ok"] += 1
+    assert outcomes["ok"] > 20, outcomes
