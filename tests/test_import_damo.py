@@ -147,6 +147,12 @@ def test_damo_record_through_pipeline(tmp_path, capsys):
     assert cli_main(["info", str(tr), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["demand_rows"] == s["kinds"]["RANGE_ACCESSED"] == 4634 and s["kinds"]["RANGE_IDLE"] == 5139
+    c = open_trace(tr).read()
+    acc = c["kind"] == Kind.RANGE_ACCESSED
+    n = c["ip"][acc].astype(np.int64)
+    first = np.repeat(c["page"][acc], n) + np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    touched = np.unique(np.repeat(c["region"][acc].astype(np.int64), n) << 40 | first)
+    assert s["unique_pages"] == len(touched)  # every page of every accessed range, idle ranges not
     assert cli_main(["simulate", str(tr), "--capacity", "20", "--json"]) == 0
     sim = json.loads(capsys.readouterr().out)
     assert 0 < sim["faults"] <= 4634

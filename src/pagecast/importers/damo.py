@@ -182,7 +182,7 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
     meta = {"time_unit": "ns", "t0_ns": t0, "damo_file": str(src), "damo_format": ftype,
             "damo_targets": [str(r.get("target_id")) for r in records],
             "damo_intervals": intervals if any(v is not None for v in intervals) else None,
-            "region_heuristic": "union of DAMON ranges per target, 2 MiB granules"}
+            "region_heuristic": "union of DAMON ranges per target, 2 MiB granules", "range_rows": True}
     snapshots = accessed = 0
     with TraceWriter(out, regions=regions, source="import:damo", meta=meta) as w:
         for m, snaps in zip(maps, parsed):
