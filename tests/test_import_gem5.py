@@ -32,9 +32,9 @@ def _expected(header: dict, packets: list[dict]) -> dict[str, np.ndarray]:
     t0 = int(tick.min())
     freq = header["tick_freq"]
     if freq % 10**9 == 0:
-        t = (tick.astype(np.int64) - t0) // (freq // 10**9)
+        t = np.array([(p["tick"] - t0) // (freq // 10**9) for p in packets], np.int64)
     else:
-        t = ((tick.astype(np.int64) - t0).astype(np.float64) * (1e9 / freq)).astype(np.int64)
+        t = np.array([float(p["tick"] - t0) * (1e9 / freq) for p in packets]).astype(np.int64)
     g = np.unique(addr >> np.uint64(21)).astype(np.int64)
     run_start = g[np.r_[0, np.flatnonzero(np.diff(g) > 1) + 1]]
     gran = (addr >> np.uint64(21)).astype(np.int64)
@@ -111,6 +111,15 @@ def test_commmonitor_gzip_trace_from_schema(tmp_path, monkeypatch, block):
     raw.write_bytes(gzip.decompress(data))
     gem5.import_trace(raw, tmp_path / "r.parquet")
     assert np.array_equal(open_trace(tmp_path / "r.parquet").read()["page"], t.read()["page"])
+
+
+def test_ticks_beyond_int64(tmp_path):
+    big = (1 << 63) + 5000
+    data = encode_trace(Hdr(), [Pkt(tick=big + t, cmd=1, addr=0x1000, size=8) for t in (0, 2000, 7000)])
+    (tmp_path / "b.trc").write_bytes(data)
+    gem5.import_trace(tmp_path / "b.trc", tmp_path / "t.parquet")
+    assert open_trace(tmp_path / "t.parquet").read()["t_ns"].tolist() == [0, 2, 7]
+    _check(tmp_path / "t.parquet", data)
 
 
 def test_non_ghz_tick_frequency(tmp_path):

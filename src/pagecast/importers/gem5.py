@@ -268,9 +268,9 @@ def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None
 
 def tick_to_ns(ticks: np.ndarray, t0: int, freq: int) -> np.ndarray:
     """Ticks since ``t0`` in ns; exact when the tick frequency is a multiple of 1 GHz (gem5's default 1 THz)."""
-    d = ticks.astype(np.int64) - np.int64(t0)
+    d = ticks.astype(np.uint64) - np.uint64(t0)  # t0 is the minimum: no wrap, even for ticks ≥ 2^63
     if freq % 1_000_000_000 == 0:
-        return d // (freq // 1_000_000_000)
+        return (d // np.uint64(freq // 1_000_000_000)).astype(np.int64)
     return (d.astype(np.float64) * (1e9 / freq)).astype(np.int64)
 
 
