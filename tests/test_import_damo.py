@@ -47,8 +47,8 @@ def damo_api():
 def _expected_from_damo(records) -> dict[str, np.ndarray]:
     """Rows the import must hold, from damo's own DamonRecord objects."""
     t0 = min(s.start_time for r in records for s in r.snapshots)
-    rows = [(s.start_time - t0, reg.start, reg.end, reg.nr_accesses.samples, ti)
-            for ti, r in enumerate(records) for s in r.snapshots for reg in s.regions]
+    snaps = sorted(((s.start_time, ti, s) for ti, r in enumerate(records) for s in r.snapshots), key=lambda x: x[0])
+    rows = [(s.start_time - t0, reg.start, reg.end, reg.nr_accesses.samples, ti) for _, ti, s in snaps for reg in s.regions]
     a = np.array(rows, dtype=object)
     return {"t": a[:, 0].astype(np.int64), "start": a[:, 1].astype(np.uint64), "end": a[:, 2].astype(np.uint64),
             "acc": a[:, 3].astype(np.int64), "target": a[:, 4].astype(np.int64), "t0": t0}
@@ -205,18 +205,20 @@ def _reference(doc) -> dict[str, np.ndarray]:
         raise ValueError
     rows = []
     t0 = None
+    snaps = []
     for ti, r in enumerate(doc):
         for s in r["snapshots"]:
-            t = num(s["start_time"])
+            snaps.append((num(s["start_time"]), ti, s))
             num(s["end_time"])
-            t0 = t if t0 is None else min(t0, t)
-            for reg in s["regions"]:
-                na = reg["nr_accesses"]
-                acc = num(na["samples"] if isinstance(na, dict) else na)
-                a, b = num(reg["start"]), num(reg["end"])
-                if not (0 <= a < b < 1 << 64) or acc < 0 or (a | b) % 4096:
-                    raise ValueError
-                rows.append((t, a, b, acc, ti))
+    for t, ti, s in sorted(snaps, key=lambda x: x[0]):
+        t0 = t if t0 is None else min(t0, t)
+        for reg in s["regions"]:
+            na = reg["nr_accesses"]
+            acc = num(na["samples"] if isinstance(na, dict) else na)
+            a, b = num(reg["start"]), num(reg["end"])
+            if not (0 <= a < b < 1 << 64) or acc < 0 or (a | b) % 4096:
+                raise ValueError
+            rows.append((t, a, b, acc, ti))
     a = np.array(rows, dtype=object)
     return {"t": (a[:, 0] - t0).astype(np.int64), "start": a[:, 1].astype(np.uint64), "end": a[:, 2].astype(np.uint64),
             "acc": a[:, 3].astype(np.int64), "target": a[:, 4].astype(np.int64), "t0": t0}

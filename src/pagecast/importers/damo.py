@@ -8,7 +8,8 @@ with ``start_time``/``end_time`` (ns) and ``regions`` (``start``, ``end``,
 ``nr_accesses.samples``, ``age``). Numbers may be JSON numbers or strings with
 thousands separators (older damo). The ``damo_record_ver: 1`` wrapper is accepted.
 
-Mapping: one row per snapshot and DAMON region. ``t_ns`` = snapshot start − first
+Mapping: one row per snapshot and DAMON region, snapshots in time order (several
+targets interleave). ``t_ns`` = snapshot start − first
 snapshot's start (``meta["t0_ns"]`` keeps the origin); ``page`` = the range's first page,
 ``ip`` = its length in pages, ``tid`` = nr_accesses (samples that found the range
 accessed during the aggregation interval); kind RANGE_ACCESSED when nr_accesses > 0
@@ -184,18 +185,20 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
             "damo_intervals": intervals if any(v is not None for v in intervals) else None,
             "region_heuristic": "union of DAMON ranges per target, 2 MiB granules", "range_rows": True}
     snapshots = accessed = 0
+    # several targets: their snapshots interleaved in time order (stable: file order on ties)
+    order = sorted(((s[0], i, k) for i, snaps in enumerate(parsed) for k, s in enumerate(snaps)), key=lambda x: x[0])
     with TraceWriter(out, regions=regions, source="import:damo", meta=meta) as w:
-        for m, snaps in zip(maps, parsed):
-            for t, st, en, acc in snaps:
-                if not len(st):
-                    continue
-                region, page = m.translate(st)
-                pages = (en - st + np.uint64((1 << PAGE_SHIFT) - 1)) >> np.uint64(PAGE_SHIFT)
-                hot = acc > 0
-                w.write(t_ns=np.full(len(st), t - t0, np.int64), region=region, page=page,
-                        kind=np.where(hot, int(Kind.RANGE_ACCESSED), int(Kind.RANGE_IDLE)).astype(np.uint8),
-                        ip=pages, tid=np.minimum(acc, INT32_MAX).astype(np.int32))
-                snapshots += 1
-                accessed += int(hot.sum())
+        for _, i, k in order:
+            t, st, en, acc = parsed[i][k]
+            if not len(st):
+                continue
+            region, page = maps[i].translate(st)
+            pages = (en - st + np.uint64((1 << PAGE_SHIFT) - 1)) >> np.uint64(PAGE_SHIFT)
+            hot = acc > 0
+            w.write(t_ns=np.full(len(st), t - t0, np.int64), region=region, page=page,
+                    kind=np.where(hot, int(Kind.RANGE_ACCESSED), int(Kind.RANGE_IDLE)).astype(np.uint8),
+                    ip=pages, tid=np.minimum(acc, INT32_MAX).astype(np.int32))
+            snapshots += 1
+            accessed += int(hot.sum())
     return {"trace": str(out), "rows": nrows, "snapshots": snapshots, "targets": len(records),
             "regions": len(regions), "accessed_rows": accessed, "format": ftype, "sorted_by_time": w.sorted}
