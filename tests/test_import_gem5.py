@@ -447,3 +447,20 @@ def test_fuzz_gpu_debug_traces(tmp_path):
         assert (base_addr + (c["page"].astype(np.uint64) << np.uint64(12))).tolist() == [r[2] & ~0xFFF for r in ref]
         outcomes["ok"] += 1
     assert outcomes["ok"] > 20, outcomes
+
+
+def test_m5out_directory(tmp_path, capsys):
+    m5 = tmp_path / "m5out"
+    m5.mkdir()
+    (m5 / "stats.txt").write_text(TWO_DUMPS)
+    out = tmp_path / "s.parquet"
+    assert cli_main(["import", "gem5", str(m5), "-o", str(out), "--json"]) == 0  # no trace: the stats alone
+    assert json.loads(capsys.readouterr().out)["stats_dumps"] == 2 and open_trace(out).num_rows == 0
+    (m5 / "mem.trc.gz").write_bytes(encode_trace(Hdr(), _packets(50)))
+    assert cli_main(["import", "gem5", str(m5), "-o", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["rows"] == 50 and info["stats_dumps"] == 2
+    assert len(open_trace(out).meta["gem5_stats"]["dumps"]) == 2
+    (m5 / "l2.ptrc.gz").write_bytes(b"")
+    assert cli_main(["import", "gem5", str(m5), "-o", str(out)]) == 2
+    assert "several packet traces (l2.ptrc.gz, mem.trc.gz)" in capsys.readouterr().err

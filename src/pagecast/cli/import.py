@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("format", choices=sorted(FORMATS), metavar="FORMAT", help="one of: " + ", ".join(FORMATS))
-    p.add_argument("src", help="file to import")
+    p.add_argument("src", help="file to import (gem5: also an m5out directory)")
     p.add_argument("-o", "--output", required=True, help="trace (or schedule) to write, .parquet")
     p.add_argument("--cpu-ghz", type=float, help="champsim/memai: convert cycles to ns at this clock (default: keep cycles)")
     p.add_argument("--instructions", action="store_true", help="lackey: also import instruction fetches")
@@ -61,10 +61,11 @@ def run(args: argparse.Namespace) -> int:
 
         info = import_trace(src, args.output, cpu_ghz=args.cpu_ghz)
     elif fmt == "gem5":
-        from pagecast.importers.gem5_run import import_run
+        from pagecast.importers.gem5_run import import_run, resolve_m5out
 
-        with progress(total=2 * size, desc="read (2 passes)", unit="B") as bar:
-            info = import_run(src, args.output, stats=args.stats, stats_only=args.stats_only,
+        src, stats, stats_only = resolve_m5out(src, args.stats)
+        with progress(total=2 * src.stat().st_size, desc="read (2 passes)", unit="B") as bar:
+            info = import_run(src, args.output, stats=stats, stats_only=args.stats_only or stats_only,
                               address=args.gpu_addresses, tick_freq=args.tick_freq, on_bytes=bar.update)
     elif fmt == "damo":
         from pagecast.importers.damo import import_trace

@@ -5,6 +5,7 @@ binary bytes or is named ``*.trc[.gz]`` / ``*.ptrc[.gz]``; a
 ``stats.txt`` when its first non-empty line is gem5's Begin Simulation Statistics
 separator; otherwise a debug trace of the GPU model. ``stats_only`` writes a trace with
 no rows whose metadata holds the statistics summary (a run without a packet trace).
+An ``m5out`` directory stands for its packet trace and ``stats.txt`` (``resolve_m5out``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,31 @@ def detect(path: str | Path) -> str:
     if head.lstrip().startswith(gem5_stats.BEGIN.encode()):
         return "stats"
     return "debug"
+
+
+TRACE_GLOBS = ("*.trc.gz", "*.ptrc.gz", "*.trc", "*.ptrc")
+
+
+def resolve_m5out(src: str | Path, stats: str | Path | None) -> tuple[Path, Path | None, bool]:
+    """A gem5 output directory → (packet trace or stats.txt, stats.txt to attach, stats only).
+
+    A file is returned as it is. In a directory the one packet trace is used (several:
+    an error naming them) with the directory's ``stats.txt``; without a trace, the
+    ``stats.txt`` alone.
+    """
+    src = Path(src)
+    if not src.is_dir():
+        return src, Path(stats) if stats else None, False
+    traces = sorted({p for g in TRACE_GLOBS for p in src.glob(g)})
+    st = Path(stats) if stats else (src / "stats.txt" if (src / "stats.txt").is_file() else None)
+    if len(traces) > 1:
+        names = ", ".join(p.name for p in traces)
+        raise PagecastError(f"several packet traces ({names}): name the one to import", path=src)
+    if traces:
+        return traces[0], st, False
+    if st is None:
+        raise PagecastError("no packet trace (*.trc.gz) and no stats.txt in this directory", path=src)
+    return st, None, True
 
 
 def import_stats_only(src: str | Path, out: str | Path) -> dict[str, Any]:
