@@ -38,7 +38,6 @@ class Kind(enum.IntEnum):
     THROTTLING = 11  # CUPTI throttling notification
     CPU_FAULT = 12  # CPU page fault on managed memory reported by CUPTI
     REMOTE_MAP = 13  # CUPTI remote map
-    # 14 and 15 are taken (another change in flight)
     # A range of pages sampled over an interval (DAMON region in one aggregation
     # interval): page = first page, ip = pages in the range, tid = samples that found it
     # accessed (DAMON nr_accesses). ACCESSED when tid > 0 (a demand kind), IDLE when 0.
