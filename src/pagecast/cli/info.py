@@ -34,7 +34,12 @@ def run(args: argparse.Namespace) -> int:
     head = {k: v for k, v in s.to_dict().items() if k not in ("kinds", "top_regions", "meta")}
     print(format_table([{"field": k, "value": "-" if v is None else v} for k, v in head.items()]))
     for k, v in s.meta.items():
-        print(f"{k}: {v}")
+        if k == "gem5_stats":
+            from pagecast.importers.gem5_stats import format_summary
+
+            print("\n".join(format_summary(v)))
+        else:
+            print(f"{k}: {v}")
     print()
     print(format_table([{"kind": k, "rows": v} for k, v in s.kinds.items()]))
     print()

@@ -10,4 +10,6 @@ FORMATS: dict[str, tuple[str, str, str]] = {
     "champsim": ("pagecast.importers.champsim", "ML-DPC / ChampSim load trace (instr_id, cycle, addr, pc, llc_hit)", "trace"),
     "champsim-prefetch": ("pagecast.importers.champsim", "ML-DPC prefetch file (instr_id hex_addr)", "schedule"),
     "memai": ("pagecast.importers.memai", "MemAI PEBS feather (Timestamp, Vaddr, Phase, Instrs)", "trace"),
+    "gem5": ("pagecast.importers.gem5_run", "gem5 packet trace (.trc[.gz]), GPU debug trace, or stats.txt (--stats-only)", "trace"),
+    "damo": ("pagecast.importers.damo", "damo record file (json or zlib-compressed json)", "trace"),
 }

@@ -3,6 +3,11 @@
 Two streaming passes over the trace, each a numba loop per batch: rows, page range per
 region and the time span; then counting the chosen regions' rows into fixed grids.
 Memory is the grids, whatever the trace size.
+
+Range rows (RANGE_ACCESSED / RANGE_IDLE, e.g. a DAMON region in one aggregation
+interval) cover ``ip`` pages from ``page`` and weigh their access count (``tid``): each
+page bin they overlap gets count × overlapping pages / pages in the bin, the mean
+access frequency over the bin, which is what damo's heatmap draws per pixel.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.trace.reader import Trace, open_trace
-from pagecast.trace.schema import Kind
+from pagecast.trace.schema import RANGE_KINDS, Kind
 from pagecast.util.atomic import atomic_output
 
 
@@ -36,11 +41,11 @@ class RegionGrid:
     name: str
     page_lo: int
     page_hi: int  # exclusive
-    grid: np.ndarray  # (page_bins, time_bins) counts
+    grid: np.ndarray  # (page_bins, time_bins) counts (float64: range rows add fractions)
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(region, page, t, kind, kind_ok, nreg, rows, pmin, pmax, trange):  # pragma: no cover - jitted
+def _scan(region, page, t, kind, npages, is_range, kind_ok, nreg, rows, pmin, pmax, trange):  # pragma: no cover - jitted
     """Pass 1: rows, page range per region and the time span of rows that will be drawn."""
     for i in range(len(region)):
         r = region[i]
@@ -50,8 +55,9 @@ def _scan(region, page, t, kind, kind_ok, nreg, rows, pmin, pmax, trange):  # pr
         p = page[i]
         if p < pmin[r]:
             pmin[r] = p
-        if p > pmax[r]:
-            pmax[r] = p
+        last = p + max(np.int64(npages[i]), 1) - 1 if is_range[kind[i]] else p
+        if last > pmax[r]:
+            pmax[r] = last
         if t[i] < trange[0]:
             trange[0] = t[i]
         if t[i] > trange[1]:
@@ -59,7 +65,8 @@ def _scan(region, page, t, kind, kind_ok, nreg, rows, pmin, pmax, trange):  # pr
 
 
 @numba.njit(cache=True, nogil=True)
-def _bin(region, page, t, kind, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins, total):  # pragma: no cover
+def _bin(region, page, t, kind, npages, weight, is_range, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins,
+         total):  # pragma: no cover
     """Pass 2: count each drawn row into its region's (page bin, time bin) cell."""
     nreg = len(slot)
     for i in range(len(region)):
@@ -72,6 +79,10 @@ def _bin(region, page, t, kind, kind_ok, slot, lo, width, pbins, off, tmin, span
         tb = (t[i] - tmin) * tbins // span
         if tb >= tbins:
             tb = tbins - 1
+        if is_range[kind[i]]:
+            _spread(page[i] - lo[s], max(np.int64(npages[i]), 1), weight[i], pbins[s], width[s],
+                    total, off[s] + tb, tbins)
+            continue
         pb = (page[i] - lo[s]) * pbins[s] // width[s]
         if pb >= pbins[s]:
             pb = pbins[s] - 1
@@ -80,19 +91,40 @@ def _bin(region, page, t, kind, kind_ok, slot, lo, width, pbins, off, tmin, span
         total[off[s] + pb * tbins + tb] += 1
 
 
+@numba.njit(cache=True, nogil=True)
+def _spread(first, n, w, pbins, width, total, base, tbins):  # pragma: no cover - jitted
+    """Add w × (pages of [first, first+n) in each bin) / (pages in the bin) to the bins it overlaps."""
+    end = min(first + n, width)
+    first = max(first, 0)
+    if end <= first:
+        return
+    b = first * pbins // width
+    while b < pbins:
+        b_lo = -(-b * width // pbins)  # first page of bin b
+        b_hi = -(-(b + 1) * width // pbins)
+        if b_lo >= end:
+            break
+        ov = min(end, b_hi) - max(first, b_lo)
+        if ov > 0:
+            total[base + b * tbins] += w * ov / (b_hi - b_lo)
+        b += 1
+
+
 def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None) -> tuple[list[RegionGrid], int, int]:
     nreg = len(t.regions)
     kind_ok = np.ones(256, np.bool_)
     if cfg.kinds is not None:
         kind_ok[:] = False
         kind_ok[np.asarray(cfg.kinds, np.uint8)] = True
-    cols = ["t_ns", "region", "page", "kind"]
+    cols = ["t_ns", "region", "page", "kind", "ip", "tid"]
+    is_range = np.zeros(256, np.bool_)
+    is_range[[int(k) for k in RANGE_KINDS]] = True
     rows = np.zeros(nreg, np.int64)
     pmin = np.full(nreg, np.iinfo(np.int64).max, np.int64)
     pmax = np.full(nreg, -1, np.int64)
     trange = np.array([np.iinfo(np.int64).max, np.iinfo(np.int64).min], np.int64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        _scan(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, nreg, rows, pmin, pmax, trange)
+        _scan(b["region"], b["page"], b["t_ns"], b["kind"], b["ip"], is_range, kind_ok, nreg, rows, pmin, pmax, trange)
         if on_rows:
             on_rows(len(b["t_ns"]))
     if not rows.any():
@@ -110,7 +142,7 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
     for rid in chosen:
         lo, hi = (int(pmin[rid]), int(pmax[rid]) + 1) if rows[rid] else (0, 1)
         pbins = min(cfg.page_bins, hi - lo)  # never a bin narrower than one page
-        grids[rid] = RegionGrid(rid, t.regions[rid].name, lo, hi, np.zeros((pbins, cfg.time_bins), np.int64))
+        grids[rid] = RegionGrid(rid, t.regions[rid].name, lo, hi, np.zeros((pbins, cfg.time_bins), np.float64))
     # the chosen regions' grids laid end to end in one array
     slot = np.full(nreg, -1, np.int64)
     slot[chosen] = np.arange(len(chosen))
@@ -118,10 +150,11 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
     width = np.array([max(grids[r].page_hi - grids[r].page_lo, 1) for r in chosen], np.int64)
     pbins = np.array([grids[r].grid.shape[0] for r in chosen], np.int64)
     off = np.concatenate([[0], np.cumsum(pbins * cfg.time_bins)]).astype(np.int64)
-    total = np.zeros(int(off[-1]), np.int64)
+    # float: range rows add fractions (mean access count over a bin); other rows add 1
+    total = np.zeros(int(off[-1]), np.float64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        _bin(b["region"], b["page"], b["t_ns"], b["kind"], kind_ok, slot, lo, width, pbins, off, tmin, span,
-             cfg.time_bins, total)
+        _bin(b["region"], b["page"], b["t_ns"], b["kind"], b["ip"], b["tid"].astype(np.float64), is_range, kind_ok,
+             slot, lo, width, pbins, off, tmin, span, cfg.time_bins, total)
         if on_rows:
             on_rows(len(b["t_ns"]))
     for i, rid in enumerate(chosen):
@@ -145,9 +178,11 @@ def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,
     fig, axes = plt.subplots(len(grids), 1, figsize=(9, 2.6 * len(grids) + 0.6), squeeze=False)
     for ax, g in zip(axes[:, 0], grids):
         data = np.ma.masked_equal(g.grid, 0)
-        vmax = max(int(g.grid.max()), 1)
+        vmax = max(float(g.grid.max()), 1.0)
+        pos = g.grid[g.grid > 0]
+        vmin = min(1.0, float(pos.min())) if len(pos) else 1.0  # range rows can average below one access
         im = ax.imshow(data, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
-                       norm=LogNorm(vmin=1, vmax=max(vmax, 2)),
+                       norm=LogNorm(vmin=vmin, vmax=max(vmax, 2 * vmin)),
                        extent=(0, (tmax - tmin) / scale, g.page_lo, g.page_hi))
         ax.set_facecolor("white")
         r = t.regions[g.region]

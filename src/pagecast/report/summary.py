@@ -9,10 +9,15 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecast.trace.reader import Trace, open_trace
-from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, Kind
+from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, RANGE_KINDS, Kind
 
 BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counting
 _REGION_SHIFT = 40  # key = (region + 1) << 40 | page: pages below 2^40 (4 PiB of 4 KiB pages)
+
+
+# metadata keys `pagecast info` shows (gem5_stats: the summary of the run's stats.txt)
+_META_SHOWN = ("command", "exit_status", "lost", "page_size", "time_unit", "recorder", "tick_freq", "gem5_commands",
+               "gem5_stats", "damo_format", "damo_intervals")
 
 
 @dataclass
@@ -51,6 +56,19 @@ class TraceSummary:
         return asdict(self)
 
 
+def _mark_ranges(seen: np.ndarray, offsets: np.ndarray, reg: np.ndarray, page: np.ndarray, npages: np.ndarray,
+                 lim: np.ndarray, sel: np.ndarray) -> None:
+    """seen[offset + page : offset + min(page + npages, length)] = True for the selected rows."""
+    if not sel.any():
+        return
+    lo = offsets[reg[sel]] + page[sel]
+    hi = offsets[reg[sel]] + np.minimum(page[sel] + np.maximum(npages[sel].astype(np.int64), 1), lim[sel])
+    edge = np.zeros(len(seen) + 1, np.int64)
+    np.add.at(edge, lo, 1)
+    np.add.at(edge, hi, -1)
+    seen |= np.cumsum(edge[:-1]) > 0
+
+
 def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: int = 1 << 21,
               on_rows: Callable[[int], None] | None = None) -> TraceSummary:
     t = path_or_trace if isinstance(path_or_trace, Trace) else open_trace(path_or_trace)
@@ -67,7 +85,11 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
     uniq: list[np.ndarray] = []
     tmin, tmax = None, None
     nbytes = 0
-    for b in t.iter_batches(["t_ns", "region", "page", "kind", "bytes"], batch_rows):
+    range_rows = np.zeros(256, bool)
+    range_rows[[int(k) for k in RANGE_KINDS]] = True
+    # range rows (meta "range_rows") cover ip pages each; other traces skip reading ip
+    cols = ["t_ns", "region", "page", "kind", "bytes"] + (["ip"] if t.meta.get("range_rows") else [])
+    for b in t.iter_batches(cols, batch_rows):
         kind_counts += np.bincount(b["kind"], minlength=256)
         reg = b["region"].astype(np.int64)
         reg = np.where((reg >= -1) & (reg < nreg), reg, -1)
@@ -75,9 +97,16 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         page = b["page"]
         lim = lengths[np.maximum(reg, 0)]
         inside = (reg >= 0) & (page >= 0) & (page < lim)
-        seen[offsets[reg[inside]] + page[inside]] = True
-        if not inside.all():
-            out = ~inside
+        ranged = range_rows[b["kind"]]
+        if ranged.any() and "ip" in b:  # a range row touches its ip pages when accessed, none when idle
+            accessed = ranged & (b["kind"] == Kind.RANGE_ACCESSED)
+            _mark_ranges(seen, offsets, reg, page, b["ip"], lim, inside & accessed)
+            point_in = inside & ~ranged
+            out = ~inside & (~ranged | accessed)
+        else:
+            point_in, out = inside, ~inside
+        seen[offsets[reg[point_in]] + page[point_in]] = True
+        if out.any():
             key = ((reg[out] + 1) << _REGION_SHIFT) | (page[out].astype(np.int64) & ((1 << _REGION_SHIFT) - 1))
             uniq.append(np.unique(key))
             if sum(len(u) for u in uniq) > 4 * batch_rows:
@@ -116,6 +145,6 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         duration_s=round(duration, 6) if duration is not None else None, time_unit=unit, span=int(span), faults=faults,
         fault_rate_per_s=round(faults / duration, 1) if duration else None,
         demand_rows=demand, bytes_moved=nbytes,
-        meta={k: v for k, v in t.meta.items() if k in ("command", "exit_status", "lost", "page_size", "time_unit", "recorder")},
+        meta={k: v for k, v in t.meta.items() if k in _META_SHOWN},
         top_regions=regs,
     )

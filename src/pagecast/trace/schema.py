@@ -38,6 +38,11 @@ class Kind(enum.IntEnum):
     THROTTLING = 11  # CUPTI throttling notification
     CPU_FAULT = 12  # CPU page fault on managed memory reported by CUPTI
     REMOTE_MAP = 13  # CUPTI remote map
+    # A range of pages sampled over an interval (DAMON region in one aggregation
+    # interval): page = first page, ip = pages in the range, tid = samples that found it
+    # accessed (DAMON nr_accesses). ACCESSED when tid > 0 (a demand kind), IDLE when 0.
+    RANGE_ACCESSED = 16
+    RANGE_IDLE = 17
 
     @classmethod
     def parse(cls, name: str) -> "Kind":
@@ -49,7 +54,8 @@ class Kind(enum.IntEnum):
 
 
 FAULT_KINDS = (Kind.FAULT_MINOR, Kind.FAULT_MAJOR, Kind.FAULT_GPU, Kind.FAULT)
-DEMAND_KINDS = (Kind.ACCESS,) + FAULT_KINDS
+DEMAND_KINDS = (Kind.ACCESS,) + FAULT_KINDS + (Kind.RANGE_ACCESSED,)
+RANGE_KINDS = (Kind.RANGE_ACCESSED, Kind.RANGE_IDLE)  # rows that cover ip pages from page on
 
 # flags bits
 FLAG_WRITE = 1 << 0  # the access or fault was a write
