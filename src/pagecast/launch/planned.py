@@ -1,0 +1,131 @@
+"""``pagecast run --plan`` when it comes through the full command-line parser.
+
+Two cases reach here: a command line the fast path (``command.py``) does not take
+(e.g. ``pagecast.cli.main([...])`` called from Python), which runs the native launcher as
+a child and returns its exit status; and a plan with ``pack`` or ``per-fault`` files,
+which the launcher hands back to Python (``PAGECAST_PLAN_HANDOVER`` names the status file
+of the warm/stream prefetcher it already started). The hand-over runs those files through
+today's live machinery: packs through the userfaultfd pager (``--pack``), a per-fault
+policy through the live loop (``--policy``), then reports in the same JSON shape as the
+launcher (``live`` filled in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pagecast.errors import PagecastError
+from pagecast.launch.binary import launcher_path
+from pagecast.launch.command import HANDOVER_ENV, launcher_argv
+from pagecast.plan.format import FileIdentity, FilePlan, read_plan
+
+_STATUS_WAIT_S = 2.0  # the prefetcher stops within one request of the program's exit
+
+
+def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str | None = None) -> int:
+    handover = os.environ.pop(HANDOVER_ENV, None)
+    if handover:
+        return run_handover(plan, cmd, Path(handover), as_json=as_json)
+    argv = launcher_argv(launcher_path(), plan, as_json, status, cmd)
+    return _exit_status(subprocess.run(argv).returncode)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _warn(msg: str) -> None:
+    print(f"pagecast run: warning: {msg}", file=sys.stderr)
+
+
+def _current(fp: FilePlan) -> bool:
+    try:
+        return not fp.identity.differences(FileIdentity.of(fp.path))
+    except OSError:
+        return False
+
+
+def run_handover(plan: str, cmd: list[str], status_path: Path, *, as_json: bool = False,
+                 warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
+    doc = read_plan(plan)
+    # the launcher already warned about stale and missing files; these are the live ones
+    packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
+    per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
+    policies = sorted({fp.arg for fp in per_fault})
+    policy = policies[0] if policies else "none"
+    for fp in per_fault:
+        if fp.arg != policy:
+            warn(f"{fp.path}: per-fault policy {fp.arg!r} not run: one policy per run, using {policy!r} for the program")
+    stdout = 2 if as_json else None
+    t0 = time.monotonic()
+    live: dict[str, Any]
+    if packs:
+        live, rc = _run_packs(cmd, packs, policy, stdout, warn)
+    else:
+        from pagecast.online.live import LiveConfig, run_live
+        from pagecast.online.worker import SourceSpec
+        from pagecast.policies.base import get_prefetcher
+
+        get_prefetcher(policy)  # unknown name → one line
+        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", policy), stdout=stdout))
+        live, rc = res.to_dict(), res.returncode
+    wall = time.monotonic() - t0
+    report = _report(plan, rc, wall, status_path, live)
+    if as_json:
+        from pagecast.cli._common import print_json  # noqa: PLC0415 - output formatting only
+
+        print_json(report)
+    return _exit_status(rc)
+
+
+def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any,
+               warn: Callable[[str], None]) -> tuple[dict[str, Any], int]:  # fmt: skip
+    from pagecast.online.pack import read_pack
+    from pagecast.online.pager import run_pager
+
+    usable, specs = [], []
+    for fp in packs:
+        try:
+            info = read_pack(fp.arg)
+        except PagecastError as e:
+            warn(f"{fp.path}: pack not used ({e}); the file is read on demand")
+            continue
+        why = info.stale_reason()
+        if why:
+            warn(f"{fp.path}: pack {fp.arg} not used ({why}); the file is read on demand")
+            continue
+        usable.append(info)
+        specs.append((info.source, os.path.getsize(info.source)))
+    if not usable:
+        proc = subprocess.run(list(cmd), stdout=stdout)
+        return {"regions": []}, proc.returncode
+    res = run_pager(cmd, specs, policy=policy, packs=[i.path for i in usable], stdout=stdout)
+    mapped = {os.path.realpath(st.get("path", "")) for st in res.stats}
+    for info in usable:
+        if os.path.realpath(info.source) not in mapped:
+            warn(f"{info.source}: pack {info.path} unused: the program never mapped the file "
+                 "(read with read() or loaded by the dynamic loader?)")  # fmt: skip
+    return {"regions": res.stats}, res.returncode
+
+
+def _report(plan: str, rc: int, wall: float, status_path: Path, live: dict[str, Any]) -> dict[str, Any]:
+    deadline = time.monotonic() + _STATUS_WAIT_S
+    status: dict[str, Any] = {"prefetch": None, "files": []}
+    while time.monotonic() < deadline:
+        try:
+            status = json.loads(status_path.read_text())
+            status_path.unlink(missing_ok=True)
+            break
+        except (OSError, ValueError):
+            time.sleep(0.02)
+    for f in status.get("files", []):
+        if f.get("status") == "handed-over":
+            f["status"] = "live"
+    return {"mode": "plan", "plan": plan, "plan_error": None, "returncode": rc, "exit_status": _exit_status(rc),
+            "wall_s": wall, "prefetch": status.get("prefetch"), "files": status.get("files", []), "live": live}
