@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 # Order in --help; commands not listed here follow alphabetically.
-_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "run", "bench", "pager", "estimate", "gym", "recover"]
+_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
 
 
 def build_parser() -> "argparse.ArgumentParser":
