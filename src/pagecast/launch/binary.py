@@ -76,3 +76,8 @@ def build_launcher() -> str:
     except OSError:
         pass  # no stamp: the next launch rebuilds-by-hash, which only costs time
     return str(out)
+
+
+if __name__ == "__main__":
+    # `"$(python -m pagecast.launch.binary)" PLAN -- PROG ARGS`: the launcher with no Python in front
+    print(launcher_path())
