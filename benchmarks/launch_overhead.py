@@ -8,7 +8,9 @@ Runs, interleaved round by round (so machine load hits every variant alike):
   generates (same imports, including its `import re`), plan with nothing to do;
 - run --plan, warm: the same with a plan warming a few files (the program's shared
   libraries and a 16 MiB data file, whole), prefetched beside the program;
-- python -c pass: the interpreter's own start-up, the floor of any Python entry point.
+- python -c pass: the interpreter's own start-up, the floor of any Python entry point;
+- python -c 'import re': that plus the `import re` every pip console script does, the
+  floor of any `pagecast ...` command (the rest of "run --plan" is pagecast's).
 
 for two programs: /usr/bin/true and a short real program (`ls -la /usr/lib`: a dynamically
 linked program with a few libraries that reads a directory). Prints the median wall time of each variant and its difference
@@ -96,6 +98,7 @@ def main() -> None:
                 "run --plan, nothing": [sys.executable, str(script), "run", "--plan", str(nothing), "--", *prog],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
                 "python -c pass": [sys.executable, "-c", "pass"],
+                "python -c 'import re'": [sys.executable, "-c", "import re"],
             }
             times: dict[str, list[float]] = {k: [] for k in variants}
             for cmd in variants.values():  # warm up caches and the launcher build
@@ -112,7 +115,7 @@ def main() -> None:
         base = med["bare"]
         print(f"\nprogram: {label}   (bare {base:.2f} ms)")
         for k, v in med.items():
-            print(f"  {k:22s} {v:8.2f} ms   {v - base:+8.2f} ms vs bare")
+            print(f"  {k:24s} {v:8.2f} ms   {v - base:+8.2f} ms vs bare")
 
 
 if __name__ == "__main__":

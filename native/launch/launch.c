@@ -25,7 +25,7 @@
  * Plans with a pack or per-fault strategy need the Python live machinery
  * (src/pagecast/online): the launcher starts the warm/stream prefetching, then execs
  * `PY -m pagecast run --plan PLAN -- PROG ARGS` with PAGECAST_PLAN_HANDOVER naming the
- * prefetcher's status file, and the Python side runs the rest.
+ * prefetcher's status file ("-": none is written), and the Python side runs the rest.
  *
  * --prefetch-only: start the prefetcher for PLAN's warm/stream files and exit.
  *
@@ -151,20 +151,22 @@ static int plan_needs_python(const struct pcl_plan *plan)
 
 static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, int native)
 {
-	char status[4096];
+	/* a status file only when someone reads it: the user (--status) or the --json report */
+	char status[4096] = "-";
 	if (o->status)
 		snprintf(status, sizeof status, "%s", o->status);
-	else
+	else if (o->wait_mode)
 		snprintf(status, sizeof status, "%s/pagecast-plan-status.%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
 			 (int)getpid());
+	const char *status_path = strcmp(status, "-") ? status : NULL;
 	for (int i = 0; i < plan->nfiles; i++)
 		if (plan->files[i].status == PCL_ST_PENDING &&
 		    (plan->files[i].strategy == PCL_PACK || plan->files[i].strategy == PCL_PER_FAULT))
 			plan->files[i].status = PCL_ST_HANDED_OVER;
 	if (native)
-		start_prefetcher(plan, stop_fd, status, 1);
-	else
-		pcl_prefetch_run(plan, -1, status);
+		start_prefetcher(plan, stop_fd, status_path, 1);
+	else if (status_path)
+		pcl_prefetch_run(plan, -1, status_path);
 	int n = 0;
 	for (char **p = o->prog; *p; p++)
 		n++;

@@ -23,17 +23,25 @@ from typing import Any, Callable
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.launch.command import HANDOVER_ENV, launcher_argv
-from pagecast.plan.format import FileIdentity, FilePlan, read_plan
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan
 
-_STATUS_WAIT_S = 2.0  # the prefetcher stops within one request of the program's exit
+_STATUS_WAIT_S = 0.5  # warm requests are queued, not waited for: the report is normally there at once
 
 
 def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str | None = None) -> int:
     handover = os.environ.pop(HANDOVER_ENV, None)
     if handover:
-        return run_handover(plan, cmd, Path(handover), as_json=as_json)
+        return run_handover(plan, cmd, None if handover == "-" else Path(handover), as_json=as_json)
     argv = launcher_argv(launcher_path(), plan, as_json, status, cmd)
     return _exit_status(subprocess.run(argv).returncode)
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars in the live summary
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
 
 
 def _exit_status(returncode: int) -> int:
@@ -51,7 +59,7 @@ def _current(fp: FilePlan) -> bool:
         return False
 
 
-def run_handover(plan: str, cmd: list[str], status_path: Path, *, as_json: bool = False,
+def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False,
                  warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
     doc = read_plan(plan)
     # the launcher already warned about stale and missing files; these are the live ones
@@ -76,11 +84,8 @@ def run_handover(plan: str, cmd: list[str], status_path: Path, *, as_json: bool 
         res = run_live(LiveConfig(list(cmd), SourceSpec("policy", policy), stdout=stdout))
         live, rc = res.to_dict(), res.returncode
     wall = time.monotonic() - t0
-    report = _report(plan, rc, wall, status_path, live)
     if as_json:
-        from pagecast.cli._common import print_json  # noqa: PLC0415 - output formatting only
-
-        print_json(report)
+        print(json.dumps(_report(doc, plan, rc, wall, status_path, live), indent=2, default=_jsonable))
     return _exit_status(rc)
 
 
@@ -114,16 +119,24 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any,
     return {"regions": res.stats}, res.returncode
 
 
-def _report(plan: str, rc: int, wall: float, status_path: Path, live: dict[str, Any]) -> dict[str, Any]:
+def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None,
+            live: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The launcher's report shape. The warm/stream prefetcher stops when this process
+    exits, not the program; if its report is not there within a moment it is still
+    running, and its files say so."""
+    status: dict[str, Any] | None = None
     deadline = time.monotonic() + _STATUS_WAIT_S
-    status: dict[str, Any] = {"prefetch": None, "files": []}
-    while time.monotonic() < deadline:
+    while status_path is not None and status is None and time.monotonic() < deadline:
         try:
             status = json.loads(status_path.read_text())
             status_path.unlink(missing_ok=True)
-            break
         except (OSError, ValueError):
             time.sleep(0.02)
+    if status is None:
+        files = [{"path": f.path, "strategy": f.strategy, "pages_planned": f.pages, "pages_issued": None,
+                  "bytes_issued": None, "detail": "",
+                  "status": "live" if f.strategy in ("pack", "per-fault") else "running"} for f in doc.files]  # fmt: skip
+        status = {"prefetch": None, "files": files}
     for f in status.get("files", []):
         if f.get("status") == "handed-over":
             f["status"] = "live"
