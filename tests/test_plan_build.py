@@ -155,3 +155,9 @@ def test_per_fault_in_a_plan_runs_the_live_loop(tmp_path, touchpages, datafile):
     assert r.returncode == bare.returncode == 3
     rep = json.loads(r.stdout)
     assert rep["exit_status"] == 3 and rep["files"][0]["status"] == "live" and rep["live"]["returncode"] == 3
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    plain = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
+                           env={**_env(), "TMPDIR": str(tmpdir)}, capture_output=True, text=True)  # fmt: skip
+    assert (plain.returncode, plain.stdout) == (3, bare.stdout)
+    assert not [p for p in tmpdir.iterdir() if p.name.startswith("pagecast-plan-status")]  # no report left behind
