@@ -121,6 +121,17 @@ def test_output_stdin_and_exit_status_identical_with_and_without_plan(tmp_path, 
     assert (planned.returncode, planned.stdout, planned.stderr) == (bare.returncode, bare.stdout, bare.stderr)
 
 
+def test_signal_dispositions_identical_with_and_without_plan(tmp_path, disk_file):
+    # the Python entry ignores SIGPIPE; an ignored signal survives exec unless reset
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 4)])])
+    cmd = ["grep", "-E", "^Sig(Ign|Blk|Cgt)", "/proc/self/status"]
+    bare = subprocess.run(cmd, capture_output=True)
+    planned = _pagecast("run", "--plan", str(plan), "--", *cmd)
+    assert planned.stdout == bare.stdout and b"SigIgn" in bare.stdout
+    piped = _pagecast("run", "--plan", str(plan), "--", "sh", "-c", "yes | head -n 1")
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"y\n", b"")
+
+
 def test_killed_program_exits_128_plus_n_in_a_shell_and_with_json(tmp_path, disk_file):
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 4)])])
     inner = f"{sys.executable} -m pagecast run --plan {plan} -- sh -c 'kill -9 $$'; echo status=$?"

@@ -29,6 +29,11 @@
  *
  * --prefetch-only: start the prefetcher for PLAN's warm/stream files and exit.
  *
+ * --restore-signals: reset SIGPIPE and SIGXFSZ to their default action first. An ignored
+ * signal stays ignored across exec, and the Python interpreter that execs this launcher
+ * ignores both at start-up; without this, PROG would inherit that (a `yes | head` would
+ * see EPIPE instead of dying quietly). subprocess does the same for its children.
+ *
  * A plan that cannot be used (unreadable, corrupt, wrong version) costs one warning line
  * and PROG runs without it; a stale or missing file costs one warning naming it.
  */
@@ -49,14 +54,15 @@
 extern char **environ;
 
 struct opts {
-	int wait_mode, prefetch_only;
+	int wait_mode, prefetch_only, restore_signals;
 	const char *status, *python, *plan;
 	char **prog;
 };
 
 static int usage(void)
 {
-	fprintf(stderr, "usage: pagecast-launch [--wait] [--status FILE] [--python PY] [--prefetch-only] PLAN [-- PROG ARGS...]\n");
+	fprintf(stderr, "usage: pagecast-launch [--wait] [--status FILE] [--python PY] [--prefetch-only] [--restore-signals] "
+			"PLAN [-- PROG ARGS...]\n");
 	return 2;
 }
 
@@ -69,6 +75,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			o->wait_mode = 1;
 		else if (strcmp(argv[i], "--prefetch-only") == 0)
 			o->prefetch_only = 1;
+		else if (strcmp(argv[i], "--restore-signals") == 0)
+			o->restore_signals = 1;
 		else if (strcmp(argv[i], "--status") == 0 && i + 1 < argc)
 			o->status = argv[++i];
 		else if (strcmp(argv[i], "--python") == 0 && i + 1 < argc)
@@ -308,6 +316,10 @@ int main(int argc, char **argv)
 	struct opts o;
 	if (parse_args(argc, argv, &o) < 0)
 		return usage();
+	if (o.restore_signals) {
+		signal(SIGPIPE, SIG_DFL);
+		signal(SIGXFSZ, SIG_DFL);
+	}
 	struct pcl_plan plan;
 	char err[512];
 	int plan_ok = pcl_plan_read(o.plan, &plan, err, sizeof err) == 0;

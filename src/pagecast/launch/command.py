@@ -48,7 +48,7 @@ def planned_argv(args: list[str]) -> tuple[str, bool, str | None, list[str]] | N
 
 
 def launcher_argv(launcher: str, plan: str, as_json: bool, status: str | None, prog: list[str]) -> list[str]:
-    argv = [launcher, "--python", sys.executable]
+    argv = [launcher, "--restore-signals", "--python", sys.executable]  # Python ignores SIGPIPE: undo it
     if as_json:
         argv.append("--wait")
     if status:
