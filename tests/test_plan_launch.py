@@ -291,3 +291,12 @@ def test_cli_main_with_argv_runs_the_plan_as_a_child(tmp_path, disk_file, capfd)
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
     assert main(["run", "--plan", str(plan), "--", "sh", "-c", "echo via-main; exit 6"]) == 6
     assert capfd.readouterr().out == "via-main\n"
+
+
+def test_without_a_compiler_the_program_runs_unplanned(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
+    env = {**_env(), "CC": "no-such-cc", "PAGECAST_BUILD_DIR": str(tmp_path / "empty-build")}
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", "sh", "-c", "echo ran; exit 7"],
+                       env=env, capture_output=True, text=True)  # fmt: skip
+    assert (r.returncode, r.stdout) == (7, "ran\n")
+    assert r.stderr.count("\n") == 1 and "native launcher is not available" in r.stderr

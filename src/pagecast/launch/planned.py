@@ -32,7 +32,22 @@ def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str
     handover = os.environ.pop(HANDOVER_ENV, None)
     if handover:
         return run_handover(plan, cmd, None if handover == "-" else Path(handover), as_json=as_json)
-    argv = launcher_argv(launcher_path(), plan, as_json, status, cmd)
+    try:
+        launcher = launcher_path()
+    except PagecastError as e:  # e.g. no C compiler: the program still runs, unplanned
+        why = f"the native launcher is not available ({str(e).splitlines()[0]})"
+        _warn(f"{plan}: {why}; running the program without the plan")
+        t0 = time.monotonic()
+        try:
+            rc = subprocess.run(cmd, stdout=2 if as_json else None).returncode
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
+        if as_json:
+            print(json.dumps({"mode": "plan", "plan": plan, "plan_error": why, "returncode": rc,
+                              "exit_status": _exit_status(rc), "wall_s": time.monotonic() - t0, "prefetch": None,
+                              "files": [], "live": None}, indent=2))  # fmt: skip
+        return _exit_status(rc)
+    argv = launcher_argv(launcher, plan, as_json, status, cmd)
     return _exit_status(subprocess.run(argv).returncode)
 
 
