@@ -14,7 +14,8 @@ Runs, interleaved round by round (so machine load hits every variant alike):
 
 for two programs: /usr/bin/true and a short real program (`ls -la /usr/lib`: a dynamically
 linked program with a few libraries that reads a directory). Prints the median wall time of each variant and its difference
-to bare (target: run --plan with nothing to do ≤ 20 ms over bare).
+to bare (target: run --plan with nothing to do ≤ 20 ms over bare), in wall time and in
+CPU time (which machine load inflates much less than wall time).
 
     PYTHONPATH=src python benchmarks/launch_overhead.py [--rounds 30] [--json]
 """
@@ -63,13 +64,18 @@ def _plans(d: Path, prog: str, data: Path) -> tuple[Path, Path]:
     return nothing, warm
 
 
-def _time(cmd: list[str], env: dict[str, str]) -> float:
+def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + sys of the process and its waited-for children;
+    the detached prefetcher is not among them). CPU time barely moves with machine load,
+    so it shows the start-up work when wall times are dominated by waiting for a core."""
     t = time.perf_counter()
-    r = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
     dt = time.perf_counter() - t
-    if r.returncode != 0:
-        raise SystemExit(f"{cmd} exited {r.returncode}")
-    return dt
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{cmd} exited {p.returncode}")
+    return dt, ru.ru_utime + ru.ru_stime
 
 
 def main() -> None:
@@ -79,6 +85,9 @@ def main() -> None:
     args = ap.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    # An installed pagecast has its .pyc files; with this set every run would compile
+    # pagecast's modules from source again (the warm-up run below writes them).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     launcher = launcher_path()
     ls = shutil.which("ls") or "/bin/ls"
     programs = {"true": ["/usr/bin/true"], "ls -la /usr/lib": [ls, "-la", "/usr/lib"]}
@@ -100,23 +109,25 @@ def main() -> None:
                 "python -c pass": [sys.executable, "-c", "pass"],
                 "python -c 'import re'": [sys.executable, "-c", "import re"],
             }
-            times: dict[str, list[float]] = {k: [] for k in variants}
+            times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
             for cmd in variants.values():  # warm up caches and the launcher build
                 _time(cmd, env)
             for _ in range(args.rounds):
                 for k, cmd in variants.items():
                     times[k].append(_time(cmd, env))
-            results[label] = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            results[label] = {k: {"wall_ms": statistics.median(w for w, _ in v) * 1e3,
+                                  "cpu_ms": statistics.median(c for _, c in v) * 1e3} for k, v in times.items()}
     if args.json:
         print(json.dumps({"rounds": args.rounds, "median_ms": results, "load": os.getloadavg()}, indent=2))
         return
-    print(f"median wall ms of {args.rounds} interleaved runs each; load average {os.getloadavg()[0]:.2f}")
+    print(f"medians of {args.rounds} interleaved runs each; load average {os.getloadavg()[0]:.2f}")
     for label, med in results.items():
-        base = med["bare"]
-        print(f"\nprogram: {label}   (bare {base:.2f} ms)")
+        bw, bc = med["bare"]["wall_ms"], med["bare"]["cpu_ms"]
+        print(f"\nprogram: {label}   (bare: wall {bw:.2f} ms, cpu {bc:.2f} ms)")
+        print(f"  {'variant':24s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
         for k, v in med.items():
-            print(f"  {k:24s} {v:8.2f} ms   {v - base:+8.2f} ms vs bare")
-
+            w, c = v["wall_ms"], v["cpu_ms"]
+            print(f"  {k:24s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
 
 if __name__ == "__main__":
     main()
