@@ -300,3 +300,24 @@ def test_without_a_compiler_the_program_runs_unplanned(tmp_path, disk_file):
                        env=env, capture_output=True, text=True)  # fmt: skip
     assert (r.returncode, r.stdout) == (7, "ran\n")
     assert r.stderr.count("\n") == 1 and "native launcher is not available" in r.stderr
+
+
+def test_program_not_found_127_like_a_shell(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
+    r = _pagecast("run", "--plan", str(plan), "--", "/no/such/program")
+    assert r.returncode == 127 and r.stderr.decode().count("\n") == 1 and b"/no/such/program" in r.stderr
+
+
+def test_plan_show_json_and_table(tmp_path, disk_file, capsys):
+    from pagecast.cli import main
+
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2), (5, 3)], reason="why not")])
+    assert main(["plan", "--show", str(plan), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["files"][0]["ranges"] == [[0, 2], [5, 3]] and view["files"][0]["pages"] == 5
+    assert main(["plan", "--show", str(plan)]) == 0
+    assert "why not" in capsys.readouterr().out
+    (tmp_path / "bad.plan").write_text("nope")
+    assert main(["plan", "--show", str(tmp_path / "bad.plan")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad magic" in err

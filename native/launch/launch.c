@@ -214,20 +214,6 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void print_json_str(const char *s)
-{
-	putchar('"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			printf("\\%c", *p);
-		else if (*p < 0x20)
-			printf("\\u%04x", *p);
-		else
-			putchar(*p);
-	}
-	putchar('"');
-}
-
 /* --wait: PROG as a child, then one JSON report on stdout. */
 static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_ok, const char *plan_err, int native)
 {
@@ -275,12 +261,12 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
 	int rc = WIFSIGNALED(ws) ? -WTERMSIG(ws) : WEXITSTATUS(ws);
 	int exit_status = rc < 0 ? 128 - rc : rc;
 	printf("{\n  \"mode\": \"plan\",\n  \"plan\": ");
-	print_json_str(o->plan);
+	pcl_json_str(stdout, o->plan);
 	printf(",\n  \"plan_error\": ");
 	if (plan_ok)
 		printf("null");
 	else
-		print_json_str(plan_err);
+		pcl_json_str(stdout, plan_err);
 	printf(",\n  \"returncode\": %d,\n  \"exit_status\": %d,\n  \"wall_s\": %.6f,\n", rc, exit_status, wall);
 	char *st = NULL;
 	FILE *f = plan_ok ? fopen(status, "r") : NULL;

@@ -7,6 +7,7 @@
 #define PC_LAUNCH_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 enum pcl_strategy { PCL_NOTHING, PCL_WARM, PCL_STREAM, PCL_PACK, PCL_PER_FAULT, PCL_NSTRATEGIES };
@@ -64,6 +65,9 @@ int pcl_plan_open(struct pcl_plan *plan);
 /* Issue the plan's warm/stream requests until done or until stop_fd (a pidfd of the
  * program, or -1) becomes readable; then write the status JSON to status_path (if any). */
 void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_path);
+
+/* Write s as a JSON string literal (quotes, backslashes and control bytes escaped). */
+void pcl_json_str(FILE *o, const char *s);
 
 /* Lower this process's CPU and I/O priority (nice +10, best-effort class, lowest level). */
 void pcl_lower_priority(void);

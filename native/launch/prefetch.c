@@ -147,7 +147,7 @@ static struct request *make_requests(struct pcl_plan *plan, int64_t *n)
 	return req;
 }
 
-static void json_str(FILE *o, const char *s)
+void pcl_json_str(FILE *o, const char *s)
 {
 	fputc('"', o);
 	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -180,12 +180,12 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
 	for (int i = 0; i < plan->nfiles; i++) {
 		struct pcl_file *f = &plan->files[i];
 		fprintf(o, "%s\n  {\"path\": ", i ? "," : "");
-		json_str(o, f->path);
+		pcl_json_str(o, f->path);
 		fprintf(o, ", \"strategy\": \"%s\", \"status\": \"%s\", \"pages_planned\": %lld, \"pages_issued\": %lld, "
 			   "\"bytes_issued\": %lld, \"detail\": ",
 			pcl_strategy_names[f->strategy], pcl_status_names[f->status], (long long)f->pages_planned,
 			(long long)f->pages_issued, (long long)f->pages_issued * PAGE);
-		json_str(o, f->detail);
+		pcl_json_str(o, f->detail);
 		fputc('}', o);
 	}
 	fputs("]}\n", o);

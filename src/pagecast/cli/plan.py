@@ -23,8 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast plan run1.parquet run2.parquet run3.parquet -o prog.plan --explain && "
                "pagecast run --plan prog.plan -- ./prog args",
     )
-    p.add_argument("traces", nargs="+", help="recordings (.parquet) of the program")
-    p.add_argument("-o", "--output", required=True, help="plan file to write")
+    p.add_argument("traces", nargs="*", help="recordings (.parquet) of the program")
+    p.add_argument("-o", "--output", help="plan file to write")
+    p.add_argument("--show", metavar="PLAN", help="print an existing plan instead (table; --json: the JSON view)")
     p.add_argument("--min-runs", type=int, default=None,
                    help="keep pages used by at least this many recordings (default: all but one, at least 1)")
     p.add_argument("--depth", type=int, default=2, help="reader threads = requests in flight while warming (default 2)")
@@ -34,9 +35,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def show(path: str, as_json: bool) -> int:
+    from pagecast.plan.format import read_plan
+
+    doc = read_plan(path)
+    if as_json:
+        print_json({"plan": path, **doc.to_dict()})
+        return 0
+    rows = [{"file": f.path, "strategy": f.strategy, "pages": f.pages, "ranges": len(f.ranges), "depth": f.depth,
+             "arg": f.arg or "-", "reason": f.reason} for f in doc.files]  # fmt: skip
+    print(format_table(rows) if rows else f"{path}: a plan with no files")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    from pagecast.errors import PagecastError
     from pagecast.plan.format import write_plan
     from pagecast.plan.shared_pages import PlanConfig, plan_from_recordings
+
+    if args.show:
+        if args.traces or args.output:
+            raise PagecastError("--show PLAN takes no recordings and no -o")
+        return show(args.show, args.json)
+    if not args.traces or not args.output:
+        raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
     cfg = PlanConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib)
     with progress(desc="rows", unit="row") as bar:
