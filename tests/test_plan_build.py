@@ -141,6 +141,18 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     same = {k for k in ("rows", "checksum")}
     result = wl.parse_result(r.stderr)  # --json: the program's stdout goes to stderr
     assert {k: result[k] for k in same} == {k: wl.parse_result(bare.stdout)[k] for k in same}
+    # a pack of another file in the plan: one warning naming the file, reported as not run
+    other = tmp_path / "other.bin"
+    other.write_bytes(bytes(8192))
+    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path)),
+                              FilePlan(str(other), FileIdentity.of(other), "pack", arg=str(pack.path))]))  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
+                       env=_env(), capture_output=True, text=True)  # fmt: skip
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["live", "not-run"]
+    assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
+        f"pagecast run: warning: {other}: pack {pack.path} is a pack of {w.resolve()}, not of this file; "
+        "the file is read on demand"]
 
 
 @needs_perf

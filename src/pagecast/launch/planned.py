@@ -82,14 +82,16 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
     per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
     policies = sorted({fp.arg for fp in per_fault})
     policy = policies[0] if policies else "none"
+    skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
     for fp in per_fault:
         if fp.arg != policy:
-            warn(f"{fp.path}: per-fault policy {fp.arg!r} not run: one policy per run, using {policy!r} for the program")
+            skipped[fp.path] = f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran"
+            warn(f"{fp.path}: {skipped[fp.path]}")
     stdout = 2 if as_json else None
     t0 = time.monotonic()
     live: dict[str, Any]
     if packs:
-        live, rc = _run_packs(cmd, packs, policy, stdout, warn)
+        live, rc = _run_packs(cmd, packs, policy, stdout, warn, skipped)
     else:
         from pagecast.online.live import LiveConfig, run_live
         from pagecast.online.worker import SourceSpec
@@ -100,25 +102,32 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
         live, rc = res.to_dict(), res.returncode
     wall = time.monotonic() - t0
     if as_json:
-        print(json.dumps(_report(doc, plan, rc, wall, status_path, live), indent=2, default=_jsonable))
+        print(json.dumps(_report(doc, plan, rc, wall, status_path, live, skipped), indent=2, default=_jsonable))
     return _exit_status(rc)
 
 
-def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any,
-               warn: Callable[[str], None]) -> tuple[dict[str, Any], int]:  # fmt: skip
+def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
+               skipped: dict[str, str]) -> tuple[dict[str, Any], int]:  # fmt: skip
     from pagecast.online.pack import read_pack
     from pagecast.online.pager import run_pager
+
+    def skip(fp: FilePlan, why: str) -> None:
+        skipped[fp.path] = why
+        warn(f"{fp.path}: {why}")
 
     usable, specs = [], []
     for fp in packs:
         try:
             info = read_pack(fp.arg)
         except PagecastError as e:
-            warn(f"{fp.path}: pack not used ({e}); the file is read on demand")
+            skip(fp, f"pack not used ({e}); the file is read on demand")
             continue
         why = info.stale_reason()
         if why:
-            warn(f"{fp.path}: pack {fp.arg} not used ({why}); the file is read on demand")
+            skip(fp, f"pack {fp.arg} not used ({why}); the file is read on demand")
+            continue
+        if os.path.realpath(info.source) != os.path.realpath(fp.path):
+            skip(fp, f"pack {fp.arg} is a pack of {info.source}, not of this file; the file is read on demand")
             continue
         usable.append(info)
         specs.append((info.source, os.path.getsize(info.source)))
@@ -129,13 +138,14 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any,
     mapped = {os.path.realpath(st.get("path", "")) for st in res.stats}
     for info in usable:
         if os.path.realpath(info.source) not in mapped:
-            warn(f"{info.source}: pack {info.path} unused: the program never mapped the file "
-                 "(read with read() or loaded by the dynamic loader?)")  # fmt: skip
+            skipped[info.source] = (f"pack {info.path} unused: the program never mapped the file (read with read() "
+                                    "or loaded by the dynamic loader?)")  # fmt: skip
+            warn(f"{info.source}: {skipped[info.source]}")
     return {"regions": res.stats}, res.returncode
 
 
-def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None,
-            live: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
+            skipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
     """The launcher's report shape. The warm/stream prefetcher stops when this process
     exits, not the program; if its report is not there within a moment it is still
     running, and its files say so."""
@@ -153,7 +163,9 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
                   "status": "live" if f.strategy in ("pack", "per-fault") else "running"} for f in doc.files]  # fmt: skip
         status = {"prefetch": None, "files": files}
     for f in status.get("files", []):
-        if f.get("status") == "handed-over":
+        if f.get("status") in ("handed-over", "live") and f["path"] in skipped:
+            f["status"], f["detail"] = "not-run", skipped[f["path"]]
+        elif f.get("status") == "handed-over":
             f["status"] = "live"
     return {"mode": "plan", "plan": plan, "plan_error": None, "returncode": rc, "exit_status": _exit_status(rc),
             "wall_s": wall, "prefetch": status.get("prefetch"), "files": status.get("files", []), "live": live}
