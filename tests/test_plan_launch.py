@@ -276,6 +276,7 @@ def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
 # ---- start-up path --------------------------------------------------------------------------
 
 def test_run_plan_fast_path_imports_no_heavy_module(tmp_path, disk_file):
+    launcher_path()  # built and stamped: a first build may import what it likes
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pagecast", "run", "--plan", str(plan), "--", "true"],
                        env=_env(), capture_output=True, text=True)  # fmt: skip
