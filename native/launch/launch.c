@@ -218,8 +218,11 @@ static double now_s(void)
 static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_ok, const char *plan_err, int native)
 {
 	char status[4096];
-	snprintf(status, sizeof status, "%s/pagecast-plan-status.%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-		 (int)getpid());
+	if (o->status)
+		snprintf(status, sizeof status, "%s", o->status);
+	else
+		snprintf(status, sizeof status, "%s/pagecast-plan-status.%d.json",
+			 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
 	fflush(stdout);
 	double t0 = now_s();
 	int pipefd[2];
@@ -281,7 +284,8 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
 		}
 		st[len] = 0;
 		fclose(f);
-		unlink(status);
+		if (!o->status)
+			unlink(status);
 	}
 	/* the status object is {"prefetch": ..., "files": [...]}: splice its members in */
 	char *open_brace = st ? strchr(st, '{') : NULL, *close_brace = st ? strrchr(st, '}') : NULL;
