@@ -24,7 +24,6 @@ def drop_file(path: str | Path) -> None:
         os.close(fd)
 
 
-
 def resident(path: str | Path) -> "np.ndarray":
     """Which pages of a file are in the page cache now (mincore on a read-only mapping).
 
