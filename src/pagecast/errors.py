@@ -6,13 +6,13 @@ is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 
 class PagecastError(Exception):
     """A problem with the user's input or environment, reported as one line."""
 
-    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None):
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None):
         where = ""
         if path is not None:
             where = str(path)

@@ -3,23 +3,27 @@
 Each subcommand is a module in this package with ``register(subparsers)``; the module
 adds its parser and sets ``func`` to a callable taking the parsed args and returning an
 exit status. Modules are discovered, so adding a command means adding one file.
+
+Only ``sys`` is imported at module level: ``pagecast run --plan`` must reach the native
+launcher with nothing but the interpreter's start-up in front of the program
+(``pagecast.launch.command``), so argparse and the subcommands load after that check.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import pkgutil
 import sys
 
-from pagecast import __version__
-from pagecast.errors import PagecastError
-
 # Order in --help; commands not listed here follow alphabetically.
-_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "run", "bench", "pager", "estimate", "gym", "recover"]
+_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> "argparse.ArgumentParser":
+    import argparse
+    import importlib
+    import pkgutil
+
+    from pagecast import __version__
+
     parser = argparse.ArgumentParser(
         prog="pagecast",
         description=(
@@ -39,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from pagecast.launch.command import exec_if_planned
+
+        exec_if_planned(sys.argv[1:])  # returns unless this is a simple `run --plan`
+    from pagecast.errors import PagecastError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -29,6 +29,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
+    src.add_argument("--plan", metavar="PLAN",
+                     help="plan file (pagecast plan): per file, the strategy learned from recordings. The program is "
+                          "exec'd by a native launcher within milliseconds and keeps its pid, stdio, signals and exit "
+                          "status; warm/stream prefetching runs beside it at low priority; pack and per-fault files "
+                          "go through the live machinery. A corrupt plan or a changed file costs one warning line")
+    p.add_argument("--plan-status", metavar="FILE",
+                   help="--plan: the prefetcher writes its report (pages issued, per-file status; JSON) to FILE when it stops")
     p.add_argument("--pager", action="append", metavar="FILE:BUDGET",
                    help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
                         "prefetching with --policy; repeatable")
@@ -121,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise PagecastError("no command given (usage: pagecast run [--policy P|--model M|--schedule S] -- CMD ARGS...)")
+    if args.plan:
+        if args.pager or args.pack or args.output:
+            raise PagecastError("--plan chooses each file's strategy itself: drop --pager/--pack/-o")
+        from pagecast.launch.planned import run_planned
+
+        return run_planned(args.plan, cmd, as_json=args.json, status=args.plan_status)
     if args.cuda:
         try:
             from pagecast.online.cuda_inject import run_cuda

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def drop_file(path: str | Path) -> None:
@@ -19,3 +23,37 @@ def drop_file(path: str | Path) -> None:
     finally:
         os.close(fd)
 
+
+def resident(path: str | Path) -> "np.ndarray":
+    """Which pages of a file are in the page cache now (mincore on a read-only mapping).
+
+    Mapping the file does not read it, so asking does not change the answer.
+    """
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    size = os.path.getsize(path)
+    npages = -(-size // mmap.PAGESIZE)
+    if npages == 0:
+        return np.zeros(0, bool)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        try:
+            vec = (ctypes.c_ubyte * npages)()
+            if libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return np.frombuffer(bytes(vec), np.uint8) & 1 == 1
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)

@@ -1,0 +1,133 @@
+"""Start-up cost of `pagecast run --plan`: the program's wall time with and without it.
+
+Runs, interleaved round by round (so machine load hits every variant alike):
+
+- bare: the program itself;
+- launcher only: the native launcher with a plan that has nothing to do (its own cost);
+- run --plan, nothing: `pagecast run --plan` through a copy of the console script pip
+  generates (same imports, including its `import re`), plan with nothing to do;
+- run --plan, warm: the same with a plan warming a few files (the program's shared
+  libraries and a 16 MiB data file, whole), prefetched beside the program;
+- python -c pass: the interpreter's own start-up, the floor of any Python entry point;
+- python -c 'import re': that plus the `import re` every pip console script does, the
+  floor of any `pagecast ...` command (the rest of "run --plan" is pagecast's).
+
+for two programs: /usr/bin/true and a short real program (`ls -la /usr/lib`: a dynamically
+linked program with a few libraries that reads a directory). Prints the median wall time of each variant and its difference
+to bare (target: run --plan with nothing to do ≤ 20 ms over bare), in wall time and in
+CPU time (which machine load inflates much less than wall time).
+
+    PYTHONPATH=src python benchmarks/launch_overhead.py [--rounds 30] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pagecast.launch.binary import launcher_path
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
+
+# What pip writes as the `pagecast` console script (its imports are part of the cost).
+CONSOLE_SCRIPT = """import re
+import sys
+from pagecast.cli import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+
+def _libraries(prog: str) -> list[str]:
+    out = subprocess.run(["ldd", prog], capture_output=True, text=True).stdout
+    libs = [w for line in out.splitlines() for w in line.split() if w.startswith("/") and os.path.isfile(w)]
+    return sorted(set(libs))
+
+
+def _plans(d: Path, prog: str, data: Path) -> tuple[Path, Path]:
+    nothing = d / "nothing.plan"
+    write_plan(nothing, PlanDoc([FilePlan(prog, FileIdentity.of(prog), "nothing", reason="benchmark")]))
+    warm = d / "warm.plan"
+    files = []
+    for f in [*_libraries(prog), str(data)]:
+        pages = -(-os.path.getsize(f) // 4096)
+        files.append(FilePlan(f, FileIdentity.of(f), "warm", [(0, pages)]))
+    write_plan(warm, PlanDoc(files))
+    return nothing, warm
+
+
+def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + sys of the process and its waited-for children;
+    the detached prefetcher is not among them). CPU time barely moves with machine load,
+    so it shows the start-up work when wall times are dominated by waiting for a core."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+    _, status, ru = os.wait4(p.pid, 0)
+    dt = time.perf_counter() - t
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise SystemExit(f"{cmd} exited {p.returncode}")
+    return dt, ru.ru_utime + ru.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=30, help="runs of each variant (interleaved); default 30")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    # An installed pagecast has its .pyc files; with this set every run would compile
+    # pagecast's modules from source again (the warm-up run below writes them).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    launcher = launcher_path()
+    ls = shutil.which("ls") or "/bin/ls"
+    programs = {"true": ["/usr/bin/true"], "ls -la /usr/lib": [ls, "-la", "/usr/lib"]}
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="pagecast-launch-") as td:
+        d = Path(td)
+        script = d / "pagecast"
+        script.write_text(CONSOLE_SCRIPT)
+        data = Path(tempfile.gettempdir()) / "pagecast_launch_overhead.bin"
+        if not data.exists() or data.stat().st_size != 16 << 20:
+            data.write_bytes(os.urandom(16 << 20))
+        for label, prog in programs.items():
+            nothing, warm = _plans(d, os.path.realpath(prog[0]), data)
+            variants = {
+                "bare": prog,
+                "launcher only": [launcher, str(nothing), "--", *prog],
+                "run --plan, nothing": [sys.executable, str(script), "run", "--plan", str(nothing), "--", *prog],
+                "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
+                "python -c pass": [sys.executable, "-c", "pass"],
+                "python -c 'import re'": [sys.executable, "-c", "import re"],
+            }
+            times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
+            for cmd in variants.values():  # warm up caches and the launcher build
+                _time(cmd, env)
+            for _ in range(args.rounds):
+                for k, cmd in variants.items():
+                    times[k].append(_time(cmd, env))
+            results[label] = {k: {"wall_ms": statistics.median(w for w, _ in v) * 1e3,
+                                  "cpu_ms": statistics.median(c for _, c in v) * 1e3} for k, v in times.items()}
+    if args.json:
+        print(json.dumps({"rounds": args.rounds, "median_ms": results, "load": os.getloadavg()}, indent=2))
+        return
+    print(f"medians of {args.rounds} interleaved runs each; load average {os.getloadavg()[0]:.2f}")
+    for label, med in results.items():
+        bw, bc = med["bare"]["wall_ms"], med["bare"]["cpu_ms"]
+        print(f"\nprogram: {label}   (bare: wall {bw:.2f} ms, cpu {bc:.2f} ms)")
+        print(f"  {'variant':24s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
+        for k, v in med.items():
+            w, c = v["wall_ms"], v["cpu_ms"]
+            print(f"  {k:24s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
+
+if __name__ == "__main__":
+    main()

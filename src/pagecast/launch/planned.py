@@ -1,0 +1,171 @@
+"""``pagecast run --plan`` when it comes through the full command-line parser.
+
+Two cases reach here: a command line the fast path (``command.py``) does not take
+(e.g. ``pagecast.cli.main([...])`` called from Python), which runs the native launcher as
+a child and returns its exit status; and a plan with ``pack`` or ``per-fault`` files,
+which the launcher hands back to Python (``PAGECAST_PLAN_HANDOVER`` names the status file
+of the warm/stream prefetcher it already started). The hand-over runs those files through
+today's live machinery: packs through the userfaultfd pager (``--pack``), a per-fault
+policy through the live loop (``--policy``), then reports in the same JSON shape as the
+launcher (``live`` filled in).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pagecast.errors import PagecastError
+from pagecast.launch.binary import launcher_path
+from pagecast.launch.command import HANDOVER_ENV, launcher_argv
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan
+
+_STATUS_WAIT_S = 0.5  # warm requests are queued, not waited for: the report is normally there at once
+
+
+def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str | None = None) -> int:
+    handover = os.environ.pop(HANDOVER_ENV, None)
+    if handover:
+        return run_handover(plan, cmd, None if handover == "-" else Path(handover), as_json=as_json)
+    try:
+        launcher = launcher_path()
+    except PagecastError as e:  # e.g. no C compiler: the program still runs, unplanned
+        why = f"the native launcher is not available ({str(e).splitlines()[0]})"
+        _warn(f"{plan}: {why}; running the program without the plan")
+        t0 = time.monotonic()
+        try:
+            rc = subprocess.run(cmd, stdout=2 if as_json else None).returncode
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
+        if as_json:
+            print(json.dumps({"mode": "plan", "plan": plan, "plan_error": why, "returncode": rc,
+                              "exit_status": _exit_status(rc), "wall_s": time.monotonic() - t0, "prefetch": None,
+                              "files": [], "live": None}, indent=2))  # fmt: skip
+        return _exit_status(rc)
+    argv = launcher_argv(launcher, plan, as_json, status, cmd)
+    return _exit_status(subprocess.run(argv).returncode)
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "item"):  # numpy scalars in the live summary
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _warn(msg: str) -> None:
+    print(f"pagecast run: warning: {msg}", file=sys.stderr)
+
+
+def _current(fp: FilePlan) -> bool:
+    try:
+        return not fp.identity.differences(FileIdentity.of(fp.path))
+    except OSError:
+        return False
+
+
+def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False,
+                 warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
+    doc = read_plan(plan)
+    # the launcher already warned about stale and missing files; these are the live ones
+    packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
+    per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
+    policies = sorted({fp.arg for fp in per_fault})
+    policy = policies[0] if policies else "none"
+    skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
+    for fp in per_fault:
+        if fp.arg != policy:
+            skipped[fp.path] = f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran"
+            warn(f"{fp.path}: {skipped[fp.path]}")
+    stdout = 2 if as_json else None
+    t0 = time.monotonic()
+    live: dict[str, Any]
+    if packs:
+        live, rc = _run_packs(cmd, packs, policy, stdout, warn, skipped)
+    else:
+        from pagecast.online.live import LiveConfig, run_live
+        from pagecast.online.worker import SourceSpec
+        from pagecast.policies.base import get_prefetcher
+
+        get_prefetcher(policy)  # unknown name → one line
+        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", policy), stdout=stdout))
+        live, rc = res.to_dict(), res.returncode
+    wall = time.monotonic() - t0
+    if as_json:
+        print(json.dumps(_report(doc, plan, rc, wall, status_path, live, skipped), indent=2, default=_jsonable))
+    return _exit_status(rc)
+
+
+def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
+               skipped: dict[str, str]) -> tuple[dict[str, Any], int]:  # fmt: skip
+    from pagecast.online.pack import read_pack
+    from pagecast.online.pager import run_pager
+
+    def skip(fp: FilePlan, why: str) -> None:
+        skipped[fp.path] = why
+        warn(f"{fp.path}: {why}")
+
+    usable, specs = [], []
+    for fp in packs:
+        try:
+            info = read_pack(fp.arg)
+        except PagecastError as e:
+            skip(fp, f"pack not used ({e}); the file is read on demand")
+            continue
+        why = info.stale_reason()
+        if why:
+            skip(fp, f"pack {fp.arg} not used ({why}); the file is read on demand")
+            continue
+        if os.path.realpath(info.source) != os.path.realpath(fp.path):
+            skip(fp, f"pack {fp.arg} is a pack of {info.source}, not of this file; the file is read on demand")
+            continue
+        usable.append(info)
+        specs.append((info.source, os.path.getsize(info.source)))
+    if not usable:
+        proc = subprocess.run(list(cmd), stdout=stdout)
+        return {"regions": []}, proc.returncode
+    res = run_pager(cmd, specs, policy=policy, packs=[i.path for i in usable], stdout=stdout)
+    mapped = {os.path.realpath(st.get("path", "")) for st in res.stats}
+    for info in usable:
+        if os.path.realpath(info.source) not in mapped:
+            skipped[info.source] = (f"pack {info.path} unused: the program never mapped the file (read with read() "
+                                    "or loaded by the dynamic loader?)")  # fmt: skip
+            warn(f"{info.source}: {skipped[info.source]}")
+    return {"regions": res.stats}, res.returncode
+
+
+def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
+            skipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The launcher's report shape. The warm/stream prefetcher stops when this process
+    exits, not the program; if its report is not there within a moment it is still
+    running, and its files say so."""
+    status: dict[str, Any] | None = None
+    deadline = time.monotonic() + _STATUS_WAIT_S
+    while status_path is not None and status is None and time.monotonic() < deadline:
+        try:
+            status = json.loads(status_path.read_text())
+            status_path.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            time.sleep(0.02)
+    if status is None:
+        files = [{"path": f.path, "strategy": f.strategy, "pages_planned": f.pages, "pages_issued": None,
+                  "bytes_issued": None, "detail": "",
+                  "status": "live" if f.strategy in ("pack", "per-fault") else "running"} for f in doc.files]  # fmt: skip
+        status = {"prefetch": None, "files": files}
+    for f in status.get("files", []):
+        if f.get("status") in ("handed-over", "live") and f["path"] in skipped:
+            f["status"], f["detail"] = "not-run", skipped[f["path"]]
+        elif f.get("status") == "handed-over":
+            f["status"] = "live"
+    return {"mode": "plan", "plan": plan, "plan_error": None, "returncode": rc, "exit_status": _exit_status(rc),
+            "wall_s": wall, "prefetch": status.get("prefetch"), "files": status.get("files", []), "live": live}

@@ -1,0 +1,242 @@
+"""The plan file: per file, what to prefetch before a program runs, and how.
+
+A plan is written by ``pagecast plan`` (from recordings) and read twice: by the native
+launcher (``native/launch/launch.c``, which must parse it in microseconds without any
+library) and by Python (``--json``, the hand-over to the live machinery, tests). So the
+encoding is line-based ASCII text, one record per line, fields separated by one space:
+
+    PAGECAST-PLAN 1
+    file PATH SIZE MTIME_NS CTIME_NS INO DEV STRATEGY DEPTH CHUNK_KIB GAIN_MS ARG REASON NRANGES
+    r FIRST_PAGE NPAGES            (NRANGES lines: page ranges, in file order, not overlapping)
+    ...
+    end NFILES CHECKSUM
+
+- Text fields (PATH, ARG, REASON) are percent-encoded: every byte outside ``!``..``~``
+  and ``%`` itself becomes ``%XX``; the empty string is ``-`` (and a literal ``-`` is
+  ``%2D``), so a field never contains a space or a newline.
+- STRATEGY is one of ``STRATEGIES``. DEPTH is the number of reader threads (each keeps one
+  read or readahead request in flight, so it is the queue depth the plan asks of the
+  device); CHUNK_KIB the size of one request. ARG: the page pack file (``pack``) or the
+  policy spec (``per-fault``). GAIN_MS: the predicted saving, informative.
+- Ranges are in pages of ``PAGE_SIZE`` bytes (file offset // 4096). ``stream`` without
+  ranges reads the whole file.
+- CHECKSUM is the CRC-32 (zlib's) of every byte before the ``end`` line, 8 hex digits:
+  a truncated, edited or garbled plan is refused as a whole (one line) instead of being
+  half-applied.
+
+Identity of a file (SIZE MTIME_NS CTIME_NS INO DEV, at recording time): the launcher
+compares it with one ``fstat`` of the file it opens anyway, so checking costs no I/O. A
+content hash of a few blocks would have to read the (cold) file before the program
+starts, which is the cost the plan exists to hide, and would still miss changes elsewhere
+in the file. ctime moves on every write, truncate or metadata change and user space
+cannot set it back, so a rewritten file whose mtime was restored is still caught; a file
+replaced by rename gets a new inode. False alarms (``chmod``, ``touch``) only skip that
+file's prefetch with a warning, which is the safe side.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pagecast.errors import PagecastError
+
+MAGIC = "PAGECAST-PLAN"
+VERSION = 1
+PAGE_SIZE = 4096
+STRATEGIES = ("nothing", "warm", "stream", "pack", "per-fault")
+# Strategies the native launcher runs itself; the others need the live machinery in Python.
+NATIVE_STRATEGIES = ("nothing", "warm", "stream")
+DEFAULT_DEPTH = 2
+DEFAULT_CHUNK_KIB = 1024
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What a file looked like when it was recorded (``os.stat`` fields)."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, path: str | Path) -> "FileIdentity":
+        st = os.stat(path)
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+    def differences(self, other: "FileIdentity") -> list[str]:
+        names = ("size", "mtime_ns", "ctime_ns", "ino", "dev")
+        return [n for n in names if getattr(self, n) != getattr(other, n)]
+
+
+@dataclass
+class FilePlan:
+    """One file's strategy. ``ranges``: (first page, page count), file order, disjoint."""
+
+    path: str
+    identity: FileIdentity
+    strategy: str = "nothing"
+    ranges: list[tuple[int, int]] = field(default_factory=list)
+    depth: int = DEFAULT_DEPTH
+    chunk_kib: int = DEFAULT_CHUNK_KIB
+    gain_ms: float = 0.0
+    arg: str = ""  # pack file (pack) or policy spec (per-fault)
+    reason: str = ""
+
+    @property
+    def pages(self) -> int:
+        return sum(n for _, n in self.ranges)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "identity": vars(self.identity), "strategy": self.strategy,
+                "depth": self.depth, "chunk_kib": self.chunk_kib, "gain_ms": self.gain_ms, "arg": self.arg,
+                "reason": self.reason, "pages": self.pages, "ranges": [list(r) for r in self.ranges]}  # fmt: skip
+
+
+@dataclass
+class PlanDoc:
+    files: list[FilePlan] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": MAGIC, "version": VERSION, "page_size": PAGE_SIZE, "files": [f.to_dict() for f in self.files]}
+
+
+def checksum(data: bytes) -> int:
+    """CRC-32 as zlib computes it (the launcher has the same table-driven loop in C)."""
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def encode_text(s: str) -> str:
+    b = s.encode("utf-8", "surrogateescape")
+    if not b:
+        return "-"
+    if b == b"-":
+        return "%2D"
+    return "".join(chr(c) if 0x21 <= c <= 0x7E and c != 0x25 else f"%{c:02X}" for c in b)
+
+
+def decode_text(s: str) -> str:
+    if s == "-":
+        return ""
+    out = bytearray()
+    i = 0
+    while i < len(s):
+        if s[i] == "%":
+            out.append(int(s[i + 1 : i + 3], 16))  # ValueError on bad escapes: caller reports
+            i += 3
+        else:
+            out.append(ord(s[i]))
+            i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def _check(fp: FilePlan) -> None:
+    if fp.strategy not in STRATEGIES:
+        raise PagecastError(f"unknown strategy {fp.strategy!r} for {fp.path} (valid: {', '.join(STRATEGIES)})")
+    if fp.depth < 1 or fp.chunk_kib < 4:
+        raise PagecastError(f"{fp.path}: depth must be >= 1 and chunk_kib >= 4")
+    prev_end = -1
+    for first, n in fp.ranges:
+        if first < 0 or n < 1 or first < prev_end:
+            raise PagecastError(f"{fp.path}: ranges must be disjoint, in file order, with positive lengths")
+        prev_end = first + n
+    if fp.strategy in ("pack", "per-fault") and not fp.arg:
+        raise PagecastError(f"{fp.path}: strategy {fp.strategy} needs an argument (pack file or policy)")
+
+
+def encode_plan(doc: PlanDoc) -> bytes:
+    lines = [f"{MAGIC} {VERSION}"]
+    for fp in doc.files:
+        _check(fp)
+        i = fp.identity
+        lines.append(" ".join(map(str, ["file", encode_text(fp.path), i.size, i.mtime_ns, i.ctime_ns, i.ino, i.dev,
+                                        fp.strategy, fp.depth, fp.chunk_kib, f"{fp.gain_ms:.3f}", encode_text(fp.arg),
+                                        encode_text(fp.reason), len(fp.ranges)])))  # fmt: skip
+        lines.extend(f"r {a} {n}" for a, n in fp.ranges)
+    body = ("\n".join(lines) + "\n").encode("ascii")
+    return body + f"end {len(doc.files)} {checksum(body):08x}\n".encode("ascii")
+
+
+def write_plan(path: str | Path, doc: PlanDoc) -> None:
+    """Write ``doc`` to ``path`` atomically (temporary name, then rename)."""
+    from pagecast.util.atomic import atomic_write_bytes
+
+    atomic_write_bytes(path, encode_plan(doc))
+
+
+def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
+    """Parse a plan; any defect → PagecastError naming the file and the line."""
+
+    def bad(msg: str, line: int | None = None) -> PagecastError:
+        return PagecastError(f"not a usable plan: {msg}", path=path, line=line)
+
+    if not data.startswith(MAGIC.encode() + b" "):
+        raise bad(f"bad magic (expected {MAGIC!r} on the first line)")
+    first_nl = data.find(b"\n")
+    try:
+        version = int(data[len(MAGIC) + 1 : first_nl])
+    except ValueError:
+        raise bad("bad version field", 1) from None
+    if version != VERSION:
+        raise bad(f"plan format version {version}, this pagecast reads version {VERSION}", 1)
+    end = data.rfind(b"\nend ")
+    if end < 0 or not data.endswith(b"\n"):
+        raise bad("truncated (no end line)")
+    body, tail = data[: end + 1], data[end + 1 :].decode("ascii", "replace").split()
+    try:
+        nfiles, want = int(tail[1]), int(tail[2], 16)
+    except (IndexError, ValueError):
+        raise bad("malformed end line") from None
+    if checksum(body) != want:
+        raise bad("checksum mismatch (truncated or corrupted)")
+    try:
+        text = body.decode("ascii")
+    except UnicodeDecodeError:
+        raise bad("non-ASCII bytes") from None
+    lines = text.split("\n")[1:-1]
+    doc = PlanDoc()
+    i = 0
+    while i < len(lines):
+        lineno = i + 2
+        f = lines[i].split(" ")
+        if len(f) != 14 or f[0] != "file":
+            raise bad("expected a 'file' record with 14 fields", lineno)
+        try:
+            ident = FileIdentity(*(int(x) for x in f[2:7]))
+            fp = FilePlan(decode_text(f[1]), ident, f[7], [], int(f[8]), int(f[9]), float(f[10]), decode_text(f[11]),
+                          decode_text(f[12]))  # fmt: skip
+            nr = int(f[13])
+        except ValueError as e:
+            raise bad(f"bad field ({e})", lineno) from None
+        if nr < 0 or i + 1 + nr > len(lines):
+            raise bad(f"range count {nr} runs past the end", lineno)
+        for j in range(i + 1, i + 1 + nr):
+            r = lines[j].split(" ")
+            if len(r) != 3 or r[0] != "r":
+                raise bad("expected a range line 'r FIRST NPAGES'", j + 2)
+            try:
+                fp.ranges.append((int(r[1]), int(r[2])))
+            except ValueError:
+                raise bad("bad range numbers", j + 2) from None
+        try:
+            _check(fp)
+        except PagecastError as e:
+            raise bad(str(e), lineno) from None
+        doc.files.append(fp)
+        i += 1 + nr
+    if nfiles != len(doc.files):
+        raise bad(f"end line says {nfiles} files, found {len(doc.files)}")
+    return doc
+
+
+def read_plan(path: str | Path) -> PlanDoc:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise PagecastError(f"cannot read plan ({e.strerror})", path=path) from None
+    return decode_plan(data, path)

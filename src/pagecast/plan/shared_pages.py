@@ -1,0 +1,141 @@
+"""The first planner: warm the file pages that most recorded runs used.
+
+For every file the recordings name, a page counts for a run if any of the run's rows in a
+file region touches it (faults today; the full page sets of newer recordings, whatever
+their row kind, the same way: every kind but PREFETCH and EVICT, which say what pagecast
+or a driver did, not what the program used). Pages used by at least ``min_runs`` runs
+are planned as ``warm`` in merged ranges, in file order; a file with no such page gets
+``nothing``.
+
+Not built yet: the choice between strategies by predicted time (a simulator with a
+device model, checked leave-one-run-out). Every file here is ``warm`` or ``nothing``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.plan.format import DEFAULT_CHUNK_KIB, DEFAULT_DEPTH, PAGE_SIZE, FileIdentity, FilePlan, PlanDoc
+from pagecast.trace import open_trace
+from pagecast.trace.schema import Kind
+
+NOT_USES = (int(Kind.PREFETCH), int(Kind.EVICT))
+
+
+@dataclass
+class PlanConfig:
+    min_runs: int | None = None  # None: all runs but one, at least 1
+    depth: int = DEFAULT_DEPTH
+    chunk_kib: int = DEFAULT_CHUNK_KIB
+
+
+@dataclass
+class FileEvidence:
+    """What the recordings say about one file."""
+
+    path: str
+    runs: int = 0  # runs that used any page of it
+    pages_per_run: list[int] = field(default_factory=list)
+    identity: FileIdentity | None = None  # recorded by the recorder, if it did
+
+
+def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+    """File path → sorted unique file pages (offset // 4096) the run used."""
+    t = open_trace(trace_path)
+    if t.page_size != PAGE_SIZE:
+        raise PagecastError(f"page size {t.page_size}: plans are in {PAGE_SIZE}-byte pages", path=trace_path)
+    nreg = max((r.id for r in t.regions), default=-1) + 1
+    is_file = np.zeros(nreg + 1, bool)  # last slot: rows with region -1
+    base = np.zeros(nreg + 1, np.int64)
+    for r in t.regions:
+        if r.kind == "file" and r.path:
+            is_file[r.id] = True
+            base[r.id] = r.file_offset // PAGE_SIZE
+    parts: dict[int, list[np.ndarray]] = {}
+    for b in t.iter_batches(["region", "page", "kind"]):
+        reg = np.where((b["region"] >= 0) & (b["region"] < nreg), b["region"], nreg)
+        keep = is_file[reg] & ~np.isin(b["kind"], NOT_USES)
+        reg, page = reg[keep], b["page"][keep] + base[reg[keep]]
+        order = np.argsort(reg, kind="stable")
+        reg, page = reg[order], page[order]
+        ids, starts = np.unique(reg, return_index=True)
+        for rid, chunk in zip(ids, np.split(page, starts[1:])):
+            parts.setdefault(int(rid), []).append(np.unique(chunk))
+        if on_rows:
+            on_rows(len(b["region"]))
+    by_id = {r.id: r for r in t.regions}
+    merged: dict[str, list[np.ndarray]] = {}
+    for rid, ps in parts.items():
+        merged.setdefault(by_id[rid].path, []).extend(ps)
+    return {p: np.unique(np.concatenate(a)) for p, a in merged.items()}
+
+
+def recorded_identity(trace_path: str | Path) -> dict[str, FileIdentity]:
+    """Identities the recorder stored with the file regions (``extra['identity']``), if any."""
+    out = {}
+    for r in open_trace(trace_path).regions:
+        ident = r.extra.get("identity") if r.kind == "file" and r.path else None
+        if isinstance(ident, dict):
+            try:
+                out[r.path] = FileIdentity(*(int(ident[k]) for k in ("size", "mtime_ns", "ctime_ns", "ino", "dev")))
+            except (KeyError, TypeError, ValueError):
+                pass
+    return out
+
+
+def merge_ranges(pages: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted unique pages → maximal runs of consecutive pages as (first, count)."""
+    p = np.asarray(pages, np.int64)
+    if len(p) == 0:
+        return []
+    breaks = np.nonzero(np.diff(p) != 1)[0] + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(p)]])
+    return list(zip(p[starts].tolist(), (ends - starts).tolist()))
+
+
+def plan_from_recordings(traces: Sequence[str | Path], cfg: PlanConfig = PlanConfig(),
+                         on_rows: Callable[[int], None] | None = None) -> PlanDoc:  # fmt: skip
+    if not traces:
+        raise PagecastError("no recordings given")
+    n = len(traces)
+    k = cfg.min_runs if cfg.min_runs is not None else max(1, n - 1)
+    if not 1 <= k <= n:
+        raise PagecastError(f"--min-runs {k} is outside 1..{n} (the number of recordings)")
+    per_run = [file_pages(t, on_rows) for t in traces]
+    idents: dict[str, FileIdentity] = {}
+    for t in traces:
+        idents.update(recorded_identity(t))
+    newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
+    doc = PlanDoc()
+    for path in sorted({p for run in per_run for p in run}):
+        used = [run[path] for run in per_run if path in run]
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # gone: nothing to plan (reported by --explain as absent)
+        if not os.path.isfile(path):
+            continue
+        ident = idents.get(path) or FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        fp = FilePlan(path, ident, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
+        if path not in idents and st.st_mtime_ns > newest_trace_ns:
+            fp.reason = "file modified after the recordings were written: its recorded pages may not apply"
+            doc.files.append(fp)
+            continue
+        pages, counts = np.unique(np.concatenate(used), return_counts=True)
+        shared = pages[(counts >= k) & (pages >= 0) & (pages * PAGE_SIZE < st.st_size)]
+        if len(shared) == 0:
+            fp.reason = f"no page used by >= {k} of {n} runs ({len(used)} runs used the file)"
+        else:
+            fp.strategy = "warm"
+            fp.ranges = merge_ranges(shared)
+            fp.reason = (f"{len(shared)} pages used by >= {k} of {n} runs, {len(fp.ranges)} ranges; warm chosen "
+                         "without a predicted-time comparison (not built yet)")  # fmt: skip
+        doc.files.append(fp)
+    return doc

@@ -1,0 +1,175 @@
+"""`pagecast plan` from real recordings (exact shared pages against the pages the
+program was told to touch), and plans whose pack / per-fault files the launcher hands
+to the live machinery."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.cli import main as cli_main
+from pagecast.errors import PagecastError
+from pagecast.online import workload as wl
+from pagecast.online.pack import build_pack
+from pagecast.online.pager import probe
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan, write_plan
+from pagecast.plan.shared_pages import merge_ranges
+from pagecast.util.pagecache import drop_file
+from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+@pytest.fixture(scope="module")
+def touchpages() -> Path:
+    return build_workload("touchpages")
+
+
+@pytest.fixture()
+def datafile(tmp_path: Path):
+    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
+    base.mkdir(parents=True, exist_ok=True)
+    p = base / f"planbuild-{os.getpid()}-{tmp_path.name}.bin"
+    p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
+    yield p
+    p.unlink(missing_ok=True)
+
+
+def test_merge_ranges_exact():
+    assert merge_ranges(np.array([0, 1, 2, 5, 7, 8, 100])) == [(0, 3), (5, 1), (7, 2), (100, 1)]
+    assert merge_ranges(np.array([], np.int64)) == []
+
+
+def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> Path:
+    drop_file(f)  # cold + MADV_RANDOM in touchpages: exactly the listed pages fault
+    out = tmp_path / f"{name}.parquet"
+    rc = cli_main(["record", "-o", str(out), "--", str(tp), str(f), ",".join(map(str, pages))])
+    assert rc == 0
+    return out
+
+
+RUNS = [[0, 20, 40, 60, 61], [20, 40, 61, 80], [40, 61, 100, 120]]
+
+
+@needs_perf
+@pytest.mark.perf
+def test_plan_keeps_pages_enough_runs_used(tmp_path, touchpages, datafile, capsys):
+    traces = [_record(tmp_path, touchpages, datafile, pages, f"r{i}") for i, pages in enumerate(RUNS)]
+    capsys.readouterr()
+    out = tmp_path / "prog.plan"
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain"]) == 0
+    err = capsys.readouterr().err
+    assert "not built yet" in err
+    files = {f.path: f for f in read_plan(out).files}
+    mine = files[str(datafile)]
+    counts: dict[int, int] = {}
+    for pages in RUNS:
+        for p in set(pages):
+            counts[p] = counts.get(p, 0) + 1
+    want = sorted(p for p, c in counts.items() if c >= 2)  # default: all runs but one
+    assert mine.strategy == "warm" and mine.ranges == merge_ranges(np.array(want)) == [(20, 1), (40, 1), (61, 1)]
+    assert mine.identity == FileIdentity.of(datafile)
+    # the program binary and libc are used by every run: planned too
+    assert files[str(touchpages)].strategy == "warm"
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--min-runs", "3", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [f["ranges"] for f in rep["files"] if f["path"] == str(datafile)] == [[[40, 1], [61, 1]]]
+
+
+@needs_perf
+@pytest.mark.perf
+def test_runs_sharing_no_page_plan_nothing(tmp_path, touchpages, datafile, capsys):
+    traces = [_record(tmp_path, touchpages, datafile, pages, f"d{i}") for i, pages in enumerate([[0, 30], [60, 90]])]
+    out = tmp_path / "prog.plan"
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--min-runs", "2"]) == 0
+    mine = [f for f in read_plan(out).files if f.path == str(datafile)]
+    assert len(mine) == 1 and mine[0].strategy == "nothing" and mine[0].ranges == []
+    assert "no page used by >= 2 of 2 runs" in mine[0].reason
+
+
+def test_plan_bad_inputs_one_line(tmp_path, capsys):
+    bad = tmp_path / "x.parquet"
+    bad.write_text("not parquet")
+    assert cli_main(["plan", str(bad), "-o", str(tmp_path / "p.plan")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(bad) in err
+    assert not (tmp_path / "p.plan").exists()
+
+
+# ---- hand-over to the live machinery ------------------------------------------------------
+
+def _uffd_ok() -> bool:
+    try:
+        probe()
+        return True
+    except PagecastError:
+        return False
+
+
+SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
+
+
+@pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable here")
+def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
+    w = wl.ensure_weights(tmp_path / "w.bin", size_mib=32)
+    argv = wl.WorkloadConfig(w, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
+    wl.drop_cache(w)
+    bare = subprocess.run(argv, capture_output=True, text=True)
+    pack = build_pack(w, np.arange(1, 2000), tmp_path / "w.pack")
+    plan = tmp_path / "p.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
+    wl.drop_cache(w)
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
+                       env=_env(), capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["mode"] == "plan" and rep["exit_status"] == 0 and rep["files"][0]["status"] == "live"
+    assert rep["live"]["regions"][0]["pack_installed"] > 0
+    same = {k for k in ("rows", "checksum")}
+    result = wl.parse_result(r.stderr)  # --json: the program's stdout goes to stderr
+    assert {k: result[k] for k in same} == {k: wl.parse_result(bare.stdout)[k] for k in same}
+    # a pack of another file in the plan: one warning naming the file, reported as not run
+    other = tmp_path / "other.bin"
+    other.write_bytes(bytes(8192))
+    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path)),
+                              FilePlan(str(other), FileIdentity.of(other), "pack", arg=str(pack.path))]))  # fmt: skip
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
+                       env=_env(), capture_output=True, text=True)  # fmt: skip
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["live", "not-run"]
+    assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
+        f"pagecast run: warning: {other}: pack {pack.path} is a pack of {w.resolve()}, not of this file; "
+        "the file is read on demand"]
+
+
+@needs_perf
+@pytest.mark.perf
+def test_per_fault_in_a_plan_runs_the_live_loop(tmp_path, touchpages, datafile):
+    plan = tmp_path / "p.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(datafile), FileIdentity.of(datafile), "per-fault", arg="nextline")]))
+    cmd = [str(touchpages), str(datafile), "1,5,9", "--exit", "3"]
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *cmd],
+                       env=_env(), capture_output=True, text=True)  # fmt: skip
+    bare = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == bare.returncode == 3
+    rep = json.loads(r.stdout)
+    assert rep["exit_status"] == 3 and rep["files"][0]["status"] == "live" and rep["live"]["returncode"] == 3
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    plain = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
+                           env={**_env(), "TMPDIR": str(tmpdir)}, capture_output=True, text=True)  # fmt: skip
+    assert (plain.returncode, plain.stdout) == (3, bare.stdout)
+    assert not [p for p in tmpdir.iterdir() if p.name.startswith("pagecast-plan-status")]  # no report left behind

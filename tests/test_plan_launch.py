@@ -1,0 +1,324 @@
+"""Planned runs: the plan format (Python and the C launcher agree), the launcher's
+transparency (output, stdin, pid, exit status, signals identical to the bare program),
+its warnings (corrupt, stale, missing) and the pages it really warms (mincore)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.errors import PagecastError
+from pagecast.launch.binary import launcher_path
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, decode_plan, encode_plan, read_plan, write_plan
+from pagecast.util.pagecache import drop_file, resident
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+PAGE = 4096
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _pagecast(*args: str, **kw) -> subprocess.CompletedProcess:
+    """`pagecast ...` as the console entry runs it (main() with sys.argv: the fast path)."""
+    return subprocess.run([sys.executable, "-m", "pagecast", *args], env=_env(), capture_output=True, **kw)
+
+
+@pytest.fixture()
+def disk_file(tmp_path: Path):
+    # on the repository's disk, not tmpfs: a file must be able to be cold
+    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
+    base.mkdir(parents=True, exist_ok=True)
+    p = base / f"plan-{os.getpid()}-{tmp_path.name}.bin"
+    p.write_bytes(np.random.default_rng(7).integers(0, 256, 128 * PAGE, dtype=np.uint8).tobytes())
+    yield p
+    p.unlink(missing_ok=True)
+
+
+def _plan(tmp_path: Path, files: list[FilePlan], name: str = "p.plan") -> Path:
+    out = tmp_path / name
+    write_plan(out, PlanDoc(files))
+    return out
+
+
+def _warm(path: Path, ranges: list[tuple[int, int]], **kw) -> FilePlan:
+    return FilePlan(str(path), FileIdentity.of(path), "warm", ranges, **kw)
+
+
+# ---- format -------------------------------------------------------------------------
+
+def test_round_trip_with_awkward_paths_and_texts():
+    doc = PlanDoc([
+        FilePlan("/data/with space/new\nline%.bin", FileIdentity(10, 2, 3, 4, 5), "warm", [(0, 3), (7, 1)], depth=4,
+                 chunk_kib=256, gain_ms=12.5, reason="über 50 % -"),
+        FilePlan("-", FileIdentity(1, 1, 1, 1, 1), "pack", arg="/p/x.pack"),
+        FilePlan("/x", FileIdentity(1, 1, 1, 1, 1), "per-fault", arg="markov"),
+        FilePlan("/y", FileIdentity(0, 0, 0, 0, 0)),
+    ])  # fmt: skip
+    back = decode_plan(encode_plan(doc))
+    assert back == doc
+    lines = encode_plan(doc).splitlines()
+    assert len(lines) == 1 + 4 + 2 + 1  # header, 4 files, 2 ranges, end: the newline in the path is escaped
+    assert [len(line.split(b" ")) for line in lines[1:-1]] == [14, 3, 3, 14, 14, 14]
+
+
+def test_writer_rejects_overlapping_ranges_and_unknown_strategy(tmp_path):
+    with pytest.raises(PagecastError, match="disjoint"):
+        encode_plan(PlanDoc([FilePlan("/a", FileIdentity(1, 1, 1, 1, 1), "warm", [(0, 4), (3, 2)])]))
+    with pytest.raises(PagecastError, match="unknown strategy"):
+        encode_plan(PlanDoc([FilePlan("/a", FileIdentity(1, 1, 1, 1, 1), "teleport")]))
+    assert not list(tmp_path.iterdir())
+
+
+def _corruptions(good: bytes) -> dict[str, bytes]:
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x01
+    return {
+        "truncated": good[: len(good) * 2 // 3],
+        "bad magic": b"PAGECAST-PLAM" + good[13:],
+        "wrong version": good.replace(b"PAGECAST-PLAN 1", b"PAGECAST-PLAN 2", 1),
+        "garbage": bytes(np.random.default_rng(3).integers(0, 256, 500, dtype=np.uint8)),
+        "bit flip": bytes(flipped),
+        "empty": b"",
+    }
+
+
+def test_python_reader_refuses_every_corruption_in_one_line(tmp_path, disk_file):
+    good = encode_plan(PlanDoc([_warm(disk_file, [(0, 2), (10, 5)])]))
+    for what, data in _corruptions(good).items():
+        p = tmp_path / "bad.plan"
+        p.write_bytes(data)
+        with pytest.raises(PagecastError) as e:
+            read_plan(p)
+        msg = str(e.value)
+        assert "\n" not in msg and str(p) in msg, what
+
+
+# ---- transparency ---------------------------------------------------------------------
+
+PROG = ("import os, sys; data = sys.stdin.read(); print('out', data.upper()); print('err', len(data), file=sys.stderr); "
+        "code = int(sys.argv[1]); os.kill(os.getpid(), -code) if code < 0 else sys.exit(code)")  # fmt: skip
+
+
+@pytest.mark.parametrize("code", [0, 3, -signal.SIGTERM, -signal.SIGKILL])
+def test_output_stdin_and_exit_status_identical_with_and_without_plan(tmp_path, disk_file, code):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 4), (20, 8)])])
+    cmd = [sys.executable, "-c", PROG, str(code)]
+    bare = subprocess.run(cmd, input=b"hello\n", capture_output=True)
+    planned = _pagecast("run", "--plan", str(plan), "--", *cmd, input=b"hello\n")
+    assert bare.returncode == code
+    assert (planned.returncode, planned.stdout, planned.stderr) == (bare.returncode, bare.stdout, bare.stderr)
+
+
+def test_signal_dispositions_identical_with_and_without_plan(tmp_path, disk_file):
+    # the Python entry ignores SIGPIPE; an ignored signal survives exec unless reset
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 4)])])
+    cmd = ["grep", "-E", "^Sig(Ign|Blk|Cgt)", "/proc/self/status"]
+    bare = subprocess.run(cmd, capture_output=True)
+    planned = _pagecast("run", "--plan", str(plan), "--", *cmd)
+    assert planned.stdout == bare.stdout and b"SigIgn" in bare.stdout
+    piped = _pagecast("run", "--plan", str(plan), "--", "sh", "-c", "yes | head -n 1")
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"y\n", b"")
+
+
+def test_killed_program_exits_128_plus_n_in_a_shell_and_with_json(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 4)])])
+    inner = f"{sys.executable} -m pagecast run --plan {plan} -- sh -c 'kill -9 $$'; echo status=$?"
+    shell = subprocess.run(["sh", "-c", inner], env=_env(), capture_output=True, text=True)
+    assert shell.stdout.strip() == "status=137"
+    js = _pagecast("run", "--plan", str(plan), "--json", "--", "sh", "-c", "kill -TERM $$")
+    rep = json.loads(js.stdout)
+    assert js.returncode == 143 and rep["exit_status"] == 143 and rep["returncode"] == -signal.SIGTERM
+
+
+def test_program_keeps_the_pid_and_has_no_child_of_ours(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 64)])])
+    prog = ("import os, time; print(os.getpid()); time.sleep(0.2)\n"
+            "try:\n    print(os.waitpid(-1, os.WNOHANG))\nexcept ChildProcessError:\n    print('no children')")  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", sys.executable, "-c", prog],
+                         env=_env(), stdout=subprocess.PIPE, text=True)  # fmt: skip
+    out, _ = p.communicate(timeout=60)
+    assert out.split("\n")[:2] == [str(p.pid), "no children"]
+
+
+def test_json_has_the_documented_shape(tmp_path, disk_file):
+    missing = FilePlan(str(tmp_path / "gone.bin"), FileIdentity(1, 1, 1, 1, 1), "warm", [(0, 1)])
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 4), (9, 3)]), missing])
+    r = _pagecast("run", "--plan", str(plan), "--json", "--", sys.executable, "-c", "import time; time.sleep(0.3); print('x')")
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and r.stderr.decode().count("\n") == 2  # the program's 'x' (moved to stderr) + one warning
+    assert set(rep) == {"mode", "plan", "plan_error", "returncode", "exit_status", "wall_s", "prefetch", "files", "live"}
+    assert rep["plan_error"] is None and rep["live"] is None
+    files = {f["path"]: f for f in rep["files"]}
+    assert files[str(disk_file)]["status"] == "warmed" and files[str(disk_file)]["pages_issued"] == 7
+    assert files[missing.path]["status"] == "missing"
+    assert rep["prefetch"]["pages_issued"] == 7 and rep["prefetch"]["bytes_issued"] == 7 * PAGE
+
+
+# ---- warnings ---------------------------------------------------------------------------
+
+def test_corrupt_plan_one_warning_and_the_program_runs(tmp_path, disk_file):
+    good = encode_plan(PlanDoc([_warm(disk_file, [(0, 2), (10, 5)])]))
+    cmd = ["sh", "-c", "echo ran; exit 4"]
+    for what, data in _corruptions(good).items():
+        p = tmp_path / "bad.plan"
+        p.write_bytes(data)
+        r = _pagecast("run", "--plan", str(p), "--", *cmd)
+        err = r.stderr.decode()
+        assert (r.returncode, r.stdout) == (4, b"ran\n"), what
+        assert err.count("\n") == 1 and str(p) in err and "running the program without it" in err, (what, err)
+    r = _pagecast("run", "--plan", str(tmp_path / "nonexistent.plan"), "--", *cmd)
+    assert r.returncode == 4 and r.stderr.decode().count("\n") == 1
+
+
+def test_stale_file_one_warning_naming_it_and_nothing_warmed(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 32)])])
+    with open(disk_file, "r+b") as f:  # same size, new content: mtime/ctime change
+        f.write(b"changed")
+    drop_file(disk_file)
+    status = tmp_path / "status.json"
+    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sh", "-c", "sleep 0.2; echo ran")
+    err = r.stderr.decode()
+    assert r.returncode == 0 and r.stdout == b"ran\n"
+    assert err.count("\n") == 1 and str(disk_file) in err and "changed since it was recorded" in err
+    rep = _wait_json(status)
+    assert rep["files"][0]["status"] == "stale" and rep["prefetch"]["pages_issued"] == 0
+    assert resident(disk_file)[:32].sum() == 0
+
+
+def test_missing_file_one_warning(tmp_path):
+    gone = FilePlan(str(tmp_path / "gone.bin"), FileIdentity(1, 1, 1, 1, 1), "stream")
+    r = _pagecast("run", "--plan", str(_plan(tmp_path, [gone])), "--", "echo", "ok")
+    assert r.returncode == 0 and r.stdout == b"ok\n"
+    assert r.stderr.decode().count("\n") == 1 and "gone.bin: cannot open" in r.stderr.decode()
+
+
+def test_per_fault_without_python_is_reported_not_silent(tmp_path, disk_file):
+    plan = _plan(tmp_path, [FilePlan(str(disk_file), FileIdentity.of(disk_file), "per-fault", arg="markov")])
+    r = subprocess.run([launcher_path(), str(plan), "--", "echo", "ok"], capture_output=True, text=True)
+    assert r.stdout == "ok\n" and "per-fault needs pagecast's Python live machinery" in r.stderr
+
+
+# ---- the pages really arrive ----------------------------------------------------------------
+
+def _wait_json(path: Path, timeout: float = 10.0) -> dict:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists():
+            return json.loads(path.read_text())
+        time.sleep(0.02)
+    raise AssertionError(f"no status file {path}")
+
+
+def _resident_after(path: Path, want: np.ndarray, timeout: float = 10.0) -> np.ndarray:
+    # WILLNEED queues the reads; they land shortly after the prefetcher reports
+    end = time.monotonic() + timeout
+    while True:
+        got = resident(path)
+        if (got[want]).all() or time.monotonic() > end:
+            return got
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_warm_reads_exactly_the_planned_pages_of_a_cold_file(tmp_path, disk_file, depth):
+    ranges = [(3, 5), (40, 1), (64, 20)]
+    plan = _plan(tmp_path, [_warm(disk_file, ranges, depth=depth, chunk_kib=16)])
+    drop_file(disk_file)
+    assert resident(disk_file).sum() == 0
+    status = tmp_path / "status.json"
+    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+    assert r.returncode == 0
+    rep = _wait_json(status)
+    want = np.zeros(128, bool)
+    for a, n in ranges:
+        want[a : a + n] = True
+    got = _resident_after(disk_file, want)
+    assert rep["files"][0]["status"] == "warmed" and rep["prefetch"]["pages_issued"] == want.sum()
+    assert rep["prefetch"]["requests"] == sum(-(-n // 4) for _, n in ranges)  # 16 KiB chunks
+    np.testing.assert_array_equal(got, want)
+
+
+def test_stream_whole_file(tmp_path, disk_file):
+    plan = _plan(tmp_path, [FilePlan(str(disk_file), FileIdentity.of(disk_file), "stream")])
+    drop_file(disk_file)
+    status = tmp_path / "status.json"
+    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+    rep = _wait_json(status)
+    assert r.returncode == 0 and rep["files"][0]["status"] == "warmed" and rep["files"][0]["pages_issued"] == 128
+    assert resident(disk_file).all()
+
+
+def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
+    # 8192 one-page requests of a cold 64 MiB file take far longer than `true` lives
+    with open(disk_file, "wb") as f:
+        f.write(bytes(64 << 20))
+    plan = _plan(tmp_path, [_warm(disk_file, [(i * 2, 1) for i in range(8192)], depth=1, chunk_kib=4)])
+    drop_file(disk_file)
+    status = tmp_path / "status.json"
+    r = subprocess.run([launcher_path(), "--status", str(status), str(plan), "--", "true"])
+    rep = _wait_json(status)
+    assert r.returncode == 0 and rep["prefetch"]["stopped"] == "program-exited"
+    assert rep["files"][0]["status"] == "stopped" and rep["prefetch"]["pages_issued"] < 8192
+
+
+# ---- start-up path --------------------------------------------------------------------------
+
+def test_run_plan_fast_path_imports_no_heavy_module(tmp_path, disk_file):
+    launcher_path()  # built and stamped: a first build may import what it likes
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pagecast", "run", "--plan", str(plan), "--", "true"],
+                       env=_env(), capture_output=True, text=True)  # fmt: skip
+    imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert r.returncode == 0 and "pagecast.launch.command" in imported
+    heavy = {m for m in imported if m.split(".")[0] in {"numpy", "torch", "pyarrow", "numba", "argparse", "pathlib"}}
+    assert heavy == set()
+
+
+def test_cli_main_with_argv_runs_the_plan_as_a_child(tmp_path, disk_file, capfd):
+    from pagecast.cli import main
+
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
+    assert main(["run", "--plan", str(plan), "--", "sh", "-c", "echo via-main; exit 6"]) == 6
+    assert capfd.readouterr().out == "via-main\n"
+
+
+def test_without_a_compiler_the_program_runs_unplanned(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
+    env = {**_env(), "CC": "no-such-cc", "PAGECAST_BUILD_DIR": str(tmp_path / "empty-build")}
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", "sh", "-c", "echo ran; exit 7"],
+                       env=env, capture_output=True, text=True)  # fmt: skip
+    assert (r.returncode, r.stdout) == (7, "ran\n")
+    assert r.stderr.count("\n") == 1 and "native launcher is not available" in r.stderr
+
+
+def test_program_not_found_127_like_a_shell(tmp_path, disk_file):
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
+    r = _pagecast("run", "--plan", str(plan), "--", "/no/such/program")
+    assert r.returncode == 127 and r.stderr.decode().count("\n") == 1 and b"/no/such/program" in r.stderr
+
+
+def test_plan_show_json_and_table(tmp_path, disk_file, capsys):
+    from pagecast.cli import main
+
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 2), (5, 3)], reason="why not")])
+    assert main(["plan", "--show", str(plan), "--json"]) == 0
+    view = json.loads(capsys.readouterr().out)
+    assert view["files"][0]["ranges"] == [[0, 2], [5, 3]] and view["files"][0]["pages"] == 5
+    assert main(["plan", "--show", str(plan)]) == 0
+    assert "why not" in capsys.readouterr().out
+    (tmp_path / "bad.plan").write_text("nope")
+    assert main(["plan", "--show", str(tmp_path / "bad.plan")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad magic" in err
