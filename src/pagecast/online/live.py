@@ -179,6 +179,8 @@ class _Predictor:
                 break
         if msg is None:
             pid = self.proc.pid
+            # EOF comes while the process is still exiting: give it time to become reapable
+            self.proc.join(0 if time.monotonic() > deadline else 5)
             hung = self.proc.is_alive()
             self.close()
             how = f"no answer in {READY_TIMEOUT_S:.0f} s" if hung else _how_it_ended(self.proc.exitcode)
@@ -267,7 +269,7 @@ def _start_predictor(cfg: LiveConfig, channel: Any) -> tuple[_Predictor | None, 
     try:
         return _Predictor(cfg.source, cfg.threads, cfg.gap, channel.sock if channel else None), None
     except _PredictorLost as e:
-        return None, f"{e}: the program ran to completion without prefetching"
+        return None, f"{e}: prefetching stopped before the program started; the program ran to completion unprefetched"
 
 
 def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None) -> LiveResult:
