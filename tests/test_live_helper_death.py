@@ -138,7 +138,9 @@ def _run_and_kill(args: list[str], weights: Path, killer: Killer) -> subprocess.
     wl.drop_cache(weights)
     cmd = [sys.executable, "-m", "pagecast", "run", *args, "--", "sh", "-c", f'"$@"; exit {STATUS}', "sh",
            *_argv(weights)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    src = str(Path(__file__).resolve().parents[1] / "src")  # this tree's pagecast, from any working directory
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     killer.watch(proc.pid)
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
