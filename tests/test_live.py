@@ -196,7 +196,7 @@ def test_survives_predictor_killed_midrun(weights, tmp_path):
     # the Python predictor process (nextline takes the native fast path by default: test_live_fastpath.py)
     res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer,
                     fast=False)
-    assert killer.killed.wait(5) and killer.program_was_running == [True]
+    assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0
     assert got["checksum"] == want["checksum"] and got["tokens"] == 6
     assert res.predictor_alive is False

@@ -139,7 +139,7 @@ def test_fast_path_killed_midrun_program_completes(weights, tmp_path, recorded):
     killer = PredictorKiller()
     res, got = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=256), trace=tmp_path / "k.parquet",
                     tokens=40, on_started=killer)
-    assert killer.killed.wait(5) and killer.program_was_running == [True]
+    assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0 and got["checksum"] == want["checksum"] and got["tokens"] == 40
     assert res.predictor_alive is False and res.fast_path["state"] == "died"
     assert "died" in res.predictor_error

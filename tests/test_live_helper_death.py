@@ -2,10 +2,11 @@
 
 The helpers are the fault collector (native faultmon, the program's parent) and the
 predictor process (forked by the daemon, named ``pagecast-pred``). Each test starts the
-real CLI in a subprocess on the sparse-weights workload (wrapped in ``sh -c '...; exit
-5'`` so a non-zero status must come through), finds the helper in the process tree and
-SIGKILLs it at a moment fixed by the process tree itself (the workload is running, or the
-program has not been started yet), never by a sleep.
+real CLI in a subprocess; the program is a shell that runs the sparse-weights workload,
+blocks reading a FIFO, runs the workload again and exits 5. The test finds the helper in
+the process tree and SIGKILLs it while the shell is blocked on the FIFO (mid-run, certainly
+alive) or, for a model, while the predictor loads and the program does not exist yet;
+then it releases the FIFO. No sleep decides when.
 
 Truths used: the workload's JSON result line from a run without pagecast (checksum and
 token count must be identical), the shell's exit status 5, and the state of the program's
@@ -14,6 +15,7 @@ process at the moment of the kill read from /proc.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -30,7 +32,7 @@ from pagecast.collect.faultmon import faultmon_binary
 from pagecast.online import workload as wl
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
-TOKENS = 40  # the program runs for a few hundred ms after the kill (a whole run is ~0.5-1 s here)
+TOKENS = 8
 STATUS = 5
 FIND_TIMEOUT_S = 120.0  # generous: the daemon imports torch and loads a model on a shared machine
 RUN_TIMEOUT_S = 300.0
@@ -88,56 +90,80 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        kids = _children(todo.pop())
-        out += kids
-        todo += kids
-    return out
-
-
 @dataclass
 class Killer:
-    """Watches the tree under the pagecast process; SIGKILLs ``helper`` once ``when`` holds."""
+    """SIGKILLs ``helper`` under the pagecast process at a moment fixed by the processes
+    themselves. The program runs the workload, then blocks reading a FIFO, then runs it
+    again: "running" kills while it is blocked there (mid-run, certainly alive), "loading"
+    as soon as the predictor exists while the collector (which starts the program) does not
+    yet. Then it releases the FIFO."""
 
     helper: str  # "collector" | "predictor"
-    when: str  # "running": the workload is running | "loading": the program was not started yet
+    when: str  # "running" | "loading"
+    fifo: Path
     victim: int | None = None
-    program_running: bool | None = None  # the workload existed and was not a zombie at the kill
-    program_started: bool | None = None  # the collector (which starts the program) existed at the kill
+    program_running: bool | None = None  # the program (sh) existed and was not a zombie at the kill
+    program_started: bool | None = None  # the collector existed at the kill
     done: threading.Event = field(default_factory=threading.Event)
 
     def watch(self, daemon_pid: int) -> None:
         threading.Thread(target=self._run, args=(daemon_pid,), daemon=True).start()
 
-    def _run(self, daemon_pid: int) -> None:
+    def _target(self, daemon_pid: int) -> tuple[int | None, list[int]]:
+        """(the helper's pid or None, the collectors' pids)."""
         collector = faultmon_binary().name[:15]  # /proc/PID/comm keeps 15 characters
-        program = wl.binary().name[:15]
-        deadline = time.monotonic() + FIND_TIMEOUT_S
-        try:
-            while time.monotonic() < deadline and self.victim is None:
-                kids = _children(daemon_pid)
-                colls = [k for k in kids if _comm(k) == collector]
-                preds = [k for k in kids if _comm(k) == "pagecast-pred"]
-                progs = [d for c in colls for d in _descendants(c) if _comm(d) == program]
-                target = colls if self.helper == "collector" else preds
-                ready = bool(progs) if self.when == "running" else not colls
-                if target and ready:
-                    self.program_started = bool(colls)
-                    self.program_running = any(_state(p) not in ("Z", "X") for p in progs)
-                    os.kill(target[0], signal.SIGKILL)
-                    self.victim = target[0]
-                    return
+        kids = _children(daemon_pid)
+        colls = [k for k in kids if _comm(k) == collector]
+        preds = [k for k in kids if _comm(k) == "pagecast-pred"]
+        target = colls if self.helper == "collector" else preds
+        return (target[0] if target else None), colls
+
+    def _kill(self, pid: int, colls: list[int]) -> None:
+        self.program_started = bool(colls)
+        progs = [d for c in colls for d in _children(c)]
+        self.program_running = any(_state(p) not in ("Z", "X") for p in progs)
+        os.kill(pid, signal.SIGKILL)
+        self.victim = pid
+
+    def _open_fifo(self, deadline: float) -> int | None:
+        """The FIFO's write end once the program has opened it to read (it is blocked there)."""
+        while time.monotonic() < deadline:
+            try:
+                return os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: no reader yet
                 time.sleep(0.002)
+        return None
+
+    def _run(self, daemon_pid: int) -> None:
+        deadline = time.monotonic() + FIND_TIMEOUT_S
+        fd = None
+        try:
+            if self.when == "loading":
+                while time.monotonic() < deadline and self.victim is None:
+                    pid, colls = self._target(daemon_pid)
+                    if pid is not None and not colls:
+                        self._kill(pid, colls)
+                    time.sleep(0.002)
+                fd = self._open_fifo(deadline)
+            else:
+                fd = self._open_fifo(deadline)
+                pid, colls = self._target(daemon_pid)
+                if fd is not None and pid is not None:
+                    self._kill(pid, colls)
+            if fd is not None:
+                os.write(fd, b"go\n")
         finally:
+            if fd is not None:
+                os.close(fd)
             self.done.set()
 
 
-def _run_and_kill(args: list[str], weights: Path, killer: Killer) -> subprocess.CompletedProcess:
+def _run_and_kill(args: list[str], weights: Path, tmp_path: Path, helper: str, when: str) -> tuple[subprocess.CompletedProcess, Killer]:
     wl.drop_cache(weights)
-    cmd = [sys.executable, "-m", "pagecast", "run", *args, "--", "sh", "-c", f'"$@"; exit {STATUS}', "sh",
-           *_argv(weights)]
+    killer = Killer(helper, when, tmp_path / "gate")
+    os.mkfifo(killer.fifo)
+    script = f'"$@"; read _ < "$0"; "$@"; exit {STATUS}'
+    cmd = [sys.executable, "-m", "pagecast", "run", *args, "--", "sh", "-c", script, str(killer.fifo), *_argv(weights)]
     src = str(Path(__file__).resolve().parents[1] / "src")  # this tree's pagecast, from any working directory
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -149,15 +175,16 @@ def _run_and_kill(args: list[str], weights: Path, killer: Killer) -> subprocess.
             proc.kill()
             proc.communicate()
     assert killer.done.wait(FIND_TIMEOUT_S)
-    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), killer
 
 
 def _check(p: subprocess.CompletedProcess, want: dict, helper_words: str) -> str:
     """Same output, status 5, and exactly one line about the dead helper; returns it."""
     assert "Traceback" not in p.stderr, p.stderr
     assert p.returncode == STATUS, p.stderr[-2000:]
-    got = wl.parse_result(p.stdout)
-    assert got.get("checksum") == want["checksum"] and got["tokens"] == TOKENS
+    results = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(results) == 2  # the workload before and after the kill
+    assert all(r["checksum"] == want["checksum"] and r["tokens"] == TOKENS for r in results)
     # the summary table names the error too; pagecast's own message lines start with its name
     died = [ln for ln in p.stderr.splitlines() if ln.startswith("pagecast run:") and "died" in ln]
     assert len(died) == 1, p.stderr[-2000:]
@@ -172,27 +199,24 @@ def _check(p: subprocess.CompletedProcess, want: dict, helper_words: str) -> str
 @needs_perf
 @pytest.mark.parametrize("args", [["--policy", "markov"], ["--policy", "nextline", "--no-fast"]],
                          ids=["markov", "nextline-python"])
-def test_collector_killed_midrun_python_path(weights, want, args):
-    killer = Killer("collector", "running")
-    p = _run_and_kill(args, weights, killer)
+def test_collector_killed_midrun_python_path(weights, want, args, tmp_path):
+    p, killer = _run_and_kill(args, weights, tmp_path, "collector", "running")
     assert killer.victim is not None and killer.program_running is True
     line = _check(p, want, f"the fault collector (pid {killer.victim}) died mid-run")
     assert "SIGKILL" in line and "prefetching and recording stopped" in line
 
 
 @needs_perf
-def test_collector_killed_midrun_fast_path(weights, want):
-    killer = Killer("collector", "running")
-    p = _run_and_kill(["--policy", "nextline"], weights, killer)
+def test_collector_killed_midrun_fast_path(weights, want, tmp_path):
+    p, killer = _run_and_kill(["--policy", "nextline"], weights, tmp_path, "collector", "running")
     assert killer.victim is not None and killer.program_running is True
     line = _check(p, want, f"the fault collector (pid {killer.victim}) died mid-run")
     assert "native fast path" in line and "state=died" in p.stderr
 
 
 @needs_perf
-def test_predictor_killed_midrun(weights, want):
-    killer = Killer("predictor", "running")
-    p = _run_and_kill(["--policy", "markov"], weights, killer)
+def test_predictor_killed_midrun(weights, want, tmp_path):
+    p, killer = _run_and_kill(["--policy", "markov"], weights, tmp_path, "predictor", "running")
     assert killer.victim is not None and killer.program_running is True
     line = _check(p, want, f"the predictor process (pid {killer.victim}) died mid-run")
     assert "SIGKILL" in line and "prefetching stopped" in line
@@ -219,9 +243,8 @@ def model(tmp_path_factory) -> Path:
 
 
 @needs_perf
-def test_predictor_killed_while_model_loads(weights, want, model):
-    killer = Killer("predictor", "loading")
-    p = _run_and_kill(["--model", str(model)], weights, killer)
+def test_predictor_killed_while_model_loads(weights, want, model, tmp_path):
+    p, killer = _run_and_kill(["--model", str(model)], weights, tmp_path, "predictor", "loading")
     assert killer.victim is not None and killer.program_started is False  # killed before the program existed
     line = _check(p, want, f"the predictor process (pid {killer.victim}) died while loading model:m.pt")
     assert "SIGKILL" in line
