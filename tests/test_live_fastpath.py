@@ -134,7 +134,7 @@ def test_fast_nextline_issues_the_neighbours_of_each_major_fault(weights, tmp_pa
 @needs_perf
 def test_fast_path_killed_midrun_program_completes(weights, tmp_path, recorded):
     trace, _, _ = recorded
-    # enough tokens that the prefetched program still runs 30 ms in (about 10x that here)
+    # enough tokens that the program is still running when the collector is killed (right after its exec)
     _, want = _run(weights, SourceSpec(), tokens=40)
     killer = PredictorKiller()
     res, got = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=256), trace=tmp_path / "k.parquet",
