@@ -109,7 +109,7 @@ class LiveResult:
     # native fast path: state on/off (+ reason), its counters
     fast_path: dict[str, Any] = field(default_factory=dict)
     collector_alive: bool = True  # False: the fault collector died before the program exited
-    collector_error: str | None = None  # how it ended (pid, signal)
+    collector_error: str | None = None  # how it ended, e.g. "killed by SIGKILL"
     # one line naming the helper that died and saying prefetching stopped (None: nothing died)
     warning: str | None = None
 
@@ -183,8 +183,11 @@ class _Predictor:
             self.proc.join(0 if time.monotonic() > deadline else 5)
             hung = self.proc.is_alive()
             self.close()
-            how = f"no answer in {READY_TIMEOUT_S:.0f} s" if hung else _how_it_ended(self.proc.exitcode)
-            raise _PredictorLost(f"the predictor process (pid {pid}) died while loading {self.name} ({how})")
+            if hung:
+                raise _PredictorLost(f"the predictor process (pid {pid}) did not finish loading {self.name} in "
+                                     f"{READY_TIMEOUT_S:.0f} s and was stopped")
+            raise _PredictorLost(f"the predictor process (pid {pid}) died while loading {self.name} "
+                                 f"({_how_it_ended(self.proc.exitcode)})")
         if msg[0] == "error":
             self.close()
             raise PagecastError(msg[1])
