@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from pagecast.collect.faultmon import read_all
+from pagecast.collect.faultmon import faultmon_binary, read_all
 from pagecast.errors import PagecastError
 
 
@@ -26,18 +27,32 @@ needs_perf = pytest.mark.skipif(_why is not None, reason=f"perf not usable: {_wh
 
 
 class PredictorKiller:
-    """An ``on_started`` hook for run_live that SIGKILLs the predictor process shortly after
-    the program starts, and records whether the program was still running at that moment."""
+    """An ``on_started`` hook for run_live that SIGKILLs the helper process it is given
+    (``session.worker_pid``: the predictor, or the collector on the fast path) as soon as
+    the program has exec'd, and records whether the program was still running then.
 
-    def __init__(self, delay_s: float = 0.03):
-        self.delay_s = delay_s
+    The moment is a condition, not a delay: the program is forked by the collector and is
+    a copy of it until its exec, so a kill before that is a kill before the program ran
+    (on a loaded machine a fixed 30 ms could fall on either side of it)."""
+
+    def __init__(self, timeout_s: float = 120.0):
+        self.timeout_s = timeout_s
         self.killed = threading.Event()
         self.program_was_running: list[bool] = []
 
     def __call__(self, session) -> None:
-        threading.Timer(self.delay_s, self._kill, args=(session,)).start()
+        threading.Thread(target=self._kill, args=(session,), daemon=True).start()
 
     def _kill(self, session) -> None:
+        collector = str(faultmon_binary())
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if os.readlink(f"/proc/{session.program_pid}/exe") != collector:
+                    break
+            except OSError:
+                return  # the program is gone: nothing was killed, the test fails on killed
+            time.sleep(0.001)
         os.kill(session.worker_pid, signal.SIGKILL)
         try:  # mid-run: the traced program has not exited (not even as a zombie) yet
             state = Path(f"/proc/{session.program_pid}/stat").read_text().split(")")[-1].split()[0]

@@ -196,7 +196,7 @@ def test_survives_predictor_killed_midrun(weights, tmp_path):
     # the Python predictor process (nextline takes the native fast path by default: test_live_fastpath.py)
     res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer,
                     fast=False)
-    assert killer.killed.wait(5) and killer.program_was_running == [True]
+    assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0
     assert got["checksum"] == want["checksum"] and got["tokens"] == 6
     assert res.predictor_alive is False
@@ -244,10 +244,18 @@ def test_bad_pager_spec():
 def test_program_keeps_priority_daemon_restored(tmp_path):
     out = tmp_path / "nice.txt"
     before = os.getpriority(os.PRIO_PROCESS, 0)
-    # the program reads its own niceness after the daemon has reniced itself
-    res = run_live(LiveConfig(["sh", "-c", f"sleep 0.3; cut -d' ' -f19 /proc/self/stat > {out}"], nice=10))
+    # only root can undo a renice, so only then does the daemon renice itself (live.py)
+    daemon_nice = min(19, before + 10) if os.geteuid() == 0 else before
+    # the program reads its own niceness once it sees the daemon reniced (a condition, not
+    # a delay: on a loaded machine the renice can come late); it gives up after 60 s
+    nice_of = "$(cut -d' ' -f19 /proc/{}/stat)"
+    script = (f'i=0; while [ "{nice_of.format(os.getpid())}" != {daemon_nice} ] && [ $i -lt 6000 ]; do '
+              f'sleep 0.01; i=$((i+1)); done; echo "{nice_of.format(os.getpid())} {nice_of.format("self")}" > {out}')
+    res = run_live(LiveConfig(["sh", "-c", script], nice=10))
     assert res.returncode == 0
-    assert int(out.read_text()) == before  # the program was not reniced
+    seen_daemon, seen_program = map(int, out.read_text().split())
+    assert seen_daemon == daemon_nice  # the daemon had reniced itself while the program ran
+    assert seen_program == before  # the program was not reniced
     assert os.getpriority(os.PRIO_PROCESS, 0) == before  # and the daemon got its priority back
 
 

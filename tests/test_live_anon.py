@@ -85,7 +85,7 @@ def test_predictor_killed_with_shim_loaded(prog, run1, tmp_path):
     killer = PredictorKiller()
     _, want, _ = _live(prog, run1, tmp_path, anon=False, args=["--exit", "5"], name="ref")
     res, got, _ = _live(prog, run1, tmp_path, anon=True, args=["--exit", "5"], on_started=killer, name="killed")
-    assert killer.killed.wait(5) and killer.program_was_running == [True]
+    assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.predictor_alive is False
     assert res.returncode == 5
     assert _line(got) == _line(want)

@@ -134,12 +134,12 @@ def test_fast_nextline_issues_the_neighbours_of_each_major_fault(weights, tmp_pa
 @needs_perf
 def test_fast_path_killed_midrun_program_completes(weights, tmp_path, recorded):
     trace, _, _ = recorded
-    # enough tokens that the prefetched program still runs 30 ms in (about 10x that here)
+    # enough tokens that the program is still running when the collector is killed (right after its exec)
     _, want = _run(weights, SourceSpec(), tokens=40)
     killer = PredictorKiller()
     res, got = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=256), trace=tmp_path / "k.parquet",
                     tokens=40, on_started=killer)
-    assert killer.killed.wait(5) and killer.program_was_running == [True]
+    assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0 and got["checksum"] == want["checksum"] and got["tokens"] == 40
     assert res.predictor_alive is False and res.fast_path["state"] == "died"
     assert "died" in res.predictor_error

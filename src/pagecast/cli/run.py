@@ -19,8 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "separate process, and prefetch file-backed pages ahead of the program with posix_fadvise(WILLNEED) "
             "(the page cache is shared); anonymous pages through a preloaded shim that calls madvise(MADV_POPULATE_WRITE) inside the program. --schedule replays an earlier run's pages paced by the faults this run "
             "takes. Writes a trace of faults and PREFETCH rows (late/useless flagged) and prints a summary with "
-            "the fault-seen -> prefetch-issued latency. The program's output and exit status pass through; if "
-            "the predictor dies, the program runs on unprefetched."
+            "the fault-seen -> prefetch-issued latency. The program's output and exit status pass through "
+            "whatever happens to pagecast's helpers: if the predictor or the fault collector dies (even while a "
+            "model loads), the program runs to completion unprefetched, one warning line names the helper, and "
+            "pagecast exits with the program's status."
         ),
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
@@ -183,15 +185,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = []
         for k, v in d.items():
+            if k == "warning":
+                continue  # printed as its own line below
             if isinstance(v, dict):
                 v = ", ".join(f"{a}={b}" for a, b in v.items())
             elif isinstance(v, list):
                 v = " ".join(map(str, v))
             rows.append({"field": k, "value": v})
         print(format_table(rows), file=sys.stderr)
-        if not res.predictor_alive:
-            print(f"pagecast run: warning: the predictor stopped mid-run ({res.predictor_error or 'killed'}); "
-                  "the program continued unprefetched", file=sys.stderr)
+    if res.warning:
+        print(f"pagecast run: warning: {res.warning}", file=sys.stderr)
     if res.lost:
         print(f"pagecast run: warning: {res.lost} fault samples lost", file=sys.stderr)
     return exit_status(res.returncode)

@@ -185,8 +185,10 @@ class FaultMonitor:
         self.close()
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None and self.returncode is None:
-            # Stopping early: end the traced program, then the collector.
+        if self._proc is not None and self._proc.poll() is None and self.returncode is None and not self._eof:
+            # Stopping early: end the traced program, then the collector. Not after the
+            # collector closed its end (it died): the program is not ours to end then, and
+            # a collector that is exiting but not yet reaped still looks alive to poll().
             if self.pid:
                 try:
                     os.kill(self.pid, 15)
@@ -297,6 +299,11 @@ class FaultMonitor:
     @property
     def collector_pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
+
+    @property
+    def collector_returncode(self) -> int | None:
+        """The collector's own exit status once it ended (negative: killed by that signal)."""
+        return self._proc.poll() if self._proc is not None else None
 
     def region_of_path(self, path: str) -> int:
         """Id of the file region mapped from ``path`` in this run, -1 if never mapped."""

@@ -5,16 +5,23 @@
          │                                                        │ posix_fadvise(WILLNEED)
          └── faults ─► trace ◄── issued pages ◄── reader ◄────────┘
 
-The traced program never waits for pagecast: faults are observed, not intercepted. If
-the predictor process dies (crash, kill), the daemon keeps draining the collector and
-records the rest of the run unprefetched; the program's exit status and output pass
-through unchanged.
+The traced program never waits for pagecast: faults are observed, not intercepted, and
+whatever happens to pagecast's helper processes the program runs to completion with its
+own output and exit status:
+
+- the predictor process dies mid-run (crash, kill): the daemon keeps draining the
+  collector and records the rest of the run unprefetched;
+- the predictor dies (or never says ready) while it loads its model or policy: the
+  program is started anyway, without a predictor;
+- the collector dies: the daemon is a child subreaper while the program runs, so the
+  orphaned program becomes its child; it runs on unprefetched and unrecorded and the
+  daemon reports its exit status.
+
+Each case sets ``LiveResult.warning`` to one line naming the helper that died.
 
 Schedule replay, next-line and stride take the native fast path by default
 (``pagecast.online.fastpath``): the collector predicts and issues itself, per fault, and
-there is no predictor process. If the collector dies then, the daemon (a child
-subreaper) adopts the program, lets it run to completion unprefetched and reports its
-exit status.
+there is no predictor process (its death is the collector case above).
 """
 
 from __future__ import annotations
@@ -101,6 +108,10 @@ class LiveResult:
     anon_prefetch: dict[str, Any] = field(default_factory=dict)
     # native fast path: state on/off (+ reason), its counters
     fast_path: dict[str, Any] = field(default_factory=dict)
+    collector_alive: bool = True  # False: the fault collector died before the program exited
+    collector_error: str | None = None  # how it ended, e.g. "killed by SIGKILL"
+    # one line naming the helper that died and saying prefetching stopped (None: nothing died)
+    warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,6 +133,21 @@ def _percentiles(x: np.ndarray) -> dict[str, float]:
             "max": round(float(us.max()), 1)}
 
 
+class _PredictorLost(Exception):
+    """The predictor process died or hung before saying ready (not an error it reported)."""
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
 class _Predictor:
     """The forked predictor process and the two threads talking to it."""
 
@@ -141,15 +167,27 @@ class _Predictor:
         self.name = spec.label()
         self.dropped_batches = 0
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not self._out_r.poll(0.1):
-            if not self.proc.is_alive() or time.monotonic() > deadline:
-                self.close()
-                raise PagecastError("the predictor process failed to start")
-        try:
-            msg = self._out_r.recv()
-        except EOFError:
+        msg: tuple | None = None
+        while msg is None:
+            # a message or EOF (the process died) both make the pipe readable
+            if self._out_r.poll(0.1):
+                try:
+                    msg = self._out_r.recv()
+                except (EOFError, OSError):
+                    break
+            elif not self.proc.is_alive() or time.monotonic() > deadline:
+                break
+        if msg is None:
+            pid = self.proc.pid
+            # EOF comes while the process is still exiting: give it time to become reapable
+            self.proc.join(0 if time.monotonic() > deadline else 5)
+            hung = self.proc.is_alive()
             self.close()
-            raise PagecastError("the predictor process failed to start") from None
+            if hung:
+                raise _PredictorLost(f"the predictor process (pid {pid}) did not finish loading {self.name} in "
+                                     f"{READY_TIMEOUT_S:.0f} s and was stopped")
+            raise _PredictorLost(f"the predictor process (pid {pid}) died while loading {self.name} "
+                                 f"({_how_it_ended(self.proc.exitcode)})")
         if msg[0] == "error":
             self.close()
             raise PagecastError(msg[1])
@@ -191,6 +229,14 @@ class _Predictor:
         self.send(("end",))
         self._reader.join(timeout)
         self.close()
+        if not self.alive and self.error is None:
+            self.error = _how_it_ended(self.proc.exitcode)
+
+    def warning(self) -> str | None:
+        if self.alive:
+            return None
+        return (f"the predictor process (pid {self.proc.pid}) died mid-run ({self.error}): prefetching stopped; "
+                "the program ran to completion unprefetched")
 
     def close(self) -> None:
         if self.proc.is_alive():
@@ -217,17 +263,32 @@ def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None =
     return res
 
 
+def _start_predictor(cfg: LiveConfig, channel: Any) -> tuple[_Predictor | None, str | None]:
+    """(predictor, None), or (None, why) when it died or hung while loading: the program
+    then runs without one. An error the predictor reports (bad model file, unknown
+    option) is the user's input and still stops the run before the program starts."""
+    if cfg.source.kind == "none":
+        return None, None
+    try:
+        return _Predictor(cfg.source, cfg.threads, cfg.gap, channel.sock if channel else None), None
+    except _PredictorLost as e:
+        return None, f"{e}: prefetching stopped before the program started; the program ran to completion unprefetched"
+
+
 def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None) -> LiveResult:
     session = LiveSession()
     sys.setswitchinterval(0.0005)  # the reader thread must not hold up the fault loop for 5 ms
     env, channel, anon_off = _anon_setup(cfg)
     try:
-        predictor = _Predictor(cfg.source, cfg.threads, cfg.gap, channel.sock if channel else None) \
-            if cfg.source.kind != "none" else None
+        predictor, lost_at_start = _start_predictor(cfg, channel)
     except BaseException:
         if channel is not None:
             channel.close()
         raise
+    if lost_at_start and channel is not None:
+        channel.close()  # nobody serves the shim: start the program without it
+        channel, env = None, cfg.env
+        anon_off = {"state": "off", "reason": "the predictor process died before the program started"}
     if channel is not None:
         channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
     session.worker_pid = predictor.proc.pid if predictor else None
@@ -235,8 +296,11 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     mon = FaultMonitor(cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
                        poll_ms=cfg.poll_ms)
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
+    reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     t_start = time.monotonic()
     reniced: list[tuple[int, int]] = []
+    returncode = -1
+    collector_error: str | None = None
     try:
         mon.start()
         if cfg.nice:
@@ -249,28 +313,57 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
         if on_started:
             on_started(session)
         sent_regions = 0
-        for batch in mon.batches():
-            t_seen = time.monotonic_ns() - t0
-            changed = mon.take_changed_regions()
-            if predictor and (len(mon.regions) != sent_regions or changed):
-                predictor.send(("regions", [r.to_dict() for r in mon.regions]))
-                sent_regions = len(mon.regions)
-            if predictor:
-                predictor.send(("faults", t_seen, batch.t_ns, batch.region, batch.page, batch.kind), droppable=True)
-            for k in cols:
-                cols[k].append(getattr(batch, k))
+        try:
+            for batch in mon.batches():
+                t_seen = time.monotonic_ns() - t0
+                changed = mon.take_changed_regions()
+                if predictor and (len(mon.regions) != sent_regions or changed):
+                    predictor.send(("regions", [r.to_dict() for r in mon.regions]))
+                    sent_regions = len(mon.regions)
+                if predictor:
+                    predictor.send(("faults", t_seen, batch.t_ns, batch.region, batch.page, batch.kind), droppable=True)
+                for k in cols:
+                    cols[k].append(getattr(batch, k))
+            returncode = mon.returncode if mon.returncode is not None else -1
+        except PagecastError:
+            if not _collector_died(mon):
+                raise
+            collector_error = _collector_end(mon)
+            returncode = _wait_orphan(mon.pid, reaper)  # type: ignore[arg-type]
         wall = time.monotonic() - t_start
     finally:
         _end_monitoring(mon, old, reniced)
+        if reaper:
+            _set_subreaper(False)
         if predictor:
             predictor.finish()
         if channel is not None:
             channel.close()
-    returncode = mon.returncode if mon.returncode is not None else -1
     faults = _concat_columns(cols)
     issued = predictor.issued if predictor else []
     res = _summarise(cfg, mon, predictor, faults, issued, returncode, wall, anon_off)
+    if collector_error is not None:
+        res.collector_alive, res.collector_error = False, collector_error
+        res.warning = (f"the fault collector (pid {mon.collector_pid}) died mid-run ({collector_error}): prefetching "
+                       "and recording stopped; the program ran to completion unprefetched")
+    elif lost_at_start:
+        res.predictor_alive, res.predictor_error, res.warning = False, lost_at_start, lost_at_start
+    elif predictor:
+        res.warning = predictor.warning()
     return res
+
+
+def _collector_died(mon: FaultMonitor) -> bool:
+    """After the fault stream broke: did the collector die under a running program (rather
+    than report an error of its own, or fail before the program existed)?"""
+    return mon.pid is not None and mon.error is None
+
+
+def _collector_end(mon: FaultMonitor) -> str:
+    """Reap the dead collector (which also completes the orphan's move to this subreaper)
+    and say how it ended."""
+    mon.close()
+    return _how_it_ended(mon.collector_returncode)
 
 
 def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path,
@@ -288,6 +381,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     reniced: list[tuple[int, int]] = []
     returncode = -1
+    how = ""
     t_start = time.monotonic()
     try:
         mon.start()
@@ -304,11 +398,12 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
                 for k in cols:
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
-        except PagecastError as e:
-            if mon.pid is None:
+        except PagecastError:
+            if not _collector_died(mon):
                 raise
             state.alive = False
-            state.error = mon.error or f"the fast path (collector) died: {e}"
+            how = _collector_end(mon)
+            state.error = f"the fault collector (pid {mon.collector_pid}) died ({how})"
             returncode = _wait_orphan(mon.pid, reaper)
         wall = time.monotonic() - t_start
     finally:
@@ -325,6 +420,10 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
     res = _summarise(cfg, mon, state, faults, issued, returncode, wall,  # type: ignore[arg-type]
                      {"state": "off", "reason": "native fast path: file pages only (--no-fast for the shim)"})
     res.fast_path = fast
+    if not state.alive:
+        res.collector_alive, res.collector_error = False, how
+        res.warning = (f"the fault collector (pid {mon.collector_pid}) died mid-run ({how}): prefetching (native fast "
+                       "path) and recording stopped; the program ran to completion unprefetched")
     return res
 
 
@@ -353,16 +452,19 @@ def _set_subreaper(on: bool) -> bool:
 
 
 def _wait_orphan(pid: int, adopted: bool) -> int:
-    """Exit status of the program after its collector died (it was reparented to us)."""
-    if adopted:
+    """Exit status of the program after its collector died (reparented to us when
+    ``adopted``; -1 when it was not ours to wait for)."""
+    while True:
         try:
-            _, status = os.waitpid(pid, 0)
-            return os.waitstatus_to_exitcode(status)
-        except ChildProcessError:
-            pass
-    while Path(f"/proc/{pid}").exists():  # not ours to wait for: wait until it is gone
+            got, status = os.waitpid(pid, 0 if adopted else os.WNOHANG)
+            if got == pid:
+                return os.waitstatus_to_exitcode(status)
+        except ChildProcessError:  # not (or not yet) our child
+            if not Path(f"/proc/{pid}").exists():
+                return -1
+        except InterruptedError:
+            continue
         time.sleep(0.05)
-    return -1
 
 
 def _anon_setup(cfg: LiveConfig) -> tuple[dict[str, str] | None, Any, dict[str, Any]]:

@@ -68,11 +68,23 @@ def make_source(spec: SourceSpec) -> Source:
     raise PagecastError(f"unknown predictor kind {spec.kind!r}")
 
 
+def _name_process(name: bytes) -> None:
+    """Give the forked process its own name in ps/top (/proc/PID/comm): otherwise it shows
+    as a second copy of the daemon, and a user who wants to stop it cannot tell which."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name), 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, threads: int, gap: int,
                 anon_listener=None) -> None:
     import sys
 
     sys.setswitchinterval(0.0005)  # hand the GIL over quickly: fault batches must not wait
+    _name_process(b"pagecast-pred")
     try:
         from pagecast.online.injector import _lib
 
