@@ -1,7 +1,7 @@
 /*
  * faultmon: run a command and stream every page fault it takes.
  *
- * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] -- CMD ARGS...
+ * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--read-tp ID:OFFS] -- CMD ARGS...
  *
  * The child is forked stopped (it blocks on a pipe) so the counters are attached before
  * it runs a single instruction of the command; with enable_on_exec they start counting
@@ -22,6 +22,13 @@
  * --fast-wake-minor N; in any case they are read within --fast-poll-ms),
  * each sample goes straight to the predictor, which issues posix_fadvise(WILLNEED). The
  * reader then still gets every frame, but only every --poll-ms (it only records).
+ *
+ * Page-set mode (pagecast record's default): --preload SO puts SO (native/pageset/shim.c)
+ * first in the command's LD_PRELOAD; --read-tp ID:INO:DEV:INDEX:LAST opens the tracepoint
+ * filemap:mm_filemap_get_pages (id and field offsets from tracefs) on the same rings, and
+ * each of its samples becomes a struct fm_read in a READS frame: the pages a read-family
+ * system call asked of the page cache, by device and inode. If the kernel refuses the
+ * tracepoint a NOTE frame says why and recording goes on without it.
  *
  * Exit status: that of the command (128 + signal if it was killed); 126/127 for
  * errors of faultmon itself, after an ERROR frame with a one-line message.
@@ -57,7 +64,23 @@ enum {
     FR_WATERMARK = 7,
     FR_EXIT = 8,
     FR_ERROR = 9,
+    /* 10-12: the live fast path's frames (live/fastpath.c) */
+    FR_READS = 14,
+    FR_NOTE = 15,
 };
+
+struct fm_read {
+    uint64_t time;
+    uint64_t ino;
+    uint64_t first, last; /* page indices, inclusive: what the call asked for (may pass EOF) */
+    uint32_t pid, tid;
+    uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
+    uint32_t pad;
+};
+
+/* --read-tp: tracepoint id and the raw offsets of i_ino, s_dev, index, last_index */
+static uint64_t rd_tp_id;
+static unsigned rd_off[4];
 
 struct fm_sample {
     uint64_t time;
@@ -76,8 +99,8 @@ struct fm_mmap {
 };
 
 struct ring {
-    int fd_maj, fd_min;
-    uint64_t id_maj, id_min;
+    int fd_maj, fd_min, fd_rd;
+    uint64_t id_maj, id_min, id_rd;
     void *base;
     size_t data_size;
 };
@@ -96,6 +119,9 @@ static uint64_t wakeups;
 #define SBUF_CAP 65536
 static struct fm_sample sbuf[SBUF_CAP];
 static size_t sbuf_n;
+#define RBUF_CAP 16384
+static struct fm_read rbuf[RBUF_CAP];
+static size_t rbuf_n;
 
 uint64_t fm_now_ns(void)
 {
@@ -138,6 +164,10 @@ static void flush_samples(void)
     if (sbuf_n) {
         fm_frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
         sbuf_n = 0;
+    }
+    if (rbuf_n) {
+        fm_frame(FR_READS, rbuf, (uint32_t)(rbuf_n * sizeof rbuf[0]), NULL, 0);
+        rbuf_n = 0;
     }
 }
 
@@ -230,6 +260,30 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         memcpy(pt, p + 16, 8);
         memcpy(&time, p + 24, 8);
         memcpy(&addr, p + 32, 8);
+        if (r->fd_rd >= 0 && id == r->id_rd) {
+            /* p + 40: u32 raw size, then the tracepoint's record */
+            uint32_t rsz;
+            memcpy(&rsz, p + 40, 4);
+            const char *raw = p + 44;
+            unsigned need = rd_off[0] + 8;
+            for (int k = 1; k < 4; k++)
+                if (rd_off[k] + (k == 1 ? 4u : 8u) > need)
+                    need = rd_off[k] + (k == 1 ? 4u : 8u);
+            if (rsz < need || 44 + rsz + sizeof *h > h->size)
+                break;
+            struct fm_read *rd = &rbuf[rbuf_n++];
+            memcpy(&rd->ino, raw + rd_off[0], 8);
+            memcpy(&rd->dev, raw + rd_off[1], 4);
+            memcpy(&rd->first, raw + rd_off[2], 8);
+            memcpy(&rd->last, raw + rd_off[3], 8);
+            rd->time = time;
+            rd->pid = pt[0];
+            rd->tid = pt[1];
+            rd->pad = 0;
+            if (rbuf_n == RBUF_CAP)
+                flush_samples();
+            break;
+        }
         struct fm_sample *s = &sbuf[sbuf_n++];
         s->time = time;
         s->addr = addr;
@@ -398,6 +452,66 @@ static void drain_all(void)
     fm_frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
 }
 
+static void note(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fm_frame(FR_NOTE, msg, (uint32_t)strlen(msg), NULL, 0);
+}
+
+static void drop_read_tracepoint(void)
+{
+    for (int k = 0; k < nrings; k++)
+        if (rings[k].fd_rd >= 0) {
+            close(rings[k].fd_rd);
+            rings[k].fd_rd = -1;
+        }
+    rd_tp_id = 0;
+}
+
+/* The read-family tracepoint, into the ring of the fault events on the same CPU. Not
+ * fatal: without it the recording still has every fault. */
+static void open_read_tracepoint(struct ring *r, pid_t child, int cpu, int exclude_kernel)
+{
+    if (exclude_kernel) {
+        note("read tracepoint not used: kernel samples are not permitted (kernel.perf_event_paranoid)");
+        drop_read_tracepoint();
+        return;
+    }
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.type = PERF_TYPE_TRACEPOINT;
+    a.size = sizeof a;
+    a.config = rd_tp_id;
+    a.sample_period = 1;
+    a.sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
+                    PERF_SAMPLE_RAW;
+    a.disabled = 1;
+    a.enable_on_exec = 1;
+    a.inherit = 1;
+    a.exclude_hv = 1;
+    a.sample_id_all = 1;
+    a.use_clockid = 1;
+    a.clockid = CLOCK_MONOTONIC;
+    a.watermark = 1;
+    a.wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
+    r->fd_rd = perf_open(&a, child, cpu);
+    if (r->fd_rd < 0) {
+        note("read tracepoint filemap:mm_filemap_get_pages not usable: %s", strerror(errno));
+        drop_read_tracepoint();
+        return;
+    }
+    if (ioctl(r->fd_rd, PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0 || ioctl(r->fd_rd, PERF_EVENT_IOC_ID, &r->id_rd) < 0) {
+        note("read tracepoint cannot share the fault ring: %s", strerror(errno));
+        close(r->fd_rd);
+        r->fd_rd = -1;
+        drop_read_tracepoint();
+    }
+}
+
 static void open_rings(pid_t child, int *exclude_kernel)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_CONF);
@@ -459,6 +573,9 @@ static void open_rings(pid_t child, int *exclude_kernel)
             fm_fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
         if (ioctl(r->fd_maj, PERF_EVENT_IOC_ID, &r->id_maj) < 0 || ioctl(r->fd_min, PERF_EVENT_IOC_ID, &r->id_min) < 0)
             fm_fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
+        r->fd_rd = -1;
+        if (rd_tp_id)
+            open_read_tracepoint(r, child, cpu, *exclude_kernel);
         nrings++;
     }
     if (!nrings)
@@ -467,7 +584,8 @@ static void open_rings(pid_t child, int *exclude_kernel)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
+    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--read-tp ID:INO:DEV:INDEX:LAST] "
+                    "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
     exit(126);
 }
 
@@ -475,6 +593,7 @@ int main(int argc, char **argv)
 {
     int poll_ms = 20, fast_poll_ms = 1;
     const char *fast_config = NULL;
+    const char *preload = NULL;
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -486,6 +605,13 @@ int main(int argc, char **argv)
             ring_pages = (size_t)atol(argv[++i]);
         } else if (!strcmp(argv[i], "--poll-ms") && i + 1 < argc) {
             poll_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
+            preload = argv[++i];
+        } else if (!strcmp(argv[i], "--read-tp") && i + 1 < argc) {
+            unsigned long long id;
+            if (sscanf(argv[++i], "%llu:%u:%u:%u:%u", &id, &rd_off[0], &rd_off[1], &rd_off[2], &rd_off[3]) != 5)
+                usage();
+            rd_tp_id = id;
         } else if (!strcmp(argv[i], "--fast") && i + 1 < argc) {
             fast_config = argv[++i];
             fast = 1;
@@ -521,6 +647,18 @@ int main(int argc, char **argv)
         if (read(go[0], &c, 1) != 1)
             _exit(127); /* parent gave up */
         signal(SIGPIPE, SIG_DFL);
+        if (preload) {
+            const char *old = getenv("LD_PRELOAD");
+            char *v = malloc(strlen(preload) + (old ? strlen(old) : 0) + 2);
+            if (v) {
+                strcpy(v, preload);
+                if (old && *old) {
+                    strcat(v, ":");
+                    strcat(v, old);
+                }
+                setenv("LD_PRELOAD", v, 1);
+            }
+        }
         execvp(cmd[0], cmd);
         int e = errno;
         if (write(execerr[1], &e, sizeof e) < 0)
