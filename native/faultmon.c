@@ -37,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -582,6 +583,53 @@ static void open_rings(pid_t child, int *exclude_kernel)
         fm_fail("perf_event_open found no usable CPU");
 }
 
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+
+/* Can the page-set shim arm a file mapping here? The same steps on one page of our own
+ * executable; the shim itself stays silent (it must never disturb the program). */
+static void probe_uffd_wp(void)
+{
+    const char *why = NULL;
+    int err = 0;
+    int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (u < 0) {
+        why = "userfaultfd";
+        err = errno;
+    } else {
+        struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+        if (ioctl(u, UFFDIO_API, &api) < 0) {
+            why = "UFFD_FEATURE_WP_ASYNC (Linux >= 6.7)";
+            err = errno;
+        } else {
+            int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+            void *p = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (p == MAP_FAILED) {
+                why = "mapping a file";
+                err = errno;
+            } else {
+                struct uffdio_register r = {.range = {(unsigned long)p, 4096}, .mode = UFFDIO_REGISTER_MODE_WP};
+                if (ioctl(u, UFFDIO_REGISTER, &r) < 0) {
+                    why = "write-protect registration of a file mapping";
+                    err = errno;
+                }
+                munmap(p, 4096);
+            }
+            if (fd >= 0)
+                close(fd);
+        }
+        close(u);
+    }
+    if (why)
+        note("mapped page sets incomplete: %s failed (%s): pages that fault-around or large folios map "
+             "without a fault are missing",
+             why, strerror(err));
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--read-tp ID:INO:DEV:INDEX:LAST] "
@@ -672,6 +720,8 @@ int main(int argc, char **argv)
 
     int exclude_kernel = 0;
     open_rings(child, &exclude_kernel);
+    if (preload)
+        probe_uffd_wp();
 
     uint64_t t0 = fm_now_ns();
     struct {

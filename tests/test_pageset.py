@@ -101,3 +101,117 @@ def test_exact_page_sets_mmap_pread_read_fresh(touch, data_dir, tmp_path):
     # the fault stream is still there: every first touch of a mapped page is one fault
     f_sel = (cols["region"] == rid[str(cold_map)]) & np.isin(cols["kind"], [Kind.FAULT_MINOR, Kind.FAULT_MAJOR])
     assert cols["page"][f_sel].tolist() == _first_order(want[cold_map])
+
+
+SQLITE_MAKE = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("create table t(id integer primary key, k integer, v text)")
+c.executemany("insert into t(k, v) values (?, ?)", ((i * 7919 % 100003, 'x' * 200) for i in range(30000)))
+c.execute("create index tk on t(k)")
+c.commit()
+"""
+SQLITE_QUERY = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("pragma mmap_size=1000000000")  # the database is read through a mapping
+n = sum(len(c.execute("select v from t where k = ?", (k,)).fetchall()) for k in range(0, 100003, 997))
+n += c.execute("select count(*) from t where id between 10000 and 11000").fetchone()[0]
+print(n)
+"""
+
+
+def test_sqlite_mmap_query_every_database_page(data_dir, tmp_path):
+    """Default advice, a freshly written (warm, large-folio) database: the recorded page set
+    equals what the userfaultfd pager served (every first touch is a missing fault there)."""
+    from pagecast.online.pager import probe, run_pager
+
+    try:
+        probe()
+    except Exception as e:  # the pager needs userfaultfd
+        pytest.skip(f"pager unavailable: {e}")
+    db = data_dir / "q.sqlite"
+    subprocess.run([sys.executable, "-c", SQLITE_MAKE, str(db)], check=True)
+    cmd = [sys.executable, "-c", SQLITE_QUERY, str(db)]
+    ref_run = run_pager(cmd, [(str(db), 1 << 30)], trace_out=tmp_path / "pager.parquet", stdout=subprocess.DEVNULL)
+    assert ref_run.returncode == 0
+    ref = open_trace(tmp_path / "pager.parquet").read()
+    missing = (ref["kind"] == Kind.FAULT) & ((ref["flags"] >> 4) == 0)
+    ref_pages = set(ref["page"][missing].tolist())
+    res = record_faults(cmd, tmp_path / "t.parquet", stdout=subprocess.DEVNULL)
+    assert res.exit_status == 0 and res.lost == 0
+    got = file_page_sets(tmp_path / "t.parquet")[str(db)]
+    assert len(got) == len(set(got.tolist()))
+    assert set(got.tolist()) == ref_pages
+    # the fault stream alone (what the kernel faults by default) misses most of them
+    record_faults(cmd, tmp_path / "f.parquet", stdout=subprocess.DEVNULL, pageset=False)
+    assert len(file_page_sets(tmp_path / "f.parquet")[str(db)]) < len(ref_pages)
+
+
+def test_python_import_json_reads_its_pyc_files(tmp_path):
+    """Every module file `import json` loaded (sys.modules, after a run that wrote the
+    caches) is in the page set, whole: CPython reads them with read()."""
+    ref = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print('\\n'.join(m.__cached__ or m.__file__ for n, m in "
+         "sys.modules.items() if n == 'json' or n.startswith('json.')))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    ref = [p for p in ref if os.path.exists(p)]
+    assert len(ref) >= 3
+    res = record_faults([sys.executable, "-c", "import json"], tmp_path / "t.parquet")
+    assert res.exit_status == 0 and res.file_pages_read > 0
+    sets = file_page_sets(tmp_path / "t.parquet")
+    for p in ref:
+        pages = -(-os.path.getsize(p) // PAGE)
+        assert sorted(sets[p].tolist()) == list(range(pages)), p
+
+
+def test_static_binary_gets_a_warning_not_a_traceback(tmp_path, capsys):
+    src = tmp_path / "st.c"
+    src.write_text("int main(void) { return 3; }\n")
+    exe = tmp_path / "st"
+    if subprocess.run(["cc", "-static", "-o", str(exe), str(src)], capture_output=True).returncode != 0:
+        pytest.skip("no static C library to build a static test program")
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "-o", str(out), "--", str(exe)])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err
+    warn = [line for line in err.splitlines() if line.startswith("pagecast record: warning:")]
+    assert len(warn) == 1 and "st: ran without the page-set shim" in warn[0]
+    assert open_trace(out).meta["pageset"]["warnings"] == [warn[0].split("warning: ", 1)[1]]
+
+
+def test_program_that_exits_at_once(tmp_path, capsys):
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "--json", "-o", str(out), "--", "true"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["exit_status"] == 0 and res["warnings"] == []
+    assert open_trace(out).meta["pageset"]["mapped"] is True
+
+
+def test_faults_only_records_no_page_set_rows(touch, data_dir, tmp_path, capsys):
+    f = _write(data_dir / "a.bin", 64, 7)
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "--faults-only", "--json", "-o", str(out), "--", str(touch), f"pread:{f}:1,2"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["pageset"] is False and res["file_pages_read"] == 0
+    kinds = set(open_trace(out).read(["kind"])["kind"].tolist())
+    assert kinds <= {int(Kind.FAULT_MINOR), int(Kind.FAULT_MAJOR)}
+    assert open_trace(out).meta["pageset"] is None
+
+
+def test_info_reports_pages_bytes_fraction_per_file(touch, data_dir, tmp_path, capsys):
+    a = _write(data_dir / "a.bin", 40, 8)
+    b = _write(data_dir / "b.bin", 10, 9)
+    out = tmp_path / "t.parquet"
+    res = record_faults([str(touch), f"pread:{a}:0,1,2,3,9,9", f"mmap:{b}:4,5"], out)
+    assert res.exit_status == 0
+    assert cli_main(["info", "--json", str(out)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["files_source"] == "pageset"
+    files = {f["file"]: f for f in info["files"]}
+    assert files[str(a)] == {"file": str(a), "pages_used": 5, "bytes_used": 5 * PAGE, "file_pages": 40,
+                                   "fraction": 0.125, "mapped_pages": 0, "read_pages": 5}
+    assert files[str(b)]["pages_used"] == 2 and files[str(b)]["fraction"] == 0.2 and files[str(b)]["mapped_pages"] == 2
+    assert cli_main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "files: pages used by the run (page-set rows)" in text and str(a) in text

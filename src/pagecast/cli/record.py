@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(d)
     else:
-        rows = [{"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items()]
+        rows = [{"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items()
+                if k != "warnings"]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)

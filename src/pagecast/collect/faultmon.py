@@ -188,6 +188,8 @@ class FaultMonitor:
         self._file_size: dict[int, int] = {}  # file region -> size in bytes last seen
         self._pending_reads: list[np.ndarray] = []
         self._shim_path: str | None = None
+        self._comm: dict[int, str] = {}  # pid -> name at its last exec
+        self._no_shim: dict[int, str] = {}  # exec'd processes that have not mapped the shim (yet)
         self._anon_order = 0
         self._pending_samples: list[np.ndarray] = []
         self._pending_events: list[_Event] = []
@@ -310,6 +312,7 @@ class FaultMonitor:
                 self._pending_events.append(_Event(int(f["time"]), "fork", (int(f["pid"]), int(f["ppid"]))))
         elif ftype == FR_EXEC:
             e = np.frombuffer(payload[:EXEC_DTYPE.itemsize], dtype=EXEC_DTYPE)[0]
+            self._comm[int(e["pid"])] = payload[EXEC_DTYPE.itemsize:].decode("utf-8", "replace")
             self._pending_events.append(_Event(int(e["time"]), "exec", int(e["pid"])))
         elif ftype == FR_LOST:
             self.lost += int(np.frombuffer(payload, dtype=LOST_DTYPE)[0]["lost"])
@@ -360,6 +363,11 @@ class FaultMonitor:
                 if batch is not None and (len(batch) or (batch.reads is not None and len(batch.reads))):
                     yield batch
         batch = self._release(None)
+        if self._no_shim:
+            names = ", ".join(sorted(set(self._no_shim.values())))
+            self.notes.append(f"{names}: ran without the page-set shim (static binary, or LD_PRELOAD removed): "
+                              "pages it mapped without a fault (fault-around, large folios) are missing")
+            self._no_shim.clear()
         if batch is not None and (len(batch) or (batch.reads is not None and len(batch.reads))):
             yield batch
         self.close()
@@ -550,6 +558,8 @@ class FaultMonitor:
             self._procs[pid] = child
         elif ev.what == "exec":
             self._procs[ev.data] = _Proc()
+            if self._shim_path:
+                self._no_shim[ev.data] = self._comm.get(ev.data, "?")
         elif ev.what == "mmap":
             m, name = ev.data
             self._apply_mmap(m, name, ev.time)
@@ -563,6 +573,8 @@ class FaultMonitor:
         if name.startswith("/SYSV") or name.startswith("/memfd:") or name.startswith("/dev/shm/"):
             is_file = name.startswith("/dev/shm/")
         if is_file:
+            if name == self._shim_path:
+                self._no_shim.pop(int(m["pid"]), None)
             dev = kernel_dev(int(m["maj"]), int(m["min"]))
             if int(m["prot"]) == 0:
                 # PROT_NONE: the page-set shim naming an opened file, or the loader's guard
