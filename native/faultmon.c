@@ -1,7 +1,7 @@
 /*
  * faultmon: run a command and stream every page fault it takes.
  *
- * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--read-tp ID:OFFS] -- CMD ARGS...
+ * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:OFFS ...] -- CMD ARGS...
  *
  * The child is forked stopped (it blocks on a pipe) so the counters are attached before
  * it runs a single instruction of the command; with enable_on_exec they start counting
@@ -24,11 +24,12 @@
  * reader then still gets every frame, but only every --poll-ms (it only records).
  *
  * Page-set mode (pagecast record's default): --preload SO puts SO (native/pageset/shim.c)
- * first in the command's LD_PRELOAD; --read-tp ID:INO:DEV:INDEX:LAST opens the tracepoint
- * filemap:mm_filemap_get_pages (id and field offsets from tracefs) on the same rings, and
- * each of its samples becomes a struct fm_read in a READS frame: the pages a read-family
- * system call asked of the page cache, by device and inode. If the kernel refuses the
- * tracepoint a NOTE frame says why and recording goes on without it.
+ * first in the command's LD_PRELOAD; --file-tp K:ID:INO:DEV:INDEX:LAST opens a filemap
+ * tracepoint (id and raw field offsets from tracefs) on the same rings: K 0 is
+ * mm_filemap_get_pages (the pages a read-family system call asks of the page cache), K 1
+ * mm_filemap_fault (the file page a fault maps; LAST = INDEX). Each sample becomes a
+ * struct fm_read {.., what = K} in a READS frame, by device and inode. If the kernel
+ * refuses a tracepoint a NOTE frame says why and recording goes on without it.
  *
  * Exit status: that of the command (128 + signal if it was killed); 126/127 for
  * errors of faultmon itself, after an ERROR frame with a one-line message.
@@ -76,12 +77,15 @@ struct fm_read {
     uint64_t first, last; /* page indices, inclusive: what the call asked for (may pass EOF) */
     uint32_t pid, tid;
     uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
-    uint32_t pad;
+    uint32_t what; /* 0 read-family call, 1 fault on a file mapping */
 };
 
-/* --read-tp: tracepoint id and the raw offsets of i_ino, s_dev, index, last_index */
-static uint64_t rd_tp_id;
-static unsigned rd_off[4];
+/* --file-tp: per kind, the tracepoint id (0: not used) and raw offsets of i_ino, s_dev,
+ * index, last_index */
+#define NTP 2
+static const char *tp_name[NTP] = {"filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault"};
+static uint64_t tp_id[NTP];
+static unsigned tp_off[NTP][4];
 
 struct fm_sample {
     uint64_t time;
@@ -100,8 +104,8 @@ struct fm_mmap {
 };
 
 struct ring {
-    int fd_maj, fd_min, fd_rd;
-    uint64_t id_maj, id_min, id_rd;
+    int fd_maj, fd_min, fd_tp[NTP];
+    uint64_t id_maj, id_min, id_tp[NTP];
     void *base;
     size_t data_size;
 };
@@ -261,26 +265,31 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         memcpy(pt, p + 16, 8);
         memcpy(&time, p + 24, 8);
         memcpy(&addr, p + 32, 8);
-        if (r->fd_rd >= 0 && id == r->id_rd) {
+        int tp = -1;
+        for (int k = 0; k < NTP; k++)
+            if (r->fd_tp[k] >= 0 && id == r->id_tp[k])
+                tp = k;
+        if (tp >= 0) {
             /* p + 40: u32 raw size, then the tracepoint's record */
             uint32_t rsz;
             memcpy(&rsz, p + 40, 4);
             const char *raw = p + 44;
-            unsigned need = rd_off[0] + 8;
-            for (int k = 1; k < 4; k++)
-                if (rd_off[k] + (k == 1 ? 4u : 8u) > need)
-                    need = rd_off[k] + (k == 1 ? 4u : 8u);
+            const unsigned *off = tp_off[tp];
+            unsigned need = 0;
+            for (int k = 0; k < 4; k++)
+                if (off[k] + (k == 1 ? 4u : 8u) > need)
+                    need = off[k] + (k == 1 ? 4u : 8u);
             if (rsz < need || 44 + rsz + sizeof *h > h->size)
                 break;
             struct fm_read *rd = &rbuf[rbuf_n++];
-            memcpy(&rd->ino, raw + rd_off[0], 8);
-            memcpy(&rd->dev, raw + rd_off[1], 4);
-            memcpy(&rd->first, raw + rd_off[2], 8);
-            memcpy(&rd->last, raw + rd_off[3], 8);
+            memcpy(&rd->ino, raw + off[0], 8);
+            memcpy(&rd->dev, raw + off[1], 4);
+            memcpy(&rd->first, raw + off[2], 8);
+            memcpy(&rd->last, raw + off[3], 8);
             rd->time = time;
             rd->pid = pt[0];
             rd->tid = pt[1];
-            rd->pad = 0;
+            rd->what = (uint32_t)tp;
             if (rbuf_n == RBUF_CAP)
                 flush_samples();
             break;
@@ -463,30 +472,30 @@ static void note(const char *fmt, ...)
     fm_frame(FR_NOTE, msg, (uint32_t)strlen(msg), NULL, 0);
 }
 
-static void drop_read_tracepoint(void)
+static void drop_tracepoint(int tp)
 {
     for (int k = 0; k < nrings; k++)
-        if (rings[k].fd_rd >= 0) {
-            close(rings[k].fd_rd);
-            rings[k].fd_rd = -1;
+        if (rings[k].fd_tp[tp] >= 0) {
+            close(rings[k].fd_tp[tp]);
+            rings[k].fd_tp[tp] = -1;
         }
-    rd_tp_id = 0;
+    tp_id[tp] = 0;
 }
 
-/* The read-family tracepoint, into the ring of the fault events on the same CPU. Not
- * fatal: without it the recording still has every fault. */
-static void open_read_tracepoint(struct ring *r, pid_t child, int cpu, int exclude_kernel)
+/* A filemap tracepoint, into the ring of the fault events on the same CPU. Not fatal:
+ * without it the recording still has every fault. */
+static void open_tracepoint(int tp, struct ring *r, pid_t child, int cpu, int exclude_kernel)
 {
     if (exclude_kernel) {
-        note("read tracepoint not used: kernel samples are not permitted (kernel.perf_event_paranoid)");
-        drop_read_tracepoint();
+        note("%s not used: kernel samples are not permitted (kernel.perf_event_paranoid)", tp_name[tp]);
+        drop_tracepoint(tp);
         return;
     }
     struct perf_event_attr a;
     memset(&a, 0, sizeof a);
     a.type = PERF_TYPE_TRACEPOINT;
     a.size = sizeof a;
-    a.config = rd_tp_id;
+    a.config = tp_id[tp];
     a.sample_period = 1;
     a.sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
                     PERF_SAMPLE_RAW;
@@ -499,17 +508,18 @@ static void open_read_tracepoint(struct ring *r, pid_t child, int cpu, int exclu
     a.clockid = CLOCK_MONOTONIC;
     a.watermark = 1;
     a.wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
-    r->fd_rd = perf_open(&a, child, cpu);
-    if (r->fd_rd < 0) {
-        note("read tracepoint filemap:mm_filemap_get_pages not usable: %s", strerror(errno));
-        drop_read_tracepoint();
+    r->fd_tp[tp] = perf_open(&a, child, cpu);
+    if (r->fd_tp[tp] < 0) {
+        note("%s not usable: %s", tp_name[tp], strerror(errno));
+        drop_tracepoint(tp);
         return;
     }
-    if (ioctl(r->fd_rd, PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0 || ioctl(r->fd_rd, PERF_EVENT_IOC_ID, &r->id_rd) < 0) {
-        note("read tracepoint cannot share the fault ring: %s", strerror(errno));
-        close(r->fd_rd);
-        r->fd_rd = -1;
-        drop_read_tracepoint();
+    if (ioctl(r->fd_tp[tp], PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0 ||
+        ioctl(r->fd_tp[tp], PERF_EVENT_IOC_ID, &r->id_tp[tp]) < 0) {
+        note("%s cannot share the fault ring: %s", tp_name[tp], strerror(errno));
+        close(r->fd_tp[tp]);
+        r->fd_tp[tp] = -1;
+        drop_tracepoint(tp);
     }
 }
 
@@ -574,9 +584,11 @@ static void open_rings(pid_t child, int *exclude_kernel)
             fm_fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
         if (ioctl(r->fd_maj, PERF_EVENT_IOC_ID, &r->id_maj) < 0 || ioctl(r->fd_min, PERF_EVENT_IOC_ID, &r->id_min) < 0)
             fm_fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
-        r->fd_rd = -1;
-        if (rd_tp_id)
-            open_read_tracepoint(r, child, cpu, *exclude_kernel);
+        for (int k = 0; k < NTP; k++) {
+            r->fd_tp[k] = -1;
+            if (tp_id[k])
+                open_tracepoint(k, r, child, cpu, *exclude_kernel);
+        }
         nrings++;
     }
     if (!nrings)
@@ -632,7 +644,7 @@ static void probe_uffd_wp(void)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--read-tp ID:INO:DEV:INDEX:LAST] "
+    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:INO:DEV:INDEX:LAST]... "
                     "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
     exit(126);
 }
@@ -655,11 +667,13 @@ int main(int argc, char **argv)
             poll_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
             preload = argv[++i];
-        } else if (!strcmp(argv[i], "--read-tp") && i + 1 < argc) {
+        } else if (!strcmp(argv[i], "--file-tp") && i + 1 < argc) {
             unsigned long long id;
-            if (sscanf(argv[++i], "%llu:%u:%u:%u:%u", &id, &rd_off[0], &rd_off[1], &rd_off[2], &rd_off[3]) != 5)
+            unsigned k, o[4];
+            if (sscanf(argv[++i], "%u:%llu:%u:%u:%u:%u", &k, &id, &o[0], &o[1], &o[2], &o[3]) != 6 || k >= NTP)
                 usage();
-            rd_tp_id = id;
+            tp_id[k] = id;
+            memcpy(tp_off[k], o, sizeof o);
         } else if (!strcmp(argv[i], "--fast") && i + 1 < argc) {
             fast_config = argv[++i];
             fast = 1;

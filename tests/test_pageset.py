@@ -215,3 +215,32 @@ def test_info_reports_pages_bytes_fraction_per_file(touch, data_dir, tmp_path, c
     assert cli_main(["info", str(out)]) == 0
     text = capsys.readouterr().out
     assert "files: pages used by the run (page-set rows)" in text and str(a) in text
+
+
+MREMAP_FORK = """
+import mmap, os, sys
+f = open(sys.argv[1], "r+b")
+m = mmap.mmap(f.fileno(), 10 * 4096)
+m[3 * 4096]
+m.resize(400 * 4096)  # mremap: perf reports no mapping record for the moved range
+for p in (50, 60, 399, 2):
+    m[p * 4096]
+pid = os.fork()  # the child keeps the mapping but not the parent's userfaultfd registration
+if pid == 0:
+    ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    for p in (100, 101, 102):
+        ro[p * 4096]
+    m[200 * 4096]
+    m[201 * 4096]
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_mremap_and_forked_child(data_dir, tmp_path):
+    f = _write(data_dir / "r.bin", 400, 10)
+    f.read_bytes()  # cached: fault-around would map neighbours of every touch
+    res = record_faults([sys.executable, "-c", MREMAP_FORK, str(f)], tmp_path / "t.parquet")
+    assert res.exit_status == 0 and res.warnings == []
+    got = file_page_sets(tmp_path / "t.parquet")[str(f)].tolist()
+    assert got == [3, 50, 60, 399, 2, 100, 101, 102, 200, 201]

@@ -24,9 +24,10 @@ With ``pageset=True`` (``pagecast record``'s default) the program also runs unde
 page-set shim (native/pageset/shim.c: every first touch of a file-mapped page faults, and
 every opened file is named by a PROT_NONE mapping), and the collector samples the
 tracepoint ``filemap:mm_filemap_get_pages``: the pages each read-family system call asks
-of the page cache, by (device, inode). Each batch then also carries ``reads``: those
-ranges, translated to file regions (one region per path, shared with the mappings) and
-cut at the file's end.
+of the page cache, by (device, inode), and ``filemap:mm_filemap_fault``: the file page
+each fault maps, by (device, inode), wherever the mapping was moved. Each batch then also
+carries ``uses``: those pages, translated to file regions (one region per path, shared
+with the mappings) and cut at the file's end.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ MMAP_DTYPE = np.dtype(
     [("time", "<u8"), ("addr", "<u8"), ("len", "<u8"), ("pgoff", "<u8"), ("ino", "<u8"),
      ("pid", "<u4"), ("tid", "<u4"), ("prot", "<u4"), ("flags", "<u4"), ("maj", "<u4"), ("min", "<u4")]
 )
-READ_DTYPE = np.dtype(
+FILE_USE_DTYPE = np.dtype(
     [("time", "<u8"), ("ino", "<u8"), ("first", "<u8"), ("last", "<u8"), ("pid", "<u4"), ("tid", "<u4"),
-     ("dev", "<u4"), ("pad", "<u4")]
+     ("dev", "<u4"), ("what", "<u4")]
 )
 HELLO_DTYPE = np.dtype([("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"), ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
 FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid", "<u4"), ("ptid", "<u4")])
@@ -99,15 +100,16 @@ class FaultBatch:
     kind: np.ndarray  # uint8, Kind.FAULT_MAJOR / Kind.FAULT_MINOR
     region: np.ndarray  # int32, -1 where no mapping is known
     page: np.ndarray  # int64, region-relative (raw addr // 4096 where region == -1)
-    reads: "ReadBatch | None" = None  # page-set mode: read-family calls released with these faults
+    uses: "FileUseBatch | None" = None  # page-set mode: file tracepoint samples released with these faults
 
     def __len__(self) -> int:
         return len(self.t_ns)
 
 
 @dataclass
-class ReadBatch:
-    """Read-family system calls in time order: pages [first, last] of file region ``region``."""
+class FileUseBatch:
+    """File tracepoint samples in time order: pages [first, last] of file region ``region``,
+    asked for by a read-family system call, or (``mapped``) mapped by a page fault."""
 
     t_ns: np.ndarray  # int64, from the start of the command
     tid: np.ndarray  # int32
@@ -115,13 +117,14 @@ class ReadBatch:
     region: np.ndarray  # int32, a file region
     first: np.ndarray  # int64
     last: np.ndarray  # int64, inclusive, already cut at the file's end
+    mapped: np.ndarray  # bool: filemap:mm_filemap_fault (else filemap:mm_filemap_get_pages)
 
     def __len__(self) -> int:
         return len(self.t_ns)
 
     @classmethod
-    def empty(cls) -> "ReadBatch":
-        return cls(*(np.empty(0, d) for d in (np.int64, np.int32, np.int32, np.int32, np.int64, np.int64)))
+    def empty(cls) -> "FileUseBatch":
+        return cls(*(np.empty(0, d) for d in (np.int64, np.int32, np.int32, np.int32, np.int64, np.int64, bool)))
 
 
 @dataclass
@@ -169,7 +172,8 @@ class FaultMonitor:
         self.fast_stats: dict[str, int] | None = None
         self.pageset = pageset
         self.notes: list[str] = []  # why a part of page-set mode is unavailable (warnings)
-        self.reads_on = False  # the read tracepoint is being sampled
+        self.reads_on = False  # filemap:mm_filemap_get_pages is sampled
+        self.fault_tp_on = False  # filemap:mm_filemap_fault is sampled
         self.error: str | None = None  # the collector's own ERROR frame, if any
         self.regions: list[Region] = []
         self.returncode: int | None = None
@@ -186,8 +190,10 @@ class FaultMonitor:
         self._file_regions: dict[str, int] = {}
         self._inode_regions: dict[tuple[int, int], int] = {}  # (kernel dev, ino) -> file region
         self._file_size: dict[int, int] = {}  # file region -> size in bytes last seen
-        self._pending_reads: list[np.ndarray] = []
+        self._pending_uses: list[np.ndarray] = []
         self._shim_path: str | None = None
+        self._region_dev: dict[int, int] = {}  # file region -> kernel dev
+        self._ps_cache: np.ndarray | None = None
         self._comm: dict[int, str] = {}  # pid -> name at its last exec
         self._no_shim: dict[int, str] = {}  # exec'd processes that have not mapped the shim (yet)
         self._anon_order = 0
@@ -230,7 +236,8 @@ class FaultMonitor:
                 self._finish_process()
                 raise PagecastError(f"fault collector exited without output (status {self._proc.returncode})")
             self._dispatch(*frame)
-        self.reads_on = self.reads_on and not any("read tracepoint" in n for n in self.notes)
+        self.reads_on = self.reads_on and not any("mm_filemap_get_pages" in n for n in self.notes)
+        self.fault_tp_on = self.fault_tp_on and not any("mm_filemap_fault" in n for n in self.notes)
         return self
 
     def _pageset_args(self) -> list[str]:
@@ -238,16 +245,22 @@ class FaultMonitor:
 
         self._shim_path = str(pageset_shim())
         args = ["--preload", self._shim_path]
-        tp, why = find_tracepoint("filemap", "mm_filemap_get_pages")
-        need = {"i_ino": 8, "s_dev": 4, "index": 8, "last_index": 8}
-        if tp is not None and any(tp.sizes.get(f) != n for f, n in need.items()):
-            tp, why = None, "filemap:mm_filemap_get_pages has an unexpected format"
-        if tp is None:
-            self.notes.append(f"read-family calls not recorded: {why}")
-            return args
-        self.reads_on = True
-        offs = ":".join(str(tp.offsets[f]) for f in need)
-        return args + ["--read-tp", f"{tp.id}:{offs}"]
+        for k, (name, last) in enumerate((("mm_filemap_get_pages", "last_index"), ("mm_filemap_fault", "index"))):
+            tp, why = find_tracepoint("filemap", name)
+            need = {"i_ino": 8, "s_dev": 4, "index": 8}
+            if tp is not None and any(tp.sizes.get(f) != n for f, n in need.items()):
+                tp, why = None, f"filemap:{name} has an unexpected format"
+            if tp is None:
+                what = "read-family calls not recorded" if k == 0 else "file faults by inode not recorded"
+                self.notes.append(f"{what}: {why}")
+                continue
+            offs = ":".join(str(tp.offsets[f]) for f in ("i_ino", "s_dev", "index", last))
+            args += ["--file-tp", f"{k}:{tp.id}:{offs}"]
+            if k == 0:
+                self.reads_on = True
+            else:
+                self.fault_tp_on = True
+        return args
 
     def __enter__(self) -> "FaultMonitor":
         return self.start()
@@ -337,7 +350,7 @@ class FaultMonitor:
             idx, tag = np.frombuffer(payload[:8], dtype="<i4")
             self.fast_files[int(idx)] = (int(tag), payload[8:].decode("utf-8", "surrogateescape"))
         elif ftype == FR_READS:
-            self._pending_reads.append(np.frombuffer(payload, dtype=READ_DTYPE))
+            self._pending_uses.append(np.frombuffer(payload, dtype=FILE_USE_DTYPE))
         elif ftype == FR_NOTE:
             self.notes.append(payload.decode("utf-8", "replace"))
         elif ftype == FR_FASTSTAT:
@@ -360,7 +373,7 @@ class FaultMonitor:
                 break
             if self._dispatch(*frame):
                 batch = self._release(self._watermark)
-                if batch is not None and (len(batch) or (batch.reads is not None and len(batch.reads))):
+                if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
                     yield batch
         batch = self._release(None)
         if self._no_shim:
@@ -368,7 +381,7 @@ class FaultMonitor:
             self.notes.append(f"{names}: ran without the page-set shim (static binary, or LD_PRELOAD removed): "
                               "pages it mapped without a fault (fault-around, large folios) are missing")
             self._no_shim.clear()
-        if batch is not None and (len(batch) or (batch.reads is not None and len(batch.reads))):
+        if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
             yield batch
         self.close()
         if self.returncode is None:
@@ -417,12 +430,12 @@ class FaultMonitor:
             if ev is not None:
                 self._apply(ev)
         self.samples += len(ready)
-        reads = self._release_reads(watermark) if self.pageset else None
-        if not len(ready) and reads is None:
+        uses = self._release_uses(watermark) if self.pageset else None
+        if not len(ready) and uses is None:
             return None
         t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
         return FaultBatch(
-            reads=reads,
+            uses=uses,
             t_ns=np.maximum(t, 0),
             tid=ready["tid"].astype(np.int32),
             pid=ready["pid"].astype(np.int32),
@@ -433,16 +446,16 @@ class FaultMonitor:
             page=page,
         )
 
-    def _release_reads(self, watermark: int | None) -> ReadBatch | None:
+    def _release_uses(self, watermark: int | None) -> FileUseBatch | None:
         """Read calls older than the watermark, as file-region page ranges (after this
         release's mmap records were applied: they may name the inodes)."""
-        if not self._pending_reads:
+        if not self._pending_uses:
             return None
-        s = np.concatenate(self._pending_reads) if len(self._pending_reads) > 1 else self._pending_reads[0]
+        s = np.concatenate(self._pending_uses) if len(self._pending_uses) > 1 else self._pending_uses[0]
         s = s[np.argsort(s["time"], kind="stable")]
         cut = len(s) if watermark is None else int(np.searchsorted(s["time"], np.uint64(watermark), side="left"))
         ready, rest = s[:cut], s[cut:]
-        self._pending_reads = [rest] if len(rest) else []
+        self._pending_uses = [rest] if len(rest) else []
         if not len(ready):
             return None
         keys = (ready["dev"].astype(np.uint64) << np.uint64(32)) ^ ready["ino"]
@@ -457,9 +470,9 @@ class FaultMonitor:
         last = np.minimum(last, limit[inv])
         keep = last >= first
         t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
-        return ReadBatch(t_ns=np.maximum(t, 0)[keep], tid=ready["tid"].astype(np.int32)[keep],
-                         pid=ready["pid"].astype(np.int32)[keep], region=region[keep], first=first[keep],
-                         last=last[keep])
+        return FileUseBatch(t_ns=np.maximum(t, 0)[keep], tid=ready["tid"].astype(np.int32)[keep],
+                            pid=ready["pid"].astype(np.int32)[keep], region=region[keep], first=first[keep],
+                            last=last[keep], mapped=(ready["what"] == 1)[keep])
 
     def _last_page(self, rid: int, wanted: int) -> int:
         """Last page of the file now (re-read when a call reaches past the size last seen)."""
@@ -492,6 +505,7 @@ class FaultMonitor:
         r = self._new_region(name=name, kind="file", path=None, file_offset=0, base=0, length=0, created_ns=0,
                              order=len(self._file_regions) + len(self._inode_regions))
         self._inode_regions[(dev, ino)] = r.id
+        self._region_dev[r.id] = dev
         return r.id
 
     def _file_region(self, path: str, dev: int, ino: int, start: int, length: int, pgoff: int = 0,
@@ -524,7 +538,24 @@ class FaultMonitor:
                 self._changed_regions.add(rid)
         if ino and (dev, ino) not in self._inode_regions:
             self._inode_regions[(dev, ino)] = rid
+        if rid not in self._region_dev:
+            self._region_dev[rid] = dev
+            self._ps_cache = None
         return rid
+
+    def page_set_fault_regions(self) -> np.ndarray:
+        """Per region id: whether its fault samples give its mapped page set. With
+        filemap:mm_filemap_fault on, only files whose faults it does not see (tmpfs and
+        shared memory: device major 0, no filemap_fault) need the address-translated
+        samples, which a mapping moved by mremap (perf reports no record of it) misplaces."""
+        if self._ps_cache is not None and len(self._ps_cache) == len(self.regions):
+            return self._ps_cache
+        out = np.zeros(len(self.regions), bool)
+        for r in self.regions:
+            if r.kind == "file" and not r.extra.get("recorder"):
+                out[r.id] = not self.fault_tp_on or (self._region_dev.get(r.id, 0) >> 20) == 0
+        self._ps_cache = out
+        return out
 
     def _translate(self, s: np.ndarray, region_out: np.ndarray, page_out: np.ndarray) -> None:
         pids = s["pid"]
@@ -630,20 +661,20 @@ def _open_file_path(pid: int, dev: int, ino: int) -> str | None:
 
 
 def read_all(cmd: Sequence[str], **kw: Any) -> tuple[FaultBatch, FaultMonitor]:
-    """Run ``cmd`` to completion and return all its faults (and reads) as one batch (small programs, tests)."""
+    """Run ``cmd`` to completion and return all its faults (and file uses) as one batch (small programs, tests)."""
     parts: list[FaultBatch] = []
     with FaultMonitor(cmd, **kw) as mon:
         parts.extend(mon.batches())
-    fields = [f for f in FaultBatch.__dataclass_fields__ if f != "reads"]
+    fields = [f for f in FaultBatch.__dataclass_fields__ if f != "uses"]
     if parts:
         cols = {f: np.concatenate([getattr(b, f) for b in parts]) for f in fields}
     else:
         cols = {f: np.empty(0, d) for f, d in zip(fields, (np.int64, np.int32, np.int32, np.uint64, np.uint64,
                                                             np.uint8, np.int32, np.int64))}
-    reads = [b.reads for b in parts if b.reads is not None]
-    if reads:
-        cols["reads"] = ReadBatch(**{f: np.concatenate([getattr(r, f) for r in reads])
-                                     for f in ReadBatch.__dataclass_fields__})
+    uses = [b.uses for b in parts if b.uses is not None]
+    if uses:
+        cols["uses"] = FileUseBatch(**{f: np.concatenate([getattr(r, f) for r in uses])
+                                       for f in FileUseBatch.__dataclass_fields__})
     elif mon.pageset:
-        cols["reads"] = ReadBatch.empty()
+        cols["uses"] = FileUseBatch.empty()
     return FaultBatch(**cols), mon

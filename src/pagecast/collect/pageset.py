@@ -1,8 +1,9 @@
 """Page-set rows of a recording: the first use of each file page, by mapping or by read.
 
-``pagecast record`` (page-set mode) sees two streams: page faults (translated to
-region-relative pages; under the page-set shim every first touch of a file-mapped page
-faults) and read-family system calls (file page ranges). ``PageSetRows`` turns them into
+``pagecast record`` (page-set mode) sees page faults (translated to region-relative
+pages; under the page-set shim every first touch of a file-mapped page faults) and two
+filemap tracepoints: the file page each fault maps and the pages each read-family system
+call asks for, by inode. ``PageSetRows`` turns them into
 one ``Kind.FILE_MAPPED`` row per file page first touched through a mapping and one
 ``Kind.FILE_READ`` row per file page first asked for by a read, each at the time of that
 first use, streaming: it keeps one bitmap per file region and per kind.
@@ -14,8 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pagecast.collect.faultmon import FaultBatch, ReadBatch
-from pagecast.trace.regions import Region
+from pagecast.collect.faultmon import FaultBatch, FileUseBatch
 from pagecast.trace.schema import Kind
 
 
@@ -89,25 +89,35 @@ class PageSetRows:
         self.mapped = FirstUse()
         self.read = FirstUse()
 
-    def rows(self, batch: FaultBatch, regions: list[Region]) -> Rows:
+    def rows(self, batch: FaultBatch, from_samples: np.ndarray) -> Rows:
         """The batch's fault rows followed in time by its page-set rows (a page-set row sorts
-        after the fault that revealed it)."""
-        # index -1: no region; the recorder's own shim is not part of the run's page set
-        is_file = np.array([r.kind == "file" and not r.extra.get("recorder") for r in regions] + [False], bool)
+        after the fault that revealed it). ``from_samples[region]``: whether the fault
+        samples in that file region count for its mapped page set (else only the
+        filemap:mm_filemap_fault samples do; see FaultMonitor.page_set_fault_regions)."""
         parts = [Rows(batch.t_ns, batch.region, batch.page, batch.kind, batch.tid, batch.ip)]
-        fsel = np.flatnonzero(is_file[batch.region])
-        if len(fsel):
-            take = fsel[self.mapped.take(batch.region[fsel], batch.page[fsel])]
-            parts.append(Rows(batch.t_ns[take], batch.region[take], batch.page[take],
-                              np.full(len(take), Kind.FILE_MAPPED, np.uint8), batch.tid[take], batch.ip[take]))
-        reads: ReadBatch | None = batch.reads
-        if reads is not None and len(reads):
-            rep, pages = expand_ranges(reads.first, reads.last)
-            region = reads.region[rep]
+        ok = np.append(from_samples, False)  # index -1: no region
+        fsel = np.flatnonzero(ok[np.minimum(batch.region, len(from_samples))])
+        m_t, m_reg, m_page, m_tid, m_ip = (batch.t_ns[fsel], batch.region[fsel], batch.page[fsel], batch.tid[fsel],
+                                           batch.ip[fsel])
+        uses: FileUseBatch | None = batch.uses
+        if uses is not None and len(uses):
+            mp = uses.mapped  # one page each
+            m_t, m_reg, m_page = (np.concatenate([m_t, uses.t_ns[mp]]), np.concatenate([m_reg, uses.region[mp]]),
+                                  np.concatenate([m_page, uses.first[mp]]))
+            m_tid, m_ip = np.concatenate([m_tid, uses.tid[mp]]), np.concatenate([m_ip, np.zeros(int(mp.sum()), np.uint64)])
+        if len(m_t):
+            order = np.argsort(m_t, kind="stable")
+            take = order[self.mapped.take(m_reg[order], m_page[order])]
+            parts.append(Rows(m_t[take], m_reg[take], m_page[take], np.full(len(take), Kind.FILE_MAPPED, np.uint8),
+                              m_tid[take], m_ip[take]))
+        if uses is not None and len(uses) and not uses.mapped.all():
+            rd = ~uses.mapped
+            rep, pages = expand_ranges(uses.first[rd], uses.last[rd])
+            region = uses.region[rd][rep]
             take = self.read.take(region, pages)
             src = rep[take]
-            parts.append(Rows(reads.t_ns[src], region[take], pages[take],
-                              np.full(len(take), Kind.FILE_READ, np.uint8), reads.tid[src],
+            parts.append(Rows(uses.t_ns[rd][src], region[take], pages[take],
+                              np.full(len(take), Kind.FILE_READ, np.uint8), uses.tid[rd][src],
                               np.zeros(len(take), np.uint64)))
         if len(parts) == 1:
             return parts[0]

@@ -84,7 +84,7 @@ def record_faults(
                 for rid in mon.take_changed_regions():
                     writer.update_region(rid)
                 if pages is not None:
-                    writer.write(**pages.rows(batch, mon.regions).columns())
+                    writer.write(**pages.rows(batch, mon.page_set_fault_regions()).columns())
                 else:
                     writer.write(t_ns=batch.t_ns, region=batch.region, page=batch.page, kind=batch.kind,
                                  tid=batch.tid, ip=batch.ip)
@@ -103,7 +103,8 @@ def record_faults(
                 "faults": major + minor,
                 "user_faults_only": mon.exclude_kernel,
                 "collector": "perf_event_open page-faults (maj+min), sample_period=1",
-                "pageset": {"mapped": pageset, "reads": mon.reads_on, "warnings": mon.notes} if pageset else None,
+                "pageset": {"mapped": pageset, "reads": mon.reads_on, "fault_tracepoint": mon.fault_tp_on,
+                            "warnings": mon.notes} if pageset else None,
             })
         except PagecastError:
             # The program never ran (or the collector failed): nothing worth recovering.
