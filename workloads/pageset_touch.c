@@ -9,7 +9,7 @@
  *          pread  pread() 4096 bytes at each page's offset
  *          read   lseek() to each page, then read() 4096 bytes
  *          read1  lseek() to byte 100 of each page, then read() one byte
- *   PAGES  comma-separated page indices, touched in this order
+ *   PAGES  comma-separated page indices or ranges A-B (A, A+1, ..., B), touched in this order
  * Operations run in the order given; each file is opened once per operation.
  */
 #define _GNU_SOURCE
@@ -29,10 +29,30 @@ static void die(const char *what, const char *file)
     exit(1);
 }
 
+static char buf[PAGE];
+static volatile unsigned sum;
+
+static void touch(const char *op, const char *file, int fd, const char *map, long pg)
+{
+    off_t off = (off_t)pg * PAGE;
+    if (map) {
+        sum += (unsigned char)map[off];
+    } else if (!strcmp(op, "pread")) {
+        if (pread(fd, buf, PAGE, off) < 0)
+            die("pread", file);
+        sum += (unsigned char)buf[0];
+    } else if (!strcmp(op, "read") || !strcmp(op, "read1")) {
+        int one = !strcmp(op, "read1");
+        if (lseek(fd, off + (one ? 100 : 0), SEEK_SET) < 0 || read(fd, buf, one ? 1 : PAGE) < 0)
+            die("read", file);
+        sum += (unsigned char)buf[0];
+    } else {
+        die("unknown operation", op);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    static char buf[PAGE];
-    volatile unsigned sum = 0;
     if (argc < 2) {
         fprintf(stderr, "usage: pageset_touch OP:FILE:PAGES ...\n");
         return 2;
@@ -58,22 +78,9 @@ int main(int argc, char **argv)
                 die("mmap", file);
         }
         for (char *p = strtok(pages, ","); p; p = strtok(NULL, ",")) {
-            long pg = atol(p);
-            off_t off = (off_t)pg * PAGE;
-            if (map) {
-                sum += (unsigned char)map[off];
-            } else if (!strcmp(op, "pread")) {
-                if (pread(fd, buf, PAGE, off) < 0)
-                    die("pread", file);
-                sum += (unsigned char)buf[0];
-            } else if (!strcmp(op, "read") || !strcmp(op, "read1")) {
-                int one = !strcmp(op, "read1");
-                if (lseek(fd, off + (one ? 100 : 0), SEEK_SET) < 0 || read(fd, buf, one ? 1 : PAGE) < 0)
-                    die("read", file);
-                sum += (unsigned char)buf[0];
-            } else {
-                die("unknown operation", op);
-            }
+            char *dash = strchr(p, '-');
+            for (long pg = atol(p), hi = dash ? atol(dash + 1) : pg; pg <= hi; pg++)
+                touch(op, file, fd, map, pg);
         }
         if (map)
             munmap(map, (size_t)st.st_size);
