@@ -244,3 +244,13 @@ def test_mremap_and_forked_child(data_dir, tmp_path):
     assert res.exit_status == 0 and res.warnings == []
     got = file_page_sets(tmp_path / "t.parquet")[str(f)].tolist()
     assert got == [3, 50, 60, 399, 2, 100, 101, 102, 200, 201]
+
+
+def test_cold_sequential_scan_every_page(touch, data_dir, tmp_path):
+    """A streaming reader at default advice: read-ahead brings in megabytes per major
+    fault; the page set still has every page, in order."""
+    f = _write(data_dir / "weights.bin", 16384, 11)
+    drop_file(f)
+    res = record_faults([str(touch), f"mmap:{f}:0-16383"], tmp_path / "t.parquet")
+    assert res.exit_status == 0 and res.lost == 0
+    assert file_page_sets(tmp_path / "t.parquet")[str(f)].tolist() == list(range(16384))
