@@ -143,11 +143,23 @@ static void watch(void *addr, size_t len)
     (void)ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
-/* Register every file mapping listed in /proc/self/maps (raw syscalls and a static
- * buffer: this also runs in a forked child of a multi-threaded parent). */
+static void watch_line(char *line)
+{
+    unsigned long lo, hi, ino;
+    char perms[8];
+    int pathpos = 0;
+    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
+        pathpos > 0 && line[pathpos] == '/')
+        watch((void *)lo, hi - lo);
+}
+
+/* Register every file mapping listed in /proc/self/maps. Raw syscalls and a small stack
+ * buffer: this also runs in a forked child of a multi-threaded parent, and a large static
+ * buffer would give the shim a .bss mapping of its own, an anonymous region that would
+ * shift the numbering of the program's anonymous regions (their identity across runs). */
 static void watch_all(void)
 {
-    static char buf[1 << 20];
+    char buf[8192];
     int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -157,23 +169,23 @@ static void watch_all(void)
         if (k <= 0)
             break;
         n += (size_t)k;
+        buf[n] = 0;
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = 0;
+            watch_line(line);
+            line = nl + 1;
+        }
+        n = (size_t)(buf + n - line);
+        memmove(buf, line, n);
         if (n == sizeof buf - 1)
-            break;
+            n = 0; /* a line longer than the buffer: drop it */
+    }
+    if (n) {
+        buf[n] = 0;
+        watch_line(buf);
     }
     close(fd);
-    buf[n] = 0;
-    for (char *line = buf; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = 0;
-        unsigned long lo, hi, ino;
-        char perms[8];
-        int pathpos = 0;
-        if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
-            pathpos > 0 && line[pathpos] == '/')
-            watch((void *)lo, hi - lo);
-        line = nl ? nl + 1 : NULL;
-    }
 }
 
 static int regular_fd(int fd)

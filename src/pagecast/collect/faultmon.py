@@ -193,6 +193,7 @@ class FaultMonitor:
         self._pending_uses: list[np.ndarray] = []
         self._shim_path: str | None = None
         self._region_dev: dict[int, int] = {}  # file region -> kernel dev
+        self._mapped_regions: set[int] = set()  # file regions with a real mapping (their base is known)
         self._ps_cache: np.ndarray | None = None
         self._comm: dict[int, str] = {}  # pid -> name at its last exec
         self._no_shim: dict[int, str] = {}  # exec'd processes that have not mapped the shim (yet)
@@ -447,8 +448,8 @@ class FaultMonitor:
         )
 
     def _release_uses(self, watermark: int | None) -> FileUseBatch | None:
-        """Read calls older than the watermark, as file-region page ranges (after this
-        release's mmap records were applied: they may name the inodes)."""
+        """File tracepoint samples older than the watermark, as file-region page ranges
+        (after this release's mmap records were applied: they may name the inodes)."""
         if not self._pending_uses:
             return None
         s = np.concatenate(self._pending_uses) if len(self._pending_uses) > 1 else self._pending_uses[0]
@@ -459,7 +460,7 @@ class FaultMonitor:
         if not len(ready):
             return None
         keys = (ready["dev"].astype(np.uint64) << np.uint64(32)) ^ ready["ino"]
-        uk, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
+        _, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
         rids = np.array([self._inode_region(int(ready["dev"][i]), int(ready["ino"][i]), int(ready["pid"][i]))
                          for i in first_at], np.int32)
         region = rids[inv]
@@ -536,6 +537,11 @@ class FaultMonitor:
             if pgoff + length > r.length:
                 r.length = pgoff + length
                 self._changed_regions.add(rid)
+            if length and rid not in self._mapped_regions:
+                r.base = start - pgoff  # first mapping of a file that was opened or read before
+                self._changed_regions.add(rid)
+        if length:
+            self._mapped_regions.add(rid)
         if ino and (dev, ino) not in self._inode_regions:
             self._inode_regions[(dev, ino)] = rid
         if rid not in self._region_dev:
