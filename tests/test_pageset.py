@@ -270,3 +270,25 @@ def test_shim_keeps_region_identity(touch, data_dir, tmp_path):
         assert [r.base for r in t.regions if r.path == str(f)][0] != 0
     key = lambda t: [(r.kind, r.order, r.length) for r in t.regions if r.kind in ("anon", "heap", "stack")]
     assert key(recs[False]) == key(recs[True])
+
+
+def test_refused_tracepoint_is_a_warning(touch, data_dir, tmp_path, monkeypatch):
+    """A tracepoint the kernel refuses (here: an id no tracepoint has) leaves a warning and
+    a trace; the mapped page set still comes from the faults under the shim."""
+    import pagecast.collect.tracefs as tracefs
+
+    real = tracefs.find_tracepoint
+
+    def bogus(system, name):
+        tp, why = real(system, name)
+        return (tracefs.Tracepoint(system, name, 0x7FFFFFF0, tp.offsets, tp.sizes), "") if tp else (tp, why)
+
+    monkeypatch.setattr(tracefs, "find_tracepoint", bogus)
+    f = _write(data_dir / "w.bin", 64, 13)
+    f.read_bytes()
+    res = record_faults([str(touch), f"mmap:{f}:1,9,2", f"pread:{f}:30"], tmp_path / "t.parquet")
+    assert res.exit_status == 0
+    assert len(res.warnings) == 2 and all("not usable" in w for w in res.warnings)
+    assert res.file_pages_read == 0
+    assert file_page_sets(tmp_path / "t.parquet")[str(f)].tolist() == [1, 9, 2]
+    assert open_trace(tmp_path / "t.parquet").meta["pageset"]["reads"] is False
