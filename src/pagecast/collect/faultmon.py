@@ -480,13 +480,13 @@ class FaultMonitor:
         size = self._file_size.get(rid)
         if size is None or wanted * PAGE_SIZE >= size:
             path = self.regions[rid].path
-            if path:
-                try:
-                    size = os.stat(path).st_size
-                except OSError:
-                    pass
-            self._file_size[rid] = size if size is not None else (wanted + 1) * PAGE_SIZE
-            size = self._file_size[rid]
+            try:
+                size = os.stat(path).st_size if path else None
+            except OSError:
+                pass
+            if size is None:  # no name (yet) or gone: the call's range is all there is to go by
+                return wanted
+            self._file_size[rid] = size
             if size > self.regions[rid].length:
                 self.regions[rid].length = size
                 self._changed_regions.add(rid)
