@@ -312,6 +312,12 @@ class FaultMonitor:
         del self._buf[:8 + flen]
         return int(ftype), payload
 
+    def _frame_buffered(self) -> bool:
+        """Whether a whole frame is already read and waiting (no system call)."""
+        if len(self._buf) < 8:
+            return False
+        return len(self._buf) >= 8 + int(np.frombuffer(self._buf, dtype="<u4", count=2)[1])
+
     def _dispatch(self, ftype: int, payload: bytes) -> bool:
         """Handle a frame; returns True when pending events may be released."""
         if ftype == FR_SAMPLES:
@@ -372,7 +378,8 @@ class FaultMonitor:
             frame = self._next_frame()
             if frame is None:
                 break
-            if self._dispatch(*frame):
+            # a reader that fell behind has several drains buffered: release once, at the last
+            if self._dispatch(*frame) and not self._frame_buffered():
                 batch = self._release(self._watermark)
                 if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
                     yield batch
