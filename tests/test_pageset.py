@@ -292,3 +292,38 @@ def test_refused_tracepoint_is_a_warning(touch, data_dir, tmp_path, monkeypatch)
     assert res.file_pages_read == 0
     assert file_page_sets(tmp_path / "t.parquet")[str(f)].tolist() == [1, 9, 2]
     assert open_trace(tmp_path / "t.parquet").meta["pageset"]["reads"] is False
+
+
+def _fs_type(path: Path) -> str:
+    st = os.stat(path)
+    want = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if left.split()[2] == want:
+            return right.split()[0]
+    return ""
+
+
+UNSEEN_OPEN = """
+import ctypes, os, sys
+fd = ctypes.CDLL(None, use_errno=True).syscall(257, -100, sys.argv[1].encode(), 0)  # openat, past the shim
+os.pread(fd, 4096, 3 * 4096)
+os.close(fd)
+"""
+
+
+def test_file_opened_past_the_shim_is_named_by_inode(data_dir, tmp_path):
+    """A file opened by a raw system call (as libc does internally) and closed at once is
+    named by opening its inode (ext4/xfs, root), not left as `inode MAJ:MIN:INO`."""
+    if os.geteuid() != 0 or _fs_type(data_dir) not in ("ext4", "ext3", "ext2", "xfs"):
+        pytest.skip("naming by inode needs root and an ext2/3/4 or xfs file system")
+    from pagecast.collect.inode_path import path_of_inode
+
+    f = _write(data_dir / "unseen.bin", 8, 14)
+    st = os.stat(f)
+    assert path_of_inode((os.major(st.st_dev) << 20) | os.minor(st.st_dev), st.st_ino) == str(f)
+    res = record_faults([sys.executable, "-c", UNSEEN_OPEN, str(f)], tmp_path / "t.parquet")
+    assert res.exit_status == 0
+    sets = file_page_sets(tmp_path / "t.parquet")
+    assert sets[str(f)].tolist() == [3]
+    assert not [k for k in sets if k.startswith("inode ")]

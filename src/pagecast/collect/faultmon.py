@@ -41,6 +41,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from pagecast.collect.inode_path import path_of_inode
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
@@ -501,12 +502,13 @@ class FaultMonitor:
 
     def _inode_region(self, dev: int, ino: int, pid: int) -> int:
         """The file region of (kernel dev, inode): known from a mapping or an announced open,
-        else found among the process's open files, else a region named by the inode that
-        a later mapping of the file will name."""
+        else found among the process's open files, else opened by its inode number
+        (``inode_path``), else a region named by the inode that a later mapping of the
+        file will name."""
         rid = self._inode_regions.get((dev, ino))
         if rid is not None:
             return rid
-        path = _open_file_path(pid, dev, ino)
+        path = _open_file_path(pid, dev, ino) or path_of_inode(dev, ino)
         if path is not None:
             return self._file_region(path, dev, ino, 0, 0)
         name = f"inode {dev >> 20}:{dev & 0xFFFFF}:{ino}"
