@@ -38,6 +38,9 @@ class Kind(enum.IntEnum):
     THROTTLING = 11  # CUPTI throttling notification
     CPU_FAULT = 12  # CPU page fault on managed memory reported by CUPTI
     REMOTE_MAP = 13  # CUPTI remote map
+    # 14-15: page sets (pagecast record): one row per file page per run, at its first use
+    FILE_MAPPED = 14  # first touch of a file page through a mapping (the fault that showed it)
+    FILE_READ = 15  # first time a read-family system call asked the page cache for a file page
     # A range of pages sampled over an interval (DAMON region in one aggregation
     # interval): page = first page, ip = pages in the range, tid = samples that found it
     # accessed (DAMON nr_accesses). ACCESSED when tid > 0 (a demand kind), IDLE when 0.
@@ -56,6 +59,7 @@ class Kind(enum.IntEnum):
 FAULT_KINDS = (Kind.FAULT_MINOR, Kind.FAULT_MAJOR, Kind.FAULT_GPU, Kind.FAULT)
 DEMAND_KINDS = (Kind.ACCESS,) + FAULT_KINDS + (Kind.RANGE_ACCESSED,)
 RANGE_KINDS = (Kind.RANGE_ACCESSED, Kind.RANGE_IDLE)  # rows that cover ip pages from page on
+PAGESET_KINDS = (Kind.FILE_MAPPED, Kind.FILE_READ)
 
 # flags bits
 FLAG_WRITE = 1 << 0  # the access or fault was a write
