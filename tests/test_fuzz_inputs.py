@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from _fuzz import cases, number_edges, watchdog
+import pagecast
 from pagecast.errors import PagecastError
 from pagecast.importers import ai4mem, champsim, lackey, memai
 from pagecast.importers.ai4mem_predictions import read_predictions_csv
@@ -344,7 +345,7 @@ def test_fuzz_journals(tmp_path, target, text):
 # --------------------------------------------------------------------------------- the CLI
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(Path(__file__).parents[1] / "src"), os.environ.get("PYTHONPATH", "")] if p))
+    env = dict(os.environ, PYTHONPATH=str(Path(pagecast.__file__).resolve().parents[1]))  # the pagecast under test
     return subprocess.run([sys.executable, "-m", "pagecast", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=120)
 
