@@ -52,7 +52,7 @@ def check_readable(path: str | Path, what: str = "file") -> Path:
     """Refuse a missing path, a directory or an unreadable file with one line naming it."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block the check
     except FileNotFoundError:
         raise PagecastError(f"no such {what}", path=path) from None
     except IsADirectoryError:
