@@ -378,3 +378,10 @@ def test_permission_denied_is_worded_so(tmp_path):
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr
     assert "t.parquet: cannot read trace file: permission denied" in err[0]
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
+    fifo = tmp_path / "f.txt"
+    os.mkfifo(fifo)  # opening it for reading would block until a writer comes
+    assert cli_main(["import", "lackey", str(fifo), "-o", str(tmp_path / "o.parquet")]) == 2
+    _one_line(capsys, "f.txt: not a regular file")

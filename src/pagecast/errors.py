@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 # Control characters (a newline in a file name) would break the one-line contract.
@@ -49,7 +50,7 @@ def from_os_error(e: OSError, what: str = "", path: str | Path | None = None) ->
 
 
 def check_readable(path: str | Path, what: str = "file") -> Path:
-    """Refuse a missing path, a directory or an unreadable file with one line naming it."""
+    """Refuse a missing path, a directory, a pipe or device, or an unreadable file, with one line naming it."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO must not block the check
@@ -60,8 +61,12 @@ def check_readable(path: str | Path, what: str = "file") -> Path:
     except OSError as e:
         raise from_os_error(e, f"cannot read {what}", path) from None
     try:
-        if os.path.isdir(path):
-            raise PagecastError(f"is a directory, not a {what}", path=path)
+        mode = os.fstat(fd).st_mode
     finally:
         os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise PagecastError(f"is a directory, not a {what}", path=path)
+    if not stat.S_ISREG(mode):
+        # a FIFO or device would block or never end; importers also read files twice
+        raise PagecastError("not a regular file (a pipe, device or socket)", path=path)
     return path
