@@ -85,7 +85,7 @@ JOURNAL_BATCH_CRC = "pagecast.crc32"
 
 def batch_checksum(batch: pa.RecordBatch) -> str:
     crc = 0
-    for i, (name, dt) in enumerate(COLUMNS.items()):
+    for i, dt in enumerate(COLUMNS.values()):
         crc = zlib.crc32(np.ascontiguousarray(to_numpy(batch.column(i), dt)), crc)
     return str(crc)
 
