@@ -11,7 +11,6 @@ one-line stderr end to end.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
