@@ -364,7 +364,7 @@ def test_cli_one_line_errors_on_damaged_inputs(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(bytes(data))
     _one_line_error(_cli("simulate", "bad.parquet", "--prefetcher", "nextline", cwd=tmp_path), "bad.parquet", "corrupt trace data")
     (tmp_path / "c.txt").write_bytes(CHAMPSIM)
-    for ghz in ("0", "-1", "nan", "1e-300", "inf"):
+    for ghz in ("0", "nan"):  # the other bad values are checked in-process (test_reliability.py)
         _one_line_error(_cli("import", "champsim", "c.txt", "-o", "c.parquet", "--cpu-ghz", ghz, cwd=tmp_path), "--cpu-ghz")
     assert not (tmp_path / "c.parquet").exists()
     (tmp_path / "in.csv").write_bytes(PREDICTIONS)
