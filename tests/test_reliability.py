@@ -385,3 +385,22 @@ def test_a_fifo_is_refused_not_waited_on(tmp_path, capsys):
     os.mkfifo(fifo)  # opening it for reading would block until a writer comes
     assert cli_main(["import", "lackey", str(fifo), "-o", str(tmp_path / "o.parquet")]) == 2
     _one_line(capsys, "f.txt: not a regular file")
+
+
+def test_journals_from_before_checksums_still_recover(tmp_path):
+    import pyarrow.ipc as ipc
+
+    from pagecast.trace.schema import ACCESS_SCHEMA, COLUMNS
+
+    partial = tmp_path / "old.parquet.partial"
+    n = 300
+    cols = {c: np.zeros(n, dt) for c, dt in COLUMNS.items()}
+    cols["t_ns"] = np.arange(n, dtype=np.int64)
+    with pa.OSFile(str(partial), "wb") as sink, ipc.new_stream(sink, ACCESS_SCHEMA) as w:
+        w.write_batch(pa.record_batch([pa.array(cols[c]) for c in COLUMNS], schema=ACCESS_SCHEMA))  # no CRC metadata
+    Path(str(partial) + ".regions").write_text(json.dumps({"__meta__": {"source": "old"}}) + "\n"
+                                               + json.dumps(Region(0, "r", length=4096).to_dict()) + "\n")
+    rec = recover_partial(partial)
+    t = open_trace(rec.trace)
+    assert rec.rows == n and t.meta["source"] == "old" and [r.name for r in t.regions] == ["r"]
+    assert t.read(["t_ns"])["t_ns"].tolist() == list(range(n))
