@@ -8,7 +8,9 @@ and in batches. Baselines, same rows, same run: pyarrow's ParquetWriter alone (n
 pagecast code) with the encodings of the previous release (DELTA_BINARY_PACKED on five
 columns, lz4; a lower bound of the previous writer's cost, which also copied every
 input) and with the current encodings, on the same 1 Mi-row groups, and reading that
-file back; pyarrow.parquet.write_table/read_table with its defaults + zstd;
+file back; the same ParquetWriter with page checksums (the trace writer writes them) and
+the trace read by pyarrow without verifying them (what checksums cost);
+pyarrow.parquet.write_table/read_table with its defaults + zstd;
 np.save/np.load (uncompressed, the memory-bandwidth ceiling). The writes take turns
 (rounds alternate direction; medians of --repeat rounds), then the reads do (after one
 untimed pass), and each run starts settled: its previous output deleted, dirty pages
@@ -164,10 +166,11 @@ def main() -> int:
 
     batches = [table.slice(i, chunk) for i in range(0, n, chunk)]
 
-    def raw_writer(name: str, encoding: dict[str, str]):
+    def raw_writer(name: str, encoding: dict[str, str], checksums: bool = False):
         def run():
             w = pq.ParquetWriter(d / name, ACCESS_SCHEMA, compression=COMPRESSION, use_dictionary=False,
-                                 column_encoding=encoding, write_statistics=STATISTICS_COLUMNS)
+                                 column_encoding=encoding, write_statistics=STATISTICS_COLUMNS,
+                                 write_page_checksum=checksums)
             for b in batches:
                 w.write_table(b, row_group_size=chunk)
             w.add_key_value_metadata({META_VERSION: str(FORMAT_VERSION).encode()})  # readable by open_trace
@@ -176,6 +179,9 @@ def main() -> int:
 
     def pq_read():
         pq.read_table(d / "raw.parquet")
+
+    def unverified_read():
+        pq.ParquetFile(d / "t.parquet").read(use_threads=True)
 
     def clean(*names: str):
         def remove() -> None:
@@ -196,6 +202,7 @@ def main() -> int:
         *([(f"previous TraceWriter ({a.against})", old_write, clean("old.parquet"))] if old_writer else []),
         ("ParquetWriter, previous encodings", raw_writer("prev.parquet", PREVIOUS_ENCODING), clean("prev.parquet")),
         ("ParquetWriter, current encodings", raw_writer("cur.parquet", COLUMN_ENCODING), clean("cur.parquet")),
+        ("ParquetWriter, current + checksums", raw_writer("crc.parquet", COLUMN_ENCODING, True), clean("crc.parquet")),
         ("pyarrow write_table zstd", pq_write, clean("raw.parquet")),
         ("np.save", np_write, clean(*(f"{k}.npy" for k in cols))),
     ]
@@ -203,6 +210,7 @@ def main() -> int:
         ("pagecast read (all columns)", pc_read, settle),
         ("pagecast read, previous encodings", prev_read, settle),
         ("pagecast iter_batches", pc_iter, settle),
+        ("pyarrow read of it, unverified", unverified_read, settle),
         ("pyarrow read_table", pq_read, settle),
         ("np.load", np_read, settle),
     ]
@@ -233,6 +241,9 @@ def main() -> int:
         "write CPU vs previous encodings": w["rows_per_cpu_s"] / prev["rows_per_cpu_s"],
         "write vs ParquetWriter current": w["rows_per_s"] / res["ParquetWriter, current encodings"]["rows_per_s"],
         "write copy=False vs default": res["pagecast write (copy=False)"]["rows_per_s"] / w["rows_per_s"],
+        "ParquetWriter checksums vs none": res["ParquetWriter, current + checksums"]["rows_per_s"]
+        / res["ParquetWriter, current encodings"]["rows_per_s"],
+        "read vs unverified pyarrow read": r["rows_per_s"] / res["pyarrow read of it, unverified"]["rows_per_s"],
         "write vs pyarrow zstd": w["rows_per_s"] / res["pyarrow write_table zstd"]["rows_per_s"],
         "write vs np.save": w["rows_per_s"] / res["np.save"]["rows_per_s"],
         "read vs previous encodings": r["rows_per_s"] / res["pagecast read, previous encodings"]["rows_per_s"],

@@ -147,8 +147,9 @@ def test_crash_mid_write_recovers_complete_row_groups(tmp_path):
         open(path, "wb").close()
         open_trace(path)
     os.unlink(path)
-    out = recover_partial(str(path) + ".partial")
-    t = open_trace(out)
+    rec = recover_partial(str(path) + ".partial")
+    assert (rec.rows, rec.batches, rec.regions, rec.truncated) == (2000, 2, 1, False)
+    t = open_trace(rec.trace)
     assert t.num_rows == 2000  # two complete row groups; the 500 buffered rows died with the process
     assert t.meta["source"] == "crashy"
     assert [r.name for r in t.regions] == ["r"]

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         from pagecast.launch.command import exec_if_planned
 
         exec_if_planned(sys.argv[1:])  # returns unless this is a simple `run --plan`
-    from pagecast.errors import PagecastError
+    from pagecast.errors import PagecastError, from_os_error, one_line
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -57,13 +57,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except PagecastError as e:
-        print(f"pagecast {args.command}: error: {e}", file=sys.stderr)
+        print(f"pagecast {args.command}: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except OSError as e:
+        # The environment (permission denied, disk full, a directory given for a file),
+        # not a bug: one line naming the file, like a PagecastError.
+        print(f"pagecast {args.command}: error: {from_os_error(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"pagecast {args.command}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable
 from pagecast.importers import FORMATS
 
 
@@ -36,9 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    src = Path(args.src)
-    if not src.exists():
-        raise PagecastError("no such file", path=src)
+    src = check_readable(args.src)
     fmt = args.format
     size = src.stat().st_size
     if fmt == "ai4mem":

@@ -11,7 +11,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "recover", help="rebuild a trace from the journal (.partial) of a recording that was cut short",
         description="A recorder that dies (crash, kill -9, power loss) leaves T.parquet.partial, an Arrow IPC "
-                    "journal flushed at every row group. This converts every complete row group into T.parquet.",
+                    "journal flushed at every row group, and T.parquet.partial.regions. This converts every "
+                    "complete, intact row group into T.parquet and says what it kept. Anything that is not a "
+                    "journal (a finished trace, a CSV, an empty file) is refused, and the journal is never "
+                    "written over.",
     )
     p.add_argument("journal", help="the .partial journal file")
     p.add_argument("-o", "--output", help="trace to write (default: the journal name without .partial)")
@@ -20,15 +23,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.trace import open_trace, recover_partial
+    from pagecast.trace import recover_partial
 
-    out = recover_partial(args.journal, args.output)
-    t = open_trace(out)
-    info = {"trace": str(out), "rows": t.num_rows, "regions": len(t.regions),
-            "truncated": bool(t.meta.get("recovered_truncated", False))}
+    rec = recover_partial(args.journal, args.output)
     if args.json:
-        print_json(info)
-    else:
-        print(f"recovered {info['rows']:,} rows, {info['regions']} regions into {out}"
-              + (" (last row group was torn and dropped)" if info["truncated"] else ""))
+        print_json(rec.to_dict())
+        return 0
+    print(f"recovered {rec.rows:,} rows ({rec.batches} row groups), {rec.regions} regions into {rec.trace}")
+    if rec.stopped:
+        print(f"pagecast recover: warning: stopped early, {rec.stopped}; later rows are lost")
+    if not rec.regions_journal:
+        print(f"pagecast recover: warning: {rec.journal}.regions is missing: the trace has no region list")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,24 @@ def raw_dir_for(out: str | Path) -> Path:
     return Path(str(out) + ".cuda")
 
 
+def private_raw_dir(out: str | Path) -> Path:
+    """``<out>.cuda``, created 0700, or an existing one only if it is our own private directory.
+
+    The path is predictable: a symlink or someone else's directory planted there would
+    steer the collector's writes (and the removal of a previous recording's files).
+    """
+    raw = raw_dir_for(out)
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        raw.mkdir(mode=0o700)
+    except FileExistsError:
+        st = os.lstat(raw)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise PagecastError("exists and is not a private directory of this user (a symlink, another user's "
+                                "or group/world-writable): remove it", path=raw) from None
+    return raw
+
+
 def record_cuda(cmd: Sequence[str], out: str | Path, json_out: bool = False) -> int:
     """Run ``cmd`` under the interposer and the CUPTI collector; write the trace ``out``.
 
@@ -58,8 +77,7 @@ def record_cuda(cmd: Sequence[str], out: str | Path, json_out: bool = False) -> 
         raise PagecastError("no command given")
     tk = find_toolkit()
     interposer, cupti = build_interposer(tk), build_cupti_collector(tk)
-    raw = raw_dir_for(out)
-    raw.mkdir(parents=True, exist_ok=True)
+    raw = private_raw_dir(out)
     for old in raw.glob("*.*"):  # a previous recording's files would be mistaken for this one's
         old.unlink()
     rc = run_program(cmd, cuda_env(interposer, raw, cupti), quiet_stdout=json_out)

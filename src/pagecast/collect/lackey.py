@@ -2,13 +2,17 @@
 
 lackey writes one line per load/store/instruction, far more than the page faults perf
 sees; the log goes to a temporary file beside the output (streamed by valgrind, then
-imported in blocks), so memory stays bounded.
+imported in blocks), so memory stays bounded. That file lives in a private directory
+(mode 0700, random name), never at a predictable path where a planted symlink could
+redirect valgrind's writes; ``%`` in its path is escaped because valgrind expands
+``%p`` and ``%q{VAR}`` in ``--log-file``.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,6 +38,11 @@ class LackeyResult:
         return asdict(self)
 
 
+def valgrind_escape(path: Path) -> str:
+    """A path as valgrind's --log-file takes it: it expands %p, %n and %q{VAR}, and %% is a literal %."""
+    return str(path).replace("%", "%%")
+
+
 def record_lackey(cmd: Sequence[str], out: str | Path, *, stdout: Any = None, instructions: bool = False) -> LackeyResult:
     cmd = [str(c) for c in cmd]
     valgrind = shutil.which("valgrind")
@@ -42,13 +51,18 @@ def record_lackey(cmd: Sequence[str], out: str | Path, *, stdout: Any = None, in
     if shutil.which(cmd[0]) is None:
         raise PagecastError(f"command not found: {cmd[0]}")
     out = Path(out)
-    log = out.with_name(out.name + ".lackey.log")
+    out.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    private = Path(tempfile.mkdtemp(prefix=".pagecast-lackey-", dir=out.parent))
+    log = private / "lackey.log"
     try:
-        proc = subprocess.run([valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={log}", *cmd], stdout=stdout)
+        proc = subprocess.run([valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={valgrind_escape(log)}", *cmd],
+                              stdout=stdout)
+        if not log.exists():
+            raise PagecastError(f"valgrind exited with status {proc.returncode} and wrote no lackey log", path=out)
         stats = import_trace(log, out, instructions=instructions, source="lackey", meta={"command": cmd})
     finally:
-        log.unlink(missing_ok=True)
+        shutil.rmtree(private, ignore_errors=True)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
     return LackeyResult(trace=str(out), command=cmd, exit_status=code, rows=stats["rows"],
                         instructions=stats["instructions"], loads=stats["loads"], stores=stats["stores"],

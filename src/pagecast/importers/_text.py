@@ -6,6 +6,7 @@ block with numpy operations, so the per-line cost is a few array passes, not Pyt
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
@@ -165,3 +166,27 @@ def strip_bounds(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[
             break
         stop = stop - ws
     return start, stop
+
+
+INT64_MAX = np.uint64((1 << 63) - 1)
+CPU_GHZ_RANGE = (1e-3, 1e3)
+
+
+def check_cpu_ghz(cpu_ghz: float | None) -> float | None:
+    """A clock rate that turns cycles into nanoseconds sensibly, or None (keep cycles)."""
+    if cpu_ghz is None:
+        return None
+    lo, hi = CPU_GHZ_RANGE
+    if not (isinstance(cpu_ghz, (int, float)) and math.isfinite(cpu_ghz) and lo <= cpu_ghz <= hi):
+        raise PagecastError(f"--cpu-ghz must be a clock rate from {lo:g} to {hi:g} GHz, got {cpu_ghz!r}")
+    return float(cpu_ghz)
+
+
+def cycles_to_ns(cycles: np.ndarray, cpu_ghz: float | None, path: str | Path) -> np.ndarray:
+    """Non-negative int64 cycle counts → int64 times (ns at ``cpu_ghz``, else cycles); refuses overflow."""
+    if not cpu_ghz:
+        return cycles.astype(np.int64)
+    t = cycles / cpu_ghz
+    if len(t) and not t.max() < 2.0 ** 63:
+        raise PagecastError(f"times do not fit in 64-bit nanoseconds at --cpu-ghz {cpu_ghz:g}", path=path)
+    return t.astype(np.int64)

@@ -29,9 +29,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._cluster import AddressClusters
-from pagecast.importers._text import Lines, iter_lines, parse_uint
+from pagecast.importers._text import INT64_MAX, Lines, iter_lines, parse_uint
 from pagecast.trace.schema import FLAG_SUBKIND_SHIFT, Kind
 from pagecast.trace.writer import TraceWriter
 
@@ -68,11 +68,13 @@ def _uvm_rows(path: Path, lines: Lines, idx: np.ndarray) -> dict[str, np.ndarray
     _check(path, lines, idx, nfields_ok, "a UVM row needs exactly 8 fields")
     c = c[:7]
     name = _field(buf, c[0] + 1, c[1])
-    has0x = (buf[c[1] + 1] == ord("0")) & ((buf[c[1] + 2] | 0x20) == ord("x"))
+    last = len(buf) - 1
+    has0x = ((c[2] - c[1] >= 3) & (buf[np.minimum(c[1] + 1, last)] == ord("0"))
+             & ((buf[np.minimum(c[1] + 2, last)] | 0x20) == ord("x")))
     addr, ok_a = parse_uint(buf, c[1] + 3, c[2], 16)
     _check(path, lines, idx, has0x & ok_a, "bad Address (want 0x... hex)")
     start, ok_t = parse_uint(buf, c[2] + 1, c[3], 10)
-    _check(path, lines, idx, ok_t, "bad StartTime_ns")
+    _check(path, lines, idx, ok_t & (start <= INT64_MAX), "bad StartTime_ns (a decimal below 2^63)")
     phys = _field(buf, c[5] + 1, c[6])
     return {"name": name, "addr": addr, "start": start.astype(np.int64), "phys": phys, "line": lines.first_line + idx}
 
@@ -84,19 +86,28 @@ def _check(path: Path, lines: Lines, idx: np.ndarray, ok: np.ndarray, what: str)
         raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
 
 
+def _is_decimal(f: str) -> bool:
+    """ASCII digits only (str.isdigit also takes '²' and other digits int() refuses)."""
+    return f.isascii() and f.isdigit()
+
+
+def _is_time(f: str) -> bool:
+    return _is_decimal(f) and int(f) <= int(INT64_MAX)
+
+
 def _is_num(field: str) -> bool:
     f = field.strip()
     if f.lower().startswith("0x"):
         return len(f) > 2 and all(ch in "0123456789abcdefABCDEF" for ch in f[2:])
-    return f.isdigit() or (f.startswith("-") and f[1:].isdigit())
+    return _is_decimal(f) or (f.startswith("-") and _is_decimal(f[1:]))
 
 
 def parse_kernel_row(text: str, path: Path, line: int) -> dict[str, Any]:
     fields = text.split(",")
-    # the first pair (start, end) directly followed by its own duration
+    # the first pair (start, end) directly followed by its own duration (times below 2^63 ns)
     for i in range(2, len(fields) - 2):
         a, b, d = (f.strip() for f in fields[i:i + 3])
-        if a.isdigit() and b.isdigit() and d.isdigit() and int(b) - int(a) == int(d) and int(b) >= int(a):
+        if _is_time(a) and _is_time(b) and _is_time(d) and int(b) - int(a) == int(d) and int(b) >= int(a):
             break
     else:
         raise PagecastError("KERNEL row without start,end,duration fields", path=path, line=line)
@@ -112,11 +123,11 @@ def parse_kernel_row(text: str, path: Path, line: int) -> dict[str, Any]:
 
 def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
     """Parse the file: UVM columns, kernel rows, number of snapshots."""
-    path = Path(path)
+    path = check_readable(path)
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
+        raise from_os_error(e, "cannot read", path) from None
     parts: list[dict[str, np.ndarray]] = []
     kernels: list[dict[str, Any]] = []
     snapshots = 0

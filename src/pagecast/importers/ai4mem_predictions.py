@@ -17,8 +17,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pagecast.errors import PagecastError
-from pagecast.importers._text import iter_lines, parse_float, parse_uint, split_fields, strip_bounds
+from pagecast.errors import PagecastError, check_readable, from_os_error
+from pagecast.importers._text import INT64_MAX, iter_lines, parse_float, parse_uint, split_fields, strip_bounds
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.trace.schedule import Schedule
 from pagecast.trace.schema import DEMAND_KINDS
@@ -31,11 +31,11 @@ HEADERS = {
 
 
 def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = None) -> Schedule:
-    path = Path(path)
+    path = check_readable(path)
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
+        raise from_os_error(e, "cannot read", path) from None
     cols: dict[str, list[np.ndarray]] = {"t": [], "addr": [], "score": []}
     layout = None
     with f:
@@ -57,17 +57,24 @@ def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = No
             st, sp = split_fields(path, lines, idx, nf, what="predictions row")
             st, sp = strip_bounds(lines.buf, st, sp)
             t, ok_t = parse_uint(lines.buf, st[ti], sp[ti], 10)
-            hex_ok = (lines.buf[st[ai]] == ord("0")) & ((lines.buf[st[ai] + 1] | 0x20) == ord("x"))
+            last = len(lines.buf) - 1
+            hex_ok = ((sp[ai] - st[ai] >= 2) & (lines.buf[st[ai]] == ord("0"))
+                      & ((lines.buf[np.minimum(st[ai] + 1, last)] | 0x20) == ord("x")))
             addr, ok_a = parse_uint(lines.buf, st[ai] + 2, sp[ai], 16)
             score, ok_s = parse_float(lines.buf, st[si], sp[si])
-            for ok, what in ((ok_t, "bad time"), (hex_ok & ok_a, "bad address (want 0x... hex)"), (ok_s, "bad score")):
+            with np.errstate(over="ignore"):
+                score = score.astype(np.float32)
+            checks = ((ok_t & (t <= INT64_MAX), "bad time (a decimal below 2^63)"),
+                      (hex_ok & ok_a, "bad address (want 0x... hex)"),
+                      (ok_s & np.isfinite(score), "bad score (want a finite number)"))
+            for ok, what in checks:
                 if not ok.all():
                     i = int(idx[np.flatnonzero(~ok)[0]])
                     text = bytes(lines.buf[lines.starts[i]:lines.ends[i]]).decode("utf-8", "replace")
                     raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
             cols["t"].append(t.astype(np.int64))
             cols["addr"].append(addr)
-            cols["score"].append(score.astype(np.float32))
+            cols["score"].append(score)
     if layout is None:
         raise PagecastError("empty predictions file (no header)", path=path)
     t = np.concatenate(cols["t"]) if cols["t"] else np.empty(0, np.int64)

@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._cluster import AddressClusters
-from pagecast.importers._text import Lines, iter_lines, parse_uint, split_fields, strip_bounds
+from pagecast.importers._text import INT64_MAX, Lines, check_cpu_ghz, cycles_to_ns, iter_lines, parse_uint, split_fields, strip_bounds
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import RegionMap
 from pagecast.trace.schedule import Schedule
@@ -42,10 +42,11 @@ def _bad(path: Path, lines: Lines, idx: np.ndarray, ok: np.ndarray, what: str) -
 
 
 def _open(path: Path):
+    check_readable(path)
     try:
         return open(path, "rb")
     except OSError as e:
-        raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
+        raise from_os_error(e, "cannot read", path) from None
 
 
 def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
@@ -62,8 +63,8 @@ def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) 
             addr, ok3 = _hex(lines, st[2], sp[2])
             pc, ok4 = _hex(lines, st[3], sp[3])
             hit, ok5 = parse_uint(lines.buf, st[4], sp[4], 10)
-            _bad(path, lines, idx, ok1, "bad instr_id")
-            _bad(path, lines, idx, ok2, "bad cycle")
+            _bad(path, lines, idx, ok1 & (iid <= INT64_MAX), "bad instr_id (a decimal below 2^63)")
+            _bad(path, lines, idx, ok2 & (cyc <= INT64_MAX), "bad cycle (a decimal below 2^63)")
             _bad(path, lines, idx, ok3, "bad load address")
             _bad(path, lines, idx, ok4, "bad pc")
             _bad(path, lines, idx, ok5 & (hit <= 1), "bad llc_hit (0 or 1)")
@@ -73,6 +74,7 @@ def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) 
 def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = None,
                  on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
     src = Path(src)
+    cpu_ghz = check_cpu_ghz(cpu_ghz)
     clusters = AddressClusters()
     n = 0
     c0 = None
@@ -86,9 +88,7 @@ def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = No
     meta = {"time_unit": "ns" if cpu_ghz else "cycles", "cpu_ghz": cpu_ghz, "t0_cycle": c0, "champsim_file": str(src)}
     with TraceWriter(out, regions=regions, source="import:champsim", meta=meta) as w:
         for b in iter_loads(src, on_bytes):
-            t = (b["cycle"] - np.uint64(c0)).astype(np.int64)
-            if cpu_ghz:
-                t = (t / cpu_ghz).astype(np.int64)
+            t = cycles_to_ns(b["cycle"] - np.uint64(c0), cpu_ghz, src)
             region, page = clusters.translate(b["addr"])
             w.write(t_ns=t, region=region, page=page, kind=int(Kind.ACCESS), ip=b["pc"],
                     flags=(b["hit"].astype(np.uint8) << FLAG_SUBKIND_SHIFT))
@@ -98,7 +98,10 @@ def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = No
 def read_prefetch_file(path: str | Path, trace: Trace, loads: str | Path) -> Schedule:
     """Prefetch file → schedule against ``trace`` (imported from the load trace ``loads``)."""
     path = Path(path)
-    iids = np.concatenate([b["instr_id"] for b in iter_loads(loads)])
+    parts = [b["instr_id"] for b in iter_loads(loads)]
+    if not parts:
+        raise PagecastError("no load records", path=loads)
+    iids = np.concatenate(parts)
     t = trace.read(["t_ns"])["t_ns"]
     if len(t) != len(iids):
         raise PagecastError(f"trace has {len(t)} rows but the load trace {loads} has {len(iids)}", path=trace.path)
@@ -114,7 +117,7 @@ def read_prefetch_file(path: str | Path, trace: Trace, loads: str | Path) -> Sch
             st, sp = split_fields(path, lines, idx, 2, sep=ord(" "), what="prefetch row (instr_id hex_addr)")
             iid, ok1 = parse_uint(lines.buf, st[0], sp[0], 10)
             addr, ok2 = _hex(lines, st[1], sp[1])
-            _bad(path, lines, idx, ok1, "bad instr_id")
+            _bad(path, lines, idx, ok1 & (iid <= INT64_MAX), "bad instr_id (a decimal below 2^63)")
             _bad(path, lines, idx, ok2, "bad prefetch address")
             parts_i.append(iid)
             parts_a.append(addr)

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._cluster import AddressClusters
 from pagecast.importers._text import Lines, fail_at, iter_lines, parse_uint
 from pagecast.trace.schema import FLAG_EXEC, FLAG_WRITE, Kind
@@ -46,7 +46,7 @@ def _parse(path: Path, lines: Lines) -> dict[str, np.ndarray]:
     has = (k < len(commas)) & (comma < e) if len(commas) else np.zeros(len(s), bool)
     addr, ok_a = parse_uint(buf, s + 3, np.where(has, comma, s + 3), 16)
     size, ok_s = parse_uint(buf, np.where(has, comma + 1, e), e, 10)
-    bad = ~(has & ok_a & ok_s)
+    bad = ~(has & ok_a & ok_s & (size <= np.uint64(0xFFFFFFFF)))  # bytes is a uint32 column
     if bad.any():
         idx = np.flatnonzero(rec)[np.flatnonzero(bad)[0]]
         mask = np.zeros(len(lines), bool)
@@ -56,10 +56,11 @@ def _parse(path: Path, lines: Lines) -> dict[str, np.ndarray]:
 
 
 def _blocks(path: Path, on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
+    check_readable(path)
     try:
         f = open(path, "rb")
     except OSError as e:
-        raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
+        raise from_os_error(e, "cannot read", path) from None
     with f:
         for lines in iter_lines(f, on_bytes=on_bytes):
             yield _parse(path, lines)

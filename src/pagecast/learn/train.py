@@ -9,9 +9,11 @@ run), training metrics and history.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable
 from pagecast.learn.dataset import DatasetSpec, EncodedStream, PreparedData, RegionTable, Vocabulary, window_starts
 from pagecast.learn.models import ModelConfig, build_model
 from pagecast.util.atomic import atomic_output
@@ -223,6 +225,31 @@ def train_model(
 # Model file
 
 
+MODEL_DIGEST = "sha256"  # of every other entry: torch.load does not check the archive's CRCs
+
+
+def model_digest(blob: dict) -> str:
+    """SHA-256 over the model file's entries (names, JSON texts, tensor dtypes, shapes and bytes)."""
+    h = hashlib.sha256()
+
+    def feed(name: str, v: Any) -> None:
+        h.update(name.encode() + b"\0")
+        if isinstance(v, dict):
+            for k in sorted(v):
+                feed(f"{name}/{k}", v[k])
+        elif isinstance(v, torch.Tensor):
+            t = v.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(v).encode())
+
+    for k in sorted(blob):
+        if k != MODEL_DIGEST:
+            feed(k, blob[k])
+    return h.hexdigest()
+
+
 def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: DatasetSpec, tcfg: TrainConfig, extra: dict | None = None) -> Path:
     blob = {
         "format": MODEL_FORMAT,
@@ -237,6 +264,7 @@ def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: 
         "history": json.dumps(result.history),
         "extra": json.dumps(extra or {}),
     }
+    blob[MODEL_DIGEST] = model_digest(blob)
     path = Path(path)
     with atomic_output(path) as tmp:
         torch.save(blob, str(tmp))
@@ -258,32 +286,41 @@ class LoadedModel:
 
 
 def load_model(path: str | Path) -> LoadedModel:
-    path = Path(path)
-    if not path.exists():
-        raise PagecastError("no such model file", path=path)
+    path = check_readable(path, "model file")
     with open(path, "rb") as f:
         if f.read(4) != b"PK\x03\x04":  # torch.save writes a zip archive
             raise PagecastError("not a pagecast model file (not a torch.save archive)", path=path)
     try:
-        blob = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a damaged pickle header warns before it fails: keep stderr one line
+            warnings.simplefilter("ignore")
+            blob = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for a damaged or foreign archive
         raise PagecastError(f"not a pagecast model file (unreadable archive: {type(e).__name__})", path=path) from None
     if not isinstance(blob, dict) or blob.get("format") != MODEL_FORMAT:
         raise PagecastError("not a pagecast model file (no pagecast-model header)", path=path)
-    if int(blob.get("version", 0)) > MODEL_VERSION:
-        raise PagecastError(f"model file version {blob['version']} is newer than this pagecast reads ({MODEL_VERSION})", path=path)
+    try:
+        version = int(blob.get("version", 0))
+    except (TypeError, ValueError):
+        raise PagecastError("corrupt model file (bad version)", path=path) from None
+    if version > MODEL_VERSION:
+        raise PagecastError(f"model file version {version} is newer than this pagecast reads ({MODEL_VERSION})", path=path)
+    # Files from before digests have none; any other file must match its digest.
+    if MODEL_DIGEST in blob and blob[MODEL_DIGEST] != model_digest(blob):
+        raise PagecastError("corrupt model file (contents do not match the file's SHA-256 digest)", path=path)
     try:
         cfg = ModelConfig(**json.loads(blob["model_config"]))
         spec = DatasetSpec(**json.loads(blob["dataset"]))
         tcfg = TrainConfig(**json.loads(blob["train_config"]))
         model = build_model(cfg)
         model.load_state_dict(blob["state_dict"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as e:
-        raise PagecastError(f"corrupt model file ({str(e).splitlines()[0][:120]})", path=path) from None
+        loaded = LoadedModel(
+            model, cfg, spec, tcfg,
+            RegionTable.from_list(json.loads(blob["regions"])),
+            Vocabulary(blob["vocab_keys"].numpy().astype(np.int64)),
+            json.loads(blob["metrics"]), json.loads(blob["history"]), json.loads(blob.get("extra", "{}")), str(path),
+        )
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError, OverflowError) as e:
+        raise PagecastError(f"corrupt model file ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})",
+                            path=path) from None
     model.eval()
-    return LoadedModel(
-        model, cfg, spec, tcfg,
-        RegionTable.from_list(json.loads(blob["regions"])),
-        Vocabulary(blob["vocab_keys"].numpy().astype(np.int64)),
-        json.loads(blob["metrics"]), json.loads(blob["history"]), json.loads(blob.get("extra", "{}")), str(path),
-    )
+    return loaded

@@ -36,6 +36,7 @@ from pagecast.online.pack import pack_from_schedules
 from pagecast.online.sources import default_min_runs, merge_schedules, schedule_from_trace
 from pagecast.online.worker import SourceSpec
 from pagecast.trace.schedule import write_schedule
+from pagecast.util.atomic import atomic_output, atomic_write_text
 
 KERNEL = ("random", "normal", "sequential", "willneed")
 KERNEL_LABEL = {"random": "kernel: no prefetch (MADV_RANDOM)", "normal": "kernel: default read-around",
@@ -243,9 +244,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     }
     best = report["best_kernel"] = min((s for s in summary if s["strategy"] in KERNEL_LABEL.values()), key=lambda s: s["wall_s"])["strategy"]
     report["speedup_vs_best_kernel"] = {s["strategy"]: s["vs_best_kernel"] for s in summary if s["strategy"].startswith("pagecast")}
-    with open(out / "bench.json.tmp", "w") as f:
-        json.dump(report, f, indent=2)
-    Path(out / "bench.json.tmp").replace(out / "bench.json")
+    atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     report["plot"] = str(plot(report, out / "bench.png"))
     report["report"] = str(out / "bench.json")
     del best
@@ -299,8 +298,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     for yi, x in zip(y, s):
         ax.text(x["wall_s"], yi, f"  {x['vs_best_kernel']}x", va="center")
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    tmp.replace(path)
     return path

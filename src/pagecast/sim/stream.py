@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Iterable, Iterator, TypeVar
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import DEMAND_KINDS, FLAG_WRITE
@@ -70,17 +69,15 @@ def demand_chunks(trace: Trace, chunk_rows: int = 1 << 20) -> Iterator[dict[str,
 
 def demand_chunks_reversed(trace: Trace) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(global index of the chunk's first demand row, chunk), last row group first."""
-    pf = pq.ParquetFile(str(trace.path))
     counts = []
-    for rg in range(pf.num_row_groups):
-        kinds = pf.read_row_group(rg, columns=["kind"]).column(0).to_numpy()
+    for rg in range(trace.num_row_groups):
+        kinds = trace.read_row_group(rg, ["kind"])["kind"]
         counts.append(int(np.isin(kinds, _DEMAND).sum()))
     starts = np.concatenate([[0], np.cumsum(counts)])
-    for rg in range(pf.num_row_groups - 1, -1, -1):
+    for rg in range(trace.num_row_groups - 1, -1, -1):
         if counts[rg] == 0:
             continue
-        t = pf.read_row_group(rg, columns=_COLS)
-        yield int(starts[rg]), _demand({c: t.column(c).to_numpy() for c in _COLS})
+        yield int(starts[rg]), _demand(trace.read_row_group(rg, _COLS))
 
 
 def read_demand(trace: Trace) -> dict[str, np.ndarray]:

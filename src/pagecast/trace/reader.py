@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -10,29 +11,32 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.trace._arrow import to_numpy
 from pagecast.trace.regions import Region, regions_from_json
-from pagecast.trace.schema import COLUMNS, FORMAT_VERSION, META_INFO, META_KERNELS, META_REGIONS, META_VERSION
+from pagecast.trace.schema import metadata_checksum_ok
+from pagecast.trace.schema import ACCESS_SCHEMA, COLUMNS, FORMAT_VERSION, META_INFO, META_KERNELS, META_REGIONS, META_VERSION
 
 
 class Trace:
     """An opened trace file. Cheap to open: only the footer is read."""
 
     def __init__(self, path: str | Path):
-        self.path = Path(path)
-        if not self.path.exists():
-            raise PagecastError("no such trace file", path=self.path)
-        if self.path.is_dir():
-            raise PagecastError("is a directory, not a trace file", path=self.path)
+        self.path = check_readable(path, "trace file")
         try:
-            self._pf = pq.ParquetFile(str(self.path))
-        except (pa.ArrowInvalid, OSError) as e:
+            # Pages carry CRC-32s (writer.py); a flipped bit fails the read instead of
+            # returning different numbers.
+            self._pf = pq.ParquetFile(str(self.path), page_checksum_verification=True)
+            schema = self._pf.schema_arrow
+            names = set(schema.names)
+            kv = dict(schema.metadata or {})
+            kv.update(self._pf.metadata.metadata or {})
+        except PermissionError as e:
+            raise from_os_error(e, "cannot read trace file", self.path) from None
+        except (pa.ArrowException, OSError, ValueError) as e:  # ValueError: a footer with bad UTF-8
             partial = Path(str(self.path) + ".partial")
             hint = f" (a journal {partial.name} exists: `pagecast recover {partial}`)" if partial.exists() else ""
             raise PagecastError(f"not a Parquet trace ({_short(e)}){hint}", path=self.path) from None
-        kv = dict(self._pf.schema_arrow.metadata or {})
-        kv.update(self._pf.metadata.metadata or {})
         version = kv.get(META_VERSION)
         if version is None:
             raise PagecastError("Parquet file without pagecast metadata (not a pagecast trace)", path=self.path)
@@ -45,15 +49,22 @@ class Trace:
                 f"trace format version {self.version} is newer than this pagecast reads ({FORMAT_VERSION})",
                 path=self.path,
             )
-        missing = [c for c in COLUMNS if c not in self._pf.schema_arrow.names]
+        missing = [c for c in COLUMNS if c not in names]
         if missing:
             raise PagecastError(f"trace lacks columns {missing}", path=self.path)
+        wrong = [f"{c} is {schema.field(c).type}" for c in COLUMNS if schema.field(c).type != ACCESS_SCHEMA.field(c).type]
+        if wrong:
+            raise PagecastError(f"trace columns of the wrong type ({', '.join(wrong)})", path=self.path)
+        if not metadata_checksum_ok(kv):
+            raise PagecastError("corrupt pagecast metadata (checksum mismatch)", path=self.path)
         try:
             self.meta: dict[str, Any] = json.loads(kv.get(META_INFO, b"{}"))
             self.regions: list[Region] = regions_from_json(kv.get(META_REGIONS, b"[]"))
             self.kernels: list[dict[str, Any]] = json.loads(kv.get(META_KERNELS, b"[]"))
+            if not isinstance(self.meta, dict) or not isinstance(self.kernels, list):
+                raise ValueError("meta is not an object or kernels not a list")
         except (ValueError, TypeError) as e:
-            raise PagecastError(f"corrupt pagecast metadata ({e})", path=self.path) from None
+            raise PagecastError(f"corrupt pagecast metadata ({_short(e)})", path=self.path) from None
 
     @property
     def num_rows(self) -> int:
@@ -90,19 +101,40 @@ class Trace:
         # Row group by row group: pyarrow's ParquetFile.iter_batches (26.0) keeps ~4 MB of
         # Arrow memory per batch alive until the iterator ends, so memory grew with trace length.
         for rg in range(self._pf.num_row_groups):
-            table = self._pf.read_row_group(rg, columns=cols, use_threads=True)
+            with self._reading():
+                table = self._pf.read_row_group(rg, columns=cols, use_threads=True)
             for start in range(0, table.num_rows, batch_rows):
                 part = table.slice(start, batch_rows)
                 yield {c: to_numpy(part.column(c), COLUMNS[c]) for c in cols}
 
+    def read_row_group(self, rg: int, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One row group's columns as numpy arrays (checksums verified like every read)."""
+        cols = self._columns(columns)
+        with self._reading():
+            table = self._pf.read_row_group(rg, columns=cols, use_threads=True)
+        return {c: to_numpy(table.column(c), COLUMNS[c]) for c in cols}
+
     def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """All rows of the given columns as numpy arrays."""
         cols = self._columns(columns)
-        table = self._pf.read(columns=cols, use_threads=True)
+        with self._reading():
+            table = self._pf.read(columns=cols, use_threads=True)
         return {c: to_numpy(table.column(c), COLUMNS[c], writable=True) for c in cols}
 
     def table(self, columns: Sequence[str] | None = None) -> pa.Table:
-        return self._pf.read(columns=self._columns(columns), use_threads=True)
+        cols = self._columns(columns)
+        with self._reading():
+            return self._pf.read(columns=cols, use_threads=True)
+
+    @contextlib.contextmanager
+    def _reading(self):
+        """Damaged pages (failed checksum, bad compression, torn file) → one line naming the trace."""
+        try:
+            yield
+        except PermissionError as e:
+            raise from_os_error(e, "cannot read trace file", self.path) from None
+        except (pa.ArrowException, OSError, ValueError, IndexError) as e:
+            raise PagecastError(f"corrupt trace data ({_short(e)})", path=self.path) from None
 
     def __repr__(self) -> str:
         return f"Trace({str(self.path)!r}, rows={self.num_rows}, regions={len(self.regions)}, source={self.source!r})"

@@ -45,7 +45,16 @@ class Region:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Region":
-        known = {f.name for f in dataclasses.fields(cls)}
+        """A region from its JSON form; ValueError if a field has the wrong type or range."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a region is a JSON object, not {type(d).__name__}")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        for k, v in d.items():
+            f = known.get(k)
+            if f is not None and not _field_ok(f.name, v):
+                raise ValueError(f"region field {k!r} has a bad value {str(v)[:40]!r}")
+        if "id" not in d or "name" not in d:
+            raise ValueError("a region needs an id and a name")
         extra = {k: v for k, v in d.items() if k not in known}
         kw = {k: v for k, v in d.items() if k in known}
         region = cls(**kw)
@@ -53,12 +62,38 @@ class Region:
         return region
 
 
+_INT_FIELDS = {"id": 0, "file_offset": 0, "base": 0, "length": 0, "page_size": 1, "created_ns": None,
+               "freed_ns": -1, "device": -1, "order": -1}  # field → smallest valid value (None: any)
+_I64 = 1 << 63
+
+
+def _field_ok(name: str, v: Any) -> bool:
+    if name in _INT_FIELDS:
+        lo = _INT_FIELDS[name]
+        return (isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < 2 * _I64
+                and (lo is None or v >= lo))
+    if name in ("name", "kind"):
+        return isinstance(v, str)
+    if name == "path":
+        return v is None or isinstance(v, str)
+    if name == "extra":
+        return isinstance(v, dict)
+    return True
+
+
 def regions_to_json(regions: Sequence[Region]) -> str:
     return json.dumps([r.to_dict() for r in regions], separators=(",", ":"))
 
 
 def regions_from_json(text: str | bytes) -> list[Region]:
-    return [Region.from_dict(d) for d in json.loads(text)]
+    """Regions stored as a JSON list (index == id); ValueError if the text is not that."""
+    items = json.loads(text)
+    if not isinstance(items, list):
+        raise ValueError("regions are not a JSON list")
+    regions = [Region.from_dict(d) for d in items]
+    if any(r.id != i for i, r in enumerate(regions)):
+        raise ValueError("region ids are not 0, 1, 2, ...")
+    return regions
 
 
 def region_key(region: Region) -> tuple:

@@ -25,8 +25,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.trace.regions import Region, regions_from_json, regions_to_json
+from pagecast.trace.schema import META_CHECKSUM, metadata_checksum, metadata_checksum_ok
 from pagecast.util.atomic import atomic_output
 
 SCHEDULE_COLUMNS: dict[str, np.dtype] = {
@@ -87,30 +88,61 @@ def write_schedule(path: str | Path, schedule: Schedule, regions: Sequence[Regio
     info = dict(schedule.meta)
     info.update(meta or {})
     kv = {META_SCHEDULE: json.dumps(info).encode(), META_SCHEDULE_REGIONS: regions_to_json(list(regions if regions is not None else schedule.regions)).encode()}
+    kv[META_CHECKSUM] = metadata_checksum(kv)
     table = table.replace_schema_metadata(kv)
     with atomic_output(path) as tmp:
-        pq.write_table(table, str(tmp), compression="zstd")
+        pq.write_table(table, str(tmp), compression="zstd", write_page_checksum=True)
     return path
 
 
 def read_schedule(path: str | Path) -> Schedule:
-    path = Path(path)
-    if not path.exists():
-        raise PagecastError("no such schedule file", path=path)
+    path = check_readable(path, "schedule file")
     try:
-        pf = pq.ParquetFile(str(path))
-    except (pa.ArrowInvalid, OSError) as e:
-        raise PagecastError(f"not a Parquet schedule ({str(e).splitlines()[0][:120]})", path=path) from None
-    kv = pf.schema_arrow.metadata or {}
+        pf = pq.ParquetFile(str(path), page_checksum_verification=True)
+        schema = pf.schema_arrow
+        names = set(schema.names)
+        kv = dict(schema.metadata or {})
+    except PermissionError as e:
+        raise from_os_error(e, "cannot read schedule file", path) from None
+    except (pa.ArrowException, OSError, ValueError) as e:  # ValueError: a footer with bad UTF-8
+        raise PagecastError(f"not a Parquet schedule ({_short(e)})", path=path) from None
     if META_SCHEDULE not in kv:
         raise PagecastError("Parquet file without pagecast schedule metadata (not a schedule)", path=path)
-    missing = [c for c in SCHEDULE_COLUMNS if c not in pf.schema_arrow.names]
+    missing = [c for c in SCHEDULE_COLUMNS if c not in names]
     if missing:
         raise PagecastError(f"schedule lacks columns {missing}", path=path)
-    t = pf.read(columns=list(SCHEDULE_COLUMNS))
+    wrong = [f"{c} is {schema.field(c).type}" for c in SCHEDULE_COLUMNS if schema.field(c).type != SCHEDULE_SCHEMA.field(c).type]
+    if wrong:
+        raise PagecastError(f"schedule columns of the wrong type ({', '.join(wrong)})", path=path)
+    if not metadata_checksum_ok(kv):
+        raise PagecastError("corrupt schedule metadata (checksum mismatch)", path=path)
+    try:
+        t = pf.read(columns=list(SCHEDULE_COLUMNS))
+        cols = [t.column(c).to_numpy() for c in SCHEDULE_COLUMNS]
+    except PermissionError as e:
+        raise from_os_error(e, "cannot read schedule file", path) from None
+    except (pa.ArrowException, OSError, ValueError, IndexError) as e:
+        raise PagecastError(f"corrupt schedule data ({_short(e)})", path=path) from None
     try:
         meta = json.loads(kv[META_SCHEDULE])
         regions = regions_from_json(kv.get(META_SCHEDULE_REGIONS, b"[]"))
+        if not isinstance(meta, dict):
+            raise ValueError("metadata is not an object")
     except (ValueError, TypeError) as e:
-        raise PagecastError(f"corrupt schedule metadata ({e})", path=path) from None
-    return Schedule(*(t.column(c).to_numpy() for c in SCHEDULE_COLUMNS), regions=regions, meta=meta)
+        raise PagecastError(f"corrupt schedule metadata ({_short(e)})", path=path) from None
+    sched = Schedule(*cols, regions=regions, meta=meta)
+    check_schedule(sched, path)
+    return sched
+
+
+def check_schedule(s: Schedule, path: str | Path | None = None) -> None:
+    """Refuse scores that are not finite numbers: NaN sorts anywhere and would pick pages at random."""
+    bad = ~np.isfinite(s.score)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise PagecastError(f"schedule row {i}: score {s.score[i]} is not a finite number", path=path)
+
+
+def _short(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:160]

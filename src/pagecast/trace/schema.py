@@ -8,6 +8,8 @@ Format version history:
 from __future__ import annotations
 
 import enum
+import zlib
+from typing import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +21,21 @@ META_VERSION = b"pagecast.format_version"
 META_INFO = b"pagecast.meta"  # JSON object: page_size, source, command, host, recorder, ...
 META_REGIONS = b"pagecast.regions"  # JSON list of Region dicts, index == region id
 META_KERNELS = b"pagecast.kernels"  # JSON list of {name, start_ns, end_ns, ...} (GPU sources)
+# CRC-32 (decimal) of the other pagecast.* values, in key order: Parquet page checksums
+# cover the rows but not the footer, where the regions and metadata live.
+META_CHECKSUM = b"pagecast.crc32"
+
+
+def metadata_checksum(kv: Mapping[bytes, bytes]) -> bytes:
+    crc = 0
+    for k in sorted(k for k in kv if k.startswith(b"pagecast.") and k != META_CHECKSUM):
+        crc = zlib.crc32(kv[k], zlib.crc32(k + b"\0", crc))
+    return str(crc).encode()
+
+
+def metadata_checksum_ok(kv: Mapping[bytes, bytes]) -> bool:
+    """True when the metadata matches its checksum (files written before checksums have none)."""
+    return META_CHECKSUM not in kv or kv[META_CHECKSUM] == metadata_checksum(kv)
 
 
 class Kind(enum.IntEnum):

@@ -27,7 +27,9 @@ import json
 import os
 import platform
 import time
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -37,7 +39,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from pagecast import __version__
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable, os_error_text
 from pagecast.trace._arrow import to_arrow, to_numpy
 from pagecast.trace.regions import Region, regions_to_json
 from pagecast.trace.schema import (
@@ -45,12 +47,14 @@ from pagecast.trace.schema import (
     COLUMNS,
     DEFAULTS,
     FORMAT_VERSION,
+    META_CHECKSUM,
     META_INFO,
     META_KERNELS,
     META_REGIONS,
     META_VERSION,
+    metadata_checksum,
 )
-from pagecast.util.atomic import temp_path_for
+from pagecast.util.atomic import create_exclusive, temp_path_for
 
 DEFAULT_ROW_GROUP = 1 << 20
 # Encodings chosen per column with benchmarks/trace_io.py and re-encoded real traces
@@ -73,6 +77,57 @@ COLUMN_ENCODING = {
     for c in COLUMNS
 }
 STATISTICS_COLUMNS = ["t_ns"]
+# Arrow IPC has no checksums: each journal batch carries the CRC-32 of its column values
+# in the batch's custom metadata, so recovery stops at a damaged batch instead of
+# copying altered rows into the trace.
+JOURNAL_BATCH_CRC = "pagecast.crc32"
+
+
+def batch_checksum(batch: pa.RecordBatch) -> str:
+    crc = 0
+    for i, dt in enumerate(COLUMNS.values()):
+        crc = zlib.crc32(np.ascontiguousarray(to_numpy(batch.column(i), dt)), crc)
+    return str(crc)
+
+
+def _journal_line(obj: dict[str, Any]) -> str:
+    """One regions-journal line: JSON, a tab, the CRC-32 of the JSON (json.dumps never writes a raw tab)."""
+    text = json.dumps(obj)
+    return f"{text}\t{zlib.crc32(text.encode()):08x}\n"
+
+
+def _parse_journal_line(raw: bytes) -> Any:
+    text, tab, crc = raw.rpartition(b"\t")
+    if not tab:  # journals from before line checksums
+        text = raw
+    elif crc != b"%08x" % zlib.crc32(text):
+        raise ValueError("checksum mismatch")
+    return json.loads(text.decode("utf-8"))
+
+
+def _create_journal(partial: Path):
+    """Create ``<out>.partial.regions`` and ``<out>.partial`` exclusively (never through a symlink)."""
+    regions_path = Path(str(partial) + ".regions")
+    created: list[Path] = []
+    files = []
+    try:
+        for p in (regions_path, partial):
+            try:
+                fd = create_exclusive(p)
+            except FileExistsError:
+                raise PagecastError(
+                    "exists already: the journal of an interrupted recording (`pagecast recover` it) or a file "
+                    "in the way; remove it to record here", path=p) from None
+            created.append(p)
+            # unbuffered journal: each flushed batch is in the kernel at once (survives kill -9)
+            files.append(os.fdopen(fd, "w") if p == regions_path else os.fdopen(fd, "wb", buffering=0))
+    except BaseException:
+        for f in files:
+            f.close()
+        for p in created:
+            p.unlink(missing_ok=True)
+        raise
+    return files[0], files[1]
 
 
 def host_facts() -> dict[str, str]:
@@ -132,21 +187,22 @@ class TraceWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if journal:
                 self._partial = Path(str(self.path) + ".partial")
-                self._regions_journal = open(str(self._partial) + ".regions", "w")
-                self._regions_journal.write(json.dumps({"__meta__": self.meta}) + "\n")
+                regions_file, partial_file = _create_journal(self._partial)
+                self._regions_journal = regions_file
+                self._regions_journal.write(_journal_line({"__meta__": self.meta}))
                 self._regions_journal.flush()
-                self._sink = pa.OSFile(str(self._partial), "wb")
+                self._sink = pa.PythonFile(partial_file, mode="w")
                 # lz4 buffers: a 50 M-fault recording journals ~0.4 GB instead of 2 GB
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
             else:
                 self._tmp = temp_path_for(self.path)
                 self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression,
                                             use_dictionary=False, column_encoding=COLUMN_ENCODING,
-                                            write_statistics=STATISTICS_COLUMNS)
+                                            write_statistics=STATISTICS_COLUMNS, write_page_checksum=True)
                 # one worker and at most one row group queued: bounded memory, ordered groups
                 self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagecast-trace-encoder")
         except OSError as e:
-            raise PagecastError(f"cannot write trace: {e.strerror}", path=self.path) from None
+            raise PagecastError(f"cannot write trace: {os_error_text(e)}", path=self.path) from None
         for r in regions:
             self.add_region(r)
 
@@ -156,7 +212,7 @@ class TraceWriter:
         region.id = len(self.regions)
         self.regions.append(region)
         if self._journal:
-            self._regions_journal.write(json.dumps(region.to_dict()) + "\n")
+            self._regions_journal.write(_journal_line(region.to_dict()))
             self._regions_journal.flush()
         return region.id
 
@@ -165,7 +221,7 @@ class TraceWriter:
         for k, v in changes.items():
             setattr(r, k, v)
         if self._journal:
-            self._regions_journal.write(json.dumps(r.to_dict()) + "\n")
+            self._regions_journal.write(_journal_line(r.to_dict()))
             self._regions_journal.flush()
 
     def add_kernel(self, name: str, start_ns: int, end_ns: int, **extra: Any) -> int:
@@ -266,7 +322,7 @@ class TraceWriter:
     def _emit(self, group: dict[str, np.ndarray], rows: int, used_slot: bool) -> None:
         batch = pa.record_batch([to_arrow(group[c], ACCESS_SCHEMA.field(c).type) for c in COLUMNS], schema=ACCESS_SCHEMA)
         if self._journal:
-            self._ipc.write_batch(batch)
+            self._ipc.write_batch(batch, custom_metadata={JOURNAL_BATCH_CRC: batch_checksum(batch)})
             self._sink.flush()
         else:
             # The group being encoded never uses slot ``_cur``; after this wait nothing is
@@ -294,12 +350,14 @@ class TraceWriter:
         meta = dict(self.meta)
         meta["rows"] = self.rows
         meta["sorted_by_time"] = self.sorted
-        return {
+        kv = {
             META_VERSION: str(FORMAT_VERSION).encode(),
             META_INFO: json.dumps(meta).encode(),
             META_REGIONS: regions_to_json(self.regions).encode(),
             META_KERNELS: json.dumps(self.kernels).encode(),
         }
+        kv[META_CHECKSUM] = metadata_checksum(kv)
+        return kv
 
     def close(self) -> Path:
         if self._closed:
@@ -364,65 +422,170 @@ def _remove_journal(partial: Path) -> None:
             p.unlink()
 
 
-def _read_regions_journal(path: Path) -> tuple[list[Region], dict[str, Any]]:
+def _read_regions_journal(path: Path) -> tuple[list[Region], dict[str, Any], bool]:
+    """Regions and metadata from ``<out>.partial.regions``: (regions, meta, found).
+
+    Lines are written whole and flushed one by one, so a crash can only leave the last
+    line unfinished (no newline): that line is dropped. Any complete line that is not a
+    region record is damage, refused with its line number.
+    """
     regions: dict[int, Region] = {}
     meta: dict[str, Any] = {}
-    with contextlib.suppress(FileNotFoundError):
-        for line in path.read_text().splitlines():
-            try:
-                d = json.loads(line)
-                if "__meta__" in d:
-                    meta = d["__meta__"]
-                    continue
-                r = Region.from_dict(d)
-            except (ValueError, TypeError):
-                break  # a torn last line from a crash
-            regions[r.id] = r
-    return [regions[i] for i in sorted(regions)], meta
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return [], meta, False
+    except OSError as e:
+        raise PagecastError(f"cannot read regions journal: {os_error_text(e)}", path=path) from None
+    lines = data.split(b"\n")[:-1]  # the part after the last newline is a torn line
+    for no, raw in enumerate(lines, 1):
+        try:
+            d = _parse_journal_line(raw)
+            if no == 1:
+                if not (isinstance(d, dict) and isinstance(d.get("__meta__"), dict)):
+                    raise ValueError("the first line is not the recording's metadata")
+                meta = d["__meta__"]
+                continue
+            r = Region.from_dict(d)
+        except (ValueError, TypeError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise PagecastError(f"not a regions journal line ({str(e).splitlines()[0][:100]})", path=path, line=no) from None
+        regions[r.id] = r
+    if sorted(regions) != list(range(len(regions))):
+        raise PagecastError("region ids are not 0, 1, 2, ... (damaged regions journal)", path=path)
+    return [regions[i] for i in range(len(regions))], meta, True
+
+
+@dataclass
+class JournalCopy:
+    """What a journal conversion kept: rows and batches copied, and why it stopped early if it did."""
+
+    rows: int = 0
+    batches: int = 0
+    stopped: str | None = None  # None: the journal ended cleanly
+
+
+def _open_journal(partial: Path) -> tuple[Any, ipc.RecordBatchStreamReader]:
+    try:
+        src = pa.OSFile(str(partial), "rb")
+    except PermissionError as e:
+        raise PagecastError(f"cannot read journal: {os_error_text(e)}", path=partial) from None
+    try:
+        reader = ipc.open_stream(src)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        src.close()
+        raise PagecastError(f"not a pagecast journal (no Arrow IPC stream: {_short_error(e)})", path=partial) from None
+    if not reader.schema.equals(ACCESS_SCHEMA):
+        src.close()
+        raise PagecastError(f"not a pagecast journal (columns {reader.schema.names})", path=partial)
+    return src, reader
 
 
 def _journal_to_parquet(
     partial: Path, out: Path, regions: Sequence[Region], meta: dict[str, Any], kernels: list, compression: str,
     row_group_rows: int = DEFAULT_ROW_GROUP,
-) -> int:
-    """Copy every complete record batch of an IPC journal into a Parquet trace."""
-    writer = TraceWriter(out, regions=(), meta=meta, compression=compression, row_group_rows=row_group_rows)
+) -> JournalCopy:
+    """Copy every complete, intact record batch of an IPC journal into a Parquet trace."""
+    src, reader = _open_journal(partial)
+    copy = JournalCopy()
+    try:
+        writer = TraceWriter(out, regions=(), meta=meta, compression=compression, row_group_rows=row_group_rows)
+    except BaseException:
+        src.close()
+        raise
     writer.regions = list(regions)
     writer.kernels = list(kernels)
     writer.meta = dict(meta)
     try:
-        with pa.OSFile(str(partial), "rb") as src:
-            try:
-                reader = ipc.open_stream(src)
-            except pa.ArrowInvalid:
-                reader = None
-            while reader is not None:
+        with src:
+            while True:
                 try:
-                    batch = reader.read_next_batch()
+                    batch, custom = reader.read_next_batch_with_custom_metadata()
+                    # IPC reading trusts the stored lengths and offsets: check them before use
+                    batch.validate(full=True)
+                    if any(col.null_count for col in batch.columns):
+                        raise ValueError("null values in a trace column")
                 except StopIteration:
                     break
-                except (pa.ArrowInvalid, OSError):
-                    writer.meta["recovered_truncated"] = True
+                except (pa.ArrowException, OSError, ValueError) as e:
+                    copy.stopped = f"batch {copy.batches + 1} is torn or damaged ({_short_error(e)})"
+                    break
+                want = (custom or {}).get(JOURNAL_BATCH_CRC.encode())
+                if want is not None and want.decode(errors="replace") != batch_checksum(batch):
+                    copy.stopped = f"batch {copy.batches + 1} fails its checksum"
                     break
                 writer.write_table(batch)
+                copy.batches += 1
+                copy.rows += batch.num_rows
+        if copy.stopped:
+            writer.meta["recovered_truncated"] = True
+            writer.meta["recovery_stopped"] = copy.stopped
     except BaseException:
         writer.abort()
         raise
     writer.close()
-    return writer.rows
+    return copy
 
 
-def recover_partial(partial: str | Path, out: str | Path | None = None) -> Path:
-    """Turn the journal of a writer that never closed into a trace (complete row groups only)."""
-    partial = Path(partial)
-    if not partial.exists():
-        raise PagecastError("no such journal", path=partial)
+@dataclass
+class Recovery:
+    """The result of ``recover_partial``: what was recovered from where."""
+
+    trace: str
+    journal: str
+    rows: int
+    batches: int
+    regions: int
+    regions_journal: bool  # False: <journal>.regions was missing (rows keep their region ids, no region list)
+    truncated: bool
+    stopped: str | None
+    journal_bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def recover_partial(partial: str | Path, out: str | Path | None = None) -> Recovery:
+    """Turn the journal of a writer that never closed into a trace (intact row groups only).
+
+    Refuses anything that is not a journal (a finished trace, a CSV, an empty file) and
+    never writes over the journal or its regions file.
+    """
+    partial = check_readable(partial, "journal")
+    size = partial.stat().st_size
+    with open(partial, "rb") as f:
+        head = f.read(4)
+    if size == 0:
+        raise PagecastError("empty file, not a journal (nothing to recover)", path=partial)
+    if head == b"PAR1":
+        raise PagecastError("a finished Parquet file, not a journal (nothing to recover)", path=partial)
+    src, _ = _open_journal(partial)  # refuse a non-journal before touching anything
+    src.close()
     if out is None:
-        out = Path(str(partial).removesuffix(".partial"))
-    regions, meta = _read_regions_journal(Path(str(partial) + ".regions"))
+        if not partial.name.endswith(".partial") or partial.name == ".partial":
+            raise PagecastError("journal name does not end in .partial: say where the trace goes with -o", path=partial)
+        out = partial.with_name(partial.name.removesuffix(".partial"))
+    out = Path(out)
+    regions_path = Path(str(partial) + ".regions")
+    for p in (partial, regions_path):
+        if _same_file(out, p):
+            raise PagecastError(f"the output would overwrite the journal {p}", path=out)
+    regions, meta, found = _read_regions_journal(regions_path)
     meta["recovered_from"] = str(partial)
-    _journal_to_parquet(partial, Path(out), regions, meta, [], COMPRESSION)
-    return Path(out)
+    copy = _journal_to_parquet(partial, out, regions, meta, [], COMPRESSION)
+    return Recovery(trace=str(out), journal=str(partial), rows=copy.rows, batches=copy.batches, regions=len(regions),
+                    regions_journal=found, truncated=copy.stopped is not None, stopped=copy.stopped, journal_bytes=size)
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def _short_error(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return text[:120]
 
 
 class _Column(NamedTuple):
