@@ -1,6 +1,6 @@
 """Learned prefetching on held-out runs: the fraction of the oracle's fault reduction reached.
 
-Target (DESIGN.md §8): ≥ 80 % of the oracle's fault reduction on held-out runs. Baselines
+Target: ≥ 80 % of the oracle's fault reduction on held-out runs. Baselines
 in the same run: no prefetching, every classic prefetcher, the oracle.
 
 fraction = (faults_none − faults_learned) / (faults_none − faults_oracle)

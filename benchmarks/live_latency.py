@@ -1,5 +1,5 @@
 """Live loop latency (fault → prefetch issued) and program wall time: native fast path vs
-the Python path, same session, interleaved (DESIGN §8: "online prediction p99 <= 100 us
+the Python path, same session, interleaved (target: "online prediction p99 <= 100 us
 per fault").
 
 Records cold training runs of the sparse-weights workload (prompts 101-103), merges them

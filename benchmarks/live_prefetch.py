@@ -1,4 +1,4 @@
-"""Live prefetching on the sparse-weights workload vs the kernel's strategies (DESIGN §8:
+"""Live prefetching on the sparse-weights workload vs the kernel's strategies (target:
 "live cold start, sparse weight streaming: >= 3x faster than the best kernel strategy").
 
 Runs `pagecast bench` (cold page cache every run, strategies interleaved round by round,

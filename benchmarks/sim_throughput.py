@@ -1,4 +1,4 @@
-"""Simulator throughput, scaling and memory (targets in DESIGN.md §8).
+"""Simulator throughput, scaling and memory (targets in the README's Status table).
 
 Prints, measured in this run on one pinned core with pyarrow on one thread, as medians
 of ``--repeat`` runs, in accesses per CPU second of this process (on a shared machine

@@ -1,4 +1,4 @@
-"""Differential-tracing estimator of a placement's run time (DESIGN.md §4, MemAI ISC'22).
+"""Differential-tracing estimator of a placement's run time (MemAI, ISC'22; docs/gym.md).
 
 Two traces of the same program are recorded, one with all data in the slow tier (times
 T_d) and one with all data in the fast tier (T_h). Both are cut into *matching* windows,

@@ -3,7 +3,7 @@
 The C core (``native/pager/pager.c``) owns the region and its fault-handler thread; this
 module only configures it, reads its counters and converts its binary fault log into a
 pagecast trace. Nothing here runs per fault: a Python handler would deadlock as soon as
-the faulting access holds the GIL (DESIGN.md §5), and the core never calls back.
+the faulting access holds the GIL, and the core never calls back.
 
 Three ways to use it:
   * ``open_paged(path, budget, policy=...)`` → ``PagedRegion`` in this process (numpy view);

@@ -1,4 +1,4 @@
-"""Prefetch and eviction policies behind one interface (DESIGN.md §3).
+"""Prefetch and eviction policies behind one interface.
 
 Each prefetcher lives in its own module in this package and registers itself with
 ``register_prefetcher``; ``get_prefetcher(name, **options)`` builds one by name.

@@ -1,4 +1,4 @@
-"""Trace-driven tiered-memory simulator (DESIGN.md §4), UVM driver model and metrics."""
+"""Trace-driven tiered-memory simulator (docs/simulator.md), UVM driver model and metrics."""
 
 from pagecast.sim.config import SimConfig, SimResult, UvmParams, parse_capacity
 from pagecast.sim.simulate import parse_prefetcher, simulate

@@ -1,4 +1,4 @@
-"""The trace: the one contract between sources and consumers (DESIGN.md §2).
+"""The trace: the one contract between sources and consumers (docs/trace-format.md).
 
 A trace is one Parquet file: the accesses table (one row per event, ordered by t_ns),
 the regions list and file metadata in the Parquet key-value metadata.
