@@ -64,6 +64,7 @@ print(total)
 def sqlite_db(cache: Path, quick: bool) -> Path:
     """A generated table (rowid, scattered key, 300-byte blob) with an index on the key."""
     rows = 100_000 if quick else 1_000_000
+    cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"sqlite_{rows}.db"
     if path.exists():
         return path
@@ -171,6 +172,7 @@ def weights_file(cache: Path, quick: bool) -> Path:
     from safetensors.numpy import save_file
 
     layers, rows = (8, 256) if quick else (24, 1024)
+    cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"weights_{layers}x4x{rows}.safetensors"
     if path.exists():
         return path
