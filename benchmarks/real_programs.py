@@ -116,7 +116,10 @@ def import_case(cache: Path, quick: bool) -> Case:
         import sympy
     except ImportError:
         raise PagecastError("the python-import case needs sympy (pip install sympy)") from None
-    pkgs = [Path(sympy.__file__).parent, Path(mpmath.__file__).parent, Path(sysconfig.get_paths()["stdlib"])]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    # the standard library without its site-packages (other installed packages: not this program's files)
+    std = [p for p in stdlib.iterdir() if p.name not in ("site-packages", "dist-packages")]
+    pkgs = [Path(sympy.__file__).parent, Path(mpmath.__file__).parent, *std]
     inp = lambda k: Input(k, [PY, "-c", IMPORTS[k]])  # noqa: E731
     return Case("python-import", f"CPython {platform.python_version()} importing sympy {sympy.__version__} "
                 f"(+ a submodule) and calling one function", [inp("solve"), inp("units+series")],

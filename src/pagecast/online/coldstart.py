@@ -236,10 +236,12 @@ def regular_files(paths: Iterable[str | Path]) -> list[Path]:
     return list(seen)
 
 
-def make_cold(files: Sequence[Path]) -> None:
+def make_cold(files: Sequence[Path], sync: bool = False) -> None:
+    """DONTNEED each file. Inputs are read-only, so no write-back first unless ``sync``
+    (``prepare`` syncs once, before the first recording)."""
     for f in files:
         try:
-            drop_file(f)
+            drop_file(f, sync=sync)
         except OSError:
             pass  # unreadable or vanished: nothing of it can be cached for us to drop
 
@@ -419,6 +421,7 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     work = Path(cfg.work_dir) / case.name
     work.mkdir(parents=True, exist_ok=True)
     base = regular_files(case.cold_paths)
+    make_cold(base, sync=True)  # freshly generated data is written back once, so DONTNEED can drop it
     traces = []
     for i, inp in enumerate(case.train):
         log(f"{case.name}: recording training input {inp.name}")
