@@ -1,11 +1,23 @@
-"""Recording overhead on a fault-heavy program, and the recorder's memory on many faults.
+"""Recording overhead on fault-heavy programs, and the recorder's memory on many faults.
 
-Runs workloads/faultstorm (anonymous memory, one minor fault per page) plain, under
-`pagecast record`, and under `perf record -e page-faults -c 1 -d` (the reference tool
-doing the same job), interleaved, and prints medians and ratios. Then records a large
-number of faults and reports the recorder's peak RSS (bounded: rows stream to disk).
+Workloads, each run plain, under `pagecast record` (default: page sets: the page-set shim
+plus the filemap tracepoints), under `pagecast record --faults-only`, and under
+`perf record -e page-faults -c 1 -d` (the reference tool doing the fault job), interleaved;
+prints medians and ratios to the plain run:
 
-    PYTHONPATH=src python benchmarks/record_overhead.py [--mib 256] [--rounds 4] [--repeat 5] [--big-rounds 40]
+- faultstorm: anonymous memory, one minor fault per page (the fault recorder's worst case);
+- filescan: workloads/pageset_touch touching every page of a cached --file-mib file through
+  a fresh mapping, then pread()ing every page of it, --file-rounds times (the page-set
+  worst case: under the shim every page faults, where fault-around maps 16 pages per
+  fault; every pread is sampled).
+
+`pagecast record -- true` is timed too: the recorder's fixed start-up (Python, imports),
+which dominates short runs.
+
+Then records a large number of faults and reports the recorder's peak RSS (bounded: rows
+stream to disk).
+
+    PYTHONPATH=src python benchmarks/record_overhead.py [--mib 256] [--rounds 4] [--file-mib 256] [--file-rounds 8] [--repeat 5] [--big-rounds 40]
 """
 
 from __future__ import annotations
@@ -30,42 +42,58 @@ def timed(cmd: list[str]) -> float:
     return time.perf_counter() - t
 
 
+def measure(work: list[str], tmp: Path, repeat: int, perf: str | None) -> dict[str, float]:
+    py = sys.executable
+    rec = [py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "t.parquet"), "--"]
+    variants = {
+        "plain": work,
+        "pagecast record (page sets)": rec + work,
+        "pagecast record --faults-only": rec[:4] + ["--faults-only"] + rec[4:] + work,
+    }
+    if perf:
+        variants["perf record -c 1 -d"] = [perf, "record", "-q", "-e", "page-faults", "-c", "1", "-d",
+                                           "-o", str(tmp / "perf.data"), "--", *work]
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeat):
+        for k, cmd in variants.items():
+            times[k].append(timed(cmd))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--file-mib", type=int, default=256)
+    ap.add_argument("--file-rounds", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--big-rounds", type=int, default=40, help="rounds for the memory test (faults = mib*256*rounds)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    prog = str(build_workload("faultstorm"))
-    work = [prog, str(args.mib), str(args.rounds)]
-    faults = args.mib * 256 * args.rounds
+    storm = str(build_workload("faultstorm"))
+    touch = str(build_workload("pageset_touch"))
     py = sys.executable
     tmp = Path(tempfile.mkdtemp(prefix="pagecast-bench-", dir=Path(__file__).resolve().parents[1] / "native" / "build"))
-    rec = [py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "t.parquet"), "--", *work]
+    data = tmp / "scan.bin"
+    with open(data, "wb") as f:
+        for _ in range(args.file_mib):
+            f.write(os.urandom(1 << 20))
+    npages = args.file_mib * 256
+    data.read_bytes()  # cached: fault-around has neighbours to map
     perf = shutil.which("perf")
-    times: dict[str, list[float]] = {"plain": [], "pagecast record": []}
-    if perf:
-        times["perf record -c 1 -d"] = []
-    # the Python interpreter start-up is part of `pagecast record`; measure it to show it apart
-    startup = [py, "-c", "import pagecast.collect.record"]
-    times["python start-up (import)"] = []
-    for _ in range(args.repeat):
-        times["plain"].append(timed(work))
-        times["pagecast record"].append(timed(rec))
-        if perf:
-            times["perf record -c 1 -d"].append(timed([perf, "record", "-q", "-e", "page-faults", "-c", "1", "-d",
-                                                      "-o", str(tmp / "perf.data"), "--", *work]))
-        times["python start-up (import)"].append(timed(startup))
-    med = {k: statistics.median(v) for k, v in times.items()}
-    out = {"faults_per_run": faults, "repeat": args.repeat, "median_s": med,
-           "ratio_pagecast_vs_plain": med["pagecast record"] / med["plain"]}
-    if perf:
-        out["ratio_perf_vs_plain"] = med["perf record -c 1 -d"] / med["plain"]
-        out["ratio_pagecast_vs_perf"] = med["pagecast record"] / med["perf record -c 1 -d"]
+    workloads = {
+        "faultstorm": ([storm, str(args.mib), str(args.rounds)], args.mib * 256 * args.rounds),
+        "filescan": ([touch, *[f"mmap:{data}:0-{npages - 1}", f"pread:{data}:0-{npages - 1}"] * args.file_rounds],
+                     2 * npages * args.file_rounds),
+        "true": (["true"], 0),
+    }
+    out: dict = {"repeat": args.repeat, "workloads": {}}
+    for name, (work, touched) in workloads.items():
+        med = measure(work, tmp, args.repeat, perf)
+        out["workloads"][name] = {"pages_touched_per_run": touched, "median_s": med,
+                                  "ratio_vs_plain": {k: v / med["plain"] for k, v in med.items() if k != "plain"}}
     # memory: many faults, peak RSS of the recorder process
-    big = [prog, str(args.mib), str(args.big_rounds)]
+    big = [storm, str(args.mib), str(args.big_rounds)]
     p = subprocess.run([py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "big.parquet"), "--", *big],
                        capture_output=True, text=True, check=True)
     r = json.loads(p.stdout)
@@ -75,12 +103,12 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(f"faultstorm {args.mib} MiB x {args.rounds} rounds = {faults:,} faults per run, median of {args.repeat}:")
-    for k, v in med.items():
-        print(f"  {k:28s} {v:7.3f} s")
-    print(f"  ratio pagecast record / plain: {out['ratio_pagecast_vs_plain']:.2f}x (target <= 2x)")
-    if perf:
-        print(f"  ratio perf record / plain:     {out['ratio_perf_vs_plain']:.2f}x (reference)")
+    for name, w in out["workloads"].items():
+        print(f"{name}: {w['pages_touched_per_run']:,} page touches per run, median of {args.repeat}:")
+        for k, v in w["median_s"].items():
+            ratio = "" if k == "plain" else f"  {w['ratio_vs_plain'][k]:.2f}x plain"
+            print(f"  {k:32s} {v:7.3f} s{ratio}")
+    print("target: pagecast record <= 2x plain")
     b = out["big"]
     print(f"memory: {b['faults']:,} faults recorded, {b['lost']} lost, recorder peak RSS {b['recorder_peak_rss_mib']} MiB, "
           f"trace {b['trace_mib']} MiB, {b['duration_s']} s")

@@ -1,7 +1,7 @@
 /*
  * faultmon: run a command and stream every page fault it takes.
  *
- * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] -- CMD ARGS...
+ * Usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:OFFS ...] -- CMD ARGS...
  *
  * The child is forked stopped (it blocks on a pipe) so the counters are attached before
  * it runs a single instruction of the command; with enable_on_exec they start counting
@@ -23,6 +23,14 @@
  * each sample goes straight to the predictor, which issues posix_fadvise(WILLNEED). The
  * reader then still gets every frame, but only every --poll-ms (it only records).
  *
+ * Page-set mode (pagecast record's default): --preload SO puts SO (native/pageset/shim.c)
+ * first in the command's LD_PRELOAD; --file-tp K:ID:INO:DEV:INDEX:LAST opens a filemap
+ * tracepoint (id and raw field offsets from tracefs) on the same rings: K 0 is
+ * mm_filemap_get_pages (the pages a read-family system call asks of the page cache), K 1
+ * mm_filemap_fault (the file page a fault maps; LAST = INDEX). Each sample becomes a
+ * struct fm_read {.., what = K} in a READS frame, by device and inode. If the kernel
+ * refuses a tracepoint a NOTE frame says why and recording goes on without it.
+ *
  * Exit status: that of the command (128 + signal if it was killed); 126/127 for
  * errors of faultmon itself, after an ERROR frame with a one-line message.
  */
@@ -30,6 +38,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -57,7 +66,26 @@ enum {
     FR_WATERMARK = 7,
     FR_EXIT = 8,
     FR_ERROR = 9,
+    /* 10-12: the live fast path's frames (live/fastpath.c) */
+    FR_READS = 14,
+    FR_NOTE = 15,
 };
+
+struct fm_read {
+    uint64_t time;
+    uint64_t ino;
+    uint64_t first, last; /* page indices, inclusive: what the call asked for (may pass EOF) */
+    uint32_t pid, tid;
+    uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
+    uint32_t what; /* 0 read-family call, 1 fault on a file mapping */
+};
+
+/* --file-tp: per kind, the tracepoint id (0: not used) and raw offsets of i_ino, s_dev,
+ * index, last_index */
+#define NTP 2
+static const char *tp_name[NTP] = {"filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault"};
+static uint64_t tp_id[NTP];
+static unsigned tp_off[NTP][4];
 
 struct fm_sample {
     uint64_t time;
@@ -76,8 +104,8 @@ struct fm_mmap {
 };
 
 struct ring {
-    int fd_maj, fd_min;
-    uint64_t id_maj, id_min;
+    int fd_maj, fd_min, fd_tp[NTP];
+    uint64_t id_maj, id_min, id_tp[NTP];
     void *base;
     size_t data_size;
 };
@@ -96,6 +124,9 @@ static uint64_t wakeups;
 #define SBUF_CAP 65536
 static struct fm_sample sbuf[SBUF_CAP];
 static size_t sbuf_n;
+#define RBUF_CAP 16384
+static struct fm_read rbuf[RBUF_CAP];
+static size_t rbuf_n;
 
 uint64_t fm_now_ns(void)
 {
@@ -138,6 +169,10 @@ static void flush_samples(void)
     if (sbuf_n) {
         fm_frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
         sbuf_n = 0;
+    }
+    if (rbuf_n) {
+        fm_frame(FR_READS, rbuf, (uint32_t)(rbuf_n * sizeof rbuf[0]), NULL, 0);
+        rbuf_n = 0;
     }
 }
 
@@ -230,6 +265,35 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         memcpy(pt, p + 16, 8);
         memcpy(&time, p + 24, 8);
         memcpy(&addr, p + 32, 8);
+        int tp = -1;
+        for (int k = 0; k < NTP; k++)
+            if (r->fd_tp[k] >= 0 && id == r->id_tp[k])
+                tp = k;
+        if (tp >= 0) {
+            /* p + 40: u32 raw size, then the tracepoint's record */
+            uint32_t rsz;
+            memcpy(&rsz, p + 40, 4);
+            const char *raw = p + 44;
+            const unsigned *off = tp_off[tp];
+            unsigned need = 0;
+            for (int k = 0; k < 4; k++)
+                if (off[k] + (k == 1 ? 4u : 8u) > need)
+                    need = off[k] + (k == 1 ? 4u : 8u);
+            if (rsz < need || 44 + rsz + sizeof *h > h->size)
+                break;
+            struct fm_read *rd = &rbuf[rbuf_n++];
+            memcpy(&rd->ino, raw + off[0], 8);
+            memcpy(&rd->dev, raw + off[1], 4);
+            memcpy(&rd->first, raw + off[2], 8);
+            memcpy(&rd->last, raw + off[3], 8);
+            rd->time = time;
+            rd->pid = pt[0];
+            rd->tid = pt[1];
+            rd->what = (uint32_t)tp;
+            if (rbuf_n == RBUF_CAP)
+                flush_samples();
+            break;
+        }
         struct fm_sample *s = &sbuf[sbuf_n++];
         s->time = time;
         s->addr = addr;
@@ -398,6 +462,67 @@ static void drain_all(void)
     fm_frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
 }
 
+static void note(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fm_frame(FR_NOTE, msg, (uint32_t)strlen(msg), NULL, 0);
+}
+
+static void drop_tracepoint(int tp)
+{
+    for (int k = 0; k < nrings; k++)
+        if (rings[k].fd_tp[tp] >= 0) {
+            close(rings[k].fd_tp[tp]);
+            rings[k].fd_tp[tp] = -1;
+        }
+    tp_id[tp] = 0;
+}
+
+/* A filemap tracepoint, into the ring of the fault events on the same CPU. Not fatal:
+ * without it the recording still has every fault. */
+static void open_tracepoint(int tp, struct ring *r, pid_t child, int cpu, int exclude_kernel)
+{
+    if (exclude_kernel) {
+        note("%s not used: kernel samples are not permitted (kernel.perf_event_paranoid)", tp_name[tp]);
+        drop_tracepoint(tp);
+        return;
+    }
+    struct perf_event_attr a;
+    memset(&a, 0, sizeof a);
+    a.type = PERF_TYPE_TRACEPOINT;
+    a.size = sizeof a;
+    a.config = tp_id[tp];
+    a.sample_period = 1;
+    a.sample_type = PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR |
+                    PERF_SAMPLE_RAW;
+    a.disabled = 1;
+    a.enable_on_exec = 1;
+    a.inherit = 1;
+    a.exclude_hv = 1;
+    a.sample_id_all = 1;
+    a.use_clockid = 1;
+    a.clockid = CLOCK_MONOTONIC;
+    a.watermark = 1;
+    a.wakeup_watermark = (uint32_t)(ring_pages * 4096 / 4);
+    r->fd_tp[tp] = perf_open(&a, child, cpu);
+    if (r->fd_tp[tp] < 0) {
+        note("%s not usable: %s", tp_name[tp], strerror(errno));
+        drop_tracepoint(tp);
+        return;
+    }
+    if (ioctl(r->fd_tp[tp], PERF_EVENT_IOC_SET_OUTPUT, r->fd_maj) < 0 ||
+        ioctl(r->fd_tp[tp], PERF_EVENT_IOC_ID, &r->id_tp[tp]) < 0) {
+        note("%s cannot share the fault ring: %s", tp_name[tp], strerror(errno));
+        close(r->fd_tp[tp]);
+        r->fd_tp[tp] = -1;
+        drop_tracepoint(tp);
+    }
+}
+
 static void open_rings(pid_t child, int *exclude_kernel)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_CONF);
@@ -459,15 +584,68 @@ static void open_rings(pid_t child, int *exclude_kernel)
             fm_fail("PERF_EVENT_IOC_SET_OUTPUT: %s", strerror(errno));
         if (ioctl(r->fd_maj, PERF_EVENT_IOC_ID, &r->id_maj) < 0 || ioctl(r->fd_min, PERF_EVENT_IOC_ID, &r->id_min) < 0)
             fm_fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
+        for (int k = 0; k < NTP; k++) {
+            r->fd_tp[k] = -1;
+            if (tp_id[k])
+                open_tracepoint(k, r, child, cpu, *exclude_kernel);
+        }
         nrings++;
     }
     if (!nrings)
         fm_fail("perf_event_open found no usable CPU");
 }
 
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+
+/* Can the page-set shim arm a file mapping here? The same steps on one page of our own
+ * executable; the shim itself stays silent (it must never disturb the program). */
+static void probe_uffd_wp(void)
+{
+    const char *why = NULL;
+    int err = 0;
+    int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (u < 0) {
+        why = "userfaultfd";
+        err = errno;
+    } else {
+        struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+        if (ioctl(u, UFFDIO_API, &api) < 0) {
+            why = "UFFD_FEATURE_WP_ASYNC (Linux >= 6.7)";
+            err = errno;
+        } else {
+            int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+            void *p = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (p == MAP_FAILED) {
+                why = "mapping a file";
+                err = errno;
+            } else {
+                struct uffdio_register r = {.range = {(unsigned long)p, 4096}, .mode = UFFDIO_REGISTER_MODE_WP};
+                if (ioctl(u, UFFDIO_REGISTER, &r) < 0) {
+                    why = "write-protect registration of a file mapping";
+                    err = errno;
+                }
+                munmap(p, 4096);
+            }
+            if (fd >= 0)
+                close(fd);
+        }
+        close(u);
+    }
+    if (why)
+        note("mapped page sets incomplete: %s failed (%s): pages that fault-around or large folios map "
+             "without a fault are missing",
+             why, strerror(err));
+}
+
 static void usage(void)
 {
-    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
+    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:INO:DEV:INDEX:LAST]... "
+                    "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
     exit(126);
 }
 
@@ -475,6 +653,7 @@ int main(int argc, char **argv)
 {
     int poll_ms = 20, fast_poll_ms = 1;
     const char *fast_config = NULL;
+    const char *preload = NULL;
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -486,6 +665,15 @@ int main(int argc, char **argv)
             ring_pages = (size_t)atol(argv[++i]);
         } else if (!strcmp(argv[i], "--poll-ms") && i + 1 < argc) {
             poll_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
+            preload = argv[++i];
+        } else if (!strcmp(argv[i], "--file-tp") && i + 1 < argc) {
+            unsigned long long id;
+            unsigned k, o[4];
+            if (sscanf(argv[++i], "%u:%llu:%u:%u:%u:%u", &k, &id, &o[0], &o[1], &o[2], &o[3]) != 6 || k >= NTP)
+                usage();
+            tp_id[k] = id;
+            memcpy(tp_off[k], o, sizeof o);
         } else if (!strcmp(argv[i], "--fast") && i + 1 < argc) {
             fast_config = argv[++i];
             fast = 1;
@@ -521,6 +709,18 @@ int main(int argc, char **argv)
         if (read(go[0], &c, 1) != 1)
             _exit(127); /* parent gave up */
         signal(SIGPIPE, SIG_DFL);
+        if (preload) {
+            const char *old = getenv("LD_PRELOAD");
+            char *v = malloc(strlen(preload) + (old ? strlen(old) : 0) + 2);
+            if (v) {
+                strcpy(v, preload);
+                if (old && *old) {
+                    strcat(v, ":");
+                    strcat(v, old);
+                }
+                setenv("LD_PRELOAD", v, 1);
+            }
+        }
         execvp(cmd[0], cmd);
         int e = errno;
         if (write(execerr[1], &e, sizeof e) < 0)
@@ -534,6 +734,8 @@ int main(int argc, char **argv)
 
     int exclude_kernel = 0;
     open_rings(child, &exclude_kernel);
+    if (preload)
+        probe_uffd_wp();
 
     uint64_t t0 = fm_now_ns();
     struct {

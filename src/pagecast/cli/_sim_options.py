@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pagecast.sim.config import SimConfig, UvmParams
+from pagecast.sim.config import SimConfig, UvmParams, link_from_device_model
 
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("cost model (defaults: a far-memory tier, see docs/simulator.md)")
     g.add_argument("--fault-ns", type=int, default=SimConfig.fault_ns, help="fault handling before the transfer (default %(default)s)")
-    g.add_argument("--link-latency-ns", type=int, default=SimConfig.link_latency_ns, help="slow-tier latency (default %(default)s)")
-    g.add_argument("--bandwidth", type=float, default=SimConfig.link_bytes_per_s / 1e9, metavar="GB/S", help="link bandwidth (default %(default)s GB/s)")
+    g.add_argument("--link-latency-ns", type=int, default=None,
+                   help=f"slow-tier latency (default {SimConfig.link_latency_ns}, or from --device-model)")
+    g.add_argument("--bandwidth", type=float, default=None, metavar="GB/S",
+                   help=f"link bandwidth (default {SimConfig.link_bytes_per_s / 1e9:g} GB/s, or from --device-model)")
+    g.add_argument("--device-model", metavar="DIR|FILE",
+                   help="take link latency and bandwidth from a device measured by `pagecast calibrate` (a model "
+                        "file, or a directory on the calibrated device); --link-latency-ns/--bandwidth still win")
     g.add_argument("--max-prefetch", type=int, default=SimConfig.max_prefetch, help="pages per trigger at most (default %(default)s)")
     u = p.add_argument_group("UVM mode (--uvm; parameter names after the nvidia-uvm module's)")
     u.add_argument("--uvm", action="store_true", help="model the NVIDIA UVM driver: 2 MiB VA blocks, fault batches, tree prefetcher, 2 MiB chunk FIFO eviction")
@@ -25,8 +30,15 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
     """SimConfig keyword arguments from the parsed options."""
+    link: dict[str, Any] = {"link_latency_ns": SimConfig.link_latency_ns, "link_bytes_per_s": SimConfig.link_bytes_per_s}
+    if getattr(args, "device_model", None):
+        link = link_from_device_model(args.device_model) | {"device_model": args.device_model}
+    if args.link_latency_ns is not None:
+        link["link_latency_ns"] = args.link_latency_ns
+    if args.bandwidth is not None:
+        link["link_bytes_per_s"] = args.bandwidth * 1e9
     return dict(
-        fault_ns=args.fault_ns, link_latency_ns=args.link_latency_ns, link_bytes_per_s=args.bandwidth * 1e9,
+        fault_ns=args.fault_ns, **link,
         max_prefetch=args.max_prefetch, uvm=args.uvm,
         uvm_params=UvmParams(
             uvm_perf_prefetch_threshold=args.uvm_perf_prefetch_threshold,

@@ -1,4 +1,4 @@
-"""``pagecast record``: run a program and record its page faults (or all its accesses)."""
+"""``pagecast record``: run a program and record its page faults and file page sets (or all its accesses)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,17 @@ from pagecast.errors import PagecastError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "record",
-        help="run a program and record every page fault it takes into a trace",
+        help="run a program and record its page faults and every file page it uses into a trace",
         description=(
             "Run an unmodified program and record every page fault (major and minor, one perf sample per "
             "fault, with the data address) plus its memory map, as a trace with region-relative pages: "
             "file mappings become (file, page of the file), anonymous memory (allocation order, length). "
+            "By default it also records the page set of every file the program uses: one FILE_MAPPED row "
+            "per file page first touched through a mapping (an LD_PRELOAD shim makes every first touch "
+            "fault, whatever read-ahead or fault-around would have mapped) and one FILE_READ row per file "
+            "page first read with read/pread/readv/sendfile (tracepoint filemap:mm_filemap_get_pages). "
             "Threads and child processes are followed. The program's exit status is passed through. "
-            "Needs perf_event_open (root, or kernel.perf_event_paranoid <= 2 for user-mode faults)."
+            "Needs perf_event_open (root, or kernel.perf_event_paranoid <= 2 for user-mode faults only)."
         ),
         epilog="example: pagecast record -o ls.parquet -- ls -l /usr",
     )
@@ -27,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--lackey", action="store_true",
                       help="run under valgrind --tool=lackey --trace-mem=yes: every load/store, not only faults (slow, ~100x)")
     mode.add_argument("--cuda", action="store_true", help="record CUDA managed-memory events (GPU faults, migrations) via CUPTI")
+    p.add_argument("--faults-only", action="store_true",
+                   help="record the page faults alone, as the kernel takes them (no shim, no read tracepoint, "
+                        "no page-set rows)")
     p.add_argument("--ring-pages", type=int, default=4096,
                    help="perf ring buffer pages per CPU (power of two; larger loses fewer samples under bursts)")
     p.add_argument("--instructions", action="store_true", help="with --lackey: also store instruction fetches")
@@ -57,13 +64,17 @@ def run(args: argparse.Namespace) -> int:
         from pagecast.collect.record import record_faults
 
         with progress(desc="faults", unit="f") as bar:
-            result = record_faults(cmd, args.output, stdout=prog_out, ring_pages=args.ring_pages, on_batch=bar.update)
+            result = record_faults(cmd, args.output, stdout=prog_out, ring_pages=args.ring_pages, on_batch=bar.update,
+                                   pageset=not args.faults_only)
     d = result.to_dict()
     if args.json:
         print_json(d)
     else:
-        rows = [{"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items()]
+        rows = [{"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items()
+                if k != "warnings"]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)
+    for w in d.get("warnings") or []:
+        print(f"pagecast record: warning: {w}", file=sys.stderr)
     return int(result.exit_status)

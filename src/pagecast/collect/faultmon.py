@@ -19,6 +19,15 @@ any older one at the same addresses, which is exact for every fault that can hap
 
 Each process of the traced tree has its own address space: a fork copies its parent's
 map, an exec empties it.
+
+With ``pageset=True`` (``pagecast record``'s default) the program also runs under the
+page-set shim (native/pageset/shim.c: every first touch of a file-mapped page faults, and
+every opened file is named by a PROT_NONE mapping), and the collector samples the
+tracepoint ``filemap:mm_filemap_get_pages``: the pages each read-family system call asks
+of the page cache, by (device, inode), and ``filemap:mm_filemap_fault``: the file page
+each fault maps, by (device, inode), wherever the mapping was moved. Each batch then also
+carries ``uses``: those pages, translated to file regions (one region per path, shared
+with the mappings) and cut at the file's end.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ PAGE_SIZE = 4096
 
 FR_HELLO, FR_SAMPLES, FR_MMAP, FR_FORK, FR_EXEC, FR_LOST, FR_WATERMARK, FR_EXIT, FR_ERROR = range(1, 10)
 FR_ISSUED, FR_FILE, FR_FASTSTAT = range(10, 13)  # native fast path (native/live/fastpath.c)
+FR_READS, FR_NOTE = 14, 15  # page-set mode: read-family tracepoint samples, a collector's note
 
 SAMPLE_DTYPE = np.dtype(
     [("time", "<u8"), ("addr", "<u8"), ("ip", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("kind", "<u4"), ("pad", "<u4")]
@@ -47,6 +57,10 @@ SAMPLE_DTYPE = np.dtype(
 MMAP_DTYPE = np.dtype(
     [("time", "<u8"), ("addr", "<u8"), ("len", "<u8"), ("pgoff", "<u8"), ("ino", "<u8"),
      ("pid", "<u4"), ("tid", "<u4"), ("prot", "<u4"), ("flags", "<u4"), ("maj", "<u4"), ("min", "<u4")]
+)
+FILE_USE_DTYPE = np.dtype(
+    [("time", "<u8"), ("ino", "<u8"), ("first", "<u8"), ("last", "<u8"), ("pid", "<u4"), ("tid", "<u4"),
+     ("dev", "<u4"), ("what", "<u4")]
 )
 HELLO_DTYPE = np.dtype([("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"), ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
 FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid", "<u4"), ("ptid", "<u4")])
@@ -58,6 +72,15 @@ ISSUED_DTYPE = np.dtype([("t_issue", "<u8"), ("t_fault", "<u8"), ("t_seen", "<u8
                          ("page", "<i8"), ("file", "<i4"), ("flags", "<u4")])
 FASTSTAT_FIELDS = ("faults", "unmapped_faults", "ranges", "range_pages", "fadvise_errors", "pages", "replay_cursor",
                    "wakeups", "fadvise_ns", "handler_ns_p50", "handler_ns_p99", "handler_ns_max")
+
+
+def pageset_shim() -> Path:
+    return build("pageset-shim", ["pageset/shim.c"], ldflags=("-ldl", "-lpthread"))
+
+
+def kernel_dev(major: int, minor: int) -> int:
+    """The kernel's internal dev_t (tracepoints): major << 20 | minor."""
+    return (major << 20) | minor
 
 
 def faultmon_binary() -> Path:
@@ -77,9 +100,31 @@ class FaultBatch:
     kind: np.ndarray  # uint8, Kind.FAULT_MAJOR / Kind.FAULT_MINOR
     region: np.ndarray  # int32, -1 where no mapping is known
     page: np.ndarray  # int64, region-relative (raw addr // 4096 where region == -1)
+    uses: "FileUseBatch | None" = None  # page-set mode: file tracepoint samples released with these faults
 
     def __len__(self) -> int:
         return len(self.t_ns)
+
+
+@dataclass
+class FileUseBatch:
+    """File tracepoint samples in time order: pages [first, last] of file region ``region``,
+    asked for by a read-family system call, or (``mapped``) mapped by a page fault."""
+
+    t_ns: np.ndarray  # int64, from the start of the command
+    tid: np.ndarray  # int32
+    pid: np.ndarray  # int32
+    region: np.ndarray  # int32, a file region
+    first: np.ndarray  # int64
+    last: np.ndarray  # int64, inclusive, already cut at the file's end
+    mapped: np.ndarray  # bool: filemap:mm_filemap_fault (else filemap:mm_filemap_get_pages)
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+    @classmethod
+    def empty(cls) -> "FileUseBatch":
+        return cls(*(np.empty(0, d) for d in (np.int64, np.int32, np.int32, np.int32, np.int64, np.int64, bool)))
 
 
 @dataclass
@@ -109,7 +154,7 @@ class FaultMonitor:
 
     def __init__(self, cmd: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = None,
                  stderr: Any = None, ring_pages: int = 4096, poll_ms: int = 20, fast: str | Path | None = None,
-                 fast_poll_ms: int = 1, fast_wake_minor: int = 0):
+                 fast_poll_ms: int = 1, fast_wake_minor: int = 0, pageset: bool = False):
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]
@@ -125,6 +170,10 @@ class FaultMonitor:
         self.fast_issued: list[np.ndarray] = []
         self.fast_files: dict[int, tuple[int, str]] = {}  # index -> (schedule region id or -1, path)
         self.fast_stats: dict[str, int] | None = None
+        self.pageset = pageset
+        self.notes: list[str] = []  # why a part of page-set mode is unavailable (warnings)
+        self.reads_on = False  # filemap:mm_filemap_get_pages is sampled
+        self.fault_tp_on = False  # filemap:mm_filemap_fault is sampled
         self.error: str | None = None  # the collector's own ERROR frame, if any
         self.regions: list[Region] = []
         self.returncode: int | None = None
@@ -139,6 +188,14 @@ class FaultMonitor:
         self._eof = False
         self._procs: dict[int, _Proc] = {}
         self._file_regions: dict[str, int] = {}
+        self._inode_regions: dict[tuple[int, int], int] = {}  # (kernel dev, ino) -> file region
+        self._file_size: dict[int, int] = {}  # file region -> size in bytes last seen
+        self._pending_uses: list[np.ndarray] = []
+        self._shim_path: str | None = None
+        self._region_dev: dict[int, int] = {}  # file region -> kernel dev
+        self._ps_cache: np.ndarray | None = None
+        self._comm: dict[int, str] = {}  # pid -> name at its last exec
+        self._no_shim: dict[int, str] = {}  # exec'd processes that have not mapped the shim (yet)
         self._anon_order = 0
         self._pending_samples: list[np.ndarray] = []
         self._pending_events: list[_Event] = []
@@ -158,6 +215,8 @@ class FaultMonitor:
         fast = ["--fast", str(self.fast), "--fast-poll-ms", str(self.fast_poll_ms)] if self.fast else []
         if self.fast and self.fast_wake_minor:
             fast += ["--fast-wake-minor", str(int(self.fast_wake_minor))]
+        if self.pageset:
+            fast += self._pageset_args()
         try:
             self._proc = subprocess.Popen(
                 [str(binary), "--fd", str(w), "--ring-pages", str(self.ring_pages), "--poll-ms", str(self.poll_ms),
@@ -171,12 +230,37 @@ class FaultMonitor:
             os.close(w)
         self._fd = r
         # The first frame tells whether perf could be attached.
-        frame = self._next_frame()
-        if frame is None:
-            self._finish_process()
-            raise PagecastError(f"fault collector exited without output (status {self._proc.returncode})")
-        self._dispatch(*frame)
+        while self.pid is None:
+            frame = self._next_frame()
+            if frame is None:
+                self._finish_process()
+                raise PagecastError(f"fault collector exited without output (status {self._proc.returncode})")
+            self._dispatch(*frame)
+        self.reads_on = self.reads_on and not any("mm_filemap_get_pages" in n for n in self.notes)
+        self.fault_tp_on = self.fault_tp_on and not any("mm_filemap_fault" in n for n in self.notes)
         return self
+
+    def _pageset_args(self) -> list[str]:
+        from pagecast.collect.tracefs import find_tracepoint
+
+        self._shim_path = str(pageset_shim())
+        args = ["--preload", self._shim_path]
+        for k, (name, last) in enumerate((("mm_filemap_get_pages", "last_index"), ("mm_filemap_fault", "index"))):
+            tp, why = find_tracepoint("filemap", name)
+            need = {"i_ino": 8, "s_dev": 4, "index": 8}
+            if tp is not None and any(tp.sizes.get(f) != n for f, n in need.items()):
+                tp, why = None, f"filemap:{name} has an unexpected format"
+            if tp is None:
+                what = "read-family calls not recorded" if k == 0 else "file faults by inode not recorded"
+                self.notes.append(f"{what}: {why}")
+                continue
+            offs = ":".join(str(tp.offsets[f]) for f in ("i_ino", "s_dev", "index", last))
+            args += ["--file-tp", f"{k}:{tp.id}:{offs}"]
+            if k == 0:
+                self.reads_on = True
+            else:
+                self.fault_tp_on = True
+        return args
 
     def __enter__(self) -> "FaultMonitor":
         return self.start()
@@ -241,6 +325,7 @@ class FaultMonitor:
                 self._pending_events.append(_Event(int(f["time"]), "fork", (int(f["pid"]), int(f["ppid"]))))
         elif ftype == FR_EXEC:
             e = np.frombuffer(payload[:EXEC_DTYPE.itemsize], dtype=EXEC_DTYPE)[0]
+            self._comm[int(e["pid"])] = payload[EXEC_DTYPE.itemsize:].decode("utf-8", "replace")
             self._pending_events.append(_Event(int(e["time"]), "exec", int(e["pid"])))
         elif ftype == FR_LOST:
             self.lost += int(np.frombuffer(payload, dtype=LOST_DTYPE)[0]["lost"])
@@ -264,6 +349,10 @@ class FaultMonitor:
         elif ftype == FR_FILE:
             idx, tag = np.frombuffer(payload[:8], dtype="<i4")
             self.fast_files[int(idx)] = (int(tag), payload[8:].decode("utf-8", "surrogateescape"))
+        elif ftype == FR_READS:
+            self._pending_uses.append(np.frombuffer(payload, dtype=FILE_USE_DTYPE))
+        elif ftype == FR_NOTE:
+            self.notes.append(payload.decode("utf-8", "replace"))
         elif ftype == FR_FASTSTAT:
             self.fast_stats = dict(zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<i8").tolist()))  # cursor -1: none
         elif ftype == FR_ERROR:
@@ -284,10 +373,15 @@ class FaultMonitor:
                 break
             if self._dispatch(*frame):
                 batch = self._release(self._watermark)
-                if batch is not None and len(batch):
+                if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
                     yield batch
         batch = self._release(None)
-        if batch is not None and len(batch):
+        if self._no_shim:
+            names = ", ".join(sorted(set(self._no_shim.values())))
+            self.notes.append(f"{names}: ran without the page-set shim (static binary, or LD_PRELOAD removed): "
+                              "pages it mapped without a fault (fault-around, large folios) are missing")
+            self._no_shim.clear()
+        if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
             yield batch
         self.close()
         if self.returncode is None:
@@ -336,10 +430,12 @@ class FaultMonitor:
             if ev is not None:
                 self._apply(ev)
         self.samples += len(ready)
-        if not len(ready):
+        uses = self._release_uses(watermark) if self.pageset else None
+        if not len(ready) and uses is None:
             return None
         t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
         return FaultBatch(
+            uses=uses,
             t_ns=np.maximum(t, 0),
             tid=ready["tid"].astype(np.int32),
             pid=ready["pid"].astype(np.int32),
@@ -349,6 +445,117 @@ class FaultMonitor:
             region=region,
             page=page,
         )
+
+    def _release_uses(self, watermark: int | None) -> FileUseBatch | None:
+        """Read calls older than the watermark, as file-region page ranges (after this
+        release's mmap records were applied: they may name the inodes)."""
+        if not self._pending_uses:
+            return None
+        s = np.concatenate(self._pending_uses) if len(self._pending_uses) > 1 else self._pending_uses[0]
+        s = s[np.argsort(s["time"], kind="stable")]
+        cut = len(s) if watermark is None else int(np.searchsorted(s["time"], np.uint64(watermark), side="left"))
+        ready, rest = s[:cut], s[cut:]
+        self._pending_uses = [rest] if len(rest) else []
+        if not len(ready):
+            return None
+        keys = (ready["dev"].astype(np.uint64) << np.uint64(32)) ^ ready["ino"]
+        uk, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
+        rids = np.array([self._inode_region(int(ready["dev"][i]), int(ready["ino"][i]), int(ready["pid"][i]))
+                         for i in first_at], np.int32)
+        region = rids[inv]
+        first = ready["first"].astype(np.int64)
+        last = ready["last"].astype(np.int64)
+        # the call asked for its whole length; pages past the end of the file were not read
+        limit = np.array([self._last_page(int(r), int(last[inv == k].max())) for k, r in enumerate(rids)], np.int64)
+        last = np.minimum(last, limit[inv])
+        keep = last >= first
+        t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
+        return FileUseBatch(t_ns=np.maximum(t, 0)[keep], tid=ready["tid"].astype(np.int32)[keep],
+                            pid=ready["pid"].astype(np.int32)[keep], region=region[keep], first=first[keep],
+                            last=last[keep], mapped=(ready["what"] == 1)[keep])
+
+    def _last_page(self, rid: int, wanted: int) -> int:
+        """Last page of the file now (re-read when a call reaches past the size last seen)."""
+        size = self._file_size.get(rid)
+        if size is None or wanted * PAGE_SIZE >= size:
+            path = self.regions[rid].path
+            if path:
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    pass
+            self._file_size[rid] = size if size is not None else (wanted + 1) * PAGE_SIZE
+            size = self._file_size[rid]
+            if size > self.regions[rid].length:
+                self.regions[rid].length = size
+                self._changed_regions.add(rid)
+        return -(-size // PAGE_SIZE) - 1
+
+    def _inode_region(self, dev: int, ino: int, pid: int) -> int:
+        """The file region of (kernel dev, inode): known from a mapping or an announced open,
+        else found among the process's open files, else a region named by the inode that
+        a later mapping of the file will name."""
+        rid = self._inode_regions.get((dev, ino))
+        if rid is not None:
+            return rid
+        path = _open_file_path(pid, dev, ino)
+        if path is not None:
+            return self._file_region(path, dev, ino, 0, 0)
+        name = f"inode {dev >> 20}:{dev & 0xFFFFF}:{ino}"
+        r = self._new_region(name=name, kind="file", path=None, file_offset=0, base=0, length=0, created_ns=0,
+                             order=len(self._file_regions) + len(self._inode_regions))
+        self._inode_regions[(dev, ino)] = r.id
+        self._region_dev[r.id] = dev
+        return r.id
+
+    def _file_region(self, path: str, dev: int, ino: int, start: int, length: int, pgoff: int = 0,
+                     t_rel: int = 0) -> int:
+        """The region of file ``path`` (one per path; an inode seen before its name joins it)."""
+        rid = self._file_regions.get(path)
+        by_inode = self._inode_regions.get((dev, ino)) if ino else None
+        if rid is None and by_inode is not None and self.regions[by_inode].path is None:
+            r = self.regions[by_inode]  # read before it was named: name it now
+            r.path, r.name = path, os.path.basename(path)
+            self._changed_regions.add(r.id)
+            rid = r.id
+            self._file_regions[path] = rid
+        if rid is None:
+            try:
+                size = os.stat(path).st_size
+            except OSError:
+                size = 0
+            r = self._new_region(name=os.path.basename(path), kind="file", path=path, file_offset=0,
+                                 base=start - pgoff, length=max(size, pgoff + length), created_ns=t_rel,
+                                 order=len(self._file_regions))
+            rid = r.id
+            if path == self._shim_path:
+                r.extra["recorder"] = True  # the shim itself: part of the recorder, not of the run
+            self._file_regions[path] = rid
+        else:
+            r = self.regions[rid]
+            if pgoff + length > r.length:
+                r.length = pgoff + length
+                self._changed_regions.add(rid)
+        if ino and (dev, ino) not in self._inode_regions:
+            self._inode_regions[(dev, ino)] = rid
+        if rid not in self._region_dev:
+            self._region_dev[rid] = dev
+            self._ps_cache = None
+        return rid
+
+    def page_set_fault_regions(self) -> np.ndarray:
+        """Per region id: whether its fault samples give its mapped page set. With
+        filemap:mm_filemap_fault on, only files whose faults it does not see (tmpfs and
+        shared memory: device major 0, no filemap_fault) need the address-translated
+        samples, which a mapping moved by mremap (perf reports no record of it) misplaces."""
+        if self._ps_cache is not None and len(self._ps_cache) == len(self.regions):
+            return self._ps_cache
+        out = np.zeros(len(self.regions), bool)
+        for r in self.regions:
+            if r.kind == "file" and not r.extra.get("recorder"):
+                out[r.id] = not self.fault_tp_on or (self._region_dev.get(r.id, 0) >> 20) == 0
+        self._ps_cache = out
+        return out
 
     def _translate(self, s: np.ndarray, region_out: np.ndarray, page_out: np.ndarray) -> None:
         pids = s["pid"]
@@ -382,6 +589,8 @@ class FaultMonitor:
             self._procs[pid] = child
         elif ev.what == "exec":
             self._procs[ev.data] = _Proc()
+            if self._shim_path:
+                self._no_shim[ev.data] = self._comm.get(ev.data, "?")
         elif ev.what == "mmap":
             m, name = ev.data
             self._apply_mmap(m, name, ev.time)
@@ -395,22 +604,15 @@ class FaultMonitor:
         if name.startswith("/SYSV") or name.startswith("/memfd:") or name.startswith("/dev/shm/"):
             is_file = name.startswith("/dev/shm/")
         if is_file:
-            rid = self._file_regions.get(name)
-            if rid is None:
-                try:
-                    size = os.stat(name).st_size
-                except OSError:
-                    size = 0
-                r = self._new_region(name=os.path.basename(name), kind="file", path=name, file_offset=0,
-                                     base=start - pgoff, length=max(size, pgoff + length), created_ns=t_rel,
-                                     order=len(self._file_regions))
-                rid = r.id
-                self._file_regions[name] = rid
-            else:
-                r = self.regions[rid]
-                if pgoff + length > r.length:
-                    r.length = pgoff + length
-                    self._changed_regions.add(rid)
+            if name == self._shim_path:
+                self._no_shim.pop(int(m["pid"]), None)
+            dev = kernel_dev(int(m["maj"]), int(m["min"]))
+            if int(m["prot"]) == 0:
+                # PROT_NONE: the page-set shim naming an opened file, or the loader's guard
+                # gap in a library; either way nothing there can be touched
+                self._file_region(name, dev, int(m["ino"]), 0, 0, 0, t_rel)
+                return
+            rid = self._file_region(name, dev, int(m["ino"]), start, length, pgoff, t_rel)
             proc.rmap.add(start, end, rid, pgoff // PAGE_SIZE)
             return
         if name == "[heap]":
@@ -441,13 +643,38 @@ class FaultMonitor:
         proc.rmap.add(start, end, r.id, 0)
 
 
+def _open_file_path(pid: int, dev: int, ino: int) -> str | None:
+    """Path of the file (kernel dev, ino) among the open files of ``pid``, if it is still open."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(fd)
+            if st.st_ino == ino and kernel_dev(os.major(st.st_dev), os.minor(st.st_dev)) == dev:
+                return os.readlink(fd)
+        except OSError:
+            continue
+    return None
+
+
 def read_all(cmd: Sequence[str], **kw: Any) -> tuple[FaultBatch, FaultMonitor]:
-    """Run ``cmd`` to completion and return all its faults as one batch (small programs, tests)."""
+    """Run ``cmd`` to completion and return all its faults (and file uses) as one batch (small programs, tests)."""
     parts: list[FaultBatch] = []
     with FaultMonitor(cmd, **kw) as mon:
         parts.extend(mon.batches())
+    fields = [f for f in FaultBatch.__dataclass_fields__ if f != "uses"]
     if parts:
-        cols = {f: np.concatenate([getattr(b, f) for b in parts]) for f in FaultBatch.__dataclass_fields__}
-        return FaultBatch(**cols), mon
-    empty = FaultBatch(*(np.empty(0, d) for d in (np.int64, np.int32, np.int32, np.uint64, np.uint64, np.uint8, np.int32, np.int64)))
-    return empty, mon
+        cols = {f: np.concatenate([getattr(b, f) for b in parts]) for f in fields}
+    else:
+        cols = {f: np.empty(0, d) for f, d in zip(fields, (np.int64, np.int32, np.int32, np.uint64, np.uint64,
+                                                            np.uint8, np.int32, np.int64))}
+    uses = [b.uses for b in parts if b.uses is not None]
+    if uses:
+        cols["uses"] = FileUseBatch(**{f: np.concatenate([getattr(r, f) for r in uses])
+                                       for f in FileUseBatch.__dataclass_fields__})
+    elif mon.pageset:
+        cols["uses"] = FileUseBatch.empty()
+    return FaultBatch(**cols), mon

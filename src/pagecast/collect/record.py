@@ -1,4 +1,9 @@
-"""Record a program's page faults into a trace (the engine of ``pagecast record``).
+"""Record a program's page faults and file page sets into a trace (the engine of ``pagecast record``).
+
+By default (page-set mode) the program runs under the page-set shim and the read-family
+tracepoint is sampled too, and besides the fault rows the trace holds one FILE_MAPPED or
+FILE_READ row per file page at its first use (``pagecast.collect.pageset``);
+``pageset=False`` records the page faults alone, as the kernel takes them by default.
 
 Rows stream from the collector into a journaled ``TraceWriter`` as they arrive, so memory
 stays bounded however many faults the program takes, and a recorder killed midway leaves
@@ -10,13 +15,14 @@ from __future__ import annotations
 import resource
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from pagecast.collect.faultmon import FaultMonitor
+from pagecast.collect.pageset import PageSetRows
 from pagecast.errors import PagecastError
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
@@ -35,6 +41,10 @@ class RecordResult:
     duration_s: float
     recorder_peak_rss_mib: float
     user_faults_only: bool
+    pageset: bool = False
+    file_pages_mapped: int = 0
+    file_pages_read: int = 0
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -53,12 +63,14 @@ def record_faults(
     stderr: Any = None,
     ring_pages: int = 4096,
     on_batch: Callable[[int], None] | None = None,
+    pageset: bool = True,
 ) -> RecordResult:
     """Run ``cmd`` under the fault collector and write its trace to ``out``."""
     cmd = [str(c) for c in cmd]
     start = time.monotonic()
     major = minor = 0
-    mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages)
+    mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages, pageset=pageset)
+    pages = PageSetRows() if pageset else None
     # The terminal's Ctrl-C reaches the traced program too; keep recording until it exits.
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -71,8 +83,11 @@ def record_faults(
                     writer.add_region(mon.regions[len(writer.regions)])
                 for rid in mon.take_changed_regions():
                     writer.update_region(rid)
-                writer.write(t_ns=batch.t_ns, region=batch.region, page=batch.page, kind=batch.kind,
-                             tid=batch.tid, ip=batch.ip)
+                if pages is not None:
+                    writer.write(**pages.rows(batch, mon.page_set_fault_regions()).columns())
+                else:
+                    writer.write(t_ns=batch.t_ns, region=batch.region, page=batch.page, kind=batch.kind,
+                                 tid=batch.tid, ip=batch.ip)
                 nmaj = int(np.count_nonzero(batch.kind == Kind.FAULT_MAJOR))
                 major += nmaj
                 minor += len(batch) - nmaj
@@ -80,12 +95,16 @@ def record_faults(
                     on_batch(len(batch))
             while len(writer.regions) < len(mon.regions):
                 writer.add_region(mon.regions[len(writer.regions)])
+            for rid in mon.take_changed_regions():
+                writer.update_region(rid)
             writer.meta.update({
                 "exit_status": exit_status(mon.returncode or 0),
                 "lost": mon.lost,
                 "faults": major + minor,
                 "user_faults_only": mon.exclude_kernel,
                 "collector": "perf_event_open page-faults (maj+min), sample_period=1",
+                "pageset": {"mapped": pageset, "reads": mon.reads_on, "fault_tracepoint": mon.fault_tp_on,
+                            "warnings": mon.notes} if pageset else None,
             })
         except PagecastError:
             # The program never ran (or the collector failed): nothing worth recovering.
@@ -106,4 +125,6 @@ def record_faults(
         duration_s=round(time.monotonic() - start, 3),
         recorder_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         user_faults_only=mon.exclude_kernel,
+        pageset=pageset, file_pages_mapped=pages.mapped.pages if pages else 0,
+        file_pages_read=pages.read.pages if pages else 0, warnings=list(mon.notes),
     )

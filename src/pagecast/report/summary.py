@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecast.trace.pageset import FileUsage, file_usage, read_page_sets
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, Kind
 
@@ -46,6 +47,9 @@ class TraceSummary:
     bytes_moved: int
     meta: dict[str, Any] = field(default_factory=dict)
     top_regions: list[RegionSummary] = field(default_factory=list)
+    # per file: pages the run used (page-set rows; fault rows in a --faults-only trace)
+    files: list[FileUsage] = field(default_factory=list)
+    files_source: str | None = None  # "pageset" or "faults"; None: no file regions
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -101,6 +105,10 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
     kinds.update({f"kind{k}": int(c) for k, c in enumerate(kind_counts) if c and k not in Kind._value2member_map_})
     faults = int(sum(kind_counts[int(k)] for k in FAULT_KINDS))
     demand = int(sum(kind_counts[int(k)] for k in DEMAND_KINDS))
+    files, files_source = [], None
+    if any(r.kind == "file" for r in t.regions):
+        sets = read_page_sets(t, batch_rows=batch_rows)
+        files, files_source = file_usage(sets), sets.source
     regs = []
     for rid in np.argsort(-region_rows[1:], kind="stable")[:top]:
         if region_rows[rid + 1] == 0:
@@ -117,5 +125,5 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         fault_rate_per_s=round(faults / duration, 1) if duration else None,
         demand_rows=demand, bytes_moved=nbytes,
         meta={k: v for k, v in t.meta.items() if k in ("command", "exit_status", "lost", "page_size", "time_unit", "recorder")},
-        top_regions=regs,
+        top_regions=regs, files=files, files_source=files_source,
     )

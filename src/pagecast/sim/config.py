@@ -65,9 +65,15 @@ class SimConfig:
     uvm: bool = False
     uvm_params: UvmParams = field(default_factory=UvmParams)
     log_prefetches: bool = False  # keep (trigger, page) of every prefetch request (ranking metrics)
+    device_model: str | None = None  # where link_latency_ns / link_bytes_per_s came from (with_device_model)
 
     def capacity_pages(self, page_size: int) -> int:
         return parse_capacity(self.capacity, page_size)
+
+    def with_device_model(self, spec: str) -> "SimConfig":
+        """This config with the link taken from a measured device (``pagecast calibrate``):
+        ``spec`` is a model file or a directory whose device was calibrated."""
+        return dataclasses.replace(self, **link_from_device_model(spec), device_model=spec)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -123,3 +129,15 @@ class SimResult:
         d = dataclasses.asdict(self)
         d.update(accuracy=self.accuracy, coverage=self.coverage, timeliness=self.timeliness, hit_rate=self.hit_rate)
         return d
+
+
+def link_from_device_model(spec: str) -> dict[str, Any]:
+    """Link latency and bandwidth of a measured device: bandwidth = its sequential read
+    rate; latency = a random 4 KiB read at queue depth 1 (median) less the 4 KiB transfer
+    that the simulator adds at that bandwidth."""
+    from pagecast.util.device_model import find_model
+
+    m = find_model(spec)
+    bw = float(m.seq_read_bytes_per_s)
+    transfer_ns = 4096 / bw * 1e9
+    return {"link_latency_ns": max(int(m.read_latency_ns - transfer_ns), 0), "link_bytes_per_s": bw}

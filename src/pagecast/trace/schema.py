@@ -38,6 +38,9 @@ class Kind(enum.IntEnum):
     THROTTLING = 11  # CUPTI throttling notification
     CPU_FAULT = 12  # CPU page fault on managed memory reported by CUPTI
     REMOTE_MAP = 13  # CUPTI remote map
+    # 14-15: page sets (pagecast record): one row per file page per run, at its first use
+    FILE_MAPPED = 14  # first touch of a file page through a mapping (the fault that showed it)
+    FILE_READ = 15  # first time a read-family system call asked the page cache for a file page
 
     @classmethod
     def parse(cls, name: str) -> "Kind":
@@ -50,6 +53,7 @@ class Kind(enum.IntEnum):
 
 FAULT_KINDS = (Kind.FAULT_MINOR, Kind.FAULT_MAJOR, Kind.FAULT_GPU, Kind.FAULT)
 DEMAND_KINDS = (Kind.ACCESS,) + FAULT_KINDS
+PAGESET_KINDS = (Kind.FILE_MAPPED, Kind.FILE_READ)
 
 # flags bits
 FLAG_WRITE = 1 << 0  # the access or fault was a write

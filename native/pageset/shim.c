@@ -1,0 +1,408 @@
+/*
+ * LD_PRELOAD shim of `pagecast record` (page-set mode): makes every first touch of every
+ * page of a file mapping take a page fault the recorder sees, and names every file the
+ * program opens so the recorder can turn read()'s (device, inode) into a path.
+ *
+ * Why faults go missing without it: on a read fault the kernel maps the already-cached
+ * neighbours of the page too ("fault-around", fault_around_bytes), and a large folio
+ * (freshly written files, read-ahead) may be mapped whole, even by one PMD. Later touches
+ * of those pages never fault, whatever the read-ahead or madvise advice.
+ *
+ * What it does, for every file-backed mapping (those present at start-up from
+ * /proc/self/maps, new ones through mmap/mmap64/mremap/dlopen, again in a forked child):
+ *   - registers it with a userfaultfd in UFFDIO_REGISTER_MODE_WP created with
+ *     UFFD_FEATURE_WP_ASYNC (Linux >= 6.7: allowed on any memory type). Nothing is ever
+ *     write-protected, so no fault is ever delivered to us; an armed VMA only makes the
+ *     kernel skip fault-around and map one page per fault;
+ *   - madvise(MADV_NOHUGEPAGE), so a large folio is not mapped by one PMD.
+ * Read-ahead and I/O are left as they are: a page that read-ahead brought in still faults
+ * once (a minor fault) on its first touch.
+ *
+ * A read-only MAP_SHARED mapping of a file opened read-only cannot be registered (the
+ * kernel wants VM_MAYWRITE); the shim maps it MAP_PRIVATE instead, which reads the same
+ * page-cache pages (a later mprotect(PROT_WRITE) would now succeed, copy-on-write,
+ * instead of failing with EACCES).
+ *
+ * Naming opened files: after open/openat/fopen/... of a regular file, the shim maps one
+ * page of it PROT_NONE and unmaps it at once. perf reports that mapping (PERF_RECORD_MMAP2:
+ * pid, time, device, inode, path) in the same stream as the faults and reads, so the
+ * recorder learns the path in order, however soon the program closes the file. The
+ * recorder treats a PROT_NONE file mapping as a name only, never as mapped memory.
+ *
+ * Nothing here may fail the program: every error leaves the program running unchanged.
+ * Calls the program makes straight to the kernel (static binaries, libc-internal opens
+ * and mmaps such as locale files) are not seen; see docs/recording.md.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef UFFD_FEATURE_WP_ASYNC
+#define UFFD_FEATURE_WP_ASYNC (1 << 15)
+#endif
+
+#define PAGE 4096UL
+
+static int uffd = -1;
+static int uffd_failed;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static void *(*real_mremap)(void *, size_t, size_t, int, ...);
+static void *(*real_dlopen)(const char *, int);
+static void *(*real_dlmopen)(Lmid_t, const char *, int);
+static int (*real_open)(const char *, int, ...);
+static int (*real_open64)(const char *, int, ...);
+static int (*real_openat)(int, const char *, int, ...);
+static int (*real_openat64)(int, const char *, int, ...);
+static int (*real_open_2)(const char *, int);
+static int (*real_open64_2)(const char *, int);
+static int (*real_openat_2)(int, const char *, int);
+static int (*real_openat64_2)(int, const char *, int);
+static int (*real_creat)(const char *, mode_t);
+static FILE *(*real_fopen)(const char *, const char *);
+static FILE *(*real_fopen64)(const char *, const char *);
+static FILE *(*real_freopen)(const char *, const char *, FILE *);
+
+#define RESOLVE(var, name)                                  \
+    do {                                                    \
+        if (!(var))                                         \
+            *(void **)&(var) = dlsym(RTLD_NEXT, name);      \
+    } while (0)
+
+static void resolve_all(void)
+{
+    RESOLVE(real_mmap, "mmap");
+    RESOLVE(real_mremap, "mremap");
+    RESOLVE(real_dlopen, "dlopen");
+    RESOLVE(real_dlmopen, "dlmopen");
+    RESOLVE(real_open, "open");
+    RESOLVE(real_open64, "open64");
+    RESOLVE(real_openat, "openat");
+    RESOLVE(real_openat64, "openat64");
+    RESOLVE(real_open_2, "__open_2");
+    RESOLVE(real_open64_2, "__open64_2");
+    RESOLVE(real_openat_2, "__openat_2");
+    RESOLVE(real_openat64_2, "__openat64_2");
+    RESOLVE(real_creat, "creat");
+    RESOLVE(real_fopen, "fopen");
+    RESOLVE(real_fopen64, "fopen64");
+    RESOLVE(real_freopen, "freopen");
+}
+
+/* A fresh userfaultfd, moved to a high descriptor so programs that expect the lowest
+ * free numbers (shells, fd-passing code) see the numbers they would see without us. */
+static int new_uffd(void)
+{
+    int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+    if (fd < 0)
+        return -1;
+    struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
+    if (ioctl(fd, UFFDIO_API, &api) < 0) {
+        close(fd);
+        return -1;
+    }
+    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+    if (hi >= 0) {
+        close(fd);
+        fd = hi;
+    }
+    return fd;
+}
+
+static void watch(void *addr, size_t len)
+{
+    if (uffd_failed || !len)
+        return;
+    uintptr_t start = (uintptr_t)addr & ~(PAGE - 1);
+    uintptr_t end = ((uintptr_t)addr + len + PAGE - 1) & ~(PAGE - 1);
+    if (uffd < 0) {
+        uffd = new_uffd();
+        if (uffd < 0) {
+            uffd_failed = 1;
+            return;
+        }
+    }
+    (void)madvise((void *)start, end - start, MADV_NOHUGEPAGE);
+    struct uffdio_register r = {.range = {.start = start, .len = end - start}, .mode = UFFDIO_REGISTER_MODE_WP};
+    (void)ioctl(uffd, UFFDIO_REGISTER, &r);
+}
+
+/* Register every file mapping listed in /proc/self/maps (raw syscalls and a static
+ * buffer: this also runs in a forked child of a multi-threaded parent). */
+static void watch_all(void)
+{
+    static char buf[1 << 20];
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+        if (n == sizeof buf - 1)
+            break;
+    }
+    close(fd);
+    buf[n] = 0;
+    for (char *line = buf; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = 0;
+        unsigned long lo, hi, ino;
+        char perms[8];
+        int pathpos = 0;
+        if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
+            pathpos > 0 && line[pathpos] == '/')
+            watch((void *)lo, hi - lo);
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+static int regular_fd(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
+static void announce(int fd)
+{
+    if (!regular_fd(fd))
+        return;
+    void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, 0);
+    if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096)
+        syscall(SYS_munmap, p, PAGE);
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+static void after_fork_parent(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+static void after_fork_child(void)
+{
+    pthread_mutex_unlock(&mu);
+    /* A forked child keeps no userfaultfd registration (no UFFD_FEATURE_EVENT_FORK): arm
+     * its own copy of the mappings. */
+    if (uffd >= 0)
+        close(uffd);
+    uffd = -1;
+    uffd_failed = 0;
+    pthread_mutex_lock(&mu);
+    watch_all();
+    pthread_mutex_unlock(&mu);
+}
+
+__attribute__((constructor)) static void pageset_init(void)
+{
+    resolve_all();
+    pthread_mutex_lock(&mu);
+    watch_all();
+    pthread_mutex_unlock(&mu);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static int read_only_fd(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl >= 0 && (fl & O_ACCMODE) == O_RDONLY;
+}
+
+static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    RESOLVE(real_mmap, "mmap");
+    int file = !(flags & MAP_ANONYMOUS) && regular_fd(fd);
+    if (file && (flags & MAP_TYPE) == MAP_SHARED && !(prot & PROT_WRITE) && read_only_fd(fd))
+        flags = (flags & ~MAP_TYPE) | MAP_PRIVATE;
+    void *p = real_mmap(addr, len, prot, flags, fd, off);
+    if (file && p != MAP_FAILED) {
+        pthread_mutex_lock(&mu);
+        watch(p, len);
+        pthread_mutex_unlock(&mu);
+    }
+    return p;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return do_mmap(addr, len, prot, flags, fd, off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return do_mmap(addr, len, prot, flags, fd, off);
+}
+
+void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
+{
+    RESOLVE(real_mremap, "mremap");
+    void *want = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        want = va_arg(ap, void *);
+        va_end(ap);
+    }
+    void *p = real_mremap(old, old_len, new_len, flags, want);
+    if (p != MAP_FAILED) {
+        /* a moved mapping loses its registration; which kind it is, only the maps say */
+        pthread_mutex_lock(&mu);
+        watch_all();
+        pthread_mutex_unlock(&mu);
+    }
+    return p;
+}
+
+void *dlopen(const char *file, int mode)
+{
+    RESOLVE(real_dlopen, "dlopen");
+    void *h = real_dlopen(file, mode);
+    if (h && file) {
+        pthread_mutex_lock(&mu);
+        watch_all(); /* the loader maps libraries with its own internal mmap */
+        pthread_mutex_unlock(&mu);
+    }
+    return h;
+}
+
+void *dlmopen(Lmid_t lmid, const char *file, int mode)
+{
+    RESOLVE(real_dlmopen, "dlmopen");
+    void *h = real_dlmopen(lmid, file, mode);
+    if (h && file) {
+        pthread_mutex_lock(&mu);
+        watch_all();
+        pthread_mutex_unlock(&mu);
+    }
+    return h;
+}
+
+static mode_t mode_arg(int flags, va_list ap)
+{
+    return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+}
+
+static int opened(int fd)
+{
+    if (fd >= 0)
+        announce(fd);
+    return fd;
+}
+
+int open(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
+    RESOLVE(real_open, "open");
+    return opened(real_open(path, flags, m));
+}
+
+int open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
+    RESOLVE(real_open64, "open64");
+    return opened(real_open64(path, flags, m));
+}
+
+int openat(int dir, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
+    RESOLVE(real_openat, "openat");
+    return opened(real_openat(dir, path, flags, m));
+}
+
+int openat64(int dir, const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
+    RESOLVE(real_openat64, "openat64");
+    return opened(real_openat64(dir, path, flags, m));
+}
+
+int __open_2(const char *path, int flags)
+{
+    RESOLVE(real_open_2, "__open_2");
+    return opened(real_open_2(path, flags));
+}
+
+int __open64_2(const char *path, int flags)
+{
+    RESOLVE(real_open64_2, "__open64_2");
+    return opened(real_open64_2(path, flags));
+}
+
+int __openat_2(int dir, const char *path, int flags)
+{
+    RESOLVE(real_openat_2, "__openat_2");
+    return opened(real_openat_2(dir, path, flags));
+}
+
+int __openat64_2(int dir, const char *path, int flags)
+{
+    RESOLVE(real_openat64_2, "__openat64_2");
+    return opened(real_openat64_2(dir, path, flags));
+}
+
+int creat(const char *path, mode_t mode)
+{
+    RESOLVE(real_creat, "creat");
+    return opened(real_creat(path, mode));
+}
+
+static FILE *fopened(FILE *f)
+{
+    if (f)
+        announce(fileno(f));
+    return f;
+}
+
+FILE *fopen(const char *path, const char *mode)
+{
+    RESOLVE(real_fopen, "fopen");
+    return fopened(real_fopen(path, mode));
+}
+
+FILE *fopen64(const char *path, const char *mode)
+{
+    RESOLVE(real_fopen64, "fopen64");
+    return fopened(real_fopen64(path, mode));
+}
+
+FILE *freopen(const char *path, const char *mode, FILE *f)
+{
+    RESOLVE(real_freopen, "freopen");
+    return fopened(real_freopen(path, mode, f));
+}

@@ -1,0 +1,246 @@
+"""Page sets of real programs: every file page a run uses, by mapping and by read-family
+calls, whatever read-ahead, fault-around and folio size do. The truth is the program's
+own argument list (workloads/pageset_touch.c), a run under MADV_RANDOM, the files
+Python opened."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.cli import main as cli_main
+from pagecast.collect.record import record_faults
+from pagecast.trace import Kind, open_trace
+from pagecast.trace.pageset import file_page_sets
+from pagecast.util.pagecache import drop_file
+from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
+
+pytestmark = [pytest.mark.perf, needs_perf]
+
+PAGE = 4096
+
+
+@pytest.fixture(scope="module")
+def touch() -> Path:
+    return build_workload("pageset_touch")
+
+
+@pytest.fixture()
+def data_dir(tmp_path: Path) -> Path:
+    # on a disk file system (read-ahead, folios), not tmpfs
+    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata" / f"ps-{os.getpid()}-{tmp_path.name}"
+    base.mkdir(parents=True, exist_ok=True)
+    yield base
+    for p in base.iterdir():
+        p.unlink()
+    base.rmdir()
+
+
+def _write(path: Path, pages: int, seed: int) -> Path:
+    path.write_bytes(np.random.default_rng(seed).integers(0, 256, pages * PAGE, dtype=np.uint8).tobytes())
+    return path
+
+
+def _first_order(pages: list[int]) -> list[int]:
+    seen: set[int] = set()
+    return [p for p in pages if not (p in seen or seen.add(p))]
+
+
+def test_exact_page_sets_mmap_pread_read_fresh(touch, data_dir, tmp_path):
+    cold_map = _write(data_dir / "cold_map.bin", 512, 1)
+    warm_map = _write(data_dir / "warm_map.bin", 256, 2)
+    cold_pread = _write(data_dir / "cold_pread.bin", 300, 3)
+    cold_read = _write(data_dir / "cold_read.bin", 200, 4)
+    mixed = _write(data_dir / "mixed.bin", 128, 5)
+    for f in (cold_map, cold_pread, cold_read, mixed):
+        drop_file(f)
+    fresh = _write(data_dir / "fresh.bin", 16384, 6)  # 64 MiB just written: large folios in the cache
+    warm_map.read_bytes()  # all cached: fault-around maps neighbours without faults
+    want = {
+        cold_map: [7, 3, 100, 101, 102, 200, 3, 511, 0, 64],
+        warm_map: [5, 6, 9, 1, 255, 128, 6],
+        fresh: [0, 1, 2, 3, 1000, 5000, 5001, 16383, 777],
+        cold_pread: [10, 11, 12, 50, 40, 299, 10],
+        cold_read: [0, 1, 2, 3, 150, 199, 2],
+        mixed: [3, 4, 60, 5, 90],
+    }
+    specs = [
+        f"mmap:{cold_map}:{','.join(map(str, want[cold_map]))}",
+        f"mmap:{warm_map}:{','.join(map(str, want[warm_map]))}",
+        f"mmapw:{fresh}:{','.join(map(str, want[fresh]))}",
+        f"pread:{cold_pread}:{','.join(map(str, want[cold_pread]))}",
+        f"read:{cold_read}:{','.join(map(str, want[cold_read]))}",
+        f"read1:{mixed}:3,4,60",
+        f"mmap:{mixed}:5,90,3",
+    ]
+    out = tmp_path / "t.parquet"
+    res = record_faults([str(touch), *specs], out)
+    assert res.exit_status == 0 and res.lost == 0 and res.warnings == []
+    sets = file_page_sets(out)
+    for f, pages in want.items():
+        assert sets[str(f)].tolist() == _first_order(pages), f.name
+    # the row kinds say how each page was first used
+    t = open_trace(out)
+    cols = t.read(["region", "page", "kind"])
+    rid = {r.path: r.id for r in t.regions if r.kind == "file"}
+    def rows(f, kind):
+        sel = (cols["region"] == rid[str(f)]) & (cols["kind"] == kind)
+        return cols["page"][sel].tolist()
+    assert rows(cold_pread, Kind.FILE_READ) == _first_order(want[cold_pread])
+    assert rows(cold_pread, Kind.FILE_MAPPED) == []
+    assert rows(fresh, Kind.FILE_MAPPED) == _first_order(want[fresh])
+    assert rows(mixed, Kind.FILE_READ) == [3, 4, 60]
+    assert rows(mixed, Kind.FILE_MAPPED) == [5, 90, 3]
+    # the fault stream is still there: every first touch of a mapped page is one fault
+    f_sel = (cols["region"] == rid[str(cold_map)]) & np.isin(cols["kind"], [Kind.FAULT_MINOR, Kind.FAULT_MAJOR])
+    assert cols["page"][f_sel].tolist() == _first_order(want[cold_map])
+
+
+SQLITE_MAKE = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("create table t(id integer primary key, k integer, v text)")
+c.executemany("insert into t(k, v) values (?, ?)", ((i * 7919 % 100003, 'x' * 200) for i in range(30000)))
+c.execute("create index tk on t(k)")
+c.commit()
+"""
+SQLITE_QUERY = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("pragma mmap_size=1000000000")  # the database is read through a mapping
+n = sum(len(c.execute("select v from t where k = ?", (k,)).fetchall()) for k in range(0, 100003, 997))
+n += c.execute("select count(*) from t where id between 10000 and 11000").fetchone()[0]
+print(n)
+"""
+
+
+def test_sqlite_mmap_query_every_database_page(data_dir, tmp_path):
+    """Default advice, a freshly written (warm, large-folio) database: the recorded page set
+    equals what the userfaultfd pager served (every first touch is a missing fault there)."""
+    from pagecast.online.pager import probe, run_pager
+
+    try:
+        probe()
+    except Exception as e:  # the pager needs userfaultfd
+        pytest.skip(f"pager unavailable: {e}")
+    db = data_dir / "q.sqlite"
+    subprocess.run([sys.executable, "-c", SQLITE_MAKE, str(db)], check=True)
+    cmd = [sys.executable, "-c", SQLITE_QUERY, str(db)]
+    ref_run = run_pager(cmd, [(str(db), 1 << 30)], trace_out=tmp_path / "pager.parquet", stdout=subprocess.DEVNULL)
+    assert ref_run.returncode == 0
+    ref = open_trace(tmp_path / "pager.parquet").read()
+    missing = (ref["kind"] == Kind.FAULT) & ((ref["flags"] >> 4) == 0)
+    ref_pages = set(ref["page"][missing].tolist())
+    res = record_faults(cmd, tmp_path / "t.parquet", stdout=subprocess.DEVNULL)
+    assert res.exit_status == 0 and res.lost == 0
+    got = file_page_sets(tmp_path / "t.parquet")[str(db)]
+    assert len(got) == len(set(got.tolist()))
+    assert set(got.tolist()) == ref_pages
+    # the fault stream alone (what the kernel faults by default) misses most of them
+    record_faults(cmd, tmp_path / "f.parquet", stdout=subprocess.DEVNULL, pageset=False)
+    assert len(file_page_sets(tmp_path / "f.parquet")[str(db)]) < len(ref_pages)
+
+
+def test_python_import_json_reads_its_pyc_files(tmp_path):
+    """Every module file `import json` loaded (sys.modules, after a run that wrote the
+    caches) is in the page set, whole: CPython reads them with read()."""
+    ref = subprocess.run(
+        [sys.executable, "-c", "import json, sys; print('\\n'.join(m.__cached__ or m.__file__ for n, m in "
+         "sys.modules.items() if n == 'json' or n.startswith('json.')))"],
+        check=True, capture_output=True, text=True).stdout.split()
+    ref = [p for p in ref if os.path.exists(p)]
+    assert len(ref) >= 3
+    res = record_faults([sys.executable, "-c", "import json"], tmp_path / "t.parquet")
+    assert res.exit_status == 0 and res.file_pages_read > 0
+    sets = file_page_sets(tmp_path / "t.parquet")
+    for p in ref:
+        pages = -(-os.path.getsize(p) // PAGE)
+        assert sorted(sets[p].tolist()) == list(range(pages)), p
+
+
+def test_static_binary_gets_a_warning_not_a_traceback(tmp_path, capsys):
+    src = tmp_path / "st.c"
+    src.write_text("int main(void) { return 3; }\n")
+    exe = tmp_path / "st"
+    if subprocess.run(["cc", "-static", "-o", str(exe), str(src)], capture_output=True).returncode != 0:
+        pytest.skip("no static C library to build a static test program")
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "-o", str(out), "--", str(exe)])
+    err = capsys.readouterr().err
+    assert rc == 3 and "Traceback" not in err
+    warn = [line for line in err.splitlines() if line.startswith("pagecast record: warning:")]
+    assert len(warn) == 1 and "st: ran without the page-set shim" in warn[0]
+    assert open_trace(out).meta["pageset"]["warnings"] == [warn[0].split("warning: ", 1)[1]]
+
+
+def test_program_that_exits_at_once(tmp_path, capsys):
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "--json", "-o", str(out), "--", "true"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["exit_status"] == 0 and res["warnings"] == []
+    assert open_trace(out).meta["pageset"]["mapped"] is True
+
+
+def test_faults_only_records_no_page_set_rows(touch, data_dir, tmp_path, capsys):
+    f = _write(data_dir / "a.bin", 64, 7)
+    out = tmp_path / "t.parquet"
+    rc = cli_main(["record", "--faults-only", "--json", "-o", str(out), "--", str(touch), f"pread:{f}:1,2"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["pageset"] is False and res["file_pages_read"] == 0
+    kinds = set(open_trace(out).read(["kind"])["kind"].tolist())
+    assert kinds <= {int(Kind.FAULT_MINOR), int(Kind.FAULT_MAJOR)}
+    assert open_trace(out).meta["pageset"] is None
+
+
+def test_info_reports_pages_bytes_fraction_per_file(touch, data_dir, tmp_path, capsys):
+    a = _write(data_dir / "a.bin", 40, 8)
+    b = _write(data_dir / "b.bin", 10, 9)
+    out = tmp_path / "t.parquet"
+    res = record_faults([str(touch), f"pread:{a}:0,1,2,3,9,9", f"mmap:{b}:4,5"], out)
+    assert res.exit_status == 0
+    assert cli_main(["info", "--json", str(out)]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["files_source"] == "pageset"
+    files = {f["file"]: f for f in info["files"]}
+    assert files[str(a)] == {"file": str(a), "pages_used": 5, "bytes_used": 5 * PAGE, "file_pages": 40,
+                                   "fraction": 0.125, "mapped_pages": 0, "read_pages": 5}
+    assert files[str(b)]["pages_used"] == 2 and files[str(b)]["fraction"] == 0.2 and files[str(b)]["mapped_pages"] == 2
+    assert cli_main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "files: pages used by the run (page-set rows)" in text and str(a) in text
+
+
+MREMAP_FORK = """
+import mmap, os, sys
+f = open(sys.argv[1], "r+b")
+m = mmap.mmap(f.fileno(), 10 * 4096)
+m[3 * 4096]
+m.resize(400 * 4096)  # mremap: perf reports no mapping record for the moved range
+for p in (50, 60, 399, 2):
+    m[p * 4096]
+pid = os.fork()  # the child keeps the mapping but not the parent's userfaultfd registration
+if pid == 0:
+    ro = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    for p in (100, 101, 102):
+        ro[p * 4096]
+    m[200 * 4096]
+    m[201 * 4096]
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+def test_mremap_and_forked_child(data_dir, tmp_path):
+    f = _write(data_dir / "r.bin", 400, 10)
+    f.read_bytes()  # cached: fault-around would map neighbours of every touch
+    res = record_faults([sys.executable, "-c", MREMAP_FORK, str(f)], tmp_path / "t.parquet")
+    assert res.exit_status == 0 and res.warnings == []
+    got = file_page_sets(tmp_path / "t.parquet")[str(f)].tolist()
+    assert got == [3, 50, 60, 399, 2, 100, 101, 102, 200, 201]
