@@ -345,6 +345,9 @@ def default_strategies() -> list[Strategy]:
         Strategy("kernel: SEQUENTIAL (fadvise/madvise)", "kernel", lambda c: Launch(c.argv, _preload("sequential"))),
         Strategy("kernel: WILLNEED whole files (training runs' files)", "kernel",
                  lambda c: Launch(c.argv, pre=lambda: willneed_files(c.train_pages))),
+        # no predictor: what pagecast run's start-up and fault monitoring alone cost this program
+        Strategy("pagecast run, no predictor (start-up + monitoring)", "pagecast",
+                 lambda c: Launch(c.pagecast("run", "--", *c.argv))),
         Strategy("pagecast run --policy nextline", "pagecast",
                  lambda c: Launch(c.pagecast("run", "--policy", "nextline", "--", *c.argv))),
         Strategy("pagecast run --policy markov", "pagecast",
