@@ -212,9 +212,9 @@ CASES: dict[str, Callable[[Path, bool], Case]] = {
 
 # --------------------------------------------------------------------------- main
 
-def machine_facts(dev: str | None) -> dict[str, str]:
+def machine_facts(dev: str | None, started: float) -> dict[str, str]:
     ra = Path(f"/sys/block/{dev}/queue/read_ahead_kb") if dev else None
-    return {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "kernel": platform.release(),
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "kernel": platform.release(),
             "cores": str(os.cpu_count()), "device": dev or "?",
             "read_ahead_kb": ra.read_text().strip() if ra and ra.exists() else "?",
             "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_programs: {e}", file=sys.stderr)
         return 1
     report = {"command": " ".join(["python", "benchmarks/real_programs.py", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": machine_facts(results[0]["device"] if results else None), "rounds": rounds,
+              "machine": machine_facts(results[0]["device"] if results else None, t0), "rounds": rounds,
               "quick": args.quick, "load_average_start": list(load0), "elapsed_s": round(time.time() - t0, 1),
               "cases": results}
     work.mkdir(parents=True, exist_ok=True)
