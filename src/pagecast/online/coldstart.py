@@ -325,6 +325,14 @@ def _run_schedule(ctx: Context) -> Launch | None:
     return Launch(ctx.pagecast("run", "--schedule", str(s), "--", *ctx.argv)) if s else None
 
 
+def _run_schedule_random(ctx: Context) -> Launch | None:
+    # pagecast run leaves the kernel's read-around on: on an mmap'd file it reads most of
+    # the file besides the schedule. The advice shim turns it off for the program only
+    # (pagecast run scrubs nothing from the environment, so the program inherits it).
+    s = ctx.artifacts.get("schedule")
+    return Launch(ctx.pagecast("run", "--schedule", str(s), "--", *ctx.argv), _preload("random")) if s else None
+
+
 def _run_pack(ctx: Context) -> Launch | None:
     packs = ctx.artifacts.get("packs") or []
     if not packs:
@@ -353,6 +361,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --policy markov", "pagecast",
                  lambda c: Launch(c.pagecast("run", "--policy", "markov", "--", *c.argv))),
         Strategy("pagecast run --schedule (training runs)", "pagecast", _run_schedule, train=_schedule),
+        Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
