@@ -141,7 +141,7 @@ def git_case(cache: Path, quick: bool, repo: Path | None = None) -> Case:
     size = sum(f.stat().st_size for f in (gitdir / "objects").rglob("*") if f.is_file()) >> 20
     git_bin = subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout.strip()
     return Case("git", f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]} "
-                f"over this repository ({size} MiB of objects): log -p and blame of one directory",
+                f"over this repository ({size} MiB of objects): git log -p of one or two directories",
                 [git("log -p src/pagecast/online", "log", "-p", "--", "src/pagecast/online"),
                  git("log -p src/pagecast/sim", "log", "-p", "--", "src/pagecast/sim")],
                 git("log -p src/pagecast/trace docs", "log", "-p", "--", "src/pagecast/trace", "docs"),
