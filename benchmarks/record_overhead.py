@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,13 +37,18 @@ from pathlib import Path
 from pagecast.util.workloads import build_workload
 
 
-def timed(cmd: list[str]) -> float:
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds, and CPU seconds (user + system) of the command and all its children:
+    on a loaded machine the CPU time is the steadier cost."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(work: list[str], tmp: Path, repeat: int, perf: str | None) -> dict[str, float]:
+def measure(work: list[str], tmp: Path, repeat: int, perf: str | None) -> tuple[dict[str, float], dict[str, float]]:
     py = sys.executable
     rec = [py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "t.parquet"), "--"]
     variants = {
@@ -53,11 +59,13 @@ def measure(work: list[str], tmp: Path, repeat: int, perf: str | None) -> dict[s
     if perf:
         variants["perf record -c 1 -d"] = [perf, "record", "-q", "-e", "page-faults", "-c", "1", "-d",
                                            "-o", str(tmp / "perf.data"), "--", *work]
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for _ in range(repeat):
         for k, cmd in variants.items():
             times[k].append(timed(cmd))
-    return {k: statistics.median(v) for k, v in times.items()}
+    wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+    cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
+    return wall, cpu
 
 
 def main() -> int:
@@ -89,9 +97,11 @@ def main() -> int:
     }
     out: dict = {"repeat": args.repeat, "workloads": {}}
     for name, (work, touched) in workloads.items():
-        med = measure(work, tmp, args.repeat, perf)
-        out["workloads"][name] = {"pages_touched_per_run": touched, "median_s": med,
-                                  "ratio_vs_plain": {k: v / med["plain"] for k, v in med.items() if k != "plain"}}
+        med, cpu = measure(work, tmp, args.repeat, perf)
+        out["workloads"][name] = {"pages_touched_per_run": touched, "median_s": med, "median_cpu_s": cpu,
+                                  "ratio_vs_plain": {k: v / med["plain"] for k, v in med.items() if k != "plain"},
+                                  "cpu_ratio_vs_plain": {k: v / max(cpu["plain"], 1e-3) for k, v in cpu.items()
+                                                         if k != "plain"}}
     # memory: many faults, peak RSS of the recorder process
     big = [storm, str(args.mib), str(args.big_rounds)]
     p = subprocess.run([py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "big.parquet"), "--", *big],
@@ -106,8 +116,9 @@ def main() -> int:
     for name, w in out["workloads"].items():
         print(f"{name}: {w['pages_touched_per_run']:,} page touches per run, median of {args.repeat}:")
         for k, v in w["median_s"].items():
-            ratio = "" if k == "plain" else f"  {w['ratio_vs_plain'][k]:.2f}x plain"
-            print(f"  {k:32s} {v:7.3f} s{ratio}")
+            ratio = "" if k == "plain" else f"  {w['ratio_vs_plain'][k]:6.2f}x plain"
+            cratio = "" if k == "plain" else f"  {w['cpu_ratio_vs_plain'][k]:6.2f}x plain"
+            print(f"  {k:32s} wall {v:7.3f} s{ratio:16s}  cpu {w['median_cpu_s'][k]:7.3f} s{cratio}")
     print("target: pagecast record <= 2x plain")
     b = out["big"]
     print(f"memory: {b['faults']:,} faults recorded, {b['lost']} lost, recorder peak RSS {b['recorder_peak_rss_mib']} MiB, "

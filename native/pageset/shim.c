@@ -35,6 +35,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <pthread.h>
@@ -143,11 +144,23 @@ static void watch(void *addr, size_t len)
     (void)ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
-/* Register every file mapping listed in /proc/self/maps (raw syscalls and a static
- * buffer: this also runs in a forked child of a multi-threaded parent). */
+static void watch_line(char *line)
+{
+    unsigned long lo, hi, ino;
+    char perms[8];
+    int pathpos = 0;
+    if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
+        pathpos > 0 && line[pathpos] == '/')
+        watch((void *)lo, hi - lo);
+}
+
+/* Register every file mapping listed in /proc/self/maps. Raw syscalls and a small stack
+ * buffer: this also runs in a forked child of a multi-threaded parent, and a large static
+ * buffer would give the shim a .bss mapping of its own, an anonymous region that would
+ * shift the numbering of the program's anonymous regions (their identity across runs). */
 static void watch_all(void)
 {
-    static char buf[1 << 20];
+    char buf[8192];
     int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
@@ -157,23 +170,23 @@ static void watch_all(void)
         if (k <= 0)
             break;
         n += (size_t)k;
+        buf[n] = 0;
+        char *line = buf, *nl;
+        while ((nl = strchr(line, '\n'))) {
+            *nl = 0;
+            watch_line(line);
+            line = nl + 1;
+        }
+        n = (size_t)(buf + n - line);
+        memmove(buf, line, n);
         if (n == sizeof buf - 1)
-            break;
+            n = 0; /* a line longer than the buffer: drop it */
+    }
+    if (n) {
+        buf[n] = 0;
+        watch_line(buf);
     }
     close(fd);
-    buf[n] = 0;
-    for (char *line = buf; line && *line;) {
-        char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = 0;
-        unsigned long lo, hi, ino;
-        char perms[8];
-        int pathpos = 0;
-        if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
-            pathpos > 0 && line[pathpos] == '/')
-            watch((void *)lo, hi - lo);
-        line = nl ? nl + 1 : NULL;
-    }
 }
 
 static int regular_fd(int fd)
@@ -185,11 +198,13 @@ static int regular_fd(int fd)
 /* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
 static void announce(int fd)
 {
-    if (!regular_fd(fd))
-        return;
-    void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, 0);
-    if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096)
-        syscall(SYS_munmap, p, PAGE);
+    int saved = errno; /* the program's open succeeded: leave errno as it was */
+    if (regular_fd(fd)) {
+        void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096)
+            syscall(SYS_munmap, p, PAGE);
+    }
+    errno = saved;
 }
 
 static void before_fork(void)
@@ -239,9 +254,11 @@ static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
         flags = (flags & ~MAP_TYPE) | MAP_PRIVATE;
     void *p = real_mmap(addr, len, prot, flags, fd, off);
     if (file && p != MAP_FAILED) {
+        int saved = errno;
         pthread_mutex_lock(&mu);
         watch(p, len);
         pthread_mutex_unlock(&mu);
+        errno = saved;
     }
     return p;
 }
@@ -300,9 +317,20 @@ void *dlmopen(Lmid_t lmid, const char *file, int mode)
     return h;
 }
 
+static int needs_mode(int flags)
+{
+    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE;
+}
+
 static mode_t mode_arg(int flags, va_list ap)
 {
-    return (flags & (O_CREAT | __O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+    return needs_mode(flags) ? (mode_t)va_arg(ap, int) : 0;
+}
+
+/* If the next library lacks a variant (an older libc), the system call does the same. */
+static int sys_open(int dir, const char *path, int flags, mode_t mode)
+{
+    return (int)syscall(SYS_openat, dir, path, flags, mode);
 }
 
 static int opened(int fd)
@@ -319,7 +347,7 @@ int open(const char *path, int flags, ...)
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open, "open");
-    return opened(real_open(path, flags, m));
+    return opened(real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
 }
 
 int open64(const char *path, int flags, ...)
@@ -329,7 +357,7 @@ int open64(const char *path, int flags, ...)
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open64, "open64");
-    return opened(real_open64(path, flags, m));
+    return opened(real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
 }
 
 int openat(int dir, const char *path, int flags, ...)
@@ -339,7 +367,7 @@ int openat(int dir, const char *path, int flags, ...)
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat, "openat");
-    return opened(real_openat(dir, path, flags, m));
+    return opened(real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
 }
 
 int openat64(int dir, const char *path, int flags, ...)
@@ -349,37 +377,37 @@ int openat64(int dir, const char *path, int flags, ...)
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat64, "openat64");
-    return opened(real_openat64(dir, path, flags, m));
+    return opened(real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
 }
 
 int __open_2(const char *path, int flags)
 {
     RESOLVE(real_open_2, "__open_2");
-    return opened(real_open_2(path, flags));
+    return opened(real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
 }
 
 int __open64_2(const char *path, int flags)
 {
     RESOLVE(real_open64_2, "__open64_2");
-    return opened(real_open64_2(path, flags));
+    return opened(real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
 }
 
 int __openat_2(int dir, const char *path, int flags)
 {
     RESOLVE(real_openat_2, "__openat_2");
-    return opened(real_openat_2(dir, path, flags));
+    return opened(real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
 }
 
 int __openat64_2(int dir, const char *path, int flags)
 {
     RESOLVE(real_openat64_2, "__openat64_2");
-    return opened(real_openat64_2(dir, path, flags));
+    return opened(real_openat64_2 ? real_openat64_2(dir, path, flags) : sys_open(dir, path, flags | O_LARGEFILE, 0));
 }
 
 int creat(const char *path, mode_t mode)
 {
     RESOLVE(real_creat, "creat");
-    return opened(real_creat(path, mode));
+    return opened(real_creat ? real_creat(path, mode) : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
 }
 
 static FILE *fopened(FILE *f)

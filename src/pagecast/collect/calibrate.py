@@ -44,7 +44,8 @@ class CalibrateConfig:
     fill_pages: int = 200  # pages per fill measurement
 
 
-STEPS = 5  # progress: write, sequential, random, three fills folded into two
+STEPS = 5  # progress steps: test file, sequential, random reads, fault + fadvise fills, pager fill
+FADVISE_TIMEOUT_S = 5.0  # a file system whose WILLNEED reads nothing must not hang calibration
 
 
 def calibrate(cfg: CalibrateConfig, on_step: Callable[[str], None] | None = None) -> DeviceModel:
@@ -207,13 +208,18 @@ def _fill_by_fadvise(f: Path, single: np.ndarray, batch: np.ndarray) -> FillCost
             t = time.perf_counter_ns()
             os.posix_fadvise(fd, p * PAGE, PAGE, os.POSIX_FADV_WILLNEED)
             while not _resident(addr + p * PAGE, 1, vec1)[0]:
-                pass
+                if time.perf_counter_ns() - t > FADVISE_TIMEOUT_S * 1e9:
+                    del anchor
+                    return FillCost("fadvise", 0, 0, note="not measured: WILLNEED brought no page in")
             ns[i] = time.perf_counter_ns() - t
         vec = (ctypes.c_ubyte * npages)()
         t = time.perf_counter_ns()
         for p in batch.tolist():
             os.posix_fadvise(fd, p * PAGE, PAGE, os.POSIX_FADV_WILLNEED)
         while not _resident(addr, npages, vec)[batch].all():
+            if time.perf_counter_ns() - t > FADVISE_TIMEOUT_S * 1e9 * 10:
+                del anchor
+                return FillCost("fadvise", 0, 0, note="not measured: WILLNEED did not bring the pages in")
             time.sleep(0.0002)
         per_page = (time.perf_counter_ns() - t) // len(batch)
         del anchor

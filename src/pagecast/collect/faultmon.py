@@ -41,6 +41,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from pagecast.collect.inode_path import path_of_inode
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
@@ -193,6 +194,7 @@ class FaultMonitor:
         self._pending_uses: list[np.ndarray] = []
         self._shim_path: str | None = None
         self._region_dev: dict[int, int] = {}  # file region -> kernel dev
+        self._mapped_regions: set[int] = set()  # file regions with a real mapping (their base is known)
         self._ps_cache: np.ndarray | None = None
         self._comm: dict[int, str] = {}  # pid -> name at its last exec
         self._no_shim: dict[int, str] = {}  # exec'd processes that have not mapped the shim (yet)
@@ -311,6 +313,12 @@ class FaultMonitor:
         del self._buf[:8 + flen]
         return int(ftype), payload
 
+    def _frame_buffered(self) -> bool:
+        """Whether a whole frame is already read and waiting (no system call)."""
+        if len(self._buf) < 8:
+            return False
+        return len(self._buf) >= 8 + int(np.frombuffer(self._buf, dtype="<u4", count=2)[1])
+
     def _dispatch(self, ftype: int, payload: bytes) -> bool:
         """Handle a frame; returns True when pending events may be released."""
         if ftype == FR_SAMPLES:
@@ -371,7 +379,8 @@ class FaultMonitor:
             frame = self._next_frame()
             if frame is None:
                 break
-            if self._dispatch(*frame):
+            # a reader that fell behind has several drains buffered: release once, at the last
+            if self._dispatch(*frame) and not self._frame_buffered():
                 batch = self._release(self._watermark)
                 if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
                     yield batch
@@ -447,8 +456,8 @@ class FaultMonitor:
         )
 
     def _release_uses(self, watermark: int | None) -> FileUseBatch | None:
-        """Read calls older than the watermark, as file-region page ranges (after this
-        release's mmap records were applied: they may name the inodes)."""
+        """File tracepoint samples older than the watermark, as file-region page ranges
+        (after this release's mmap records were applied: they may name the inodes)."""
         if not self._pending_uses:
             return None
         s = np.concatenate(self._pending_uses) if len(self._pending_uses) > 1 else self._pending_uses[0]
@@ -459,7 +468,7 @@ class FaultMonitor:
         if not len(ready):
             return None
         keys = (ready["dev"].astype(np.uint64) << np.uint64(32)) ^ ready["ino"]
-        uk, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
+        _, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
         rids = np.array([self._inode_region(int(ready["dev"][i]), int(ready["ino"][i]), int(ready["pid"][i]))
                          for i in first_at], np.int32)
         region = rids[inv]
@@ -479,13 +488,13 @@ class FaultMonitor:
         size = self._file_size.get(rid)
         if size is None or wanted * PAGE_SIZE >= size:
             path = self.regions[rid].path
-            if path:
-                try:
-                    size = os.stat(path).st_size
-                except OSError:
-                    pass
-            self._file_size[rid] = size if size is not None else (wanted + 1) * PAGE_SIZE
-            size = self._file_size[rid]
+            try:
+                size = os.stat(path).st_size if path else None
+            except OSError:
+                pass
+            if size is None:  # no name (yet) or gone: the call's range is all there is to go by
+                return wanted
+            self._file_size[rid] = size
             if size > self.regions[rid].length:
                 self.regions[rid].length = size
                 self._changed_regions.add(rid)
@@ -493,12 +502,13 @@ class FaultMonitor:
 
     def _inode_region(self, dev: int, ino: int, pid: int) -> int:
         """The file region of (kernel dev, inode): known from a mapping or an announced open,
-        else found among the process's open files, else a region named by the inode that
-        a later mapping of the file will name."""
+        else found among the process's open files, else opened by its inode number
+        (``inode_path``), else a region named by the inode that a later mapping of the
+        file will name."""
         rid = self._inode_regions.get((dev, ino))
         if rid is not None:
             return rid
-        path = _open_file_path(pid, dev, ino)
+        path = _open_file_path(pid, dev, ino) or path_of_inode(dev, ino)
         if path is not None:
             return self._file_region(path, dev, ino, 0, 0)
         name = f"inode {dev >> 20}:{dev & 0xFFFFF}:{ino}"
@@ -536,6 +546,11 @@ class FaultMonitor:
             if pgoff + length > r.length:
                 r.length = pgoff + length
                 self._changed_regions.add(rid)
+            if length and rid not in self._mapped_regions:
+                r.base = start - pgoff  # first mapping of a file that was opened or read before
+                self._changed_regions.add(rid)
+        if length:
+            self._mapped_regions.add(rid)
         if ino and (dev, ino) not in self._inode_regions:
             self._inode_regions[(dev, ino)] = rid
         if rid not in self._region_dev:

@@ -2,8 +2,9 @@
 
 By default (page-set mode) the program runs under the page-set shim and the read-family
 tracepoint is sampled too, and besides the fault rows the trace holds one FILE_MAPPED or
-FILE_READ row per file page at its first use (``pagecast.collect.pageset``);
-``pageset=False`` records the page faults alone, as the kernel takes them by default.
+FILE_READ row per file page at its first use (``pagecast.collect.pageset``).
+``pageset=False`` (``pagecast record --faults-only``) records the page faults alone, as
+the kernel takes them by default.
 
 Rows stream from the collector into a journaled ``TraceWriter`` as they arrive, so memory
 stays bounded however many faults the program takes, and a recorder killed midway leaves
