@@ -91,6 +91,7 @@ class Context:
     train_pages: dict[str, np.ndarray]  # union of the training runs' page sets, per file
     oracle_pages: dict[str, np.ndarray]  # the held-out run's own page set, per file
     artifacts: dict[str, Any] = field(default_factory=dict)
+    cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
 
     def pagecast(self, *args: str) -> list[str]:
         """argv of a pagecast command (this interpreter, this package)."""
@@ -304,6 +305,8 @@ def _schedule(ctx: Context) -> None:
 
     sched = merge_schedules([schedule_from_trace(str(t)) for t in ctx.train_traces], 1)
     ctx.artifacts["schedule"] = write_schedule(ctx.work / "train.schedule.parquet", sched) if len(sched) else None
+    if ctx.artifacts["schedule"]:
+        ctx.cold_artifacts.append(ctx.artifacts["schedule"])
 
 
 def _packs(ctx: Context) -> None:
@@ -318,6 +321,7 @@ def _packs(ctx: Context) -> None:
             ctx.artifacts.setdefault("notes", []).append(
                 f"no page pack for {Path(f).name}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     ctx.artifacts["packs"] = packs
+    ctx.cold_artifacts.extend(packs)  # a pack is read from the disk on every run, as in a real cold start
 
 
 def _run_schedule(ctx: Context) -> Launch | None:
@@ -327,8 +331,8 @@ def _run_schedule(ctx: Context) -> Launch | None:
 
 def _run_schedule_random(ctx: Context) -> Launch | None:
     # pagecast run leaves the kernel's read-around on: on an mmap'd file it reads most of
-    # the file besides the schedule. The advice shim turns it off for the program only
-    # (pagecast run scrubs nothing from the environment, so the program inherits it).
+    # the file besides the schedule. The advice shim turns it off; pagecast run passes its
+    # environment on, so the program inherits it (pagecast's own files are cached anyway).
     s = ctx.artifacts.get("schedule")
     return Launch(ctx.pagecast("run", "--schedule", str(s), "--", *ctx.argv), _preload("random")) if s else None
 
@@ -448,6 +452,9 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     for s in cfg.strategies or default_strategies():
         if s.train:
             s.train(ctx)
+    if ctx.cold_artifacts:
+        make_cold(ctx.cold_artifacts, sync=True)  # just written
+        files = files + regular_files(ctx.cold_artifacts)
     return ctx, files
 
 
