@@ -130,3 +130,32 @@ def test_quick_cli_json_git(tmp_path, monkeypatch):
     assert kinds == {"kernel", "pagecast", "oracle", "warm"}
     assert "pagecast run --pack (training runs)" in c["skipped"]  # git's files are not mapped through the pager
     assert (tmp_path / "w" / "real_programs.json").exists()
+
+
+_TOUCH = r"""
+import mmap, os, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDONLY)
+if how == "read":
+    os.pread(fd, 4096, 0)  # the first read at offset 0 opens a read-ahead window (a random one elsewhere would not)
+else:
+    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    m[100 * 4096]
+"""
+
+
+@pytest.mark.parametrize("how", ["read", "mmap"])
+def test_advice_shim_turns_read_ahead_off(tmp_path, how):
+    """One page touched in a cold 8 MiB file: read-ahead brings in more by default, exactly
+    that page under PAGECAST_ADVICE=random (posix_fadvise on open, madvise on mmap)."""
+    page = 0 if how == "read" else 100
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    resident = {}
+    for advice in ("default", "random"):
+        cs.make_cold([f], sync=True)
+        env = dict(os.environ, **(cs._preload("random") if advice == "random" else {}))
+        subprocess.run([sys.executable, "-c", _TOUCH, str(f), how], env=env, check=True)
+        resident[advice] = np.nonzero(resident_pages(f))[0].tolist()
+    assert resident["random"] == [page]
+    assert page in resident["default"] and len(resident["default"]) > 1
