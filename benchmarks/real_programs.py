@@ -1,0 +1,290 @@
+"""Cold start of real programs: the kernel's strategies, every pagecast strategy, the oracle, warm cache.
+
+    python benchmarks/real_programs.py                    # every case, 5 rounds (about 20-30 min on 2 cores)
+    python benchmarks/real_programs.py --quick            # small data, 1 round: a smoke test
+    python benchmarks/real_programs.py --cases sqlite-mmap,git --rounds 7 --json
+
+Programs the project did not write: SQLite through Python's sqlite3 module (mmap I/O and
+ordinary reads) over a generated database, CPython importing a large package (sympy),
+git over a real repository (this checkout's own), and a safetensors (mmap) reader of a
+generated weights file. Each case has training inputs and a held-out input that touches
+different pages; every run starts cold (posix_fadvise DONTNEED on each file involved),
+strategies interleaved round by round, medians. Harness: ``pagecast.online.coldstart``.
+Generated data goes to ``$PAGECAST_CACHE/realbench`` (default ~/.cache/pagecast) and is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sqlite3
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import Callable
+
+from tqdm import tqdm
+
+REPO = Path(__file__).resolve().parent.parent
+if (REPO / "src" / "pagecast").is_dir():  # a clone without `pip install -e .`: this tree, for us and the pagecast commands we start
+    sys.path.insert(0, str(REPO / "src"))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
+
+from pagecast.errors import PagecastError  # noqa: E402
+from pagecast.online.coldstart import Case, Config, Input, format_case, run_case  # noqa: E402
+from pagecast.online.workload import cache_dir  # noqa: E402
+
+PY = sys.executable
+
+# --------------------------------------------------------------------------- SQLite
+
+SQLITE_QUERY = r"""
+import sqlite3, sys, random
+db, mmap_size, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+c.execute(f"PRAGMA mmap_size={mmap_size}")
+rows = c.execute("SELECT value FROM meta WHERE name = 'rows'").fetchone()[0]
+rng = random.Random(seed)
+total = 0
+# a power-law head shared by every input plus an input-specific spread; k is a scattered
+# permutation of the rowid, so neighbouring ranks live on unrelated pages
+for _ in range(n):
+    k = int(rows * rng.random() ** 3)
+    total += c.execute("SELECT length(v) FROM t WHERE k = ?", (k,)).fetchone()[0]
+lo = rng.randrange(rows - 2000)
+total += c.execute("SELECT count(*), sum(length(v)) FROM t WHERE id BETWEEN ? AND ?", (lo, lo + 2000)).fetchone()[0]
+print(total)
+"""
+
+
+def sqlite_db(cache: Path, quick: bool) -> Path:
+    """A generated table (rowid, scattered key, 300-byte blob) with an index on the key."""
+    rows = 100_000 if quick else 1_000_000
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"sqlite_{rows}.db"
+    if path.exists():
+        return path
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    con = sqlite3.connect(tmp)
+    prime = 1_000_003  # coprime with rows: (x * prime) % rows is a permutation
+    con.executescript(f"""
+        PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;
+        CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v BLOB NOT NULL);
+        WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < {rows - 1})
+          INSERT INTO t SELECT x, (x * {prime}) % {rows}, randomblob(300) FROM c;
+        CREATE INDEX t_k ON t(k);
+        CREATE TABLE meta(name TEXT PRIMARY KEY, value INTEGER);
+        INSERT INTO meta VALUES ('rows', {rows});
+    """)
+    con.commit()
+    con.close()
+    tmp.replace(path)
+    return path
+
+
+def sqlite_case(mmap: bool) -> Callable[[Path, bool], Case]:
+    def make(cache: Path, quick: bool) -> Case:
+        db = sqlite_db(cache, quick)
+        n = "500" if quick else "3000"
+        size = str(1 << 30) if mmap else "0"
+        inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SQLITE_QUERY, str(db), size, str(seed), n])  # noqa: E731
+        mode = "mmap I/O (PRAGMA mmap_size=1 GiB)" if mmap else "ordinary reads (mmap_size=0)"
+        return Case(f"sqlite-{'mmap' if mmap else 'read'}",
+                    f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), {mode}: {n} indexed lookups + one "
+                    f"range scan over a {db.stat().st_size >> 20} MiB database",
+                    [inp(1), inp(2), inp(3)], inp(7), [db], mmap_files=[db] if mmap else [])
+    return make
+
+
+# --------------------------------------------------------------------------- CPython import
+
+IMPORTS = {
+    "solve": "import sympy as s; x = s.Symbol('x'); s.solve(x**2 - 2, x)",
+    "units+series": "import sympy.physics.units, sympy as s; x = s.Symbol('x'); s.series(s.exp(x), x, 0, 4)",
+    "stats+integrate": "import sympy.stats, sympy as s; x = s.Symbol('x'); s.integrate(x * s.exp(x), x)",
+}
+
+
+def import_case(cache: Path, quick: bool) -> Case:
+    try:
+        import mpmath
+        import sympy
+    except ImportError:
+        raise PagecastError("the python-import case needs sympy (pip install sympy)") from None
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    # the standard library without its site-packages (other installed packages: not this program's files)
+    std = [p for p in stdlib.iterdir() if p.name not in ("site-packages", "dist-packages")]
+    pkgs = [Path(sympy.__file__).parent, Path(mpmath.__file__).parent, *std]
+    inp = lambda k: Input(k, [PY, "-c", IMPORTS[k]])  # noqa: E731
+    return Case("python-import", f"CPython {platform.python_version()} importing sympy {sympy.__version__} "
+                f"(+ a submodule) and calling one function", [inp("solve"), inp("units+series")],
+                inp("stats+integrate"), pkgs,
+                note="cold: sympy, mpmath and the standard library (the interpreter binary and libraries the "
+                     "harness itself maps stay cached)")
+
+
+# --------------------------------------------------------------------------- git
+
+def git_case(cache: Path, quick: bool, repo: Path | None = None) -> Case:
+    repo = repo or REPO
+    common = subprocess.run(["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                            capture_output=True, text=True)
+    if common.returncode != 0:
+        raise PagecastError("the git case needs a git checkout (run from a clone)", path=repo)
+    gitdir = Path(common.stdout.strip())
+    git = lambda name, *a: Input(name, ["git", "-C", str(repo), *a])  # noqa: E731
+    size = sum(f.stat().st_size for f in (gitdir / "objects").rglob("*") if f.is_file()) >> 20
+    git_bin = subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout.strip()
+    return Case("git", f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]} "
+                f"over this repository ({size} MiB of objects): git log -p of one or two directories",
+                [git("log -p src/pagecast/online", "log", "-p", "--", "src/pagecast/online"),
+                 git("log -p src/pagecast/sim", "log", "-p", "--", "src/pagecast/sim")],
+                git("log -p src/pagecast/trace docs", "log", "-p", "--", "src/pagecast/trace", "docs"),
+                [gitdir / "objects", gitdir / "index", gitdir / "packed-refs", gitdir / "refs", git_bin],
+                note="a small repository: the git binary and its libraries are a large share of what is read")
+
+
+# --------------------------------------------------------------------------- safetensors
+
+SAFETENSORS_READ = r"""
+import sys, random
+from safetensors import safe_open
+path, seed, rows_per = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+total = 0.0
+with safe_open(path, framework="numpy") as f:
+    names = sorted(f.keys())
+    for i, name in enumerate(names):
+        sl = f.get_slice(name)
+        n = sl.get_shape()[0]
+        # sparse rows: a power-law head shared by every input, scattered by a per-tensor permutation
+        for _ in range(rows_per):
+            r = (int(n * rng.random() ** 3) * 7919 + i * 104729) % n
+            total += float(sl[r:r + 1].sum())
+print(total)
+"""
+
+
+def weights_file(cache: Path, quick: bool) -> Path:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    layers, rows = (8, 256) if quick else (24, 1024)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"weights_{layers}x4x{rows}.safetensors"
+    if path.exists():
+        return path
+    rng = np.random.default_rng(1)
+    tensors = {f"layer{l:02d}.{w}": rng.standard_normal((rows, 1024), dtype=np.float32)
+               for l in range(layers) for w in ("q", "k", "v", "o")}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp))
+    tmp.replace(path)
+    return path
+
+
+def safetensors_case(cache: Path, quick: bool) -> Case:
+    try:
+        import safetensors
+    except ImportError:
+        raise PagecastError("the safetensors case needs safetensors (pip install safetensors)") from None
+    w = weights_file(cache, quick)
+    per = "8" if quick else "48"
+    inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_READ, str(w), str(seed), per])  # noqa: E731
+    return Case("safetensors", f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap), {per} "
+                f"sparse rows per tensor from a {w.stat().st_size >> 20} MiB file",
+                [inp(1), inp(2), inp(3)], inp(7), [w, Path(safetensors.__file__).parent], mmap_files=[w])
+
+
+CASES: dict[str, Callable[[Path, bool], Case]] = {
+    "sqlite-mmap": sqlite_case(True),
+    "sqlite-read": sqlite_case(False),
+    "python-import": import_case,
+    "git": git_case,
+    "safetensors": safetensors_case,
+}
+
+
+# --------------------------------------------------------------------------- main
+
+def machine_facts(dev: str | None, started: float) -> dict[str, str]:
+    ra = Path(f"/sys/block/{dev}/queue/read_ahead_kb") if dev else None
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "kernel": platform.release(),
+            "cores": str(os.cpu_count()), "device": dev or "?",
+            "read_ahead_kb": ra.read_text().strip() if ra and ra.exists() else "?",
+            "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated cases (default all: {','.join(CASES)})")
+    ap.add_argument("--rounds", type=int, default=None, help="cold runs per strategy (default 5; --quick: 1)")
+    ap.add_argument("--quick", action="store_true", help="small data and 1 round: a smoke test, not a measurement")
+    ap.add_argument("--work-dir", default="realbench-out", help="recordings, schedules, packs and the JSON report")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    args = ap.parse_args(argv)
+    names = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [n for n in names if n not in CASES]
+    if unknown:
+        print(f"real_programs: unknown case(s) {', '.join(unknown)} (valid: {', '.join(CASES)})", file=sys.stderr)
+        return 2
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
+    cache = cache_dir() / "realbench"
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work_dir)
+    cfg = Config(work, rounds=rounds)
+    results = []
+    t0 = time.time()
+    load0 = os.getloadavg()
+    try:
+        for name in names:
+            log = lambda s: tqdm.write(s, file=sys.stderr)  # noqa: E731
+            log(f"{name}: preparing data")
+            case = CASES[name](cache, args.quick)
+            bar = tqdm(total=None, desc=name, unit="run", file=sys.stderr, leave=False)
+
+            def progress(msg: str, bar=bar) -> None:
+                bar.set_postfix_str(msg[-60:])
+                bar.update(1)
+
+            res = run_case(case, cfg, progress=progress, log=log)
+            bar.close()
+            results.append(res)
+            if not args.json:
+                print(f"\n### {res['title']}\n\ntraining: {', '.join(res['train_inputs'])}; held-out: "
+                      f"{res['heldout_input']}; oracle page set {res['oracle_pages']:,} pages in "
+                      f"{res['oracle_files']} files ({res['page_set_source']}); {res['files_made_cold']:,} files made "
+                      f"cold per run; median of {rounds}\n")
+                print(format_case(res))
+                for n in [res["note"], *res["notes"]] + ([f"not applicable: {', '.join(res['skipped'])}"] if res["skipped"] else []):
+                    if n:
+                        print(f"\n{n}")
+                sys.stdout.flush()
+    except PagecastError as e:
+        print(f"real_programs: {e}", file=sys.stderr)
+        return 1
+    report = {"command": " ".join(["python", "benchmarks/real_programs.py", *(argv if argv is not None else sys.argv[1:])]),
+              "machine": machine_facts(results[0]["device"] if results else None, t0), "rounds": rounds,
+              "quick": args.quick, "load_average_start": list(load0), "elapsed_s": round(time.time() - t0, 1),
+              "cases": results}
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / "real_programs.json.tmp"
+    tmp.write_text(json.dumps(report, indent=2, default=str))
+    tmp.replace(work / "real_programs.json")
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    else:
+        m = report["machine"]
+        print(f"\n{m['date_utc']}; Linux {m['kernel']}, {m['cores']} cores, {m['device']} read_ahead_kb "
+              f"{m['read_ahead_kb']}; load average {' '.join(f'{x:.2f}' for x in load0)} → {m['load_average']}; "
+              f"{report['elapsed_s']:.0f} s. Report: {work / 'real_programs.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,532 @@
+"""Cold-start benchmark of unmodified programs: every strategy, each run from a cold page cache.
+
+A *case* is a program with training inputs and one held-out input. The harness records
+each input once with ``pagecast record`` (cold), builds the training artifacts (merged
+replay schedule, page packs), then runs the held-out input under every strategy, the
+strategies interleaved round by round (the order rotates each round). Before each run
+every file involved is made cold with ``posix_fadvise(DONTNEED)`` on that file only;
+the clock starts at the strategy's first action (a pre-launch step such as WILLNEED,
+else the launch of the command, ``pagecast run``'s own start-up included) and stops when
+the command has exited. Bytes read from the device are the sectors-read delta of the
+data's block device in ``/proc/diskstats`` over the same span, so the reads pagecast's
+helpers issue count too (so do other processes' reads on a shared machine).
+
+Strategies are one list (``default_strategies``); a new one is one more ``Strategy``
+whose ``launch`` turns the case's context into a command (or ``None`` when it does not
+apply), optionally with a ``train`` step that builds its artifacts from the training
+recordings.
+
+The oracle warms exactly this run's own page set (``file_page_sets`` of the held-out
+recording) with WILLNEED, in file order as merged ranges, timed as part of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from pagecast.errors import PagecastError
+from pagecast.util.pagecache import drop_file
+
+PAGE = 4096
+KINDS = ("kernel", "pagecast", "oracle", "warm")
+
+
+@dataclass
+class Input:
+    """One invocation of the program."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str] | None = None  # added to the harness's environment
+
+
+@dataclass
+class Case:
+    """A program, its inputs and the files it reads."""
+
+    name: str
+    title: str
+    train: list[Input]
+    heldout: Input
+    cold_paths: list[Path]  # files or directories (walked) to make cold before every run
+    mmap_files: list[Path] = field(default_factory=list)  # files the program mmaps: candidates for page packs
+    cwd: Path | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.train) < 2:
+            raise PagecastError(f"case {self.name}: at least two training inputs are needed")
+
+
+@dataclass
+class Launch:
+    """How a strategy runs the held-out input. ``pre`` runs inside the timed span,
+    ``untimed`` before it (after the cache was made cold, unless ``cold`` is false)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    pre: Callable[[], None] | None = None
+    untimed: Callable[[], None] | None = None
+    cold: bool = True
+
+
+@dataclass
+class Context:
+    """What strategies may use: the case, its recordings and the artifacts built from them."""
+
+    case: Case
+    work: Path
+    train_traces: list[Path]
+    heldout_trace: Path
+    train_pages: dict[str, np.ndarray]  # union of the training runs' page sets, per file
+    oracle_pages: dict[str, np.ndarray]  # the held-out run's own page set, per file
+    artifacts: dict[str, Any] = field(default_factory=dict)
+    cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
+
+    def pagecast(self, *args: str) -> list[str]:
+        """argv of a pagecast command (this interpreter, this package)."""
+        return [sys.executable, "-m", "pagecast", *args]
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self.case.heldout.argv)
+
+
+@dataclass
+class Strategy:
+    name: str
+    kind: str  # kernel | pagecast | oracle | warm
+    launch: Callable[[Context], Launch | None]
+    train: Callable[[Context], None] | None = None  # builds artifacts into ctx.artifacts
+
+
+@dataclass
+class RunRow:
+    case: str
+    strategy: str
+    round: int
+    wall_s: float
+    device_bytes: int
+    cached_bytes: int
+
+
+# --------------------------------------------------------------------------- page sets
+
+
+def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
+    """Per file: the 4 KiB page indices (of the file) a recorded run used, in first-use order.
+
+    Uses the recorder's own ``pagecast.trace.pageset.file_page_sets`` (mmap faults and
+    read() pages) when this build has it; otherwise the file pages of the trace's demand
+    faults (mmap only).
+    """
+    try:
+        from pagecast.trace.pageset import file_page_sets as recorded
+    except ImportError:
+        return _fault_page_sets(trace)
+    return recorded(trace)
+
+
+def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
+    from pagecast.online.sources import pack as key_of
+    from pagecast.trace.reader import open_trace
+    from pagecast.trace.schema import DEMAND_KINDS
+
+    tr = open_trace(trace)
+    cols = tr.read(["region", "page", "kind"])
+    files = {r.id: r for r in tr.regions if r.kind == "file" and r.path}
+    sel = np.isin(cols["kind"], np.asarray([int(k) for k in DEMAND_KINDS], np.uint8)) & np.isin(
+        cols["region"], np.asarray(sorted(files), np.int32))
+    region, page = cols["region"][sel].astype(np.int64), cols["page"][sel].astype(np.int64)
+    nreg = max(files, default=-1) + 1
+    offset = np.zeros(nreg, np.int64)
+    for rid, r in files.items():
+        offset[rid] = r.file_offset // PAGE
+    fpage = page + offset[region] if len(region) else page
+    # regions of one file share a path: group by path id, keep first use per (path, page)
+    path_names = list(dict.fromkeys(r.path for r in files.values()))
+    path_of = np.zeros(nreg, np.int64)
+    for rid, r in files.items():
+        path_of[rid] = path_names.index(r.path)
+    pid = path_of[region] if len(region) else region
+    _, first = np.unique(key_of(pid, fpage), return_index=True)
+    first.sort()
+    out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(path_names):
+        p = fpage[first][pid[first] == i]
+        if len(p):
+            out[name] = p
+    return out
+
+
+def union_page_sets(sets: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    acc: dict[str, list[np.ndarray]] = {}
+    for s in sets:
+        for path, pages in s.items():
+            acc.setdefault(path, []).append(pages)
+    return {p: np.unique(np.concatenate(v)) for p, v in acc.items()}
+
+
+def page_ranges(pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct pages as maximal runs of consecutive pages: (first page, count)."""
+    p = np.unique(np.asarray(pages, np.int64))
+    if len(p) == 0:
+        return p, p
+    brk = np.ones(len(p), bool)
+    brk[1:] = np.diff(p) != 1
+    starts = np.nonzero(brk)[0]
+    ends = np.append(starts[1:], len(p))
+    return p[starts], p[ends - 1] - p[starts] + 1
+
+
+def willneed_pages(sets: dict[str, np.ndarray]) -> int:
+    """WILLNEED exactly these pages, file by file in file order, as merged ranges. Returns ranges issued."""
+    n = 0
+    for path, pages in sets.items():
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # a file of the recorded run that is gone (temporary files)
+        try:
+            first, count = page_ranges(pages)
+            for f, c in zip(first.tolist(), count.tolist()):
+                os.posix_fadvise(fd, f * PAGE, c * PAGE, os.POSIX_FADV_WILLNEED)
+            n += len(first)
+        finally:
+            os.close(fd)
+    return n
+
+
+def willneed_files(paths: Iterable[str | Path]) -> None:
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+
+
+# --------------------------------------------------------------------------- files and devices
+
+
+def regular_files(paths: Iterable[str | Path]) -> list[Path]:
+    """The regular files named, directories walked (symlinks resolved, duplicates dropped)."""
+    seen: dict[Path, None] = {}
+    for p in map(Path, paths):
+        if p.is_dir():
+            for root, _, names in os.walk(p):
+                for n in names:
+                    q = Path(root, n)
+                    if q.is_file():
+                        seen[q.resolve()] = None
+        elif p.is_file():
+            seen[p.resolve()] = None
+    return list(seen)
+
+
+def make_cold(files: Sequence[Path], sync: bool = False) -> None:
+    """DONTNEED each file. Inputs are read-only, so no write-back first unless ``sync``
+    (``prepare`` syncs once, before the first recording)."""
+    for f in files:
+        try:
+            drop_file(f, sync=sync)
+        except OSError:
+            pass  # unreadable or vanished: nothing of it can be cached for us to drop
+
+
+def cached_bytes(files: Sequence[Path]) -> int:
+    """Bytes of these files in the page cache now (mincore)."""
+    from pagecast.online.workload import resident_pages
+
+    total = 0
+    for f in files:
+        try:
+            total += int(resident_pages(f).sum()) * PAGE
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def block_device(path: str | Path) -> str | None:
+    """The /proc/diskstats name of the block device holding ``path`` (None if not found)."""
+    st = os.stat(path)
+    sysdev = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    try:
+        return sysdev.resolve().name
+    except OSError:
+        return None
+
+
+def device_sectors_read(dev: str | None) -> int:
+    if dev is None:
+        return 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) > 5 and parts[2] == dev:
+                return int(parts[5])
+    return 0
+
+
+# --------------------------------------------------------------------------- strategies
+
+KERNEL_DEFAULT = "kernel: default"
+ORACLE = "oracle: WILLNEED this run's pages"
+WARM = "warm cache"
+
+
+def advice_shim() -> Path:
+    from pagecast.util.native import build
+
+    return build("pc_advice_shim", ["advice/advice_shim.c"], ldflags=("-ldl",))
+
+
+def _preload(advice: str) -> dict[str, str]:
+    pre = os.environ.get("LD_PRELOAD", "")
+    return {"LD_PRELOAD": f"{pre}:{advice_shim()}" if pre else str(advice_shim()), "PAGECAST_ADVICE": advice}
+
+
+def _schedule(ctx: Context) -> None:
+    from pagecast.online.sources import merge_schedules, schedule_from_trace
+    from pagecast.trace.schedule import write_schedule
+
+    sched = merge_schedules([schedule_from_trace(str(t)) for t in ctx.train_traces], 1)
+    ctx.artifacts["schedule"] = write_schedule(ctx.work / "train.schedule.parquet", sched) if len(sched) else None
+    if ctx.artifacts["schedule"]:
+        ctx.cold_artifacts.append(ctx.artifacts["schedule"])
+
+
+def _packs(ctx: Context) -> None:
+    packs = []
+    for f in ctx.case.mmap_files:
+        out = ctx.work / f"{Path(f).name}.pack"
+        proc = subprocess.run(ctx.pagecast("pager", "pack", *map(str, ctx.train_traces), "--file", str(f), "-o", str(out)),
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            packs.append(out)
+        else:
+            ctx.artifacts.setdefault("notes", []).append(
+                f"no page pack for {Path(f).name}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    ctx.artifacts["packs"] = packs
+    ctx.cold_artifacts.extend(packs)  # a pack is read from the disk on every run, as in a real cold start
+
+
+def _run_schedule(ctx: Context) -> Launch | None:
+    s = ctx.artifacts.get("schedule")
+    return Launch(ctx.pagecast("run", "--schedule", str(s), "--", *ctx.argv)) if s else None
+
+
+def _run_schedule_random(ctx: Context) -> Launch | None:
+    # pagecast run leaves the kernel's read-around on: on an mmap'd file it reads most of
+    # the file besides the schedule. The advice shim turns it off; pagecast run passes its
+    # environment on, so the program inherits it (pagecast's own files are cached anyway).
+    s = ctx.artifacts.get("schedule")
+    return Launch(ctx.pagecast("run", "--schedule", str(s), "--", *ctx.argv), _preload("random")) if s else None
+
+
+def _run_pack(ctx: Context) -> Launch | None:
+    packs = ctx.artifacts.get("packs") or []
+    if not packs:
+        return None
+    return Launch(ctx.pagecast("run", *[a for p in packs for a in ("--pack", str(p))], "--", *ctx.argv))
+
+
+def _warm(ctx: Context) -> Launch:
+    env = dict(ctx.case.heldout.env or {})
+    return Launch(ctx.argv, env, untimed=lambda: _run_quiet(ctx.argv, env, ctx.case.cwd), cold=False)
+
+
+def default_strategies() -> list[Strategy]:
+    """The kernel's strategies, every ``pagecast run`` strategy that applies, the oracle, warm cache."""
+    return [
+        Strategy(KERNEL_DEFAULT, "kernel", lambda c: Launch(c.argv)),
+        Strategy("kernel: no read-ahead (fadvise/madvise RANDOM)", "kernel", lambda c: Launch(c.argv, _preload("random"))),
+        Strategy("kernel: SEQUENTIAL (fadvise/madvise)", "kernel", lambda c: Launch(c.argv, _preload("sequential"))),
+        Strategy("kernel: WILLNEED whole files (training runs' files)", "kernel",
+                 lambda c: Launch(c.argv, pre=lambda: willneed_files(c.train_pages))),
+        # no predictor: what pagecast run's start-up and fault monitoring alone cost this program
+        Strategy("pagecast run, no predictor (start-up + monitoring)", "pagecast",
+                 lambda c: Launch(c.pagecast("run", "--", *c.argv))),
+        Strategy("pagecast run --policy nextline", "pagecast",
+                 lambda c: Launch(c.pagecast("run", "--policy", "nextline", "--", *c.argv))),
+        Strategy("pagecast run --policy markov", "pagecast",
+                 lambda c: Launch(c.pagecast("run", "--policy", "markov", "--", *c.argv))),
+        Strategy("pagecast run --schedule (training runs)", "pagecast", _run_schedule, train=_schedule),
+        Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
+        Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
+        Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
+        Strategy(WARM, "warm", _warm),
+    ]
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Config:
+    work_dir: Path
+    rounds: int = 5
+    strategies: list[Strategy] | None = None  # None: default_strategies()
+    timeout_s: float = 600.0
+
+
+def _env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra or {})
+    return env
+
+
+def _run_quiet(argv: Sequence[str], env: dict[str, str] | None, cwd: Path | None, timeout: float = 600.0) -> None:
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.run(list(argv), env=_env(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=err, timeout=timeout)
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise PagecastError(f"command failed with status {proc.returncode}: {' '.join(map(str, argv))[:200]}: "
+                                f"{' | '.join(tail)[:400]}")
+
+
+def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
+    """One cold run of ``inp`` under ``pagecast record``."""
+    make_cold(files)
+    argv = [sys.executable, "-m", "pagecast", "record", "-o", str(out), "--json", "--", *inp.argv]
+    _run_quiet(argv, inp.env, case.cwd)
+    return out
+
+
+def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int,
+              timeout: float) -> RunRow:
+    if launch.cold:
+        make_cold(files)
+    if launch.untimed:
+        launch.untimed()
+    env = dict(case.heldout.env or {})
+    env.update(launch.env)
+    with tempfile.TemporaryFile() as err:
+        s0 = device_sectors_read(dev)
+        t0 = time.perf_counter()
+        if launch.pre:
+            launch.pre()
+        proc = subprocess.run(launch.argv, env=_env(env), cwd=case.cwd, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=err, timeout=timeout)
+        wall = time.perf_counter() - t0
+        s1 = device_sectors_read(dev)
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = " | ".join(err.read().decode(errors="replace").strip().splitlines()[-3:])
+            raise PagecastError(f"{case.name} / {name}: command failed with status {proc.returncode}: {tail[:400]}")
+    return RunRow(case.name, name, rnd, wall, (s1 - s0) * 512, cached_bytes(files))
+
+
+def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None) -> tuple[Context, list[Path]]:
+    """Record the inputs (cold) and build every strategy's training artifacts."""
+    work = Path(cfg.work_dir) / case.name
+    work.mkdir(parents=True, exist_ok=True)
+    base = regular_files(case.cold_paths)
+    make_cold(base, sync=True)  # freshly generated data is written back once, so DONTNEED can drop it
+    traces = []
+    for i, inp in enumerate(case.train):
+        log(f"{case.name}: recording training input {inp.name}")
+        traces.append(record(case, inp, work / f"train{i}.parquet", base))
+    log(f"{case.name}: recording the held-out input {case.heldout.name} (the oracle's page set)")
+    held = record(case, case.heldout, work / "heldout.parquet", base)
+    train_sets = [file_page_sets(t) for t in traces]
+    oracle = file_page_sets(held)
+    touched = [p for s in [*train_sets, oracle] for p in s]
+    files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
+    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle)
+    for s in cfg.strategies or default_strategies():
+        if s.train:
+            s.train(ctx)
+    if ctx.cold_artifacts:
+        make_cold(ctx.cold_artifacts, sync=True)  # just written
+        files = files + regular_files(ctx.cold_artifacts)
+    return ctx, files
+
+
+def run_case(case: Case, cfg: Config, progress: Callable[[str], None] = lambda s: None,
+             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    strategies = cfg.strategies or default_strategies()
+    ctx, files = prepare(case, cfg, log)
+    launches = [(s, s.launch(ctx)) for s in strategies]
+    active = [(s, lch) for s, lch in launches if lch is not None]
+    skipped = [s.name for s, lch in launches if lch is None]
+    dev = block_device(case.mmap_files[0] if case.mmap_files else files[0]) if files else None
+    rows: list[RunRow] = []
+    for rnd in range(cfg.rounds):
+        k = rnd % len(active)  # rotate: no strategy always runs right after the same one
+        for s, lch in active[k:] + active[:k]:
+            progress(f"{case.name} r{rnd + 1} {s.name}")
+            rows.append(timed_run(case, s.name, lch, files, dev, rnd, cfg.timeout_s))
+    summary = summarise(rows, [s for s, _ in active])
+    return {
+        "case": case.name, "title": case.title, "note": case.note,
+        "train_inputs": [i.name for i in case.train], "heldout_input": case.heldout.name,
+        "command": case.heldout.argv, "files_made_cold": len(files), "device": dev,
+        "oracle_pages": int(sum(len(v) for v in ctx.oracle_pages.values())),
+        "oracle_files": len(ctx.oracle_pages),
+        "train_pages": int(sum(len(v) for v in ctx.train_pages.values())),
+        "page_set_source": page_set_source(),
+        "skipped": skipped, "notes": ctx.artifacts.get("notes", []),
+        "strategies": summary, "runs": [r.__dict__ for r in rows],
+    }
+
+
+def page_set_source() -> str:
+    try:
+        import pagecast.trace.pageset  # noqa: F401
+    except ImportError:
+        return "page faults (mmap) only"
+    return "pagecast.trace.pageset (mmap and read())"
+
+
+def summarise(rows: list[RunRow], strategies: list[Strategy]) -> list[dict[str, Any]]:
+    med = lambda xs: float(statistics.median(xs))  # noqa: E731
+    out = []
+    for s in strategies:
+        rs = [r for r in rows if r.strategy == s.name]
+        if rs:
+            out.append({"strategy": s.name, "kind": s.kind, "runs": len(rs), "wall_s": med([r.wall_s for r in rs]),
+                        "wall_min_s": min(r.wall_s for r in rs), "wall_max_s": max(r.wall_s for r in rs),
+                        "mib_read": med([r.device_bytes for r in rs]) / 2**20,
+                        "mib_cached": med([r.cached_bytes for r in rs]) / 2**20})
+    kern = [x for x in out if x["kind"] == "kernel"]
+    best = min(kern, key=lambda x: x["wall_s"]) if kern else None
+    oracle = next((x for x in out if x["kind"] == "oracle"), None)
+    for x in out:
+        x["best_kernel"] = x is best
+        x["vs_best_kernel"] = best["wall_s"] / x["wall_s"] if best else None
+        x["headroom_captured"] = headroom(best["wall_s"], x["wall_s"], oracle["wall_s"]) if best and oracle else None
+    return out
+
+
+def headroom(best_kernel: float, strategy: float, oracle: float) -> float | None:
+    """(best kernel - strategy) / (best kernel - oracle); None when the oracle is no faster."""
+    gap = best_kernel - oracle
+    return (best_kernel - strategy) / gap if gap > 0 else None
+
+
+def format_case(result: dict[str, Any]) -> str:
+    """The case's table (Markdown)."""
+    head = "| strategy | wall s (median) | min–max | MiB read (device) | MiB cached | vs best kernel | headroom captured |"
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for x in result["strategies"]:
+        name = x["strategy"] + (" — best kernel" if x["best_kernel"] else "")
+        hr = "—" if x["headroom_captured"] is None or x["kind"] in ("oracle", "warm") else f"{x['headroom_captured']:.0%}"
+        lines.append(f"| {name} | {x['wall_s']:.3f} | {x['wall_min_s']:.3f}–{x['wall_max_s']:.3f} | "
+                     f"{x['mib_read']:.1f} | {x['mib_cached']:.1f} | {x['vs_best_kernel']:.2f}× | {hr} |")
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""The cold-start harness of benchmarks/real_programs.py (pagecast.online.coldstart).
+
+Timings are not asserted (benchmarks print them); the tests check what the table is made
+of: every strategy ran, the oracle warms exactly the recorded page set, the helpers are exact.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.online import coldstart as cs
+from pagecast.online.pack import pages_from_schedule
+from pagecast.online.sources import schedule_from_trace
+from pagecast.online.workload import resident_pages
+from tests.perf_support import needs_perf
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _real_programs():
+    spec = importlib.util.spec_from_file_location("real_programs", REPO / "benchmarks" / "real_programs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_page_ranges_are_maximal_runs():
+    pages = np.asarray([9, 3, 4, 5, 3, 12, 10, 0])
+    first, count = cs.page_ranges(pages)
+    assert first.tolist() == [0, 3, 9, 12] and count.tolist() == [1, 3, 2, 1]
+    rng = np.random.default_rng(0)
+    p = rng.integers(0, 5000, 3000)
+    first, count = cs.page_ranges(p)
+    rebuilt = np.concatenate([np.arange(f, f + c) for f, c in zip(first, count)])
+    assert np.array_equal(rebuilt, np.unique(p))
+    assert np.all(first[1:] > first[:-1] + count[:-1])  # no two ranges touch: maximal
+
+
+def test_headroom_share():
+    assert cs.headroom(2.0, 1.5, 1.0) == pytest.approx(0.5)
+    assert cs.headroom(2.0, 3.0, 1.0) == pytest.approx(-1.0)  # slower than the best kernel strategy
+    assert cs.headroom(1.0, 0.5, 1.2) is None  # the oracle is no faster: no headroom to share
+
+
+def test_willneed_pages_reads_exactly_those_pages(tmp_path):
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(256 * cs.PAGE))
+    cs.make_cold([f], sync=True)  # just written: dirty pages stay cached unless written back first
+    want = np.asarray([200, 5, 6, 7, 100, 101, 150])
+    assert cs.willneed_pages({str(f): want}) == 4
+    deadline = time.monotonic() + 5
+    while not resident_pages(f)[want].all() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    res = np.nonzero(resident_pages(f))[0]
+    assert set(want.tolist()) <= set(res.tolist())
+    # WILLNEED of a range reads that range, not a read-ahead window around it
+    assert len(res) == len(want)
+
+
+def test_case_needs_two_training_inputs():
+    with pytest.raises(cs.PagecastError, match="two training inputs"):
+        cs.Case("x", "x", [cs.Input("a", ["true"])], cs.Input("b", ["true"]), [])
+
+
+def test_unknown_case_is_one_line(capsys):
+    rp = _real_programs()
+    assert rp.main(["--cases", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "real_programs: unknown case(s) nope (valid: " + ", ".join(rp.CASES) + ")")
+
+
+@needs_perf
+def test_smoke_sqlite_mmap(tmp_path, monkeypatch):
+    """One round of every strategy on a small SQLite (mmap) case: the table has every row, the
+    oracle's page set is the held-out recording's, and a run under the oracle leaves those pages cached."""
+    monkeypatch.setenv("PAGECAST_CACHE", str(tmp_path / "cache"))
+    rp = _real_programs()
+    case = rp.CASES["sqlite-mmap"](tmp_path / "cache", True)
+    db = case.mmap_files[0]
+    res = cs.run_case(case, cs.Config(tmp_path / "work", rounds=1))
+    names = [s.name for s in cs.default_strategies()]
+    assert [x["strategy"] for x in res["strategies"]] == names  # every strategy applies to an mmap'd file
+    assert all(x["runs"] == 1 and x["wall_s"] > 0 for x in res["strategies"])
+    assert sum(x["best_kernel"] for x in res["strategies"]) == 1
+    best = next(x for x in res["strategies"] if x["best_kernel"])
+    assert best["kind"] == "kernel" and best["vs_best_kernel"] == pytest.approx(1.0)
+    table = cs.format_case(res).splitlines()
+    assert len(table) == 2 + len(names) and all(line.count("|") == 8 for line in table)
+
+    # the oracle's page set is exactly the held-out run's recorded set (independent path: replay schedule → file pages)
+    held = tmp_path / "work" / "sqlite-mmap" / "heldout.parquet"
+    ref = pages_from_schedule(schedule_from_trace(str(held)), db)
+    oracle = cs.file_page_sets(held)
+    got = oracle[next(p for p in oracle if os.path.exists(p) and os.path.samefile(p, db))]
+    assert len(got) == len(ref) > 0
+    assert np.array_equal(np.sort(got), np.sort(ref))
+    assert res["oracle_pages"] == sum(len(v) for v in oracle.values())
+
+    # the oracle's warm-up leaves every one of those pages cached once the program ran
+    cs.make_cold([db])
+    ctx = cs.Context(case, tmp_path, [], held, {}, oracle)
+    launch = next(s for s in cs.default_strategies() if s.kind == "oracle").launch(ctx)
+    launch.pre()
+    subprocess.run(launch.argv, check=True, stdout=subprocess.DEVNULL)
+    assert resident_pages(db)[got].all()
+
+
+@needs_perf
+def test_quick_cli_json_git(tmp_path, monkeypatch):
+    """The command line end to end on the git case, one round: the JSON report's shape."""
+    if subprocess.run(["git", "-C", str(REPO), "rev-parse"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    monkeypatch.setenv("PAGECAST_CACHE", str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "real_programs.py"), "--quick", "--cases", "git",
+                          "--work-dir", str(tmp_path / "w"), "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = json.loads(out.stdout)
+    assert rep["rounds"] == 1 and [c["case"] for c in rep["cases"]] == ["git"]
+    c = rep["cases"][0]
+    kinds = {x["kind"] for x in c["strategies"]}
+    assert kinds == {"kernel", "pagecast", "oracle", "warm"}
+    assert "pagecast run --pack (training runs)" in c["skipped"]  # git's files are not mapped through the pager
+    assert (tmp_path / "w" / "real_programs.json").exists()
+
+
+_TOUCH = r"""
+import mmap, os, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDONLY)
+if how == "read":
+    os.pread(fd, 4096, 0)  # the first read at offset 0 opens a read-ahead window (a random one elsewhere would not)
+else:
+    m = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    m[100 * 4096]
+"""
+
+
+@pytest.mark.parametrize("how", ["read", "mmap"])
+def test_advice_shim_turns_read_ahead_off(tmp_path, how):
+    """One page touched in a cold 8 MiB file: read-ahead brings in more by default, exactly
+    that page under PAGECAST_ADVICE=random (posix_fadvise on open, madvise on mmap)."""
+    page = 0 if how == "read" else 100
+    f = tmp_path / "data.bin"
+    f.write_bytes(os.urandom(8 << 20))
+    resident = {}
+    for advice in ("default", "random"):
+        cs.make_cold([f], sync=True)
+        env = dict(os.environ, **(cs._preload("random") if advice == "random" else {}))
+        subprocess.run([sys.executable, "-c", _TOUCH, str(f), how], env=env, check=True)
+        resident[advice] = np.nonzero(resident_pages(f))[0].tolist()
+    assert resident["random"] == [page]
+    assert page in resident["default"] and len(resident["default"]) > 1
