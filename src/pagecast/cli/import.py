@@ -36,8 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    src = check_readable(args.src)
     fmt = args.format
+    # gem5 also takes an m5out/ directory (resolve_m5out picks the trace and stats.txt in it)
+    src = Path(args.src) if fmt == "gem5" and Path(args.src).is_dir() else check_readable(args.src)
     size = src.stat().st_size
     if fmt == "ai4mem":
         from pagecast.importers.ai4mem import import_trace
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         from pagecast.importers.gem5_run import import_run, resolve_m5out
 
         src, stats, stats_only = resolve_m5out(src, args.stats)
+        src = check_readable(src)
         with progress(total=2 * src.stat().st_size, desc="read (2 passes)", unit="B") as bar:
             info = import_run(src, args.output, stats=stats, stats_only=args.stats_only or stats_only,
                               address=args.gpu_addresses, tick_freq=args.tick_freq, on_bytes=bar.update)
