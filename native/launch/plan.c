@@ -202,7 +202,7 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 		if (s == PCL_NSTRATEGIES)
 			FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
 		pf->strategy = (enum pcl_strategy)s;
-		if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 ||
+		if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 || chunk > (1 << 20) ||
 		    parse_i64(f[13], &nr) < 0 || nr < 0)
 			FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
 		pf->depth = (int)depth;
@@ -214,8 +214,14 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 		pf->arg = f[11];
 		pf->reason = f[12];
 		pf->fd = -1;
+		/* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
+		 * honest, and would overflow the allocation below */
+		if (nr > (end - line) / 6 + 1)
+			FAIL("not a usable plan: line %d: range count %lld runs past the end", lineno, (long long)nr);
 		pf->nranges = nr;
 		pf->ranges = malloc((size_t)(nr ? nr : 1) * sizeof *pf->ranges);
+		if (!pf->ranges)
+			FAIL("not a usable plan: line %d: out of memory for %lld ranges", lineno, (long long)nr);
 		int64_t prev_end = -1;
 		for (int64_t j = 0; j < nr; j++) {
 			line = next ? next + 1 : end;
@@ -228,7 +234,7 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 			char *r[4];
 			int64_t a, n;
 			if (split(line, r, 3) != 3 || strcmp(r[0], "r") != 0 || parse_i64(r[1], &a) < 0 || parse_i64(r[2], &n) < 0 ||
-			    a < 0 || n < 1 || a < prev_end)
+			    a < 0 || n < 1 || a < prev_end || n > INT64_MAX - a)
 				FAIL("not a usable plan: line %d: expected a range 'r FIRST NPAGES' in file order", lineno);
 			pf->ranges[j][0] = a;
 			pf->ranges[j][1] = n;

@@ -128,12 +128,27 @@ static struct request *make_requests(struct pcl_plan *plan, int64_t *n)
 			f->nranges = f->ranges[0][1] ? 1 : 0;
 			f->pages_planned = f->ranges[0][1];
 		}
+		/* the identity check pinned the file's size: pages past its end are nothing to read,
+		 * and clipping here keeps a hostile range from sizing the request array */
+		int64_t last = (int64_t)((f->size + PAGE - 1) / PAGE);
+		f->pages_planned = 0;
+		for (int64_t k = 0; k < f->nranges; k++) {
+			if (f->ranges[k][0] >= last)
+				f->ranges[k][1] = 0;
+			else if (f->ranges[k][1] > last - f->ranges[k][0])
+				f->ranges[k][1] = last - f->ranges[k][0];
+			f->pages_planned += f->ranges[k][1];
+		}
 		int64_t chunk = f->chunk_kib * 1024 / PAGE;
 		for (int64_t k = 0; k < f->nranges; k++)
 			cap += (f->ranges[k][1] + chunk - 1) / chunk;
 	}
 	struct request *req = malloc((size_t)(cap ? cap : 1) * sizeof *req);
 	int64_t m = 0;
+	if (!req) {
+		*n = 0;
+		return NULL;
+	}
 	for (int i = 0; i < plan->nfiles; i++) {
 		struct pcl_file *f = &plan->files[i];
 		if (f->status != PCL_ST_PENDING || (f->strategy != PCL_WARM && f->strategy != PCL_STREAM))

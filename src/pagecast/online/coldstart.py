@@ -344,6 +344,22 @@ def _run_pack(ctx: Context) -> Launch | None:
     return Launch(ctx.pagecast("run", *[a for p in packs for a in ("--pack", str(p))], "--", *ctx.argv))
 
 
+def _plan(ctx: Context) -> None:
+    out = ctx.work / "train.plan"
+    proc = subprocess.run(ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out)), capture_output=True, text=True)
+    if proc.returncode == 0:
+        ctx.artifacts["plan"] = out
+        ctx.cold_artifacts.append(out)
+    else:
+        ctx.artifacts.setdefault("notes", []).append(
+            f"no plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def _run_plan(ctx: Context) -> Launch | None:
+    plan = ctx.artifacts.get("plan")
+    return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
+
+
 def _warm(ctx: Context) -> Launch:
     env = dict(ctx.case.heldout.env or {})
     return Launch(ctx.argv, env, untimed=lambda: _run_quiet(ctx.argv, env, ctx.case.cwd), cold=False)
@@ -367,6 +383,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --schedule (training runs)", "pagecast", _run_schedule, train=_schedule),
         Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
+        Strategy("pagecast run --plan (training runs)", "pagecast", _run_plan, train=_plan),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]

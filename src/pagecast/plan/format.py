@@ -138,8 +138,8 @@ def decode_text(s: str) -> str:
 def _check(fp: FilePlan) -> None:
     if fp.strategy not in STRATEGIES:
         raise PagecastError(f"unknown strategy {fp.strategy!r} for {fp.path} (valid: {', '.join(STRATEGIES)})")
-    if fp.depth < 1 or fp.chunk_kib < 4:
-        raise PagecastError(f"{fp.path}: depth must be >= 1 and chunk_kib >= 4")
+    if not (1 <= fp.depth <= 64) or not (4 <= fp.chunk_kib <= 1 << 20):
+        raise PagecastError(f"{fp.path}: depth must be 1..64 and chunk_kib 4..1048576 (as the launcher reads them)")
     prev_end = -1
     for first, n in fp.ranges:
         if first < 0 or n < 1 or first < prev_end:
