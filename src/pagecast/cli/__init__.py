@@ -17,7 +17,10 @@ import sys
 _ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
 
 
-def build_parser() -> "argparse.ArgumentParser":
+def build_parser(only: str | None = None) -> "argparse.ArgumentParser":
+    """The full parser, or with ``only`` a known subcommand's alone: a command then pays
+    for importing its own module, not every subcommand's (the simulator and numba cost
+    about 0.3 s, which `pagecast run` would spend in front of the program)."""
     import argparse
     import importlib
     import pkgutil
@@ -37,6 +40,8 @@ def build_parser() -> "argparse.ArgumentParser":
 
     names = [m.name for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_")]
     names.sort(key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
+    if only in names:
+        names = [only]
     for name in names:
         importlib.import_module(f"pagecast.cli.{name}").register(sub)
     return parser
@@ -49,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
         exec_if_planned(sys.argv[1:])  # returns unless this is a simple `run --plan`
     from pagecast.errors import PagecastError, from_os_error, one_line
 
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
