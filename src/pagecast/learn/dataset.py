@@ -326,6 +326,7 @@ class EncodedStream:
     next_label: np.ndarray  # (n,) int64 class of event i+1 (−100 where there is none)
     horizon: np.ndarray  # (n, H) int64 classes of events i+1..i+H (−1 where there is none)
     n_future: np.ndarray  # (n,) int32 distinct pages among the next H events (recall denominator)
+    pages: np.ndarray | None = None  # (n,) int64 region-relative pages (for the page table)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -360,7 +361,7 @@ def encode_stream(stream: DemandStream, table: RegionTable, vocab: Vocabulary, h
     hcls[hkeys < 0] = -1
     nxt = hcls[:, 0].copy()
     nxt[hkeys[:, 0] < 0] = -100  # ignored by cross entropy (end of stream / unknown region)
-    return EncodedStream(toks, slots, ips, nxt, hcls, _distinct_per_row(hkeys))
+    return EncodedStream(toks, slots, ips, nxt, hcls, _distinct_per_row(hkeys), np.asarray(stream.page, np.int64))
 
 
 def time_split(n: int, val_fraction: float, test_fraction: float = 0.0) -> tuple[range, range, range]:

@@ -244,7 +244,8 @@ def _advance(wf, mi, i, tok, slot, ip, h, c, g, logits, k, out_s, out_c, rank=Tr
 
 @numba.njit(cache=True, fastmath=True)
 def observe_kernel(wf, mi, ri, st, region, page):
-    """One fault: encode, step, rank, decode. Pages go to ``ri[out:]`` as (region, page) pairs.
+    """One fault: encode, step, rank, decode. Pages go to ``ri[out:]`` as (region, page) pairs,
+    their ranks (index into the top-k scores) after them, at ``ri[out + 2·top_k:]``.
 
     ``st`` (float32) holds h (2, H), c (2, H) and scratch; returns the number of pages.
     """
@@ -298,6 +299,7 @@ def observe_kernel(wf, mi, ri, st, region, page):
             continue
         ri[out + 2 * got] = rid
         ri[out + 2 * got + 1] = p
+        out_c[got] = q  # rank of this page (got <= q: ranks still to read are not overwritten)
         got += 1
         if got == top_k:
             break

@@ -32,6 +32,7 @@ from pagecast.learn.dataset import (
     read_demand,
 )
 from pagecast.learn.models import LastScorer, LSTMStep, SeqScorer
+from pagecast.learn.pagetable import PAGE_BITS, PageTable, mix_block, mix_row, page_keys
 from pagecast.learn.train import LoadedModel, load_model
 from pagecast.policies.base import Prefetcher
 from pagecast.trace.reader import Trace
@@ -150,6 +151,13 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
 
 
 _CACHE: dict[tuple, Any] = {}
+
+
+def forget(lm: LoadedModel) -> None:
+    """Drop the runners and kernels cached for ``lm`` (an in-memory model about to go away:
+    its id could be reused by the next one)."""
+    for key in [k for k in _CACHE if len(k) > 1 and k[1] == id(lm)]:
+        del _CACHE[key]
 
 
 def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
@@ -281,16 +289,29 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     slots32 = slots.astype(np.int32)
     out: dict[str, list[np.ndarray]] = {c: [] for c in ("trigger", "region", "page", "score")}
 
+    mix = _mixture(lm)
+    if mix is not None:
+        own_keys = page_keys(slots, stream.page, n_slots)
+        rids = stream.region.astype(np.int64)
+
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
         ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k)
         reg = slot_to_region[s]
         ok &= reg >= 0
         ok &= p < region_pages[reg]
+        sc = np.take_along_axis(scores, rank, 1).astype(np.float32)
+        if mix is not None:
+            tab, lam = mix
+            stop = start + len(scores)
+            cnt, reg, p, sc = mix_block(ok, reg.astype(np.int64), p, sc, own_keys[start:stop], rids[start:stop],
+                                        stream.page[start:stop], tab.keys, tab.succ, tab.prob, slot_to_region.astype(np.int64),
+                                        region_pages, lam, top_k)
+            ok = np.arange(top_k)[None, :] < cnt[:, None]
         rows, cols = np.nonzero(ok)
         out["trigger"].append((start + rows).astype(np.int64))
-        out["region"].append(reg[rows, cols])
+        out["region"].append(reg[rows, cols].astype(np.int32))
         out["page"].append(p[rows, cols])
-        out["score"].append(np.take_along_axis(scores, rank, 1)[rows, cols].astype(np.float32))
+        out["score"].append(sc[rows, cols].astype(np.float32))
         if progress:
             progress(len(scores))
 
@@ -302,8 +323,17 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         sched = Schedule(trig, stream.t_ns[trig], np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
     sched.regions = list(stream.regions)
     sched.meta = {"source": "pagecast.learn", "model": str(lm.path), "kind": lm.config.kind, "top_k": top_k,
-                  "head": lm.train_config.head, "stream_rows": len(stream)}
+                  "head": lm.train_config.head, "stream_rows": len(stream), "page_mix": float(mix[1]) if mix else 0.0}
     return sched
+
+
+def _mixture(lm: LoadedModel) -> tuple[PageTable, float] | None:
+    """The model's page table and mixture weight, or None when it predicts by deltas alone."""
+    tab = getattr(lm, "page_table", None)
+    lam = float(getattr(lm, "mix", 0.0))
+    if tab is None or len(tab) == 0 or lam <= 0.0:
+        return None
+    return tab, lam
 
 
 def _slot_to_region(lm: LoadedModel, regions: Sequence[Region]) -> np.ndarray:
@@ -342,11 +372,17 @@ class LearnedPrefetcher(Prefetcher):
         self._class_of = {int(key): c + 1 for c, key in enumerate(lm.vocab.keys.tolist())}
         cs, cd = lm.vocab.class_slots_deltas()
         self._cls_slot, self._cls_delta = cs.tolist(), cd.tolist()
+        self._mix = _mixture(lm)
+        width = self.k + (self._mix[0].succ.shape[1] if self._mix else 0)
+        self._mr, self._mp = np.zeros(width, np.int64), np.zeros(width, np.int64)
+        self._ms = np.zeros(width, np.float32)
         self.reset([])
 
     def reset(self, regions: Sequence[Region]) -> None:
         lm = self.lm
         self.regions = list(regions)
+        self._s2r = _slot_to_region(lm, self.regions).astype(np.int64)
+        self._rp = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions] + [np.iinfo(np.int64).max], np.int64)
         self._lut = lm.table.lut_for(self.regions).tolist()
         self._slot_to_region = _slot_to_region(lm, self.regions).tolist()
         self._region_pages = [r.pages if r.pages > 0 else None for r in self.regions]
@@ -366,13 +402,14 @@ class LearnedPrefetcher(Prefetcher):
         self._toks: list[int] = []
         self._slots: list[int] = []
         if self.backend == "numba":
-            from pagecast.learn.fast_step import _R_OUT, observe_kernel
+            from pagecast.learn.fast_step import _R_OUT, G_SCRATCH, observe_kernel
 
             pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions], np.int64)
             kern = self._kern
             self._ri = kern.run_state(lm.table.lut_for(self.regions), _slot_to_region(lm, self.regions), pages,
                                       self._n_slots, self.top_k)
             self._out = int(self._ri[_R_OUT])  # where the kernel writes (region, page) pairs
+            self._score_at = (4 + G_SCRATCH) * cfg.hidden + 3 * cfg.n_classes  # top-k scores in the float state
             self._st = kern.scratch()
             self._obs = observe_kernel
 
@@ -381,6 +418,10 @@ class LearnedPrefetcher(Prefetcher):
             # one compiled call: encode, both LSTM states, head, top-k, decode
             ri = self._ri
             m = self._obs(self._kern.wf, self._kern.mi, ri, self._st, region, page)
+            if self._mix is not None:
+                pairs = ri[self._out : self._out + 2 * m]
+                ranks = ri[self._out + 2 * self.top_k : self._out + 2 * self.top_k + m]
+                return self._mixed(pairs[::2], pairs[1::2], self._st[self._score_at + ranks], region, page)
             if m == 0:
                 return []
             o = ri[self._out : self._out + 2 * m].tolist()
@@ -419,11 +460,27 @@ class LearnedPrefetcher(Prefetcher):
                 del self._slots[: len(self._slots) - keep]
             t = np.array([self._toks], np.int64)
             scores, classes = self._run(t, np.array([self._slots], np.int64), np.zeros_like(t))
-        return self._decode(classes.tolist(), slot, page)
+        if self._mix is None:
+            return self._decode(classes.tolist(), slot, page)
+        picked: list[int] = []
+        pairs = self._decode(classes.tolist(), slot, page, picked)
+        sc = np.asarray(scores, np.float32).reshape(-1)[picked]
+        return self._mixed(np.array([r for r, _ in pairs], np.int64), np.array([p for _, p in pairs], np.int64), sc, region, page)
 
-    def _decode(self, classes: list[int], slot: int, page: int) -> list[tuple[int, int]]:
+    def _mixed(self, regs: np.ndarray, pages: np.ndarray, scores: np.ndarray, region: int, page: int) -> list[tuple[int, int]]:
+        """The delta pages merged with the page table's successors of (region, page) (``mix_row``)."""
+        tab, lam = self._mix
+        lut = self._lut
+        slot = lut[region + 1] if -1 <= region < len(lut) - 1 else self._n_slots
+        key = (slot << PAGE_BITS) | page if slot < self._n_slots and 0 <= page < (1 << PAGE_BITS) else -1
+        n = mix_row(np.ascontiguousarray(regs, np.int64), np.ascontiguousarray(pages, np.int64),
+                    np.ascontiguousarray(scores, np.float32), len(pages), key, tab.keys, tab.succ, tab.prob, self._s2r,
+                    self._rp, region, page, lam, self.top_k, self._mr, self._mp, self._ms)
+        return list(zip(self._mr[:n].tolist(), self._mp[:n].tolist()))
+
+    def _decode(self, classes: list[int], slot: int, page: int, picked: list[int] | None = None) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
-        for cls in classes:
+        for q, cls in enumerate(classes):
             if cls <= 0:
                 continue
             cs = self._cls_slot[cls]
@@ -439,6 +496,8 @@ class LearnedPrefetcher(Prefetcher):
             if lim is not None and p >= lim:
                 continue
             out.append((rid, p))
+            if picked is not None:
+                picked.append(q)
             if len(out) == self.top_k:
                 break
         return out

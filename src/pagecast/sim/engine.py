@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies import bestoffset, leap, markov, nextline, stride
+from pagecast.policies import bestoffset, extent, leap, markov, nextline, pagesucc, stride
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 
@@ -53,8 +53,9 @@ N_CFG = 12
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
 EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
 
-PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(9)
-NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET}
+PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON, PF_PAGESUCC, PF_EXTENT = range(11)
+NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET,
+               "pagesucc": PF_PAGESUCC, "extent": PF_EXTENT}
 
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
@@ -491,6 +492,10 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             n = leap.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         elif kind == PF_MARKOV:
             n = markov.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_PAGESUCC:
+            n = pagesucc.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_EXTENT:
+            n = extent.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         else:
             n = bestoffset.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         for j in range(min(n, maxpf)):
