@@ -9,7 +9,7 @@ import torch
 
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
-from pagecast.learn.pagetable import PageTable, mix_row, page_keys
+from pagecast.learn.pagetable import STEP_DISCOUNT, PageTable, mix_row, page_keys
 from pagecast.learn.predict import load_predictor, predict_schedule
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.sim import SimConfig, simulate
@@ -96,9 +96,11 @@ def test_table_counts_successors_within_horizon():
     keys = page_keys(np.zeros(9, np.int64), np.array([1, 2, 3, 1, 2, 4, 1, 5, 5]), 1)
     t = PageTable.build([keys], horizon=2, max_succ=4)
     assert t.keys.tolist() == [1, 2, 3, 4]  # 5 is last: no successor
-    # after repeats are dropped: 1 2 3 1 2 4 1 5 → successors of 1 (3 times) within 2 steps: {2,3}, {2,4}, {5}
-    assert t.succ[0].tolist() == [2, 3, 4, 5]  # most frequent first, ties to the smaller page
-    np.testing.assert_allclose(t.prob[0], [2 / 3, 1 / 3, 1 / 3, 1 / 3], rtol=1e-6)
+    # after repeats are dropped: 1 2 3 1 2 4 1 5 → successors of 1 (3 times) within 2 steps:
+    # {2 (step 1), 3 (step 2)}, {2 (1), 4 (2)}, {5 (1)}
+    assert t.succ[0].tolist() == [2, 5, 3, 4]  # most frequent first, then the nearer, then the smaller page
+    d = 1 - STEP_DISCOUNT
+    np.testing.assert_allclose(t.prob[0], [2 / 3, 1 / 3, d / 3, d / 3], rtol=1e-6)
     assert t.succ[3].tolist() == [1, 5, -1, -1] and t.prob[3, 2] == 0
 
 
@@ -113,3 +115,32 @@ def test_mix_row_weights_and_ties():
     assert n == 3 and o[1][:3].tolist() == [9, 11, 8]
     n = mix_row(*d, 2, 7, t.keys, t.succ, t.prob, s2r, rp, 0, 7, 0.0, 3, *o)
     assert n == 2 and o[1][:2].tolist() == [8, 11]  # λ = 0: the delta model alone, its order
+
+
+def test_access_trace_schedule_at_misses_equals_live_predictor(trained, walk, tmp_path):
+    """On a full access trace the model is shown the tier's misses; a per-fault predictor fed
+    those same events names the same pages, and the schedule fires only there."""
+    from pagecast.sim.misses import miss_events
+
+    path, _, _ = trained
+    pages = []
+    for p in np.tile(walk, 2):  # a hot loop of 4 pages between the library's irregular pages
+        pages += [int(p)] + [N_PAGES - 1 - q for q in range(4)] * 3
+    test = _write(tmp_path / "acc.parquet", pages, 2, 0x5500_1234_0000, extra_regions=2)
+    cap = 8
+    ev = miss_events(test, cap)
+    assert 800 <= len(ev) < len(pages) // 4
+    sched = predict_schedule(path, test, top_k=10, events=ev)
+    assert set(np.unique(sched.trigger).tolist()) <= set(ev.tolist())
+    stream = read_demand(test)
+    pf = load_predictor(path, top_k=10, backend="numba")
+    pf.reset(stream.regions)
+    live = []
+    for i in ev.tolist():
+        live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+    batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
+    assert live == batch
+    cfg = SimConfig(capacity=cap)
+    none = simulate(test, cfg, None).faults
+    # the next library page, fetched at each miss, is there when needed (2 pages: room for the hot loop)
+    assert none == len(ev) and simulate(test, cfg, predict_schedule(path, test, top_k=2, events=ev)).faults < none // 4

@@ -67,6 +67,11 @@ class DemandStream:
     def __len__(self) -> int:
         return len(self.page)
 
+    def take(self, events: np.ndarray) -> "DemandStream":
+        """The sub-stream of the given event indices (e.g. the misses of a fast tier)."""
+        e = np.asarray(events, np.int64)
+        return DemandStream(self.t_ns[e], self.region[e], self.page[e], self.ip[e], self.regions, self.path)
+
     def slice(self, start: int, stop: int) -> "DemandStream":
         return DemandStream(self.t_ns[start:stop], self.region[start:stop], self.page[start:stop], self.ip[start:stop], self.regions, self.path)
 
@@ -226,7 +231,7 @@ def horizon_keys(slots: np.ndarray, page: np.ndarray, n_slots: int, horizon: int
 @numba.njit(cache=True)
 def decode_pages(
     slot: np.ndarray, page: np.ndarray, start: int, top: np.ndarray, cls_slot: np.ndarray, cls_delta: np.ndarray,
-    last: np.ndarray, seen: np.ndarray, top_k: int,
+    last: np.ndarray, seen: np.ndarray, top_k: int, limit: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Turn ranked class predictions into pages, causally, one block of events at a time.
 
@@ -234,7 +239,9 @@ def decode_pages(
     ``last``/``seen`` hold the per-slot last page before ``start`` and are advanced (pass
     them on to the next block). Per event the first ``top_k`` usable classes are kept: a
     class is unusable when it is "other", its slot has not been seen yet, or it names a
-    negative page or the page just accessed. Returns (ok, rank, slot, page), each (m, top_k).
+    negative page, a page at or past ``limit[slot]`` (the region's length in this run; 0
+    when the region is absent) or the page just accessed — what the per-fault kernel skips
+    too. Returns (ok, rank, slot, page), each (m, top_k).
     """
     m, k = top.shape
     n_slots = len(last)
@@ -259,7 +266,7 @@ def decode_pages(
             if cs >= n_slots or not seen[cs]:
                 continue
             p = last[cs] + cls_delta[c]
-            if p < 0 or (cs == s and p == page[i]):
+            if p < 0 or p >= limit[cs] or (cs == s and p == page[i]):
                 continue
             ok[r, got] = True
             rank[r, got] = q

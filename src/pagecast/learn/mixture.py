@@ -37,12 +37,13 @@ def _delta_candidates(lm: LoadedModel, enc: EncodedStream, stop: int, top_k: int
     n_slots = lm.table.unknown
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
+    limit = np.full(n_slots, np.iinfo(np.int64).max, np.int64)  # region lengths of the training run are not kept
     slots32 = enc.slots[:stop].astype(np.int32)
     pages = enc.pages[:stop]
     parts: list[tuple] = []
 
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
-        ok, rank, s, p = decode_pages(slots32, pages, start, classes.astype(np.int64), cs, cd, last, seen, top_k)
+        ok, rank, s, p = decode_pages(slots32, pages, start, classes.astype(np.int64), cs, cd, last, seen, top_k, limit)
         parts.append((ok, s.astype(np.int64), p, np.take_along_axis(scores, rank, 1).astype(np.float32)))
 
     score_stream(lm, enc.tokens[:stop], enc.slots[:stop], enc.ips[:stop], k, on_block=on_block)

@@ -5,7 +5,7 @@ shared libraries and compilers, but those pages recur from run to run at the sam
 region-relative page (regions are matched by key). ``PageTable`` keeps, for every
 (region slot, page) of the training runs, the pages that followed it within the next
 H distinct-page events and how often (an empirical probability, counted over all
-training runs at once). At inference the model's delta candidates and the table's page
+training runs at once, discounted a little by how many steps ahead they came). At inference the model's delta candidates and the table's page
 candidates are merged per event by a mixture weight λ learned on validation data
 (``learn/mixture.py``): score(page) = (1 − λ)·p_delta(page) + λ·p_table(page), so where
 the table is sure of the next pages they win, and where the program walks by deltas the
@@ -22,6 +22,7 @@ import numba
 import numpy as np
 
 PAGE_BITS = 40  # key = slot << PAGE_BITS | page
+STEP_DISCOUNT = 0.05
 _PAGE_MASK = (1 << PAGE_BITS) - 1
 
 
@@ -34,11 +35,13 @@ def page_keys(slots: np.ndarray, pages: np.ndarray, n_slots: int) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _future_pairs(keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst): for each event, the distinct keys among the next ``horizon`` events (not itself)."""
+def _future_pairs(keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(src, dst, step): for each event, the distinct keys among the next ``horizon`` events
+    (not itself) and at which step 1 … horizon each first appears."""
     n = len(keys)
     src = np.empty(n * horizon, np.int64)
     dst = np.empty(n * horizon, np.int64)
+    step = np.empty(n * horizon, np.int64)
     m = 0
     for i in range(n):
         k = keys[i]
@@ -57,8 +60,9 @@ def _future_pairs(keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarra
             if not dup:
                 src[m] = k
                 dst[m] = q
+                step[m] = j - i
                 m += 1
-    return src[:m], dst[:m]
+    return src[:m], dst[:m], step[:m]
 
 
 def _distinct_steps(keys: np.ndarray) -> np.ndarray:
@@ -75,7 +79,7 @@ class PageTable:
 
     keys: np.ndarray  # (n,) int64, sorted
     succ: np.ndarray  # (n, M) int64
-    prob: np.ndarray  # (n, M) float32, descending per row
+    prob: np.ndarray  # (n, M) float32 scores, descending per row: P(follows within H) · step discount
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -87,12 +91,13 @@ class PageTable:
     @classmethod
     def build(cls, key_streams: Sequence[np.ndarray], horizon: int, max_succ: int) -> "PageTable":
         """From packed key streams (``page_keys``) of the training parts of one or more runs."""
-        srcs, dsts, occ = [], [], []
+        srcs, dsts, steps, occ = [], [], [], []
         for k in key_streams:
             k = _distinct_steps(np.asarray(k, np.int64))
-            s, d = _future_pairs(k, horizon)
+            s, d, st = _future_pairs(k, horizon)
             srcs.append(s)
             dsts.append(d)
+            steps.append(st)
             occ.append(k[k >= 0])
         src = np.concatenate(srcs) if srcs else np.empty(0, np.int64)
         if len(src) == 0:
@@ -101,25 +106,29 @@ class PageTable:
         uniq, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
         u = len(uniq)
         si, di = inv[: len(src)], inv[len(src):]
-        pair, counts = np.unique(si.astype(np.int64) * u + di, return_counts=True)
+        pair, pair_inv, counts = np.unique(si.astype(np.int64) * u + di, return_inverse=True, return_counts=True)
+        mean_step = np.bincount(pair_inv, weights=np.concatenate(steps), minlength=len(pair)) / counts
         ps, pd = pair // u, pair % u
         occ_all = np.concatenate(occ)
         occ_pos = np.searchsorted(uniq, occ_all)
         n_occ = np.bincount(occ_pos[(occ_pos < u)], minlength=u)
-        # per source: most frequent successors first (ties: smaller key)
-        order = np.lexsort((pd, -counts, ps))
-        ps, pd, counts = ps[order], pd[order], counts[order]
+        # A successor's score is how often it followed within H events, discounted by how
+        # far ahead it usually came (5 % per step): of several pages that always follow, the
+        # nearest ranks first, which is the one needed soonest. Ties: smaller key.
+        score = np.minimum(1.0, counts / np.maximum(n_occ[ps], 1)) * (1.0 - STEP_DISCOUNT * (mean_step - 1.0))
+        order = np.lexsort((pd, -score, ps))
+        ps, pd, counts, score = ps[order], pd[order], counts[order], score[order]
         first = np.r_[True, ps[1:] != ps[:-1]]
         starts = np.flatnonzero(first)
         rank = np.arange(len(ps)) - np.repeat(starts, np.diff(np.r_[starts, len(ps)]))
         keep = rank < max_succ
-        ps, pd, counts, rank = ps[keep], pd[keep], counts[keep], rank[keep]
+        ps, pd, score, rank = ps[keep], pd[keep], score[keep], rank[keep]
         src_ids = np.unique(ps)
         row = np.searchsorted(src_ids, ps)
         succ = np.full((len(src_ids), max_succ), -1, np.int64)
         prob = np.zeros((len(src_ids), max_succ), np.float32)
         succ[row, rank] = uniq[pd]
-        prob[row, rank] = np.minimum(1.0, counts / np.maximum(n_occ[ps], 1)).astype(np.float32)
+        prob[row, rank] = score.astype(np.float32)
         return cls(uniq[src_ids].astype(np.int64), succ, prob)
 
     def to_blob(self) -> dict:

@@ -266,10 +266,14 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
                      backend: str = "auto", progress: Callable[[int], None] | None = None,
-                     batch_windows: int = 512) -> Schedule:
+                     batch_windows: int = 512, events: np.ndarray | None = None) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
 
     ``batch_windows``: windows of 2C events per graph call (graph backends; numba ignores it).
+    ``events``: indices of the demand events the model is shown and predicts after (for a
+    full access trace, its misses: ``pagecast.sim.misses.miss_events``), as a per-fault
+    predictor fed those events would; default every event. Triggers stay indices into the
+    whole demand stream.
 
     Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
     matched to the model's regions by ``region_key``), page (region-relative), score.
@@ -277,7 +281,8 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     if top_k < 1:
         raise PagecastError(f"top_k must be at least 1, got {top_k}")
     lm = _loaded(model_path)
-    stream = read_demand(trace)
+    whole = read_demand(trace)
+    stream = whole if events is None else whole.take(events)
     tokens, slots, ips = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
     k = _candidates(lm, top_k)
     cls_slot, cls_delta = lm.vocab.class_slots_deltas()
@@ -287,6 +292,8 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
     slots32 = slots.astype(np.int32)
+    s2r = slot_to_region[:n_slots]
+    slot_limit = np.where(s2r >= 0, region_pages[np.maximum(s2r, 0)], 0).astype(np.int64)
     out: dict[str, list[np.ndarray]] = {c: [] for c in ("trigger", "region", "page", "score")}
 
     mix = _mixture(lm)
@@ -295,7 +302,8 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         rids = stream.region.astype(np.int64)
 
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
-        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k)
+        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k,
+                                      slot_limit)
         reg = slot_to_region[s]
         ok &= reg >= 0
         ok &= p < region_pages[reg]
@@ -320,10 +328,13 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         sched = Schedule.empty()
     else:
         trig = np.concatenate(out["trigger"])
-        sched = Schedule(trig, stream.t_ns[trig], np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
+        t_ns = stream.t_ns[trig]
+        if events is not None:
+            trig = np.asarray(events, np.int64)[trig]
+        sched = Schedule(trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
     sched.regions = list(stream.regions)
     sched.meta = {"source": "pagecast.learn", "model": str(lm.path), "kind": lm.config.kind, "top_k": top_k,
-                  "head": lm.train_config.head, "stream_rows": len(stream), "page_mix": float(mix[1]) if mix else 0.0}
+                  "head": lm.train_config.head, "stream_rows": len(whole), "events_shown": len(stream), "page_mix": float(mix[1]) if mix else 0.0}
     return sched
 
 

@@ -30,13 +30,13 @@ def oracle_ks(k_max: int) -> list[int]:
 def oracle_bound(trace: Trace | str | Path, config: SimConfig, k_max: int = 32) -> SimResult:
     """The oracle run with the fewest faults over k = 1, 2, 4, …, ``k_max`` (ties: larger k, which is timelier).
 
-    ``result.prefetcher`` names the k chosen (``oracle:k=K``).
+    ``result.extra["oracle_k"]`` is the k chosen.
     """
     best: SimResult | None = None
     for k in oracle_ks(max(1, int(k_max))):
         r = simulate(trace, config, Oracle(k=k))
         if best is None or r.faults <= best.faults:
             best = r
-            best.prefetcher = f"oracle:k={k}"
+            best.extra["oracle_k"] = k
     assert best is not None
     return best

@@ -47,8 +47,8 @@ N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
 (K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG,
- K_NDENSE) = range(12)
-N_CFG = 12
+ K_NDENSE, K_SCHED_ALL) = range(13)
+N_CFG = 13
 
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
 EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
@@ -446,7 +446,9 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             p = g[G_SCHED]
             while p < sched.shape[1] and sched[0, p] < gi:
                 p += 1
-            n_done = 0
+            # Rows fire where a per-fault predictor would be asked (a miss, or the first
+            # use of a prefetched page), unless the config says on every event.
+            n_done = 0 if observed or cfg[K_SCHED_ALL] != 0 else maxpf
             while p < sched.shape[1] and sched[0, p] == gi:
                 if n_done < maxpf:
                     ps = page_id(g, cfg, htab, hkey, doff, dlen, sched[1, p], sched[2, p])
