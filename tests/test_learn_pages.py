@@ -144,3 +144,15 @@ def test_access_trace_schedule_at_misses_equals_live_predictor(trained, walk, tm
     none = simulate(test, cfg, None).faults
     # the next library page, fetched at each miss, is there when needed (2 pages: room for the hot loop)
     assert none == len(ev) and simulate(test, cfg, predict_schedule(path, test, top_k=2, events=ev)).faults < none // 4
+
+
+def test_two_runs_validate_leave_one_run_out(tmp_path, walk):
+    runs = [read_demand(_write(tmp_path / f"r{i}.parquet", np.tile(walk, 2 + i), 0, i << 30)) for i in range(3)]
+    spec = DatasetSpec(horizon=10)
+    data = prepare(runs, spec, val_fraction=0.1)
+    assert data.stats["validation"] == "leave-one-run-out"
+    assert data.stats["val_events"] == len(runs[2]) and data.stats["train_events"] == len(runs[0]) + len(runs[1])
+    timed = prepare(runs, spec, val_fraction=0.1, validation="time")
+    assert timed.stats["validation"] == "time" and timed.stats["val_events"] == sum(round(len(r) * 0.1) for r in runs)
+    one = prepare(runs[:1], spec, val_fraction=0.1)
+    assert one.stats["validation"] == "time"

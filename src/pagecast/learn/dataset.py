@@ -416,15 +416,24 @@ def prepare(
     val_fraction: float = 0.1,
     test_fraction: float = 0.0,
     val_streams: Sequence[DemandStream] = (),
+    validation: str = "auto",
 ) -> PreparedData:
     """Region table and vocabulary from the training parts; every stream encoded.
 
-    With ``val_streams`` (other runs) those are the validation set (split across runs) and
-    the training traces are used whole except for ``test_fraction``; otherwise the last
-    ``val_fraction`` of each training trace validates (split by time).
+    Validation (``validation``): with ``val_streams`` (other runs) those validate (split
+    across runs); ``"auto"`` with two or more training traces holds the last one out whole
+    (leave-one-run-out: what the next run looks like, where the end of a short fault trace
+    is often interpreter shutdown); ``"time"`` (and ``"auto"`` with one trace) validates on
+    the last ``val_fraction`` of each training trace. Training traces are used whole
+    except for ``test_fraction`` and the validation part.
     """
     if not train_streams:
         raise PagecastError("no training traces")
+    if validation not in ("auto", "time"):
+        raise PagecastError(f"unknown validation mode {validation!r} (auto or time)")
+    mode = "other runs" if val_streams else ("leave-one-run-out" if validation == "auto" and len(train_streams) >= 2 else "time")
+    if mode == "leave-one-run-out":
+        train_streams, val_streams = list(train_streams[:-1]), [train_streams[-1]]
     table = RegionTable()
     splits = []
     for s in train_streams:
@@ -460,5 +469,6 @@ def prepare(
         "regions": len(table.regions),
         "classes": len(vocab),
         "vocab_coverage": cover_num / cover_den if cover_den else 0.0,
+        "validation": mode,
     }
     return PreparedData(table, vocab, train, val, test, stats)

@@ -4,7 +4,9 @@ After the delta model is trained, the page table is built from the training part
 all training runs (``PageTable.build``) and the mixture weight λ is chosen on the
 validation parts (another run when there are several: leave-one-run-out), as the λ of
 a grid whose merged top-k predictions reach the highest recall of the pages of the
-next H events. λ = 0 is the delta model alone, λ = 1 the table first. Candidates
+next H events. λ = 0 is the delta model alone, λ = 1 the table first. When the
+validation data cannot tell (every λ the same recall: the later part of a single fault
+trace, whose pages the table cannot have seen), λ = 0.5 weighs both scores equally. Candidates
 are scored once per event; each λ only re-merges them (numba), so the fit costs about
 one batched inference pass over the validation data.
 """
@@ -22,6 +24,7 @@ from pagecast.learn.train import LoadedModel
 from pagecast.sim.metrics import ranking_metrics
 
 LAMBDAS = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
+PRIOR_LAMBDA = 0.5
 MAX_FIT_EVENTS = 200_000  # per validation part: enough to choose λ, bounded cost on long access traces
 
 
@@ -52,7 +55,8 @@ def _delta_candidates(lm: LoadedModel, enc: EncodedStream, stop: int, top_k: int
 
 def fit_mix(lm: LoadedModel, table: PageTable, val: Sequence[tuple[EncodedStream, range]], top_k: int,
             horizon: int) -> tuple[float, dict[float, float]]:
-    """(best λ, validation recall@top_k per λ). Ties go to the smaller λ (the delta model)."""
+    """(best λ, validation recall@top_k per λ). Ties go to the smaller λ (the delta model);
+    when every λ scores the same, ``PRIOR_LAMBDA``."""
     if len(table) == 0 or not val:
         return 0.0, {}
     hits = {lam: [0.0, 0] for lam in LAMBDAS}
@@ -61,6 +65,11 @@ def fit_mix(lm: LoadedModel, table: PageTable, val: Sequence[tuple[EncodedStream
     finally:
         forget(lm)
     recall = {lam: (h / n if n else 0.0) for lam, (h, n) in hits.items()}
+    if max(recall.values()) - min(recall.values()) < 1e-6:
+        # Nothing to judge by: validation data the table never fires on (the later part of
+        # the one training run of a fault trace, whose pages fault once per run). Weigh
+        # the two calibrated scores equally rather than drop the table.
+        return PRIOR_LAMBDA, recall
     best = max(LAMBDAS, key=lambda lam: (round(recall[lam], 6), -lam))
     return best, recall
 

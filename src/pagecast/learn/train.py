@@ -237,6 +237,9 @@ def _attach_page_table(result: TrainResult, data: PreparedData, tcfg: TrainConfi
     parts = data.val or [(enc, range(max(r.start, r.stop - max(1, (r.stop - r.start) // 10)), r.stop)) for enc, r in data.train]
     lm = LoadedModel(result.model, mcfg, DatasetSpec(horizon=mcfg.horizon), tcfg, data.table, data.vocab, {}, [], {})
     lam, recall = fit_mix(lm, table, parts, tcfg.top_k, mcfg.horizon)
+    if data.stats.get("validation") in ("leave-one-run-out", "other runs") and lam > 0:
+        # λ was judged on a run the table had not seen; the table the model keeps knows them all
+        table = build_table(list(data.train) + list(data.val), data.table.unknown, mcfg.horizon, tcfg.page_table)
     result.page_table, result.mix = table, lam
     result.metrics.update({"page_table_keys": len(table), "page_mix": lam,
                            "val_mix_recall": {str(k): v for k, v in recall.items()},
