@@ -14,7 +14,9 @@ of the oracle's fault reduction,
 
 (negative: worse than no prefetching). On the access traces a schedule fires at misses
 of the simulated tier, and the models train on and predict at the training run's and the
-held-out run's LRU misses at that capacity (``pagecast.sim.misses``). Training is short (``--epochs``, small models);
+held-out run's LRU misses at that capacity (``pagecast.sim.misses``). The pages per
+prediction (k = 1, 2, 4 or 10, or none) are chosen per capacity by simulating the
+training run (``pagecast.learn.budget``); the held-out run is never looked at. Training is short (``--epochs``, small models);
 the time it took is printed.
 
     PYTHONPATH=src python benchmarks/learned_real.py [--only gcc,git] [--epochs 4] [--json out.json]
@@ -37,7 +39,7 @@ from real_programs import recorded_pairs  # noqa: E402
 
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand  # noqa: E402
 from pagecast.learn.models import ModelConfig  # noqa: E402
-from pagecast.learn.predict import predict_schedule  # noqa: E402
+from pagecast.learn.budget import choose_top_k, schedule_with_budget  # noqa: E402
 from pagecast.learn.train import TrainConfig, save_model, train_model  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
 from pagecast.sim.bound import oracle_bound  # noqa: E402
@@ -72,6 +74,7 @@ def models_for(pair, train_trace: Path, events, tag: str, tmp: Path, args) -> di
 
 
 TIMES: list[float] = []
+chosen: dict[str, int] = {}
 
 
 def run_pair(pair, train_trace: Path, test_trace: Path, tmp: Path, args) -> list[dict]:
@@ -94,7 +97,10 @@ def run_pair(pair, train_trace: Path, test_trace: Path, tmp: Path, args) -> list
             res[name] = simulate(test_trace, cfg, name).faults
         res["pagesucc(train)"] = simulate(test_trace, cfg, parse_prefetcher(f"pagesucc:train={train_trace}")).faults
         for k, m in models.items():
-            res[k] = simulate(test_trace, cfg, predict_schedule(m, test_trace, top_k=10, events=events)).faults
+            # pages per prediction for this capacity, chosen on the training run (0: none helps there)
+            top_k, _ = choose_top_k(m, train_trace, cap_spec)
+            chosen[f"{pair.name} {cap_spec} {k}"] = top_k
+            res[k] = simulate(test_trace, cfg, schedule_with_budget(m, test_trace, top_k, events)).faults
         res["oracle"] = oracle_bound(test_trace, cfg).faults
         span = res["none"] - res["oracle"]
         frac = {k: ((res["none"] - v) / span if span > 0 else float("nan")) for k, v in res.items()}
@@ -141,6 +147,7 @@ def main() -> None:
             print(f"{pair.name}: train {a.name}, test {b.name}", file=sys.stderr)
             rows += run_pair(pair, a, b, Path(d), args)
     print_table(rows)
+    print("pages per prediction chosen on the training run: " + ", ".join(f"{k}: {v}" for k, v in chosen.items()))
     print(f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all (median {statistics.median(TIMES):.1f} s), 1 thread")
     print(f"total {time.perf_counter() - t0:.0f} s")
     if args.json:

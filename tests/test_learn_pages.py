@@ -156,3 +156,13 @@ def test_two_runs_validate_leave_one_run_out(tmp_path, walk):
     assert timed.stats["validation"] == "time" and timed.stats["val_events"] == sum(round(len(r) * 0.1) for r in runs)
     one = prepare(runs[:1], spec, val_fraction=0.1)
     assert one.stats["validation"] == "time"
+
+
+def test_budget_chosen_on_training_run(trained, tmp_path):
+    """k per prediction chosen by simulating a training run; k = 0 gives an empty schedule."""
+    from pagecast.learn.budget import choose_top_k, schedule_with_budget
+
+    path, _, test = trained
+    k, faults = choose_top_k(path, test, 200)
+    assert faults[0] == 800 and faults[k] == min(faults.values()) and k >= 1 and faults[k] < 10
+    assert len(schedule_with_budget(path, test, 0).trigger) == 0

@@ -3,7 +3,7 @@
 The oracle prefetches the next k distinct pages the program will use. With a fast tier
 smaller than a few k pages, those prefetches evict pages needed sooner than they are, so
 a fixed k can make far more faults than no prefetching at all. ``oracle_bound`` runs the
-oracle at k = 1, 2, 4, … up to ``k_max`` and keeps the run with the fewest faults. Under LRU,
+oracle at k = 1, 2, 4, … up to ``k_max`` (at most the capacity) and keeps the run with the fewest faults. Under LRU,
 k = 1 never makes more faults than no prefetching (the page it fetches is the next distinct
 page used, and the page it evicts is the one that page's own fault would have evicted:
 only the current page is used in between), so the bound holds at every capacity.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pagecast.policies.oracle import Oracle
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.simulate import simulate
+from pagecast.sim.simulate import resolve_capacity, simulate
 from pagecast.trace.reader import Trace
 
 
@@ -33,6 +33,8 @@ def oracle_bound(trace: Trace | str | Path, config: SimConfig, k_max: int = 32) 
     ``result.extra["oracle_k"]`` is the k chosen.
     """
     best: SimResult | None = None
+    # more pages ahead than the tier holds only evicts them again
+    k_max = min(k_max, resolve_capacity(config.capacity, trace, config.page_size))
     for k in oracle_ks(max(1, int(k_max))):
         r = simulate(trace, config, Oracle(k=k))
         if best is None or r.faults <= best.faults:
