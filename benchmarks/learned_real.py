@@ -15,7 +15,7 @@ of the oracle's fault reduction,
 (negative: worse than no prefetching). On the access traces a schedule fires at misses
 of the simulated tier, and the models train on and predict at the training run's and the
 held-out run's LRU misses at that capacity (``pagecast.sim.misses``). The pages per
-prediction (k = 1, 2, 4 or 10, or none) are chosen per capacity by simulating the
+prediction (k = 1, 2, 4, 10, 16 or 32, or none) are chosen per capacity by simulating the
 training run (``pagecast.learn.budget``); the held-out run is never looked at. Training is short (``--epochs``, small models);
 the time it took is printed.
 

@@ -2,7 +2,7 @@
 
 Ten pages per miss suit a fast tier of thousands of pages and evict the working set of a
 tier of fifteen. ``choose_top_k`` simulates the model's schedule on a run it was trained
-on, at the capacity it will be used with, for k = 1, 2, 4 … and keeps the k with the
+on, at the capacity it will be used with, for k = 1, 2, 4, 10, 16, 32 and keeps the k with the
 fewest faults; if no k makes fewer faults than no prefetching there, it returns 0 (do not
 prefetch at all), so a model tuned this way does not make a tier it has seen worse.
 """
@@ -20,7 +20,7 @@ from pagecast.sim.misses import has_accesses, miss_events
 from pagecast.sim.simulate import resolve_capacity, simulate
 from pagecast.trace.schedule import Schedule
 
-TOP_KS = (1, 2, 4, 10)
+TOP_KS = (1, 2, 4, 10, 16, 32)
 
 
 def choose_top_k(model: str | Path | LoadedModel, run: str | Path, capacity: int | str,

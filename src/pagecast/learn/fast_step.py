@@ -31,7 +31,7 @@ import numba
 import numpy as np
 import torch
 
-from pagecast.learn.dataset import _DELTA_BITS, _DELTA_OFFSET
+from pagecast.learn.dataset import _DELTA_BITS, _DELTA_OFFSET, GENERIC_SLOT
 from pagecast.learn.models import DeltaLSTM
 
 # Header of the int64 model array ``mi``: dimensions and offsets (numba folds these constants).
@@ -272,6 +272,11 @@ def observe_kernel(wf, mi, ri, st, region, page):
             q = np.searchsorted(keys, key)
             if q < keys.shape[0] and keys[q] == key:
                 tok = q + 1
+            else:  # the generic pair of the same delta
+                key = (np.int64(GENERIC_SLOT) << _DELTA_BITS) | (page - last[slot] + _DELTA_OFFSET)
+                q = np.searchsorted(keys, key)
+                if q < keys.shape[0] and keys[q] == key:
+                    tok = q + 1
         last[slot] = page
         seen[slot] = 1
     i = ri[_R_I]
@@ -289,6 +294,8 @@ def observe_kernel(wf, mi, ri, st, region, page):
         if cls <= 0:
             continue
         cs = mi[cslot + cls]
+        if cs == GENERIC_SLOT:
+            cs = slot  # the region just touched
         if cs >= n_slots or not seen[cs]:
             continue
         p = last[cs] + mi[cdelta + cls]

@@ -24,7 +24,7 @@ from pagecast.learn.train import LoadedModel
 from pagecast.sim.metrics import ranking_metrics
 
 LAMBDAS = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
-PRIOR_LAMBDA = 0.5
+PRIOR_LAMBDA = 0.1
 MAX_FIT_EVENTS = 200_000  # per validation part: enough to choose λ, bounded cost on long access traces
 
 

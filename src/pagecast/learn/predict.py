@@ -24,6 +24,7 @@ import torch
 
 from pagecast.errors import PagecastError
 from pagecast.learn.dataset import (
+    GENERIC_SLOT,
     DemandStream,
     decode_pages,
     encode_inputs,
@@ -442,7 +443,8 @@ class LearnedPrefetcher(Prefetcher):
         tok = 0
         if slot < self._n_slots:
             if self._seen[slot]:
-                tok = self._class_of.get((slot << _DELTA_BITS) | (page - self._last[slot] + _DELTA_OFFSET), 0)
+                d = page - self._last[slot] + _DELTA_OFFSET
+                tok = self._class_of.get((slot << _DELTA_BITS) | d, 0) or self._class_of.get((GENERIC_SLOT << _DELTA_BITS) | d, 0)
             self._last[slot] = page
             self._seen[slot] = True
         i = self._i
@@ -495,6 +497,8 @@ class LearnedPrefetcher(Prefetcher):
             if cls <= 0:
                 continue
             cs = self._cls_slot[cls]
+            if cs == GENERIC_SLOT:
+                cs = slot  # the region just touched
             if cs >= self._n_slots or not self._seen[cs]:
                 continue
             p = self._last[cs] + self._cls_delta[cls]
