@@ -40,13 +40,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _learn_predict():
+    import importlib
+
     try:
-        from pagecast.learn import predict
+        return importlib.import_module("pagecast.learn.predict")
     except ImportError as e:
         raise PagecastError(f"--model needs pagecast.learn, which is not available here ({e})") from None
-    if predict is None:
-        raise PagecastError("--model needs pagecast.learn, which is not available here")
-    return predict
 
 
 def _model_schedule(model: str, trace, k: int, events):

@@ -6,7 +6,8 @@ validation parts (another run when there are several: leave-one-run-out), as the
 a grid whose merged top-k predictions reach the highest recall of the pages of the
 next H events. λ = 0 is the delta model alone, λ = 1 the table first. When the
 validation data cannot tell (every λ the same recall: the later part of a single fault
-trace, whose pages the table cannot have seen), λ = 0.5 weighs both scores equally. Candidates
+trace, whose pages the table cannot have seen), λ = 0.1: the table decides where the delta
+head is unsure and defers to it where it is confident. Candidates
 are scored once per event; each λ only re-merges them (numba), so the fit costs about
 one batched inference pass over the validation data.
 """
@@ -67,8 +68,9 @@ def fit_mix(lm: LoadedModel, table: PageTable, val: Sequence[tuple[EncodedStream
     recall = {lam: (h / n if n else 0.0) for lam, (h, n) in hits.items()}
     if max(recall.values()) - min(recall.values()) < 1e-6:
         # Nothing to judge by: validation data the table never fires on (the later part of
-        # the one training run of a fault trace, whose pages fault once per run). Weigh
-        # the two calibrated scores equally rather than drop the table.
+        # the one training run of a fault trace, whose pages fault once per run). Keep the
+        # table for where the delta head is unsure rather than drop it; a larger weight
+        # let a stale table outrank a confident delta head on a run that starts elsewhere.
         return PRIOR_LAMBDA, recall
     best = max(LAMBDAS, key=lambda lam: (round(recall[lam], 6), -lam))
     return best, recall
