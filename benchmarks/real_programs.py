@@ -110,9 +110,10 @@ def record(cmd: list[str], out: Path, kind: str) -> None:
     args = [sys.executable, "-m", "pagecast", "record", "--json", "-o", str(out)]
     if kind == "lackey":
         args.append("--lackey")
-    r = subprocess.run([*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    r = subprocess.run([*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0 or not out.exists():
-        raise RuntimeError(f"recording failed ({r.returncode}): {' '.join(cmd)}")
+        why = (r.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"recording failed ({r.returncode}: {why}): {' '.join(cmd)[:80]}")
 
 
 def recorded_pairs(only: list[str] | None = None, log=print) -> list[tuple[Pair, Path, Path]]:
@@ -123,14 +124,18 @@ def recorded_pairs(only: list[str] | None = None, log=print) -> list[tuple[Pair,
         if only and not any(o in p.name for o in only):
             continue
         paths = []
-        for role, cmd in (("train", p.train), ("test", p.test)):
-            t = d / f"{p.key()}-{role}.parquet"
-            if not t.exists():
-                log(f"recording {p.name} ({role}): {' '.join(cmd)[:100]}")
-                tmp = t.with_name(t.stem + ".tmp.parquet")
-                record(cmd, tmp, p.kind)
-                tmp.rename(t)
-            paths.append(t)
+        try:
+            for role, cmd in (("train", p.train), ("test", p.test)):
+                t = d / f"{p.key()}-{role}.parquet"
+                if not t.exists():
+                    log(f"recording {p.name} ({role}): {' '.join(cmd)[:100]}")
+                    tmp = t.with_name(t.stem + ".tmp.parquet")
+                    record(cmd, tmp, p.kind)
+                    tmp.rename(t)
+                paths.append(t)
+        except (RuntimeError, OSError) as e:  # no perf permission, no valgrind/gcc/git here
+            log(f"skipped {p.name}: {e}")
+            continue
         out.append((p, paths[0], paths[1]))
     return out
 
