@@ -50,9 +50,13 @@ def _inputs(d: Path) -> dict[str, Path]:
         out[f"numbers{seed}"] = p
         t = d / f"text{seed}.txt"
         if not t.exists():
+            # pseudo-words from a fixed seed (not the repository's files, which change), Zipf-like use
+            vocab_rng = random.Random(0)
+            words = ["".join(vocab_rng.choice("etaoinshrdlucmfwyp") for _ in range(vocab_rng.randint(2, 9)))
+                     for _ in range(600)]
+            weights = [1.0 / (i + 1) for i in range(len(words))]
             rng = random.Random(100 + seed)
-            words = [w for w in (ROOT / "README.md").read_text().split() if w.isalpha()]
-            t.write_text(" ".join(rng.choice(words) for _ in range(6000 + 3000 * seed)))
+            t.write_text(" ".join(rng.choices(words, weights, k=6000 + 3000 * seed)))
         out[f"text{seed}"] = t
     db = d / "kv.sqlite"
     if not db.exists():
@@ -110,7 +114,8 @@ def record(cmd: list[str], out: Path, kind: str) -> None:
     args = [sys.executable, "-m", "pagecast", "record", "--json", "-o", str(out)]
     if kind == "lackey":
         args.append("--lackey")
-    r = subprocess.run([*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run([*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       errors="replace")  # the program's own output (gzip: binary) lands on stderr
     if r.returncode != 0 or not out.exists():
         why = (r.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(f"recording failed ({r.returncode}: {why}): {' '.join(cmd)[:80]}")

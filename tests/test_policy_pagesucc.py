@@ -54,3 +54,15 @@ def test_repeating_walk_cuts_faults_online(tmp_path):
 def test_numba_and_python_agree(tmp_path):
     path = write_trace(tmp_path / "m.parquet", mixed_pages())
     same_results_both_engines(path, PageSuccessor)
+
+
+def test_missing_training_trace_is_one_line_error(tmp_path):
+    from pagecast.errors import PagecastError
+
+    p = PageSuccessor(train=str(tmp_path / "nope.parquet"))
+    try:
+        p.reset([Region(0, "r", kind="anon", length=4096)])
+    except PagecastError as e:
+        assert "nope.parquet" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("no error for a missing training trace")

@@ -23,7 +23,7 @@ from numba import njit
 from pagecast.errors import PagecastError
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit
 from pagecast.policies.base import register_prefetcher
-from pagecast.trace.regions import Region, match_regions
+from pagecast.trace.regions import Region, match_regions, region_key
 
 # state: [prev_region, prev_page, has_prev, pad, table: (valid, region, page, r0, p0, r1, p1, pad) * 2**bits]
 _HDR = 4
@@ -99,8 +99,8 @@ def _training_stream(path: str, regions: Sequence[Region]) -> tuple[np.ndarray, 
     try:
         tr = as_trace(path)
     except PagecastError:
-        raise
-    except Exception as e:  # unreadable file: one line naming it
+        raise  # already one line naming the file
+    except Exception as e:  # any other reader failure: one line naming it too
         raise PagecastError(f"cannot read the page-successor training trace ({type(e).__name__})", path=path) from None
     d = read_demand(tr)
     lut = np.full(len(tr.regions) + 1, -1, np.int64)
@@ -125,6 +125,7 @@ class PageSuccessor(NumbaPrefetcher):
         self.degree, self.table_bits = int(degree), int(table_bits)
         self.train = str(train) if train else None
         self._regions: list[Region] = []
+        self._train_stream: tuple | None = None
         super().__init__()
 
     def reset(self, regions: Sequence[Region]) -> None:
@@ -137,6 +138,10 @@ class PageSuccessor(NumbaPrefetcher):
     def init_state(self, n_regions: int) -> np.ndarray:
         s = np.zeros(_HDR + _W * (1 << self.table_bits), np.int64)
         if self.train and self._regions:
-            reg, pg = _training_stream(self.train, self._regions)
+            # reset() and the simulator both build a state: read the training run once per region set
+            key = tuple(region_key(r) for r in self._regions)
+            if self._train_stream is None or self._train_stream[0] != key:
+                self._train_stream = (key, *_training_stream(self.train, self._regions))
+            _, reg, pg = self._train_stream
             learn_stream(s, (1 << self.table_bits) - 1, reg, pg)
         return s
