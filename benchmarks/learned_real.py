@@ -43,6 +43,7 @@ from pagecast.learn.budget import choose_top_k, schedule_with_budget  # noqa: E4
 from pagecast.learn.train import TrainConfig, save_model, train_model  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
 from pagecast.sim.bound import oracle_bound  # noqa: E402
+from pagecast.util.atomic import atomic_output  # noqa: E402
 from pagecast.sim.misses import has_accesses, miss_events  # noqa: E402
 from pagecast.sim.simulate import parse_prefetcher, resolve_capacity  # noqa: E402
 
@@ -151,7 +152,8 @@ def main() -> None:
     print(f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all (median {statistics.median(TIMES):.1f} s), 1 thread")
     print(f"total {time.perf_counter() - t0:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+        with atomic_output(args.json) as tmp:
+            tmp.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from pagecast.util.atomic import atomic_output  # noqa: E402
 
 
 def cache_root() -> Path:
@@ -39,6 +41,11 @@ class Pair:
         return hashlib.sha1(json.dumps([self.kind, self.train, self.test]).encode()).hexdigest()[:10]
 
 
+def _write_text(path: Path, text: str) -> None:
+    with atomic_output(path) as tmp:
+        tmp.write_text(text)
+
+
 def _inputs(d: Path) -> dict[str, Path]:
     """Generated inputs (deterministic): number lists for sort, a sqlite db, text for gzip."""
     out = {}
@@ -46,7 +53,7 @@ def _inputs(d: Path) -> dict[str, Path]:
         p = d / f"numbers{seed}.txt"
         if not p.exists():
             rng = random.Random(seed)
-            p.write_text("\n".join(str(rng.randrange(10**6)) for _ in range(1500 + 500 * seed)) + "\n")
+            _write_text(p, "\n".join(str(rng.randrange(10**6)) for _ in range(1500 + 500 * seed)) + "\n")
         out[f"numbers{seed}"] = p
         t = d / f"text{seed}.txt"
         if not t.exists():
@@ -56,7 +63,7 @@ def _inputs(d: Path) -> dict[str, Path]:
                      for _ in range(600)]
             weights = [1.0 / (i + 1) for i in range(len(words))]
             rng = random.Random(100 + seed)
-            t.write_text(" ".join(rng.choices(words, weights, k=6000 + 3000 * seed)))
+            _write_text(t, " ".join(rng.choices(words, weights, k=6000 + 3000 * seed)))
         out[f"text{seed}"] = t
     db = d / "kv.sqlite"
     if not db.exists():
