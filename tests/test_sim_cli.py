@@ -97,3 +97,17 @@ def test_sweep_on_local_ray(trace, capsys):
     rows = json.loads(capsys.readouterr().out)
     pages = mixed_pages(3000).tolist()
     assert [r["faults"] for r in rows] == [ref_lru(pages, 50), ref_lru(pages, 200)]
+
+
+def test_eval_json_is_strict_and_oracle_bounds_none(trace, capsys):
+    def no_constants(name):
+        raise ValueError(f"bare {name} in JSON output")
+
+    for cap in ("3", "50%"):
+        assert main(["eval", str(trace), "--prefetchers", "none,nextline", "--capacity", cap, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out, parse_constant=no_constants)
+        none, oracle = d["results"][0], d["results"][-1]
+        assert d["horizon"] == 10  # pagecast train's default, not a wider window
+        assert none["accuracy"] is None  # no prefetches: no value, not NaN
+        assert oracle["prefetcher"] == "oracle" and oracle["faults"] <= none["faults"]
+        assert 0 < oracle["rank_event_coverage"] <= 1

@@ -15,7 +15,8 @@ def _reference(pages, rows, k, h):
     for t, p, s in rows:
         by_t.setdefault(t, []).append((s, p))
     P, R, AP, tp, pp, tt = [], [], [], 0, 0, 0
-    for t, lst in sorted(by_t.items()):
+    for t in range(len(pages)):  # every event: a silent one scores zero
+        lst = by_t.get(t, [])
         ranked = []
         for s, p in sorted(lst, key=lambda x: -x[0]):
             if p not in ranked:
@@ -63,6 +64,17 @@ def test_matches_reference(tmp_path, seed):
     assert got["recall_at_k"] == pytest.approx(want[1])
     assert got["map"] == pytest.approx(want[2])
     assert got["micro_f1"] == pytest.approx(want[3])
+    assert got["event_coverage"] == pytest.approx(len(set(trig.tolist()) - {399}) / 399)
+
+
+def test_silent_events_count_as_zero(tmp_path):
+    pages = np.arange(100)
+    path = write_trace(tmp_path / "t.parquet", pages)
+    trig = np.arange(0, 99, 3)  # predictions at one event in three, all correct
+    sched = Schedule(trig, trig, np.zeros(len(trig), np.int32), trig + 1, np.ones(len(trig), np.float32))
+    m = ranking_metrics(sched, path, k=1, horizon=1)
+    assert m["recall_at_k"] == pytest.approx(33 / 99) and m["event_coverage"] == pytest.approx(33 / 99)
+    assert m["precision_at_k"] == pytest.approx(33 / 99) and m["events_scored"] == 99
 
 
 def test_perfect_predictions(tmp_path):

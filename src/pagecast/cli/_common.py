@@ -16,8 +16,19 @@ def add_json_flag(p: argparse.ArgumentParser) -> None:
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=_jsonable)
+    """Strict JSON: NaN and infinities (no value) become null, never a bare NaN token."""
+    json.dump(_finite(obj), sys.stdout, indent=2, default=_jsonable, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _finite(o: Any) -> Any:
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
 
 
 def _jsonable(o: Any) -> Any:
@@ -26,15 +37,15 @@ def _jsonable(o: Any) -> Any:
     if isinstance(o, np.integer):
         return int(o)
     if isinstance(o, np.floating):
-        return None if math.isnan(o) else float(o)
+        return float(o) if math.isfinite(o) else None
     if isinstance(o, np.ndarray):
-        return o.tolist()
+        return _finite(o.tolist())
     if hasattr(o, "__fspath__"):
         return str(o)
     if hasattr(o, "__dataclass_fields__"):
         import dataclasses
 
-        return dataclasses.asdict(o)
+        return _finite(dataclasses.asdict(o))
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 

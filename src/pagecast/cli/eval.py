@@ -8,6 +8,8 @@ from pagecast.cli._common import add_json_flag, format_table, print_json, progre
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 from pagecast.errors import PagecastError
 
+DEFAULT_HORIZON = 10  # pagecast train's default --horizon
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -16,7 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Evaluate prefetchers, schedules and models on one trace: offline ranking metrics of what each asked for "
             "(precision@K, recall@K, mAP, micro-F1 against the distinct pages of the next H demand events) and, from "
-            "simulation, faults, accuracy, coverage, timeliness and estimated time. The oracle is always the last row."
+            "simulation, faults, accuracy, coverage, timeliness and estimated time. Ranking metrics average over every event "
+            "(an event without predictions scores zero; event_coverage says how many had some). A schedule fires at misses "
+            "of the simulated tier; on a full access trace a --model is shown those misses. The oracle is always the last "
+            "row: the best of k = 1, 2, 4 ... 32 pages ahead, an upper bound at every capacity."
         ),
     )
     p.add_argument("trace")
@@ -24,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--schedule", action="append", default=[], metavar="S.parquet", help="a schedule to evaluate (repeatable)")
     p.add_argument("--model", action="append", default=[], metavar="M.pt", help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)")
     p.add_argument("-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)")
-    p.add_argument("--horizon", type=int, default=64, help="H: the truth window is the next H demand events (default %(default)s)")
+    p.add_argument("--horizon", type=int, default=None,
+                   help="H: the truth window is the next H demand events (default: the horizon the --model was trained "
+                        "with, else 10, pagecast train's default)")
     p.add_argument("--capacity", default="50%", help="pages, bytes (64MiB) or percent of distinct pages (default %(default)s)")
     p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"])
     add_model_options(p)
@@ -32,19 +39,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=main)
 
 
-def _model_schedule(model: str, trace, k: int):
+def _learn_predict():
+    import importlib
+
     try:
-        from pagecast.learn.predict import predict_schedule
+        return importlib.import_module("pagecast.learn.predict")
     except ImportError as e:
         raise PagecastError(f"--model needs pagecast.learn, which is not available here ({e})") from None
-    s = predict_schedule(model, trace, top_k=k)
+
+
+def _model_schedule(model: str, trace, k: int, events):
+    s = _learn_predict().predict_schedule(model, trace, top_k=k, events=events)
     s.meta.setdefault("name", f"model:{model}")
     return s
 
 
+def _model_horizon(model: str) -> int:
+    return int(_learn_predict()._loaded(model).spec.horizon)
+
+
 def main(args: argparse.Namespace) -> int:
     from pagecast.sim import SimConfig, simulate
+    from pagecast.sim.bound import oracle_bound
     from pagecast.sim.metrics import ranking_metrics
+    from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
     from pagecast.sim.stream import read_demand
     from pagecast.trace.reader import open_trace
@@ -54,6 +72,12 @@ def main(args: argparse.Namespace) -> int:
         raise PagecastError("eval compares host-side prefetchers; use `pagecast simulate --uvm` for the UVM model")
     trace = open_trace(args.trace)
     cap = resolve_capacity(args.capacity, trace)
+    if args.horizon is None:
+        args.horizon = next(filter(None, (_model_horizon(m) for m in args.model)), DEFAULT_HORIZON)
+    if args.horizon < 1 or args.k < 1:
+        raise PagecastError("-k and --horizon must be at least 1")
+    # On a full access trace a model is shown the misses of the tier, as a per-fault predictor is.
+    events = miss_events(trace, cap) if args.model and has_accesses(trace) else None
     names = [n.strip() for n in args.prefetchers.split(",") if n.strip() and n.strip() != "oracle"]
     cands: list = list(names)
     for s in args.schedule:
@@ -61,7 +85,7 @@ def main(args: argparse.Namespace) -> int:
         sch.meta.setdefault("name", f"schedule:{s}")
         cands.append(sch)
     for m in args.model:
-        cands.append(_model_schedule(m, trace, args.k))
+        cands.append(_model_schedule(m, trace, args.k, events))
     cands.append("oracle")
     demand = read_demand(trace)
     rows, full = [], []
@@ -69,7 +93,8 @@ def main(args: argparse.Namespace) -> int:
     bar = progress(len(cands), "eval", "policy")
     for c in cands:
         cfg = SimConfig(capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args))
-        r = simulate(trace, cfg, c)
+        # the oracle row is the best k up to 32: an upper bound at every capacity
+        r = oracle_bound(trace, cfg) if c == "oracle" else simulate(trace, cfg, c)
         log = r.extra.pop("prefetch_log")
         rank = ranking_metrics(log, demand, k=args.k, horizon=args.horizon) if len(log[0]) else {}
         d = r.to_dict()
@@ -82,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
     for d in full:
         row = summary_row(d, baseline)
         row["timeliness"] = d["timeliness"]
-        for k in ("precision_at_k", "recall_at_k", "map", "micro_f1"):
+        for k in ("precision_at_k", "recall_at_k", "map", "micro_f1", "event_coverage"):
             row[k.replace("_at_k", "@K")] = d.get(f"rank_{k}", float("nan"))
         rows.append(row)
     if args.json:

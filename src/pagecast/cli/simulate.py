@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacity", default="50%", help="fast tier: pages (4096), bytes (64MiB) or percent of the trace's distinct pages (default %(default)s)")
     p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"], help="eviction policy; min = Belady (default %(default)s)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prefetcher", default=None, metavar="NAME[:k=v,...]", help="none, nextline, stride, leap, markov, bestoffset, oracle (UVM: tree, none); e.g. stride:degree=8")
+    src.add_argument("--prefetcher", default=None, metavar="NAME[:k=v,...]", help="none, nextline, stride, leap, markov, bestoffset, pagesucc, extent, oracle (UVM: tree, none); e.g. stride:degree=8, pagesucc:train=RUN1.parquet")
     src.add_argument("--schedule", default=None, metavar="S.parquet", help="replay a schedule (a learned model's predictions)")
     add_model_options(p)
     add_json_flag(p)

@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Train a learned prefetcher on the demand stream (accesses and faults) of one or more "
             "traces. Inputs are region-relative page deltas (a vocabulary of the most frequent "
             "(region, delta) pairs), labels the next pair and the set of pages of the next H events. "
-            "Validation runs each epoch on the last part of each trace (or on --val-trace runs); "
+            "With two or more traces the last one validates (leave-one-run-out), else the last part of each trace "
+            "(or --val-trace runs); a table of the pages that followed each page in training is merged with the "
+            "delta head by a weight fitted on validation (--page-table). "
             "training stops early when validation recall@k stops improving. The model file holds "
             "weights, vocabulary, region table, configuration and metrics."
         ),
@@ -42,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)")
     p.add_argument("--test-fraction", type=float, default=0.0, help="last fraction of each trace held out for the test metrics (default: 0)")
     p.add_argument("--val-trace", action="append", default=[], metavar="TRACE", help="validate on another run instead (repeatable; split across runs)")
+    p.add_argument("--validation", choices=("auto", "time"), default="auto",
+                   help="auto: with two or more training traces, hold the last one out whole for validation and early "
+                        "stopping (leave-one-run-out: it predicts the next run); time: the last --val-fraction of each "
+                        "trace (default: auto)")
+    p.add_argument("--page-table", type=int, default=16, metavar="M",
+                   help="successors kept per (region, page) seen in training, merged with the delta head by a weight "
+                        "fitted on validation; 0 = deltas only (default: 16)")
     p.add_argument("--top-k", type=int, default=10, help="k of the validation recall@k (default: 10)")
     p.add_argument("--head", choices=("horizon", "next"), default="horizon", help="head that ranks pages at inference (default: horizon)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
@@ -65,12 +74,14 @@ def run(args: argparse.Namespace) -> int:
     streams = [read_demand(t) for t in args.traces]
     vals = [read_demand(t) for t in args.val_trace]
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
-    data = prepare(streams, spec, val_fraction=args.val_fraction, test_fraction=args.test_fraction, val_streams=vals)
+    data = prepare(streams, spec, val_fraction=args.val_fraction, test_fraction=args.test_fraction, val_streams=vals,
+                   validation=args.validation)
     mcfg = ModelConfig(kind=args.model, n_classes=len(data.vocab), n_slots=data.table.unknown, n_ip=args.use_ip,
                        embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
                        seq_len=args.seq_len, horizon=args.horizon)
     tcfg = TrainConfig(epochs=args.epochs, patience=args.patience, batch=args.batch, lr=args.lr, seed=args.seed,
-                       threads=args.threads, windows_per_epoch=args.windows_per_epoch, top_k=args.top_k, head=args.head)
+                       threads=args.threads, windows_per_epoch=args.windows_per_epoch, top_k=args.top_k, head=args.head,
+                       page_table=args.page_table)
     key = f"val_recall@{args.top_k}"
 
     def on_epoch(row: dict) -> None:

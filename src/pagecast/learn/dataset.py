@@ -38,6 +38,11 @@ _DELTA_BITS = 40
 _DELTA_OFFSET = 1 << (_DELTA_BITS - 1)
 NO_KEY = -1
 OTHER = 0  # class id of every pair outside the vocabulary
+# The slot of a *generic* pair: "this delta from the page just touched, in the region just
+# touched", whatever that region is. One class then names, e.g., the next page of every
+# file a program reads, where per-region pairs would need one class per file.
+GENERIC_SLOT = (1 << 23) - 1
+_DELTA_MASK = (1 << _DELTA_BITS) - 1
 
 
 def pack_key(slot: np.ndarray | int, delta: np.ndarray | int) -> np.ndarray | int:
@@ -66,6 +71,11 @@ class DemandStream:
 
     def __len__(self) -> int:
         return len(self.page)
+
+    def take(self, events: np.ndarray) -> "DemandStream":
+        """The sub-stream of the given event indices (e.g. the misses of a fast tier)."""
+        e = np.asarray(events, np.int64)
+        return DemandStream(self.t_ns[e], self.region[e], self.page[e], self.ip[e], self.regions, self.path)
 
     def slice(self, start: int, stop: int) -> "DemandStream":
         return DemandStream(self.t_ns[start:stop], self.region[start:stop], self.page[start:stop], self.ip[start:stop], self.regions, self.path)
@@ -219,6 +229,22 @@ def input_keys(slots: np.ndarray, page: np.ndarray, n_slots: int) -> np.ndarray:
     return _input_keys(np.ascontiguousarray(slots, np.int32), np.ascontiguousarray(page, np.int64), n_slots)
 
 
+def generic_keys(keys: np.ndarray) -> np.ndarray:
+    """The generic pair of each pair key (same delta, slot GENERIC_SLOT); −1 stays −1."""
+    keys = np.asarray(keys, np.int64)
+    return np.where(keys >= 0, (np.int64(GENERIC_SLOT) << _DELTA_BITS) | (keys & _DELTA_MASK), -1)
+
+
+def generic_horizon_keys(hkeys: np.ndarray, slots: np.ndarray, n_slots: int) -> np.ndarray:
+    """Generic pairs of the horizon keys whose event lies in the region of event i (else −1):
+    only there is "delta from the page just touched" the same page."""
+    n, h = hkeys.shape
+    slots = np.asarray(slots, np.int64)
+    j = np.minimum(np.arange(n)[:, None] + np.arange(1, h + 1)[None, :], max(n - 1, 0))
+    same = (slots[j] == slots[:, None]) & (slots[:, None] < n_slots)
+    return np.where(same, generic_keys(hkeys), -1)
+
+
 def horizon_keys(slots: np.ndarray, page: np.ndarray, n_slots: int, horizon: int) -> np.ndarray:
     return _horizon_keys(np.ascontiguousarray(slots, np.int32), np.ascontiguousarray(page, np.int64), n_slots, horizon)
 
@@ -226,7 +252,7 @@ def horizon_keys(slots: np.ndarray, page: np.ndarray, n_slots: int, horizon: int
 @numba.njit(cache=True)
 def decode_pages(
     slot: np.ndarray, page: np.ndarray, start: int, top: np.ndarray, cls_slot: np.ndarray, cls_delta: np.ndarray,
-    last: np.ndarray, seen: np.ndarray, top_k: int,
+    last: np.ndarray, seen: np.ndarray, top_k: int, limit: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Turn ranked class predictions into pages, causally, one block of events at a time.
 
@@ -234,7 +260,9 @@ def decode_pages(
     ``last``/``seen`` hold the per-slot last page before ``start`` and are advanced (pass
     them on to the next block). Per event the first ``top_k`` usable classes are kept: a
     class is unusable when it is "other", its slot has not been seen yet, or it names a
-    negative page or the page just accessed. Returns (ok, rank, slot, page), each (m, top_k).
+    negative page, a page at or past ``limit[slot]`` (the region's length in this run; 0
+    when the region is absent) or the page just accessed — what the per-fault kernel skips
+    too. Returns (ok, rank, slot, page), each (m, top_k).
     """
     m, k = top.shape
     n_slots = len(last)
@@ -256,10 +284,12 @@ def decode_pages(
             if c <= 0:
                 continue
             cs = cls_slot[c]
+            if cs == GENERIC_SLOT:
+                cs = s  # the region just touched
             if cs >= n_slots or not seen[cs]:
                 continue
             p = last[cs] + cls_delta[c]
-            if p < 0 or (cs == s and p == page[i]):
+            if p < 0 or p >= limit[cs] or (cs == s and p == page[i]):
                 continue
             ok[r, got] = True
             rank[r, got] = q
@@ -296,15 +326,19 @@ class Vocabulary:
         order = np.lexsort((uniq, -counts))[: max(max_size - 1, 0)]
         return cls(np.sort(uniq[order]).astype(np.int64))
 
-    def encode(self, keys: np.ndarray) -> np.ndarray:
-        """Pair keys → class ids (0 for unknown or invalid keys)."""
+    def encode(self, keys: np.ndarray, fallback: np.ndarray | None = None) -> np.ndarray:
+        """Pair keys → class ids (0 for unknown or invalid keys); where a key is not in the
+        vocabulary, ``fallback`` keys (same shape: the generic pairs) are tried."""
         keys = np.asarray(keys, np.int64)
         if len(self.keys) == 0:
             return np.zeros(keys.shape, np.int64)
         pos = np.searchsorted(self.keys, keys)
         pos_c = np.minimum(pos, len(self.keys) - 1)
         hit = (self.keys[pos_c] == keys) & (keys >= 0)
-        return np.where(hit, pos_c + 1, OTHER).astype(np.int64)
+        out = np.where(hit, pos_c + 1, OTHER).astype(np.int64)
+        if fallback is not None:
+            out = np.where(hit, out, self.encode(fallback))
+        return out
 
     def class_slots_deltas(self) -> tuple[np.ndarray, np.ndarray]:
         """Per class (index 0 = "other", slot/delta 0): region slot and page delta."""
@@ -326,6 +360,7 @@ class EncodedStream:
     next_label: np.ndarray  # (n,) int64 class of event i+1 (−100 where there is none)
     horizon: np.ndarray  # (n, H) int64 classes of events i+1..i+H (−1 where there is none)
     n_future: np.ndarray  # (n,) int32 distinct pages among the next H events (recall denominator)
+    pages: np.ndarray | None = None  # (n,) int64 region-relative pages (for the page table)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -347,7 +382,8 @@ def ip_buckets(ip: np.ndarray, n_buckets: int) -> np.ndarray:
 
 def encode_inputs(stream: DemandStream, table: RegionTable, vocab: Vocabulary, n_ip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     slots = table.slots(stream)
-    toks = vocab.encode(input_keys(slots, stream.page, table.unknown))
+    ik = input_keys(slots, stream.page, table.unknown)
+    toks = vocab.encode(ik, generic_keys(ik))
     return toks, slots.astype(np.int64), ip_buckets(stream.ip, n_ip)
 
 
@@ -356,11 +392,12 @@ def encode_stream(stream: DemandStream, table: RegionTable, vocab: Vocabulary, h
     toks, slots, ips = encode_inputs(stream, table, vocab, n_ip)
     if hkeys is None:
         hkeys = horizon_keys(slots, stream.page, table.unknown, horizon)
-    hcls = vocab.encode(hkeys)
+    # one class per future page: its region's own pair if the vocabulary has it, else the generic one
+    hcls = vocab.encode(hkeys, generic_horizon_keys(hkeys, slots, table.unknown))
     hcls[hkeys < 0] = -1
     nxt = hcls[:, 0].copy()
     nxt[hkeys[:, 0] < 0] = -100  # ignored by cross entropy (end of stream / unknown region)
-    return EncodedStream(toks, slots, ips, nxt, hcls, _distinct_per_row(hkeys))
+    return EncodedStream(toks, slots, ips, nxt, hcls, _distinct_per_row(hkeys), np.asarray(stream.page, np.int64))
 
 
 def time_split(n: int, val_fraction: float, test_fraction: float = 0.0) -> tuple[range, range, range]:
@@ -389,6 +426,7 @@ class DatasetSpec:
     min_count: int = 2
     max_regions: int = 256
     ip_buckets: int = 0  # 0: ip unused
+    generic: bool = True  # also count generic pairs (delta in the region just touched) for the vocabulary
 
 
 @dataclass
@@ -408,15 +446,24 @@ def prepare(
     val_fraction: float = 0.1,
     test_fraction: float = 0.0,
     val_streams: Sequence[DemandStream] = (),
+    validation: str = "auto",
 ) -> PreparedData:
     """Region table and vocabulary from the training parts; every stream encoded.
 
-    With ``val_streams`` (other runs) those are the validation set (split across runs) and
-    the training traces are used whole except for ``test_fraction``; otherwise the last
-    ``val_fraction`` of each training trace validates (split by time).
+    Validation (``validation``): with ``val_streams`` (other runs) those validate (split
+    across runs); ``"auto"`` with two or more training traces holds the last one out whole
+    (leave-one-run-out: what the next run looks like, where the end of a short fault trace
+    is often interpreter shutdown); ``"time"`` (and ``"auto"`` with one trace) validates on
+    the last ``val_fraction`` of each training trace. Training traces are used whole
+    except for ``test_fraction`` and the validation part.
     """
     if not train_streams:
         raise PagecastError("no training traces")
+    if validation not in ("auto", "time"):
+        raise PagecastError(f"unknown validation mode {validation!r} (auto or time)")
+    mode = "other runs" if val_streams else ("leave-one-run-out" if validation == "auto" and len(train_streams) >= 2 else "time")
+    if mode == "leave-one-run-out":
+        train_streams, val_streams = list(train_streams[:-1]), [train_streams[-1]]
     table = RegionTable()
     splits = []
     for s in train_streams:
@@ -430,7 +477,13 @@ def prepare(
     for s in train_streams:
         slots = table.slots(s)
         hk.append(horizon_keys(slots, s.page, table.unknown, spec.horizon))
-    vocab = Vocabulary.build([k[tr.start : max(tr.start, tr.stop - spec.horizon)] for k, (tr, _, _) in zip(hk, splits)], spec.vocab_size, spec.min_count)
+    counted = []
+    for s, k, (tr, _, _) in zip(train_streams, hk, splits):
+        part = slice(tr.start, max(tr.start, tr.stop - spec.horizon))
+        counted.append(k[part])
+        if spec.generic:
+            counted.append(generic_horizon_keys(k, table.slots(s), table.unknown)[part])
+    vocab = Vocabulary.build(counted, spec.vocab_size, spec.min_count)
     train, val, test = [], [], []
     for s, k, (tr, va, te) in zip(train_streams, hk, splits):
         enc = encode_stream(s, table, vocab, spec.horizon, spec.ip_buckets, hkeys=k)
@@ -452,5 +505,6 @@ def prepare(
         "regions": len(table.regions),
         "classes": len(vocab),
         "vocab_coverage": cover_num / cover_den if cover_den else 0.0,
+        "validation": mode,
     }
     return PreparedData(table, vocab, train, val, test, stats)

@@ -31,7 +31,7 @@ import numba
 import numpy as np
 import torch
 
-from pagecast.learn.dataset import _DELTA_BITS, _DELTA_OFFSET
+from pagecast.learn.dataset import _DELTA_BITS, _DELTA_OFFSET, GENERIC_SLOT
 from pagecast.learn.models import DeltaLSTM
 
 # Header of the int64 model array ``mi``: dimensions and offsets (numba folds these constants).
@@ -244,7 +244,8 @@ def _advance(wf, mi, i, tok, slot, ip, h, c, g, logits, k, out_s, out_c, rank=Tr
 
 @numba.njit(cache=True, fastmath=True)
 def observe_kernel(wf, mi, ri, st, region, page):
-    """One fault: encode, step, rank, decode. Pages go to ``ri[out:]`` as (region, page) pairs.
+    """One fault: encode, step, rank, decode. Pages go to ``ri[out:]`` as (region, page) pairs,
+    their ranks (index into the top-k scores) after them, at ``ri[out + 2·top_k:]``.
 
     ``st`` (float32) holds h (2, H), c (2, H) and scratch; returns the number of pages.
     """
@@ -271,6 +272,11 @@ def observe_kernel(wf, mi, ri, st, region, page):
             q = np.searchsorted(keys, key)
             if q < keys.shape[0] and keys[q] == key:
                 tok = q + 1
+            else:  # the generic pair of the same delta
+                key = (np.int64(GENERIC_SLOT) << _DELTA_BITS) | (page - last[slot] + _DELTA_OFFSET)
+                q = np.searchsorted(keys, key)
+                if q < keys.shape[0] and keys[q] == key:
+                    tok = q + 1
         last[slot] = page
         seen[slot] = 1
     i = ri[_R_I]
@@ -288,6 +294,8 @@ def observe_kernel(wf, mi, ri, st, region, page):
         if cls <= 0:
             continue
         cs = mi[cslot + cls]
+        if cs == GENERIC_SLOT:
+            cs = slot  # the region just touched
         if cs >= n_slots or not seen[cs]:
             continue
         p = last[cs] + mi[cdelta + cls]
@@ -298,6 +306,7 @@ def observe_kernel(wf, mi, ri, st, region, page):
             continue
         ri[out + 2 * got] = rid
         ri[out + 2 * got + 1] = p
+        out_c[got] = q  # rank of this page (got <= q: ranks still to read are not overwritten)
         got += 1
         if got == top_k:
             break

@@ -24,6 +24,7 @@ import torch
 
 from pagecast.errors import PagecastError
 from pagecast.learn.dataset import (
+    GENERIC_SLOT,
     DemandStream,
     decode_pages,
     encode_inputs,
@@ -32,6 +33,7 @@ from pagecast.learn.dataset import (
     read_demand,
 )
 from pagecast.learn.models import LastScorer, LSTMStep, SeqScorer
+from pagecast.learn.pagetable import PAGE_BITS, PageTable, mix_block, mix_row, page_keys
 from pagecast.learn.train import LoadedModel, load_model
 from pagecast.policies.base import Prefetcher
 from pagecast.trace.reader import Trace
@@ -152,6 +154,13 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
 _CACHE: dict[tuple, Any] = {}
 
 
+def forget(lm: LoadedModel) -> None:
+    """Drop the runners and kernels cached for ``lm`` (an in-memory model about to go away:
+    its id could be reused by the next one)."""
+    for key in [k for k in _CACHE if len(k) > 1 and k[1] == id(lm)]:
+        del _CACHE[key]
+
+
 def _loaded(model_path: str | Path | LoadedModel) -> LoadedModel:
     if isinstance(model_path, LoadedModel):
         return model_path
@@ -258,10 +267,14 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
 
 def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
                      backend: str = "auto", progress: Callable[[int], None] | None = None,
-                     batch_windows: int = 512) -> Schedule:
+                     batch_windows: int = 512, events: np.ndarray | None = None) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
 
     ``batch_windows``: windows of 2C events per graph call (graph backends; numba ignores it).
+    ``events``: indices of the demand events the model is shown and predicts after (for a
+    full access trace, its misses: ``pagecast.sim.misses.miss_events``), as a per-fault
+    predictor fed those events would; default every event. Triggers stay indices into the
+    whole demand stream.
 
     Rows: trigger (index in the demand stream), t_ns, region (the trace's region ids,
     matched to the model's regions by ``region_key``), page (region-relative), score.
@@ -269,7 +282,8 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     if top_k < 1:
         raise PagecastError(f"top_k must be at least 1, got {top_k}")
     lm = _loaded(model_path)
-    stream = read_demand(trace)
+    whole = read_demand(trace)
+    stream = whole if events is None else whole.take(events)
     tokens, slots, ips = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
     k = _candidates(lm, top_k)
     cls_slot, cls_delta = lm.vocab.class_slots_deltas()
@@ -279,18 +293,34 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
     slots32 = slots.astype(np.int32)
+    s2r = slot_to_region[:n_slots]
+    slot_limit = np.where(s2r >= 0, region_pages[np.maximum(s2r, 0)], 0).astype(np.int64)
     out: dict[str, list[np.ndarray]] = {c: [] for c in ("trigger", "region", "page", "score")}
 
+    mix = _mixture(lm)
+    if mix is not None:
+        own_keys = page_keys(slots, stream.page, n_slots)
+        rids = stream.region.astype(np.int64)
+
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
-        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k)
+        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k,
+                                      slot_limit)
         reg = slot_to_region[s]
         ok &= reg >= 0
         ok &= p < region_pages[reg]
+        sc = np.take_along_axis(scores, rank, 1).astype(np.float32)
+        if mix is not None:
+            tab, lam = mix
+            stop = start + len(scores)
+            cnt, reg, p, sc = mix_block(ok, reg.astype(np.int64), p, sc, own_keys[start:stop], rids[start:stop],
+                                        stream.page[start:stop], tab.keys, tab.succ, tab.prob, slot_to_region.astype(np.int64),
+                                        region_pages, lam, top_k)
+            ok = np.arange(top_k)[None, :] < cnt[:, None]
         rows, cols = np.nonzero(ok)
         out["trigger"].append((start + rows).astype(np.int64))
-        out["region"].append(reg[rows, cols])
+        out["region"].append(reg[rows, cols].astype(np.int32))
         out["page"].append(p[rows, cols])
-        out["score"].append(np.take_along_axis(scores, rank, 1)[rows, cols].astype(np.float32))
+        out["score"].append(sc[rows, cols].astype(np.float32))
         if progress:
             progress(len(scores))
 
@@ -299,11 +329,23 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         sched = Schedule.empty()
     else:
         trig = np.concatenate(out["trigger"])
-        sched = Schedule(trig, stream.t_ns[trig], np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
+        t_ns = stream.t_ns[trig]
+        if events is not None:
+            trig = np.asarray(events, np.int64)[trig]
+        sched = Schedule(trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
     sched.regions = list(stream.regions)
     sched.meta = {"source": "pagecast.learn", "model": str(lm.path), "kind": lm.config.kind, "top_k": top_k,
-                  "head": lm.train_config.head, "stream_rows": len(stream)}
+                  "head": lm.train_config.head, "stream_rows": len(whole), "events_shown": len(stream), "page_mix": float(mix[1]) if mix else 0.0}
     return sched
+
+
+def _mixture(lm: LoadedModel) -> tuple[PageTable, float] | None:
+    """The model's page table and mixture weight, or None when it predicts by deltas alone."""
+    tab = getattr(lm, "page_table", None)
+    lam = float(getattr(lm, "mix", 0.0))
+    if tab is None or len(tab) == 0 or lam <= 0.0:
+        return None
+    return tab, lam
 
 
 def _slot_to_region(lm: LoadedModel, regions: Sequence[Region]) -> np.ndarray:
@@ -342,11 +384,17 @@ class LearnedPrefetcher(Prefetcher):
         self._class_of = {int(key): c + 1 for c, key in enumerate(lm.vocab.keys.tolist())}
         cs, cd = lm.vocab.class_slots_deltas()
         self._cls_slot, self._cls_delta = cs.tolist(), cd.tolist()
+        self._mix = _mixture(lm)
+        width = self.k + (self._mix[0].succ.shape[1] if self._mix else 0)
+        self._mr, self._mp = np.zeros(width, np.int64), np.zeros(width, np.int64)
+        self._ms = np.zeros(width, np.float32)
         self.reset([])
 
     def reset(self, regions: Sequence[Region]) -> None:
         lm = self.lm
         self.regions = list(regions)
+        self._s2r = _slot_to_region(lm, self.regions).astype(np.int64)
+        self._rp = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions] + [np.iinfo(np.int64).max], np.int64)
         self._lut = lm.table.lut_for(self.regions).tolist()
         self._slot_to_region = _slot_to_region(lm, self.regions).tolist()
         self._region_pages = [r.pages if r.pages > 0 else None for r in self.regions]
@@ -366,13 +414,14 @@ class LearnedPrefetcher(Prefetcher):
         self._toks: list[int] = []
         self._slots: list[int] = []
         if self.backend == "numba":
-            from pagecast.learn.fast_step import _R_OUT, observe_kernel
+            from pagecast.learn.fast_step import _R_OUT, G_SCRATCH, observe_kernel
 
             pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions], np.int64)
             kern = self._kern
             self._ri = kern.run_state(lm.table.lut_for(self.regions), _slot_to_region(lm, self.regions), pages,
                                       self._n_slots, self.top_k)
             self._out = int(self._ri[_R_OUT])  # where the kernel writes (region, page) pairs
+            self._score_at = (4 + G_SCRATCH) * cfg.hidden + 3 * cfg.n_classes  # top-k scores in the float state
             self._st = kern.scratch()
             self._obs = observe_kernel
 
@@ -381,6 +430,10 @@ class LearnedPrefetcher(Prefetcher):
             # one compiled call: encode, both LSTM states, head, top-k, decode
             ri = self._ri
             m = self._obs(self._kern.wf, self._kern.mi, ri, self._st, region, page)
+            if self._mix is not None:
+                pairs = ri[self._out : self._out + 2 * m]
+                ranks = ri[self._out + 2 * self.top_k : self._out + 2 * self.top_k + m]
+                return self._mixed(pairs[::2], pairs[1::2], self._st[self._score_at + ranks], region, page)
             if m == 0:
                 return []
             o = ri[self._out : self._out + 2 * m].tolist()
@@ -390,7 +443,8 @@ class LearnedPrefetcher(Prefetcher):
         tok = 0
         if slot < self._n_slots:
             if self._seen[slot]:
-                tok = self._class_of.get((slot << _DELTA_BITS) | (page - self._last[slot] + _DELTA_OFFSET), 0)
+                d = page - self._last[slot] + _DELTA_OFFSET
+                tok = self._class_of.get((slot << _DELTA_BITS) | d, 0) or self._class_of.get((GENERIC_SLOT << _DELTA_BITS) | d, 0)
             self._last[slot] = page
             self._seen[slot] = True
         i = self._i
@@ -419,14 +473,32 @@ class LearnedPrefetcher(Prefetcher):
                 del self._slots[: len(self._slots) - keep]
             t = np.array([self._toks], np.int64)
             scores, classes = self._run(t, np.array([self._slots], np.int64), np.zeros_like(t))
-        return self._decode(classes.tolist(), slot, page)
+        if self._mix is None:
+            return self._decode(classes.tolist(), slot, page)
+        picked: list[int] = []
+        pairs = self._decode(classes.tolist(), slot, page, picked)
+        sc = np.asarray(scores, np.float32).reshape(-1)[picked]
+        return self._mixed(np.array([r for r, _ in pairs], np.int64), np.array([p for _, p in pairs], np.int64), sc, region, page)
 
-    def _decode(self, classes: list[int], slot: int, page: int) -> list[tuple[int, int]]:
+    def _mixed(self, regs: np.ndarray, pages: np.ndarray, scores: np.ndarray, region: int, page: int) -> list[tuple[int, int]]:
+        """The delta pages merged with the page table's successors of (region, page) (``mix_row``)."""
+        tab, lam = self._mix
+        lut = self._lut
+        slot = lut[region + 1] if -1 <= region < len(lut) - 1 else self._n_slots
+        key = (slot << PAGE_BITS) | page if slot < self._n_slots and 0 <= page < (1 << PAGE_BITS) else -1
+        n = mix_row(np.ascontiguousarray(regs, np.int64), np.ascontiguousarray(pages, np.int64),
+                    np.ascontiguousarray(scores, np.float32), len(pages), key, tab.keys, tab.succ, tab.prob, self._s2r,
+                    self._rp, region, page, lam, self.top_k, self._mr, self._mp, self._ms)
+        return list(zip(self._mr[:n].tolist(), self._mp[:n].tolist()))
+
+    def _decode(self, classes: list[int], slot: int, page: int, picked: list[int] | None = None) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
-        for cls in classes:
+        for q, cls in enumerate(classes):
             if cls <= 0:
                 continue
             cs = self._cls_slot[cls]
+            if cs == GENERIC_SLOT:
+                cs = slot  # the region just touched
             if cs >= self._n_slots or not self._seen[cs]:
                 continue
             p = self._last[cs] + self._cls_delta[cls]
@@ -439,6 +511,8 @@ class LearnedPrefetcher(Prefetcher):
             if lim is not None and p >= lim:
                 continue
             out.append((rid, p))
+            if picked is not None:
+                picked.append(q)
             if len(out) == self.top_k:
                 break
         return out

@@ -50,6 +50,9 @@ class TrainConfig:
     horizon_weight: float = 1.0
     top_k: int = 10  # k of the validation recall
     head: str = "horizon"  # head used for schedules: horizon (multi-label) or next
+    # Successors kept per (region, page) in the page table merged with the delta head
+    # (learn/pagetable.py); 0: deltas only, as before.
+    page_table: int = 16
 
 
 @dataclass
@@ -58,6 +61,8 @@ class TrainResult:
     model_config: ModelConfig
     history: list[dict] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    page_table: Any = None  # learn.pagetable.PageTable, or None
+    mix: float = 0.0  # weight of the page table in the merged ranking
 
 
 def _concat(parts: list[tuple[EncodedStream, range]], seq_len: int, horizon: int, stride: int):
@@ -218,7 +223,29 @@ def train_model(
         if len(tstarts):
             metrics.update({f"test_{k}": v for k, v in evaluate(model, tflat, tstarts, mcfg, tcfg).items()})
     metrics.update(data.stats)
-    return TrainResult(model, mcfg, history, metrics)
+    result = TrainResult(model, mcfg, history, metrics)
+    if tcfg.page_table > 0:
+        _attach_page_table(result, data, tcfg)
+    return result
+
+
+def _attach_page_table(result: TrainResult, data: PreparedData, tcfg: TrainConfig) -> None:
+    """Build the page table from the training parts and fit the mixture weight on validation."""
+    from pagecast.learn.mixture import build_table, fit_mix
+
+    t0 = time.perf_counter()
+    mcfg = result.model_config
+    table = build_table(data.train, data.table.unknown, mcfg.horizon, tcfg.page_table)
+    parts = data.val or [(enc, range(max(r.start, r.stop - max(1, (r.stop - r.start) // 10)), r.stop)) for enc, r in data.train]
+    lm = LoadedModel(result.model, mcfg, DatasetSpec(horizon=mcfg.horizon), tcfg, data.table, data.vocab, {}, [], {})
+    lam, recall = fit_mix(lm, table, parts, tcfg.top_k, mcfg.horizon)
+    if data.stats.get("validation") in ("leave-one-run-out", "other runs") and lam > 0:
+        # λ was judged on a run the table had not seen; the table the model keeps knows them all
+        table = build_table(list(data.train) + list(data.val), data.table.unknown, mcfg.horizon, tcfg.page_table)
+    result.page_table, result.mix = table, lam
+    result.metrics.update({"page_table_keys": len(table), "page_mix": lam,
+                           "val_mix_recall": {str(k): v for k, v in recall.items()},
+                           "page_table_seconds": time.perf_counter() - t0})
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,6 +291,9 @@ def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: 
         "history": json.dumps(result.history),
         "extra": json.dumps(extra or {}),
     }
+    if result.page_table is not None:
+        blob["page_table"] = result.page_table.to_blob()
+        blob["page_mix"] = json.dumps(float(result.mix))
     blob[MODEL_DIGEST] = model_digest(blob)
     path = Path(path)
     with atomic_output(path) as tmp:
@@ -283,6 +313,8 @@ class LoadedModel:
     history: list
     extra: dict
     path: str = ""
+    page_table: Any = None  # learn.pagetable.PageTable (absent in files of earlier versions)
+    mix: float = 0.0
 
 
 def load_model(path: str | Path) -> LoadedModel:
@@ -313,11 +345,18 @@ def load_model(path: str | Path) -> LoadedModel:
         tcfg = TrainConfig(**json.loads(blob["train_config"]))
         model = build_model(cfg)
         model.load_state_dict(blob["state_dict"])
+        table = None
+        if "page_table" in blob:
+            from pagecast.learn.pagetable import PageTable
+
+            table = PageTable.from_blob(blob["page_table"])
+        mix = float(json.loads(blob.get("page_mix", "0")))
         loaded = LoadedModel(
             model, cfg, spec, tcfg,
             RegionTable.from_list(json.loads(blob["regions"])),
             Vocabulary(blob["vocab_keys"].numpy().astype(np.int64)),
             json.loads(blob["metrics"]), json.loads(blob["history"]), json.loads(blob.get("extra", "{}")), str(path),
+            table, mix,
         )
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError, OverflowError) as e:
         raise PagecastError(f"corrupt model file ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})",

@@ -66,6 +66,11 @@ class SimConfig:
     uvm_params: UvmParams = field(default_factory=UvmParams)
     log_prefetches: bool = False  # keep (trigger, page) of every prefetch request (ranking metrics)
     device_model: str | None = None  # where link_latency_ns / link_bytes_per_s came from (with_device_model)
+    # When a schedule's rows fire: "miss" — at their trigger event only if it is a miss of
+    # the fast tier or the first use of a prefetched page (where a per-fault predictor is
+    # asked; on a full access trace, firing on every access evicts the working set);
+    # "all" — at every trigger event.
+    schedule_triggers: str = "miss"
 
     def capacity_pages(self, page_size: int) -> int:
         return parse_capacity(self.capacity, page_size)

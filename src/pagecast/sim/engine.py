@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies import bestoffset, leap, markov, nextline, stride
+from pagecast.policies import bestoffset, extent, leap, markov, nextline, pagesucc, stride
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 
@@ -47,14 +47,15 @@ N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
 (K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG,
- K_NDENSE) = range(12)
-N_CFG = 12
+ K_NDENSE, K_SCHED_ALL) = range(13)
+N_CFG = 13
 
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
 EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
 
-PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(9)
-NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET}
+PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON, PF_PAGESUCC, PF_EXTENT = range(11)
+NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET,
+               "pagesucc": PF_PAGESUCC, "extent": PF_EXTENT}
 
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
@@ -445,7 +446,9 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             p = g[G_SCHED]
             while p < sched.shape[1] and sched[0, p] < gi:
                 p += 1
-            n_done = 0
+            # Rows fire where a per-fault predictor would be asked (a miss, or the first
+            # use of a prefetched page), unless the config says on every event.
+            n_done = 0 if observed or cfg[K_SCHED_ALL] != 0 else maxpf
             while p < sched.shape[1] and sched[0, p] == gi:
                 if n_done < maxpf:
                     ps = page_id(g, cfg, htab, hkey, doff, dlen, sched[1, p], sched[2, p])
@@ -491,6 +494,10 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             n = leap.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         elif kind == PF_MARKOV:
             n = markov.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_PAGESUCC:
+            n = pagesucc.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == PF_EXTENT:
+            n = extent.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         else:
             n = bestoffset.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         for j in range(min(n, maxpf)):

@@ -9,7 +9,11 @@ with the top ``k`` predictions in rank order (best score first, duplicates dropp
 * AP@K        = Σ_r P(r)·rel(r) / min(K, |truth|)  (mAP = mean over triggers)
 * micro-F1    = F1 of Σ hits / Σ predictions and Σ hits / Σ |truth| over all triggers
 
-Averages run over triggers that have at least one prediction and a non-empty truth.
+Averages run over every event with a non-empty truth: an event without predictions (a
+silent one: a schedule that fires only at misses, a prefetcher that declined) counts as
+zero, so a predictor cannot raise its score by speaking only when sure. ``event_coverage``
+is the fraction of those events that had predictions; micro-F1's recall also counts the
+truth of silent events.
 The whole demand stream is held in memory here (one int64 per event and a sort).
 """
 
@@ -107,13 +111,16 @@ def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int 
     ap_num = np.bincount(group, weights=prec_at_r * rel, minlength=ng) if ng else np.zeros(0)
     valid = t_size > 0
     denom_ap = np.minimum(k, t_size)
+    # Every event with a non-empty truth counts; one without predictions scores zero.
+    n_scored = int((truth > 0).sum())
     out = {
-        "k": k, "horizon": horizon, "events": n, "triggers": int(valid.sum()),
-        "precision_at_k": float(np.mean(hits[valid] / k)) if valid.any() else float("nan"),
-        "recall_at_k": float(np.mean(hits[valid] / t_size[valid])) if valid.any() else float("nan"),
-        "map": float(np.mean(ap_num[valid] / denom_ap[valid])) if valid.any() else float("nan"),
+        "k": k, "horizon": horizon, "events": n, "triggers": int(valid.sum()), "events_scored": n_scored,
+        "event_coverage": float(valid.sum() / n_scored) if n_scored else float("nan"),
+        "precision_at_k": float(np.sum(hits[valid] / k) / n_scored) if n_scored else float("nan"),
+        "recall_at_k": float(np.sum(hits[valid] / t_size[valid]) / n_scored) if n_scored else float("nan"),
+        "map": float(np.sum(ap_num[valid] / denom_ap[valid]) / n_scored) if n_scored else float("nan"),
     }
-    tp, pp, tt = hits[valid].sum(), npred[valid].sum(), t_size[valid].sum()
+    tp, pp, tt = hits[valid].sum(), npred[valid].sum(), truth[truth > 0].sum()
     p = tp / pp if pp else 0.0
     r = tp / tt if tt else 0.0
     out["micro_f1"] = float(2 * p * r / (p + r)) if p + r else 0.0

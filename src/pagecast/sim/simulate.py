@@ -199,6 +199,9 @@ def _config_array(config: SimConfig, page_size: int, kind: int) -> np.ndarray:
     cfg[E.K_ORACLE_K] = config.oracle_k
     cfg[E.K_LOOKAHEAD] = config.oracle_lookahead
     cfg[E.K_LOG] = 1 if config.log_prefetches else 0
+    if config.schedule_triggers not in ("miss", "all"):
+        raise PagecastError(f"unknown schedule trigger mode {config.schedule_triggers!r} (miss or all)")
+    cfg[E.K_SCHED_ALL] = 1 if config.schedule_triggers == "all" else 0
     return cfg
 
 
@@ -236,6 +239,9 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
         raise PagecastError(f"unknown simulator engine {engine!r} (auto, python or general)")
     config = SimConfig() if config is None else SimConfig(**{**config.__dict__})
     trace = as_trace(trace_or_path)
+    if isinstance(config.capacity, str) and config.capacity.strip().endswith("%"):
+        # the CLI's percent of the trace's distinct pages, accepted from Python too
+        config.capacity = resolve_capacity(config.capacity, trace, config.page_size)
     if config.uvm:
         from pagecast.sim.uvm import simulate_uvm
 
