@@ -40,26 +40,32 @@ class Lines:
         return len(self.starts)
 
 
-def iter_lines(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[Lines]:
-    """Yield blocks of complete lines from a binary stream (\\n or \\r\\n endings)."""
-    carry = b""
-    line_no = 1
+def line_blocks(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[bytes, int]]:
+    """(bytes of whole lines, 1-based number of their first line); a last line without a
+    newline comes as it is."""
+    carry, line_no = b"", 1
     while True:
         data = f.read(block)
-        if not data:
-            break
-        if on_bytes:
+        if on_bytes and data:
             on_bytes(len(data))
+        if not data:
+            if carry:
+                yield carry, line_no
+            return
         data = carry + data
         cut = data.rfind(b"\n")
         if cut < 0:
             carry = data
             continue
         carry = data[cut + 1:]
-        yield from _split(data[: cut + 1], line_no)
+        yield data[: cut + 1], line_no
         line_no += data.count(b"\n", 0, cut + 1)
-    if carry:
-        yield from _split(carry + b"\n", line_no)
+
+
+def iter_lines(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[Lines]:
+    """Yield blocks of complete lines from a binary stream (\\n or \\r\\n endings)."""
+    for data, line_no in line_blocks(f, block, on_bytes):
+        yield from _split(data if data.endswith(b"\n") else data + b"\n", line_no)
 
 
 def _split(data: bytes, line_no: int) -> Iterator[Lines]:

@@ -30,6 +30,7 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.importers._cluster import AddressClusters
+from pagecast.importers._text import line_blocks
 from pagecast.importers.gem5 import tick_to_ns
 from pagecast.trace.schema import FLAG_WRITE, Kind
 from pagecast.trace.writer import TraceWriter
@@ -82,23 +83,7 @@ def _blocks(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator[tupl
     except OSError as e:
         raise PagecastError(f"cannot read: {e.strerror}", path=path) from None
     with f:
-        carry, line = b"", 1
-        while True:
-            data = f.read(BLOCK)
-            if on_bytes and data:
-                on_bytes(len(data))
-            if not data:
-                if carry:
-                    yield carry, line
-                return
-            data = carry + data
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                carry = data
-                continue
-            carry = data[cut + 1:]
-            yield data[:cut + 1], line
-            line += data.count(b"\n", 0, cut + 1)
+        yield from line_blocks(f, BLOCK, on_bytes)
 
 
 def _fail(path: Path, block: bytes, first_line: int, rx: re.Pattern[bytes], index: int, what: str) -> None:
