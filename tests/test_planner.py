@@ -1,0 +1,151 @@
+"""The planner's choice by predicted time: the cost model on hand-computed numbers, and
+real recordings (perf page sets of a program touching chosen pages) planned with a fixed
+device so that the expected choice follows from the model, not from this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.cli import main as cli_main
+from pagecast.plan.cost_model import DeviceCosts, predict, program_reads
+from pagecast.plan.format import FileIdentity, read_plan
+from pagecast.plan.planner import PlannerConfig, choose, plan_by_predicted_time, price_file
+from pagecast.plan.shared_pages import merge_ranges
+from pagecast.util.pagecache import drop_file
+from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
+
+# 1 ms per request at depth 1, 0.1 ms at depth 2; 4096 bytes take 4.096 µs; 4-page read-around
+DEV = DeviceCosts(seq_bytes_per_s=1e9, iops_by_depth=((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, source="test")
+PAGE_S = 4096 / 1e9
+
+
+def a(*x: int) -> np.ndarray:
+    return np.array(x, np.int64)
+
+
+def test_iops_interpolates_between_measured_depths_and_is_flat_beyond():
+    d = DeviceCosts(1e9, ((1, 1000.0), (4, 4000.0)))
+    assert d.iops(1) == 1000.0 and d.iops(2) == 2000.0 and d.iops(4) == 4000.0 and d.iops(64) == 4000.0
+
+
+def test_program_reads_by_advice_hand_computed():
+    used = a(0, 1, 9, 30)
+    # default, mapped: windows of 4 pages -> {0, 2, 7}: 3 requests, 12 pages (file of 40 pages)
+    assert program_reads(DEV, used, a(), 40, "default", True) == (3, 12)
+    # pages 2 and 3 already cached: window 0 reads 2 pages less
+    assert program_reads(DEV, used, a(2, 3), 40, "default", True) == (3, 10)
+    # the last window is cut at the file's end (file of 31 pages: window 7 is pages 28..30)
+    assert program_reads(DEV, used, a(), 31, "default", True) == (3, 11)
+    # random, mapped: one request per page; random, read(): one per run of consecutive pages
+    assert program_reads(DEV, used, a(), 40, "random", True) == (4, 4)
+    assert program_reads(DEV, used, a(), 40, "random", False) == (3, 4)
+    # default, read(): lone pages read alone, the run 0-1 opens read-ahead of 4 more pages
+    assert program_reads(DEV, used, a(), 40, "default", False) == (3, 8)
+
+
+def test_predict_hand_computed():
+    used, warm = a(0, 1, 9, 30), a(0, 1, 9)
+    assert predict(DEV, used, warm, 40, "nothing", True).seconds == pytest.approx(3e-3 + 12 * PAGE_S)
+    assert predict(DEV, used, warm, 40, "nothing+random", True).seconds == pytest.approx(4e-3 + 4 * PAGE_S)
+    # warm: ranges (0,2) and (9,1) = 2 requests at depth 2 (0.2 ms) + 3 pages; then page 30 misses
+    assert predict(DEV, used, warm, 40, "warm+random", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + PAGE_S)
+    assert predict(DEV, used, warm, 40, "warm+default", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + 4 * PAGE_S)
+    # stream: 40 pages in one 1 MiB request at depth 2, no misses
+    assert predict(DEV, used, warm, 40, "stream", True).seconds == pytest.approx(1e-4 + 40 * PAGE_S)
+
+
+def test_leave_one_run_out_and_the_margin():
+    runs = [a(0, 10, 20), a(10, 20, 30), a(0, 20, 30)]
+    pred, skipped, how = price_file(runs, 100, True, DEV, PlannerConfig())
+    assert how == "leave-one-run-out over 3 runs" and "stream" in skipped
+    # held out run 0: trained on runs 1, 2 with k = 1 -> warm {0, 10, 20, 30}, all of run 0 hit
+    warm4 = 4e-4 + 4 * PAGE_S  # 4 one-page ranges at depth 2
+    assert pred["warm+random"] == pytest.approx(warm4)  # every held-out run is covered by the other two
+    assert pred["nothing+random"] == pytest.approx(3e-3 + 3 * PAGE_S)
+    assert choose(pred, 0.10)[0] == "warm+random"
+    assert choose({"nothing": 1.0, "warm+random": 0.95}, 0.10)[0] == "nothing"
+    assert choose({"nothing": 1.0, "warm+random": 0.85}, 0.10)[0] == "warm+random"
+
+
+# ---- real recordings ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def touchpages() -> Path:
+    return build_workload("touchpages")
+
+
+@pytest.fixture()
+def datafile(tmp_path: Path):
+    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
+    base.mkdir(parents=True, exist_ok=True)
+    p = base / f"planner-{os.getpid()}-{tmp_path.name}.bin"
+    p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
+    yield p
+    p.unlink(missing_ok=True)
+
+
+def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> Path:
+    drop_file(f)  # cold + MADV_RANDOM in touchpages: exactly the listed pages fault
+    out = tmp_path / f"{name}.parquet"
+    assert cli_main(["record", "-o", str(out), "--", str(tp), str(f), ",".join(map(str, pages))]) == 0
+    return out
+
+
+def _plan(traces: list[Path], **kw):
+    doc, choices = plan_by_predicted_time(traces, PlannerConfig(device=DEV, **kw))
+    return doc, {c.path: c for c in choices}
+
+
+@needs_perf
+@pytest.mark.perf
+def test_sparse_mapped_file_gets_warm_and_random(tmp_path, touchpages, datafile):
+    runs = [[0, 20, 40, 60, 61], [20, 40, 61, 80], [40, 61, 100, 120]]
+    traces = [_record(tmp_path, touchpages, datafile, p, f"r{i}") for i, p in enumerate(runs)]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    assert why[str(datafile)].chosen == "warm+random", why[str(datafile)]
+    assert (mine.strategy, mine.advice) == ("warm", "random")
+    assert mine.ranges == merge_ranges(a(20, 40, 61)) == [(20, 1), (40, 1), (61, 1)]  # used by >= 2 of 3 runs
+    assert why[str(datafile)].validation == "leave-one-run-out over 3 runs"
+    assert mine.identity == FileIdentity.of(datafile)
+    doc3, _ = _plan(traces, min_runs=3)
+    assert next(f for f in doc3.files if f.path == str(datafile)).ranges == [(40, 1), (61, 1)]
+
+
+@needs_perf
+@pytest.mark.perf
+def test_file_used_whole_gets_stream(tmp_path, touchpages, datafile):
+    traces = [_record(tmp_path, touchpages, datafile, list(range(160)), f"w{i}") for i in range(2)]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    assert why[str(datafile)].chosen == "stream", why[str(datafile)]
+    assert (mine.strategy, mine.advice, mine.ranges) == ("stream", "default", [])
+
+
+@needs_perf
+@pytest.mark.perf
+def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpages, datafile, capsys):
+    traces = [_record(tmp_path, touchpages, datafile, p, f"d{i}") for i, p in enumerate([[0, 30], [60, 90], [120, 150]])]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    c = why[str(datafile)]
+    # every held-out run's pages are in no other run: warming only adds reads
+    assert c.chosen in ("nothing", "nothing+random") and mine.strategy == "nothing" and mine.ranges == []
+    assert c.predicted_s["warm+random"] > c.predicted_s["nothing+random"]
+    capsys.readouterr()
+    out = tmp_path / "p.plan"
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain", "--json"]) == 0
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    ch = next(x for x in rep["choices"] if x["path"] == str(datafile))
+    assert set(ch["predicted_s"]) == {"nothing", "nothing+random", "warm+default", "warm+random"}
+    assert ch["skipped"]["stream"].startswith("runs use")
+    assert str(datafile) in cap.err and "leave-one-run-out over 3 runs" in cap.err
+    assert [f for f in read_plan(out).files if f.path == str(datafile)][0].strategy == "nothing"
