@@ -8,13 +8,16 @@ a transfer term:
 
 with ``iops(q)`` the device's random 4 KiB read rate at depth q and ``seq_bytes_per_s``
 its sequential bandwidth (``pagecast calibrate``). The program's own reads are
-synchronous (depth 1); the launcher's prefetcher keeps ``depth`` requests in flight, so
-its requests pay ``1 / iops(depth)``.
+synchronous (depth 1). The prefetcher's ``stream`` keeps exactly ``depth`` preads in
+flight, so its requests pay ``1 / iops(depth)``; ``warm`` calls
+``posix_fadvise(WILLNEED)``, which queues the reads and returns, so the device sees a deep
+queue: its requests pay ``1 / iops`` at the deepest calibrated depth.
 
 The program's reads of pages not in the cache, by advice:
 
 - ``random`` (read-ahead off): a fault through a mapping reads its page alone; a read()
-  asks for what it asks for, approximated as one request per run of consecutive pages.
+  asks for what it asks for, and the recordings do not hold read sizes, so it is priced
+  as one request per page (the pessimistic side for turning read-ahead off).
 - ``default``: a fault through a mapping reads the read-around window of
   ``read_ahead_kb`` around it, approximated as the aligned window ``page // W`` (W =
   read_ahead_kb / 4 pages): each window the run touches is one request of W pages (less
@@ -60,6 +63,10 @@ class DeviceCosts:
         d = np.array([q for q, _ in self.iops_by_depth], float)
         r = np.array([x for _, x in self.iops_by_depth], float)
         return float(np.interp(depth, d, r))
+
+    @property
+    def deepest(self) -> int:
+        return max(q for q, _ in self.iops_by_depth)
 
     @property
     def window_pages(self) -> int:
@@ -132,7 +139,8 @@ def program_reads(dev: DeviceCosts, misses: np.ndarray, cached: np.ndarray, file
     if len(misses) == 0:
         return 0, 0
     if advice == "random":
-        return (len(misses), len(misses)) if mapped else (len(_runs(misses)), len(misses))
+        # read() sizes are not recorded: a page per request is the pessimistic side for random
+        return len(misses), len(misses)
     w = dev.window_pages
     if mapped:
         wins = np.unique(misses // w)
@@ -165,7 +173,8 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         warm = np.empty(0, np.int64)
         nranges, advice = 0, ("random" if candidate == "nothing+random" else "default")
     nreq = prefetch_requests(len(warm), nranges, p.chunk_kib)
-    t_pre = _t(dev, nreq, len(warm), p.depth) * (1.0 - p.overlap)
+    depth = p.depth if candidate == "stream" else dev.deepest
+    t_pre = _t(dev, nreq, len(warm), depth) * (1.0 - p.overlap)
     misses = np.setdiff1d(used, warm, assume_unique=True) if len(warm) else used
     r, pages = program_reads(dev, misses, warm, file_pages, advice, mapped)
     return Prediction(t_pre + _t(dev, r, pages, 1), r, pages, len(warm))

@@ -11,7 +11,7 @@ For every file the recordings name, five candidates are priced by the I/O cost m
 
 The shared pages are those used by at least ``min_runs`` runs (default: all but one).
 Each candidate is validated leave-one-run-out: the shared pages are computed from all
-runs but one, the time of the one left out is predicted, and the predictions are
+runs but one (with the same share of runs: 2 of 3 becomes 2 of the 2 left), the time of the one left out is predicted, and the predictions are
 averaged over the runs (a single recording is priced in-sample, and says so). The cheapest
 candidate is chosen only if it beats ``nothing`` by ``margin`` (10 %); otherwise the file
 gets ``nothing``: a plan must never cost more than no plan, and the model is approximate.
@@ -19,6 +19,7 @@ gets ``nothing``: a plan must never cost more than no plan, and the model is app
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +79,14 @@ def shared_pages(runs: Sequence[np.ndarray], k: int, file_pages: int) -> np.ndar
 
 
 def _k(cfg: PlannerConfig, nruns: int) -> int:
+    """Runs (of ``nruns``) a page must be used by to be warmed: --min-runs, else all but one."""
     return max(1, min(cfg.min_runs, nruns)) if cfg.min_runs is not None else max(1, nruns - 1)
+
+
+def _k_fold(cfg: PlannerConfig, nruns: int) -> int:
+    """The same share of runs when one run is held out (2 of 3 runs → 2 of the 2 left), so
+    each fold prices the warm set the final plan's rule would pick, not a looser one."""
+    return max(1, math.ceil(_k(cfg, nruns) * (nruns - 1) / nruns))
 
 
 def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
@@ -102,7 +110,7 @@ def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devic
     totals = {c: 0.0 for c in cands}
     any_shared = False
     for train, held in folds:
-        s = shared_pages(train, _k(cfg, len(train)), file_pages)
+        s = shared_pages(train, _k_fold(cfg, n) if n > 1 else 1, file_pages)
         any_shared |= len(s) > 0
         for c in cands:
             totals[c] += predict(dev, held, s, file_pages, c, mapped, params).seconds
