@@ -45,8 +45,11 @@ def test_program_reads_by_advice_hand_computed():
     # random: one request per page
     assert program_reads(DEV, used, a(), 40, "random", True) == (4, 4)
     assert program_reads(DEV, used, a(), 40, "random", False) == (4, 4)  # read sizes unknown: a page each
-    # default, read(): lone pages read alone, the run 0-1 opens read-ahead of 4 more pages
-    assert program_reads(DEV, used, a(), 40, "default", False) == (3, 8)
+    # default, read(): lone pages 9 and 30 read alone; the run 0-1 (L = 2): 1 + log2(2) = 2
+    # requests, min(4, 2 * 2) = 4 pages ahead
+    assert program_reads(DEV, used, a(), 40, "default", False) == (4, 8)
+    # a run of 10 pages with W = 4: 1 + log2(4) + (10 - 4) // 4 = 4 requests, 4 pages ahead
+    assert program_reads(DEV, np.arange(10), a(), 40, "default", False) == (4, 14)
 
 
 def test_predict_hand_computed():

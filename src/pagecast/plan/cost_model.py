@@ -22,7 +22,9 @@ The program's reads of pages not in the cache, by advice:
   ``read_ahead_kb`` around it, approximated as the aligned window ``page // W`` (W =
   read_ahead_kb / 4 pages): each window the run touches is one request of W pages (less
   the pages already cached), capped at the file's end. A read() of a lone page reads that
-  page; a run of consecutive pages opens a read-ahead that reads up to W pages past it.
+  page; along a run of L consecutive pages the read-ahead window starts small and doubles
+  up to W: about log2(min(L, W)) + 1 requests (one more per further W pages), reading
+  min(W, 2L) pages past the run's end.
 
 Candidates:
 - ``nothing`` / ``nothing+random``: the program reads everything it uses itself.
@@ -149,9 +151,14 @@ def program_reads(dev: DeviceCosts, misses: np.ndarray, cached: np.ndarray, file
         span = int(np.sum(ends - starts))
         already = int(np.count_nonzero(np.isin(cached // w, wins))) if len(cached) else 0
         return len(wins), max(len(misses), span - already)
+    # read(): a lone page is read alone; along a run of L pages the read-ahead window starts
+    # small and doubles up to W, so a run costs about log2(min(L, W)) + 1 requests (plus one
+    # per further window) and reads ahead of its end by the window it reached, min(W, 2L)
     runs = _runs(misses)
-    extra = np.where(runs > 1, w, 0)
-    return int(np.sum(1 + (runs - 1) // w)), int(min(np.sum(runs + extra), max(file_pages, len(misses))))
+    seq = runs > 1
+    steps = 1 + np.where(seq, np.ceil(np.log2(np.minimum(runs, w).clip(1))), 0) + np.maximum(0, runs - w) // w
+    ahead = np.where(seq, np.minimum(w, 2 * runs), 0)
+    return int(np.sum(steps)), int(min(np.sum(runs + ahead), max(file_pages, len(misses))))
 
 
 def prefetch_requests(pages: int, nranges: int, chunk_kib: int) -> int:
