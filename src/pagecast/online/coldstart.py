@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -425,6 +426,28 @@ def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
     return out
 
 
+def _run_blocking(argv: Sequence[str], env: dict[str, str], cwd: Any, err: Any, timeout: float) -> subprocess.Popen:
+    """Run to completion with a blocking wait. ``subprocess.run(timeout=...)`` polls the
+    child with sleeps of up to 50 ms, which rounds every wall time up to that grain; here a
+    timer kills the child on timeout and ``wait()`` returns the moment it exits."""
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        proc.wait()
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(list(argv), timeout)
+    return proc
+
+
 def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int,
               timeout: float) -> RunRow:
     if launch.cold:
@@ -438,8 +461,7 @@ def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev:
         t0 = time.perf_counter()
         if launch.pre:
             launch.pre()
-        proc = subprocess.run(launch.argv, env=_env(env), cwd=case.cwd, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=err, timeout=timeout)
+        proc = _run_blocking(launch.argv, _env(env), case.cwd, err, timeout)
         wall = time.perf_counter() - t0
         s1 = device_sectors_read(dev)
         if proc.returncode != 0:
