@@ -59,13 +59,12 @@ def _device(spec: str | None, path_hint: str):
         return None
     import os
 
-    from pagecast.plan.cost_model import DeviceCosts, read_ahead_kb_of
-    from pagecast.util.device_model import find_model
+    from pagecast.plan.cost_model import from_model
+    from pagecast.util.device_model import find_model, read_ahead_kb_of
 
     m = find_model(spec)
     maj, mi = (int(x) for x in m.device.split(":"))
-    rr = tuple(sorted((r.queue_depth, r.iops) for r in m.random_reads if r.iops > 0))
-    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb_of(os.makedev(maj, mi)), f"{spec} ({m.device})")
+    return from_model(m, read_ahead_kb_of(os.makedev(maj, mi)), f"{spec} ({m.device})")
 
 
 def explain(choices) -> None:

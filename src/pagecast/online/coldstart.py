@@ -361,6 +361,15 @@ def _run_plan(ctx: Context) -> Launch | None:
     return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
 
 
+def _run_plan_native(ctx: Context) -> Launch | None:
+    """The same plan through the launcher binary directly: the plan's effect without the
+    Python interpreter's start-up that ``pagecast run`` costs in front of the program."""
+    from pagecast.launch.binary import launcher_path
+
+    plan = ctx.artifacts.get("plan")
+    return Launch([launcher_path(), "--restore-signals", str(plan), "--", *ctx.argv]) if plan else None
+
+
 def _warm(ctx: Context) -> Launch:
     env = dict(ctx.case.heldout.env or {})
     return Launch(ctx.argv, env, untimed=lambda: _run_quiet(ctx.argv, env, ctx.case.cwd), cold=False)
@@ -385,6 +394,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
         Strategy("pagecast run --plan (training runs)", "pagecast", _run_plan, train=_plan),
+        Strategy("pagecast-launch PLAN (the launcher binary, no Python in front)", "pagecast", _run_plan_native),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]

@@ -21,7 +21,10 @@ The program's reads of pages not in the cache, by advice:
 - ``default``: a fault through a mapping reads the read-around window of
   ``read_ahead_kb`` around it, approximated as the aligned window ``page // W`` (W =
   read_ahead_kb / 4 pages): each window the run touches is one request of W pages (less
-  the pages already cached), capped at the file's end. A read() of a lone page reads that
+  the pages already cached), capped at the file's end. When the calibration measured
+  read-around faults (a fault in each of 16 distinct windows back to back, total time per
+  page brought in), those pages are priced at that measured cost instead, which includes
+  the streaming of each window's tail behind the next fault. A read() of a lone page reads that
   page; along a run of L consecutive pages the read-ahead window starts small and doubles
   up to W: about log2(min(L, W)) + 1 requests (one more per further W pages), reading
   min(W, 2L) pages past the run's end.
@@ -47,8 +50,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pagecast.plan.format import PAGE_SIZE
+from pagecast.errors import PagecastError
+from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, DeviceModel, read_ahead_kb_of
 
-DEFAULT_READ_AHEAD_KB = 128  # the kernel's default for a device without its own setting
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class DeviceCosts:
     iops_by_depth: tuple[tuple[int, float], ...]  # (queue depth, random 4 KiB reads/s), ascending depth
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
     source: str = "built-in"
+    readaround_s_per_page: float | None = None  # measured cost of default-advice faults, per page read
 
     def iops(self, depth: int) -> float:
         """Random read rate at ``depth``: linear between measured depths, flat beyond them."""
@@ -80,18 +85,8 @@ class DeviceCosts:
 BUILTIN = DeviceCosts(seq_bytes_per_s=200e6, iops_by_depth=((1, 4000.0), (4, 8000.0)), source="built-in")
 
 
-def read_ahead_kb_of(dev: int) -> int:
-    """The device's read-ahead setting (read from sysfs, never written)."""
-    try:
-        with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return DEFAULT_READ_AHEAD_KB
-
-
 def device_costs_for(path: str, dev: int) -> DeviceCosts:
     """Costs of the device holding ``path``: ``pagecast calibrate``'s model if stored, else built-in."""
-    from pagecast.errors import PagecastError
     from pagecast.util.device_model import load_model, model_path
 
     ra = read_ahead_kb_of(dev)
@@ -102,7 +97,16 @@ def device_costs_for(path: str, dev: int) -> DeviceCosts:
     rr = tuple(sorted((r.queue_depth, r.iops) for r in m.random_reads if r.iops > 0))
     if not rr or m.seq_read_bytes_per_s <= 0:
         return DeviceCosts(BUILTIN.seq_bytes_per_s, BUILTIN.iops_by_depth, ra, "built-in (calibration incomplete)")
-    return DeviceCosts(m.seq_read_bytes_per_s, rr, ra, f"pagecast calibrate ({m.device})")
+    return from_model(m, ra, f"pagecast calibrate ({m.device})")
+
+
+def from_model(m: DeviceModel, read_ahead_kb: int, source: str) -> DeviceCosts:
+    rr = tuple(sorted((r.queue_depth, r.iops) for r in m.random_reads if r.iops > 0))
+    if not rr or m.seq_read_bytes_per_s <= 0:
+        raise PagecastError(f"device model {source} has no random-read or sequential measurement")
+    ra_fill = m.fill("readaround")
+    per_page = ra_fill.ns_per_page_batched / 1e9 if ra_fill and ra_fill.ns_per_page_batched else None
+    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page)
 
 
 @dataclass(frozen=True)
@@ -184,4 +188,8 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
     t_pre = _t(dev, nreq, len(warm), depth) * (1.0 - p.overlap)
     misses = np.setdiff1d(used, warm, assume_unique=True) if len(warm) else used
     r, pages = program_reads(dev, misses, warm, file_pages, advice, mapped)
-    return Prediction(t_pre + _t(dev, r, pages, 1), r, pages, len(warm))
+    if advice == "default" and mapped and dev.readaround_s_per_page:
+        t_prog = pages * dev.readaround_s_per_page  # measured: read-around faults back to back
+    else:
+        t_prog = _t(dev, r, pages, 1)
+    return Prediction(t_pre + t_prog, r, pages, len(warm))
