@@ -52,6 +52,14 @@ def test_program_reads_by_advice_hand_computed():
     assert program_reads(DEV, np.arange(10), a(), 40, "default", False) == (4, 14)
 
 
+def test_measured_read_around_prices_default_mapped_misses():
+    dev = DeviceCosts(1e9, ((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, readaround_s_per_page=1e-6)
+    # windows {0, 2, 7}: 3 first reads (1 ms each) + 12 pages at the measured 1 µs
+    assert predict(dev, a(0, 1, 9, 30), a(), 40, "nothing", True).seconds == pytest.approx(3e-3 + 12e-6)
+    # read(): not a read-around fault, priced as before
+    assert predict(dev, a(0, 1, 9, 30), a(), 40, "nothing", False).seconds == pytest.approx(4e-3 + 8 * PAGE_S)
+
+
 def test_predict_hand_computed():
     used, warm = a(0, 1, 9, 30), a(0, 1, 9)
     assert predict(DEV, used, warm, 40, "nothing", True).seconds == pytest.approx(3e-3 + 12 * PAGE_S)

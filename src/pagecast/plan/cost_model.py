@@ -23,8 +23,9 @@ The program's reads of pages not in the cache, by advice:
   read_ahead_kb / 4 pages): each window the run touches is one request of W pages (less
   the pages already cached), capped at the file's end. When the calibration measured
   read-around faults (a fault in each of 16 distinct windows back to back, total time per
-  page brought in), those pages are priced at that measured cost instead, which includes
-  the streaming of each window's tail behind the next fault. A read() of a lone page reads that
+  page brought in), the transfer is priced at that measured cost per page instead (it
+  includes the streaming of each window's tail behind the next fault); each window still
+  pays ``1 / iops(1)`` for its first read, which dominates for small files. A read() of a lone page reads that
   page; along a run of L consecutive pages the read-ahead window starts small and doubles
   up to W: about log2(min(L, W)) + 1 requests (one more per further W pages), reading
   min(W, 2L) pages past the run's end.
@@ -189,7 +190,9 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
     misses = np.setdiff1d(used, warm, assume_unique=True) if len(warm) else used
     r, pages = program_reads(dev, misses, warm, file_pages, advice, mapped)
     if advice == "default" and mapped and dev.readaround_s_per_page:
-        t_prog = pages * dev.readaround_s_per_page  # measured: read-around faults back to back
+        # measured per page over whole windows; each fault still waits for its first read,
+        # which matters for small files (a one-page window is a full random read)
+        t_prog = r / dev.iops(1) + pages * dev.readaround_s_per_page
     else:
         t_prog = _t(dev, r, pages, 1)
     return Prediction(t_pre + t_prog, r, pages, len(warm))
