@@ -16,6 +16,7 @@ from pagecast.plan.cost_model import DeviceCosts, predict, program_reads
 from pagecast.plan.format import FileIdentity, read_plan
 from pagecast.plan.planner import PlannerConfig, choose, plan_by_predicted_time, price_file
 from pagecast.plan.shared_pages import merge_ranges
+from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
 from pagecast.util.workloads import build_workload
 from perf_support import needs_perf
@@ -165,3 +166,12 @@ def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpa
     assert ch["skipped"]["stream"].startswith("runs use")
     assert str(datafile) in cap.err and "leave-one-run-out over 3 runs" in cap.err
     assert [f for f in read_plan(out).files if f.path == str(datafile)][0].strategy == "nothing"
+    # --device-model: this calibration prices every file, and --explain names it
+    model = tmp_path / "dev.json"
+    save_model(DeviceModel("254:0", str(tmp_path), 0.0, 16, True, 1e9, [RandomRead(1, 1000.0, 1, 1)]), model)
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain", "--device-model", str(model),
+                     "--overlap", "0.5"]) == 0  # fmt: skip
+    assert f"device: {model} (254:0)" in capsys.readouterr().err
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--device-model", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none.json" in err

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-kib", type=int, default=1024, help="largest single read request in KiB (default 1024)")
     p.add_argument("--margin", type=float, default=0.10,
                    help="a candidate must be predicted this fraction faster than nothing to be chosen (default 0.10)")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="fraction of the prefetcher's time assumed hidden behind the program's CPU work "
+                        "(default 0: no credit, the conservative side)")
     p.add_argument("--device-model", metavar="FILE|DIR",
                    help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
                         "default: the stored model of each file's device, else a conservative built-in one")
@@ -54,7 +57,8 @@ def show(path: str, as_json: bool) -> int:
     return 0
 
 
-def _device(spec: str | None, path_hint: str):
+def _device(spec: str | None) -> "DeviceCosts | None":  # noqa: F821 - imported lazily (CLI start-up)
+    """--device-model: a calibration to price every file with, instead of each file's device's."""
     if spec is None:
         return None
     import os
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
-                        device=_device(args.device_model, args.traces[0]))  # fmt: skip
+                        overlap=args.overlap, device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
     write_plan(args.output, doc)
