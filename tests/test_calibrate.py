@@ -41,7 +41,12 @@ def test_calibrate_stores_and_reuses_model(disk_dir, cache, capsys):
     assert m.seq_read_bytes_per_s > 0
     assert [r.queue_depth for r in m.random_reads] == [1, 4]
     assert all(r.iops > 0 and 0 < r.latency_ns_p50 <= r.latency_ns_p99 for r in m.random_reads)
-    assert [f.how for f in m.fills] == ["fault", "fadvise", "pager"]
+    assert [f.how for f in m.fills] == ["fault", "fadvise", "readaround", "pager"]
+    ra = m.fill("readaround")
+    assert ra.ns_per_page_batched and ra.ns_per_page_batched > 0
+    from pagecast.util.device_model import read_ahead_kb_of
+
+    assert f"distinct {read_ahead_kb_of(disk_dir.stat().st_dev)} KiB read-around windows" in ra.note
     assert all(0 < f.ns_p50 <= f.ns_p99 for f in m.fills if not f.note.startswith("not measured"))
     assert list(disk_dir.iterdir()) == []  # the test file is gone
     # stored: shown again, not re-measured

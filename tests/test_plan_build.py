@@ -1,6 +1,5 @@
-"""`pagecast plan` from real recordings (exact shared pages against the pages the
-program was told to touch), and plans whose pack / per-fault files the launcher hands
-to the live machinery."""
+"""Plans whose pack / per-fault files the launcher hands to the live machinery, the
+plan command's input errors, and page-range merging."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ from pagecast.errors import PagecastError
 from pagecast.online import workload as wl
 from pagecast.online.pack import build_pack
 from pagecast.online.pager import probe
-from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan, write_plan
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.plan.shared_pages import merge_ranges
-from pagecast.util.pagecache import drop_file
 from pagecast.util.workloads import build_workload
 from perf_support import needs_perf
 
@@ -53,51 +51,7 @@ def test_merge_ranges_exact():
     assert merge_ranges(np.array([], np.int64)) == []
 
 
-def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> Path:
-    drop_file(f)  # cold + MADV_RANDOM in touchpages: exactly the listed pages fault
-    out = tmp_path / f"{name}.parquet"
-    rc = cli_main(["record", "-o", str(out), "--", str(tp), str(f), ",".join(map(str, pages))])
-    assert rc == 0
-    return out
-
-
-RUNS = [[0, 20, 40, 60, 61], [20, 40, 61, 80], [40, 61, 100, 120]]
-
-
-@needs_perf
-@pytest.mark.perf
-def test_plan_keeps_pages_enough_runs_used(tmp_path, touchpages, datafile, capsys):
-    traces = [_record(tmp_path, touchpages, datafile, pages, f"r{i}") for i, pages in enumerate(RUNS)]
-    capsys.readouterr()
-    out = tmp_path / "prog.plan"
-    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain"]) == 0
-    err = capsys.readouterr().err
-    assert "not built yet" in err
-    files = {f.path: f for f in read_plan(out).files}
-    mine = files[str(datafile)]
-    counts: dict[int, int] = {}
-    for pages in RUNS:
-        for p in set(pages):
-            counts[p] = counts.get(p, 0) + 1
-    want = sorted(p for p, c in counts.items() if c >= 2)  # default: all runs but one
-    assert mine.strategy == "warm" and mine.ranges == merge_ranges(np.array(want)) == [(20, 1), (40, 1), (61, 1)]
-    assert mine.identity == FileIdentity.of(datafile)
-    # the program binary and libc are used by every run: planned too
-    assert files[str(touchpages)].strategy == "warm"
-    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--min-runs", "3", "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)
-    assert [f["ranges"] for f in rep["files"] if f["path"] == str(datafile)] == [[[40, 1], [61, 1]]]
-
-
-@needs_perf
-@pytest.mark.perf
-def test_runs_sharing_no_page_plan_nothing(tmp_path, touchpages, datafile, capsys):
-    traces = [_record(tmp_path, touchpages, datafile, pages, f"d{i}") for i, pages in enumerate([[0, 30], [60, 90]])]
-    out = tmp_path / "prog.plan"
-    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--min-runs", "2"]) == 0
-    mine = [f for f in read_plan(out).files if f.path == str(datafile)]
-    assert len(mine) == 1 and mine[0].strategy == "nothing" and mine[0].ranges == []
-    assert "no page used by >= 2 of 2 runs" in mine[0].reason
+# Shared pages and the choice between candidates on real recordings: tests/test_planner.py.
 
 
 def test_plan_bad_inputs_one_line(tmp_path, capsys):

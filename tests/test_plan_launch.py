@@ -70,7 +70,7 @@ def test_round_trip_with_awkward_paths_and_texts():
     assert back == doc
     lines = encode_plan(doc).splitlines()
     assert len(lines) == 1 + 4 + 2 + 1  # header, 4 files, 2 ranges, end: the newline in the path is escaped
-    assert [len(line.split(b" ")) for line in lines[1:-1]] == [14, 3, 3, 14, 14, 14]
+    assert [len(line.split(b" ")) for line in lines[1:-1]] == [15, 3, 3, 15, 15, 15]
 
 
 def test_writer_rejects_overlapping_ranges_and_unknown_strategy(tmp_path):
@@ -87,7 +87,7 @@ def _corruptions(good: bytes) -> dict[str, bytes]:
     return {
         "truncated": good[: len(good) * 2 // 3],
         "bad magic": b"PAGECAST-PLAM" + good[13:],
-        "wrong version": good.replace(b"PAGECAST-PLAN 1", b"PAGECAST-PLAN 2", 1),
+        "wrong version": good.replace(b"PAGECAST-PLAN 2", b"PAGECAST-PLAN 3", 1),
         "garbage": bytes(np.random.default_rng(3).integers(0, 256, 500, dtype=np.uint8)),
         "bit flip": bytes(flipped),
         "empty": b"",

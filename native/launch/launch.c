@@ -199,6 +199,52 @@ static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, in
 	return exec_prog(o->prog);
 }
 
+/* Per-file read-ahead advice: the program gets the advice shim (built next to this
+ * binary as "<this binary>-advice.so") through LD_PRELOAD, with PAGECAST_ADVICE_FILES
+ * naming the files by device and inode. Only files whose identity was checked are listed.
+ * Without the shim the program runs with the kernel's default advice, after one warning. */
+static void setup_advice(struct pcl_plan *plan)
+{
+	size_t n = 0;
+	for (int i = 0; i < plan->nfiles; i++)
+		n += plan->files[i].advice_ok;
+	if (!n)
+		return;
+	char shim[4096 + 16];
+	ssize_t len = readlink("/proc/self/exe", shim, 4096);
+	if (len > 0) {
+		shim[len] = 0;
+		strcat(shim, "-advice.so");
+	}
+	if (len <= 0 || access(shim, R_OK) != 0) {
+		fprintf(stderr, "pagecast run: warning: the advice shim is not available (%s); %zu file%s keep%s the kernel's "
+				"default read-ahead\n", len > 0 ? shim : "cannot find the launcher", n, n == 1 ? "" : "s",
+			n == 1 ? "s" : "");
+		for (int i = 0; i < plan->nfiles; i++)
+			plan->files[i].advice_ok = 0;
+		return;
+	}
+	char *list = malloc(n * 48 + 1), *w = list;
+	*w = 0;
+	for (int i = 0; i < plan->nfiles; i++) {
+		struct pcl_file *f = &plan->files[i];
+		if (f->advice_ok)
+			w += sprintf(w, "%s%c:%llu:%llu", w == list ? "" : ",", pcl_advice_names[f->advice][0],
+				     (unsigned long long)f->dev, (unsigned long long)f->ino);
+	}
+	setenv("PAGECAST_ADVICE_FILES", list, 1);
+	free(list);
+	const char *pre = getenv("LD_PRELOAD");
+	if (pre && *pre && !strstr(pre, shim)) {
+		char *both = malloc(strlen(pre) + strlen(shim) + 2);
+		sprintf(both, "%s:%s", pre, shim);
+		setenv("LD_PRELOAD", both, 1);
+		free(both);
+	} else if (!pre || !*pre) {
+		setenv("LD_PRELOAD", shim, 1);
+	}
+}
+
 static volatile pid_t g_child;
 
 static void forward(int sig)
@@ -316,6 +362,8 @@ int main(int argc, char **argv)
 	if (!plan_ok)
 		fprintf(stderr, "pagecast run: warning: %s: %s; running the program without it\n", o.plan, err);
 	int native = plan_ok ? pcl_plan_open(&plan) : 0;
+	if (plan_ok && !o.prefetch_only)
+		setup_advice(&plan);
 	if (o.prefetch_only) {
 		if (native)
 			start_prefetcher(&plan, -1, o.status, 1);

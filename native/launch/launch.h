@@ -12,6 +12,9 @@
 
 enum pcl_strategy { PCL_NOTHING, PCL_WARM, PCL_STREAM, PCL_PACK, PCL_PER_FAULT, PCL_NSTRATEGIES };
 
+/* The read-ahead advice the program's own accesses to a file get (through the shim). */
+enum pcl_advice { PCL_ADV_DEFAULT, PCL_ADV_RANDOM, PCL_ADV_SEQUENTIAL, PCL_NADVICES };
+
 /* What happened to one file: reported in the status JSON. */
 enum pcl_status {
 	PCL_ST_NOTHING,     /* plan says nothing to do */
@@ -30,6 +33,8 @@ struct pcl_file {
 	uint64_t size, ino, dev;
 	int64_t mtime_ns, ctime_ns;
 	enum pcl_strategy strategy;
+	enum pcl_advice advice;
+	int advice_ok; /* advice != default and the file is the recorded one: the shim applies it */
 	int depth;
 	int64_t chunk_kib;
 	double gain_ms;
@@ -53,6 +58,7 @@ struct pcl_plan {
 
 extern const char *const pcl_strategy_names[PCL_NSTRATEGIES];
 extern const char *const pcl_status_names[];
+extern const char *const pcl_advice_names[PCL_NADVICES];
 
 /* Parse the plan at path. On failure returns -1 and writes a one-line reason to err. */
 int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen);

@@ -15,6 +15,7 @@
 #include "launch.h"
 
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
+const char *const pcl_advice_names[PCL_NADVICES] = {"default", "random", "sequential"};
 const char *const pcl_status_names[] = {"nothing", "pending", "warmed", "stopped", "stale",
 					"missing", "handed-over", "unavailable", "error"};
 
@@ -146,8 +147,10 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 	int64_t version;
 	if (parse_i64(buf + sizeof magic - 1, &version) < 0)
 		FAIL("not a usable plan: bad version field");
-	if (version != 1)
-		FAIL("not a usable plan: plan format version %lld, this launcher reads version 1", (long long)version);
+	if (version != 1 && version != 2)
+		FAIL("not a usable plan: plan format version %lld, this launcher reads versions 1..2", (long long)version);
+	/* version 2 adds ADVICE before NRANGES */
+	const int nfields = version == 1 ? 14 : 15;
 	*nl = '\n';
 	if (memchr(buf, 0, len))
 		FAIL("not a usable plan: NUL bytes");
@@ -182,9 +185,9 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 		char *next = strchr(line, '\n');
 		if (next)
 			*next = 0;
-		char *f[15];
-		if (split(line, f, 14) != 14 || strcmp(f[0], "file") != 0)
-			FAIL("not a usable plan: line %d: expected a 'file' record with 14 fields", lineno);
+		char *f[16];
+		if (split(line, f, nfields) != nfields || strcmp(f[0], "file") != 0)
+			FAIL("not a usable plan: line %d: expected a 'file' record with %d fields", lineno, nfields);
 		struct pcl_file *pf = &plan->files[plan->nfiles];
 		int64_t v[5], depth, chunk, nr;
 		for (int i = 0; i < 5; i++)
@@ -202,8 +205,18 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 		if (s == PCL_NSTRATEGIES)
 			FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
 		pf->strategy = (enum pcl_strategy)s;
+		pf->advice = PCL_ADV_DEFAULT;
+		if (nfields == 15) {
+			int a;
+			for (a = 0; a < PCL_NADVICES; a++)
+				if (strcmp(f[13], pcl_advice_names[a]) == 0)
+					break;
+			if (a == PCL_NADVICES)
+				FAIL("not a usable plan: line %d: unknown advice '%.40s'", lineno, f[13]);
+			pf->advice = (enum pcl_advice)a;
+		}
 		if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 || chunk > (1 << 20) ||
-		    parse_i64(f[13], &nr) < 0 || nr < 0)
+		    parse_i64(f[nfields - 1], &nr) < 0 || nr < 0)
 			FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
 		pf->depth = (int)depth;
 		pf->chunk_kib = chunk;
@@ -265,7 +278,8 @@ int pcl_plan_open(struct pcl_plan *plan)
 	int native = 0;
 	for (int i = 0; i < plan->nfiles; i++) {
 		struct pcl_file *f = &plan->files[i];
-		if (f->strategy == PCL_NOTHING || (f->strategy == PCL_WARM && f->nranges == 0)) {
+		int no_prefetch = f->strategy == PCL_NOTHING || (f->strategy == PCL_WARM && f->nranges == 0);
+		if (no_prefetch && f->advice == PCL_ADV_DEFAULT) {
 			f->status = PCL_ST_NOTHING;
 			continue;
 		}
@@ -273,7 +287,7 @@ int pcl_plan_open(struct pcl_plan *plan)
 		if (fd < 0) {
 			f->status = PCL_ST_MISSING;
 			snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done", strerror(errno),
-				 pcl_strategy_names[f->strategy]);
+				 no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
 			warn(f, f->detail);
 			continue;
 		}
@@ -300,8 +314,15 @@ int pcl_plan_open(struct pcl_plan *plan)
 			close(fd);
 			f->status = PCL_ST_STALE;
 			snprintf(f->detail, sizeof f->detail, "changed since it was recorded (%s differ%s); %s skipped", diff + 1,
-				 strchr(diff + 1, '/') ? "" : "s", pcl_strategy_names[f->strategy]);
+				 strchr(diff + 1, '/') ? "" : "s", no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
 			warn(f, f->detail);
+			continue;
+		}
+		/* the advice follows the identity check: a replaced file gets the kernel's default */
+		f->advice_ok = f->advice != PCL_ADV_DEFAULT;
+		if (no_prefetch) {
+			close(fd);
+			f->status = PCL_ST_NOTHING;
 			continue;
 		}
 		f->fd = fd;

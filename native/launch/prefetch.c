@@ -196,9 +196,10 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
 		struct pcl_file *f = &plan->files[i];
 		fprintf(o, "%s\n  {\"path\": ", i ? "," : "");
 		pcl_json_str(o, f->path);
-		fprintf(o, ", \"strategy\": \"%s\", \"status\": \"%s\", \"pages_planned\": %lld, \"pages_issued\": %lld, "
-			   "\"bytes_issued\": %lld, \"detail\": ",
-			pcl_strategy_names[f->strategy], pcl_status_names[f->status], (long long)f->pages_planned,
+		fprintf(o, ", \"strategy\": \"%s\", \"advice\": \"%s\", \"advice_applied\": %s, \"status\": \"%s\", "
+			   "\"pages_planned\": %lld, \"pages_issued\": %lld, \"bytes_issued\": %lld, \"detail\": ",
+			pcl_strategy_names[f->strategy], pcl_advice_names[f->advice], f->advice_ok ? "true" : "false",
+			pcl_status_names[f->status], (long long)f->pages_planned,
 			(long long)f->pages_issued, (long long)f->pages_issued * PAGE);
 		pcl_json_str(o, f->detail);
 		fputc('}', o);

@@ -7,19 +7,19 @@ import sys
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 
-NOT_BUILT = ("note: every file is 'warm' (pages at least --min-runs runs used) or 'nothing'; choosing between "
-             "warm, stream, pack and per-fault by predicted time (simulator + device model, checked "
-             "leave-one-run-out) is not built yet")  # fmt: skip
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "plan", help="learn a per-file prefetch plan from recordings, for `pagecast run --plan`",
         description="Read recordings of the same program on different inputs (pagecast record) and write a plan: "
-                    "for every file the runs used, the pages at least --min-runs of them used, as merged ranges in "
-                    "file order, to warm into the page cache before the program needs them ('warm'), or 'nothing' "
-                    "when the runs share no page. Each file's identity (size, mtime, ctime, inode, device) is stored "
-                    "so a file changed since is skipped with a warning. " + NOT_BUILT + ".",
+                    "for every file the runs used, one of five candidates, chosen by predicted I/O time: nothing, "
+                    "nothing with read-ahead off (random advice), warm the pages at least --min-runs runs used "
+                    "(with default or random advice for the rest), or stream the whole file. Each candidate is "
+                    "priced by an I/O cost model driven by the device's calibration (pagecast calibrate; a "
+                    "conservative built-in model otherwise) and its read_ahead_kb, and validated "
+                    "leave-one-run-out (plan on all runs but one, predict the one left out, average). A file "
+                    "gets 'nothing' unless the best candidate is predicted --margin faster. Each file's identity "
+                    "(size, mtime, ctime, inode, device) is stored so a file changed since is skipped with a warning.",
         epilog="example: pagecast plan run1.parquet run2.parquet run3.parquet -o prog.plan --explain && "
                "pagecast run --plan prog.plan -- ./prog args",
     )
@@ -27,10 +27,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="plan file to write")
     p.add_argument("--show", metavar="PLAN", help="print an existing plan instead (table; --json: the JSON view)")
     p.add_argument("--min-runs", type=int, default=None,
-                   help="keep pages used by at least this many recordings (default: all but one, at least 1)")
+                   help="warm pages used by at least this many recordings (default: all but one, at least 1)")
     p.add_argument("--depth", type=int, default=2, help="reader threads = requests in flight while warming (default 2)")
     p.add_argument("--chunk-kib", type=int, default=1024, help="largest single read request in KiB (default 1024)")
-    p.add_argument("--explain", action="store_true", help="print each file's strategy and the reason (stderr)")
+    p.add_argument("--margin", type=float, default=0.10,
+                   help="a candidate must be predicted this fraction faster than nothing to be chosen (default 0.10)")
+    p.add_argument("--overlap", type=float, default=0.0,
+                   help="fraction of the prefetcher's time assumed hidden behind the program's CPU work "
+                        "(default 0: no credit, the conservative side)")
+    p.add_argument("--device-model", metavar="FILE|DIR",
+                   help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
+                        "default: the stored model of each file's device, else a conservative built-in one")
+    p.add_argument("--explain", action="store_true",
+                   help="print per file the candidates' predicted times, the choice and why (stderr)")
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -42,16 +51,50 @@ def show(path: str, as_json: bool) -> int:
     if as_json:
         print_json({"plan": path, **doc.to_dict()})
         return 0
-    rows = [{"file": f.path, "strategy": f.strategy, "pages": f.pages, "ranges": len(f.ranges), "depth": f.depth,
-             "arg": f.arg or "-", "reason": f.reason} for f in doc.files]  # fmt: skip
+    rows = [{"file": f.path, "strategy": f.strategy, "advice": f.advice, "pages": f.pages, "ranges": len(f.ranges),
+             "depth": f.depth, "arg": f.arg or "-", "reason": f.reason} for f in doc.files]  # fmt: skip
     print(format_table(rows) if rows else f"{path}: a plan with no files")
     return 0
+
+
+def _device(spec: str | None) -> "DeviceCosts | None":  # noqa: F821 - imported lazily (CLI start-up)
+    """--device-model: a calibration to price every file with, instead of each file's device's."""
+    if spec is None:
+        return None
+    import os
+
+    from pagecast.plan.cost_model import from_model
+    from pagecast.util.device_model import find_model, read_ahead_kb_of
+
+    m = find_model(spec)
+    maj, mi = (int(x) for x in m.device.split(":"))
+    return from_model(m, read_ahead_kb_of(os.makedev(maj, mi)), f"{spec} ({m.device})")
+
+
+def explain(choices) -> None:
+    from pagecast.plan.planner import CANDIDATES
+
+    rows = []
+    for c in choices:
+        row = {"file": c.path, "choice": c.chosen}
+        for k in CANDIDATES:
+            row[k] = f"{c.predicted_s[k] * 1e3:.1f}" if k in c.predicted_s else "-"
+        rows.append(row)
+    print("predicted I/O ms per held-out run:", file=sys.stderr)
+    print(format_table(rows) if rows else "(no files)", file=sys.stderr)
+    for c in choices:
+        print(f"{c.path}: {c.chosen}: {c.why}", file=sys.stderr)
+        if c.predicted_s:
+            print(f"  {c.validation}; device: {c.device}, read_ahead_kb {c.read_ahead_kb}; {c.runs_using} runs used "
+                  f"it, {c.mean_pages_used:.0f} of {c.file_pages} pages on average", file=sys.stderr)  # fmt: skip
+        for k, why in c.skipped.items():
+            print(f"  {k} not priced: {why}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
     from pagecast.plan.format import write_plan
-    from pagecast.plan.shared_pages import PlanConfig, plan_from_recordings
+    from pagecast.plan.planner import PlannerConfig, plan_by_predicted_time
 
     if args.show:
         if args.traces or args.output:
@@ -60,18 +103,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.traces or not args.output:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
-    cfg = PlanConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib)
+    cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
+                        overlap=args.overlap, device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
-        doc = plan_from_recordings(args.traces, cfg, on_rows=bar.update)
+        doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
     write_plan(args.output, doc)
-    rows = [{"file": f.path, "strategy": f.strategy, "pages": f.pages, "ranges": len(f.ranges), "reason": f.reason}
-            for f in doc.files]  # fmt: skip
     if args.explain:
-        print(format_table(rows, ["file", "strategy", "pages", "ranges", "reason"]) if rows else "(no files)", file=sys.stderr)
-        print(NOT_BUILT, file=sys.stderr)
+        explain(choices)
     if args.json:
-        print_json({"plan": args.output, **doc.to_dict()})
+        print_json({"plan": args.output, **doc.to_dict(), "choices": [c.to_dict() for c in choices]})
     else:
-        warm = [f for f in doc.files if f.strategy == "warm"]
-        print(f"{args.output}: {len(doc.files)} files, {len(warm)} to warm ({sum(f.pages for f in warm)} pages)")
+        counts: dict[str, int] = {}
+        for c in choices:
+            counts[c.chosen] = counts.get(c.chosen, 0) + 1
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        print(f"{args.output}: {len(doc.files)} files ({summary or 'none'})")
     return 0

@@ -8,7 +8,9 @@
 - the cost of filling the page cache with one page of a cold file, three ways: a major
   fault (mapping with ``MADV_RANDOM``, so one page is read), ``posix_fadvise(WILLNEED)``
   then waiting until ``mincore`` shows the page (and many pages asked at once), and the
-  userfaultfd pager serving a fault from the file.
+  userfaultfd pager serving a fault from the file;
+- the cost of a fault with the default advice, which reads the device's read-around
+  window (``read_ahead_kb``): per fault, and per page the windows brought in.
 
 Only the test file is made cold (``posix_fadvise(DONTNEED)`` on it); it is deleted at the end.
 """
@@ -28,7 +30,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.util.device_model import DeviceModel, FillCost, RandomRead, device_of
+from pagecast.util.device_model import DeviceModel, FillCost, RandomRead, device_of, read_ahead_kb_of
 from pagecast.util.pagecache import drop_file
 
 PAGE = 4096
@@ -69,7 +71,8 @@ def calibrate(cfg: CalibrateConfig, on_step: Callable[[str], None] | None = None
         k = cfg.fill_pages
         fills_pages = [order[i * k:(i + 1) * k] for i in range(4)]
         step("fill by fault and fadvise")
-        fills = [_fill_by_fault(f, fills_pages[0]), _fill_by_fadvise(f, fills_pages[1], fills_pages[2])]
+        fills = [_fill_by_fault(f, fills_pages[0]), _fill_by_fadvise(f, fills_pages[1], fills_pages[2]),
+                 _fill_by_readaround(f, rng)]
         step("fill by the pager")
         fills.append(_fill_by_pager(f, fills_pages[3]))
     from pagecast.trace.writer import host_facts
@@ -186,6 +189,39 @@ def _fill_by_fault(f: Path, pages: np.ndarray) -> FillCost:
             ns[i] = time.perf_counter_ns() - t
     p50, p99 = _percentiles(ns)
     return FillCost("fault", p50, p99, note="major fault on a MADV_RANDOM mapping")
+
+
+def _fill_by_readaround(f: Path, rng: np.random.Generator, windows: int = 16) -> FillCost:
+    """Faults with the kernel's default advice, one in each of ``windows`` distinct
+    read-around windows in random order, back to back: what a program that maps a large
+    file and touches it sparsely pays per miss. A fault returns once its own page is in,
+    the rest of the window keeps streaming and delays the next fault, so the cost per page
+    is the total time over the pages the windows brought in (mincore), not one fault's."""
+    from pagecast.util.pagecache import resident
+
+    drop_file(f)
+    npages = f.stat().st_size // PAGE
+    w = max(1, read_ahead_kb_of(os.stat(f).st_dev) * 1024 // PAGE)
+    nwin = max(1, npages // w)
+    picks = rng.permutation(nwin)[: min(windows, nwin)]
+    ns = np.empty(len(picks), np.int64)
+    with open(f, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        t0 = time.perf_counter_ns()
+        for i, win in enumerate(picks.tolist()):
+            t = time.perf_counter_ns()
+            m[min(npages - 1, win * w + w // 2) * PAGE]  # the centre: read-around is centred on the fault
+            ns[i] = time.perf_counter_ns() - t
+        # the last window's tail is still arriving: wait for it, as a program's next fault would
+        while True:
+            got = int(np.count_nonzero(resident(f)))
+            if got >= min(npages, len(picks) * w) or time.perf_counter_ns() - t0 > FADVISE_TIMEOUT_S * 1e9:
+                break
+            time.sleep(0.001)
+        total = time.perf_counter_ns() - t0
+    p50, p99 = _percentiles(ns)
+    return FillCost("readaround", p50, p99, ns_per_page_batched=int(total / max(1, got)),
+                    note=f"{len(picks)} faults in distinct {w * PAGE // 1024} KiB read-around windows "
+                         f"(default advice); batched: total time per page brought in")  # fmt: skip
 
 
 def _resident(addr: int, npages: int, vec: ctypes.Array) -> np.ndarray:

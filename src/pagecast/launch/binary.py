@@ -13,6 +13,10 @@ import os
 
 NAME = "pagecast-launch"
 SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/launch.h")
+# The advice shim the launcher preloads into the program for a plan's per-file read-ahead
+# advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
+SHIM_SOURCE = "advice/advice_shim.c"
+SHIM_SUFFIX = "-advice.so"
 
 
 def _native_dir() -> str:
@@ -32,7 +36,7 @@ def _stamp_dirs(native: str) -> list[str]:
 
 def _signature(native: str) -> str:
     parts = []
-    for s in SOURCES:
+    for s in (*SOURCES, SHIM_SOURCE):
         st = os.stat(os.path.join(native, s))
         parts.append(f"{s}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
@@ -58,10 +62,16 @@ def launcher_path() -> str:
 
 
 def build_launcher() -> str:
-    """Compile the launcher (cached by content hash) and record a stamp for ``launcher_path``."""
+    """Compile the launcher (cached by content hash) and its advice shim and record a stamp for ``launcher_path``."""
     from pagecast.util.native import build
 
     out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
+    shim = build("pc_advice_shim", [SHIM_SOURCE], ldflags=["-ldl"])
+    beside = f"{out}{SHIM_SUFFIX}"
+    tmp_shim = f"{beside}.{os.getpid()}.tmp"
+    with open(shim, "rb") as src, open(tmp_shim, "wb") as dst:
+        dst.write(src.read())
+    os.replace(tmp_shim, beside)  # a program already running keeps its mapping of the old one
     native = _native_dir()
     try:
         sig = _signature(native)

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -360,6 +361,15 @@ def _run_plan(ctx: Context) -> Launch | None:
     return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
 
 
+def _run_plan_native(ctx: Context) -> Launch | None:
+    """The same plan through the launcher binary directly: the plan's effect without the
+    Python interpreter's start-up that ``pagecast run`` costs in front of the program."""
+    from pagecast.launch.binary import launcher_path
+
+    plan = ctx.artifacts.get("plan")
+    return Launch([launcher_path(), "--restore-signals", str(plan), "--", *ctx.argv]) if plan else None
+
+
 def _warm(ctx: Context) -> Launch:
     env = dict(ctx.case.heldout.env or {})
     return Launch(ctx.argv, env, untimed=lambda: _run_quiet(ctx.argv, env, ctx.case.cwd), cold=False)
@@ -384,6 +394,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
         Strategy("pagecast run --plan (training runs)", "pagecast", _run_plan, train=_plan),
+        Strategy("pagecast-launch PLAN (the launcher binary, no Python in front)", "pagecast", _run_plan_native),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]
@@ -425,6 +436,28 @@ def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
     return out
 
 
+def _run_blocking(argv: Sequence[str], env: dict[str, str], cwd: Any, err: Any, timeout: float) -> subprocess.Popen:
+    """Run to completion with a blocking wait. ``subprocess.run(timeout=...)`` polls the
+    child with sleeps of up to 50 ms, which rounds every wall time up to that grain; here a
+    timer kills the child on timeout and ``wait()`` returns the moment it exits."""
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    expired = threading.Event()
+
+    def kill() -> None:
+        expired.set()
+        proc.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    try:
+        proc.wait()
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(list(argv), timeout)
+    return proc
+
+
 def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int,
               timeout: float) -> RunRow:
     if launch.cold:
@@ -438,8 +471,7 @@ def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev:
         t0 = time.perf_counter()
         if launch.pre:
             launch.pre()
-        proc = subprocess.run(launch.argv, env=_env(env), cwd=case.cwd, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=err, timeout=timeout)
+        proc = _run_blocking(launch.argv, _env(env), case.cwd, err, timeout)
         wall = time.perf_counter() - t0
         s1 = device_sectors_read(dev)
         if proc.returncode != 0:

@@ -5,8 +5,8 @@ launcher (``native/launch/launch.c``, which must parse it in microseconds withou
 library) and by Python (``--json``, the hand-over to the live machinery, tests). So the
 encoding is line-based ASCII text, one record per line, fields separated by one space:
 
-    PAGECAST-PLAN 1
-    file PATH SIZE MTIME_NS CTIME_NS INO DEV STRATEGY DEPTH CHUNK_KIB GAIN_MS ARG REASON NRANGES
+    PAGECAST-PLAN 2
+    file PATH SIZE MTIME_NS CTIME_NS INO DEV STRATEGY DEPTH CHUNK_KIB GAIN_MS ARG REASON ADVICE NRANGES
     r FIRST_PAGE NPAGES            (NRANGES lines: page ranges, in file order, not overlapping)
     ...
     end NFILES CHECKSUM
@@ -18,6 +18,12 @@ encoding is line-based ASCII text, one record per line, fields separated by one 
   read or readahead request in flight, so it is the queue depth the plan asks of the
   device); CHUNK_KIB the size of one request. ARG: the page pack file (``pack``) or the
   policy spec (``per-fault``). GAIN_MS: the predicted saving, informative.
+- ADVICE (version 2) is the kernel read-ahead advice the program's own accesses to the
+  file get, one of ``ADVICES``: ``default`` leaves the kernel's read-around, ``random``
+  turns it off (a fault or read() brings in only what it asks for), ``sequential`` doubles
+  it. The launcher applies it through the advice shim (``native/advice/advice_shim.c``)
+  restricted to the plan's files, identified by (device, inode). Version 1 plans (14
+  fields, no ADVICE) are still read, with ``default`` advice.
 - Ranges are in pages of ``PAGE_SIZE`` bytes (file offset // 4096). ``stream`` without
   ranges reads the whole file.
 - CHECKSUM is the CRC-32 (zlib's) of every byte before the ``end`` line, 8 hex digits:
@@ -45,11 +51,13 @@ from typing import Any
 from pagecast.errors import PagecastError
 
 MAGIC = "PAGECAST-PLAN"
-VERSION = 1
+VERSION = 2
+READS_VERSIONS = (1, 2)
 PAGE_SIZE = 4096
 STRATEGIES = ("nothing", "warm", "stream", "pack", "per-fault")
 # Strategies the native launcher runs itself; the others need the live machinery in Python.
 NATIVE_STRATEGIES = ("nothing", "warm", "stream")
+ADVICES = ("default", "random", "sequential")
 DEFAULT_DEPTH = 2
 DEFAULT_CHUNK_KIB = 1024
 
@@ -87,6 +95,7 @@ class FilePlan:
     gain_ms: float = 0.0
     arg: str = ""  # pack file (pack) or policy spec (per-fault)
     reason: str = ""
+    advice: str = "default"  # read-ahead advice for the program's own accesses (ADVICES)
 
     @property
     def pages(self) -> int:
@@ -95,7 +104,7 @@ class FilePlan:
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "identity": vars(self.identity), "strategy": self.strategy,
                 "depth": self.depth, "chunk_kib": self.chunk_kib, "gain_ms": self.gain_ms, "arg": self.arg,
-                "reason": self.reason, "pages": self.pages, "ranges": [list(r) for r in self.ranges]}  # fmt: skip
+                "reason": self.reason, "advice": self.advice, "pages": self.pages, "ranges": [list(r) for r in self.ranges]}  # fmt: skip
 
 
 @dataclass
@@ -140,6 +149,8 @@ def _check(fp: FilePlan) -> None:
         raise PagecastError(f"unknown strategy {fp.strategy!r} for {fp.path} (valid: {', '.join(STRATEGIES)})")
     if not (1 <= fp.depth <= 64) or not (4 <= fp.chunk_kib <= 1 << 20):
         raise PagecastError(f"{fp.path}: depth must be 1..64 and chunk_kib 4..1048576 (as the launcher reads them)")
+    if fp.advice not in ADVICES:
+        raise PagecastError(f"unknown advice {fp.advice!r} for {fp.path} (valid: {', '.join(ADVICES)})")
     prev_end = -1
     for first, n in fp.ranges:
         if first < 0 or n < 1 or first < prev_end:
@@ -156,7 +167,7 @@ def encode_plan(doc: PlanDoc) -> bytes:
         i = fp.identity
         lines.append(" ".join(map(str, ["file", encode_text(fp.path), i.size, i.mtime_ns, i.ctime_ns, i.ino, i.dev,
                                         fp.strategy, fp.depth, fp.chunk_kib, f"{fp.gain_ms:.3f}", encode_text(fp.arg),
-                                        encode_text(fp.reason), len(fp.ranges)])))  # fmt: skip
+                                        encode_text(fp.reason), fp.advice, len(fp.ranges)])))  # fmt: skip
         lines.extend(f"r {a} {n}" for a, n in fp.ranges)
     body = ("\n".join(lines) + "\n").encode("ascii")
     return body + f"end {len(doc.files)} {checksum(body):08x}\n".encode("ascii")
@@ -182,8 +193,9 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
         version = int(data[len(MAGIC) + 1 : first_nl])
     except ValueError:
         raise bad("bad version field", 1) from None
-    if version != VERSION:
-        raise bad(f"plan format version {version}, this pagecast reads version {VERSION}", 1)
+    if version not in READS_VERSIONS:
+        raise bad(f"plan format version {version}, this pagecast reads versions {READS_VERSIONS[0]}..{VERSION}", 1)
+    nfields = 14 if version == 1 else 15
     end = data.rfind(b"\nend ")
     if end < 0 or not data.endswith(b"\n"):
         raise bad("truncated (no end line)")
@@ -204,13 +216,13 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
     while i < len(lines):
         lineno = i + 2
         f = lines[i].split(" ")
-        if len(f) != 14 or f[0] != "file":
-            raise bad("expected a 'file' record with 14 fields", lineno)
+        if len(f) != nfields or f[0] != "file":
+            raise bad(f"expected a 'file' record with {nfields} fields", lineno)
         try:
             ident = FileIdentity(*(int(x) for x in f[2:7]))
             fp = FilePlan(decode_text(f[1]), ident, f[7], [], int(f[8]), int(f[9]), float(f[10]), decode_text(f[11]),
-                          decode_text(f[12]))  # fmt: skip
-            nr = int(f[13])
+                          decode_text(f[12]), "default" if version == 1 else f[13])  # fmt: skip
+            nr = int(f[-1])
         except ValueError as e:
             raise bad(f"bad field ({e})", lineno) from None
         if nr < 0 or i + 1 + nr > len(lines):

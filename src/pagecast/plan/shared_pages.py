@@ -7,8 +7,10 @@ or a driver did, not what the program used). Pages used by at least ``min_runs``
 are planned as ``warm`` in merged ranges, in file order; a file with no such page gets
 ``nothing``.
 
-Not built yet: the choice between strategies by predicted time (a simulator with a
-device model, checked leave-one-run-out). Every file here is ``warm`` or ``nothing``.
+``pagecast plan`` uses the page evidence here (``file_pages``, ``recorded_identity``,
+``merge_ranges``) and chooses each file's strategy by predicted time
+(``pagecast.plan.planner``); ``plan_from_recordings`` is the plain rule without that
+choice (warm or nothing), kept for scripts that want exactly the shared pages.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pagecast.errors import PagecastError
 from pagecast.util.atomic import atomic_write_text
 
 MODEL_VERSION = 1
+DEFAULT_READ_AHEAD_KB = 128  # the kernel's default for a device without its own setting
 
 
 @dataclass
@@ -77,6 +78,15 @@ class DeviceModel:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pagecast"
+
+
+def read_ahead_kb_of(dev: int) -> int:
+    """The read-ahead setting of the device ``dev`` (an ``st_dev``), read from sysfs, never written."""
+    try:
+        with open(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return DEFAULT_READ_AHEAD_KB
 
 
 def device_of(path: str | Path) -> str:

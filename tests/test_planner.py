@@ -1,0 +1,177 @@
+"""The planner's choice by predicted time: the cost model on hand-computed numbers, and
+real recordings (perf page sets of a program touching chosen pages) planned with a fixed
+device so that the expected choice follows from the model, not from this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.cli import main as cli_main
+from pagecast.plan.cost_model import DeviceCosts, predict, program_reads
+from pagecast.plan.format import FileIdentity, read_plan
+from pagecast.plan.planner import PlannerConfig, choose, plan_by_predicted_time, price_file
+from pagecast.plan.shared_pages import merge_ranges
+from pagecast.util.device_model import DeviceModel, RandomRead, save_model
+from pagecast.util.pagecache import drop_file
+from pagecast.util.workloads import build_workload
+from perf_support import needs_perf
+
+# 1 ms per request at depth 1, 0.1 ms at depth 2; 4096 bytes take 4.096 µs; 4-page read-around
+DEV = DeviceCosts(seq_bytes_per_s=1e9, iops_by_depth=((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, source="test")
+PAGE_S = 4096 / 1e9
+
+
+def a(*x: int) -> np.ndarray:
+    return np.array(x, np.int64)
+
+
+def test_iops_interpolates_between_measured_depths_and_is_flat_beyond():
+    d = DeviceCosts(1e9, ((1, 1000.0), (4, 4000.0)))
+    assert d.iops(1) == 1000.0 and d.iops(2) == 2000.0 and d.iops(4) == 4000.0 and d.iops(64) == 4000.0
+
+
+def test_program_reads_by_advice_hand_computed():
+    used = a(0, 1, 9, 30)
+    # default, mapped: windows of 4 pages -> {0, 2, 7}: 3 requests, 12 pages (file of 40 pages)
+    assert program_reads(DEV, used, a(), 40, "default", True) == (3, 12)
+    # pages 2 and 3 already cached: window 0 reads 2 pages less
+    assert program_reads(DEV, used, a(2, 3), 40, "default", True) == (3, 10)
+    # the last window is cut at the file's end (file of 31 pages: window 7 is pages 28..30)
+    assert program_reads(DEV, used, a(), 31, "default", True) == (3, 11)
+    # random: one request per page
+    assert program_reads(DEV, used, a(), 40, "random", True) == (4, 4)
+    assert program_reads(DEV, used, a(), 40, "random", False) == (4, 4)  # read sizes unknown: a page each
+    # default, read(): lone pages 9 and 30 read alone; the run 0-1 (L = 2): 1 + log2(2) = 2
+    # requests, min(4, 2 * 2) = 4 pages ahead
+    assert program_reads(DEV, used, a(), 40, "default", False) == (4, 8)
+    # a run of 10 pages with W = 4: 1 + log2(4) + (10 - 4) // 4 = 4 requests, 4 pages ahead
+    assert program_reads(DEV, np.arange(10), a(), 40, "default", False) == (4, 14)
+
+
+def test_measured_read_around_prices_default_mapped_misses():
+    dev = DeviceCosts(1e9, ((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, readaround_s_per_page=1e-6)
+    # windows {0, 2, 7}: 3 first reads (1 ms each) + 12 pages at the measured 1 µs
+    assert predict(dev, a(0, 1, 9, 30), a(), 40, "nothing", True).seconds == pytest.approx(3e-3 + 12e-6)
+    # read(): not a read-around fault, priced as before
+    assert predict(dev, a(0, 1, 9, 30), a(), 40, "nothing", False).seconds == pytest.approx(4e-3 + 8 * PAGE_S)
+
+
+def test_predict_hand_computed():
+    used, warm = a(0, 1, 9, 30), a(0, 1, 9)
+    assert predict(DEV, used, warm, 40, "nothing", True).seconds == pytest.approx(3e-3 + 12 * PAGE_S)
+    assert predict(DEV, used, warm, 40, "nothing+random", True).seconds == pytest.approx(4e-3 + 4 * PAGE_S)
+    # warm: ranges (0,2) and (9,1) = 2 requests at depth 2 (0.2 ms) + 3 pages; then page 30 misses
+    assert predict(DEV, used, warm, 40, "warm+random", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + PAGE_S)
+    assert predict(DEV, used, warm, 40, "warm+default", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + 4 * PAGE_S)
+    # stream: 40 pages in one 1 MiB request at depth 2, no misses
+    assert predict(DEV, used, warm, 40, "stream", True).seconds == pytest.approx(1e-4 + 40 * PAGE_S)
+
+
+def test_leave_one_run_out_and_the_margin():
+    runs = [a(0, 10, 20), a(10, 20, 30), a(0, 20, 30)]
+    pred, skipped, how = price_file(runs, 100, True, DEV, PlannerConfig())
+    assert how == "leave-one-run-out over 3 runs" and "stream" in skipped
+    # default k: 2 of 3 runs, so 2 of the 2 left in a fold. Held out run 0: warm {20, 30}
+    # (runs 1 and 2 both used them), misses 0 and 10; every fold likewise: 2 warm, 2 misses
+    assert pred["warm+random"] == pytest.approx(2e-4 + 2 * PAGE_S + 2e-3 + 2 * PAGE_S)
+    assert pred["nothing+random"] == pytest.approx(3e-3 + 3 * PAGE_S)
+    assert choose(pred, 0.10)[0] == "warm+random"
+    assert choose({"nothing": 1.0, "warm+random": 0.95}, 0.10)[0] == "nothing"
+    assert choose({"nothing": 1.0, "warm+random": 0.85}, 0.10)[0] == "warm+random"
+
+
+# ---- real recordings ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def touchpages() -> Path:
+    return build_workload("touchpages")
+
+
+@pytest.fixture()
+def datafile(tmp_path: Path):
+    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
+    base.mkdir(parents=True, exist_ok=True)
+    p = base / f"planner-{os.getpid()}-{tmp_path.name}.bin"
+    p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
+    yield p
+    p.unlink(missing_ok=True)
+
+
+def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> Path:
+    drop_file(f)  # cold + MADV_RANDOM in touchpages: exactly the listed pages fault
+    out = tmp_path / f"{name}.parquet"
+    assert cli_main(["record", "-o", str(out), "--", str(tp), str(f), ",".join(map(str, pages))]) == 0
+    return out
+
+
+def _plan(traces: list[Path], **kw):
+    doc, choices = plan_by_predicted_time(traces, PlannerConfig(device=DEV, **kw))
+    return doc, {c.path: c for c in choices}
+
+
+@needs_perf
+@pytest.mark.perf
+def test_sparse_mapped_file_gets_warm_and_random(tmp_path, touchpages, datafile):
+    runs = [[0, 20, 40, 60, 61], [20, 40, 61, 80], [40, 61, 100, 120]]
+    traces = [_record(tmp_path, touchpages, datafile, p, f"r{i}") for i, p in enumerate(runs)]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    assert why[str(datafile)].chosen == "warm+random", why[str(datafile)]
+    assert (mine.strategy, mine.advice) == ("warm", "random")
+    assert mine.ranges == merge_ranges(a(20, 40, 61)) == [(20, 1), (40, 1), (61, 1)]  # used by >= 2 of 3 runs
+    assert why[str(datafile)].validation == "leave-one-run-out over 3 runs"
+    assert mine.identity == FileIdentity.of(datafile)
+    doc3, _ = _plan(traces, min_runs=3)
+    assert next(f for f in doc3.files if f.path == str(datafile)).ranges == [(40, 1), (61, 1)]
+
+
+@needs_perf
+@pytest.mark.perf
+def test_file_used_whole_gets_stream(tmp_path, touchpages, datafile):
+    traces = [_record(tmp_path, touchpages, datafile, list(range(160)), f"w{i}") for i in range(2)]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    assert why[str(datafile)].chosen == "stream", why[str(datafile)]
+    assert (mine.strategy, mine.advice, mine.ranges) == ("stream", "default", [])
+
+
+@needs_perf
+@pytest.mark.perf
+def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpages, datafile, capsys):
+    traces = [_record(tmp_path, touchpages, datafile, p, f"d{i}") for i, p in enumerate([[0, 30], [60, 90], [120, 150]])]
+    doc, why = _plan(traces)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    c = why[str(datafile)]
+    # no page is used by 2 of the runs in any fold: nothing to warm, not even priced
+    assert c.chosen in ("nothing", "nothing+random") and mine.strategy == "nothing" and mine.ranges == []
+    assert c.skipped["warm+random"] == c.skipped["warm+default"] == "no page shared by enough runs in any fold"
+    # with --min-runs 1 every fold warms the other runs' pages, which the held-out run never uses
+    _, why1 = _plan(traces, min_runs=1)
+    c1 = why1[str(datafile)]
+    assert c1.chosen in ("nothing", "nothing+random")
+    assert c1.predicted_s["warm+random"] > c1.predicted_s["nothing+random"]
+    capsys.readouterr()
+    out = tmp_path / "p.plan"
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain", "--json"]) == 0
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    ch = next(x for x in rep["choices"] if x["path"] == str(datafile))
+    assert set(ch["predicted_s"]) == {"nothing", "nothing+random"}
+    assert ch["skipped"]["stream"].startswith("runs use")
+    assert str(datafile) in cap.err and "leave-one-run-out over 3 runs" in cap.err
+    assert [f for f in read_plan(out).files if f.path == str(datafile)][0].strategy == "nothing"
+    # --device-model: this calibration prices every file, and --explain names it
+    model = tmp_path / "dev.json"
+    save_model(DeviceModel("254:0", str(tmp_path), 0.0, 16, True, 1e9, [RandomRead(1, 1000.0, 1, 1)]), model)
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--explain", "--device-model", str(model),
+                     "--overlap", "0.5"]) == 0  # fmt: skip
+    assert f"device: {model} (254:0)" in capsys.readouterr().err
+    assert cli_main(["plan", *map(str, traces), "-o", str(out), "--device-model", str(tmp_path / "none.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "none.json" in err
