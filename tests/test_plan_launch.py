@@ -261,10 +261,14 @@ def test_stream_whole_file(tmp_path, disk_file):
 
 
 def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
-    # 8192 one-page requests of a cold 64 MiB file take far longer than `true` lives
+    # 4096 scattered one-page *reads* (stream, one thread) of a cold 64 MiB file each wait
+    # for the disk, so together they take far longer than `true` lives. (WILLNEED only
+    # queues its reads: 8192 of those once finished before `true` exited on a busy machine.)
     with open(disk_file, "wb") as f:
         f.write(bytes(64 << 20))
-    plan = _plan(tmp_path, [_warm(disk_file, [(i * 2, 1) for i in range(8192)], depth=1, chunk_kib=4)])
+    ident = FileIdentity.of(disk_file)
+    plan = _plan(tmp_path, [FilePlan(str(disk_file), ident, "stream", [(i * 4, 1) for i in range(4096)], depth=1,
+                                     chunk_kib=4)])  # fmt: skip
     drop_file(disk_file)
     status = tmp_path / "status.json"
     r = subprocess.run([launcher_path(), "--status", str(status), str(plan), "--", "true"])
