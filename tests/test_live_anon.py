@@ -68,8 +68,11 @@ def _line(out: str) -> str:
 
 @needs_perf
 def test_anon_prefetch_cuts_buffer_faults(prog, run1, tmp_path):
-    base, out0, tr0 = _live(prog, run1, tmp_path, anon=False, name="off")
-    res, out1, tr1 = _live(prog, run1, tmp_path, anon=True, name="on")
+    # 3x the default arithmetic between touches: the in-process prefetcher keeps its lead
+    # even when other jobs take a core (at the default it once fell to 2,098 of 4,096)
+    slow = ["--work", "60000"]
+    base, out0, tr0 = _live(prog, run1, tmp_path, anon=False, args=slow, name="off")
+    res, out1, tr1 = _live(prog, run1, tmp_path, anon=True, args=slow, name="on")
     f0, f1 = _buffer_faults(tr0), _buffer_faults(tr1)
     assert base.anon_prefetch["state"] == "off"
     assert f0 == 4096  # every page of the pattern is a first touch without prefetch
