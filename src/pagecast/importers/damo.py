@@ -35,7 +35,6 @@ from typing import Any, Callable, Iterator
 
 import ijson
 import numpy as np
-from ijson.backends import python as ijson_python
 from ijson.common import ObjectBuilder
 
 from pagecast.errors import PagecastError
@@ -138,13 +137,13 @@ class _Stream:
         self.f.close()
 
 
-def _json_error(path: Path, parse: Callable[..., Iterator], msg: str, chunk_start: int) -> PagecastError:
+def _json_error(path: Path, msg: str, chunk_start: int) -> PagecastError:
     """Re-read up to the failing chunk, then byte by byte, to place the parser's error."""
     s = _Stream(path, slow_from=chunk_start)
     try:
-        for _ in parse(s, buf_size=CHUNK):
+        for _ in ijson.basic_parse(s, buf_size=CHUNK):
             pass
-    except (ijson.JSONError, ValueError):
+    except ijson.JSONError:
         pass
     finally:
         s.close()
@@ -175,6 +174,17 @@ def _build(events: Iterator[tuple[str, Any]], ev: str, val: Any) -> Any:
     raise AssertionError("the parser ended inside a value")  # it raises premature EOF first
 
 
+def _plain(v: Any) -> Any:
+    """Decimals as floats (as json.loads gives them), so the value can go into the trace's JSON meta."""
+    if isinstance(v, Decimal):
+        return float(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
+
+
 def _skip(events: Iterator[tuple[str, Any]], ev: str) -> None:
     depth = ev in ("start_map", "start_array")
     while depth:
@@ -201,7 +211,7 @@ def _record(path: Path, rec_i: int, events: Iterator[tuple[str, Any]]) -> _Recor
                     break
                 rec.snapshots.append(_snapshot(path, rec_i, len(rec.snapshots), _build(events, ev, val)))
         elif key in ("target_id", "intervals"):
-            setattr(rec, key, _build(events, ev, val))
+            setattr(rec, key, _plain(_build(events, ev, val)))
         else:
             _skip(events, ev)
     raise AssertionError("the parser ended inside a record")
@@ -259,30 +269,24 @@ def _record_list(path: Path, events: Iterator[tuple[str, Any]]) -> list[_Record]
 def read_records(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> tuple[list[_Record], str]:
     """The record's targets (snapshots as arrays) and its file type (``json`` or ``json_compressed``).
 
-    ijson's yajl backend parses; a number beyond 64 bits (which yajl refuses) makes it
-    start over with ijson's pure-Python backend, which takes any integer."""
+    ijson (yajl) gives numbers as int or, with a fraction or exponent, Decimal (without
+    ``use_float`` it takes integers of any size: old damo wrote kernel pointers as target ids)."""
     path = Path(path)
-    for parse in (ijson.basic_parse, ijson_python.basic_parse):
-        s = _Stream(path, on_bytes)
-        events = iter(parse(s, buf_size=CHUNK, use_float=True))
+    s = _Stream(path, on_bytes)
+    events = iter(ijson.basic_parse(s, buf_size=CHUNK))
+    try:
         try:
-            try:
-                return _records(path, events), s.kind
-            except PagecastError:
-                if s.failed:
-                    raise
-                for _ in events:  # a syntax error further on is the first thing to report, as for a whole parse
-                    pass
+            return _records(path, events), s.kind
+        except PagecastError:
+            if s.failed:
                 raise
-        except (ijson.JSONError, ValueError) as e:  # the Python backend raises json's JSONDecodeError for strings
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if "integer overflow" in msg and parse is ijson.basic_parse:
-                on_bytes = None  # the progress bar has seen the file once
-                continue
-            raise _json_error(path, parse, msg, s.chunk_start) from None
-        finally:
-            s.close()
-    raise AssertionError("unreachable")
+            for _ in events:  # a syntax error further on is the first thing to report, as for a whole parse
+                pass
+            raise
+    except ijson.JSONError as e:
+        raise _json_error(path, str(e).splitlines()[0] if str(e) else type(e).__name__, s.chunk_start) from None
+    finally:
+        s.close()
 
 
 def _num(v: Any, where: str, what: str, path: Path) -> int:
@@ -292,7 +296,7 @@ def _num(v: Any, where: str, what: str, path: Path) -> int:
         return v
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    if isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value():  # ijson without use_float
+    if isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value():  # ijson: numbers with a fraction or exponent
         return int(v)
     if isinstance(v, str):
         t = v.replace(",", "").strip()
