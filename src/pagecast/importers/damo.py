@@ -335,20 +335,41 @@ def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> tuple[int, np.ndarray
     return t, st, en, acc
 
 
-def _regions(starts: np.ndarray, ends: np.ndarray, target: int, target_id: Any, first_id: int) -> list[Region]:
-    """Union of [start, end) ranges at 2 MiB granularity → regions in address order."""
-    g0 = np.sort(starts >> np.uint64(GRANULE_SHIFT)).astype(np.int64)
-    order = np.argsort(starts >> np.uint64(GRANULE_SHIFT), kind="stable")
-    g1 = ((ends - np.uint64(1)) >> np.uint64(GRANULE_SHIFT)).astype(np.int64)[order]
-    reach = np.maximum.accumulate(g1)
+UNION_BATCH = 1 << 16  # rows merged at a time: the working arrays stay small next to the rows themselves
+
+
+def _merge(g0: np.ndarray, g1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Granule ranges [g0, g1] merged where they overlap or touch → (firsts, lasts) in address order."""
+    order = np.argsort(g0, kind="stable")
+    g0, reach = g0[order], np.maximum.accumulate(g1[order])
     new = np.ones(len(g0), bool)
     new[1:] = g0[1:] > reach[:-1] + 1
     firsts = np.flatnonzero(new)
-    lasts = np.r_[firsts[1:], len(g0)] - 1
+    return g0[firsts], reach[np.r_[firsts[1:], len(g0)] - 1]
+
+
+def _granule_union(snaps: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Union of every snapshot's [start, end) ranges at 2 MiB granularity, merged batch by batch."""
+    lo = hi = np.empty(0, np.int64)
+    g0: list[np.ndarray] = []
+    g1: list[np.ndarray] = []
+    n = 0
+    for k, (_, st, en, _) in enumerate(snaps):
+        g0.append((st >> np.uint64(GRANULE_SHIFT)).astype(np.int64))
+        g1.append(((en - np.uint64(1)) >> np.uint64(GRANULE_SHIFT)).astype(np.int64))
+        n += len(st)
+        if n >= UNION_BATCH or k == len(snaps) - 1:
+            lo, hi = _merge(np.concatenate([lo, *g0]), np.concatenate([hi, *g1]))
+            g0, g1, n = [], [], 0
+    return lo, hi
+
+
+def _regions(lo: np.ndarray, hi: np.ndarray, target: int, target_id: Any, first_id: int) -> list[Region]:
+    """Merged granule ranges → regions in address order."""
     regions = []
-    for i, (f, l) in enumerate(zip(firsts, lasts)):
-        base = int(g0[f]) << GRANULE_SHIFT
-        end = (int(reach[l]) + 1) << GRANULE_SHIFT
+    for i, (f, l) in enumerate(zip(lo.tolist(), hi.tolist())):
+        base = f << GRANULE_SHIFT
+        end = (l + 1) << GRANULE_SHIFT
         regions.append(Region(id=first_id + i, name=f"target{target}.range{i}", kind="anon", base=base,
                               length=end - base, order=first_id + i,
                               extra={"damon_target": target, "damon_target_id": str(target_id)}))
@@ -368,9 +389,7 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
     for i, (rec, snaps) in enumerate(zip(records, parsed)):
         m = RegionMap()
         if snaps and sum(len(s[1]) for s in snaps):
-            starts = np.concatenate([s[1] for s in snaps])
-            ends = np.concatenate([s[2] for s in snaps])
-            for r in _regions(starts, ends, i, rec.target_id, len(regions)):
+            for r in _regions(*_granule_union(snaps), i, rec.target_id, len(regions)):
                 regions.append(r)
                 m.add(r.base, r.base + r.length, r.id, 0)
         maps.append(m)
