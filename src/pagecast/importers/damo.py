@@ -45,6 +45,7 @@ from pagecast.trace.writer import TraceWriter
 GRANULE_SHIFT = 21
 PAGE_SHIFT = 12
 INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
 CHUNK = 1 << 16
 NOT_DAMO = ("not a damo record (want JSON or zlib-compressed JSON; perf-script and perf.data "
             "records can be converted with `damo convert_record_format json_compressed`)")
@@ -151,11 +152,15 @@ def _json_error(path: Path, msg: str, chunk_start: int) -> PagecastError:
     return PagecastError(f"bad JSON at column {off - line_start + 1}{s.where}: {msg}", path=path, line=lines + 1)
 
 
+# (start ns, uint64 array of shape (3, regions): starts, ends, nr_accesses)
+Snapshot = tuple[int, np.ndarray]
+
+
 @dataclass
 class _Record:
     target_id: Any = None
     intervals: Any = None
-    snapshots: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] | None = None
+    snapshots: list[Snapshot] | None = None
 
 
 def _build(events: Iterator[tuple[str, Any]], ev: str, val: Any) -> Any:
@@ -305,17 +310,15 @@ def _num(v: Any, where: str, what: str, path: Path) -> int:
     raise PagecastError(f"{where}: bad {what} {v!r} (want a whole number)", path=path)
 
 
-def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-    """One snapshot: (start ns, region starts, ends, nr_accesses), validated."""
+def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> Snapshot:
+    """One snapshot: (start ns, rows of region starts, ends, nr_accesses), validated."""
     where = f"record {rec_i}, snapshot {s_i}"
     if not isinstance(s, dict) or not isinstance(s.get("regions"), list):
         raise PagecastError(f"{where}: want an object with a regions list", path=path)
     t = _num(s.get("start_time"), where, "start_time", path)
     _num(s.get("end_time"), where, "end_time", path)
     n = len(s["regions"])
-    st = np.empty(n, np.uint64)
-    en = np.empty(n, np.uint64)
-    acc = np.empty(n, np.int64)
+    rows = np.empty((3, n), np.uint64)  # one array per snapshot: numpy's per-array overhead counts at millions
     for r_i, r in enumerate(s["regions"]):
         rw = f"{where}, region {r_i}"
         if not isinstance(r, dict):
@@ -331,8 +334,10 @@ def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> tuple[int, np.ndarray
         k = _num(samples, rw, "nr_accesses.samples", path)
         if k < 0:
             raise PagecastError(f"{rw}: negative nr_accesses {k}", path=path)
-        st[r_i], en[r_i], acc[r_i] = a, b, k
-    return t, st, en, acc
+        if k > INT64_MAX:
+            raise PagecastError(f"{rw}: bad nr_accesses {k} (too large)", path=path)
+        rows[0, r_i], rows[1, r_i], rows[2, r_i] = a, b, k
+    return t, rows
 
 
 UNION_BATCH = 1 << 16  # rows merged at a time: the working arrays stay small next to the rows themselves
@@ -348,13 +353,14 @@ def _merge(g0: np.ndarray, g1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return g0[firsts], reach[np.r_[firsts[1:], len(g0)] - 1]
 
 
-def _granule_union(snaps: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def _granule_union(snaps: list[Snapshot]) -> tuple[np.ndarray, np.ndarray]:
     """Union of every snapshot's [start, end) ranges at 2 MiB granularity, merged batch by batch."""
     lo = hi = np.empty(0, np.int64)
     g0: list[np.ndarray] = []
     g1: list[np.ndarray] = []
     n = 0
-    for k, (_, st, en, _) in enumerate(snaps):
+    for k, (_, rows) in enumerate(snaps):
+        st, en = rows[0], rows[1]
         g0.append((st >> np.uint64(GRANULE_SHIFT)).astype(np.int64))
         g1.append(((en - np.uint64(1)) >> np.uint64(GRANULE_SHIFT)).astype(np.int64))
         n += len(st)
@@ -380,7 +386,7 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
     src = Path(src)
     records, ftype = read_records(src, on_bytes)
     parsed = [r.snapshots for r in records]
-    nrows = sum(len(s[1]) for p in parsed for s in p)
+    nrows = sum(s[1].shape[1] for p in parsed for s in p)
     if nrows == 0:
         raise PagecastError("no snapshot regions in the record", path=src)
     t0 = min(s[0] for p in parsed for s in p)
@@ -388,7 +394,7 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
     maps: list[RegionMap] = []
     for i, (rec, snaps) in enumerate(zip(records, parsed)):
         m = RegionMap()
-        if snaps and sum(len(s[1]) for s in snaps):
+        if snaps and sum(s[1].shape[1] for s in snaps):
             for r in _regions(*_granule_union(snaps), i, rec.target_id, len(regions)):
                 regions.append(r)
                 m.add(r.base, r.base + r.length, r.id, 0)
@@ -403,7 +409,8 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
     order = sorted(((s[0], i, k) for i, snaps in enumerate(parsed) for k, s in enumerate(snaps)), key=lambda x: x[0])
     with TraceWriter(out, regions=regions, source="import:damo", meta=meta) as w:
         for _, i, k in order:
-            t, st, en, acc = parsed[i][k]
+            t, rows = parsed[i][k]
+            st, en, acc = rows[0], rows[1], rows[2].view(np.int64)
             if not len(st):
                 continue
             region, page = maps[i].translate(st)
