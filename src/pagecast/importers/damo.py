@@ -20,8 +20,11 @@ big ranges separated by the unmapped gaps between heap, mmap area and stack).
 Lost: the region's age, the snapshot's end time (snapshots are back to back, each one
 aggregation interval long), DAMOS statistics and filters.
 
-Memory: the JSON document is parsed whole (Python's C parser); rows are written in
-batches.
+Memory: the record is streamed: decompressed 64 KiB at a time, parsed by ijson (yajl)
+event by event, each snapshot built alone and turned at once into one uint64 array of
+its regions (24 bytes a region); neither the JSON text nor its Python objects are ever
+held whole. The per-target region union is merged 64K rows at a time. A JSON error is
+placed (line, column) by reading again, the failing 64 KiB byte by byte.
 """
 
 from __future__ import annotations
