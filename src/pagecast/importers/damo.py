@@ -30,9 +30,9 @@ placed (line, column) by reading again, the failing 64 KiB byte by byte.
 from __future__ import annotations
 
 import codecs
+import zlib
 from dataclasses import dataclass
 from decimal import Decimal
-import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -72,7 +72,11 @@ class _Stream:
         self._count_raw(head)
         if len(head) >= 2 and head[0] & 0x0F == 8 and (head[0] << 8 | head[1]) % 31 == 0:
             self.kind, self.where, self.z = "json_compressed", " of the decompressed JSON", zlib.decompressobj()
-            self.buf = self._inflate(head)
+            try:
+                self.buf = self._inflate(head)
+            except PagecastError:
+                self.f.close()
+                raise
         elif head.lstrip()[:1] in (b"[", b"{"):
             self.kind, self.where, self.z, self.buf = "json", "", None, head
         else:
