@@ -262,3 +262,49 @@ def test_fuzz_records(tmp_path):
         _check_against(out, _reference(json.loads(raw)))
         outcomes["ok"] += 1
     assert outcomes["error"] > 30 and outcomes["ok"] > 5, outcomes
+
+
+def test_large_record_streams(tmp_path):
+    """8,000 snapshots x 50 regions, zlib-compressed: parsing holds the rows as arrays (24
+    bytes a region), never the JSON text or its objects, so Python's traced peak while the
+    record is read stays far below the text. (The trace writer's row-group buffers, a fixed
+    million rows, come after and are the writer's own.)"""
+    import tracemalloc
+
+    n_snap, n_reg = 8_000, 50
+    rng = np.random.default_rng(5)
+    sizes = rng.integers(1, 64, (n_snap, n_reg)) * 4096
+    ends = 0x7F00_0000_0000 + np.cumsum(sizes, axis=1)
+    starts = ends - sizes
+    acc = rng.choice([0, 0, 1, 7, 20], (n_snap, n_reg))
+    parts = []
+    for s in range(n_snap):
+        regs = ", ".join(f'{{"start": {a}, "end": {b}, "nr_accesses": {{"samples": {k}, "percent": null}}, '
+                         f'"age": {{"usec": null, "aggr_intervals": 3}}}}'
+                         for a, b, k in zip(starts[s].tolist(), ends[s].tolist(), acc[s].tolist()))
+        t = 10**9 + s * 100_000_000
+        parts.append(f'{{"start_time": {t}, "end_time": {t + 100_000_000}, "regions": [{regs}]}}')
+    text = ('[{"target_id": 7, "intervals": {"sample_us": 5000, "aggr_us": 100000, "ops_update_us": 1000000}, '
+            '"snapshots": [' + ", ".join(parts) + "]}]").encode()
+    del parts
+    src = tmp_path / "big.json_compressed"
+    src.write_bytes(zlib.compress(text, 1))
+    text_size = len(text)
+    del text
+    tracemalloc.start()
+    try:
+        records, fmt = damo.read_records(src)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert fmt == "json_compressed" and len(records) == 1 and len(records[0].snapshots) == n_snap
+    assert records[0].intervals["aggr_us"] == 100000
+    del records
+    print(f"JSON text {text_size / 1e6:.1f} MB, {n_snap * n_reg} regions, traced peak while parsing {peak / 1e6:.1f} MB")
+    assert peak < text_size / 4, (peak, text_size)
+    info = damo.import_trace(src, tmp_path / "big.parquet")
+    assert info["rows"] == n_snap * n_reg and info["snapshots"] == n_snap
+    assert info["accessed_rows"] == int((acc > 0).sum())
+    c = open_trace(tmp_path / "big.parquet").read()
+    assert np.array_equal(c["tid"], acc.ravel()) and np.array_equal(c["ip"], (sizes // 4096).ravel())
+    assert np.array_equal(c["t_ns"], np.repeat(np.arange(n_snap) * 100_000_000, n_reg))
