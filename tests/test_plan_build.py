@@ -19,8 +19,8 @@ from pagecast.online.pack import build_pack
 from pagecast.online.pager import probe
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.plan.shared_pages import merge_ranges
-from pagecast.util.workloads import build_workload
 from perf_support import needs_perf
+from plan_support import datafile, touchpages  # noqa: F401 (pytest fixtures)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -29,21 +29,6 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
-
-
-@pytest.fixture(scope="module")
-def touchpages() -> Path:
-    return build_workload("touchpages")
-
-
-@pytest.fixture()
-def datafile(tmp_path: Path):
-    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
-    base.mkdir(parents=True, exist_ok=True)
-    p = base / f"planbuild-{os.getpid()}-{tmp_path.name}.bin"
-    p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
-    yield p
-    p.unlink(missing_ok=True)
 
 
 def test_merge_ranges_exact():

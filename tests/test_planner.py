@@ -18,8 +18,8 @@ from pagecast.plan.planner import PlannerConfig, choose, plan_by_predicted_time,
 from pagecast.plan.shared_pages import merge_ranges
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import build_workload
 from perf_support import needs_perf
+from plan_support import datafile, touchpages  # noqa: F401 (pytest fixtures)
 
 # 1 ms per request at depth 1, 0.1 ms at depth 2; 4096 bytes take 4.096 µs; 4-page read-around
 DEV = DeviceCosts(seq_bytes_per_s=1e9, iops_by_depth=((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, source="test")
@@ -86,21 +86,6 @@ def test_leave_one_run_out_and_the_margin():
 
 
 # ---- real recordings ------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def touchpages() -> Path:
-    return build_workload("touchpages")
-
-
-@pytest.fixture()
-def datafile(tmp_path: Path):
-    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
-    base.mkdir(parents=True, exist_ok=True)
-    p = base / f"planner-{os.getpid()}-{tmp_path.name}.bin"
-    p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
-    yield p
-    p.unlink(missing_ok=True)
 
 
 def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> Path:
