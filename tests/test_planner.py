@@ -5,7 +5,6 @@ device so that the expected choice follows from the model, not from this machine
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
