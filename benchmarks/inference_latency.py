@@ -1,6 +1,6 @@
 """Learned-predictor inference speed: per-fault latency (single stream) and batched throughput.
 
-Targets (DESIGN.md §8): p99 ≤ 100 µs per fault through ``Prefetcher.observe`` (the live
+Targets: p99 ≤ 100 µs per fault through ``Prefetcher.observe`` (the live
 loop's call, including token encoding and page decoding), ≥ 200 k predictions/s batched.
 
 One prediction = one model step for one stream (for the LSTM: both staggered recurrent
