@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "live/fastpath.h"
+#include "pageset/uffd_compat.h"
 
 enum {
     FR_HELLO = 1,
@@ -594,13 +595,6 @@ static void open_rings(pid_t child, int *exclude_kernel)
     if (!nrings)
         fm_fail("perf_event_open found no usable CPU");
 }
-
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
-#ifndef UFFD_FEATURE_WP_ASYNC
-#define UFFD_FEATURE_WP_ASYNC (1 << 15)
-#endif
 
 /* Can the page-set shim arm a file mapping here? The same steps on one page of our own
  * executable; the shim itself stays silent (it must never disturb the program). */

@@ -50,12 +50,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#ifndef UFFD_USER_MODE_ONLY
-#define UFFD_USER_MODE_ONLY 1
-#endif
-#ifndef UFFD_FEATURE_WP_ASYNC
-#define UFFD_FEATURE_WP_ASYNC (1 << 15)
-#endif
+#include "pageset/uffd_compat.h"
 
 #define PAGE 4096UL
 
