@@ -326,10 +326,10 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
         except PagecastError:
-            if not _collector_died(mon):
+            lost = _collector_lost(mon, reaper)
+            if lost is None:
                 raise
-            collector_error = _collector_end(mon)
-            returncode = _wait_orphan(mon.pid, reaper)  # type: ignore[arg-type]
+            collector_error, returncode = lost
         wall = time.monotonic() - t_start
     finally:
         _end_monitoring(mon, old, reniced)
@@ -353,17 +353,15 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     return res
 
 
-def _collector_died(mon: FaultMonitor) -> bool:
-    """After the fault stream broke: did the collector die under a running program (rather
-    than report an error of its own, or fail before the program existed)?"""
-    return mon.pid is not None and mon.error is None
-
-
-def _collector_end(mon: FaultMonitor) -> str:
-    """Reap the dead collector (which also completes the orphan's move to this subreaper)
-    and say how it ended."""
+def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
+    """After the fault stream broke: None when the collector reported an error of its own or
+    failed before the program existed (the caller re-raises). Otherwise it died under a
+    running program: reap it (which also completes the orphan's move to this subreaper),
+    wait for the program, and return (how the collector ended, the program's exit status)."""
+    if mon.pid is None or mon.error is not None:
+        return None
     mon.close()
-    return _how_it_ended(mon.collector_returncode)
+    return _how_it_ended(mon.collector_returncode), _wait_orphan(mon.pid, reaper)
 
 
 def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path,
@@ -399,12 +397,12 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
         except PagecastError:
-            if not _collector_died(mon):
+            lost = _collector_lost(mon, reaper)
+            if lost is None:
                 raise
+            how, returncode = lost
             state.alive = False
-            how = _collector_end(mon)
             state.error = f"the fault collector (pid {mon.collector_pid}) died ({how})"
-            returncode = _wait_orphan(mon.pid, reaper)
         wall = time.monotonic() - t_start
     finally:
         _end_monitoring(mon, old, reniced)
