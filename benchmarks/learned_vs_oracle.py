@@ -106,7 +106,7 @@ def recorded_case(tmp: Path, args) -> None:
         from pagecast.cli import main as cli_main
         from pagecast.collect.faultmon import read_all
         from pagecast.util.pagecache import drop_file
-        from pagecast.util.workloads import build_workload
+        from pagecast.bench.workloads import build_workload
 
         read_all(["true"])
     except Exception as e:  # perf not permitted, or the recorder is missing

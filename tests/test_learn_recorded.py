@@ -13,7 +13,7 @@ from pagecast.cli import main as cli_main
 from pagecast.learn.dataset import read_demand
 from pagecast.learn.predict import predict_schedule
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 # A repeating irregular walk over a file: no constant stride, and order-1 delta successors

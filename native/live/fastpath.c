@@ -9,7 +9,7 @@
  *
  * Predictors (same rules as the Python ones, on file-backed pages only: the only pages
  * another process can prefetch):
- *   replay   — pagecast.online.sources.ReplaySource: a fault on a page of the schedule at
+ *   replay   — pagecast.live.sources.ReplaySource: a fault on a page of the schedule at
  *              most `lookahead` rows past the cursor moves the cursor there, any other fault
  *              advances it by one; rows up to cursor + lookahead are issued; the first
  *              `lookahead` rows are issued when the program starts. Faults outside file
@@ -21,7 +21,7 @@
  *   stride   — pagecast.policies.stride, one table entry per file, every fault.
  * Consecutive pages up to `gap` apart are merged into one read, as the injector does.
  *
- * Config file (little endian, written by pagecast.online.fastpath):
+ * Config file (little endian, written by pagecast.live.fastpath):
  *   "PCFAST1\0", u32 mode (1 replay, 2 nextline, 3 stride), u32 nfiles,
  *   i64 lookahead, gap, p0, p1 (nextline: before, window; stride: degree, min_conf),
  *   u64 nrows, nfiles x {u32 len, i32 tag, path bytes}, i32 row_file[nrows], i64 row_page[nrows]

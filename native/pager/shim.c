@@ -101,7 +101,7 @@ static void resolve(void) {
 }
 
 /* Lists in the environment: items separated by ',', with '\,' and '\\' standing for a
- * ',' and a '\' inside an item (pagecast.online.pager.encode_list). Copies the next item,
+ * ',' and a '\' inside an item (pagecast.pager.runtime.encode_list). Copies the next item,
  * unescaped, into out and advances *s; 0 at the end of the list. */
 static int next_item(const char **s, char *out, size_t n) {
     const char *p = *s;

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace, out_default: str):
-    from pagecast.online.bench import BenchConfig
+    from pagecast.bench.harness import BenchConfig
 
     train = parse_prompts(args.train_prompts)
     if not train:
@@ -119,7 +119,7 @@ def print_report(report: dict, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.cli._common import progress
-    from pagecast.online.bench import run_bench
+    from pagecast.bench.harness import run_bench
 
     cfg = config_from_args(args, "pagecast-bench")
     with progress(desc="bench", unit="step") as bar:

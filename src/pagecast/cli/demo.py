@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.cli.bench import config_from_args, print_report
-    from pagecast.online.bench import run_bench
+    from pagecast.bench.harness import run_bench
 
     if args.quick:
         args.size_mib = min(args.size_mib, 256)

@@ -88,7 +88,7 @@ def _run_options(r: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pagecast.online.pager import parse_specs, run_pager
+    from pagecast.pager.runtime import parse_specs, run_pager
 
     # Options may also follow FILE:BUDGET; argparse's REMAINDER took them with the command.
     rest = list(args.cmd)
@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.pack:
         import sys
 
-        from pagecast.online.pack import usable_packs
+        from pagecast.pager.pack import usable_packs
 
         packs = [i.path for i in usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))]
     res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn,
@@ -123,14 +123,14 @@ def _run(args: argparse.Namespace) -> int:
         cols = ["path", "faults", "prefetched", "prefetch_hits", "evictions", "writebacks", "max_resident", "service_ns_p50", "service_ns_p99"]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
-    from pagecast.online.live import exit_status
+    from pagecast.live.loop import exit_status
 
     return exit_status(res.returncode)
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from pagecast.online.pack import pack_from_schedules
-    from pagecast.online.sources import default_min_runs, load_replay
+    from pagecast.pager.pack import pack_from_schedules
+    from pagecast.live.sources import default_min_runs, load_replay
 
     scheds = [load_replay(r) for r in args.runs]
     file = args.file
@@ -187,7 +187,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from pagecast.online.pager import table_from_prefetcher, table_from_schedule, write_table
+    from pagecast.pager.runtime import table_from_prefetcher, table_from_schedule, write_table
     from pagecast.trace.reader import open_trace
 
     tr = open_trace(args.trace)

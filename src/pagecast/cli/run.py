@@ -98,8 +98,8 @@ def _run_pack(cmd: list[str], args: argparse.Namespace) -> int:
     """The program under the pager, each pack's file paged and its pack streamed in."""
     import os
 
-    from pagecast.online.pack import read_pack, usable_packs
-    from pagecast.online.pager import run_pager
+    from pagecast.pager.pack import read_pack, usable_packs
+    from pagecast.pager.runtime import run_pager
 
     infos = [read_pack(p) for p in args.pack]  # malformed → one-line error before the program starts
     usable = usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))
@@ -119,7 +119,7 @@ def _run_pack(cmd: list[str], args: argparse.Namespace) -> int:
         keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
                 "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
         print(format_table([{k: st.get(k) for k in keys} for st in res.stats], keys), file=sys.stderr)
-    from pagecast.online.live import exit_status
+    from pagecast.live.loop import exit_status
 
     return exit_status(res.returncode)
 
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         return run_planned(args.plan, cmd, as_json=args.json, status=args.plan_status)
     if args.cuda:
         try:
-            from pagecast.online.cuda_inject import run_cuda
+            from pagecast.cuda.injector import run_cuda
         except ImportError as e:
             raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
         return int(run_cuda(cmd, schedule=args.schedule, model=args.model, out_dir=args.out_dir))
@@ -149,18 +149,18 @@ def run(args: argparse.Namespace) -> int:
     if args.pager:
         specs = _pager_specs(args)
         try:
-            from pagecast.online.pager import run_with_pager
+            from pagecast.pager.runtime import run_with_pager
         except ImportError as e:
             raise PagecastError(f"the userfaultfd pager is not available in this build ({e})") from None
-        from pagecast.online.live import exit_status
+        from pagecast.live.loop import exit_status
 
         return exit_status(int(run_with_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output)))
 
-    from pagecast.online.live import LiveConfig, exit_status, run_live
-    from pagecast.online.worker import SourceSpec
+    from pagecast.live.loop import LiveConfig, exit_status, run_live
+    from pagecast.live.worker import SourceSpec
 
     if args.schedule:
-        from pagecast.online.sources import load_replay
+        from pagecast.live.sources import load_replay
 
         load_replay(args.schedule)  # malformed → one-line error before the program starts
         spec = SourceSpec("schedule", "replay", args.schedule, lookahead=args.lookahead)

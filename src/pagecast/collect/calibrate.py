@@ -266,7 +266,7 @@ def _fill_by_fadvise(f: Path, single: np.ndarray, batch: np.ndarray) -> FillCost
 
 def _fill_by_pager(f: Path, pages: np.ndarray) -> FillCost:
     try:
-        from pagecast.online.pager import open_paged, probe
+        from pagecast.pager.runtime import open_paged, probe
 
         probe()
     except (PagecastError, OSError) as e:

@@ -164,7 +164,7 @@ class FaultMonitor:
         self.stderr = stderr
         self.ring_pages = ring_pages
         self.poll_ms = poll_ms
-        # native fast path: its config file (pagecast.online.fastpath), what it issued, its files
+        # native fast path: its config file (pagecast.live.fastpath), what it issued, its files
         self.fast = fast
         self.fast_poll_ms = fast_poll_ms
         self.fast_wake_minor = fast_wake_minor

@@ -139,7 +139,7 @@ def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
 
 
 def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    from pagecast.online.sources import pack as key_of
+    from pagecast.live.sources import pack as key_of
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schema import DEMAND_KINDS
 
@@ -250,7 +250,7 @@ def make_cold(files: Sequence[Path], sync: bool = False) -> None:
 
 def cached_bytes(files: Sequence[Path]) -> int:
     """Bytes of these files in the page cache now (mincore)."""
-    from pagecast.online.workload import resident_pages
+    from pagecast.bench.sparse_weights import resident_pages
 
     total = 0
     for f in files:
@@ -301,7 +301,7 @@ def _preload(advice: str) -> dict[str, str]:
 
 
 def _schedule(ctx: Context) -> None:
-    from pagecast.online.sources import merge_schedules, schedule_from_trace
+    from pagecast.live.sources import merge_schedules, schedule_from_trace
     from pagecast.trace.schedule import write_schedule
 
     sched = merge_schedules([schedule_from_trace(str(t)) for t in ctx.train_traces], 1)

@@ -193,7 +193,7 @@ def pack_from_schedules(schedules: Sequence[Schedule], source: str | Path, out: 
                         min_runs: int = 1) -> PackInfo:
     """One pack from the merged first-use order of several runs' schedules, keeping pages
     that at least ``min_runs`` of them touched (see ``merge_schedules``)."""
-    from pagecast.online.sources import merge_schedules
+    from pagecast.live.sources import merge_schedules
 
     sched = schedules[0] if len(schedules) == 1 else merge_schedules(list(schedules), min_runs)
     return build_pack(source, pages_from_schedule(sched, source), out)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pagecast.online.sources import Predictions, pack
+from pagecast.live.sources import Predictions, pack
 from pagecast.trace.schema import Kind
 
 MAX_PENDING = 1 << 16  # prefetched pages remembered while waiting for their fault

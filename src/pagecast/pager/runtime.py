@@ -601,7 +601,7 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
               pack_defer: int | None = None, pack_stop_after: int | None = None) -> dict:  # fmt: skip
     """Environment that runs a program under the shim with these files paged.
 
-    ``packs``: page packs (``pagecast.online.pack``) streamed into the matching regions as
+    ``packs``: page packs (``pagecast.pager.pack``) streamed into the matching regions as
     they are mapped; check them first with ``pack.usable_packs``."""
     pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     env = dict(os.environ if base_env is None else base_env)

@@ -10,7 +10,7 @@ it prints it): pagecast's predictor is loaded before the program starts, as a da
 would be.
 
 Page-pack rows run the program under the userfaultfd pager (LD_PRELOAD shim) with a pack
-built from the training runs (``pagecast.online.pack``): the pack file is made cold too,
+built from the training runs (``pagecast.pager.pack``): the pack file is made cold too,
 and its bytes count in "bytes read"; their "major faults" are the pager's faults (the
 program's mapping is anonymous memory there, so the kernel's counter says nothing).
 """
@@ -30,11 +30,11 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.online import workload as wl
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.pack import pack_from_schedules
-from pagecast.online.sources import default_min_runs, merge_schedules, schedule_from_trace
-from pagecast.online.worker import SourceSpec
+from pagecast.bench import sparse_weights as wl
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.pager.pack import pack_from_schedules
+from pagecast.live.sources import default_min_runs, merge_schedules, schedule_from_trace
+from pagecast.live.worker import SourceSpec
 from pagecast.trace.schedule import write_schedule
 from pagecast.util.atomic import atomic_output, atomic_write_text
 
@@ -137,7 +137,7 @@ def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int
 
 
 def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: int) -> RunRow:
-    from pagecast.online.pager import run_pager
+    from pagecast.pager.runtime import run_pager
 
     wl.drop_cache(weights)
     if pack is not None:

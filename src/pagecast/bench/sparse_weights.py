@@ -22,7 +22,7 @@ import numpy as np
 from pagecast.errors import PagecastError
 from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import workloads_dir
+from pagecast.bench.workloads import workloads_dir
 
 PAGE = 4096
 ADVICE = ("random", "normal", "sequential", "willneed")

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from pagecast.online.injector import Issued
-from pagecast.online.worker import SourceSpec
+from pagecast.live.injector import Issued
+from pagecast.live.worker import SourceSpec
 
 MAGIC = b"PCFAST1\0"
 # A schedule with more of its rows in anonymous/heap memory than this stays on the Python
@@ -66,7 +66,7 @@ def write_config(spec: SourceSpec, gap: int, anon: bool = True,
     row_page = np.empty(0, np.int64)
     p0 = p1 = 0
     if mode == "replay":
-        from pagecast.online.sources import load_replay
+        from pagecast.live.sources import load_replay
 
         sched = load_replay(spec.path)
         if not sched.regions:
