@@ -26,7 +26,8 @@ from pagecast.learn.dataset import (
     window_starts,
 )
 from pagecast.learn.models import ModelConfig
-from pagecast.learn.predict import load_predictor, predict_schedule
+from pagecast.learn.predict import predict_schedule
+from pagecast.policies.learned import load_predictor
 from pagecast.learn.synthetic import PatternSpec, generate, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.trace import Kind, Region, TraceWriter

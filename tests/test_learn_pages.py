@@ -10,7 +10,8 @@ import torch
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.pagetable import STEP_DISCOUNT, PageTable, mix_row, page_keys
-from pagecast.learn.predict import load_predictor, predict_schedule
+from pagecast.learn.predict import predict_schedule
+from pagecast.policies.learned import load_predictor
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.sim import SimConfig, simulate
 from pagecast.trace import Region, TraceWriter

@@ -4,7 +4,7 @@ Each source turns a batch of faults (arrays) into an ordered list of (region, pa
 prefetch, in the *live* run's region ids. Three kinds:
 
 - ``PolicySource``: any ``Prefetcher`` (classic policies from ``pagecast.policies``,
-  learned ones from ``pagecast.learn.predict.load_predictor``), one ``observe`` per fault.
+  learned ones from ``pagecast.policies.learned.load_predictor``), one ``observe`` per fault.
 - ``ReplaySource``: a schedule from an earlier run, paced by the faults this run takes.
   A fault on a page the schedule knows, at most ``lookahead`` rows ahead, moves the
   cursor to that page's position; any other fault advances it by one. Everything up to ``cursor + lookahead`` is issued, so

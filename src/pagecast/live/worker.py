@@ -57,7 +57,7 @@ def make_source(spec: SourceSpec) -> Source:
         return PolicySource(get_prefetcher(spec.name, **(spec.options or {})), spec.name)
     if spec.kind == "model":
         try:
-            from pagecast.learn.predict import load_predictor
+            from pagecast.policies.learned import load_predictor
         except ImportError as e:
             raise PagecastError(f"learned models are not available in this build ({e})") from None
         return PolicySource(load_predictor(spec.path, top_k=spec.top_k), spec.label())
