@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -93,16 +92,12 @@ def record_run(cfg: BenchConfig, weights: Path, prompt: int, out: Path) -> Path:
 
 
 def train_learned(traces: list[Path], out: Path, epochs: int) -> Path | None:
-    """Train with the learn branch's `pagecast train`; None when it is not available."""
+    """Train the default LSTM on the training runs (as `pagecast train` would); None without torch."""
     try:
-        import pagecast.learn.train  # noqa: F401
+        from pagecast.learn.train import TrainConfig, train_on_traces
     except ImportError:
         return None
-    cmd = [sys.executable, "-m", "pagecast", "train", *map(str, traces), "-o", str(out), "--epochs", str(epochs),
-           "--windows-per-epoch", "4096", "--patience", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PagecastError(f"training failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    train_on_traces(traces, out, tcfg=TrainConfig(epochs=epochs, windows_per_epoch=4096, patience=1))
     return out
 
 
