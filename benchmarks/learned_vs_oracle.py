@@ -39,7 +39,7 @@ from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 from pagecast.policies import available_prefetchers
 from pagecast.sim import SimConfig, simulate
-from pagecast.sim.metrics import ranking_metrics
+from pagecast.learn.ranking import ranking_metrics
 
 DELTAS = np.array([5, 2, 9, 5, 9, 3, 2, 5, 2, 11, 1, 4])
 

@@ -328,7 +328,7 @@ def test_learned_schedule_removes_more_faults_than_classic_prefetchers(lstm_mode
     held = tmp_path / "held_out.parquet"
     with TraceWriter(held, regions=regions) as w:
         w.write(**{k: v[8400:] for k, v in cols.items()})
-    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics
 
     cfg = SimConfig(capacity=256)
     sched = predict_schedule(model_path, held, top_k=10)

@@ -161,7 +161,7 @@ def test_two_runs_validate_leave_one_run_out(tmp_path, walk):
 
 def test_budget_chosen_on_training_run(trained, tmp_path):
     """k per prediction chosen by simulating a training run; k = 0 gives an empty schedule."""
-    from pagecast.learn.budget import choose_top_k, schedule_with_budget
+    from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget
 
     path, _, test = trained
     k, faults = choose_top_k(path, test, 200)

@@ -61,10 +61,10 @@ def _model_horizon(model: str) -> int:
 def main(args: argparse.Namespace) -> int:
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.bound import oracle_bound
-    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
-    from pagecast.sim.stream import read_demand
+    from pagecast.trace.demand import read_demand
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schedule import read_schedule
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from pagecast.sim.stream import as_trace, read_demand
+from pagecast.trace.demand import as_trace, read_demand
 from pagecast.trace.reader import Trace
 from pagecast.trace.schema import Kind
 

@@ -22,7 +22,7 @@ from pagecast.policies.oracle import Oracle
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
-from pagecast.sim.stream import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pagecast.sim.stream import as_trace, read_demand
+from pagecast.trace.demand import as_trace, read_demand
 from pagecast.trace.schedule import Schedule
 
 PredictionRows = Schedule | tuple[np.ndarray, ...]
