@@ -111,7 +111,7 @@ def run_cuda(
     repeat: bool = False,
     json_out: bool = False,
 ) -> int:
-    """Run ``cmd`` with the prefetch injector; returns the program's exit status.
+    """Run ``cmd`` with the prefetch injector, print its summary; returns the program's exit status.
 
     ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
     reads directly (``pagecast-prefetch 1`` or the seed's predictions.csv). ``model``:
@@ -121,7 +121,30 @@ def run_cuda(
     ``repeat=True`` the pages are prefetched again before every kernel launch.
     Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
     """
-    from pagecast.collect.cuda import cuda_env, print_summary, run_program, summarize_dir
+    from pagecast.collect.cuda import print_summary
+
+    rc, summary = run_cuda_summary(cmd, schedule=schedule, model=model, out_dir=out_dir, trace=trace, top_k=top_k,
+                                   poll_ms=poll_ms, record=record, repeat=repeat, json_out=json_out)
+    print_summary(summary, json_out)
+    return rc
+
+
+def run_cuda_summary(
+    cmd: Sequence[str],
+    *,
+    schedule: Schedule | str | Path | None = None,
+    model: str | Path | None = None,
+    out_dir: str | Path,
+    trace: str | Path | None = None,
+    top_k: int = 10,
+    poll_ms: int = 200,
+    record: bool = False,
+    repeat: bool = False,
+    json_out: bool = False,
+) -> tuple[int, dict[str, Any]]:
+    """``run_cuda`` without printing: (the program's exit status, the summary).
+    ``json_out``: the program's stdout goes to stderr."""
+    from pagecast.collect.cuda import cuda_env, run_program, summarize_dir
     from pagecast.collect.cuda_native import build_cupti_collector, build_interposer, find_toolkit
 
     if not cmd:
@@ -170,6 +193,4 @@ def run_cuda(
         from pagecast.collect.cupti_records import convert_dir
 
         summary.update(convert_dir(raw, out_dir / "trace.parquet", command=cmd))
-    print_summary(summary, json_out)
-    return rc
-
+    return rc, summary
