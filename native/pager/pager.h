@@ -102,17 +102,6 @@ typedef struct pgr_stats {
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };
 
-/* Page pack file (docs/pager.md, "Page packs"), little-endian:
- *   header (4096 bytes): magic "PGCPACK1", u32 version, u32 page_size, u64 npages,
- *   u64 block_pages, u64 index_offset (4096), u64 data_offset, u64 src_size, i64 src_mtime_ns,
- *   i64 src_ctime_ns, u64 src_ino, u64 src_dev, u64 index_sum, path of the source (NUL-terminated);
- *   index: i64 file_page[npages] (first-use order), u64 block_sum[ceil(npages/block_pages)];
- *   data at data_offset: the pages' bytes in the same order.
- * Sums: pgr_pack_sum over 64-bit words. The file is exactly data_offset + npages*page_size. */
-#define PGR_PACK_MAGIC "PGCPACK1"
-#define PGR_PACK_HEADER 4096
-uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords);
-
 typedef struct pgr_region pgr_region;
 
 /* Open `path` (bytes [offset, offset+length), length 0 = to end of file) as a paged
@@ -157,17 +146,10 @@ const char *pgr_last_error(void);
 long pgr_emergency_writeback(pgr_region *r);
 /* Evict every resident page (writing dirty ones back): makes the next pass start cold. */
 long pgr_drop_all(pgr_region *r);
-/* Page pack: if `pack_path` was built from this region's file, start a loader thread that
- * streams it sequentially and maps its pages (in first-use order) ahead of the program.
- * Returns 0 started, 1 the pack is for another file, -1 refused (stale, malformed, I/O
- * error; one-line reason in pgr_last_error(), nothing is mapped from it). `defer` (pages):
- * a fault on a pack page at most this far ahead of the loader waits for the loader instead
- * of reading the file (0 = default 256). `stop_after` > 0: the loader stops after that
- * many pages, as if it had died (tests). `threads` loader threads (<= 0: 4) claim chunks
- * in order and map their pages in parallel. Call before the program touches the region. */
-int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads);
 
 #ifdef __cplusplus
 }
 #endif
+
+#include "pack.h" /* page packs: file format and loader */
 #endif

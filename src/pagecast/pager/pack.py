@@ -4,11 +4,11 @@ Scattered 4 KiB reads of a cold file are bound by the device's IOPS (here ~20-25
 whatever the queue depth), so prefetching them into the page cache cannot beat a warm
 cache by much. A pack stores the pages an earlier run needed, *contiguously, in the order
 the program first used them*; the userfaultfd pager's loader thread
-(``native/pager/pager.c``, ``pgr_pack_start``) streams it with large sequential reads and
+(``native/pager/pack.c``, ``pgr_pack_start``) streams it with large sequential reads and
 maps each page into the program's region with UFFDIO_COPY ahead of the program. Pages not
 in the pack fault and are read from the file as usual.
 
-File layout (little-endian; the C header ``pager.h`` is the reference):
+File layout (little-endian; the C header ``native/pager/pack.h`` is the reference):
 
     header, 4096 bytes: b"PGCPACK1", u32 version=1, u32 page_size, u64 npages,
         u64 block_pages, u64 index_offset=4096, u64 data_offset, u64 src_size,

@@ -80,7 +80,7 @@ _LIB: ctypes.CDLL | None = None
 def _lib() -> ctypes.CDLL:
     global _LIB
     if _LIB is None:
-        lib = ctypes.CDLL(str(build("pager", ["pager/pager.c"], ldflags=["-lpthread"])))
+        lib = ctypes.CDLL(str(build("pager", ["pager/pager.c", "pager/pack.c"], ldflags=["-lpthread"])))
         vp, u64, i64p = ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)
         lib.pgr_open.restype = vp
         lib.pgr_open.argtypes = [ctypes.c_char_p, u64, u64, ctypes.POINTER(_Config), vp, ctypes.c_int, ctypes.c_int]
@@ -112,7 +112,7 @@ def _lib() -> ctypes.CDLL:
 
 def shim_path() -> Path:
     """The LD_PRELOAD shim (built on first use)."""
-    return build("pager_shim", ["pager/shim.c", "pager/pager.c"], ldflags=["-ldl", "-lpthread"])
+    return build("pager_shim", ["pager/shim.c", "pager/pager.c", "pager/pack.c"], ldflags=["-ldl", "-lpthread"])
 
 
 def llm_path() -> Path:
