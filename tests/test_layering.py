@@ -5,7 +5,7 @@ running program, the CLI drives everything. In import terms the trace is the con
 at the bottom: sources write it and consumers read it, so both import it and neither
 imports the other's side. A package may import its own layer and the layers listed
 before it, never one after it; inside a layer the packages import each other without
-cycles.
+cycles. docs/architecture.md shows the same table.
 """
 
 from __future__ import annotations
