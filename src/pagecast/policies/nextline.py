@@ -53,5 +53,9 @@ class NextLine(NumbaPrefetcher):
     def params(self) -> np.ndarray:
         return np.array([self.before, self.window], np.int64)
 
+    def native_params(self) -> tuple[int, int]:
+        """(before, window): the parameters of the C step ``pc_nextline_step``."""
+        return self.before, self.window
+
     def init_state(self, n_regions: int) -> np.ndarray:
         return np.zeros(1, np.int64)

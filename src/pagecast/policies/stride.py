@@ -55,6 +55,10 @@ class Stride(NumbaPrefetcher):
     def params(self) -> np.ndarray:
         return np.array([self.degree, self.min_conf], np.int64)
 
+    def native_params(self) -> tuple[int, int]:
+        """(degree, min_conf): the parameters of the C step ``pc_stride_step``."""
+        return self.degree, self.min_conf
+
     def init_state(self, n_regions: int) -> np.ndarray:
         s = np.zeros(3 * (n_regions + 1), np.int64)
         s[0::3] = -1  # no previous page yet
