@@ -24,6 +24,7 @@
 #define _GNU_SOURCE
 #include "pager.h"
 #include "pager_internal.h"
+#include "policy/pc_policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -373,31 +374,40 @@ int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
 
 /* ---- prefetch policies ------------------------------------------------------------- */
 
+/* The stride step (native/policy/pc_policy.h, the rule of policies/stride.py) is told the
+ * events the simulator would show it: misses and first uses of prefetched pages. The
+ * pager sees no first use of a page it mapped (no accessed bits in user space), so before
+ * a miss that continues the stride k steps on, the k - 1 pages in between that are
+ * resident — served without a fault, by the prefetches along that stride — are shown to
+ * it first as the hits it could not observe. */
+static uint64_t stride_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
+    pc_stride_state *s = &r->stride;
+    int64_t degree = r->cfg.depth > 0 ? r->cfg.depth : 0, np = (int64_t)r->npages;
+    if (s->last >= 0 && s->stride != 0 && s->conf >= r->cfg.min_conf) {
+        int64_t d = (int64_t)p - s->last, k = d / s->stride;
+        if (d % s->stride == 0 && k >= 2 && k <= degree + 1) {
+            int64_t j = 1;
+            while (j < k && (r->state[s->last + j * s->stride] & ST_RES)) j++;
+            if (j == k)
+                for (j = 1; j < k; j++) pc_stride_step(s, s->last + s->stride, degree, r->cfg.min_conf, np, out, max);
+        }
+    }
+    return pc_stride_step(s, (int64_t)p, degree, r->cfg.min_conf, np, out, max);
+}
+
 static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
     uint64_t n = 0;
-    int64_t np = (int64_t)r->npages;
     switch (r->cfg.policy) {
-    case PGR_POLICY_NEXT:
-        for (int64_t q = (int64_t)p + 1; q < np && n < max; q++) out[n++] = q;
-        break;
-    case PGR_POLICY_STRIDE: {
-        int64_t d = (int64_t)p - r->last_fault;
-        int hit = 0;
-        if (r->last_fault >= 0) {
-            if (r->stride && d && d % r->stride == 0 && d / r->stride > 0)
-                hit = 1;
-            else if (d && d == r->last_delta) {
-                r->stride = d;
-                hit = 1;
-            }
-            r->last_delta = d;
-        }
-        r->last_fault = (int64_t)p;
-        if (hit)
-            for (int64_t q = (int64_t)p + r->stride; q >= 0 && q < np && n < max; q += r->stride) out[n++] = q;
+    case PC_POLICY_NEXTLINE: {
+        int64_t window = (r->cfg.depth > 0 ? r->cfg.depth : 0) + 1;
+        int64_t before = r->cfg.before < 0 ? window / 2 : r->cfg.before < window ? r->cfg.before : window - 1;
+        n = pc_nextline_step((int64_t)p, 0, before, window, (int64_t)r->npages, out, max);
         break;
     }
-    case PGR_POLICY_SPARSE: {
+    case PC_POLICY_STRIDE:
+        n = stride_pages(r, p, out, max);
+        break;
+    case PC_POLICY_SPARSE: {
         /* The learned set in increasing order (the workload is monotone): next N members. */
         r->learned[p >> 6] |= 1ull << (p & 63);
         uint64_t q = p + 1;
@@ -414,7 +424,7 @@ static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t m
         }
         break;
     }
-    case PGR_POLICY_TABLE:
+    case PC_POLICY_TABLE:
         if (r->tab_off)
             for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
         break;
@@ -538,14 +548,14 @@ static void start_io(pgr_region *r, uint64_t p, uint64_t n) {
  * overlaps the program's work on this batch, so the next fault finds its pages cached.
  * Only for policies whose next window is known without changing their state. */
 static void lookahead_io(pgr_region *r, uint64_t last, uint64_t max) {
-    if (r->cfg.policy == PGR_POLICY_NEXT) {
+    if (r->cfg.policy == PC_POLICY_NEXTLINE) {
         uint64_t end = last + 1 + max < r->npages ? last + 1 + max : r->npages;
         if (end > last + 1)
             posix_fadvise(r->fd, (off_t)(r->file_offset + (last + 1) * r->ps), (off_t)((end - last - 1) * r->ps),
                           POSIX_FADV_WILLNEED);
         return;
     }
-    if (r->cfg.policy != PGR_POLICY_SPARSE) return;
+    if (r->cfg.policy != PC_POLICY_SPARSE) return;
     uint64_t q = last + 1, k = 0;
     while (q < r->npages && k < max) {
         uint64_t w = r->learned[q >> 6] >> (q & 63);
@@ -980,7 +990,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         goto fail;
     }
     r->st.wp_enabled = r->wp;
-    r->last_fault = -1;
+    pc_stride_init(&r->stride);
     r->t0 = now_ns();
     snprintf(r->path, sizeof r->path, "%s", path);
     if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);

@@ -15,14 +15,9 @@
 extern "C" {
 #endif
 
-/* Prefetch policies (chosen per region). */
-enum {
-    PGR_POLICY_NONE = 0,
-    PGR_POLICY_NEXT = 1,    /* next-N pages after the fault */
-    PGR_POLICY_STRIDE = 2,  /* N pages along a repeated delta between faults */
-    PGR_POLICY_SPARSE = 3,  /* BowerAccess: next N pages of the learned set, in order */
-    PGR_POLICY_TABLE = 4,   /* fault at page p -> pages table[p] (from a schedule/predictor) */
-};
+/* Prefetch policies (chosen per region): the PC_POLICY_* ids of the policy registry,
+ * native/policy/pc_policy_ids.h (none, nextline, stride, sparse, table). */
+#include "policy/pc_policy_ids.h"
 
 /* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
  * write() per served fault (so a crash loses at most a torn last record). */
@@ -61,13 +56,15 @@ typedef struct pgr_log_rec {
 
 typedef struct pgr_config {
     uint64_t budget_pages;   /* resident-page budget (>= 1) */
-    int policy;              /* PGR_POLICY_* */
+    int policy;              /* PC_POLICY_* */
     int depth;               /* pages per prefetch batch (N) */
     int writeback;           /* 1: MAP_SHARED semantics (write dirty pages back); 0: private */
     int log_fd;              /* >= 0: append fault records here (header written by pgr_open) */
     int on_eof_sigbus;       /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
     const char *learn_path;  /* sparse policy: load/save the learned page set here (may be NULL) */
     int flush_ms;            /* > 0: write dirty pages back every flush_ms (bounds SIGKILL loss) */
+    int before;              /* nextline: pages below the fault (window = depth + 1); < 0: window / 2 */
+    int min_conf;            /* stride: confidence needed to prefetch (policies/stride.py) */
 } pgr_config;
 
 typedef struct pgr_stats {

@@ -6,6 +6,7 @@
 #define PAGECAST_PAGER_INTERNAL_H
 
 #include "pager.h"
+#include "policy/pc_policy.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -43,7 +44,7 @@ struct pgr_region {
     uint64_t nwords;
     uint64_t *tab_off;
     int64_t *tab_pages;
-    int64_t last_fault, last_delta, stride;
+    pc_stride_state stride; /* stride policy */
     uint8_t *buf;     /* staging for one batch */
     uint8_t *dbuf;    /* staging for the demanded page */
     int64_t *batch;   /* pages of the current batch */

@@ -77,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_options(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--policy", default="none", help="none, next[:N], stride[:N], sparse[:N] or table:FILE (default none)")
+    r.add_argument("--policy", default="none",
+                   help="none, nextline[:N], stride[:N], sparse[:N] or table:FILE; N pages per batch, nextline and stride "
+                        "as in pagecast simulate (default none). Deprecated: next[:N], now nextline with before=0")
     r.add_argument("--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)")
     r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
     r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")

@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...)")
+    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...); "
+                                      "with --pager a pager policy (see pagecast pager run --help)")
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")

@@ -11,9 +11,13 @@ Three ways to use it:
     LD_PRELOAD shim (``native/pager/shim.c``);
   * ``pagecast pager run FILE:BUDGET -- CMD`` (``pagecast.cli.pager``).
 
-Policies: ``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]`` (BowerAccess: the learned
-set of pages, in increasing order), ``table:FILE`` (a page → pages table built offline from
-a schedule or from any pagecast ``Prefetcher`` run over a trace, see ``build_table``).
+Policies (the pager's entries of the policy registry, ``pagecast.policies``; ids in
+``native/policy/pc_policy_ids.h``): ``none``, ``nextline[:N]`` (N pages per batch in the
+window of ``policies/nextline.py``), ``stride[:N]`` (the rule of ``policies/stride.py``),
+``sparse[:N]`` (BowerAccess: the learned set of pages, in increasing order),
+``table:FILE`` (a page → pages table built offline from a schedule or from any pagecast
+``Prefetcher`` run over a trace, see ``build_table``). ``next[:N]``, the old name, is kept
+as a deprecated alias: ``nextline`` with ``before=0`` (pages p+1 … p+N, as before).
 """
 
 from __future__ import annotations
@@ -31,12 +35,15 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.policies.base import policy_entry, require, supports, unsupported
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import DEMAND_KINDS, Kind
 from pagecast.util.native import build, native_dir
 
-POLICIES = {"none": 0, "next": 1, "stride": 2, "sparse": 3, "table": 4}
 DEFAULT_DEPTH = 16
+# Old pager names kept as aliases (deprecated): name → (policy, options it implies).
+ALIASES = {"next": ("nextline", {"before": 0})}
+POLICY_SYNTAX = "none, nextline[:N], stride[:N], sparse[:N], table:FILE (deprecated alias: next[:N])"
 LOG_HEADER = 4096
 LOG_MAGIC = b"PGCLOG1\0"
 TABLE_MAGIC = b"PGCTAB1\0"
@@ -56,6 +63,8 @@ class _Config(ctypes.Structure):
         ("on_eof_sigbus", ctypes.c_int),
         ("learn_path", ctypes.c_char_p),
         ("flush_ms", ctypes.c_int),
+        ("before", ctypes.c_int),
+        ("min_conf", ctypes.c_int),
     ]
 
 
@@ -133,27 +142,80 @@ def probe() -> None:
 
 @dataclass
 class PolicySpec:
+    """A pager policy: its registry name, pages per batch and its own parameters."""
+
     name: str = "none"
     depth: int = DEFAULT_DEPTH
     table: Path | None = None
+    before: int = -1  # nextline: pages below the fault (-1: window // 2, as policies/nextline.py)
+    min_conf: int = 1  # stride: as policies/stride.py
+
+    @property
+    def policy_id(self) -> int:
+        """The PC_POLICY_* id the C pager runs (from the registry)."""
+        return require(self.name, "pager").native_id  # type: ignore[return-value]
 
     @classmethod
     def parse(cls, text: str, depth: int | None = None) -> "PolicySpec":
-        """``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``."""
+        """``none``, ``nextline[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``; options
+        as ``name:key=value,...`` (nextline: window, before; stride: degree, min_conf).
+        ``next[:N]`` (deprecated) is ``nextline`` with ``before=0``."""
         name, _, arg = text.partition(":")
-        if name not in POLICIES:
-            raise PagecastError(f"unknown pager policy {name!r} (none, next[:N], stride[:N], sparse[:N], table:FILE)")
+        name, implied = ALIASES.get(name, (name, {}))
+        if not supports(name, "pager"):
+            if policy_entry(name) is None:
+                raise PagecastError(f"unknown pager policy {name!r} ({POLICY_SYNTAX})")
+            raise PagecastError(unsupported(name, "pager"))
         if name == "table":
             if not arg:
                 raise PagecastError("policy table needs a file: table:FILE (see `pagecast pager table`)")
             if not Path(arg).exists():
                 raise PagecastError("no such pager table file", path=arg)
             return cls(name, depth or DEFAULT_DEPTH, Path(arg))
-        if arg:
+        opts: dict[str, int] = {}
+        if arg and "=" in arg:
+            for item in arg.split(","):
+                k, eq, v = item.partition("=")
+                if not eq or not v.strip().lstrip("-").isdigit():
+                    raise PagecastError(f"policy {text!r}: options are key=integer, comma-separated")
+                opts[k.strip()] = int(v)
+        elif arg:
             if not arg.isdigit() or int(arg) < 1:
                 raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
-            return cls(name, int(arg))
+            depth = int(arg)
+        return cls._native(name, text, depth, {**opts, **implied}, bool(implied))
+
+    @classmethod
+    def _native(cls, name: str, text: str, depth: int | None, opts: dict[str, int], alias: bool) -> "PolicySpec":
+        """The C pager's settings for ``name``: the Python policy's own parameters, checked
+        by its constructor, so a name means the same pages in every backend."""
+        allowed = {"nextline": {"window", "before"}, "stride": {"degree", "min_conf"}}.get(name, set())
+        if set(opts) - allowed:
+            keys = ", ".join(sorted(allowed)) or "none (only :N, the pages per batch)"
+            raise PagecastError(f"policy {text!r}: unknown option {sorted(set(opts) - allowed)[0]!r} (options: {keys})")
+        if name == "nextline":
+            if alias:  # next:N = pages p+1 … p+N, any N, as the old pager name
+                return cls(name, depth or DEFAULT_DEPTH, before=0)
+            if depth is not None and "window" not in opts:
+                opts["window"] = depth + 1
+            before, window = _policy_params(name, text, opts)
+            return cls(name, window - 1, before=before)
+        if name == "stride":
+            if depth is not None and "degree" not in opts:
+                opts["degree"] = depth
+            opts.setdefault("degree", DEFAULT_DEPTH)
+            degree, min_conf = _policy_params(name, text, opts)
+            return cls(name, degree, min_conf=min_conf)
         return cls(name, depth or DEFAULT_DEPTH)
+
+
+def _policy_params(name: str, text: str, opts: dict[str, int]) -> tuple[int, int]:
+    from pagecast.policies.base import get_prefetcher
+
+    try:
+        return get_prefetcher(name, **opts).native_params()
+    except (TypeError, ValueError) as e:
+        raise PagecastError(f"policy {text!r}: {e}") from None
 
 
 _BUDGET = r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*"
@@ -275,8 +337,10 @@ class PagedRegion:
                 raise PagecastError(f"cannot write fault log: {e.strerror}", path=log) from None
         cfg = _Config(
             budget_pages=max(1, -(-int(budget_bytes) // ps)),
-            policy=POLICIES[self.policy.name],
+            policy=self.policy.policy_id,
             depth=int(self.policy.depth),
+            before=int(self.policy.before),
+            min_conf=int(self.policy.min_conf),
             writeback=1 if writeback else 0,
             log_fd=self._log_fd,
             on_eof_sigbus=1 if sigbus_past_eof else 0,
@@ -617,6 +681,8 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     env["PAGECAST_PAGER"] = encode_list(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
     env["PAGECAST_PAGER_POLICY"] = pol.name
     env["PAGECAST_PAGER_DEPTH"] = str(pol.depth)
+    env["PAGECAST_PAGER_BEFORE"] = str(pol.before)
+    env["PAGECAST_PAGER_MIN_CONF"] = str(pol.min_conf)
     env.pop("PAGECAST_PAGER_TABLE", None)
     if pol.table:
         check_table(pol.table)  # malformed → one line before the program starts

@@ -21,6 +21,7 @@ from pagecast.policies.base import Prefetcher, get_prefetcher
 from pagecast.policies.oracle import Oracle
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
+from pagecast.sim.kernels import kind_of
 from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
 from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.reader import Trace
@@ -221,9 +222,8 @@ def _resolve(prefetcher: PrefetcherSpec, config: SimConfig, engine: str) -> tupl
     if isinstance(prefetcher, Oracle):
         config.oracle_k, config.oracle_lookahead = prefetcher.k, prefetcher.lookahead
         return E.PF_ORACLE, prefetcher
-    if isinstance(prefetcher, NumbaPrefetcher) and prefetcher.name in E.NUMBA_KINDS:
-        return E.NUMBA_KINDS[prefetcher.name], prefetcher
-    return E.PF_PYTHON, prefetcher
+    kind = kind_of(prefetcher)  # a registered compiled policy runs inside the loop
+    return (E.PF_PYTHON if kind is None else kind), prefetcher
 
 
 def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None, prefetcher: PrefetcherSpec = "none",
