@@ -197,7 +197,7 @@ def _pager_reference(name: str, opts: dict, depth: int, touches: list[int]) -> l
 
 @pytest.mark.parametrize("spec,name,opts", PAGER_CASES, ids=[c[0] for c in PAGER_CASES])
 def test_real_pager_maps_what_the_python_policy_names(tmp_path: Path, spec: str, name: str, opts: dict) -> None:
-    from pagecast.online import pager as pg
+    from pagecast.pager import runtime as pg
     from pagecast.trace.schema import Kind
 
     try:

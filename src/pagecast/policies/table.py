@@ -2,7 +2,7 @@
 
 A fault at page p prefetches the pages the table lists for p. ``pagecast pager table``
 builds the table from a schedule or by running any registered ``Prefetcher`` over a
-trace (``pagecast.online.pager.table_from_prefetcher``): this is how Python-only
+trace (``pagecast.pager.runtime.table_from_prefetcher``): this is how Python-only
 policies drive the pager without Python per fault.
 """
 
