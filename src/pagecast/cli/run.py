@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option
 from pagecast.errors import PagecastError
 
 
@@ -27,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...)")
+    add_policy_option(src, list_defaults=False, help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)")
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
@@ -169,10 +170,11 @@ def run(args: argparse.Namespace) -> int:
             raise PagecastError("no such model file", path=args.model)
         spec = SourceSpec("model", "model", args.model, top_k=args.top_k, throttle=not args.no_throttle)
     elif args.policy:
-        from pagecast.policies.base import get_prefetcher
+        from pagecast.policies.spec import parse_policy_spec
 
-        get_prefetcher(args.policy)  # unknown name → one-line error listing the valid ones
-        spec = SourceSpec("policy", args.policy, throttle=not args.no_throttle)
+        policy = parse_policy_spec(args.policy)  # unknown name or option → one-line error listing the valid ones
+        policy.build()  # a policy that cannot be built (learned without a model) fails before the program starts
+        spec = SourceSpec("policy", policy.name, options=policy.options, throttle=not args.no_throttle)
     else:
         spec = SourceSpec()
     cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,
