@@ -16,34 +16,17 @@ and must stay quick).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any, Sequence
 
 _METAVAR = "NAME[:k=v,...]"
 
 
-class _Deprecated(argparse.Action):
-    """An old spelling: does what the new flag does and says once which flag to use."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, new: str = "", append: bool = False, **kw: Any):
-        self.new, self.append = new, append
-        super().__init__(option_strings, dest, **kw)
-
-    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
-        warned = getattr(namespace, "_deprecated_warned", set())
-        if option_string not in warned:
-            print(f"pagecast: {option_string} is deprecated, use {self.new}", file=sys.stderr)
-            warned.add(option_string)
-            namespace._deprecated_warned = warned
-        if self.append:
-            values = (getattr(namespace, self.dest, None) or []) + [values]
-        setattr(namespace, self.dest, values)
-
-
 def add_deprecated_alias(parser: argparse.ArgumentParser | Any, old: str, new: str, dest: str, *,
                          append: bool = False, **kw: Any) -> None:
-    """``old`` stays accepted (hidden from --help) as a spelling of ``new``."""
-    parser.add_argument(old, dest=dest, action=_Deprecated, new=new, append=append, help=argparse.SUPPRESS, **kw)
+    """``old`` stays accepted, hidden from --help, as a spelling of ``new`` (documented as
+    deprecated). It prints nothing: scripts that read stderr (one line per error) keep
+    working unchanged."""
+    parser.add_argument(old, dest=dest, action="append" if append else "store", help=argparse.SUPPRESS, **kw)
 
 
 def policy_help(text: str, *, list_defaults: bool = True) -> str:
