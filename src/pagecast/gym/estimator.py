@@ -52,22 +52,16 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.keys import PAGE_MASK, page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import DEMAND_KINDS, Kind
 
-# Key of a (region, page) pair: region+1 in the high bits so region -1 (unknown) sorts first.
-_PAGE_BITS = 40
-_PAGE_MASK = (1 << _PAGE_BITS) - 1
 
 
 def page_key(region: np.ndarray | int, page: np.ndarray | int) -> np.ndarray | int:
-    return ((np.asarray(region, dtype=np.int64) + 1) << _PAGE_BITS) | (np.asarray(page, dtype=np.int64) & _PAGE_MASK)
-
-
-def split_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    key = np.asarray(key, dtype=np.int64)
-    return (key >> _PAGE_BITS).astype(np.int64) - 1, key & _PAGE_MASK
+    # a page beyond 2**PAGE_BITS (a raw kernel address) aliases instead of changing the region
+    return page_keys(region, np.asarray(page, dtype=np.int64) & PAGE_MASK)
 
 
 @dataclass

@@ -22,17 +22,11 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.policies.base import Prefetcher
+from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
 from pagecast.trace.schedule import Schedule
 from pagecast.trace.schema import DEMAND_KINDS, Kind
-
-KEY_SHIFT = 40  # region << 40 | page: pages of a region stay below 2^40 (4 PiB)
-
-
-def pack(region: np.ndarray, page: np.ndarray) -> np.ndarray:
-    return (np.asarray(region, np.int64) << KEY_SHIFT) | np.asarray(page, np.int64)
-
 
 @dataclass
 class Predictions:
@@ -135,7 +129,7 @@ def schedule_from_trace(trace: Trace | str, *, kinds: Sequence[Kind] = DEMAND_KI
     demand_pos = np.cumsum(demand) - 1
     region, page, t = cols["region"][sel], cols["page"][sel], cols["t_ns"][sel]
     pos = demand_pos[sel]
-    _, first = np.unique(pack(region, page), return_index=True)
+    _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     return Schedule(np.maximum(pos[first] - 1, 0), t[first], region[first], page[first],
                     np.ones(len(first), np.float32), regions=list(tr.regions), meta={"source": "replay", "trace": str(tr.path)})
@@ -176,7 +170,7 @@ def merge_schedules(schedules: Sequence[Schedule], min_runs: int = 1) -> Schedul
     f, r, p, k = np.concatenate(frac), np.concatenate(reg), np.concatenate(page), np.concatenate(run)
     o = np.argsort(f, kind="stable")
     f, r, p, k = f[o], r[o], p[o], k[o]
-    key = pack(r, p)
+    key = page_keys(r, p)
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     # runs per page: distinct (page, run) pairs counted per page
     pair = np.unique(inv.astype(np.int64) * len(schedules) + k)
@@ -277,14 +271,14 @@ class ReplaySource(Source):
 
     def _rebuild_index(self) -> None:
         ok = self._s_region >= 0
-        keys = pack(self._s_region[ok], self._s_page[ok])
+        keys = page_keys(self._s_region[ok], self._s_page[ok])
         rows = np.nonzero(ok)[0]
         # first row of each page wins: the position where the earlier run first needed it
         uniq, first = np.unique(keys, return_index=True)
         self._index = dict(zip(uniq.tolist(), rows[first].tolist()))
 
     def on_batch(self, t_ns, region, page, kind) -> Predictions:
-        keys = pack(region, page).tolist()
+        keys = page_keys(region, page).tolist()
         index = self._index
         causes, rows = [], []
         if self._pending:

@@ -22,8 +22,9 @@ from pagecast.policies.oracle import Oracle
 from pagecast.policies.spec import parse_policy_spec
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
+from pagecast.sim.hashtab import grown, new_table
 from pagecast.sim.stream import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.trace.keys import split_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
@@ -130,8 +131,7 @@ class _State:
         region[dense] = r
         page[dense] = ids[dense] - self.doff[r]
         k = self.hkey[ids[~dense] - self.ndense]
-        region[~dense] = (k >> PAGE_BITS) - 1
-        page[~dense] = k & PAGE_MASK
+        region[~dense], page[~dense] = split_keys(k)
         return region, page
 
 

@@ -31,8 +31,9 @@ from numba import njit
 
 from pagecast.errors import PagecastError
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import grown, intern, make_key, new_table
+from pagecast.sim.hashtab import grown, intern, new_table
 from pagecast.sim.stream import ReadClock, demand_chunks
+from pagecast.trace.keys import make_key
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
 
