@@ -71,24 +71,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().rstrip("b").rstrip("i")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise PagecastError(f"bad size {text!r} (examples: 4096, 256M, 1.5G)") from None
-
-
 def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    from pagecast.util.sizes import parse_size
+
     specs = []
     for s in args.pager or ():
         path, sep, budget = s.rpartition(":")
         if not sep or not path:
             raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
-        size = parse_size(budget)
+        size = parse_size(budget, "budget")
         if size >= 1 << 64:
             raise PagecastError(f"--pager {s}: budget {budget} is too large: at most 2^64-1 bytes")
         specs.append((path, size))

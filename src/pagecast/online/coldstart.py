@@ -139,7 +139,7 @@ def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
 
 
 def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    from pagecast.online.sources import pack as key_of
+    from pagecast.trace.keys import page_keys as key_of
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schema import DEMAND_KINDS
 

@@ -34,6 +34,7 @@ from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import DEMAND_KINDS, Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.sizes import is_size, parse_size
 
 POLICIES = {"none": 0, "next": 1, "stride": 2, "sparse": 3, "table": 4}
 DEFAULT_DEPTH = 16
@@ -156,19 +157,20 @@ class PolicySpec:
         return cls(name, depth or DEFAULT_DEPTH)
 
 
-_BUDGET = r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*"
+_PAGES = re.compile(r"\s*(\d+)\s*[pP]\s*")
 MAX_BUDGET = (1 << 64) - 1  # the shim holds budgets in 64 bits
 
 
+def _is_budget(text: str) -> bool:
+    return bool(_PAGES.fullmatch(text)) or is_size(text)
+
+
 def parse_budget(text: str, page_size: int = 4096) -> int:
-    """Bytes from ``4096``, ``64K``, ``1M``, ``1GiB`` or pages from ``16p``."""
-    m = re.fullmatch(_BUDGET, text)
-    if not m:
+    """Bytes from a size (``4096``, ``64K``, ``1M``, ``1GiB``: util/sizes.py) or pages from ``16p``."""
+    if not _is_budget(text):
         raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")
-    if m.group(4):
-        value = int(m.group(4)) * page_size
-    else:
-        value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    m = _PAGES.fullmatch(text)
+    value = int(m.group(1)) * page_size if m else parse_size(text, "budget")
     _check_budget(value, text)
     return value
 
@@ -186,7 +188,7 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
     for piece in text.split(","):
         item = pending + piece
         path, sep, budget = item.rpartition(":")
-        if sep and path and re.fullmatch(_BUDGET, budget):
+        if sep and path and _is_budget(budget):
             out.append((path, parse_budget(budget)))
             pending = ""
         else:

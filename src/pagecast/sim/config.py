@@ -8,24 +8,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pagecast.errors import PagecastError
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-
+from pagecast.util.sizes import is_size, parse_size
 
 def parse_capacity(text: str | int, page_size: int = 4096) -> int:
-    """'64MiB' / '2g' → pages; a bare number ('4096', '4096p', '4096 pages') is pages."""
+    """'64MiB' / '2g' (the size grammar of util/sizes.py) → pages; a bare number ('4096',
+    '4096p', '4096 pages') is pages."""
     if isinstance(text, int):
         return text
     s = str(text).strip().lower().replace(" ", "")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(p|pages?|[kmgt]i?b?|b)?", s)
-    if not m:
-        raise PagecastError(f"bad capacity {text!r} (use pages, e.g. 4096, or bytes, e.g. 64MiB)")
-    num, unit = float(m.group(1)), m.group(2) or "p"
-    if unit.startswith("p"):
-        pages = int(num)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(p|pages?)?", s)
+    if m:
+        pages = int(float(m.group(1)))
+    elif is_size(s):
+        pages = parse_size(s) // page_size
     else:
-        pages = int(num * _UNITS[unit]) // page_size
+        raise PagecastError(f"bad capacity {text!r} (use pages, e.g. 4096, or bytes, e.g. 64MiB)")
     if pages < 1:
         raise PagecastError(f"capacity {text!r} is less than one page")
     return pages
