@@ -52,10 +52,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.demand import demand_mask
 from pagecast.trace.keys import PAGE_MASK, page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 
 
 
@@ -115,15 +116,13 @@ def load_demand(trace: Trace | str | Path, batch_rows: int = 1 << 21, times_only
     ``times_only`` skips the region/page columns (the fast trace of a pair only lends its
     timestamps)."""
     tr = trace if isinstance(trace, Trace) else open_trace(trace)
-    is_demand_kind = np.zeros(256, dtype=bool)
-    is_demand_kind[[int(k) for k in DEMAND_KINDS]] = True
     cols = ["t_ns", "kind"] if times_only else ["t_ns", "region", "page", "kind"]
     parts: dict[str, list[np.ndarray]] = {c: [] for c in cols if c != "kind"}
     marks: list[np.ndarray] = []
     seen = 0
     for b in tr.iter_batches(cols, batch_rows=batch_rows):
         kind = b["kind"]
-        is_demand = is_demand_kind[kind]
+        is_demand = demand_mask(kind)
         is_mark = kind == np.uint8(Kind.KERNEL)
         if is_mark.any():
             # demand rows before each marker = demand rows so far + demand rows earlier in the batch

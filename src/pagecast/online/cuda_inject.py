@@ -66,12 +66,12 @@ def replay_schedule(trace: str | Path) -> Schedule:
     at the first launch); the reference a learned schedule is compared with on a GPU.
     """
     from pagecast.trace import open_trace
-    from pagecast.trace.schema import DEMAND_KINDS
+    from pagecast.trace.demand import read_demand_columns
 
     t = open_trace(trace)
-    d = t.read(["t_ns", "region", "page", "kind"])
+    d = read_demand_columns(t, ["t_ns", "region", "page"])
     gpu = np.array([r.kind in PREFETCH_KINDS for r in t.regions] or [False], bool)
-    m = np.isin(d["kind"], [int(k) for k in DEMAND_KINDS]) & (d["region"] >= 0)
+    m = d["region"] >= 0
     m &= gpu[np.clip(d["region"], 0, len(gpu) - 1)]
     region, page, t_ns = d["region"][m], d["page"][m], d["t_ns"][m]
     _, first = np.unique(page_keys(region, page), return_index=True)

@@ -31,8 +31,9 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
 from pagecast.util.sizes import is_size, parse_size
 
@@ -480,10 +481,8 @@ def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
 
 def _demand_pages(trace, region: int) -> np.ndarray:
     """Page of every demand event of the trace (-1 where it is another region)."""
-    cols = trace.read(["region", "page", "kind"])
-    kind, reg, page = cols["kind"], cols["region"], cols["page"]
-    demand = np.isin(kind, np.array([int(k) for k in DEMAND_KINDS], np.uint8))
-    return np.where(reg[demand] == region, page[demand], -1).astype(np.int64)
+    d = read_demand_columns(trace, ["region", "page"])
+    return np.where(d["region"] == region, d["page"], -1).astype(np.int64)
 
 
 def table_from_schedule(schedule, trace, region: int, npages: int) -> PrefetchTable:

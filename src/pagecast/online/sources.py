@@ -22,11 +22,12 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.policies.base import Prefetcher
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
 from pagecast.trace.schedule import Schedule
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 
 @dataclass
 class Predictions:
@@ -116,19 +117,16 @@ class PolicySource(Source):
         return Predictions(np.asarray(causes, np.int64), np.asarray(regs, np.int32), np.asarray(pages, np.int64))
 
 
-def schedule_from_trace(trace: Trace | str, *, kinds: Sequence[Kind] = DEMAND_KINDS) -> Schedule:
+def schedule_from_trace(trace: Trace | str) -> Schedule:
     """The replay schedule of a recorded run: its demand pages in order, first touch only.
 
     Row i says "after demand event i-1, the page of demand event i is next".
     """
     tr = open_trace(trace) if not isinstance(trace, Trace) else trace
-    cols = tr.read(["t_ns", "region", "page", "kind"])
-    demand = np.isin(cols["kind"], np.asarray([int(k) for k in kinds], np.uint8))
-    sel = demand & (cols["region"] >= 0)
-    # trigger = position in the demand stream, as schedules define it
-    demand_pos = np.cumsum(demand) - 1
+    cols = read_demand_columns(tr, ["t_ns", "region", "page"])
+    sel = cols["region"] >= 0
     region, page, t = cols["region"][sel], cols["page"][sel], cols["t_ns"][sel]
-    pos = demand_pos[sel]
+    pos = np.flatnonzero(sel)  # trigger = position in the demand stream, as schedules define it
     _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     return Schedule(np.maximum(pos[first] - 1, 0), t[first], region[first], page[first],

@@ -8,14 +8,11 @@ from typing import Iterable, Iterator, TypeVar
 
 import numpy as np
 
+from pagecast.trace.demand import demand_batches, demand_counts, demand_mask
 from pagecast.trace.reader import Trace, open_trace
-from pagecast.trace.schema import DEMAND_KINDS, FLAG_WRITE
+from pagecast.trace.schema import FLAG_WRITE
 
-_COLS = ["t_ns", "region", "page", "kind", "flags"]
-_DEMAND = np.array([int(k) for k in DEMAND_KINDS], np.uint8)
-# kinds 0..3 (ACCESS, FAULT_MINOR, FAULT_MAJOR, FAULT_GPU) are all demand kinds
-_DEMAND_BELOW = 3
-assert all(k in DEMAND_KINDS for k in range(_DEMAND_BELOW + 1))
+_COLS = ["t_ns", "region", "page", "flags"]
 
 
 T = TypeVar("T")
@@ -44,40 +41,33 @@ def as_trace(trace_or_path: Trace | str | Path) -> Trace:
     return trace_or_path if isinstance(trace_or_path, Trace) else open_trace(trace_or_path)
 
 
-def _demand(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    kind = cols["kind"]
-    if len(kind) and kind.max() <= _DEMAND_BELOW:
-        keep = slice(None)  # the usual case: only demand rows, no copy for the filter
-    else:
-        keep = np.isin(kind, _DEMAND)
+def _engine_arrays(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Demand rows as the compiled loops take them."""
     return {
-        "t": np.ascontiguousarray(cols["t_ns"][keep], np.int64),
+        "t": np.ascontiguousarray(cols["t_ns"], np.int64),
         # int32 as stored: the kernels take it as it is (a widening copy cost ~1 ns a row)
-        "region": np.ascontiguousarray(cols["region"][keep]),
-        "page": np.ascontiguousarray(cols["page"][keep], np.int64),
-        "write": np.ascontiguousarray((cols["flags"][keep] & FLAG_WRITE), np.uint8),
+        "region": np.ascontiguousarray(cols["region"]),
+        "page": np.ascontiguousarray(cols["page"], np.int64),
+        "write": np.ascontiguousarray((cols["flags"] & FLAG_WRITE), np.uint8),
     }
 
 
 def demand_chunks(trace: Trace, chunk_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
     """Demand rows (ACCESS and FAULT_* kinds) in file order, about ``chunk_rows`` at a time."""
-    for cols in trace.iter_batches(_COLS, batch_rows=chunk_rows):
-        d = _demand(cols)
-        if len(d["t"]):
-            yield d
+    for cols in demand_batches(trace, _COLS, chunk_rows):
+        yield _engine_arrays(cols)
 
 
 def demand_chunks_reversed(trace: Trace) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
     """(global index of the chunk's first demand row, chunk), last row group first."""
-    counts = []
-    for rg in range(trace.num_row_groups):
-        kinds = trace.read_row_group(rg, ["kind"])["kind"]
-        counts.append(int(np.isin(kinds, _DEMAND).sum()))
+    counts = demand_counts(trace)
     starts = np.concatenate([[0], np.cumsum(counts)])
     for rg in range(trace.num_row_groups - 1, -1, -1):
         if counts[rg] == 0:
             continue
-        yield int(starts[rg]), _demand(trace.read_row_group(rg, _COLS))
+        cols = trace.read_row_group(rg, [*_COLS, "kind"])
+        keep = demand_mask(cols["kind"])
+        yield int(starts[rg]), _engine_arrays({c: cols[c][keep] for c in _COLS})
 
 
 def read_demand(trace: Trace) -> dict[str, np.ndarray]:
