@@ -35,10 +35,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.pagecache import drop_file
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 KINDS = ("kernel", "pagecast", "oracle", "warm")
 
 

@@ -30,6 +30,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
@@ -166,7 +167,7 @@ def _is_budget(text: str) -> bool:
     return bool(_PAGES.fullmatch(text)) or is_size(text)
 
 
-def parse_budget(text: str, page_size: int = 4096) -> int:
+def parse_budget(text: str, page_size: int = PAGE_SIZE) -> int:
     """Bytes from a size (``4096``, ``64K``, ``1M``, ``1GiB``: util/sizes.py) or pages from ``16p``."""
     if not _is_budget(text):
         raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")

@@ -7,10 +7,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagecast.constants import MAX_PREFETCH, PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.sizes import is_size, parse_size
 
-def parse_capacity(text: str | int, page_size: int = 4096) -> int:
+def parse_capacity(text: str | int, page_size: int = PAGE_SIZE) -> int:
     """'64MiB' / '2g' (the size grammar of util/sizes.py) → pages; a bare number ('4096',
     '4096p', '4096 pages') is pages."""
     if isinstance(text, int):
@@ -55,7 +56,7 @@ class SimConfig:
     fault_ns: int = 10_000  # fault handling (trap + software) before the transfer
     link_latency_ns: int = 2_000  # one-way latency of the slow tier
     link_bytes_per_s: float = 10e9  # link bandwidth
-    max_prefetch: int = 64  # pages per trigger at most
+    max_prefetch: int = MAX_PREFETCH  # pages per trigger at most
     oracle_k: int = 32
     oracle_lookahead: int = 1 << 16  # events the oracle may look ahead
     chunk_rows: int = 1 << 18  # rows per chunk: small enough that a chunk's columns stay in cache between passes

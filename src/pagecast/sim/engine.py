@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pagecast.constants import MAX_PREFETCH
 from pagecast.policies import bestoffset, extent, leap, markov, nextline, pagesucc, stride
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
@@ -60,7 +61,7 @@ NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "m
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
 INF = 1 << 62
-MAX_PF = 64
+MAX_PF = MAX_PREFETCH
 AHEAD = 16  # rows between a cache hint for a page's state and its use
 
 

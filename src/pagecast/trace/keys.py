@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-PAGE_BITS = 40
+from pagecast.constants import PAGE_BITS
+
 PAGE_MASK = (1 << PAGE_BITS) - 1
 
 

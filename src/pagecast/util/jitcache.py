@@ -28,6 +28,8 @@ def configure() -> None:
 
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
+    # constants compiled code captures (MAX_PREFETCH, PAGE_BITS)
+    h.update((root / "constants.py").read_bytes())
     for pkg in _PACKAGES:
         for f in sorted((root / pkg).glob("*.py")):
             text = f.read_bytes()
