@@ -29,11 +29,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.device_model import DeviceModel, FillCost, RandomRead, device_of, read_ahead_kb_of
 from pagecast.util.pagecache import drop_file
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 
 

@@ -34,6 +34,7 @@ from pagecast.live.loop import LiveConfig, run_live
 from pagecast.pager.pack import pack_from_schedules
 from pagecast.live.sources import default_min_runs, merge_schedules, schedule_from_trace
 from pagecast.live.worker import SourceSpec
+from pagecast.policies.spec import parse_policy_spec
 from pagecast.trace.schedule import write_schedule
 from pagecast.util.atomic import atomic_output, atomic_write_text
 
@@ -196,7 +197,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     strategies.append(("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r)))
     for pol in cfg.policies:
         name = f"pagecast: {pol}"
-        strategies.append((name, lambda r, p=pol, n=name: _live(cfg, weights, SourceSpec("policy", p), n, r)))
+        ps = parse_policy_spec(pol)
+        strategies.append((name, lambda r, p=ps, n=name: _live(cfg, weights, SourceSpec("policy", p.name, options=p.options), n, r)))
     strategies.append(("pagecast: schedule replay", lambda r: _live(
         cfg, weights, SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead), "pagecast: schedule replay", r)))
     if model is not None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option
 from pagecast.errors import PagecastError
 
 
@@ -49,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--trace", required=True, help="trace whose demand stream the schedule/predictor refers to")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--schedule", help="schedule file (Parquet)")
-    src.add_argument("--prefetcher", help="name of a registered pagecast prefetcher")
+    add_policy_option(src, deprecated=["--prefetcher"], list_defaults=False,
+                      help="a registered pagecast prefetcher, run offline over the trace (e.g. stride:degree=8)")
     t.add_argument("--region", type=int, default=0, help="region id in the trace (default 0)")
     t.add_argument("--file", help="data file the table is for (default: the region's path)")
     t.add_argument("-o", "--out", required=True)
@@ -205,9 +207,9 @@ def _table(args: argparse.Namespace) -> int:
 
         table = table_from_schedule(read_schedule(args.schedule), tr, args.region, npages)
     else:
-        from pagecast.policies.base import get_prefetcher
+        from pagecast.policies.spec import parse_policy_spec
 
-        table = table_from_prefetcher(get_prefetcher(args.prefetcher), tr, args.region, npages)
+        table = table_from_prefetcher(parse_policy_spec(args.policy).build(), tr, args.region, npages)
     write_table(args.out, table, file)
     info = {"table": args.out, "file": file, "pages": npages, "entries": int(len(table.pages)),
             "trigger_pages": int(np.count_nonzero(np.diff(table.offsets.astype(np.int64))))}  # fmt: skip

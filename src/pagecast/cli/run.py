@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option
 from pagecast.errors import PagecastError
 from pagecast.launch.request import Backends, LiveTuning, PredictionSource, RunRequest
 
@@ -32,8 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...); "
-                                      "with --pager a pager policy (see pagecast pager run --help)")
+    add_policy_option(src, list_defaults=False, help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)")
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
@@ -76,24 +76,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().rstrip("b").rstrip("i")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise PagecastError(f"bad size {text!r} (examples: 4096, 256M, 1.5G)") from None
-
-
 def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    from pagecast.util.sizes import parse_size
+
     specs = []
     for s in args.pager or ():
         path, sep, budget = s.rpartition(":")
         if not sep or not path:
             raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
-        size = parse_size(budget)
+        size = parse_size(budget, "budget")
         if size >= 1 << 64:
             raise PagecastError(f"--pager {s}: budget {budget} is too large: at most 2^64-1 bytes")
         specs.append((path, size))

@@ -42,11 +42,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from pagecast.collect.inode_path import path_of_inode
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
 
-PAGE_SIZE = 4096
 
 FR_HELLO, FR_SAMPLES, FR_MMAP, FR_FORK, FR_EXEC, FR_LOST, FR_WATERMARK, FR_EXIT, FR_ERROR = range(1, 10)
 FR_ISSUED, FR_FILE, FR_FASTSTAT = range(10, 13)  # native fast path (native/live/fastpath.c)

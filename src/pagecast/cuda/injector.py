@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.keys import page_keys
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule, read_schedule
 from pagecast.util.atomic import atomic_output
@@ -51,8 +52,7 @@ def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = Non
     else:
         valid &= False
     rid, page, score = s.region[valid], s.page[valid], s.score[valid]
-    key = rid.astype(np.int64) << 40 | page
-    _, first = np.unique(key, return_index=True)
+    _, first = np.unique(page_keys(rid, page), return_index=True)
     first.sort()
     lines = [f"{kinds[r]} {orders[r]} {p} {sc:.4g}" for r, p, sc in zip(rid[first].tolist(), page[first].tolist(), score[first].tolist())]
     stats = {"schedule_rows": int(len(s)), "pages": len(lines), "dropped_not_gpu": int(np.count_nonzero(~valid))}
@@ -66,15 +66,15 @@ def replay_schedule(trace: str | Path) -> Schedule:
     at the first launch); the reference a learned schedule is compared with on a GPU.
     """
     from pagecast.trace import open_trace
-    from pagecast.trace.schema import DEMAND_KINDS
+    from pagecast.trace.demand import read_demand_columns
 
     t = open_trace(trace)
-    d = t.read(["t_ns", "region", "page", "kind"])
+    d = read_demand_columns(t, ["t_ns", "region", "page"])
     gpu = np.array([r.kind in PREFETCH_KINDS for r in t.regions] or [False], bool)
-    m = np.isin(d["kind"], [int(k) for k in DEMAND_KINDS]) & (d["region"] >= 0)
+    m = d["region"] >= 0
     m &= gpu[np.clip(d["region"], 0, len(gpu) - 1)]
     region, page, t_ns = d["region"][m], d["page"][m], d["t_ns"][m]
-    _, first = np.unique(region.astype(np.int64) << 40 | page, return_index=True)
+    _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     n = len(first)
     return Schedule(np.zeros(n), t_ns[first], region[first], page[first], np.ones(n), regions=t.regions,

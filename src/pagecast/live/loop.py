@@ -42,8 +42,8 @@ import numpy as np
 from pagecast.collect.faultmon import FaultMonitor
 from pagecast.errors import PagecastError
 from pagecast.live.injector import Issued
-from pagecast.live.sources import pack
 from pagecast.live.worker import SourceSpec, worker_main
+from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
 from pagecast.trace.writer import TraceWriter
 
@@ -493,7 +493,7 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
                issued: Sequence[Issued], returncode: int, wall: float, anon_off: dict[str, Any] | None = None) -> LiveResult:
     f_t = faults["t_ns"].astype(np.int64)
     f_kind = faults["kind"].astype(np.uint8)
-    f_key = pack(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
+    f_key = page_keys(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
     cat = lambda name, dt: np.concatenate([getattr(i, name) for i in issued]).astype(dt) if issued else np.empty(0, dt)  # noqa: E731
     p_t, p_reg, p_page = cat("t_issue", np.int64), cat("region", np.int32), cat("page", np.int64)
     p_fault, p_seen, p_sub = cat("t_fault", np.int64), cat("t_seen", np.int64), cat("t_submit", np.int64)
@@ -506,7 +506,7 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
 
     # First fault on each prefetched page at or after its prefetch: merge both streams
     # sorted by (page key, time, prefetch-before-fault) and look forward to the next fault.
-    p_key = pack(p_reg, p_page)
+    p_key = page_keys(p_reg, p_page)
     order = np.lexsort((f_t, f_key))  # faults by (key, t)
     nxt = _next_fault(f_key[order], f_t[order], p_key, p_t)
     skind = f_kind[order]

@@ -34,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.schedule import Schedule
 from pagecast.util.atomic import atomic_output
@@ -91,7 +92,7 @@ def _data_offset(npages: int, block_pages: int) -> int:
 
 
 def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_pages: int = BLOCK_PAGES,
-               page_size: int = 4096) -> PackInfo:  # fmt: skip
+               page_size: int = PAGE_SIZE) -> PackInfo:  # fmt: skip
     """Write a pack of ``source``'s ``pages`` (file pages, first-use order; duplicates and
     pages past the end dropped, first occurrence kept). Written to a temp name, renamed."""
     source = Path(source).resolve()
@@ -165,7 +166,7 @@ def read_pack(path: str | Path) -> PackInfo:
     return PackInfo(path, source, ps, n, bp, doff, ssize, mt, ct, ino, dev, index[:n].view(np.int64).copy())
 
 
-def pages_from_schedule(schedule: Schedule, source: str | Path, page_size: int = 4096) -> np.ndarray:
+def pages_from_schedule(schedule: Schedule, source: str | Path, page_size: int = PAGE_SIZE) -> np.ndarray:
     """File pages of ``source`` named by a schedule (rows in trigger order = first use),
     via the schedule's regions (region page + the region's file offset)."""
     src = Path(source).resolve()

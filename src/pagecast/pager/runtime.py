@@ -34,11 +34,14 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.policies.base import policy_entry, require, supports, unsupported
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.sizes import is_size, parse_size
 
 DEFAULT_DEPTH = 16
 # Old pager names kept as aliases (deprecated): name → (policy, options it implies).
@@ -218,19 +221,20 @@ def _policy_params(name: str, text: str, opts: dict[str, int]) -> tuple[int, int
         raise PagecastError(f"policy {text!r}: {e}") from None
 
 
-_BUDGET = r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*"
+_PAGES = re.compile(r"\s*(\d+)\s*[pP]\s*")
 MAX_BUDGET = (1 << 64) - 1  # the shim holds budgets in 64 bits
 
 
-def parse_budget(text: str, page_size: int = 4096) -> int:
-    """Bytes from ``4096``, ``64K``, ``1M``, ``1GiB`` or pages from ``16p``."""
-    m = re.fullmatch(_BUDGET, text)
-    if not m:
+def _is_budget(text: str) -> bool:
+    return bool(_PAGES.fullmatch(text)) or is_size(text)
+
+
+def parse_budget(text: str, page_size: int = PAGE_SIZE) -> int:
+    """Bytes from a size (``4096``, ``64K``, ``1M``, ``1GiB``: util/sizes.py) or pages from ``16p``."""
+    if not _is_budget(text):
         raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")
-    if m.group(4):
-        value = int(m.group(4)) * page_size
-    else:
-        value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    m = _PAGES.fullmatch(text)
+    value = int(m.group(1)) * page_size if m else parse_size(text, "budget")
     _check_budget(value, text)
     return value
 
@@ -248,7 +252,7 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
     for piece in text.split(","):
         item = pending + piece
         path, sep, budget = item.rpartition(":")
-        if sep and path and re.fullmatch(_BUDGET, budget):
+        if sep and path and _is_budget(budget):
             out.append((path, parse_budget(budget)))
             pending = ""
         else:
@@ -542,10 +546,8 @@ def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
 
 def _demand_pages(trace, region: int) -> np.ndarray:
     """Page of every demand event of the trace (-1 where it is another region)."""
-    cols = trace.read(["region", "page", "kind"])
-    kind, reg, page = cols["kind"], cols["region"], cols["page"]
-    demand = np.isin(kind, np.array([int(k) for k in DEMAND_KINDS], np.uint8))
-    return np.where(reg[demand] == region, page[demand], -1).astype(np.int64)
+    d = read_demand_columns(trace, ["region", "page"])
+    return np.where(d["region"] == region, d["page"], -1).astype(np.int64)
 
 
 def table_from_schedule(schedule, trace, region: int, npages: int) -> PrefetchTable:

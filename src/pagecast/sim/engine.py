@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from pagecast.sim.kernels import KINDS, step  # first: loads the policies, which configure the jit cache
+from pagecast.constants import MAX_PREFETCH
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 
@@ -61,7 +62,7 @@ NUMBA_KINDS = KINDS
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
 INF = 1 << 62
-MAX_PF = 64
+MAX_PF = MAX_PREFETCH
 AHEAD = 16  # rows between a cache hint for a page's state and its use
 
 
