@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pagecast.live.sources import Predictions, pack
+from pagecast.live.sources import Predictions
 from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import Kind
 
