@@ -50,16 +50,6 @@
 
 enum { M_REPLAY = 1, M_NEXTLINE = 2, M_STRIDE = 3 };
 
-struct fp_issued {
-    uint64_t t_issue;  /* just before the posix_fadvise call of its range */
-    uint64_t t_fault;  /* perf sample time of the causing fault; 0: issued at start */
-    uint64_t t_seen;   /* the sample was read from the ring */
-    uint64_t t_submit; /* the predictor had decided (before the first read was issued) */
-    int64_t page;
-    int32_t file;
-    uint32_t flags; /* 1: issued at start, no causing fault */
-};
-
 struct file {
     char *path;
     int fd;
@@ -215,16 +205,17 @@ void fp_load(const char *path)
     FILE *f = fopen(path, "rb");
     if (!f)
         fm_fail("%s: cannot open fast-path config: %s", path, strerror(errno));
-    char magic[8];
-    uint32_t hdr[2];
-    int64_t par[4];
-    uint64_t n;
-    read_exact(f, magic, 8, path, "magic");
-    if (memcmp(magic, "PCFAST1", 8))
-        fm_fail("%s: not a pagecast fast-path config", path);
-    read_exact(f, hdr, sizeof hdr, path, "header");
-    read_exact(f, par, sizeof par, path, "parameters");
-    read_exact(f, &n, 8, path, "row count");
+    struct fp_config_head h;
+    read_exact(f, h.magic, 8, path, "magic");
+    if (memcmp(h.magic, FP_CONFIG_MAGIC, 6) || h.magic[6] < '0' || h.magic[6] > '9' || h.magic[7])
+        fm_fail("%s: not a pagecast fast-path config (bad magic)", path);
+    if (h.magic[6] != '0' + FP_CONFIG_VERSION)
+        fm_fail("%s: unsupported fast-path config version %c (this collector reads %d)", path, h.magic[6],
+                FP_CONFIG_VERSION);
+    read_exact(f, (char *)&h + 8, sizeof h - 8, path, "header");
+    uint32_t hdr[2] = {h.mode, h.nfiles};
+    int64_t par[4] = {h.lookahead, h.gap, h.p0, h.p1};
+    uint64_t n = h.nrows;
     mode = (int)hdr[0];
     if (mode < M_REPLAY || mode > M_STRIDE)
         fm_fail("%s: unknown fast-path mode %d", path, mode);

@@ -255,7 +255,7 @@ static int write_log_header(pgr_region *r) {
     pgr_log_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, PGR_LOG_MAGIC, 8);
-    h.version = 1;
+    h.version = PGR_LOG_VERSION;
     h.page_size = (uint32_t)r->ps;
     h.file_offset = r->file_offset;
     h.length = r->len;
@@ -1131,17 +1131,8 @@ static void pack_free(struct pgr_pack *k) {
     free(k);
 }
 
-struct pack_header {
-    char magic[8];
-    uint32_t version, page_size;
-    uint64_t npages, block_pages, index_offset, data_offset, src_size;
-    int64_t src_mtime_ns, src_ctime_ns;
-    uint64_t src_ino, src_dev, index_sum;
-    char path[PGR_PACK_HEADER - 96];
-};
-
 int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
-    _Static_assert(sizeof(struct pack_header) == PGR_PACK_HEADER, "pack header size");
+    _Static_assert(sizeof(pgr_pack_header) == PGR_PACK_HEADER, "pack header size");
     if (foreign(r)) return -1;
     if (r->pack) {
         set_err("%s: a page pack is already loading for %s", pack_path, r->path);
@@ -1152,7 +1143,7 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         set_err("page pack %s: %s", pack_path, strerror(errno));
         return -1;
     }
-    struct pack_header h;
+    pgr_pack_header h;
     struct stat ps_st, src, cur;
     if (fstat(fd, &ps_st) < 0 || pread_full(fd, &h, sizeof h, 0) < 0 || memcmp(h.magic, PGR_PACK_MAGIC, 8) != 0) {
         set_err("page pack %s: not a page pack (bad or short header)", pack_path);
@@ -1167,7 +1158,12 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     uint64_t nblocks = h.block_pages ? (h.npages + h.block_pages - 1) / h.block_pages : 0;
     uint64_t idx_bytes = (h.npages + nblocks) * 8;
     uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
-    if (h.version != 1 || h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
+    if (h.version != PGR_PACK_VERSION) {
+        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version, PGR_PACK_VERSION);
+        close(fd);
+        return -1;
+    }
+    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
         h.npages > (1ull << 31) - 1 || h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
         set_err("page pack %s: malformed header (version %u, page size %u)", pack_path, h.version, h.page_size);
         close(fd);
@@ -1702,9 +1698,8 @@ int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, 
     return 0;
 }
 
-/* Table file: "PGCTAB1\0", u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]],
- * then the path of the data file it was built for, NUL-terminated, ending the file. Every
- * field is checked against the file's size before use. */
+/* Table file: see pager.h (pgr_table_header). Every field is checked against the file's
+ * size before use. */
 typedef struct {
     uint64_t npages;
     uint64_t *off;
@@ -1730,7 +1725,13 @@ static int table_read(const char *path, table_file *t) {
     else if (size > (1ull << 40)) why = "larger than 1 TiB";
     else if (!(raw = malloc(size))) why = "out of memory";
     else if (pread_full(fd, raw, size, 0) < 0) why = "read failed";
-    else if (memcmp(raw, "PGCTAB1", 8) != 0) why = "not a pager table file (bad magic)";
+    else if (memcmp(raw, PGR_TABLE_MAGIC, 6) != 0 || raw[6] < '0' || raw[6] > '9' || raw[7] != 0)
+        why = "not a pager table file (bad magic)";
+    else if (raw[6] != '0' + PGR_TABLE_VERSION) {
+        snprintf(whybuf, sizeof whybuf, "unsupported pager table version %c (this pagecast reads %d)", raw[6],
+                 PGR_TABLE_VERSION);
+        why = whybuf;
+    }
     close(fd);
     uint64_t np = 0, total = 0, pages_at = 0;
     if (!why) {

@@ -27,6 +27,7 @@ enum {
 /* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
  * write() per served fault (so a crash loses at most a torn last record). */
 #define PGR_LOG_MAGIC "PGCLOG1"
+#define PGR_LOG_VERSION 1
 #define PGR_LOG_HEADER 4096
 enum { PGR_REC_FAULT = 8, PGR_REC_PREFETCH = 6, PGR_REC_EVICT = 7 }; /* = pagecast Kind */
 enum {
@@ -110,7 +111,26 @@ enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOP
  *   data at data_offset: the pages' bytes in the same order.
  * Sums: pgr_pack_sum over 64-bit words. The file is exactly data_offset + npages*page_size. */
 #define PGR_PACK_MAGIC "PGCPACK1"
+#define PGR_PACK_VERSION 1
 #define PGR_PACK_HEADER 4096
+typedef struct pgr_pack_header {
+    char magic[8];
+    uint32_t version, page_size;
+    uint64_t npages, block_pages, index_offset, data_offset, src_size;
+    int64_t src_mtime_ns, src_ctime_ns;
+    uint64_t src_ino, src_dev, index_sum;
+    char path[PGR_PACK_HEADER - 96];
+} pgr_pack_header;
+
+/* Prefetch table file (pgr_table_check): "PGCTAB" + the version as one ASCII digit + NUL,
+ * u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]], then the path of the data
+ * file it was built for, NUL-terminated, ending the file. */
+#define PGR_TABLE_MAGIC "PGCTAB"
+#define PGR_TABLE_VERSION 1
+typedef struct pgr_table_header {
+    char magic[8];
+    uint64_t npages;
+} pgr_table_header;
 uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords);
 
 typedef struct pgr_region pgr_region;

@@ -26,7 +26,13 @@ import numpy as np
 from pagecast.online.injector import Issued
 from pagecast.online.worker import SourceSpec
 
-MAGIC = b"PCFAST1\0"
+# The config file's header, mirrored from native/live/fastpath.h (struct fp_config_head;
+# tests/test_binary_layouts.py compares the two): magic "PCFAST", the version as one ASCII
+# digit, a NUL.
+CONFIG_VERSION = 1
+MAGIC = b"PCFAST%d\0" % CONFIG_VERSION
+CONFIG_HEAD = struct.Struct("<8sII4qQ")
+CONFIG_HEAD_FIELDS = ("magic", "mode", "nfiles", "lookahead", "gap", "p0", "p1", "nrows")
 # A schedule with more of its rows in anonymous/heap memory than this stays on the Python
 # path, where the LD_PRELOAD shim prefetches those pages (the fast path cannot).
 MAX_ANON_SHARE = 0.01
@@ -89,8 +95,8 @@ def write_config(spec: SourceSpec, gap: int, anon: bool = True,
 
         pf = get_prefetcher(mode, **(spec.options or {}))
         p0, p1 = (pf.before, pf.window) if mode == "nextline" else (pf.degree, pf.min_conf)
-    head = MAGIC + struct.pack("<II4qQ", MODES[mode], len(files), int(spec.lookahead), int(gap), int(p0), int(p1),
-                               len(row_page))
+    head = CONFIG_HEAD.pack(MAGIC, MODES[mode], len(files), int(spec.lookahead), int(gap), int(p0), int(p1),
+                            len(row_page))
     body = b"".join(struct.pack("<Ii", len(p.encode()), tag) + p.encode() for tag, p in files)
     fd, name = tempfile.mkstemp(prefix="pagecast-fast-", suffix=".cfg", dir=directory)
     with os.fdopen(fd, "wb") as f:
