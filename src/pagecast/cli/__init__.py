@@ -19,8 +19,8 @@ _ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sw
 
 def build_parser(only: str | None = None) -> "argparse.ArgumentParser":
     """The full parser, or with ``only`` a known subcommand's alone: a command then pays
-    for importing its own module, not every subcommand's (the simulator and numba cost
-    about 0.3 s, which `pagecast run` would spend in front of the program)."""
+    for importing its own module, not every subcommand's (importing the simulator and numba
+    is slow, and `pagecast run` would spend that time in front of the program)."""
     import argparse
     import importlib
     import pkgutil

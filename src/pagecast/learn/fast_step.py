@@ -1,9 +1,9 @@
 """The one-layer LSTM as compiled numba code: the ``numba`` backend, per fault and batched.
 
-Profile of the earlier per-fault path (p50 on the 2-core VM, 1,024 classes, hidden 64):
-76 µs per ``observe`` = 42 µs kernel (row-dot loops that did not vectorise, the input
-projection recomputed per step) + 16 µs dispatching 19 arguments (~0.4 µs per array) and
-copies + 17 µs of Python encode/decode around it. Hence, here:
+A profile of the earlier per-fault path (BENCHMARKS.md, "Figures moved out of the code")
+split each ``observe`` into the kernel (row-dot loops that did not vectorise, the input
+projection recomputed per step), dispatching 19 arguments and copies, and Python
+encode/decode around it, the kernel the largest part. Hence, here:
 
 * the input projection is folded into per-token tables (``P_tok = E_tok·W_ihᵀ`` etc.), so
   a step's input part is two row lookups instead of 8 k multiply-adds;

@@ -1,8 +1,8 @@
 """Page packs: a learned cold start read as one sequential stream.
 
-Scattered 4 KiB reads of a cold file are bound by the device's IOPS (here ~20-25 k pages/s
-whatever the queue depth), so prefetching them into the page cache cannot beat a warm
-cache by much. A pack stores the pages an earlier run needed, *contiguously, in the order
+Scattered 4 KiB reads of a cold file are bound by the device's random-read rate whatever
+the queue depth (BENCHMARKS.md), so prefetching them into the page cache cannot come
+close to a warm cache. A pack stores the pages an earlier run needed, *contiguously, in the order
 the program first used them*; the userfaultfd pager's loader thread
 (``native/pager/pager.c``, ``pgr_pack_start``) streams it with large sequential reads and
 maps each page into the program's region with UFFDIO_COPY ahead of the program. Pages not

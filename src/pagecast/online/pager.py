@@ -123,7 +123,7 @@ def shim_path() -> Path:
 
 
 def llm_path() -> Path:
-    """The seed's ``llm`` program (workloads/llm/llm.c), built on first use."""
+    """The ``llm`` test program (workloads/llm/llm.c, after BowerAccess's), built on first use."""
     src = native_dir().parent / "workloads" / "llm" / "llm.c"
     return build("llm", [src], shared=False)
 
