@@ -65,11 +65,6 @@ def page_key(region: np.ndarray | int, page: np.ndarray | int) -> np.ndarray | i
     return ((np.asarray(region, dtype=np.int64) + 1) << _PAGE_BITS) | (np.asarray(page, dtype=np.int64) & _PAGE_MASK)
 
 
-def split_key(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    key = np.asarray(key, dtype=np.int64)
-    return (key >> _PAGE_BITS).astype(np.int64) - 1, key & _PAGE_MASK
-
-
 @dataclass
 class WindowConfig:
     mode: str = "accesses"  # "accesses" | "phases"

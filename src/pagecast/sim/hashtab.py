@@ -28,16 +28,6 @@ def make_key(region: int, page: int) -> int:
     return ((region + 1) << PAGE_BITS) | page
 
 
-@njit(cache=True)
-def key_region(key: int) -> int:
-    return (key >> PAGE_BITS) - 1
-
-
-@njit(cache=True)
-def key_page(key: int) -> int:
-    return key & PAGE_MASK
-
-
 @njit(cache=True, inline="always")
 def _slot_of(key: int, mask: int) -> int:
     h = np.uint64(key) * _GOLDEN
