@@ -267,7 +267,8 @@ def test_faultmon_stream_hello_checked():
     with pytest.raises(PagecastError, match=r"fault collector: not a pagecast fault collector stream \(bad magic"):
         mon._check_hello(b"\0" * faultmon.HELLO_DTYPE.itemsize)
     hello["version"] = faultmon.STREAM_VERSION + 1
-    with pytest.raises(PagecastError, match=r"fault collector stream version 2 not supported \(this pagecast reads 1\)"):
+    want = r"fault collector stream version 2 not supported \(this pagecast reads 1\)"
+    with pytest.raises(PagecastError, match=want):
         mon._check_hello(hello.tobytes())
 
 
@@ -311,7 +312,8 @@ def test_pager_log_version_checked(tmp_path):
     assert (got.file, got.page_size, got.records["page"].tolist()) == ("/data", 4096, [3, 5])
     head["version"] = 2
     log.write_bytes(head.tobytes())
-    with pytest.raises(PagecastError, match=r"p\.log: pager fault log version 2 not supported \(this pagecast reads 1\)"):
+    want = r"p\.log: pager fault log version 2 not supported \(this pagecast reads 1\)"
+    with pytest.raises(PagecastError, match=want):
         pager.read_fault_log(log)
     log.write_bytes(b"PGCLOG9\0" + head.tobytes()[8:])
     with pytest.raises(PagecastError, match=r"p\.log: not a pager fault log \(bad magic"):

@@ -210,7 +210,6 @@ def test_live_predictor_matches_batch_schedule(pattern, lstm_model, backend):
 def test_numba_schedule_equals_live_numba_and_onnx(pattern, lstm_model):
     """The compiled batched schedule replays the live kernel: identical pages, for any
     block split or thread count; and it agrees with the onnxruntime graph."""
-    from pagecast.learn.fast_step import LSTMKernel
     from pagecast.learn.dataset import encode_inputs
 
     _, path = pattern

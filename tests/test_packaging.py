@@ -65,8 +65,9 @@ def installed(tmp_path_factory) -> dict:
 
 def test_wheel_carries_every_native_and_workload_source(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
-    want = {f"pagecast/_native/{p.relative_to(ROOT)}" for tree in ("native", "workloads") for p in (ROOT / tree).rglob("*")
-            if p.is_file() and p.suffix in {".c", ".h", ".cu", ".cuh"} and "build" not in p.relative_to(ROOT).parts}
+    sources = [p.relative_to(ROOT) for tree in ("native", "workloads") for p in (ROOT / tree).rglob("*")]
+    want = {f"pagecast/_native/{rel}" for rel in sources
+            if (ROOT / rel).is_file() and rel.suffix in {".c", ".h", ".cu", ".cuh"} and "build" not in rel.parts}
     assert want and want <= names, sorted(want - names)
     assert not [n for n in names if n.startswith("pagecast/_native/") and n.endswith((".so", ".o"))]
 
@@ -74,7 +75,8 @@ def test_wheel_carries_every_native_and_workload_source(installed):
 def test_installed_package_builds_into_the_user_cache(installed):
     code = ("import pagecast, pagecast.util.native as n, pagecast.util.workloads as w; "
             "from pagecast.launch.binary import launcher_path; "
-            "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); print(launcher_path())")
+            "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
+            "print(launcher_path())")
     out = subprocess.run([str(installed["py"]), "-c", code], cwd=installed["cwd"], env=installed["env"],
                          capture_output=True, text=True, check=True).stdout.split("\n")
     venv, cache = str(installed["venv"]), str(installed["cache"] / "pagecast" / "native")

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, above)
+if TYPE_CHECKING:
+    import argparse
+
 # Order in --help; commands not listed here follow alphabetically.
 _ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
 

@@ -123,7 +123,10 @@ def issued_from_monitor(mon: Any, t0: int) -> list[Issued]:
     f = np.where(a["file"] >= 0, a["file"], nfile)
     at_start = (a["flags"] & FLAG_AT_START) != 0
     region = np.where(at_start & (tag[f] >= 0), -2 - tag[f], live[f]).astype(np.int32)
-    rel = lambda col: a[col].astype(np.int64) - np.int64(t0)
+
+    def rel(col: str) -> np.ndarray:
+        return a[col].astype(np.int64) - np.int64(t0)
+
     t_fault = np.where(at_start, -1, rel("t_fault"))
     t_seen = np.where(at_start, -1, rel("t_seen"))
     return [Issued(rel("t_issue"), region, a["page"].astype(np.int64), t_fault, t_seen, rel("t_submit"))]
