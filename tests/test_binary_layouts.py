@@ -24,6 +24,7 @@ import pytest
 from pagecast.collect import cupti_records, faultmon
 from pagecast.errors import PagecastError
 from pagecast.online import anon, fastpath, pack, pager
+from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
 from perf_support import needs_perf
 
@@ -113,12 +114,14 @@ CONSTANTS: list[tuple[str, Any]] = [
     *[(f"FR_{n}", getattr(faultmon, f"FR_{n}")) for n in
       ("HELLO", "SAMPLES", "MMAP", "FORK", "EXEC", "LOST", "WATERMARK", "EXIT", "ERROR", "READS", "NOTE",
        "ISSUED", "FILE", "FASTSTAT")],
+    ("FP_NSTATS", len(faultmon.FASTSTAT_FIELDS)),
     ("FP_CONFIG_MAGIC", fastpath.MAGIC[:6]),
     ("FP_CONFIG_VERSION", fastpath.CONFIG_VERSION),
     ("PC_ANON_MAGIC", anon.MAGIC),
     ("PGR_LOG_MAGIC", pager.LOG_MAGIC.rstrip(b"\0")),
     ("PGR_LOG_VERSION", pager.LOG_VERSION),
     ("PGR_LOG_HEADER", pager.LOG_HEADER),
+    *[(f"PGR_REC_{k.name}", int(k)) for k in (Kind.FAULT, Kind.PREFETCH, Kind.EVICT)],
     ("PGR_TABLE_MAGIC", pager.TABLE_MAGIC[:6]),
     ("PGR_TABLE_VERSION", pager.TABLE_VERSION),
     ("PGR_PACK_MAGIC", pack.MAGIC),

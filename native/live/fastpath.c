@@ -570,7 +570,7 @@ void fp_finish(uint64_t wakeups)
     qsort(handler_ns, nhandler, sizeof *handler_ns, cmp_u32);
     uint64_t h50 = nhandler ? handler_ns[nhandler / 2] : 0, h99 = nhandler ? handler_ns[nhandler * 99 / 100] : 0;
     uint64_t hmax = nhandler ? handler_ns[nhandler - 1] : 0;
-    uint64_t st[12] = {st_faults, st_unmapped, st_ranges, st_range_pages, st_errors, st_pages, (uint64_t)cursor, wakeups,
+    uint64_t st[FP_NSTATS] = {st_faults, st_unmapped, st_ranges, st_range_pages, st_errors, st_pages, (uint64_t)cursor, wakeups,
                        st_fadvise_ns, h50, h99, hmax};
     fm_frame(FR_FASTSTAT, st, sizeof st, NULL, 0);
     for (int i = 0; i < nfiles; i++)

@@ -12,6 +12,8 @@
 
 /* Frames added to faultmon's output (see faultmon.h for the others). */
 enum { FR_ISSUED = 10, FR_FILE = 11, FR_FASTSTAT = 12 };
+/* FR_FASTSTAT's payload: this many u64 counters (collect/faultmon.py names them in order) */
+#define FP_NSTATS 12
 
 /* One page whose read the fast path issued, in FR_ISSUED arrays (mirrored by
  * collect/faultmon.py's ISSUED_DTYPE; tests/test_binary_layouts.py compares them). */
