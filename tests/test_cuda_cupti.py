@@ -27,10 +27,10 @@ BASE, DEV_BASE = 0x7F0000000000, 0x7F1000000000
 
 @pytest.fixture(scope="module")
 def harness_dir(tmp_path_factory):
-    from pagecast.collect import cuda_native as cn
+    from _cuda_double import build_cupti_harness
 
     try:
-        exe = cn.build_cupti_harness()
+        exe = build_cupti_harness()
     except PagecastError as e:
         pytest.skip(str(e))
     d = tmp_path_factory.mktemp("cupti")
