@@ -269,6 +269,8 @@ def test_faultmon_stream_hello_checked():
     assert int(mon._check_hello(hello.tobytes())["pid"]) == 42
     with pytest.raises(PagecastError, match=r"fault collector: not a pagecast fault collector stream \(bad magic"):
         mon._check_hello(b"\0" * faultmon.HELLO_DTYPE.itemsize)
+    with pytest.raises(PagecastError, match=r"malformed fault collector stream \(first frame of 40 bytes, expected 32\)"):
+        mon._check_hello(hello.tobytes() + bytes(8))
     hello["version"] = faultmon.STREAM_VERSION + 1
     want = r"fault collector stream version 2 not supported \(this pagecast reads 1\)"
     with pytest.raises(PagecastError, match=want):

@@ -386,10 +386,14 @@ class FaultMonitor:
             self.close()
             raise PagecastError("not a pagecast fault collector stream (bad magic in its first frame)", path=where)
         version = int(np.frombuffer(payload, "<u4", 1, 4)[0])
-        if version != STREAM_VERSION or len(payload) != HELLO_DTYPE.itemsize:
+        if version != STREAM_VERSION:
             self.close()
             raise PagecastError(f"fault collector stream version {version} not supported (this pagecast reads "
                                 f"{STREAM_VERSION}); rebuild the collector", path=where)
+        if len(payload) != HELLO_DTYPE.itemsize:
+            self.close()
+            raise PagecastError(f"malformed fault collector stream (first frame of {len(payload)} bytes, expected "
+                                f"{HELLO_DTYPE.itemsize})", path=where)
         return np.frombuffer(payload, dtype=HELLO_DTYPE)[0]
 
     # -- public stream -------------------------------------------------------------
