@@ -52,7 +52,7 @@ def _demand(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         keep = np.isin(kind, _DEMAND)
     return {
         "t": np.ascontiguousarray(cols["t_ns"][keep], np.int64),
-        # int32 as stored: the kernels take it as it is (a widening copy cost ~1 ns a row)
+        # int32 as stored: the kernels take it as it is (a widening copy would cost a pass over every row)
         "region": np.ascontiguousarray(cols["region"][keep]),
         "page": np.ascontiguousarray(cols["page"][keep], np.int64),
         "write": np.ascontiguousarray((cols["flags"][keep] & FLAG_WRITE), np.uint8),
