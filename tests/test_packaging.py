@@ -39,23 +39,27 @@ def _clean_copy(dest: Path) -> Path:
     return dest
 
 
+def _run(cmd: list, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("pkg")
     copy = _clean_copy(tmp / "src")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp / "dist"), str(copy)], check=True, capture_output=True)
+    # without build isolation: offline, with this environment's setuptools (the test extra)
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", copy])
     wheel = next((tmp / "dist").glob("pagecast-*.whl"))
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    _run([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     # the dependencies come from this interpreter's environment, appended after the venv's own
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True,
-                   capture_output=True)
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel])
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGECAST_") and k != "PYTHONPATH"}
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
     work = tmp / "elsewhere"
@@ -77,8 +81,7 @@ def test_installed_package_builds_into_the_user_cache(installed):
             "from pagecast.launch.binary import launcher_path; "
             "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
             "print(launcher_path())")
-    out = subprocess.run([str(installed["py"]), "-c", code], cwd=installed["cwd"], env=installed["env"],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+    out = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=installed["env"]).stdout.split("\n")
     venv, cache = str(installed["venv"]), str(installed["cache"] / "pagecast" / "native")
     assert out[0].startswith(venv) and out[1].startswith(venv) and out[1].endswith("_native/native")
     assert out[2].startswith(cache) and out[3].startswith(cache)
@@ -90,9 +93,8 @@ def test_installed_cli_records_a_real_program(installed, tmp_path):
     """`pagecast record` of the installed package: collector, page-set shim and workload all
     compiled from the package's own copy of the sources."""
     env = installed["env"]
-    exe = subprocess.run([str(installed["py"]), "-c", "from pagecast.util.workloads import build_workload as b; "
-                          "print(b('touchpages'))"], cwd=installed["cwd"], env=env, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    code = "from pagecast.util.workloads import build_workload as b; print(b('touchpages'))"
+    exe = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=env).stdout.strip()
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(16 * 4096))
     out = tmp_path / "t.parquet"
