@@ -58,7 +58,7 @@ def main() -> int:
     from pagecast.collect import cuda_native as cn
     from pagecast.collect.cuda import cuda_env
     from pagecast.collect.cupti_records import convert_dir
-    from pagecast.online.cuda_inject import replay_schedule, write_prefetch_file
+    from pagecast.cuda.injector import replay_schedule, write_prefetch_file
 
     tk = cn.find_toolkit()
     lib, cupti, exes = cn.build_interposer(tk), cn.build_cupti_collector(tk), cn.build_workloads(tk=tk)

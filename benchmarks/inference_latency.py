@@ -32,7 +32,8 @@ import torch
 
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
-from pagecast.learn.predict import BACKENDS, load_predictor, predict_schedule, resolve_backend
+from pagecast.learn.predict import BACKENDS, predict_schedule, resolve_backend
+from pagecast.policies.learned import load_predictor
 from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 

@@ -16,7 +16,7 @@ of the oracle's fault reduction,
 of the simulated tier, and the models train on and predict at the training run's and the
 held-out run's LRU misses at that capacity (``pagecast.sim.misses``). The pages per
 prediction (k = 1, 2, 4, 10, 16 or 32, or none) are chosen per capacity by simulating the
-training run (``pagecast.learn.budget``); the held-out run is never looked at. Training is short (``--epochs``, small models);
+training run (``pagecast.sim.learned_budget``); the held-out run is never looked at. Training is short (``--epochs``, small models);
 the time it took is printed.
 
     PYTHONPATH=src python benchmarks/learned_real.py [--only gcc,git] [--epochs 4] [--json out.json]
@@ -39,7 +39,7 @@ from learned_pairs import recorded_pairs  # noqa: E402
 
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand  # noqa: E402
 from pagecast.learn.models import ModelConfig  # noqa: E402
-from pagecast.learn.budget import choose_top_k, schedule_with_budget  # noqa: E402
+from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget  # noqa: E402
 from pagecast.learn.train import TrainConfig, save_model, train_model  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
 from pagecast.sim.bound import oracle_bound  # noqa: E402

@@ -39,7 +39,7 @@ from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 from pagecast.policies import available_prefetchers
 from pagecast.sim import SimConfig, simulate
-from pagecast.sim.metrics import ranking_metrics
+from pagecast.learn.ranking import ranking_metrics
 
 DELTAS = np.array([5, 2, 9, 5, 9, 3, 2, 5, 2, 11, 1, 4])
 
@@ -106,7 +106,7 @@ def recorded_case(tmp: Path, args) -> None:
         from pagecast.cli import main as cli_main
         from pagecast.collect.faultmon import read_all
         from pagecast.util.pagecache import drop_file
-        from pagecast.util.workloads import build_workload
+        from pagecast.bench.workloads import build_workload
 
         read_all(["true"])
     except Exception as e:  # perf not permitted, or the recorder is missing

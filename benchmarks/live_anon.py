@@ -26,11 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from pagecast.collect.faultmon import read_all
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.worker import SourceSpec
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.writer import TraceWriter
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 
 BUF = 64 << 20
 

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pagecast.online import workload as wl
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.sources import merge_schedules, schedule_from_trace
-from pagecast.online.worker import SourceSpec
+from pagecast.bench import sparse_weights as wl
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.live.sources import merge_schedules, schedule_from_trace
+from pagecast.live.worker import SourceSpec
 from pagecast.trace.schedule import write_schedule
 
 

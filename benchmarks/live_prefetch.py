@@ -16,7 +16,7 @@ import argparse
 import sys
 
 from pagecast.cli.bench import add_bench_args, config_from_args, print_report
-from pagecast.online.bench import run_bench
+from pagecast.bench.harness import run_bench
 
 
 def main() -> int:

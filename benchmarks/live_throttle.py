@@ -22,9 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pagecast.online import workload as wl
-from pagecast.online.bench import BenchConfig, _live, _plain, record_run, train_learned
-from pagecast.online.worker import SourceSpec
+from pagecast.bench import sparse_weights as wl
+from pagecast.bench.harness import BenchConfig, _live, _plain, record_run, train_learned
+from pagecast.live.worker import SourceSpec
 
 
 def main() -> int:

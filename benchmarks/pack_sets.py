@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Callable
 
 from pagecast.cli.bench import parse_prompts
-from pagecast.online import workload as wl
-from pagecast.online.bench import BenchConfig, _pager, _plain, record_run
-from pagecast.online.pack import pack_from_schedules, pages_from_schedule, read_pack
-from pagecast.online.sources import schedule_from_trace
+from pagecast.bench import sparse_weights as wl
+from pagecast.bench.harness import BenchConfig, _pager, _plain, record_run
+from pagecast.pager.pack import pack_from_schedules, pages_from_schedule, read_pack
+from pagecast.live.sources import schedule_from_trace
 
 # one page-pack run with another checkout's code: prints the program's wall time
-_OTHER = ("import sys; from pathlib import Path; from pagecast.online.bench import BenchConfig, _pager; "
+_OTHER = ("import sys; from pathlib import Path; from pagecast.bench.harness import BenchConfig, _pager; "
           "c = BenchConfig(out_dir=Path(sys.argv[3]), test_prompt=int(sys.argv[4])); "
           "print(_pager(c, Path(sys.argv[1]), Path(sys.argv[2]), 'x', 0).wall_s)")
 

@@ -1,6 +1,6 @@
 """How this machine's disk serves one cold file read in chunks by several readers.
 
-The page-pack loader (native/pager/pager.c) keeps one 256 KiB read in flight at a time.
+The page-pack loader (native/pager/pack.c) keeps one 256 KiB read in flight at a time.
 This measures why: the time to read a cold file with O_DIRECT for each (readers, chunk
 size), readers taking chunks in file order, file made cold with posix_fadvise(DONTNEED)
 before every read. If one reader at 256 KiB is as fast as several, a deeper queue adds

@@ -9,7 +9,7 @@ ordinary reads) over a generated database, CPython importing a large package (sy
 git over a real repository (this checkout's own), and a safetensors (mmap) reader of a
 generated weights file. Each case has training inputs and a held-out input that touches
 different pages; every run starts cold (posix_fadvise DONTNEED on each file involved),
-strategies interleaved round by round, medians. Harness: ``pagecast.online.coldstart``.
+strategies interleaved round by round, medians. Harness: ``pagecast.bench.coldstart``.
 Generated data goes to ``$PAGECAST_CACHE/realbench`` (default ~/.cache/pagecast) and is reused.
 """
 
@@ -35,8 +35,8 @@ if (REPO / "src" / "pagecast").is_dir():  # a clone without `pip install -e .`: 
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
 
 from pagecast.errors import PagecastError  # noqa: E402
-from pagecast.online.coldstart import Case, Config, Input, format_case, run_case  # noqa: E402
-from pagecast.online.workload import cache_dir  # noqa: E402
+from pagecast.bench.coldstart import Case, Config, Input, format_case, run_case  # noqa: E402
+from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 
 PY = sys.executable
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 
 
 # An installed pagecast imports from cached bytecode; an environment that forbids writing

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 
 
 @pytest.fixture(scope="module")

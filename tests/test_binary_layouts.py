@@ -23,12 +23,14 @@ import pytest
 
 from pagecast.collect import cupti_records, faultmon
 from pagecast.errors import PagecastError
-from pagecast.online import anon, fastpath, pack, pager
+from pagecast.live import anon, fastpath
+from pagecast.pager import pack
+from pagecast.pager import runtime as pager
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
 from perf_support import needs_perf
 
-HEADERS = ["faultmon.h", "live/fastpath.h", "live/anon_wire.h", "pager/pager.h", "cuda/pc_cupti_format.h"]
+HEADERS = ["faultmon.h", "live/fastpath.h", "live/anon_wire.h", "pager/pager.h", "pager/pack.h", "cuda/pc_cupti_format.h"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ MIRRORS: list[tuple[str, Layout]] = [
     ("pgr_table_header", layout_of_dtype(pager.TABLE_HEADER_DTYPE)),
     ("pgr_config", layout_of_ctypes(pager._Config)),
     ("pgr_stats", layout_of_ctypes(pager._Stats)),
-    ("pgr_pack_header", layout_of_struct(pack.HEADER_FIXED, pack.HEADER_FIELDS, pack.HEADER)),
+    ("struct pack_header", layout_of_struct(pack.HEADER_FIXED, pack.HEADER_FIELDS, pack.HEADER)),
     ("struct pc_rec", layout_of_dtype(cupti_records.REC_DTYPE)),
 ]
 
@@ -197,7 +199,7 @@ def mismatches(mirrors, constants, sizes, fields, consts) -> list[str]:
 
 # structs whose Python mirror leaves C padding unnamed (ctypes mirrors of the in-memory
 # config: C pads after the last int, as ctypes does)
-GAPS_ALLOWED = {"pgr_config", "pgr_pack_header"}
+GAPS_ALLOWED = {"pgr_config", "struct pack_header"}
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The cold-start harness of benchmarks/real_programs.py (pagecast.online.coldstart).
+"""The cold-start harness of benchmarks/real_programs.py (pagecast.bench.coldstart).
 
 Timings are not asserted (benchmarks print them); the tests check what the table is made
 of: every strategy ran, the oracle warms exactly the recorded page set, the helpers are exact.
@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.online import coldstart as cs
-from pagecast.online.pack import pages_from_schedule
-from pagecast.online.sources import schedule_from_trace
-from pagecast.online.workload import resident_pages
+from pagecast.bench import coldstart as cs
+from pagecast.pager.pack import pages_from_schedule
+from pagecast.live.sources import schedule_from_trace
+from pagecast.bench.sparse_weights import resident_pages
 from tests.perf_support import needs_perf
 
 REPO = Path(__file__).resolve().parent.parent

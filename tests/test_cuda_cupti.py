@@ -77,7 +77,7 @@ def test_collector_records_become_the_right_trace_rows(harness_dir, tmp_path):
 
 def test_the_demand_stream_feeds_schedule_and_injector_naming(harness_dir, tmp_path):
     """GPU faults are demand rows; their regions' (kind, order) is what the injector file names."""
-    from pagecast.online.cuda_inject import schedule_to_lines
+    from pagecast.cuda.injector import schedule_to_lines
     from pagecast.trace.schedule import Schedule
     from pagecast.trace.schema import DEMAND_KINDS
 
@@ -160,7 +160,7 @@ def test_cli_convert_json(harness_dir, tmp_path, capsys):
 
 
 def test_replay_schedule_lists_demanded_gpu_pages_once_in_order(harness_dir, tmp_path):
-    from pagecast.online.cuda_inject import replay_schedule, schedule_to_lines
+    from pagecast.cuda.injector import replay_schedule, schedule_to_lines
 
     out = tmp_path / "t.parquet"
     convert_dir(harness_dir, out)

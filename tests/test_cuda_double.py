@@ -260,7 +260,7 @@ def _schedule(rows: list[tuple[int, int, float]], regions: list[Region]) -> Sche
 
 
 def test_double_injector_merges_chunks_and_checks_live_allocations(libs, tmp_path):
-    from pagecast.online.cuda_inject import write_prefetch_file
+    from pagecast.cuda.injector import write_prefetch_file
 
     regions = [Region(0, "managed#0", "managed", order=0, length=100_000), Region(1, "weights", "file", path="/w"),
                Region(2, "managed#1", "managed", order=1, length=4096), Region(3, "managed#2", "managed", order=2, length=65536)]
@@ -406,7 +406,7 @@ def test_double_seed_csv_addresses_only_inside_live_allocations(libs, tmp_path):
 
 def test_double_run_cuda_end_to_end(libs, tmp_path, monkeypatch, capsys):
     from pagecast.cli import main
-    from pagecast.online.cuda_inject import run_cuda
+    from pagecast.cuda.injector import run_cuda
 
     monkeypatch.setenv("PAGECAST_CUDA_DRIVER", str(libs.double))
     monkeypatch.setenv("PAGECAST_TEST_DOUBLE_LOG", str(tmp_path / "double.log"))

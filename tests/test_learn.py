@@ -28,7 +28,8 @@ from pagecast.learn.dataset import (
 )
 from pagecast.learn.fast_step import _H, _NCLS, G_SCRATCH, LSTMKernel, _cell, _head_topk
 from pagecast.learn.models import ModelConfig
-from pagecast.learn.predict import load_predictor, predict_schedule
+from pagecast.learn.predict import predict_schedule
+from pagecast.policies.learned import load_predictor
 from pagecast.learn.synthetic import PatternSpec, generate, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.trace import Kind, Region, TraceWriter
@@ -328,7 +329,7 @@ def test_learned_schedule_removes_more_faults_than_classic_prefetchers(lstm_mode
     held = tmp_path / "held_out.parquet"
     with TraceWriter(held, regions=regions) as w:
         w.write(**{k: v[8400:] for k, v in cols.items()})
-    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics
 
     cfg = SimConfig(capacity=256)
     sched = predict_schedule(model_path, held, top_k=10)

@@ -10,7 +10,8 @@ import torch
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.pagetable import STEP_DISCOUNT, PageTable, mix_row, page_keys
-from pagecast.learn.predict import load_predictor, predict_schedule
+from pagecast.learn.predict import predict_schedule
+from pagecast.policies.learned import load_predictor
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.sim import SimConfig, simulate
 from pagecast.trace import Region, TraceWriter
@@ -160,7 +161,7 @@ def test_two_runs_validate_leave_one_run_out(tmp_path, walk):
 
 def test_budget_chosen_on_training_run(trained, tmp_path):
     """k per prediction chosen by simulating a training run; k = 0 gives an empty schedule."""
-    from pagecast.learn.budget import choose_top_k, schedule_with_budget
+    from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget
 
     path, _, test = trained
     k, faults = choose_top_k(path, test, 200)

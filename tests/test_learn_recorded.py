@@ -13,7 +13,7 @@ from pagecast.cli import main as cli_main
 from pagecast.learn.dataset import read_demand
 from pagecast.learn.predict import predict_schedule
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 # A repeating irregular walk over a file: no constant stride, and order-1 delta successors
@@ -66,7 +66,7 @@ def test_model_from_run1_prefetches_run2(runs, capsys):
     assert cli_main(["train", str(run1), "-o", str(model), "--epochs", "6", "--windows-per-epoch", "2048", "--lr", "1e-2", "--json"]) == 0
     capsys.readouterr()
     sched = predict_schedule(model, run2, top_k=10)
-    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics
 
     assert ranking_metrics(sched, run2, k=10, horizon=10)["recall_at_k"] >= 0.9
     cfg = SimConfig(capacity=512)

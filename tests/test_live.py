@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
-from pagecast.online import workload as wl
-from pagecast.online.injector import merge_ranges
-from pagecast.online.live import LiveConfig, _next_fault, run_live
+from pagecast.bench import sparse_weights as wl
+from pagecast.live.injector import merge_ranges
+from pagecast.live.loop import LiveConfig, _next_fault, run_live
 from pagecast.errors import PagecastError
-from pagecast.online.sources import ReplaySource, default_min_runs, merge_schedules
-from pagecast.online.worker import SourceSpec
+from pagecast.live.sources import ReplaySource, default_min_runs, merge_schedules
+from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
@@ -262,7 +262,7 @@ def test_program_keeps_priority_daemon_restored(tmp_path):
 def test_bench_trains_the_learned_model_through_the_cli(tmp_path):
     # The demo trains through `pagecast train`: a renamed flag there must fail here, not in the demo.
     from pagecast.learn.train import load_model
-    from pagecast.online.bench import train_learned
+    from pagecast.bench.harness import train_learned
     from pagecast.trace import TraceWriter
 
     pages = np.tile(np.array([0, 3, 4, 9, 10, 17], np.int64), 400) + np.repeat(np.arange(400) * 20, 6)
@@ -277,7 +277,7 @@ def test_bench_trains_the_learned_model_through_the_cli(tmp_path):
 def test_warm_up_leaves_no_state_behind(name):
     # the predictor process warms its source up before the program starts (the first batch
     # compiles); what it predicts afterwards must be what a fresh source predicts
-    from pagecast.online.worker import make_source
+    from pagecast.live.worker import make_source
 
     regions = [Region(0, "w", kind="file", path="/w", length=1 << 26), Region(1, "v", kind="file", path="/v", length=1 << 24)]
     rng = np.random.default_rng(3)

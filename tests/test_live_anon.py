@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.online.anon import AnonChannel, preload_blocker, shim_path
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.worker import SourceSpec
+from pagecast.live.anon import AnonChannel, preload_blocker, shim_path
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.util.native import build
-from pagecast.util.workloads import build_workload, workloads_dir
+from pagecast.bench.workloads import build_workload, workloads_dir
 from perf_support import PredictorKiller, needs_perf
 
 BUF = 64 << 20

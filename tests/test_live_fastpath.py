@@ -18,11 +18,11 @@ from perf_support import PredictorKiller, needs_perf
 from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor
 from pagecast.errors import PagecastError
-from pagecast.online import workload as wl
-from pagecast.online.fastpath import write_config
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.sources import ReplaySource, load_replay
-from pagecast.online.worker import SourceSpec
+from pagecast.bench import sparse_weights as wl
+from pagecast.live.fastpath import write_config
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.live.sources import ReplaySource, load_replay
+from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule, write_schedule

@@ -29,7 +29,7 @@ import pytest
 from perf_support import needs_perf
 
 from pagecast.collect.faultmon import faultmon_binary
-from pagecast.online import workload as wl
+from pagecast.bench import sparse_weights as wl
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 TOKENS = 8

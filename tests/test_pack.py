@@ -19,10 +19,10 @@ import pytest
 
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
-from pagecast.online import workload as wl
-from pagecast.online.pack import BLOCK_PAGES, build_pack, pack_sum, pages_from_schedule, read_pack, usable_packs
-from pagecast.online.pager import _lib, probe, run_pager
-from pagecast.online.sources import schedule_from_trace
+from pagecast.bench import sparse_weights as wl
+from pagecast.pager.pack import BLOCK_PAGES, build_pack, pack_sum, pages_from_schedule, read_pack, usable_packs
+from pagecast.pager.runtime import _lib, probe, run_pager
+from pagecast.live.sources import schedule_from_trace
 from pagecast.trace import Kind, open_trace
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]  # ~1.2k pages of a 32 MiB file

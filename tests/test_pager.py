@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.online import pager as pg
+from pagecast.pager import runtime as pg
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build

@@ -23,8 +23,8 @@ import pytest
 
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
-from pagecast.online import pager as pg
-from pagecast.online.pack import build_pack
+from pagecast.pager import runtime as pg
+from pagecast.pager.pack import build_pack
 from pagecast.util.native import build
 
 PS = os.sysconf("SC_PAGESIZE")
@@ -103,7 +103,7 @@ def test_in_process_region_outlives_a_forked_child_closing_it(tmp_path: Path) ->
     ref = make_file(f, n).reshape(-1)
     script = f"""
 import os, numpy as np
-from pagecast.online import pager as pg
+from pagecast.pager import runtime as pg
 r = pg.open_paged({str(f)!r}, 4 * {PS})
 a = r.array()
 a[::{PS}] = 7

@@ -19,7 +19,7 @@ from pagecast.collect.record import record_faults
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.pageset import file_page_sets
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 pytestmark = [pytest.mark.perf, needs_perf]
@@ -124,7 +124,7 @@ print(n)
 def test_sqlite_mmap_query_every_database_page(data_dir, tmp_path):
     """Default advice, a freshly written (warm, large-folio) database: the recorded page set
     equals what the userfaultfd pager served (every first touch is a missing fault there)."""
-    from pagecast.online.pager import probe, run_pager
+    from pagecast.pager.runtime import probe, run_pager
 
     try:
         probe()

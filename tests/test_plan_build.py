@@ -14,9 +14,9 @@ import pytest
 
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
-from pagecast.online import workload as wl
-from pagecast.online.pack import build_pack
-from pagecast.online.pager import probe
+from pagecast.bench import sparse_weights as wl
+from pagecast.pager.pack import build_pack
+from pagecast.pager.runtime import probe
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.plan.shared_pages import merge_ranges
 from perf_support import needs_perf

@@ -15,7 +15,7 @@ from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor, read_all
 from pagecast.trace import Kind, match_regions, open_trace
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import build_workload
+from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 PAGES = [0, 2, 5, 6, 8, 13, 11]

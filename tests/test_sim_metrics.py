@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pagecast.sim.metrics import ranking_metrics, window_distinct
+from pagecast.learn.ranking import ranking_metrics, window_distinct
 from pagecast.trace.schedule import Schedule
 from sim_helpers import write_trace
 

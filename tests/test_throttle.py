@@ -1,11 +1,11 @@
-"""Feedback-directed throttling of per-fault prefetchers (online/throttle.py)."""
+"""Feedback-directed throttling of per-fault prefetchers (live/throttle.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from pagecast.online.sources import Predictions
-from pagecast.online.throttle import Throttle, ThrottleConfig, rank_within_cause
+from pagecast.live.sources import Predictions
+from pagecast.live.throttle import Throttle, ThrottleConfig, rank_within_cause
 from pagecast.trace.schema import Kind
 
 MAJOR, MINOR = int(Kind.FAULT_MAJOR), int(Kind.FAULT_MINOR)

@@ -9,7 +9,7 @@
  *
  * Predictors (same rules as the Python ones, on file-backed pages only: the only pages
  * another process can prefetch):
- *   replay   — pagecast.online.sources.ReplaySource: a fault on a page of the schedule at
+ *   replay   — pagecast.live.sources.ReplaySource: a fault on a page of the schedule at
  *              most `lookahead` rows past the cursor moves the cursor there, any other fault
  *              advances it by one; rows up to cursor + lookahead are issued; the first
  *              `lookahead` rows are issued when the program starts. Faults outside file
@@ -19,10 +19,13 @@
  *              window - before - 1 above, clipped to the file (issued in ascending order
  *              so they merge into two reads instead of one per page).
  *   stride   — pagecast.policies.stride, one table entry per file, every fault.
+ * The policies' steps are the shared C ones (native/policy/pc_policy.h), also run by the
+ * pager and checked against the Python and simulator versions (tests/test_policy_parity.py).
  * Consecutive pages up to `gap` apart are merged into one read, as the injector does.
  *
- * Config file (little endian, written by pagecast.online.fastpath):
- *   "PCFAST1\0", u32 mode (1 replay, 2 nextline, 3 stride), u32 nfiles,
+ * Config file (little endian, written by pagecast.live.fastpath):
+ *   "PCFAST1\0", u32 mode (FP_MODE_REPLAY, or the PC_POLICY_* id of nextline or stride:
+ *   native/policy/pc_policy_ids.h, from the policy registry), u32 nfiles,
  *   i64 lookahead, gap, p0, p1 (nextline: before, window; stride: degree, min_conf),
  *   u64 nrows, nfiles x {u32 len, i32 tag, path bytes}, i32 row_file[nrows], i64 row_page[nrows]
  *   (row_file -1: a row of a non-file region, counted for pacing but never issued).
@@ -35,6 +38,7 @@
  */
 #define _GNU_SOURCE
 #include "live/fastpath.h"
+#include "policy/pc_policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,16 +50,17 @@
 #include <unistd.h>
 
 #define PAGE_SHIFT 12
-#define MAX_PREFETCH 64 /* pages one fault may ask for, as pagecast.policies */
+#define MAX_PREFETCH PC_MAX_PREFETCH
 
-enum { M_REPLAY = 1, M_NEXTLINE = 2, M_STRIDE = 3 };
+/* Schedule replay is not a policy of the registry: a mode above every policy id. */
+#define FP_MODE_REPLAY 256
 
 struct file {
     char *path;
     int fd;
     int32_t tag; /* the schedule's region id, -1 for files found at run time */
     int64_t pages; /* 0: unknown */
-    int64_t last, stride, conf; /* stride state */
+    pc_stride_state stride;
 };
 
 struct map {
@@ -126,7 +131,8 @@ static int is_file_mapping(const char *name, uint64_t ino)
 
 static int add_file(const char *path, size_t n, int32_t tag, int open_it)
 {
-    struct file nf = {.tag = tag, .fd = -1, .last = -1};
+    struct file nf = {.tag = tag, .fd = -1};
+    pc_stride_init(&nf.stride);
     nf.path = xrealloc(NULL, n + 1);
     memcpy(nf.path, path, n);
     nf.path[n] = 0;
@@ -217,14 +223,14 @@ void fp_load(const char *path)
     int64_t par[4] = {h.lookahead, h.gap, h.p0, h.p1};
     uint64_t n = h.nrows;
     mode = (int)hdr[0];
-    if (mode < M_REPLAY || mode > M_STRIDE)
+    if (mode != FP_MODE_REPLAY && mode != PC_POLICY_NEXTLINE && mode != PC_POLICY_STRIDE)
         fm_fail("%s: unknown fast-path mode %d", path, mode);
     lookahead = par[0];
     gap = par[1];
     p0 = par[2];
     p1 = par[3];
-    if (lookahead < 0 || gap < 0 || (mode == M_NEXTLINE && !(p1 >= 1 && p1 <= MAX_PREFETCH + 1 && p0 >= 0 && p0 < p1))
-        || (mode == M_STRIDE && !(p0 >= 1 && p0 <= MAX_PREFETCH)))
+    if (lookahead < 0 || gap < 0 || (mode == PC_POLICY_NEXTLINE && !(p1 >= 1 && p1 <= MAX_PREFETCH + 1 && p0 >= 0 && p0 < p1))
+        || (mode == PC_POLICY_STRIDE && !(p0 >= 1 && p0 <= MAX_PREFETCH)))
         fm_fail("%s: fast-path parameters out of range", path);
     for (uint32_t i = 0; i < hdr[1]; i++) {
         uint32_t len;
@@ -243,7 +249,7 @@ void fp_load(const char *path)
     read_exact(f, row_file, n * sizeof *row_file, path, "row files");
     read_exact(f, row_page, n * sizeof *row_page, path, "row pages");
     fclose(f);
-    if (mode == M_REPLAY) {
+    if (mode == FP_MODE_REPLAY) {
         uint64_t size = 16;
         while (size < 2 * n)
             size <<= 1;
@@ -325,7 +331,7 @@ void fp_on_mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, uint6
     if (is_file_mapping(path, ino)) {
         file = find_file(path, n);
         if (file < 0) /* replay prefetches the schedule's files only: no need to open others */
-            file = add_file(path, n, -1, mode != M_REPLAY);
+            file = add_file(path, n, -1, mode != FP_MODE_REPLAY);
     }
     add_map(p, addr, addr + len, file, (int64_t)(pgoff >> PAGE_SHIFT));
 }
@@ -444,7 +450,7 @@ static void *start_wave(void *arg)
 
 void fp_start(void)
 {
-    if (mode != M_REPLAY)
+    if (mode != FP_MODE_REPLAY)
         return;
     issued_upto = start_upto = lookahead < nrows ? lookahead : nrows; /* faults continue from here */
     /* a thread of its own: the first fault must not wait behind the start-up burst */
@@ -458,15 +464,6 @@ static int cmp_ref(const void *a, const void *b)
 {
     const struct page_ref *x = a, *y = b;
     return (x->page > y->page) - (x->page < y->page);
-}
-
-static size_t clip(struct page_ref *refs, size_t n, int32_t file, int64_t page)
-{
-    int64_t limit = files[file].pages;
-    if (n >= MAX_PREFETCH || page < 0 || (limit > 0 && page >= limit))
-        return n;
-    refs[n] = (struct page_ref){file, page};
-    return n + 1;
 }
 
 static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen);
@@ -491,7 +488,7 @@ static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, ui
     st_faults++;
     if (!known)
         st_unmapped++;
-    if (mode == M_REPLAY) {
+    if (mode == FP_MODE_REPLAY) {
         int64_t pos = known ? hash_get(page_key(file, page)) : -1;
         if (pos >= 0 && cursor < pos && pos <= cursor + lookahead)
             cursor = pos;
@@ -506,35 +503,18 @@ static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, ui
     }
     if (!known)
         return;
+    int64_t pages[MAX_PREFETCH];
     struct page_ref refs[MAX_PREFETCH];
-    size_t n = 0;
-    if (mode == M_NEXTLINE) {
-        if (!major)
-            return; /* acts on misses only */
-        int64_t before = p0, after = p1 - p0 - 1;
-        for (int64_t d = 1; d <= (before > after ? before : after); d++) {
-            if (d <= after)
-                n = clip(refs, n, file, page + d);
-            if (d <= before)
-                n = clip(refs, n, file, page - d);
-        }
+    size_t n;
+    struct file *f = &files[file];
+    if (mode == PC_POLICY_NEXTLINE) /* a minor fault is a hit: nextline acts on misses only */
+        n = pc_nextline_step(page, !major, p0, p1, f->pages, pages, MAX_PREFETCH);
+    else
+        n = pc_stride_step(&f->stride, page, p0, p1, f->pages, pages, MAX_PREFETCH);
+    for (size_t i = 0; i < n; i++)
+        refs[i] = (struct page_ref){file, pages[i]};
+    if (mode == PC_POLICY_NEXTLINE) /* ascending: the window merges into two reads instead of one per page */
         qsort(refs, n, sizeof *refs, cmp_ref);
-    } else {
-        struct file *f = &files[file];
-        if (f->last >= 0) {
-            int64_t d = page - f->last;
-            if (d != 0 && d == f->stride)
-                f->conf = f->conf + 1 < 3 ? f->conf + 1 : 3;
-            else if (d != 0) {
-                f->stride = d;
-                f->conf = 0;
-            }
-        }
-        f->last = page;
-        if (f->stride != 0 && f->conf >= p1)
-            for (int64_t k = 1; k <= p0; k++)
-                n = clip(refs, n, file, page + k * f->stride);
-    }
     if (n)
         issue(refs, n, t_fault, t_seen, 0);
 }

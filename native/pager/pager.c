@@ -23,6 +23,8 @@
  */
 #define _GNU_SOURCE
 #include "pager.h"
+#include "pager_internal.h"
+#include "policy/pc_policy.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,90 +50,6 @@
 #define UFFD_USER_MODE_ONLY 1
 #endif
 
-#define ST_RES 1u
-#define ST_DIRTY 2u
-#define ST_REF 4u
-#define ST_PF 8u   /* prefetched, no access observed yet */
-#define ST_PIN 16u /* part of the batch being installed: not a victim */
-
-#define NSAMPLES (1u << 20)
-#define MAXMSG 64
-
-struct pgr_region {
-    uint8_t *base;
-    uint64_t len, npages, ps;
-    uint64_t file_offset;
-    uint64_t valid_end; /* file offset of the end of mapped file data at open */
-    int fd;
-    int uffd;
-    int stop_pipe[2];
-    pthread_t thr;
-    int thr_started;
-    pthread_mutex_t mu;
-    pgr_config cfg;
-    char path[PATH_MAX];
-    char learn_path[PATH_MAX];
-    uint8_t *state;
-    int64_t *ring;
-    uint64_t cap, fill, hand;
-    uint64_t *learned;
-    uint64_t nwords;
-    uint64_t *tab_off;
-    int64_t *tab_pages;
-    int64_t last_fault, last_delta, stride;
-    uint8_t *buf;     /* staging for one batch */
-    uint8_t *dbuf;    /* staging for the demanded page */
-    int64_t *batch;   /* pages of the current batch */
-    pgr_log_rec *log; /* records of the current batch */
-    uint64_t nlog, logcap;
-    uint32_t *samples;
-    int64_t t0;
-    int64_t pending_wake; /* page whose faulting thread is woken after timing */
-    int wp;
-    int shrink_warned;
-    pgr_stats st;
-    /* page pack (pgr_pack_start) */
-    int pack_efd;         /* the loader's end-of-stream signal to the handler */
-    struct pgr_pack *pack;
-    int32_t *pack_pos;    /* region page -> its position j in the pack; -2-j once mapped (by anyone); -1 not in it */
-    struct deferred *dfr; /* faults waiting for the loader */
-    uint64_t ndfr, dfrcap;
-    int miss_io;          /* demand reads in flight (futex): loaders hold their next read meanwhile */
-    /* Write-back regions: the page as it was when it became dirty ("twin", one per ring
-     * slot), so a write-back writes only the bytes the program changed and never
-     * overwrites what another writer put in the file meanwhile. */
-    uint8_t *twins;       /* cap pages (NORESERVE: only dirty pages' twins are touched) */
-    uint32_t *slot;       /* page -> its ring slot */
-    uint8_t *wbuf, *ebuf; /* snapshot + file page scratch: write_back under mu / emergency */
-    pid_t owner;          /* the process that opened the region (a forked child is not) */
-};
-
-struct deferred {
-    int64_t page;
-    int write, tid;
-};
-
-#define PACK_MAX_THREADS 8
-
-struct pgr_pack {
-    int fd;
-    int dfd;         /* the same file opened O_DIRECT (-1: not supported here, read through the page cache) */
-    uint64_t n, block, data_off, nblocks, chunk; /* chunk: blocks per read after the first */
-    int64_t *rpage;  /* pack position -> region page, -1 outside the region */
-    uint64_t *sums;  /* per block */
-    uint8_t *buf[PACK_MAX_THREADS];
-    uint64_t next_chunk; /* chunks are claimed in order by the loader threads (atomic) */
-    uint64_t hi;     /* end of the furthest chunk claimed (under r->mu) */
-    uint64_t claimed; /* pages claimed for installing so far (under r->mu; stop_after) */
-    uint64_t defer, stop_after;
-    int stop;        /* set by pgr_close or by a thread that failed: the others stop too */
-    int nthreads, live;
-    pthread_t thr[PACK_MAX_THREADS];
-    char why[200];   /* first failure */
-    char path[PATH_MAX];
-};
-
-static int foreign(pgr_region *r);
 
 /* Raw syscalls: when built into the LD_PRELOAD shim, mmap/munmap resolve to the shim's. */
 static void *sys_mmap(void *addr, size_t len, int prot, int flags) {
@@ -149,14 +67,14 @@ static __thread char g_err[512];
 
 const char *pgr_last_error(void) { return g_err; }
 
-static void set_err(const char *fmt, ...) {
+void set_err(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(g_err, sizeof g_err, fmt, ap);
     va_end(ap);
 }
 
-static int64_t now_ns(void) {
+int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
@@ -221,7 +139,7 @@ int pgr_probe(void) {
 
 /* ---- fault log --------------------------------------------------------------------- */
 
-static void log_rec(pgr_region *r, int64_t t, int64_t page, int kind, int flags, int tid) {
+void log_rec(pgr_region *r, int64_t t, int64_t page, int kind, int flags, int tid) {
     if (r->cfg.log_fd < 0) return;
     if (r->nlog == r->logcap) return; /* logcap bounds one batch; never reached */
     pgr_log_rec *x = &r->log[r->nlog++];
@@ -233,7 +151,7 @@ static void log_rec(pgr_region *r, int64_t t, int64_t page, int kind, int flags,
     x->tid = tid;
 }
 
-static void log_flush(pgr_region *r) {
+void log_flush(pgr_region *r) {
     if (r->cfg.log_fd < 0 || r->nlog == 0) return;
     size_t n = r->nlog * sizeof(pgr_log_rec);
     const char *p = (const char *)r->log;
@@ -284,7 +202,6 @@ static int wp_range(pgr_region *r, uint64_t page, uint64_t n, int protect) {
     return 0;
 }
 
-#define NO_SLOT UINT32_MAX /* a page without a ring slot (not resident, or no room was found) */
 
 static uint8_t *twin(pgr_region *r, uint64_t p) { return r->twins + (uint64_t)r->slot[p] * r->ps; }
 
@@ -425,7 +342,7 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
 }
 
 /* Place page p in the CLOCK ring, evicting a victim if the budget is full. */
-static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
+int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
     if (r->fill < r->cap) {
         if (r->slot) r->slot[p] = (uint32_t)r->fill;
         r->ring[r->fill++] = (int64_t)p;
@@ -457,31 +374,40 @@ static int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
 
 /* ---- prefetch policies ------------------------------------------------------------- */
 
+/* The stride step (native/policy/pc_policy.h, the rule of policies/stride.py) is told the
+ * events the simulator would show it: misses and first uses of prefetched pages. The
+ * pager sees no first use of a page it mapped (no accessed bits in user space), so before
+ * a miss that continues the stride k steps on, the k - 1 pages in between that are
+ * resident — served without a fault, by the prefetches along that stride — are shown to
+ * it first as the hits it could not observe. */
+static uint64_t stride_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
+    pc_stride_state *s = &r->stride;
+    int64_t degree = r->cfg.depth > 0 ? r->cfg.depth : 0, np = (int64_t)r->npages;
+    if (s->last >= 0 && s->stride != 0 && s->conf >= r->cfg.min_conf) {
+        int64_t d = (int64_t)p - s->last, k = d / s->stride;
+        if (d % s->stride == 0 && k >= 2 && k <= degree + 1) {
+            int64_t j = 1;
+            while (j < k && (r->state[s->last + j * s->stride] & ST_RES)) j++;
+            if (j == k)
+                for (j = 1; j < k; j++) pc_stride_step(s, s->last + s->stride, degree, r->cfg.min_conf, np, out, max);
+        }
+    }
+    return pc_stride_step(s, (int64_t)p, degree, r->cfg.min_conf, np, out, max);
+}
+
 static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
     uint64_t n = 0;
-    int64_t np = (int64_t)r->npages;
     switch (r->cfg.policy) {
-    case PGR_POLICY_NEXT:
-        for (int64_t q = (int64_t)p + 1; q < np && n < max; q++) out[n++] = q;
-        break;
-    case PGR_POLICY_STRIDE: {
-        int64_t d = (int64_t)p - r->last_fault;
-        int hit = 0;
-        if (r->last_fault >= 0) {
-            if (r->stride && d && d % r->stride == 0 && d / r->stride > 0)
-                hit = 1;
-            else if (d && d == r->last_delta) {
-                r->stride = d;
-                hit = 1;
-            }
-            r->last_delta = d;
-        }
-        r->last_fault = (int64_t)p;
-        if (hit)
-            for (int64_t q = (int64_t)p + r->stride; q >= 0 && q < np && n < max; q += r->stride) out[n++] = q;
+    case PC_POLICY_NEXTLINE: {
+        int64_t window = (r->cfg.depth > 0 ? r->cfg.depth : 0) + 1;
+        int64_t before = r->cfg.before < 0 ? window / 2 : r->cfg.before < window ? r->cfg.before : window - 1;
+        n = pc_nextline_step((int64_t)p, 0, before, window, (int64_t)r->npages, out, max);
         break;
     }
-    case PGR_POLICY_SPARSE: {
+    case PC_POLICY_STRIDE:
+        n = stride_pages(r, p, out, max);
+        break;
+    case PC_POLICY_SPARSE: {
         /* The learned set in increasing order (the workload is monotone): next N members. */
         r->learned[p >> 6] |= 1ull << (p & 63);
         uint64_t q = p + 1;
@@ -498,7 +424,7 @@ static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t m
         }
         break;
     }
-    case PGR_POLICY_TABLE:
+    case PC_POLICY_TABLE:
         if (r->tab_off)
             for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
         break;
@@ -533,7 +459,7 @@ static ssize_t read_page(pgr_region *r, uint64_t p, uint8_t *dst, uint64_t npg) 
     return (ssize_t)got;
 }
 
-static int copy_pages(pgr_region *r, uint64_t p, const uint8_t *src, uint64_t npg, int wp, int wake) {
+int copy_pages(pgr_region *r, uint64_t p, const uint8_t *src, uint64_t npg, int wp, int wake) {
     struct uffdio_copy c = {
         .dst = (uint64_t)(uintptr_t)(r->base + p * r->ps),
         .src = (uint64_t)(uintptr_t)src,
@@ -622,14 +548,14 @@ static void start_io(pgr_region *r, uint64_t p, uint64_t n) {
  * overlaps the program's work on this batch, so the next fault finds its pages cached.
  * Only for policies whose next window is known without changing their state. */
 static void lookahead_io(pgr_region *r, uint64_t last, uint64_t max) {
-    if (r->cfg.policy == PGR_POLICY_NEXT) {
+    if (r->cfg.policy == PC_POLICY_NEXTLINE) {
         uint64_t end = last + 1 + max < r->npages ? last + 1 + max : r->npages;
         if (end > last + 1)
             posix_fadvise(r->fd, (off_t)(r->file_offset + (last + 1) * r->ps), (off_t)((end - last - 1) * r->ps),
                           POSIX_FADV_WILLNEED);
         return;
     }
-    if (r->cfg.policy != PGR_POLICY_SPARSE) return;
+    if (r->cfg.policy != PC_POLICY_SPARSE) return;
     uint64_t q = last + 1, k = 0;
     while (q < r->npages && k < max) {
         uint64_t w = r->learned[q >> 6] >> (q & 63);
@@ -925,15 +851,9 @@ static void *handler_main(void *arg) {
 }
 
 
-/* ---- page pack: sequential cold start ------------------------------------------------ */
+/* The page-pack loader (pgr_pack_start) is in pack.c. */
 
-uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords) {
-    uint64_t h = nwords;
-    for (uint64_t i = 0; i < nwords; i++) h += (w[i] ^ 0x9e3779b97f4a7c15ull) * (2 * i + 1);
-    return h;
-}
-
-static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
+int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
     uint64_t got = 0;
     while (got < n) {
         ssize_t k = pread(fd, (uint8_t *)dst + got, n - got, (off_t)(off + got));
@@ -941,346 +861,6 @@ static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
         if (k <= 0) return -1;
         got += (uint64_t)k;
     }
-    return 0;
-}
-
-#define PACK_READ_BLOCKS 8   /* blocks per read after the first (PAGECAST_PAGER_PACK_CHUNK): 2 MiB */
-#define PACK_LOCK_PAGES 16   /* pages claimed per hold of the region lock: faults interleave */
-
-/* Chunk c of the pack: [start, end) positions. Chunk 0 is one block (latency), then
- * k->chunk blocks each; boundaries are block-aligned (checksums are per block). */
-static int pack_chunk(const struct pgr_pack *k, uint64_t c, uint64_t *start, uint64_t *end) {
-    uint64_t B = k->block;
-    *start = c == 0 ? 0 : B + (c - 1) * k->chunk * B;
-    *end = c == 0 ? B : *start + k->chunk * B;
-    if (*end > k->n) *end = k->n;
-    return *start < k->n;
-}
-
-/* Install pack positions [i, end) whose bytes are in buf. Pages are claimed under the
- * lock (ST_PIN + a ring slot), copied without it (so several loader threads and the fault
- * handler run at once), then marked resident under it. Returns 0, or -1 with k->why set. */
-static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *buf) {
-    struct pgr_pack *k = r->pack;
-    int64_t pg[PACK_LOCK_PAGES];
-    uint64_t at[PACK_LOCK_PAGES], slot[PACK_LOCK_PAGES];
-    int ok[PACK_LOCK_PAGES];
-    for (uint64_t j = i; j < end;) {
-        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) return -1;
-        int64_t t = now_ns();
-        int nc = 0, full = 0, hook = 0;
-        pthread_mutex_lock(&r->mu);
-        for (; j < end && nc < PACK_LOCK_PAGES; j++) {
-            int64_t p = k->rpage[j];
-            if (p < 0) continue; /* outside the region */
-            if (r->pack_pos[p] == -2 - (int32_t)j) { /* the program faulted it in before the loader came */
-                r->st.pack_skipped++;
-                continue;
-            }
-            if (r->pack_pos[p] != (int32_t)j) continue; /* a duplicate */
-            if (r->state[p] & (ST_RES | ST_PIN)) {
-                r->st.pack_skipped++;
-                r->pack_pos[p] = -2 - (int32_t)j;
-                continue;
-            }
-            if (k->stop_after && k->claimed >= k->stop_after) {
-                hook = 1;
-                break;
-            }
-            if (r->fill >= r->cap) { /* never evict for the pack: it is a guess, resident pages are not */
-                full = 1;
-                break;
-            }
-            slot[nc] = r->fill;
-            ring_insert(r, (uint64_t)p, t);
-            r->state[p] |= ST_PIN;
-            r->pack_pos[p] = -2 - (int32_t)j;
-            k->claimed++;
-            pg[nc] = p;
-            at[nc++] = j;
-        }
-        pthread_mutex_unlock(&r->mu);
-        /* write-protected like a prefetch; with wake, so a thread waiting on the page runs on */
-        int err = 0;
-        for (int c = 0; c < nc; c++) {
-            ok[c] = copy_pages(r, (uint64_t)pg[c], buf + (at[c] - i) * r->ps, 1, 1, 1) == 0;
-            if (!ok[c] && !err) err = errno;
-        }
-        pthread_mutex_lock(&r->mu);
-        for (int c = 0; c < nc; c++) {
-            int64_t p = pg[c];
-            if (!ok[c]) {
-                r->state[p] &= (uint8_t)~ST_PIN;
-                r->ring[slot[c]] = -1;
-                if (r->slot) r->slot[p] = NO_SLOT;
-                continue;
-            }
-            r->state[p] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            r->st.resident++;
-            r->st.pack_installed++;
-            r->st.prefetched++;
-            log_rec(r, t, p, PGR_REC_PREFETCH, PGR_RF_PACK, -1);
-            if (r->nlog == r->logcap) log_flush(r);
-        }
-        if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
-        log_flush(r);
-        pthread_mutex_unlock(&r->mu);
-        const char *why = err ? "UFFDIO_COPY failed" : full ? "memory budget full" : hook ? "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)" : NULL;
-        if (why) {
-            pthread_mutex_lock(&r->mu);
-            if (!k->why[0])
-                snprintf(k->why, sizeof k->why, "%s%s%s after %llu pages", why, err ? ": " : "", err ? strerror(err) : "",
-                         (unsigned long long)r->st.pack_installed);
-            pthread_mutex_unlock(&r->mu);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* The last loader thread to end tells the handler, which serves every fault that waited. */
-static void pack_thread_end(pgr_region *r, const char *why) {
-    struct pgr_pack *k = r->pack;
-    pthread_mutex_lock(&r->mu);
-    if (why && !k->why[0]) snprintf(k->why, sizeof k->why, "%s", why);
-    if (k->why[0]) __atomic_store_n(&k->stop, 1, __ATOMIC_RELEASE);
-    int last = --k->live == 0;
-    int closing = k->stop == 2;
-    if (last) {
-        r->st.pack_state = k->why[0] || closing ? PGR_PACK_STOPPED : PGR_PACK_DONE;
-        r->st.pack_done_ns = (uint64_t)(now_ns() - r->t0);
-    }
-    pthread_mutex_unlock(&r->mu);
-    if (!last) return;
-    if (k->why[0]) fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", k->path, k->why, r->path);
-    uint64_t one = 1;
-    if (write(r->pack_efd, &one, sizeof one) < 0) { /* the handler also checks the state after each batch */
-    }
-}
-
-struct pack_arg {
-    pgr_region *r;
-    int id;
-};
-
-/* Claim the next chunk and read it into buf. Each thread has its read in flight while
- * the others map theirs: the disk here serves requests in order, and when it is slow a
- * single read in flight left it idle ~110 µs between reads (the wake-up of the next
- * reader) and cost 20-45 % of the stream's speed. A demand read (a fault on a page not
- * in the pack) in flight holds the *next* loader read back (up to 2 ms), so the miss
- * waits only for reads already queued. Returns 1 with [*i, *end) in buf, 0 at the end,
- * -1 with why set. */
-static int pack_read_next(pgr_region *r, uint8_t *buf, uint64_t *i, uint64_t *end, char *why, size_t whylen) {
-    struct pgr_pack *k = r->pack;
-    uint64_t ps = r->ps;
-    uint64_t c = __atomic_fetch_add(&k->next_chunk, 1, __ATOMIC_ACQ_REL);
-    if (!pack_chunk(k, c, i, end)) return 0;
-    pthread_mutex_lock(&r->mu);
-    if (*end > k->hi) k->hi = *end;
-    pthread_mutex_unlock(&r->mu);
-    if (c == 1 && k->dfd < 0) /* the rest as one sequential stream: the disk reads ahead while pages are mapped */
-        posix_fadvise(k->fd, (off_t)(k->data_off + *i * ps), (off_t)((k->n - *i) * ps), POSIX_FADV_WILLNEED);
-    struct timespec hold = {0, 2000000};
-    for (int v; (v = __atomic_load_n(&r->miss_io, __ATOMIC_ACQUIRE)) != 0;)
-        if (syscall(SYS_futex, &r->miss_io, FUTEX_WAIT_PRIVATE, v, &hold, NULL, 0) < 0 && errno == ETIMEDOUT) break;
-    if (pread_full(k->dfd >= 0 ? k->dfd : k->fd, buf, (*end - *i) * ps, k->data_off + *i * ps) < 0) {
-        snprintf(why, whylen, "read failed at page %llu of %llu (%s)", (unsigned long long)*i, (unsigned long long)k->n,
-                 errno ? strerror(errno) : "file shorter than its header says");
-        return -1;
-    }
-    return 1;
-}
-
-static void *pack_main(void *arg) {
-    struct pack_arg *a = arg;
-    pgr_region *r = a->r;
-    struct pgr_pack *k = r->pack;
-    uint8_t *buf = k->buf[a->id];
-    free(a);
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    uint64_t ps = r->ps;
-    char why[200] = "";
-    for (;;) {
-        if (__atomic_load_n(&k->stop, __ATOMIC_ACQUIRE)) break;
-        uint64_t i, end;
-        if (pack_read_next(r, buf, &i, &end, why, sizeof why) <= 0) break;
-        __atomic_fetch_add(&r->st.pack_bytes_read, (end - i) * ps, __ATOMIC_RELAXED);
-        for (uint64_t b = i / k->block; b * k->block < end; b++) {
-            uint64_t lo = b * k->block, hi = lo + k->block < k->n ? lo + k->block : k->n;
-            if (pgr_pack_sum((const uint64_t *)(buf + (lo - i) * ps), (hi - lo) * ps / 8) != k->sums[b]) {
-                snprintf(why, sizeof why, "block %llu (pages %llu-%llu) fails its checksum (pack corrupted?)",
-                         (unsigned long long)b, (unsigned long long)lo, (unsigned long long)hi - 1);
-                break;
-            }
-        }
-        if (why[0] || pack_install(r, i, end, buf) < 0) break;
-    }
-    pack_thread_end(r, why[0] ? why : NULL);
-    return NULL;
-}
-
-static void pack_free(struct pgr_pack *k) {
-    if (!k) return;
-    if (k->fd >= 0) close(k->fd);
-    if (k->dfd >= 0) close(k->dfd);
-    free(k->rpage);
-    free(k->sums);
-    for (int i = 0; i < PACK_MAX_THREADS; i++) free(k->buf[i]);
-    free(k);
-}
-
-int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
-    _Static_assert(sizeof(pgr_pack_header) == PGR_PACK_HEADER, "pack header size");
-    if (foreign(r)) return -1;
-    if (r->pack) {
-        set_err("%s: a page pack is already loading for %s", pack_path, r->path);
-        return -1;
-    }
-    int fd = open(pack_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        set_err("page pack %s: %s", pack_path, strerror(errno));
-        return -1;
-    }
-    pgr_pack_header h;
-    struct stat ps_st, src, cur;
-    if (fstat(fd, &ps_st) < 0 || pread_full(fd, &h, sizeof h, 0) < 0 || memcmp(h.magic, PGR_PACK_MAGIC, 8) != 0) {
-        set_err("page pack %s: not a page pack (bad or short header)", pack_path);
-        close(fd);
-        return -1;
-    }
-    h.path[sizeof h.path - 1] = 0;
-    if (fstat(r->fd, &cur) < 0 || stat(h.path, &src) < 0 || src.st_dev != cur.st_dev || src.st_ino != cur.st_ino) {
-        close(fd);
-        return 1; /* built for another file */
-    }
-    uint64_t nblocks = h.block_pages ? (h.npages + h.block_pages - 1) / h.block_pages : 0;
-    uint64_t idx_bytes = (h.npages + nblocks) * 8;
-    uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
-    if (h.version != PGR_PACK_VERSION) {
-        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version, PGR_PACK_VERSION);
-        close(fd);
-        return -1;
-    }
-    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
-        h.npages > (1ull << 31) - 1 || h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
-        set_err("page pack %s: malformed header (version %u, page size %u)", pack_path, h.version, h.page_size);
-        close(fd);
-        return -1;
-    }
-    if ((uint64_t)ps_st.st_size != data_off + h.npages * r->ps) {
-        set_err("page pack %s: truncated or padded: %llu bytes, the header says %llu", pack_path,
-                (unsigned long long)ps_st.st_size, (unsigned long long)(data_off + h.npages * r->ps));
-        close(fd);
-        return -1;
-    }
-    if ((uint64_t)cur.st_size != h.src_size || (int64_t)cur.st_mtim.tv_sec * 1000000000LL + cur.st_mtim.tv_nsec != h.src_mtime_ns ||
-        (int64_t)cur.st_ctim.tv_sec * 1000000000LL + cur.st_ctim.tv_nsec != h.src_ctime_ns || (uint64_t)cur.st_ino != h.src_ino ||
-        (uint64_t)cur.st_dev != h.src_dev) {
-        set_err("page pack %s is stale: %s changed since the pack was built (size/mtime/ctime/inode differ); ignored",
-                pack_path, r->path);
-        close(fd);
-        return -1;
-    }
-    struct pgr_pack *k = calloc(1, sizeof *k);
-    uint64_t *idx = malloc(idx_bytes ? idx_bytes : 8);
-    if (!k || !idx) {
-        free(k);
-        free(idx);
-        close(fd);
-        set_err("out of memory");
-        return -1;
-    }
-    k->fd = fd;
-    k->dfd = -1;
-    if (pread_full(fd, idx, idx_bytes, h.index_offset) < 0 || pgr_pack_sum(idx, idx_bytes / 8) != h.index_sum) {
-        set_err("page pack %s: index fails its checksum (corrupted)", pack_path);
-        free(idx);
-        pack_free(k);
-        return -1;
-    }
-    snprintf(k->path, sizeof k->path, "%s", pack_path);
-    /* Direct I/O: the device writes the pages into the loader's buffer, no page-cache copy
-     * or page-cache pages to allocate; while one loader thread maps its chunk the others'
-     * reads are in flight. */
-    const char *dio = getenv("PAGECAST_PAGER_PACK_DIRECT");
-    k->dfd = dio && *dio == '0' ? -1 : open(pack_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-    k->n = h.npages;
-    k->block = h.block_pages;
-    k->nblocks = nblocks;
-    k->data_off = data_off;
-    k->defer = defer ? defer : 256;
-    k->stop_after = stop_after;
-    k->rpage = malloc((k->n ? k->n : 1) * sizeof(int64_t));
-    k->sums = malloc((nblocks ? nblocks : 1) * sizeof(uint64_t));
-    k->nthreads = threads < 1 ? 4 : threads > PACK_MAX_THREADS ? PACK_MAX_THREADS : threads;
-    const char *ch = getenv("PAGECAST_PAGER_PACK_CHUNK");
-    k->chunk = ch && atoi(ch) > 0 ? (uint64_t)atoi(ch) : PACK_READ_BLOCKS;
-    int bufs_ok = 1;
-    uint64_t bufpages = k->chunk * k->block; /* a read never spans more than the pack */
-    if (bufpages > k->n) bufpages = k->n ? k->n : 1;
-    for (int t = 0; t < k->nthreads; t++) bufs_ok &= (k->buf[t] = aligned_alloc(4096, bufpages * r->ps)) != NULL;
-    int32_t *pos = malloc(r->npages * sizeof(int32_t));
-    struct deferred *dfr = malloc(4096 * sizeof *dfr);
-    if (!k->rpage || !k->sums || !bufs_ok || !pos || !dfr) {
-        set_err("page pack %s: out of memory", pack_path);
-        free(idx);
-        free(pos);
-        free(dfr);
-        pack_free(k);
-        return -1;
-    }
-    memcpy(k->sums, idx + k->n, nblocks * 8);
-    for (uint64_t p = 0; p < r->npages; p++) pos[p] = -1;
-    uint64_t first_page = r->file_offset / r->ps, inside = 0;
-    for (uint64_t j = 0; j < k->n; j++) {
-        int64_t fp = (int64_t)idx[j], p = fp - (int64_t)first_page;
-        int ok = fp >= 0 && p >= 0 && (uint64_t)p < r->npages && r->file_offset + (uint64_t)p * r->ps < r->valid_end;
-        k->rpage[j] = ok ? p : -1;
-        if (ok && pos[p] < 0) {
-            pos[p] = (int32_t)j;
-            inside++;
-        }
-    }
-    free(idx);
-    pthread_mutex_lock(&r->mu);
-    r->pack = k;
-    r->pack_pos = pos;
-    r->dfr = dfr;
-    r->dfrcap = 4096;
-    r->st.pack_pages = inside;
-    r->st.pack_bytes_read = PGR_PACK_HEADER + idx_bytes;
-    r->st.pack_state = PGR_PACK_RUNNING;
-    pthread_mutex_unlock(&r->mu);
-    /* several threads: while the program waits for its next page, the idle core maps pages too */
-    /* Every thread counts as live from the start: counted one by one, a thread that failed
-     * (a corrupted first block) before the next was created would find itself the last
-     * and report the end, and so would the next one. */
-    int want = k->nthreads, started = 0;
-    pthread_mutex_lock(&r->mu);
-    k->live = want;
-    pthread_mutex_unlock(&r->mu);
-    for (int t = 0; t < want; t++) {
-        struct pack_arg *a = malloc(sizeof *a);
-        if (!a) break;
-        *a = (struct pack_arg){r, t};
-        if (pthread_create(&k->thr[t], NULL, pack_main, a) != 0) {
-            free(a);
-            break;
-        }
-        started++;
-    }
-    k->nthreads = started;
-    if (!started) {
-        pthread_mutex_lock(&r->mu);
-        k->live = 0;
-        r->st.pack_state = PGR_PACK_STOPPED;
-        pthread_mutex_unlock(&r->mu);
-        set_err("page pack %s: cannot start the loader thread", pack_path);
-        return -1;
-    }
-    for (int t = started; t < want; t++) pack_thread_end(r, "cannot start every loader thread");
     return 0;
 }
 
@@ -1317,7 +897,6 @@ int pgr_save_learned(pgr_region *r, const char *path) {
     return 0;
 }
 
-static void pack_free(struct pgr_pack *k);
 
 static void free_region(pgr_region *r) {
     pack_free(r->pack);
@@ -1411,7 +990,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         goto fail;
     }
     r->st.wp_enabled = r->wp;
-    r->last_fault = -1;
+    pc_stride_init(&r->stride);
     r->t0 = now_ns();
     snprintf(r->path, sizeof r->path, "%s", path);
     if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);
@@ -1528,7 +1107,7 @@ uint64_t pgr_length(pgr_region *r) { return r->len; }
 
 /* In a forked child the region's lock may be held by a thread that stayed in the parent,
  * and its memory is not mapped (MADV_DONTFORK): every call but pgr_close refuses. */
-static int foreign(pgr_region *r) {
+int foreign(pgr_region *r) {
     if (getpid() == r->owner) return 0;
     set_err("%s: the paged region belongs to the parent process (this is a forked child)", r->path);
     errno = EINVAL;

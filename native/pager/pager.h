@@ -15,14 +15,9 @@
 extern "C" {
 #endif
 
-/* Prefetch policies (chosen per region). */
-enum {
-    PGR_POLICY_NONE = 0,
-    PGR_POLICY_NEXT = 1,    /* next-N pages after the fault */
-    PGR_POLICY_STRIDE = 2,  /* N pages along a repeated delta between faults */
-    PGR_POLICY_SPARSE = 3,  /* BowerAccess: next N pages of the learned set, in order */
-    PGR_POLICY_TABLE = 4,   /* fault at page p -> pages table[p] (from a schedule/predictor) */
-};
+/* Prefetch policies (chosen per region): the PC_POLICY_* ids of the policy registry,
+ * native/policy/pc_policy_ids.h (none, nextline, stride, sparse, table). */
+#include "policy/pc_policy_ids.h"
 
 /* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
  * write() per served fault (so a crash loses at most a torn last record). */
@@ -62,13 +57,15 @@ typedef struct pgr_log_rec {
 
 typedef struct pgr_config {
     uint64_t budget_pages;   /* resident-page budget (>= 1) */
-    int policy;              /* PGR_POLICY_* */
+    int policy;              /* PC_POLICY_* */
     int depth;               /* pages per prefetch batch (N) */
     int writeback;           /* 1: MAP_SHARED semantics (write dirty pages back); 0: private */
     int log_fd;              /* >= 0: append fault records here (header written by pgr_open) */
     int on_eof_sigbus;       /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
     const char *learn_path;  /* sparse policy: load/save the learned page set here (may be NULL) */
     int flush_ms;            /* > 0: write dirty pages back every flush_ms (bounds SIGKILL loss) */
+    int before;              /* nextline: pages below the fault (window = depth + 1); < 0: window / 2 */
+    int min_conf;            /* stride: confidence needed to prefetch (policies/stride.py) */
 } pgr_config;
 
 typedef struct pgr_stats {
@@ -103,25 +100,6 @@ typedef struct pgr_stats {
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };
 
-/* Page pack file (docs/pager.md, "Page packs"), little-endian:
- *   header (4096 bytes): magic "PGCPACK1", u32 version, u32 page_size, u64 npages,
- *   u64 block_pages, u64 index_offset (4096), u64 data_offset, u64 src_size, i64 src_mtime_ns,
- *   i64 src_ctime_ns, u64 src_ino, u64 src_dev, u64 index_sum, path of the source (NUL-terminated);
- *   index: i64 file_page[npages] (first-use order), u64 block_sum[ceil(npages/block_pages)];
- *   data at data_offset: the pages' bytes in the same order.
- * Sums: pgr_pack_sum over 64-bit words. The file is exactly data_offset + npages*page_size. */
-#define PGR_PACK_MAGIC "PGCPACK1"
-#define PGR_PACK_VERSION 1
-#define PGR_PACK_HEADER 4096
-typedef struct pgr_pack_header {
-    char magic[8];
-    uint32_t version, page_size;
-    uint64_t npages, block_pages, index_offset, data_offset, src_size;
-    int64_t src_mtime_ns, src_ctime_ns;
-    uint64_t src_ino, src_dev, index_sum;
-    char path[PGR_PACK_HEADER - 96];
-} pgr_pack_header;
-
 /* Prefetch table file (pgr_table_check): "PGCTAB" + the version as one ASCII digit + NUL,
  * u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]], then the path of the data
  * file it was built for, NUL-terminated, ending the file. */
@@ -131,7 +109,6 @@ typedef struct pgr_table_header {
     char magic[8];
     uint64_t npages;
 } pgr_table_header;
-uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords);
 
 typedef struct pgr_region pgr_region;
 
@@ -177,17 +154,10 @@ const char *pgr_last_error(void);
 long pgr_emergency_writeback(pgr_region *r);
 /* Evict every resident page (writing dirty ones back): makes the next pass start cold. */
 long pgr_drop_all(pgr_region *r);
-/* Page pack: if `pack_path` was built from this region's file, start a loader thread that
- * streams it sequentially and maps its pages (in first-use order) ahead of the program.
- * Returns 0 started, 1 the pack is for another file, -1 refused (stale, malformed, I/O
- * error; one-line reason in pgr_last_error(), nothing is mapped from it). `defer` (pages):
- * a fault on a pack page at most this far ahead of the loader waits for the loader instead
- * of reading the file (0 = default 256). `stop_after` > 0: the loader stops after that
- * many pages, as if it had died (tests). `threads` loader threads (<= 0: 4) claim chunks
- * in order and map their pages in parallel. Call before the program touches the region. */
-int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads);
 
 #ifdef __cplusplus
 }
 #endif
+
+#include "pack.h" /* page packs: file format and loader */
 #endif

@@ -4,8 +4,12 @@
  * Environment:
  *   PAGECAST_PAGER=FILE:BUDGET[,FILE:BUDGET]  files to page; BUDGET in bytes (K/M/G suffix)
  *                                             or pages with a trailing 'p' (e.g. 16p)
- *   PAGECAST_PAGER_POLICY=none|next|stride|sparse|table   (default none)
+ *   PAGECAST_PAGER_POLICY=none|nextline|stride|sparse|table   (default none; the names of
+ *                                             native/policy/pc_policy_ids.h; the old name
+ *                                             next = nextline with BEFORE=0, deprecated)
  *   PAGECAST_PAGER_DEPTH=N                    pages per prefetch batch (default 16)
+ *   PAGECAST_PAGER_BEFORE=N                   nextline: pages below the fault (default (N+1)/2)
+ *   PAGECAST_PAGER_MIN_CONF=N                 stride: confidence needed to prefetch (default 1)
  *   PAGECAST_PAGER_TABLE=T[,T]                table files (pagecast pager table) for policy table
  *   PAGECAST_PAGER_LEARN=DIR                  sparse policy: keep learned page sets across runs
  *   PAGECAST_PAGER_LOG=DIR                    binary fault logs DIR/pager.PID.N.pglog
@@ -101,7 +105,7 @@ static void resolve(void) {
 }
 
 /* Lists in the environment: items separated by ',', with '\,' and '\\' standing for a
- * ',' and a '\' inside an item (pagecast.online.pager.encode_list). Copies the next item,
+ * ',' and a '\' inside an item (pagecast.pager.runtime.encode_list). Copies the next item,
  * unescaped, into out and advances *s; 0 at the end of the list. */
 static int next_item(const char **s, char *out, size_t n) {
     const char *p = *s;
@@ -143,16 +147,23 @@ static uint64_t parse_size(const char *s, int *pages, int *ok) {
     return v;
 }
 
-static const char *policy_env(int *policy) {
+/* The policy id named by PAGECAST_PAGER_POLICY; *next_alias set for the deprecated "next". */
+static const char *policy_env(int *policy, int *next_alias) {
     const char *p = getenv("PAGECAST_PAGER_POLICY");
-    *policy = PGR_POLICY_NONE;
-    if (!p || !*p || !strcmp(p, "none")) return NULL;
-    if (!strcmp(p, "next")) *policy = PGR_POLICY_NEXT;
-    else if (!strcmp(p, "stride")) *policy = PGR_POLICY_STRIDE;
-    else if (!strcmp(p, "sparse")) *policy = PGR_POLICY_SPARSE;
-    else if (!strcmp(p, "table")) *policy = PGR_POLICY_TABLE;
-    else return p;
-    return NULL;
+    *policy = PC_POLICY_NONE;
+    *next_alias = 0;
+    if (!p || !*p) return NULL;
+    if (!strcmp(p, "next")) {
+        *policy = PC_POLICY_NEXTLINE;
+        *next_alias = 1;
+        return NULL;
+    }
+    for (int i = 0; i < PC_POLICY_COUNT; i++)
+        if (pc_policy_names[i] && !strcmp(p, pc_policy_names[i])) {
+            *policy = i;
+            return NULL;
+        }
+    return p;
 }
 
 static void atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
@@ -191,9 +202,9 @@ __attribute__((constructor)) static void shim_init(void) {
         s->budget_pages = pages ? v : 0;
         s->budget_bytes = pages ? 0 : v;
     }
-    int pol;
-    const char *bad = policy_env(&pol);
-    if (bad) fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, next, stride, sparse, table)\n", bad);
+    int pol, next_alias;
+    const char *bad = policy_env(&pol, &next_alias);
+    if (bad) fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, nextline, stride, sparse, table)\n", bad);
 }
 
 static spec_t *match(int fd) {
@@ -259,9 +270,14 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     pgr_config cfg = {0};
     long ps = sysconf(_SC_PAGESIZE);
     cfg.budget_pages = s->budget_pages ? s->budget_pages : s->budget_bytes / (uint64_t)ps + (s->budget_bytes % (uint64_t)ps != 0);
-    policy_env(&cfg.policy);
+    int next_alias;
+    policy_env(&cfg.policy, &next_alias);
     const char *d = getenv("PAGECAST_PAGER_DEPTH");
     cfg.depth = d ? atoi(d) : 16;
+    const char *bf = getenv("PAGECAST_PAGER_BEFORE");
+    cfg.before = next_alias ? 0 : bf ? atoi(bf) : -1;
+    const char *mc = getenv("PAGECAST_PAGER_MIN_CONF");
+    cfg.min_conf = mc ? atoi(mc) : 1;
     int acc = fcntl(fd, F_GETFL) & O_ACCMODE;
     cfg.writeback = (flags & MAP_SHARED) && acc == O_RDWR;
     cfg.on_eof_sigbus = 1;
@@ -292,7 +308,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
         fprintf(stderr, "pagecast pager: %s; using an ordinary mapping instead\n", pgr_last_error());
         return real_mmap(addr, len, prot, flags, fd, off);
     }
-    if (cfg.policy == PGR_POLICY_TABLE) load_table(r);
+    if (cfg.policy == PC_POLICY_TABLE) load_table(r);
     start_pack(r);
     pthread_mutex_lock(&g_mu);
     int slot = -1;

@@ -7,7 +7,11 @@ import sys
 from pathlib import Path
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option, policy_texts
 from pagecast.errors import PagecastError
+
+
+DEFAULT_POLICIES = "nextline,markov"
 
 
 def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int = 1024) -> None:
@@ -22,7 +26,9 @@ def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int =
                    help="replay schedule and page pack keep the pages at least N training runs touched "
                         "(default: 2 with 4 or more training runs, else 1)")
     p.add_argument("--prompt", type=int, default=7, help="prompt of the benchmarked runs, not among the training ones (default: 7)")
-    p.add_argument("--policies", default="nextline,markov", help="classic pagecast prefetchers to include, comma-separated ('' for none)")
+    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--policies"], list_defaults=False,
+                      help="a classic pagecast prefetcher to include, e.g. stride:degree=8; repeat the flag for several "
+                           "(a comma list works too when no option value contains a comma; --policy '' for none)")
     p.add_argument("--model", help="use this trained model instead of training one")
     p.add_argument("--no-learned", action="store_true", help="skip training and the learned-model row")
     p.add_argument("--epochs", type=int, default=3, help="training epochs for the learned model (default: 3)")
@@ -53,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace, out_default: str):
-    from pagecast.online.bench import BenchConfig
+    from pagecast.bench.harness import BenchConfig
 
     train = parse_prompts(args.train_prompts)
     if not train:
@@ -71,7 +77,7 @@ def config_from_args(args: argparse.Namespace, out_default: str):
     return BenchConfig(
         out_dir=Path(args.out or out_default), weights=Path(args.weights) if args.weights else None,
         size_mib=args.size_mib, tokens=args.tokens, train_prompts=train, test_prompt=args.prompt, runs=args.runs,
-        policies=tuple(x for x in args.policies.split(",") if x.strip()), model=Path(args.model) if args.model else None,
+        policies=tuple(policy_texts(args, DEFAULT_POLICIES)), model=Path(args.model) if args.model else None,
         train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead, pack=not args.no_pack,
         pack_defer=args.pack_defer, min_runs=args.min_runs,
     )
@@ -119,7 +125,7 @@ def print_report(report: dict, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.cli._common import progress
-    from pagecast.online.bench import run_bench
+    from pagecast.bench.harness import run_bench
 
     cfg = config_from_args(args, "pagecast-bench")
     with progress(desc="bench", unit="step") as bar:

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.collect.calibrate import STEPS, CalibrateConfig, calibrate
+    from pagecast.bench.calibrate import STEPS, CalibrateConfig, calibrate
     from pagecast.util.device_model import load_model, model_path, save_model
 
     d = Path(args.dir)

@@ -101,7 +101,7 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pagecast.online.cuda_inject import run_cuda
+    from pagecast.cuda.injector import run_cuda
 
     return run_cuda(_cmd(args), schedule=args.schedule, model=args.model, trace=args.trace, top_k=args.top_k,
                     out_dir=args.out_dir, poll_ms=args.poll_ms, record=args.record, repeat=args.repeat,

@@ -29,14 +29,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.cli.bench import config_from_args, print_report
-    from pagecast.online.bench import run_bench
+    from pagecast.cli._options import policy_texts
+    from pagecast.cli.bench import DEFAULT_POLICIES, config_from_args, print_report
+    from pagecast.bench.harness import run_bench
 
     if args.quick:
         args.size_mib = min(args.size_mib, 256)
         args.runs = min(args.runs, 2)
         args.epochs = 1
-        args.policies = args.policies.split(",")[0] if args.policies else ""
+        args.policy = policy_texts(args, DEFAULT_POLICIES)[:1] or [""]
     cfg = config_from_args(args, "pagecast-demo")
     n_steps = 6 + len(cfg.train_prompts) + (1 if cfg.pack else 0) + cfg.runs * (
         7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0))

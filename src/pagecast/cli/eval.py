@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._options import add_policy_option, policy_texts
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 from pagecast.errors import PagecastError
 
 DEFAULT_HORIZON = 10  # pagecast train's default --horizon
+DEFAULT_POLICIES = "none,nextline,stride,leap,markov,bestoffset"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("trace")
-    p.add_argument("--prefetchers", default="none,nextline,stride,leap,markov,bestoffset", help="comma-separated (default %(default)s)")
+    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--prefetchers"],
+                      help="a prefetcher to compare; repeat the flag for several (a comma list works too when no option "
+                           "value contains a comma); the oracle is always the last row")
     p.add_argument("--schedule", action="append", default=[], metavar="S.parquet", help="a schedule to evaluate (repeatable)")
     p.add_argument("--model", action="append", default=[], metavar="M.pt", help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)")
     p.add_argument("-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)")
@@ -61,10 +65,10 @@ def _model_horizon(model: str) -> int:
 def main(args: argparse.Namespace) -> int:
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.bound import oracle_bound
-    from pagecast.sim.metrics import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
-    from pagecast.sim.stream import read_demand
+    from pagecast.trace.demand import read_demand
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schedule import read_schedule
 
@@ -78,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         raise PagecastError("-k and --horizon must be at least 1")
     # On a full access trace a model is shown the misses of the tier, as a per-fault predictor is.
     events = miss_events(trace, cap) if args.model and has_accesses(trace) else None
-    names = [n.strip() for n in args.prefetchers.split(",") if n.strip() and n.strip() != "oracle"]
+    names = [n for n in policy_texts(args, DEFAULT_POLICIES) if n != "oracle"]
     cands: list = list(names)
     for s in args.schedule:
         sch = read_schedule(s)

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_deprecated_alias
 from pagecast.errors import PagecastError
 
 POLICIES = ["all-slow", "all-fast", "random", "hottest-last", "oracle-next"]
+ARCHS = ["chunkwise", "mlp"]  # the PPO agent's network (gym train --arch)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -51,8 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("-o", "--out", type=Path, required=True, help="agent directory to write (ppo.zip + config.json)")
     _env_args(t)
     t.add_argument("--timesteps", type=int, default=100_000, help="PPO environment steps (default 100000)")
-    t.add_argument("--policy", choices=["chunkwise", "mlp"], default="chunkwise",
-                   help="chunkwise: shared per-chunk network (default); mlp: SB3 MlpPolicy")
+    t.add_argument("--arch", choices=ARCHS, default="chunkwise",
+                   help="the agent's network: chunkwise, a shared per-chunk network (default); mlp, SB3's MlpPolicy")
+    add_deprecated_alias(t, "--policy", "--arch", "arch", choices=ARCHS)
     t.add_argument("--n-envs", type=int, default=4, help="environment copies stepped per rollout (4)")
     t.add_argument("--seed", type=int, default=0, help="seed of PPO and of the environments (0)")
     t.add_argument("--eval", nargs="*", default=None, metavar="TRACE", help="evaluate on these traces afterwards")
@@ -65,7 +68,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                   "oracle's saving; the mean over traces unless --per-trace.")
     e.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs")
     e.add_argument("--agent", type=Path, default=None, help="trained agent directory (its env settings are used)")
-    e.add_argument("--policies", default=",".join(POLICIES), help=f"baselines to run (default {','.join(POLICIES)})")
+    e.add_argument("--baselines", default=",".join(POLICIES), help=f"baselines to run, comma-separated (default {','.join(POLICIES)})")
+    add_deprecated_alias(e, "--policies", "--baselines", "baselines")
     e.add_argument("--per-trace", action="store_true", help="one row per trace and policy, not the mean")
     _env_args(e)
     add_json_flag(e)
@@ -73,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     pl = gs.add_parser("play", help="play one trace with one policy and render every window")
     pl.add_argument("trace", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair or one trace")
-    pl.add_argument("--policy", default="hottest-last", choices=POLICIES)
+    pl.add_argument("--baseline", default="hottest-last", choices=POLICIES, help="the placement baseline to play (default %(default)s)")
+    add_deprecated_alias(pl, "--policy", "--baseline", "baseline", choices=POLICIES)
     pl.add_argument("--every", type=int, default=1, help="render every N-th window")
     _env_args(pl)
     pl.set_defaults(func=run_play)
@@ -179,7 +184,7 @@ def run_train(args: argparse.Namespace) -> int:
     specs = parse_trace_specs(args.traces)
     cfg = _env_config(args)
     print(f"training PPO for {args.timesteps:,} steps on {len(specs)} traces ...", file=sys.stderr)
-    ppo = PPOConfig(timesteps=args.timesteps, n_envs=args.n_envs, seed=args.seed, policy=args.policy)
+    ppo = PPOConfig(timesteps=args.timesteps, n_envs=args.n_envs, seed=args.seed, policy=args.arch)
     out = train(specs, args.out, cfg, ppo, progress=True)
     print(f"agent written to {out}", file=sys.stderr)
     if args.eval:
@@ -193,7 +198,7 @@ def run_train(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     from pagecast.gym.agent import evaluate, load_agent
 
-    policies = [p for p in args.policies.split(",") if p]
+    policies = [p for p in args.baselines.split(",") if p]
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         raise PagecastError(f"unknown policies {bad} (valid: {', '.join(POLICIES)})")
@@ -211,7 +216,7 @@ def run_play(args: argparse.Namespace) -> int:
     from pagecast.gym.env import TieredPlacementEnv
 
     env = TieredPlacementEnv(parse_trace_specs([args.trace]), _env_config(args), render_mode="ansi")
-    policy = BASELINES[args.policy]()
+    policy = BASELINES[args.baseline]()
     obs, _ = env.reset(seed=0)
     done = False
     while not done:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option
 from pagecast.errors import PagecastError
 
 
@@ -49,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--trace", required=True, help="trace whose demand stream the schedule/predictor refers to")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--schedule", help="schedule file (Parquet)")
-    src.add_argument("--prefetcher", help="name of a registered pagecast prefetcher")
+    add_policy_option(src, deprecated=["--prefetcher"], list_defaults=False,
+                      help="a registered pagecast prefetcher, run offline over the trace (e.g. stride:degree=8)")
     t.add_argument("--region", type=int, default=0, help="region id in the trace (default 0)")
     t.add_argument("--file", help="data file the table is for (default: the region's path)")
     t.add_argument("-o", "--out", required=True)
@@ -77,7 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_options(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--policy", default="none", help="none, next[:N], stride[:N], sparse[:N] or table:FILE (default none)")
+    r.add_argument("--policy", default="none",
+                   help="none, nextline[:N], stride[:N], sparse[:N] or table:FILE; N pages per batch, nextline and stride "
+                        "as in pagecast simulate (default none). Deprecated: next[:N], now nextline with before=0")
     r.add_argument("--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)")
     r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
     r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")
@@ -88,7 +92,7 @@ def _run_options(r: argparse.ArgumentParser) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pagecast.online.pager import parse_specs, run_pager
+    from pagecast.pager.runtime import parse_specs, run_pager
 
     # Options may also follow FILE:BUDGET; argparse's REMAINDER took them with the command.
     rest = list(args.cmd)
@@ -110,7 +114,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.pack:
         import sys
 
-        from pagecast.online.pack import usable_packs
+        from pagecast.pager.pack import usable_packs
 
         packs = [i.path for i in usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))]
     res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn,
@@ -123,14 +127,14 @@ def _run(args: argparse.Namespace) -> int:
         cols = ["path", "faults", "prefetched", "prefetch_hits", "evictions", "writebacks", "max_resident", "service_ns_p50", "service_ns_p99"]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
-    from pagecast.online.live import exit_status
+    from pagecast.live.loop import exit_status
 
     return exit_status(res.returncode)
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from pagecast.online.pack import pack_from_schedules
-    from pagecast.online.sources import default_min_runs, load_replay
+    from pagecast.pager.pack import pack_from_schedules
+    from pagecast.live.sources import default_min_runs, load_replay
 
     scheds = [load_replay(r) for r in args.runs]
     file = args.file
@@ -187,7 +191,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _table(args: argparse.Namespace) -> int:
-    from pagecast.online.pager import table_from_prefetcher, table_from_schedule, write_table
+    from pagecast.pager.runtime import table_from_prefetcher, table_from_schedule, write_table
     from pagecast.trace.reader import open_trace
 
     tr = open_trace(args.trace)
@@ -203,9 +207,9 @@ def _table(args: argparse.Namespace) -> int:
 
         table = table_from_schedule(read_schedule(args.schedule), tr, args.region, npages)
     else:
-        from pagecast.policies.base import get_prefetcher
+        from pagecast.policies.spec import parse_policy_spec
 
-        table = table_from_prefetcher(get_prefetcher(args.prefetcher), tr, args.region, npages)
+        table = table_from_prefetcher(parse_policy_spec(args.policy).build(), tr, args.region, npages)
     write_table(args.out, table, file)
     info = {"table": args.out, "file": file, "pages": npages, "entries": int(len(table.pages)),
             "trigger_pages": int(np.count_nonzero(np.diff(table.offsets.astype(np.int64))))}  # fmt: skip

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option
 from pagecast.errors import PagecastError
+from pagecast.launch.request import Backends, LiveTuning, PredictionSource, RunRequest
+
+if TYPE_CHECKING:
+    from pagecast.launch.launcher import RunReport
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--policy", help="classic prefetcher by name (pagecast.policies: nextline, stride, leap, markov, ...)")
+    add_policy_option(src, list_defaults=False, help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)")
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
     src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
     src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
@@ -70,131 +76,75 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-    t = text.strip().lower().rstrip("b").rstrip("i")
-    try:
-        if t and t[-1] in units:
-            return int(float(t[:-1]) * units[t[-1]])
-        return int(t)
-    except ValueError:
-        raise PagecastError(f"bad size {text!r} (examples: 4096, 256M, 1.5G)") from None
-
-
 def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
+    from pagecast.util.sizes import parse_size
+
     specs = []
     for s in args.pager or ():
         path, sep, budget = s.rpartition(":")
         if not sep or not path:
             raise PagecastError(f"--pager wants FILE:BUDGET, got {s!r}")
-        size = parse_size(budget)
+        size = parse_size(budget, "budget")
         if size >= 1 << 64:
             raise PagecastError(f"--pager {s}: budget {budget} is too large: at most 2^64-1 bytes")
         specs.append((path, size))
     return specs
 
 
-def _run_pack(cmd: list[str], args: argparse.Namespace) -> int:
-    """The program under the pager, each pack's file paged and its pack streamed in."""
-    import os
-
-    from pagecast.online.pack import read_pack, usable_packs
-    from pagecast.online.pager import run_pager
-
-    infos = [read_pack(p) for p in args.pack]  # malformed → one-line error before the program starts
-    usable = usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))
-    specs = _pager_specs(args)
-    named = {os.path.realpath(p) for p, _ in specs}
-    for info in infos:
-        if os.path.exists(info.source) and os.path.realpath(info.source) not in named:
-            specs.append((info.source, os.path.getsize(info.source)))
-            named.add(os.path.realpath(info.source))
-    if not specs:
-        raise PagecastError(f"the file of page pack {args.pack[0]} ({infos[0].source}) does not exist")
-    res = run_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output, packs=[i.path for i in usable],
-                    stdout=2 if args.json else None)  # fmt: skip
-    if args.json:
-        print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
-    else:
-        keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
-                "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
-        print(format_table([{k: st.get(k) for k in keys} for st in res.stats], keys), file=sys.stderr)
-    from pagecast.online.live import exit_status
-
-    return exit_status(res.returncode)
-
-
-def run(args: argparse.Namespace) -> int:
+def request_from_args(args: argparse.Namespace) -> RunRequest:
+    """The command line as a ``RunRequest`` (parsing only: the launcher checks the rest)."""
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    if not cmd:
-        raise PagecastError("no command given (usage: pagecast run [--policy P|--model M|--schedule S] -- CMD ARGS...)")
     if args.plan:
-        if args.pager or args.pack or args.output:
-            raise PagecastError("--plan chooses each file's strategy itself: drop --pager/--pack/-o")
-        from pagecast.launch.planned import run_planned
-
-        return run_planned(args.plan, cmd, as_json=args.json, status=args.plan_status)
-    if args.cuda:
-        try:
-            from pagecast.online.cuda_inject import run_cuda
-        except ImportError as e:
-            raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
-        return int(run_cuda(cmd, schedule=args.schedule, model=args.model, out_dir=args.out_dir))
-    if (args.pager or args.pack) and (args.model or args.schedule or args.cuda):
-        raise PagecastError("--pager/--pack work with --policy only (not --model, --schedule or --cuda)")
-    if args.pack:
-        return _run_pack(cmd, args)
-    if args.pager:
-        specs = _pager_specs(args)
-        try:
-            from pagecast.online.pager import run_with_pager
-        except ImportError as e:
-            raise PagecastError(f"the userfaultfd pager is not available in this build ({e})") from None
-        from pagecast.online.live import exit_status
-
-        return exit_status(int(run_with_pager(cmd, specs, policy=args.policy or "none", trace_out=args.output)))
-
-    from pagecast.online.live import LiveConfig, exit_status, run_live
-    from pagecast.online.worker import SourceSpec
-
-    if args.schedule:
-        from pagecast.online.sources import load_replay
-
-        load_replay(args.schedule)  # malformed → one-line error before the program starts
-        spec = SourceSpec("schedule", "replay", args.schedule, lookahead=args.lookahead)
-    elif args.model:
-        if not Path(args.model).exists():
-            raise PagecastError("no such model file", path=args.model)
-        spec = SourceSpec("model", "model", args.model, top_k=args.top_k, throttle=not args.no_throttle)
-    elif args.policy:
-        from pagecast.policies.base import get_prefetcher
-
-        get_prefetcher(args.policy)  # unknown name → one-line error listing the valid ones
-        spec = SourceSpec("policy", args.policy, throttle=not args.no_throttle)
+        kind = "plan"
+    elif args.cuda:
+        kind = "cuda"
     else:
-        spec = SourceSpec()
-    cfg = LiveConfig(cmd, spec, Path(args.output) if args.output else None, threads=args.threads, gap=args.gap,
-                     poll_ms=args.poll_ms, stdout=2 if args.json else None, anon=not args.no_anon, nice=args.nice,
-                     fast=False if args.no_fast else None)
-    res = run_live(cfg)
-    d = res.to_dict()
+        kind = next((k for k in ("schedule", "model", "policy") if getattr(args, k)), "none")
+    source = PredictionSource(kind, policy=args.policy, model=args.model, schedule=args.schedule, plan=args.plan,
+                              top_k=args.top_k, lookahead=args.lookahead, throttle=not args.no_throttle)
+    backends = Backends(anon=not args.no_anon, pager=_pager_specs(args), packs=list(args.pack or ()),
+                        fast=False if args.no_fast else None)
+    tuning = LiveTuning(threads=args.threads, gap=args.gap, poll_ms=args.poll_ms, nice=args.nice)
+    return RunRequest(cmd, source, backends, Path(args.output) if args.output else None, args.json, tuning,
+                      cuda_out_dir=Path(args.out_dir), plan_status=args.plan_status)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pagecast.launch.launcher import launch
+
+    req = request_from_args(args)
+    report = launch(req, warn=lambda line: print(line, file=sys.stderr))
+    if report.reported:
+        return report.exit_status
     if args.json:
-        print_json(d)
+        print_json(report.to_dict())
     else:
+        _print_text(report, req)
+    return report.exit_status
+
+
+def _print_text(report: RunReport, req: RunRequest) -> None:
+    """The human-readable summary, on stderr (stdout is the program's)."""
+    if report.mode == "pager":
+        if not req.backends.packs:
+            return  # the pager's counters are in the trace (-o) and the JSON report
+        keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
+                "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
+        print(format_table([{k: st.get(k) for k in keys} for st in report.pager["regions"]], keys), file=sys.stderr)
+    elif report.mode == "cuda":
+        from pagecast.collect.cuda import print_summary
+
+        print_summary(report.cuda, False)
+    elif report.mode == "live":
         rows = []
-        for k, v in d.items():
+        for k, v in report.live.items():
             if k == "warning":
-                continue  # printed as its own line below
+                continue  # printed as its own line
             if isinstance(v, dict):
                 v = ", ".join(f"{a}={b}" for a, b in v.items())
             elif isinstance(v, list):
                 v = " ".join(map(str, v))
             rows.append({"field": k, "value": v})
         print(format_table(rows), file=sys.stderr)
-    if res.warning:
-        print(f"pagecast run: warning: {res.warning}", file=sys.stderr)
-    if res.lost:
-        print(f"pagecast run: warning: {res.lost} fault samples lost", file=sys.stderr)
-    return exit_status(res.returncode)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._options import add_policy_option, policy_text
 from pagecast.cli._sim_options import add_model_options, model_options
 
 
@@ -22,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--capacity", default="50%", help="fast tier: pages (4096), bytes (64MiB) or percent of the trace's distinct pages (default %(default)s)")
     p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"], help="eviction policy; min = Belady (default %(default)s)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--prefetcher", default=None, metavar="NAME[:k=v,...]", help="none, nextline, stride, leap, markov, bestoffset, pagesucc, extent, oracle (UVM: tree, none); e.g. stride:degree=8, pagesucc:train=RUN1.parquet")
+    add_policy_option(src, default="none; with --uvm: tree", deprecated=["--prefetcher"],
+                      help="the prefetcher, e.g. stride:degree=8 or pagesucc:train=RUN1.parquet (with --uvm: tree or none)")
     src.add_argument("--schedule", default=None, metavar="S.parquet", help="replay a schedule (a learned model's predictions)")
     add_model_options(p)
     add_json_flag(p)
@@ -40,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
         pf = read_schedule(args.schedule)
         pf.meta.setdefault("name", f"schedule:{args.schedule}")
     else:
-        pf = args.prefetcher or ("tree" if args.uvm else "none")
+        # UVM mode has its own names (tree, none), checked by the UVM model
+        pf = (args.policy if args.uvm else policy_text(args)) or ("tree" if args.uvm else "none")
     cap = resolve_capacity(args.capacity, trace)
     r = simulate(trace, SimConfig(capacity=cap, eviction=args.eviction, **model_options(args)), pf)
     d = r.to_dict()

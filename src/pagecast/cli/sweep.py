@@ -8,11 +8,15 @@ import io
 import os
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._options import add_policy_option, policy_texts
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 
 
 def _csv_list(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
+
+
+DEFAULT_POLICIES = "none,nextline,stride,oracle"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="+")
     p.add_argument("--capacities", default="10%,25%,50%,100%", type=_csv_list, help="pages, bytes or percents (default %(default)s)")
     p.add_argument("--evictions", default="lru", type=_csv_list, help="from lru,fifo,clock,min (default %(default)s)")
-    p.add_argument("--prefetchers", default="none,nextline,stride,oracle", type=_csv_list, help="(default %(default)s)")
+    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--prefetchers"],
+                      help="a prefetcher of the grid; repeat the flag for several (a comma list works too when no option "
+                           "value contains a comma); with --uvm: tree, none")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="local worker processes (default: all cores, %(default)s)")
     p.add_argument("--ray", metavar="ADDRESS", default=None, help="run on an existing Ray cluster ('auto' or host:port)")
     p.add_argument("--csv", metavar="OUT.csv", help="write all result columns as CSV")
@@ -48,7 +54,8 @@ def main(args: argparse.Namespace) -> int:
         open_trace(t)  # fail early, one line, on a bad path
     opts = model_options(args)
     uvm = opts.pop("uvm")
-    jobs = grid(args.traces, args.capacities, args.evictions if not uvm else ["uvm"], args.prefetchers, uvm, opts)
+    policies = policy_texts(args, DEFAULT_POLICIES, check=not uvm)
+    jobs = grid(args.traces, args.capacities, args.evictions if not uvm else ["uvm"], policies, uvm, opts)
     bar = progress(len(jobs), "sweep", "run")
     if args.ray:
         rows = run_ray(jobs, args.ray, on_done=lambda: bar.update(1))

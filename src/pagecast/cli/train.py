@@ -61,9 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
-    from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
-    from pagecast.learn.models import ModelConfig
-    from pagecast.learn.train import TrainConfig, save_model, train_model
+    from pagecast.learn.dataset import DatasetSpec
+    from pagecast.learn.train import Architecture, TrainConfig, train_on_traces
 
     for name in ("epochs", "seq_len", "horizon", "batch", "top_k"):
         if getattr(args, name) < 1:
@@ -71,14 +70,9 @@ def run(args: argparse.Namespace) -> int:
     if args.vocab < 2:
         raise PagecastError("--vocab must be at least 2")
     t0 = time.perf_counter()
-    streams = [read_demand(t) for t in args.traces]
-    vals = [read_demand(t) for t in args.val_trace]
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
-    data = prepare(streams, spec, val_fraction=args.val_fraction, test_fraction=args.test_fraction, val_streams=vals,
-                   validation=args.validation)
-    mcfg = ModelConfig(kind=args.model, n_classes=len(data.vocab), n_slots=data.table.unknown, n_ip=args.use_ip,
-                       embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                       seq_len=args.seq_len, horizon=args.horizon)
+    arch = Architecture(kind=args.model, embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                        seq_len=args.seq_len)
     tcfg = TrainConfig(epochs=args.epochs, patience=args.patience, batch=args.batch, lr=args.lr, seed=args.seed,
                        threads=args.threads, windows_per_epoch=args.windows_per_epoch, top_k=args.top_k, head=args.head,
                        page_table=args.page_table)
@@ -89,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}  val loss {row['val_loss']:.3f}  "
                   f"{key} {row[key]:.3f}  next acc {row['val_next_accuracy']:.3f}  ({row['seconds']:.1f} s)", file=sys.stderr)
 
-    res = train_model(data, mcfg, tcfg, on_epoch=on_epoch, progress_factory=lambda n, d: progress(n, d, unit="win"))
-    save_model(args.output, res, data, spec, tcfg, extra={"traces": [str(t) for t in args.traces], "val_traces": args.val_trace})
+    res = train_on_traces(args.traces, args.output, spec=spec, arch=arch, tcfg=tcfg, val_traces=args.val_trace,
+                          val_fraction=args.val_fraction, test_fraction=args.test_fraction, validation=args.validation,
+                          on_epoch=on_epoch, progress_factory=lambda n, d: progress(n, d, unit="win"))
     out = {"model": args.output, "kind": args.model, "parameters": sum(p.numel() for p in res.model.parameters()),
            "wall_seconds": time.perf_counter() - t0, **res.metrics, "history": res.history}
     if args.json:

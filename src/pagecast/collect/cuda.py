@@ -158,7 +158,7 @@ def summarize_dir(raw_dir: str | Path) -> dict[str, Any]:
 
 
 def print_summary(summary: dict[str, Any], json_out: bool) -> None:
-    from pagecast.cli._common import format_table, print_json
+    from pagecast.util.output import format_table, print_json
 
     if json_out:
         print_json(summary)

@@ -42,11 +42,11 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from pagecast.collect.inode_path import path_of_inode
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
 
-PAGE_SIZE = 4096
 
 # The collector's stream: frames {u32 type, u32 len, payload}; the payload layouts mirror
 # native/faultmon.h and native/live/fastpath.h (tests/test_binary_layouts.py compares them).
@@ -169,7 +169,7 @@ class FaultMonitor:
         self.stderr = stderr
         self.ring_pages = ring_pages
         self.poll_ms = poll_ms
-        # native fast path: its config file (pagecast.online.fastpath), what it issued, its files
+        # native fast path: its config file (pagecast.live.fastpath), what it issued, its files
         self.fast = fast
         self.fast_poll_ms = fast_poll_ms
         self.fast_wake_minor = fast_wake_minor

@@ -65,7 +65,7 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.logger import HumanOutputFormat, Logger
 
-    from pagecast.cli._common import progress as progress_bar
+    from pagecast.util.output import progress as progress_bar
 
     class _Progress(BaseCallback):
         """tqdm on stderr (SB3's own bar needs `rich`; its logger writes to stdout)."""

@@ -52,17 +52,17 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.demand import demand_mask
+from pagecast.trace.keys import PAGE_MASK, page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 
-# Key of a (region, page) pair: region+1 in the high bits so region -1 (unknown) sorts first.
-_PAGE_BITS = 40
-_PAGE_MASK = (1 << _PAGE_BITS) - 1
 
 
 def page_key(region: np.ndarray | int, page: np.ndarray | int) -> np.ndarray | int:
-    return ((np.asarray(region, dtype=np.int64) + 1) << _PAGE_BITS) | (np.asarray(page, dtype=np.int64) & _PAGE_MASK)
+    # a page beyond 2**PAGE_BITS (a raw kernel address) aliases instead of changing the region
+    return page_keys(region, np.asarray(page, dtype=np.int64) & PAGE_MASK)
 
 
 @dataclass
@@ -116,15 +116,13 @@ def load_demand(trace: Trace | str | Path, batch_rows: int = 1 << 21, times_only
     ``times_only`` skips the region/page columns (the fast trace of a pair only lends its
     timestamps)."""
     tr = trace if isinstance(trace, Trace) else open_trace(trace)
-    is_demand_kind = np.zeros(256, dtype=bool)
-    is_demand_kind[[int(k) for k in DEMAND_KINDS]] = True
     cols = ["t_ns", "kind"] if times_only else ["t_ns", "region", "page", "kind"]
     parts: dict[str, list[np.ndarray]] = {c: [] for c in cols if c != "kind"}
     marks: list[np.ndarray] = []
     seen = 0
     for b in tr.iter_batches(cols, batch_rows=batch_rows):
         kind = b["kind"]
-        is_demand = is_demand_kind[kind]
+        is_demand = demand_mask(kind)
         is_mark = kind == np.uint8(Kind.KERNEL)
         if is_mark.any():
             # demand rows before each marker = demand rows so far + demand rows earlier in the batch

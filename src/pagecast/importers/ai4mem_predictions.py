@@ -20,8 +20,8 @@ import numpy as np
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._text import INT64_MAX, iter_lines, parse_float, parse_uint, split_fields, strip_bounds
 from pagecast.trace.regions import Region, RegionMap
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.schedule import Schedule
-from pagecast.trace.schema import DEMAND_KINDS
 from pagecast.util.atomic import atomic_output
 
 HEADERS = {
@@ -103,10 +103,7 @@ def attach_triggers(schedule: Schedule, trace: Any) -> Schedule:
     """
     t0 = int(trace.meta.get("t0_ns", 0))
     t = schedule.t_ns - t0
-    times = []
-    for b in trace.iter_batches(["t_ns", "kind"]):
-        times.append(b["t_ns"][np.isin(b["kind"], np.array(DEMAND_KINDS, np.uint8))])
-    demand_t = np.concatenate(times) if times else np.empty(0, np.int64)
+    demand_t = read_demand_columns(trace, ["t_ns"])["t_ns"]
     trig = np.searchsorted(demand_t, t, side="right") - 1
     regions = schedule.regions or trace.regions
     region, page = schedule.region, schedule.page

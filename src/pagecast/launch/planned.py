@@ -93,8 +93,8 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
     if packs:
         live, rc = _run_packs(cmd, packs, policy, stdout, warn, skipped)
     else:
-        from pagecast.online.live import LiveConfig, run_live
-        from pagecast.online.worker import SourceSpec
+        from pagecast.live.loop import LiveConfig, run_live
+        from pagecast.live.worker import SourceSpec
         from pagecast.policies.base import get_prefetcher
 
         get_prefetcher(policy)  # unknown name → one line
@@ -108,8 +108,8 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
 
 def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
                skipped: dict[str, str]) -> tuple[dict[str, Any], int]:  # fmt: skip
-    from pagecast.online.pack import read_pack
-    from pagecast.online.pager import run_pager
+    from pagecast.pager.pack import read_pack
+    from pagecast.pager.runtime import run_pager
 
     def skip(fp: FilePlan, why: str) -> None:
         skipped[fp.path] = why

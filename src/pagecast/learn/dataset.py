@@ -29,9 +29,9 @@ import numba
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
-from pagecast.trace.schema import DEMAND_KINDS
 
 # A pair key packs (slot, delta) into one int64 so np.unique/searchsorted work on it.
 _DELTA_BITS = 40
@@ -86,13 +86,7 @@ def read_demand(trace: Trace | str | Path | DemandStream, batch_rows: int = 1 <<
     if isinstance(trace, DemandStream):
         return trace
     t = trace if isinstance(trace, Trace) else open_trace(trace)
-    kinds = np.array([int(k) for k in DEMAND_KINDS], np.uint8)
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in ("t_ns", "region", "page", "ip")}
-    for b in t.iter_batches(["t_ns", "region", "page", "ip", "kind"], batch_rows=batch_rows):
-        keep = np.isin(b["kind"], kinds)
-        for c in parts:
-            parts[c].append(b[c][keep])
-    cols = {c: (np.concatenate(v) if v else np.empty(0)) for c, v in parts.items()}
+    cols = read_demand_columns(t, ["t_ns", "region", "page", "ip"], batch_rows)
     return DemandStream(
         cols["t_ns"].astype(np.int64, copy=False),
         cols["region"].astype(np.int32, copy=False),

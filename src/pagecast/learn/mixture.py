@@ -22,7 +22,7 @@ from pagecast.learn.dataset import EncodedStream, decode_pages
 from pagecast.learn.pagetable import PageTable, mix_block, page_keys
 from pagecast.learn.predict import _candidates, forget, score_stream
 from pagecast.learn.train import LoadedModel
-from pagecast.sim.metrics import ranking_metrics
+from pagecast.learn.ranking import ranking_metrics
 
 LAMBDAS = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
 PRIOR_LAMBDA = 0.1

@@ -21,9 +21,9 @@ from typing import Sequence
 import numba
 import numpy as np
 
-PAGE_BITS = 40  # key = slot << PAGE_BITS | page
+from pagecast.trace.keys import PAGE_BITS, PAGE_MASK as _PAGE_MASK  # key = slot << PAGE_BITS | page (slots, not regions)
+
 STEP_DISCOUNT = 0.05
-_PAGE_MASK = (1 << PAGE_BITS) - 1
 
 
 def page_keys(slots: np.ndarray, pages: np.ndarray, n_slots: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -299,6 +299,48 @@ def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: 
     with atomic_output(path) as tmp:
         torch.save(blob, str(tmp))
     return path
+
+
+@dataclass
+class Architecture:
+    """The network's shape; the vocabulary and region sizes come from the data."""
+
+    kind: str = "lstm"
+    embed: int = 32
+    hidden: int = 48
+    layers: int = 1
+    heads: int = 2  # transformer only
+    seq_len: int = 32
+
+
+def train_on_traces(
+    traces: Sequence[str | Path],
+    out: str | Path,
+    *,
+    spec: DatasetSpec | None = None,
+    arch: Architecture | None = None,
+    tcfg: TrainConfig | None = None,
+    val_traces: Sequence[str | Path] = (),
+    val_fraction: float = 0.1,
+    test_fraction: float = 0.0,
+    validation: str = "auto",
+    on_epoch: Callable[[dict], None] | None = None,
+    progress_factory: Callable[[int, str], Any] | None = None,
+) -> TrainResult:
+    """Traces in, model file out: what `pagecast train` does, callable from the benchmark harness."""
+    from pagecast.learn.dataset import prepare, read_demand
+
+    spec = spec or DatasetSpec()
+    arch = arch or Architecture()
+    tcfg = tcfg or TrainConfig()
+    data = prepare([read_demand(t) for t in traces], spec, val_fraction=val_fraction, test_fraction=test_fraction,
+                   val_streams=[read_demand(t) for t in val_traces], validation=validation)
+    mcfg = ModelConfig(kind=arch.kind, n_classes=len(data.vocab), n_slots=data.table.unknown, n_ip=spec.ip_buckets,
+                       embed=arch.embed, hidden=arch.hidden, layers=arch.layers, heads=arch.heads,
+                       seq_len=arch.seq_len, horizon=spec.horizon)
+    res = train_model(data, mcfg, tcfg, on_epoch=on_epoch, progress_factory=progress_factory)
+    save_model(out, res, data, spec, tcfg, extra={"traces": [str(t) for t in traces], "val_traces": [str(t) for t in val_traces]})
+    return res
 
 
 @dataclass

@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 
 MAGIC = "PAGECAST-PLAN"
 VERSION = 2
 READS_VERSIONS = (1, 2)
-PAGE_SIZE = 4096
 STRATEGIES = ("nothing", "warm", "stream", "pack", "per-fault")
 # Strategies the native launcher runs itself; the others need the live machinery in Python.
 NATIVE_STRATEGIES = ("nothing", "warm", "stream")

@@ -16,10 +16,9 @@ from pagecast.util.jitcache import configure as _configure_jit_cache
 
 _configure_jit_cache()
 
+from pagecast.constants import MAX_PREFETCH
 from pagecast.policies.base import Prefetcher
 from pagecast.trace.regions import Region
-
-MAX_PREFETCH = 64  # pages one event may ask for (bounds the simulator's scratch buffers)
 
 
 @njit(cache=True)

@@ -1,9 +1,28 @@
-"""The prefetcher interface shared by the simulator, offline evaluation and the live loop."""
+"""The prefetcher interface and the policy registry shared by every backend.
+
+A policy module declares, once, what it provides (``register_prefetcher``):
+
+* **python** — a ``Prefetcher`` whose per-event ``observe`` serves offline evaluation,
+  the simulator's Python path and the live loop's predictor process;
+* **sim** — a compiled kernel for the simulator: a ``NumbaPrefetcher`` subclass
+  (``policies/_numba.py``) with ``nb_observe``, ``params`` and ``init_state``. The
+  simulator's dispatch is generated from the registry (``sim/engine.py``), so such a
+  policy runs compiled without any edit outside its own module;
+* **live** / **pager** — where a C implementation exists, its id in
+  ``native/policy/pc_policy_ids.h`` (``native_id``) and which native backends run it:
+  the live loop's fast path (``native/live/fastpath.c``) and the userfaultfd pager
+  (``native/pager/pager.c``). Both call the same C step functions
+  (``native/policy/pc_policy.h``).
+
+Policies that exist only in C (the pager's ``sparse`` and ``table``) are declared with
+``register_native_policy`` so the vocabulary and the ids still have one source.
+"""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from pagecast.errors import PagecastError
@@ -27,16 +46,78 @@ class Prefetcher:
         raise NotImplementedError
 
 
+# Backends a policy can claim, in the order messages list them.
+BACKENDS = ("python", "sim", "live", "pager")
+BACKEND_LABELS = {
+    "python": "Python path",
+    "sim": "simulator's compiled loop",
+    "live": "live fast path",
+    "pager": "pager",
+}
+NATIVE_BACKENDS = ("live", "pager")
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """What one policy provides, as its module declared it."""
+
+    name: str
+    factory: Callable[..., Prefetcher] | None = None  # None: the policy exists only in C
+    native_id: int | None = None  # PC_POLICY_<NAME> in native/policy/pc_policy_ids.h
+    native: tuple[str, ...] = ()  # native backends that implement it ("live", "pager")
+    summary: str = ""
+    module: str = field(default="", compare=False)
+
+    @property
+    def kernel(self) -> Callable | None:
+        """The compiled simulator step (``nb_observe``), or None."""
+        nb = getattr(self.factory, "nb_observe", None) if isinstance(self.factory, type) else None
+        return nb if nb is not None and hasattr(nb, "py_func") else None
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        have = set(self.native)
+        if self.factory is not None:
+            have.add("python")
+        if self.kernel is not None:
+            have.add("sim")
+        return tuple(b for b in BACKENDS if b in have)
+
+
 _REGISTRY: dict[str, Callable[..., Prefetcher]] = {}
+_ENTRIES: dict[str, PolicyEntry] = {}
 _LOADED = False
 
 
-def register_prefetcher(name: str) -> Callable[[Callable[..., Prefetcher]], Callable[..., Prefetcher]]:
+def _check_native(name: str, native_id: int | None, native: Sequence[str]) -> tuple[str, ...]:
+    native = tuple(native)
+    bad = [b for b in native if b not in NATIVE_BACKENDS]
+    if bad or (native and native_id is None) or (native_id is not None and not 0 <= native_id < 64):
+        raise ValueError(f"policy {name!r}: native backends {native} need a native_id in 0..63 (backends: live, pager)")
+    for other in _ENTRIES.values():
+        if native_id is not None and other.native_id == native_id and other.name != name:
+            raise ValueError(f"policy {name!r}: native_id {native_id} is already {other.name!r}")
+    return native
+
+
+def register_prefetcher(name: str, *, native_id: int | None = None, native: Sequence[str] = (),
+                        summary: str = "") -> Callable[[Callable[..., Prefetcher]], Callable[..., Prefetcher]]:
+    """Class or factory decorator: register ``name`` (and, optionally, its C implementations)."""
+    nat = _check_native(name, native_id, native)
+
     def deco(factory: Callable[..., Prefetcher]) -> Callable[..., Prefetcher]:
         _REGISTRY[name] = factory
+        doc = summary or (factory.__doc__ or "").strip().split("\n")[0] or (getattr(
+            importlib.import_module(factory.__module__), "__doc__", "") or "").strip().split("\n")[0]
+        _ENTRIES[name] = PolicyEntry(name, factory, native_id, nat, doc, factory.__module__)
         return factory
 
     return deco
+
+
+def register_native_policy(name: str, *, native_id: int, native: Sequence[str], summary: str, module: str = "") -> None:
+    """Declare a policy that exists only in C (no Python ``observe``, no simulator kernel)."""
+    _ENTRIES[name] = PolicyEntry(name, None, native_id, _check_native(name, native_id, native), summary, module)
 
 
 def _load_all() -> None:
@@ -46,12 +127,13 @@ def _load_all() -> None:
     import pagecast.policies as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name != "base":
+        if not mod.name.startswith("_") and mod.name not in ("base", "spec"):
             importlib.import_module(f"pagecast.policies.{mod.name}")
     _LOADED = True
 
 
 def available_prefetchers() -> list[str]:
+    """Names with a Python ``observe`` (what ``get_prefetcher`` builds)."""
     _load_all()
     return sorted(_REGISTRY)
 
@@ -61,5 +143,86 @@ def get_prefetcher(name: str, **options) -> Prefetcher:
     try:
         factory = _REGISTRY[name]
     except KeyError:
+        if name in _ENTRIES:
+            raise PagecastError(unsupported(name, "python")) from None
         raise PagecastError(f"unknown prefetcher {name!r} (available: {', '.join(available_prefetchers())})") from None
     return factory(**options)
+
+
+def policy_entries() -> list[PolicyEntry]:
+    """Every registered policy, by name."""
+    _load_all()
+    return [_ENTRIES[k] for k in sorted(_ENTRIES)]
+
+
+def policy_entry(name: str) -> PolicyEntry | None:
+    _load_all()
+    return _ENTRIES.get(name)
+
+
+def policies_for(backend: str) -> list[str]:
+    """Names of the policies ``backend`` runs (one of ``BACKENDS``)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r} ({', '.join(BACKENDS)})")
+    return [e.name for e in policy_entries() if backend in e.backends]
+
+
+def supports(name: str, backend: str) -> bool:
+    e = policy_entry(name)
+    return e is not None and backend in e.backends
+
+
+def unsupported(name: str, backend: str) -> str:
+    """The one-line error for ``name`` on a backend that does not run it."""
+    e = policy_entry(name)
+    label = BACKEND_LABELS.get(backend, backend)
+    if e is None:
+        return f"unknown policy {name!r} for the {label} (it runs: {', '.join(policies_for(backend))})"
+    where = ", ".join(BACKEND_LABELS[b] for b in e.backends) or "nowhere"
+    return f"policy {name!r} does not run in the {label}; it runs in: {where}"
+
+
+def require(name: str, backend: str) -> PolicyEntry:
+    """The entry of ``name`` if ``backend`` runs it, else a one-line PagecastError."""
+    if not supports(name, backend):
+        raise PagecastError(unsupported(name, backend))
+    return policy_entry(name)  # type: ignore[return-value]
+
+
+def compiled_kernels() -> list[tuple[str, Callable]]:
+    """(name, nb_observe) of every policy with a simulator kernel, in a fixed order."""
+    return [(e.name, e.kernel) for e in policy_entries() if e.kernel is not None]
+
+
+def native_ids() -> dict[str, int]:
+    """Name → id of every policy with a C implementation (the shared header's values)."""
+    return {e.name: e.native_id for e in policy_entries() if e.native_id is not None}
+
+
+def render_ids_header() -> str:
+    """``native/policy/pc_policy_ids.h`` as the registry defines it (a test checks the file)."""
+    lines = [
+        "/* Generated from the policy registry (pagecast.policies.base.render_ids_header);",
+        " * tests/test_policy_parity.py checks that this file matches it. Do not edit by hand:",
+        " * declare native_id=... in the policy's module and regenerate with",
+        " *   python -c 'from pagecast.policies.base import render_ids_header as r; print(r(), end=\"\")' \\",
+        " *     > native/policy/pc_policy_ids.h */",
+        "#ifndef PAGECAST_PC_POLICY_IDS_H",
+        "#define PAGECAST_PC_POLICY_IDS_H",
+        "",
+        "#include <stddef.h>",
+        "",
+        "enum pc_policy_id {",
+    ]
+    for name, nid in sorted(native_ids().items(), key=lambda kv: kv[1]):
+        lines.append(f"    PC_POLICY_{name.upper()} = {nid},")
+    lines += ["};", "", "/* Canonical names, indexed by id (NULL: no policy has that id). */",
+              "static const char *const pc_policy_names[] = {"]
+    ids = native_ids()
+    top = max(ids.values(), default=-1)
+    by_id = {v: k for k, v in ids.items()}
+    for i in range(top + 1):
+        lines.append("    " + (f'"{by_id[i]}"' if i in by_id else "NULL") + ",")
+    lines += ["};", f"#define PC_POLICY_COUNT {top + 1}", "", "#endif", ""]
+    return "\n".join(lines)
+

@@ -17,6 +17,7 @@ from numba import njit
 
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit_run
 from pagecast.policies.base import register_prefetcher
+from pagecast.trace.keys import make_key
 
 # Michaud's list: offsets up to 64 whose prime factors are 2, 3 and 5.
 OFFSETS = np.array([1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, 18, 20, 24, 25, 27, 30, 32, 36, 40, 45, 48, 50, 54, 60, 64], np.int64)
@@ -35,7 +36,7 @@ def _rr_slot(key):
 def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     degree, round_max, score_max, bad_score = params[0], params[1], params[2], params[3]
     n_off = len(OFFSETS)
-    key = ((region + 1) << 40) | page
+    key = make_key(region, page)
     ti = state[0]
     d = OFFSETS[ti]
     if page - d >= 0 and state[_rr_slot(key - d)] == key - d:

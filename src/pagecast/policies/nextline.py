@@ -5,6 +5,11 @@ faulting page: from 16 pages before it to 15 after (mm/filemap.c, do_sync_mmap_r
 This prefetcher does the same on every miss: ``before`` pages before the fault and
 ``window - before - 1`` after, nearest first. ``before=0`` gives classic next-N-line.
 It acts on misses only; hits (even on prefetched pages) do not trigger it.
+
+Backends: Python ``observe``, the simulator's compiled loop, and in C
+(``native/policy/pc_policy.h``) the live fast path and the pager, where ``nextline:N``
+means N pages per batch (``window`` N + 1) and the old pager name ``next:N`` is
+``before=0``.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     return n
 
 
-@register_prefetcher("nextline")
+@register_prefetcher("nextline", native_id=1, native=("live", "pager"))
 class NextLine(NumbaPrefetcher):
     name = "nextline"
     nb_observe = nb_observe
@@ -47,6 +52,10 @@ class NextLine(NumbaPrefetcher):
 
     def params(self) -> np.ndarray:
         return np.array([self.before, self.window], np.int64)
+
+    def native_params(self) -> tuple[int, int]:
+        """(before, window): the parameters of the C step ``pc_nextline_step``."""
+        return self.before, self.window
 
     def init_state(self, n_regions: int) -> np.ndarray:
         return np.zeros(1, np.int64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pagecast.policies.base import Prefetcher, register_prefetcher
 
 
-@register_prefetcher("none")
+@register_prefetcher("none", native_id=0, native=("pager",))
 class NoPrefetcher(Prefetcher):
     name = "none"
 

@@ -94,7 +94,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
 
 def _training_stream(path: str, regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
     """The demand stream of ``path`` with its region ids mapped to ``regions`` (−1: no match)."""
-    from pagecast.sim.stream import as_trace, read_demand
+    from pagecast.trace.demand import as_trace, read_demand
 
     try:
         tr = as_trace(path)

@@ -5,6 +5,9 @@ For each observed event (a miss, or the first use of a prefetched page) it compa
 delta from the region's previous event with the stored stride. A repeat raises the
 confidence (saturating at 3), anything else replaces the stride and clears it. Once the
 confidence reaches ``min_conf`` it prefetches ``degree`` pages along the stride.
+
+Backends: Python ``observe``, the simulator's compiled loop, and in C
+(``native/policy/pc_policy.h``) the live fast path (one entry per file) and the pager.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     return n
 
 
-@register_prefetcher("stride")
+@register_prefetcher("stride", native_id=2, native=("live", "pager"))
 class Stride(NumbaPrefetcher):
     name = "stride"
     nb_observe = nb_observe
@@ -51,6 +54,10 @@ class Stride(NumbaPrefetcher):
 
     def params(self) -> np.ndarray:
         return np.array([self.degree, self.min_conf], np.int64)
+
+    def native_params(self) -> tuple[int, int]:
+        """(degree, min_conf): the parameters of the C step ``pc_stride_step``."""
+        return self.degree, self.min_conf
 
     def init_state(self, n_regions: int) -> np.ndarray:
         s = np.zeros(3 * (n_regions + 1), np.int64)

@@ -7,25 +7,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from pagecast.constants import MAX_PREFETCH, PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.util.sizes import is_size, parse_size
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40}
-
-
-def parse_capacity(text: str | int, page_size: int = 4096) -> int:
-    """'64MiB' / '2g' → pages; a bare number ('4096', '4096p', '4096 pages') is pages."""
+def parse_capacity(text: str | int, page_size: int = PAGE_SIZE) -> int:
+    """'64MiB' / '2g' (the size grammar of util/sizes.py) → pages; a bare number ('4096',
+    '4096p', '4096 pages') is pages."""
     if isinstance(text, int):
         return text
     s = str(text).strip().lower().replace(" ", "")
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(p|pages?|[kmgt]i?b?|b)?", s)
-    if not m:
-        raise PagecastError(f"bad capacity {text!r} (use pages, e.g. 4096, or bytes, e.g. 64MiB)")
-    num, unit = float(m.group(1)), m.group(2) or "p"
-    if unit.startswith("p"):
-        pages = int(num)
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(p|pages?)?", s)
+    if m:
+        pages = int(float(m.group(1)))
+    elif is_size(s):
+        pages = parse_size(s) // page_size
     else:
-        pages = int(num * _UNITS[unit]) // page_size
+        raise PagecastError(f"bad capacity {text!r} (use pages, e.g. 4096, or bytes, e.g. 64MiB)")
     if pages < 1:
         raise PagecastError(f"capacity {text!r} is less than one page")
     return pages
@@ -58,7 +56,7 @@ class SimConfig:
     fault_ns: int = 10_000  # fault handling (trap + software) before the transfer
     link_latency_ns: int = 2_000  # one-way latency of the slow tier
     link_bytes_per_s: float = 10e9  # link bandwidth
-    max_prefetch: int = 64  # pages per trigger at most
+    max_prefetch: int = MAX_PREFETCH  # pages per trigger at most
     oracle_k: int = 32
     oracle_lookahead: int = 1 << 16  # events the oracle may look ahead
     chunk_rows: int = 1 << 18  # rows per chunk: small enough that a chunk's columns stay in cache between passes

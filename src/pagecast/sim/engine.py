@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.policies import bestoffset, extent, leap, markov, nextline, pagesucc, stride
+from pagecast.sim.kernels import KINDS, step  # first: loads the policies, which configure the jit cache
+from pagecast.constants import MAX_PREFETCH
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 
@@ -53,14 +54,15 @@ N_CFG = 13
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
 EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
 
-PF_NONE, PF_NEXTLINE, PF_STRIDE, PF_LEAP, PF_MARKOV, PF_BESTOFFSET, PF_ORACLE, PF_SCHEDULE, PF_PYTHON, PF_PAGESUCC, PF_EXTENT = range(11)
-NUMBA_KINDS = {"nextline": PF_NEXTLINE, "stride": PF_STRIDE, "leap": PF_LEAP, "markov": PF_MARKOV, "bestoffset": PF_BESTOFFSET,
-               "pagesucc": PF_PAGESUCC, "extent": PF_EXTENT}
+# The engine's own modes; every compiled policy has a kind of its own from the registry
+# (``sim.kernels``: kinds >= 16, dispatched by the generated ``step``).
+PF_NONE, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(4)
+NUMBA_KINDS = KINDS
 
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
 INF = 1 << 62
-MAX_PF = 64
+MAX_PF = MAX_PREFETCH
 AHEAD = 16  # rows between a cache hint for a page's state and its use
 
 
@@ -486,20 +488,7 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             continue
         region = reg[i]
         page = pg[i]
-        if kind == PF_NEXTLINE:
-            n = nextline.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == PF_STRIDE:
-            n = stride.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == PF_LEAP:
-            n = leap.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == PF_MARKOV:
-            n = markov.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == PF_PAGESUCC:
-            n = pagesucc.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == PF_EXTENT:
-            n = extent.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        else:
-            n = bestoffset.nb_observe(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        n = step(kind, pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         for j in range(min(n, maxpf)):
             ps = page_id(g, cfg, htab, hkey, doff, dlen, out_r[j], out_p[j])
             if ps >= 0:

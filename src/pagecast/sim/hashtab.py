@@ -10,22 +10,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pagecast.trace.keys import make_key  # noqa: F401  (engine.py takes the key from here)
 from pagecast.util.jitcache import configure as _configure_jit_cache
 
 _configure_jit_cache()
 
 EMPTY = np.int64(-1)
-PAGE_BITS = 40  # pages per region < 2**40 (4 PiB of 4 KiB pages)
-PAGE_MASK = (1 << PAGE_BITS) - 1
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-
-
-@njit(cache=True, inline="always")
-def make_key(region: int, page: int) -> int:
-    """(region, page) → one int64; region -1 (unknown) is allowed. -1 if page is out of range."""
-    if page < 0 or page > PAGE_MASK or region < -1:
-        return -1
-    return ((region + 1) << PAGE_BITS) | page
 
 
 @njit(cache=True, inline="always")

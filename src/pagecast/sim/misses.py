@@ -13,7 +13,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from pagecast.sim.stream import as_trace, read_demand
+from pagecast.trace.demand import as_trace, read_demand
+from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.schema import Kind
 
@@ -59,7 +60,7 @@ def lru_misses(ids: np.ndarray, n_ids: int, capacity: int) -> np.ndarray:
 def miss_events(trace: Trace | str | Path, capacity_pages: int) -> np.ndarray:
     """Indices of the demand events that miss in an LRU tier of ``capacity_pages`` pages."""
     d = read_demand(as_trace(trace))
-    keys = (np.asarray(d["region"], np.int64) + 1) << 40 | np.asarray(d["page"], np.int64)
+    keys = page_keys(d["region"], d["page"])
     uniq, ids = np.unique(keys, return_inverse=True)
     return np.flatnonzero(lru_misses(ids.astype(np.int64), len(uniq), max(1, int(capacity_pages))))
 

@@ -11,18 +11,21 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, region_pages
-from pagecast.policies.base import Prefetcher, get_prefetcher
+from pagecast.policies.base import Prefetcher
 from pagecast.policies.oracle import Oracle
+from pagecast.policies.spec import parse_policy_spec
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import PAGE_BITS, PAGE_MASK, grown, new_table
-from pagecast.sim.stream import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.sim.kernels import kind_of
+from pagecast.sim.hashtab import grown, new_table
+from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
+from pagecast.trace.keys import split_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
@@ -31,26 +34,8 @@ PrefetcherSpec = str | Prefetcher | Schedule | None
 
 
 def parse_prefetcher(spec: str) -> Prefetcher:
-    """'name' or 'name:opt=val,opt=val' (ints, floats or strings) → a Prefetcher."""
-    name, _, rest = spec.partition(":")
-    opts: dict[str, Any] = {}
-    for item in filter(None, rest.split(",")):
-        k, eq, v = item.partition("=")
-        if not eq:
-            raise PagecastError(f"bad prefetcher option {item!r} in {spec!r} (use name:key=value,...)")
-        for conv in (int, float):
-            try:
-                v = conv(v)
-                break
-            except ValueError:
-                pass
-        opts[k.strip()] = v
-    try:
-        return get_prefetcher(name.strip(), **opts)
-    except TypeError as e:
-        raise PagecastError(f"bad options for prefetcher {name!r}: {e}") from None
-    except ValueError as e:
-        raise PagecastError(str(e)) from None
+    """'name' or 'name:opt=val,opt=val' (typed by the constructor) → a Prefetcher."""
+    return parse_policy_spec(spec).build()
 
 
 def prefetcher_label(p: PrefetcherSpec) -> str:
@@ -147,8 +132,7 @@ class _State:
         region[dense] = r
         page[dense] = ids[dense] - self.doff[r]
         k = self.hkey[ids[~dense] - self.ndense]
-        region[~dense] = (k >> PAGE_BITS) - 1
-        page[~dense] = k & PAGE_MASK
+        region[~dense], page[~dense] = split_keys(k)
         return region, page
 
 
@@ -221,9 +205,8 @@ def _resolve(prefetcher: PrefetcherSpec, config: SimConfig, engine: str) -> tupl
     if isinstance(prefetcher, Oracle):
         config.oracle_k, config.oracle_lookahead = prefetcher.k, prefetcher.lookahead
         return E.PF_ORACLE, prefetcher
-    if isinstance(prefetcher, NumbaPrefetcher) and prefetcher.name in E.NUMBA_KINDS:
-        return E.NUMBA_KINDS[prefetcher.name], prefetcher
-    return E.PF_PYTHON, prefetcher
+    kind = kind_of(prefetcher)  # a registered compiled policy runs inside the loop
+    return (E.PF_PYTHON if kind is None else kind), prefetcher
 
 
 def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None, prefetcher: PrefetcherSpec = "none",

@@ -31,8 +31,9 @@ from numba import njit
 
 from pagecast.errors import PagecastError
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import grown, intern, make_key, new_table
-from pagecast.sim.stream import ReadClock, demand_chunks
+from pagecast.sim.hashtab import grown, intern, new_table
+from pagecast.trace.demand import ReadClock, demand_chunks
+from pagecast.trace.keys import make_key
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
 
@@ -478,7 +479,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     """Play the trace through the UVM driver model (see module docstring)."""
     name = prefetcher if isinstance(prefetcher, str) or prefetcher is None else getattr(prefetcher, "name", "")
     if isinstance(prefetcher, Schedule) or name not in (None, "none", "tree", "uvm"):
-        raise PagecastError("UVM mode simulates the driver's own tree prefetcher: use --prefetcher tree (default) or none")
+        raise PagecastError("UVM mode simulates the driver's own tree prefetcher: use --policy tree (default) or none")
     if name == "none":
         config.uvm_params.uvm_perf_prefetch_enable = False
     t_start = time.perf_counter()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import FAULT_KINDS, PAGESET_KINDS, Kind
@@ -87,8 +88,7 @@ def read_page_sets(path_or_trace: str | Path | Trace, batch_rows: int = 1 << 21)
 
 def _first_of(reg: np.ndarray, page: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows whose (region, page) occurs for the first time, in their order."""
-    key = (reg.astype(np.int64) << 40) | page.astype(np.int64)
-    _, first = np.unique(key, return_index=True)
+    _, first = np.unique(page_keys(reg, page), return_index=True)
     first.sort()
     return reg[first], page[first], kind[first]
 

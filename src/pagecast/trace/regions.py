@@ -17,6 +17,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
+
 REGION_KINDS = ("file", "anon", "heap", "stack", "managed", "device", "host", "code", "other")
 
 
@@ -29,7 +31,7 @@ class Region:
     file_offset: int = 0  # byte offset in the file of the region's page 0 (file regions)
     base: int = 0  # virtual address of page 0 in the recorded run (informative only)
     length: int = 0  # bytes
-    page_size: int = 4096
+    page_size: int = PAGE_SIZE
     created_ns: int = 0
     freed_ns: int = -1  # -1: never freed during the trace
     device: int = -1  # CUDA device, -1 for host memory
@@ -131,7 +133,7 @@ class RegionMap:
     Several mappings may show the same region (a file mapped twice).
     """
 
-    def __init__(self, page_size: int = 4096):
+    def __init__(self, page_size: int = PAGE_SIZE):
         if page_size & (page_size - 1):
             raise ValueError(f"page size {page_size} is not a power of two")
         self.page_size = page_size

@@ -39,6 +39,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from pagecast import __version__
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, os_error_text
 from pagecast.trace._arrow import to_arrow, to_numpy
 from pagecast.trace.regions import Region, regions_to_json
@@ -153,7 +154,7 @@ class TraceWriter:
         *,
         regions: Sequence[Region] = (),
         meta: dict[str, Any] | None = None,
-        page_size: int = 4096,
+        page_size: int = PAGE_SIZE,
         source: str = "unknown",
         row_group_rows: int = DEFAULT_ROW_GROUP,
         journal: bool = False,

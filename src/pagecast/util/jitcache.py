@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-_PACKAGES = ("sim", "policies")
+_PACKAGES = ("sim", "policies", "trace")  # trace: the key functions the kernels inline (trace/keys.py)
 _done = False
 
 
@@ -28,6 +28,8 @@ def configure() -> None:
 
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
+    # constants compiled code captures (MAX_PREFETCH, PAGE_BITS)
+    h.update((root / "constants.py").read_bytes())
     for pkg in _PACKAGES:
         for f in sorted((root / pkg).glob("*.py")):
             text = f.read_bytes()

@@ -11,9 +11,13 @@ Three ways to use it:
     LD_PRELOAD shim (``native/pager/shim.c``);
   * ``pagecast pager run FILE:BUDGET -- CMD`` (``pagecast.cli.pager``).
 
-Policies: ``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]`` (BowerAccess: the learned
-set of pages, in increasing order), ``table:FILE`` (a page → pages table built offline from
-a schedule or from any pagecast ``Prefetcher`` run over a trace, see ``build_table``).
+Policies (the pager's entries of the policy registry, ``pagecast.policies``; ids in
+``native/policy/pc_policy_ids.h``): ``none``, ``nextline[:N]`` (N pages per batch in the
+window of ``policies/nextline.py``), ``stride[:N]`` (the rule of ``policies/stride.py``),
+``sparse[:N]`` (BowerAccess: the learned set of pages, in increasing order),
+``table:FILE`` (a page → pages table built offline from a schedule or from any pagecast
+``Prefetcher`` run over a trace, see ``build_table``). ``next[:N]``, the old name, is kept
+as a deprecated alias: ``nextline`` with ``before=0`` (pages p+1 … p+N, as before).
 """
 
 from __future__ import annotations
@@ -30,13 +34,19 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.policies.base import policy_entry, require, supports, unsupported
+from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
-from pagecast.trace.schema import DEMAND_KINDS, Kind
+from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.sizes import is_size, parse_size
 
-POLICIES = {"none": 0, "next": 1, "stride": 2, "sparse": 3, "table": 4}
 DEFAULT_DEPTH = 16
+# Old pager names kept as aliases (deprecated): name → (policy, options it implies).
+ALIASES = {"next": ("nextline", {"before": 0})}
+POLICY_SYNTAX = "none, nextline[:N], stride[:N], sparse[:N], table:FILE (deprecated alias: next[:N])"
 # Binary layouts mirrored from native/pager/pager.h (tests/test_binary_layouts.py compares them).
 LOG_HEADER = 4096
 LOG_MAGIC = b"PGCLOG1\0"
@@ -63,6 +73,8 @@ class _Config(ctypes.Structure):
         ("on_eof_sigbus", ctypes.c_int),
         ("learn_path", ctypes.c_char_p),
         ("flush_ms", ctypes.c_int),
+        ("before", ctypes.c_int),
+        ("min_conf", ctypes.c_int),
     ]
 
 
@@ -87,7 +99,7 @@ _LIB: ctypes.CDLL | None = None
 def _lib() -> ctypes.CDLL:
     global _LIB
     if _LIB is None:
-        lib = ctypes.CDLL(str(build("pager", ["pager/pager.c"], ldflags=["-lpthread"])))
+        lib = ctypes.CDLL(str(build("pager", ["pager/pager.c", "pager/pack.c"], ldflags=["-lpthread"])))
         vp, u64, i64p = ctypes.c_void_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)
         lib.pgr_open.restype = vp
         lib.pgr_open.argtypes = [ctypes.c_char_p, u64, u64, ctypes.POINTER(_Config), vp, ctypes.c_int, ctypes.c_int]
@@ -119,7 +131,7 @@ def _lib() -> ctypes.CDLL:
 
 def shim_path() -> Path:
     """The LD_PRELOAD shim (built on first use)."""
-    return build("pager_shim", ["pager/shim.c", "pager/pager.c"], ldflags=["-ldl", "-lpthread"])
+    return build("pager_shim", ["pager/shim.c", "pager/pager.c", "pager/pack.c"], ldflags=["-ldl", "-lpthread"])
 
 
 def llm_path() -> Path:
@@ -140,42 +152,96 @@ def probe() -> None:
 
 @dataclass
 class PolicySpec:
+    """A pager policy: its registry name, pages per batch and its own parameters."""
+
     name: str = "none"
     depth: int = DEFAULT_DEPTH
     table: Path | None = None
+    before: int = -1  # nextline: pages below the fault (-1: window // 2, as policies/nextline.py)
+    min_conf: int = 1  # stride: as policies/stride.py
+
+    @property
+    def policy_id(self) -> int:
+        """The PC_POLICY_* id the C pager runs (from the registry)."""
+        return require(self.name, "pager").native_id  # type: ignore[return-value]
 
     @classmethod
     def parse(cls, text: str, depth: int | None = None) -> "PolicySpec":
-        """``none``, ``next[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``."""
+        """``none``, ``nextline[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``; options
+        as ``name:key=value,...`` (nextline: window, before; stride: degree, min_conf).
+        ``next[:N]`` (deprecated) is ``nextline`` with ``before=0``."""
         name, _, arg = text.partition(":")
-        if name not in POLICIES:
-            raise PagecastError(f"unknown pager policy {name!r} (none, next[:N], stride[:N], sparse[:N], table:FILE)")
+        name, implied = ALIASES.get(name, (name, {}))
+        if not supports(name, "pager"):
+            if policy_entry(name) is None:
+                raise PagecastError(f"unknown pager policy {name!r} ({POLICY_SYNTAX})")
+            raise PagecastError(unsupported(name, "pager"))
         if name == "table":
             if not arg:
                 raise PagecastError("policy table needs a file: table:FILE (see `pagecast pager table`)")
             if not Path(arg).exists():
                 raise PagecastError("no such pager table file", path=arg)
             return cls(name, depth or DEFAULT_DEPTH, Path(arg))
-        if arg:
+        opts: dict[str, int] = {}
+        if arg and "=" in arg:
+            for item in arg.split(","):
+                k, eq, v = item.partition("=")
+                if not eq or not v.strip().lstrip("-").isdigit():
+                    raise PagecastError(f"policy {text!r}: options are key=integer, comma-separated")
+                opts[k.strip()] = int(v)
+        elif arg:
             if not arg.isdigit() or int(arg) < 1:
                 raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
-            return cls(name, int(arg))
+            depth = int(arg)
+        return cls._native(name, text, depth, {**opts, **implied}, bool(implied))
+
+    @classmethod
+    def _native(cls, name: str, text: str, depth: int | None, opts: dict[str, int], alias: bool) -> "PolicySpec":
+        """The C pager's settings for ``name``: the Python policy's own parameters, checked
+        by its constructor, so a name means the same pages in every backend."""
+        allowed = {"nextline": {"window", "before"}, "stride": {"degree", "min_conf"}}.get(name, set())
+        if set(opts) - allowed:
+            keys = ", ".join(sorted(allowed)) or "none (only :N, the pages per batch)"
+            raise PagecastError(f"policy {text!r}: unknown option {sorted(set(opts) - allowed)[0]!r} (options: {keys})")
+        if name == "nextline":
+            if alias:  # next:N = pages p+1 … p+N, any N, as the old pager name
+                return cls(name, depth or DEFAULT_DEPTH, before=0)
+            if depth is not None and "window" not in opts:
+                opts["window"] = depth + 1
+            before, window = _policy_params(name, text, opts)
+            return cls(name, window - 1, before=before)
+        if name == "stride":
+            if depth is not None and "degree" not in opts:
+                opts["degree"] = depth
+            opts.setdefault("degree", DEFAULT_DEPTH)
+            degree, min_conf = _policy_params(name, text, opts)
+            return cls(name, degree, min_conf=min_conf)
         return cls(name, depth or DEFAULT_DEPTH)
 
 
-_BUDGET = r"\s*(\d+)\s*([kKmMgG]?)(i?B)?\s*|\s*(\d+)\s*[pP]\s*"
+def _policy_params(name: str, text: str, opts: dict[str, int]) -> tuple[int, int]:
+    from pagecast.policies.base import get_prefetcher
+
+    try:
+        return get_prefetcher(name, **opts).native_params()
+    except (TypeError, ValueError) as e:
+        raise PagecastError(f"policy {text!r}: {e}") from None
+
+
+_PAGES = re.compile(r"\s*(\d+)\s*[pP]\s*")
 MAX_BUDGET = (1 << 64) - 1  # the shim holds budgets in 64 bits
 
 
-def parse_budget(text: str, page_size: int = 4096) -> int:
-    """Bytes from ``4096``, ``64K``, ``1M``, ``1GiB`` or pages from ``16p``."""
-    m = re.fullmatch(_BUDGET, text)
-    if not m:
+def _is_budget(text: str) -> bool:
+    return bool(_PAGES.fullmatch(text)) or is_size(text)
+
+
+def parse_budget(text: str, page_size: int = PAGE_SIZE) -> int:
+    """Bytes from a size (``4096``, ``64K``, ``1M``, ``1GiB``: util/sizes.py) or pages from ``16p``."""
+    if not _is_budget(text):
         raise PagecastError(f"budget {text!r} is not a size (e.g. 1M, 64K, 4096, or 16p for pages)")
-    if m.group(4):
-        value = int(m.group(4)) * page_size
-    else:
-        value = int(m.group(1)) * {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}[m.group(2).lower()]
+    m = _PAGES.fullmatch(text)
+    value = int(m.group(1)) * page_size if m else parse_size(text, "budget")
     _check_budget(value, text)
     return value
 
@@ -193,7 +259,7 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
     for piece in text.split(","):
         item = pending + piece
         path, sep, budget = item.rpartition(":")
-        if sep and path and re.fullmatch(_BUDGET, budget):
+        if sep and path and _is_budget(budget):
             out.append((path, parse_budget(budget)))
             pending = ""
         else:
@@ -282,8 +348,10 @@ class PagedRegion:
                 raise PagecastError(f"cannot write fault log: {e.strerror}", path=log) from None
         cfg = _Config(
             budget_pages=max(1, -(-int(budget_bytes) // ps)),
-            policy=POLICIES[self.policy.name],
+            policy=self.policy.policy_id,
             depth=int(self.policy.depth),
+            before=int(self.policy.before),
+            min_conf=int(self.policy.min_conf),
             writeback=1 if writeback else 0,
             log_fd=self._log_fd,
             on_eof_sigbus=1 if sigbus_past_eof else 0,
@@ -485,10 +553,8 @@ def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
 
 def _demand_pages(trace, region: int) -> np.ndarray:
     """Page of every demand event of the trace (-1 where it is another region)."""
-    cols = trace.read(["region", "page", "kind"])
-    kind, reg, page = cols["kind"], cols["region"], cols["page"]
-    demand = np.isin(kind, np.array([int(k) for k in DEMAND_KINDS], np.uint8))
-    return np.where(reg[demand] == region, page[demand], -1).astype(np.int64)
+    d = read_demand_columns(trace, ["region", "page"])
+    return np.where(d["region"] == region, d["page"], -1).astype(np.int64)
 
 
 def table_from_schedule(schedule, trace, region: int, npages: int) -> PrefetchTable:
@@ -607,7 +673,7 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
               pack_defer: int | None = None, pack_stop_after: int | None = None) -> dict:  # fmt: skip
     """Environment that runs a program under the shim with these files paged.
 
-    ``packs``: page packs (``pagecast.online.pack``) streamed into the matching regions as
+    ``packs``: page packs (``pagecast.pager.pack``) streamed into the matching regions as
     they are mapped; check them first with ``pack.usable_packs``."""
     pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     env = dict(os.environ if base_env is None else base_env)
@@ -623,6 +689,8 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     env["PAGECAST_PAGER"] = encode_list(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
     env["PAGECAST_PAGER_POLICY"] = pol.name
     env["PAGECAST_PAGER_DEPTH"] = str(pol.depth)
+    env["PAGECAST_PAGER_BEFORE"] = str(pol.before)
+    env["PAGECAST_PAGER_MIN_CONF"] = str(pol.min_conf)
     env.pop("PAGECAST_PAGER_TABLE", None)
     if pol.table:
         check_table(pol.table)  # malformed → one line before the program starts

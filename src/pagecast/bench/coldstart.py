@@ -35,10 +35,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.pagecache import drop_file
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 KINDS = ("kernel", "pagecast", "oracle", "warm")
 
 
@@ -139,15 +140,14 @@ def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
 
 
 def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    from pagecast.online.sources import pack as key_of
+    from pagecast.trace.keys import page_keys as key_of
+    from pagecast.trace.demand import read_demand_columns
     from pagecast.trace.reader import open_trace
-    from pagecast.trace.schema import DEMAND_KINDS
 
     tr = open_trace(trace)
-    cols = tr.read(["region", "page", "kind"])
+    cols = read_demand_columns(tr, ["region", "page"])
     files = {r.id: r for r in tr.regions if r.kind == "file" and r.path}
-    sel = np.isin(cols["kind"], np.asarray([int(k) for k in DEMAND_KINDS], np.uint8)) & np.isin(
-        cols["region"], np.asarray(sorted(files), np.int32))
+    sel = np.isin(cols["region"], np.asarray(sorted(files), np.int32))
     region, page = cols["region"][sel].astype(np.int64), cols["page"][sel].astype(np.int64)
     nreg = max(files, default=-1) + 1
     offset = np.zeros(nreg, np.int64)
@@ -250,7 +250,7 @@ def make_cold(files: Sequence[Path], sync: bool = False) -> None:
 
 def cached_bytes(files: Sequence[Path]) -> int:
     """Bytes of these files in the page cache now (mincore)."""
-    from pagecast.online.workload import resident_pages
+    from pagecast.bench.sparse_weights import resident_pages
 
     total = 0
     for f in files:
@@ -301,7 +301,7 @@ def _preload(advice: str) -> dict[str, str]:
 
 
 def _schedule(ctx: Context) -> None:
-    from pagecast.online.sources import merge_schedules, schedule_from_trace
+    from pagecast.live.sources import merge_schedules, schedule_from_trace
     from pagecast.trace.schedule import write_schedule
 
     sched = merge_schedules([schedule_from_trace(str(t)) for t in ctx.train_traces], 1)

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.online.injector import FileInjector
-from pagecast.online.sources import PolicySource, ReplaySource, Source
-from pagecast.online.throttle import Throttle
+from pagecast.live.injector import FileInjector
+from pagecast.live.sources import PolicySource, ReplaySource, Source
+from pagecast.live.throttle import Throttle
 from pagecast.trace.regions import Region
 
 FLUSH_NS = 10_000_000  # send issued records back at least every 10 ms of activity
@@ -57,12 +57,12 @@ def make_source(spec: SourceSpec) -> Source:
         return PolicySource(get_prefetcher(spec.name, **(spec.options or {})), spec.name)
     if spec.kind == "model":
         try:
-            from pagecast.learn.predict import load_predictor
+            from pagecast.policies.learned import load_predictor
         except ImportError as e:
             raise PagecastError(f"learned models are not available in this build ({e})") from None
         return PolicySource(load_predictor(spec.path, top_k=spec.top_k), spec.label())
     if spec.kind == "schedule":
-        from pagecast.online.sources import load_replay
+        from pagecast.live.sources import load_replay
 
         return ReplaySource(load_replay(spec.path), lookahead=spec.lookahead, name=spec.label())
     raise PagecastError(f"unknown predictor kind {spec.kind!r}")
@@ -86,7 +86,7 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
     sys.setswitchinterval(0.0005)  # hand the GIL over quickly: fault batches must not wait
     _name_process(b"pagecast-pred")
     try:
-        from pagecast.online.injector import _lib
+        from pagecast.live.injector import _lib
 
         _lib()
         source = make_source(spec)
@@ -134,7 +134,7 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
             if what == "t0":
                 injector = FileInjector(msg[1], threads=threads, gap=gap)
                 if anon_listener is not None:
-                    from pagecast.online.anon import AnonInjector
+                    from pagecast.live.anon import AnonInjector
 
                     anon = AnonInjector(anon_listener, msg[1], gap=gap)
                 pre, paths = source.initial()

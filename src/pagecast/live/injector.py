@@ -22,10 +22,11 @@ from typing import Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.trace.regions import Region
 from pagecast.util.native import build
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 CHUNK_RANGES = 64  # ranges per work item: lets several threads share one large burst
 
 

@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from pagecast.online.injector import PAGE, Issued, merge_ranges
+from pagecast.live.injector import PAGE, Issued, merge_ranges
 from pagecast.trace.regions import Region
 from pagecast.util.native import build
 

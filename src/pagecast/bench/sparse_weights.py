@@ -19,12 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file
-from pagecast.util.workloads import workloads_dir
+from pagecast.bench.workloads import workloads_dir
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 ADVICE = ("random", "normal", "sequential", "willneed")
 MAGIC = (0x5357504741454353).to_bytes(8, "little")  # the generator's header magic
 

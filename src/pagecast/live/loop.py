@@ -20,7 +20,7 @@ own output and exit status:
 Each case sets ``LiveResult.warning`` to one line naming the helper that died.
 
 Schedule replay, next-line and stride take the native fast path by default
-(``pagecast.online.fastpath``): the collector predicts and issues itself, per fault, and
+(``pagecast.live.fastpath``): the collector predicts and issues itself, per fault, and
 there is no predictor process (its death is the collector case above).
 """
 
@@ -41,9 +41,9 @@ import numpy as np
 
 from pagecast.collect.faultmon import FaultMonitor
 from pagecast.errors import PagecastError
-from pagecast.online.injector import Issued
-from pagecast.online.sources import pack
-from pagecast.online.worker import SourceSpec, worker_main
+from pagecast.live.injector import Issued
+from pagecast.live.worker import SourceSpec, worker_main
+from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
 from pagecast.trace.writer import TraceWriter
 
@@ -248,7 +248,7 @@ class _Predictor:
 
 def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None = None) -> LiveResult:
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
-    from pagecast.online.fastpath import write_config
+    from pagecast.live.fastpath import write_config
 
     fast_off: dict[str, Any] = {"state": "off", "reason": "disabled (--no-fast)"}
     if cfg.fast is not False and cfg.source.kind != "none":
@@ -367,7 +367,7 @@ def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
 def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path,
               mode: str) -> LiveResult:
     """The native fast path: the collector predicts and issues; this process records."""
-    from pagecast.online.fastpath import FastPathState, issued_from_monitor
+    from pagecast.live.fastpath import FastPathState, issued_from_monitor
 
     session = LiveSession()
     state = FastPathState(cfg.source.label())
@@ -475,7 +475,7 @@ def _anon_setup(cfg: LiveConfig) -> tuple[dict[str, str] | None, Any, dict[str, 
         return cfg.env, None, {"state": "off", "reason": "disabled (--no-anon)"}
     if cfg.source.kind == "none":
         return cfg.env, None, {"state": "off", "reason": "no predictor"}
-    from pagecast.online.anon import AnonChannel, preload_blocker, shim_path
+    from pagecast.live.anon import AnonChannel, preload_blocker, shim_path
 
     base = dict(cfg.env if cfg.env is not None else os.environ)
     why = preload_blocker(cfg.cmd, base)
@@ -493,7 +493,7 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
                issued: Sequence[Issued], returncode: int, wall: float, anon_off: dict[str, Any] | None = None) -> LiveResult:
     f_t = faults["t_ns"].astype(np.int64)
     f_kind = faults["kind"].astype(np.uint8)
-    f_key = pack(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
+    f_key = page_keys(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
     cat = lambda name, dt: np.concatenate([getattr(i, name) for i in issued]).astype(dt) if issued else np.empty(0, dt)  # noqa: E731
     p_t, p_reg, p_page = cat("t_issue", np.int64), cat("region", np.int32), cat("page", np.int64)
     p_fault, p_seen, p_sub = cat("t_fault", np.int64), cat("t_seen", np.int64), cat("t_submit", np.int64)
@@ -506,7 +506,7 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
 
     # First fault on each prefetched page at or after its prefetch: merge both streams
     # sorted by (page key, time, prefetch-before-fault) and look forward to the next fault.
-    p_key = pack(p_reg, p_page)
+    p_key = page_keys(p_reg, p_page)
     order = np.lexsort((f_t, f_key))  # faults by (key, t)
     nxt = _next_fault(f_key[order], f_t[order], p_key, p_t)
     skind = f_kind[order]
@@ -609,7 +609,7 @@ def _restore_nice(done: list[tuple[int, int]]) -> None:
 
 def _live_ids(spec: SourceSpec, regions: Sequence, old: np.ndarray) -> np.ndarray:
     """Map a schedule's region ids to this run's (-1 where the region never appeared)."""
-    from pagecast.online.sources import load_replay
+    from pagecast.live.sources import load_replay
     from pagecast.trace.regions import match_regions
 
     mapping = match_regions(load_replay(spec.path).regions, regions) if spec.kind == "schedule" else {}

@@ -1,6 +1,8 @@
 """The live loop's native fast path: which predictors it serves, its config file, its output.
 
-For schedule replay and the next-line and stride prefetchers, the whole fault → prefetch
+For schedule replay and the policies the registry says the fast path runs (``live`` in
+their backends: nextline and stride, whose C steps are ``native/policy/pc_policy.h``),
+the whole fault → prefetch
 path runs in C inside the collector (``native/live/fastpath.c``, linked into faultmon): it
 wakes on every major-fault sample, maps the address to (file, page) with its own copy of
 the mmap table, steps the predictor and calls posix_fadvise(WILLNEED) at once. No pipe
@@ -23,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from pagecast.online.injector import Issued
-from pagecast.online.worker import SourceSpec
+from pagecast.live.injector import Issued
+from pagecast.live.worker import SourceSpec
+from pagecast.policies.base import policies_for, policy_entry, supports
 
 # The config file's header, mirrored from native/live/fastpath.h (struct fp_config_head;
 # tests/test_binary_layouts.py compares the two): magic "PCFAST", the version as one ASCII
@@ -36,7 +39,9 @@ CONFIG_HEAD_FIELDS = ("magic", "mode", "nfiles", "lookahead", "gap", "p0", "p1",
 # A schedule with more of its rows in anonymous/heap memory than this stays on the Python
 # path, where the LD_PRELOAD shim prefetches those pages (the fast path cannot).
 MAX_ANON_SHARE = 0.01
-MODES = {"replay": 1, "nextline": 2, "stride": 3}
+# Schedule replay is not a registry policy: its mode lies above every policy id
+# (native/policy/pc_policy_ids.h); a policy's mode is its registry ``native_id``.
+REPLAY_MODE = 256
 FLAG_AT_START = 1
 
 
@@ -44,7 +49,7 @@ def fast_mode(spec: SourceSpec) -> str | None:
     """The fast path's mode for this predictor, or None when it must run in Python."""
     if spec.kind == "schedule":
         return "replay"
-    if spec.kind == "policy" and spec.name in ("nextline", "stride"):
+    if spec.kind == "policy" and supports(spec.name, "live"):
         return spec.name
     return None
 
@@ -66,13 +71,14 @@ def write_config(spec: SourceSpec, gap: int, anon: bool = True,
     reason why this predictor (or this schedule) stays on the Python path."""
     mode = fast_mode(spec)
     if mode is None:
-        return f"not available for {spec.label()} (replay, nextline, stride only)"
+        return f"not available for {spec.label()} (replay, {', '.join(policies_for('live'))} only)"
     files: list[tuple[int, str]] = []
     row_file = np.empty(0, np.int32)
     row_page = np.empty(0, np.int64)
     p0 = p1 = 0
+    mode_id = REPLAY_MODE
     if mode == "replay":
-        from pagecast.online.sources import load_replay
+        from pagecast.live.sources import load_replay
 
         sched = load_replay(spec.path)
         if not sched.regions:
@@ -94,9 +100,9 @@ def write_config(spec: SourceSpec, gap: int, anon: bool = True,
         from pagecast.policies.base import get_prefetcher
 
         pf = get_prefetcher(mode, **(spec.options or {}))
-        p0, p1 = (pf.before, pf.window) if mode == "nextline" else (pf.degree, pf.min_conf)
-    head = CONFIG_HEAD.pack(MAGIC, MODES[mode], len(files), int(spec.lookahead), int(gap), int(p0), int(p1),
-                            len(row_page))
+        p0, p1 = pf.native_params()
+        mode_id = policy_entry(mode).native_id
+    head = CONFIG_HEAD.pack(MAGIC, mode_id, len(files), int(spec.lookahead), int(gap), int(p0), int(p1), len(row_page))
     body = b"".join(struct.pack("<Ii", len(p.encode()), tag) + p.encode() for tag, p in files)
     fd, name = tempfile.mkstemp(prefix="pagecast-fast-", suffix=".cfg", dir=directory)
     with os.fdopen(fd, "wb") as f:

@@ -29,11 +29,12 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.device_model import DeviceModel, FillCost, RandomRead, device_of, read_ahead_kb_of
 from pagecast.util.pagecache import drop_file
 
-PAGE = 4096
+PAGE = PAGE_SIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -266,7 +267,7 @@ def _fill_by_fadvise(f: Path, single: np.ndarray, batch: np.ndarray) -> FillCost
 
 def _fill_by_pager(f: Path, pages: np.ndarray) -> FillCost:
     try:
-        from pagecast.online.pager import open_paged, probe
+        from pagecast.pager.runtime import open_paged, probe
 
         probe()
     except (PagecastError, OSError) as e:

@@ -4,11 +4,11 @@ Scattered 4 KiB reads of a cold file are bound by the device's random-read rate 
 the queue depth (BENCHMARKS.md), so prefetching them into the page cache cannot come
 close to a warm cache. A pack stores the pages an earlier run needed, *contiguously, in the order
 the program first used them*; the userfaultfd pager's loader thread
-(``native/pager/pager.c``, ``pgr_pack_start``) streams it with large sequential reads and
+(``native/pager/pack.c``, ``pgr_pack_start``) streams it with large sequential reads and
 maps each page into the program's region with UFFDIO_COPY ahead of the program. Pages not
 in the pack fault and are read from the file as usual.
 
-File layout (little-endian; the C header ``pager.h`` is the reference):
+File layout (little-endian; the C header ``native/pager/pack.h`` is the reference):
 
     header, 4096 bytes: b"PGCPACK1", u32 version=1, u32 page_size, u64 npages,
         u64 block_pages, u64 index_offset=4096, u64 data_offset, u64 src_size,
@@ -34,6 +34,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.schedule import Schedule
 from pagecast.util.atomic import atomic_output
@@ -95,7 +96,7 @@ def _data_offset(npages: int, block_pages: int) -> int:
 
 
 def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_pages: int = BLOCK_PAGES,
-               page_size: int = 4096) -> PackInfo:  # fmt: skip
+               page_size: int = PAGE_SIZE) -> PackInfo:  # fmt: skip
     """Write a pack of ``source``'s ``pages`` (file pages, first-use order; duplicates and
     pages past the end dropped, first occurrence kept). Written to a temp name, renamed."""
     source = Path(source).resolve()
@@ -171,7 +172,7 @@ def read_pack(path: str | Path) -> PackInfo:
     return PackInfo(path, source, ps, n, bp, doff, ssize, mt, ct, ino, dev, index[:n].view(np.int64).copy())
 
 
-def pages_from_schedule(schedule: Schedule, source: str | Path, page_size: int = 4096) -> np.ndarray:
+def pages_from_schedule(schedule: Schedule, source: str | Path, page_size: int = PAGE_SIZE) -> np.ndarray:
     """File pages of ``source`` named by a schedule (rows in trigger order = first use),
     via the schedule's regions (region page + the region's file offset)."""
     src = Path(source).resolve()
@@ -199,7 +200,7 @@ def pack_from_schedules(schedules: Sequence[Schedule], source: str | Path, out: 
                         min_runs: int = 1) -> PackInfo:
     """One pack from the merged first-use order of several runs' schedules, keeping pages
     that at least ``min_runs`` of them touched (see ``merge_schedules``)."""
-    from pagecast.online.sources import merge_schedules
+    from pagecast.live.sources import merge_schedules
 
     sched = schedules[0] if len(schedules) == 1 else merge_schedules(list(schedules), min_runs)
     return build_pack(source, pages_from_schedule(sched, source), out)

@@ -4,7 +4,7 @@ Each source turns a batch of faults (arrays) into an ordered list of (region, pa
 prefetch, in the *live* run's region ids. Three kinds:
 
 - ``PolicySource``: any ``Prefetcher`` (classic policies from ``pagecast.policies``,
-  learned ones from ``pagecast.learn.predict.load_predictor``), one ``observe`` per fault.
+  learned ones from ``pagecast.policies.learned.load_predictor``), one ``observe`` per fault.
 - ``ReplaySource``: a schedule from an earlier run, paced by the faults this run takes.
   A fault on a page the schedule knows, at most ``lookahead`` rows ahead, moves the
   cursor to that page's position; any other fault advances it by one. Everything up to ``cursor + lookahead`` is issued, so
@@ -22,17 +22,12 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.policies.base import Prefetcher
+from pagecast.trace.demand import read_demand_columns
+from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
 from pagecast.trace.schedule import Schedule
-from pagecast.trace.schema import DEMAND_KINDS, Kind
-
-KEY_SHIFT = 40  # region << 40 | page: pages of a region stay below 2^40 (4 PiB)
-
-
-def pack(region: np.ndarray, page: np.ndarray) -> np.ndarray:
-    return (np.asarray(region, np.int64) << KEY_SHIFT) | np.asarray(page, np.int64)
-
+from pagecast.trace.schema import Kind
 
 @dataclass
 class Predictions:
@@ -122,20 +117,17 @@ class PolicySource(Source):
         return Predictions(np.asarray(causes, np.int64), np.asarray(regs, np.int32), np.asarray(pages, np.int64))
 
 
-def schedule_from_trace(trace: Trace | str, *, kinds: Sequence[Kind] = DEMAND_KINDS) -> Schedule:
+def schedule_from_trace(trace: Trace | str) -> Schedule:
     """The replay schedule of a recorded run: its demand pages in order, first touch only.
 
     Row i says "after demand event i-1, the page of demand event i is next".
     """
     tr = open_trace(trace) if not isinstance(trace, Trace) else trace
-    cols = tr.read(["t_ns", "region", "page", "kind"])
-    demand = np.isin(cols["kind"], np.asarray([int(k) for k in kinds], np.uint8))
-    sel = demand & (cols["region"] >= 0)
-    # trigger = position in the demand stream, as schedules define it
-    demand_pos = np.cumsum(demand) - 1
+    cols = read_demand_columns(tr, ["t_ns", "region", "page"])
+    sel = cols["region"] >= 0
     region, page, t = cols["region"][sel], cols["page"][sel], cols["t_ns"][sel]
-    pos = demand_pos[sel]
-    _, first = np.unique(pack(region, page), return_index=True)
+    pos = np.flatnonzero(sel)  # trigger = position in the demand stream, as schedules define it
+    _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     return Schedule(np.maximum(pos[first] - 1, 0), t[first], region[first], page[first],
                     np.ones(len(first), np.float32), regions=list(tr.regions), meta={"source": "replay", "trace": str(tr.path)})
@@ -176,7 +168,7 @@ def merge_schedules(schedules: Sequence[Schedule], min_runs: int = 1) -> Schedul
     f, r, p, k = np.concatenate(frac), np.concatenate(reg), np.concatenate(page), np.concatenate(run)
     o = np.argsort(f, kind="stable")
     f, r, p, k = f[o], r[o], p[o], k[o]
-    key = pack(r, p)
+    key = page_keys(r, p)
     _, first, inv = np.unique(key, return_index=True, return_inverse=True)
     # runs per page: distinct (page, run) pairs counted per page
     pair = np.unique(inv.astype(np.int64) * len(schedules) + k)
@@ -277,14 +269,14 @@ class ReplaySource(Source):
 
     def _rebuild_index(self) -> None:
         ok = self._s_region >= 0
-        keys = pack(self._s_region[ok], self._s_page[ok])
+        keys = page_keys(self._s_region[ok], self._s_page[ok])
         rows = np.nonzero(ok)[0]
         # first row of each page wins: the position where the earlier run first needed it
         uniq, first = np.unique(keys, return_index=True)
         self._index = dict(zip(uniq.tolist(), rows[first].tolist()))
 
     def on_batch(self, t_ns, region, page, kind) -> Predictions:
-        keys = pack(region, page).tolist()
+        keys = page_keys(region, page).tolist()
         index = self._index
         causes, rows = [], []
         if self._pending:

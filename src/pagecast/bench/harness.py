@@ -10,7 +10,7 @@ it prints it): pagecast's predictor is loaded before the program starts, as a da
 would be.
 
 Page-pack rows run the program under the userfaultfd pager (LD_PRELOAD shim) with a pack
-built from the training runs (``pagecast.online.pack``): the pack file is made cold too,
+built from the training runs (``pagecast.pager.pack``): the pack file is made cold too,
 and its bytes count in "bytes read"; their "major faults" are the pager's faults (the
 program's mapping is anonymous memory there, so the kernel's counter says nothing).
 """
@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,11 +29,12 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.online import workload as wl
-from pagecast.online.live import LiveConfig, run_live
-from pagecast.online.pack import pack_from_schedules
-from pagecast.online.sources import default_min_runs, merge_schedules, schedule_from_trace
-from pagecast.online.worker import SourceSpec
+from pagecast.bench import sparse_weights as wl
+from pagecast.live.loop import LiveConfig, run_live
+from pagecast.pager.pack import pack_from_schedules
+from pagecast.live.sources import default_min_runs, merge_schedules, schedule_from_trace
+from pagecast.live.worker import SourceSpec
+from pagecast.policies.spec import parse_policy_spec
 from pagecast.trace.schedule import write_schedule
 from pagecast.util.atomic import atomic_output, atomic_write_text
 
@@ -93,16 +93,12 @@ def record_run(cfg: BenchConfig, weights: Path, prompt: int, out: Path) -> Path:
 
 
 def train_learned(traces: list[Path], out: Path, epochs: int) -> Path | None:
-    """Train with the learn branch's `pagecast train`; None when it is not available."""
+    """Train the default LSTM on the training runs (as `pagecast train` would); None without torch."""
     try:
-        import pagecast.learn.train  # noqa: F401
+        from pagecast.learn.train import TrainConfig, train_on_traces
     except ImportError:
         return None
-    cmd = [sys.executable, "-m", "pagecast", "train", *map(str, traces), "-o", str(out), "--epochs", str(epochs),
-           "--windows-per-epoch", "4096", "--patience", "1"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise PagecastError(f"training failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    train_on_traces(traces, out, tcfg=TrainConfig(epochs=epochs, windows_per_epoch=4096, patience=1))
     return out
 
 
@@ -137,7 +133,7 @@ def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int
 
 
 def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: int) -> RunRow:
-    from pagecast.online.pager import run_pager
+    from pagecast.pager.runtime import run_pager
 
     wl.drop_cache(weights)
     if pack is not None:
@@ -201,7 +197,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
     strategies.append(("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r)))
     for pol in cfg.policies:
         name = f"pagecast: {pol}"
-        strategies.append((name, lambda r, p=pol, n=name: _live(cfg, weights, SourceSpec("policy", p), n, r)))
+        ps = parse_policy_spec(pol)
+        strategies.append((name, lambda r, p=ps, n=name: _live(cfg, weights, SourceSpec("policy", p.name, options=p.options), n, r)))
     strategies.append(("pagecast: schedule replay", lambda r: _live(
         cfg, weights, SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead), "pagecast: schedule replay", r)))
     if model is not None:

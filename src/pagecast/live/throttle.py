@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pagecast.online.sources import Predictions, pack
+from pagecast.live.sources import Predictions
+from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import Kind
 
 MAX_PENDING = 1 << 16  # prefetched pages remembered while waiting for their fault
@@ -72,7 +73,7 @@ class Throttle:
                 self.degree, self._idle_faults = 1, 0
         if not len(self._keys) or not len(page):
             return
-        keys = pack(region, page)
+        keys = page_keys(region, page)
         at = np.searchsorted(self._keys, keys)
         at[at == len(self._keys)] = 0
         hit = self._keys[at] == keys
@@ -105,7 +106,7 @@ class Throttle:
             return
         self.issued += len(pred)
         self._issued[self._cur] = self._issued.get(self._cur, 0) + len(pred)
-        keys = np.concatenate([self._keys, pack(pred.region, pred.page)])
+        keys = np.concatenate([self._keys, page_keys(pred.region, pred.page)])
         win = np.concatenate([self._win, np.full(len(pred), self._cur, np.int64)])
         order = np.argsort(keys, kind="stable")
         self._keys, self._win = keys[order], win[order]

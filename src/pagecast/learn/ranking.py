@@ -23,23 +23,20 @@ from typing import Any
 
 import numpy as np
 
-from pagecast.sim.stream import as_trace, read_demand
+from pagecast.trace.demand import as_trace, read_demand
+from pagecast.trace.keys import page_keys
 from pagecast.trace.schedule import Schedule
 
 PredictionRows = Schedule | tuple[np.ndarray, ...]
 
 
-def _keys(region: np.ndarray, page: np.ndarray) -> np.ndarray:
-    return ((np.asarray(region, np.int64) + 1) << 40) | np.asarray(page, np.int64)
-
-
 def _rows(pred: PredictionRows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(trigger, key, score) sorted by trigger then best first."""
     if isinstance(pred, Schedule):
-        trig, key, score = pred.trigger, _keys(pred.region, pred.page), pred.score.astype(np.float64)
+        trig, key, score = pred.trigger, page_keys(pred.region, pred.page), pred.score.astype(np.float64)
     else:
         trig, region, page = (np.asarray(a, np.int64) for a in pred[:3])
-        key = _keys(region, page)
+        key = page_keys(region, page)
         # without scores, the order given is the rank order
         score = np.asarray(pred[3], np.float64) if len(pred) > 3 else -np.arange(len(trig), dtype=np.float64)
     order = np.lexsort((-score, trig))
@@ -69,7 +66,7 @@ def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int 
     if k < 1 or horizon < 1:
         raise ValueError("k and horizon must be positive")
     d = read_demand(as_trace(trace)) if not isinstance(trace, dict) else trace
-    stream = _keys(d["region"], d["page"])
+    stream = page_keys(d["region"], d["page"])
     n = len(stream)
     uniq, ids = np.unique(stream, return_inverse=True)
     trig, key, _ = _rows(schedule_or_predictions)

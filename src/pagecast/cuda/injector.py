@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
+from pagecast.trace.keys import page_keys
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule, read_schedule
 from pagecast.util.atomic import atomic_output
@@ -51,8 +52,7 @@ def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = Non
     else:
         valid &= False
     rid, page, score = s.region[valid], s.page[valid], s.score[valid]
-    key = rid.astype(np.int64) << 40 | page
-    _, first = np.unique(key, return_index=True)
+    _, first = np.unique(page_keys(rid, page), return_index=True)
     first.sort()
     lines = [f"{kinds[r]} {orders[r]} {p} {sc:.4g}" for r, p, sc in zip(rid[first].tolist(), page[first].tolist(), score[first].tolist())]
     stats = {"schedule_rows": int(len(s)), "pages": len(lines), "dropped_not_gpu": int(np.count_nonzero(~valid))}
@@ -66,15 +66,15 @@ def replay_schedule(trace: str | Path) -> Schedule:
     at the first launch); the reference a learned schedule is compared with on a GPU.
     """
     from pagecast.trace import open_trace
-    from pagecast.trace.schema import DEMAND_KINDS
+    from pagecast.trace.demand import read_demand_columns
 
     t = open_trace(trace)
-    d = t.read(["t_ns", "region", "page", "kind"])
+    d = read_demand_columns(t, ["t_ns", "region", "page"])
     gpu = np.array([r.kind in PREFETCH_KINDS for r in t.regions] or [False], bool)
-    m = np.isin(d["kind"], [int(k) for k in DEMAND_KINDS]) & (d["region"] >= 0)
+    m = d["region"] >= 0
     m &= gpu[np.clip(d["region"], 0, len(gpu) - 1)]
     region, page, t_ns = d["region"][m], d["page"][m], d["t_ns"][m]
-    _, first = np.unique(region.astype(np.int64) << 40 | page, return_index=True)
+    _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     n = len(first)
     return Schedule(np.zeros(n), t_ns[first], region[first], page[first], np.ones(n), regions=t.regions,
@@ -111,7 +111,7 @@ def run_cuda(
     repeat: bool = False,
     json_out: bool = False,
 ) -> int:
-    """Run ``cmd`` with the prefetch injector; returns the program's exit status.
+    """Run ``cmd`` with the prefetch injector, print its summary; returns the program's exit status.
 
     ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
     reads directly (``pagecast-prefetch 1`` or AI4Mem's predictions.csv). ``model``:
@@ -121,7 +121,30 @@ def run_cuda(
     ``repeat=True`` the pages are prefetched again before every kernel launch.
     Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
     """
-    from pagecast.collect.cuda import cuda_env, print_summary, run_program, summarize_dir
+    from pagecast.collect.cuda import print_summary
+
+    rc, summary = run_cuda_summary(cmd, schedule=schedule, model=model, out_dir=out_dir, trace=trace, top_k=top_k,
+                                   poll_ms=poll_ms, record=record, repeat=repeat, json_out=json_out)
+    print_summary(summary, json_out)
+    return rc
+
+
+def run_cuda_summary(
+    cmd: Sequence[str],
+    *,
+    schedule: Schedule | str | Path | None = None,
+    model: str | Path | None = None,
+    out_dir: str | Path,
+    trace: str | Path | None = None,
+    top_k: int = 10,
+    poll_ms: int = 200,
+    record: bool = False,
+    repeat: bool = False,
+    json_out: bool = False,
+) -> tuple[int, dict[str, Any]]:
+    """``run_cuda`` without printing: (the program's exit status, the summary).
+    ``json_out``: the program's stdout goes to stderr."""
+    from pagecast.collect.cuda import cuda_env, run_program, summarize_dir
     from pagecast.collect.cuda_native import build_cupti_collector, build_interposer, find_toolkit
 
     if not cmd:
@@ -170,6 +193,4 @@ def run_cuda(
         from pagecast.collect.cupti_records import convert_dir
 
         summary.update(convert_dir(raw, out_dir / "trace.parquet", command=cmd))
-    print_summary(summary, json_out)
-    return rc
-
+    return rc, summary

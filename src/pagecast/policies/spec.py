@@ -1,0 +1,228 @@
+"""Policy specs: ``name[:key=value,key=value]`` → a registered prefetcher and its options.
+
+Every command that names a prefetcher (simulate, eval, sweep, run, pager table, bench)
+parses it here, so the grammar, the checks and the error messages are the same
+everywhere. The valid names come from the prefetcher registry (``policies/base.py``) and
+the valid keys, their types and defaults from each constructor's signature, so a new
+prefetcher needs nothing here.
+
+A comma inside a spec separates options; in a comma-separated *list* of specs an item
+that is not ``key=value`` starts the next spec (``stride:degree=8,min_conf=2,nextline`` is two
+specs). That is unambiguous as long as no option value itself contains a comma; repeat
+the flag (``--policy a --policy b``) when one does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from pagecast.errors import PagecastError
+
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+_SCALARS = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class PolicyParam:
+    """One option a prefetcher's constructor takes, as a spec may set it."""
+
+    name: str
+    type: type  # bool, int, float or str
+    default: Any
+    optional: bool = False  # ``none`` sets it to None
+
+    def convert(self, text: str) -> Any:
+        """The value of ``key=text``; ValueError with the reason when it does not fit the type."""
+        if self.optional and text.lower() == "none":
+            return None
+        if self.type is bool:
+            try:
+                return _BOOLS[text.lower()]
+            except KeyError:
+                raise ValueError("not a boolean (true/false)") from None
+        if self.type is int:
+            try:
+                return int(text, 0) if text.lower().startswith(("0x", "0o", "0b")) else int(text)
+            except ValueError:
+                raise ValueError("not an integer") from None
+        if self.type is float:
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError("not a number") from None
+        return text
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A parsed spec: the registered name and the options given (defaults not filled in)."""
+
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return format_policy_spec(self.name, self.options)
+
+    def build(self):
+        """The prefetcher this spec describes."""
+        from pagecast.policies.base import get_prefetcher
+
+        try:
+            return get_prefetcher(self.name, **self.options)
+        except (TypeError, ValueError) as e:
+            raise PagecastError(f"policy {self}: {e}") from None
+
+
+def _registry() -> dict[str, Callable[..., Any]]:
+    # The registry's own table: spec parsing needs the factories' signatures, which
+    # get_prefetcher does not expose.
+    from pagecast.policies import base
+
+    base._load_all()
+    return base._REGISTRY
+
+
+def policy_names() -> list[str]:
+    return sorted(_registry())
+
+
+def _scalar_type(hint: Any, default: Any) -> tuple[type | None, bool]:
+    """(scalar type, whether None is allowed) of an annotation; (None, _) if not a scalar."""
+    optional = False
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        optional = type(None) in args
+        rest = [a for a in args if a is not type(None)]
+        hint = rest[0] if len(rest) == 1 else None
+    if hint in _SCALARS:
+        return hint, optional
+    if hint is None or hint is inspect.Parameter.empty:
+        if default is None:
+            return str, True
+        if isinstance(default, _SCALARS):
+            return type(default), optional
+    return None, optional
+
+
+def policy_params(name: str) -> dict[str, PolicyParam]:
+    """The options a spec may set for the registered prefetcher ``name``, in signature order.
+
+    Parameters whose type is not a scalar (the oracle's in-memory stream) are left out:
+    only code can pass them.
+    """
+    factory = _factory(name)
+    target = factory.__init__ if inspect.isclass(factory) else factory
+    try:
+        hints = typing.get_type_hints(target)
+    except Exception:  # an annotation that does not resolve here: fall back to the defaults
+        hints = {}
+    out: dict[str, PolicyParam] = {}
+    for p in inspect.signature(factory).parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name == "self":
+            continue
+        default = None if p.default is inspect.Parameter.empty else p.default
+        typ, optional = _scalar_type(hints.get(p.name, inspect.Parameter.empty), default)
+        if typ is not None:
+            out[p.name] = PolicyParam(p.name, typ, default, optional or default is None)
+    return out
+
+
+def _factory(name: str) -> Callable[..., Any]:
+    reg = _registry()
+    if name not in reg:
+        raise PagecastError(f"unknown prefetcher {name!r} (valid: {', '.join(sorted(reg))})")
+    return reg[name]
+
+
+def parse_policy_spec(text: str) -> PolicySpec:
+    """``name`` or ``name:key=value,key=value`` → PolicySpec, checked against the registry.
+
+    Unknown names, unknown keys and values of the wrong type are one-line PagecastErrors
+    that list what is valid.
+    """
+    if isinstance(text, PolicySpec):
+        return text
+    name, _, rest = str(text).strip().partition(":")
+    name = name.strip()
+    if not name:
+        raise PagecastError(f"empty policy name in {text!r} (use NAME[:key=value,...])")
+    params = policy_params(name)
+    opts: dict[str, Any] = {}
+    for item in rest.split(",") if rest.strip() else ():
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise PagecastError(f"policy {text!r}: {item.strip()!r} is not key=value (use {name}:key=value,...)")
+        if key in opts:
+            raise PagecastError(f"policy {text!r}: {key} is given twice")
+        param = params.get(key)
+        if param is None:
+            valid = ", ".join(params) or "none"
+            raise PagecastError(f"policy {text!r}: {name} has no option {key!r} (valid: {valid})")
+        try:
+            opts[key] = param.convert(value.strip())
+        except ValueError as e:
+            raise PagecastError(f"policy {text!r}: {key}={value.strip()!r} is {e} ({_describe(param)})") from None
+    return PolicySpec(name, opts)
+
+
+def format_policy_spec(name: str, options: dict[str, Any] | None = None) -> str:
+    """The spec text that parses back to (name, options)."""
+    if not options:
+        return name
+    return name + ":" + ",".join(f"{k}={_render(v)}" for k, v in options.items())
+
+
+def _render(v: Any) -> str:
+    if v is None:
+        return "none"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def _describe(p: PolicyParam) -> str:
+    return f"{p.name}: {p.type.__name__}{' or none' if p.optional else ''}, default {_render(p.default)}"
+
+
+def split_policy_list(texts: str | Iterable[str]) -> list[str]:
+    """Specs from comma-separated lists: a piece that is not ``key=value`` starts a new spec.
+
+    ``"none,stride:degree=8,min_conf=2,nextline"`` → ``["none", "stride:degree=8,min_conf=2",
+    "nextline"]``. Several texts (a repeated flag) are split each and concatenated.
+    """
+    if isinstance(texts, str):
+        texts = [texts]
+    out: list[str] = []
+    for text in texts:
+        cur: str | None = None
+        for piece in text.split(","):
+            if cur is not None and _is_option(piece):
+                cur += "," + piece
+                continue
+            if cur is not None:
+                out.append(cur.strip())
+            cur = piece
+        if cur is not None and cur.strip():
+            out.append(cur.strip())
+    return [s for s in out if s]
+
+
+def _is_option(piece: str) -> bool:
+    """``key=value`` (continues the spec before it), not ``name`` or ``name:key=value``."""
+    key, eq, _ = piece.partition("=")
+    return bool(eq) and ":" not in key
+
+
+def policy_defaults_help(names: Iterable[str] | None = None) -> str:
+    """One line per policy with its options and defaults, for ``--help``."""
+    lines = []
+    for n in names if names is not None else policy_names():
+        params = policy_params(n)
+        opts = ", ".join(f"{p.name}={_render(p.default)}" for p in params.values())
+        lines.append(f"{n}: {opts}" if opts else n)
+    return "; ".join(lines)

@@ -1,0 +1,228 @@
+"""One policy, every backend: each registered policy runs through every backend it claims
+on fixed streams, and the backends must name the same pages.
+
+Backends (``pagecast.policies.base.BACKENDS``): the Python ``observe``; the simulator's
+compiled kernel, called through the dispatch generated from the registry
+(``pagecast.sim.kernels.step``) and inside ``simulate``; the C steps the live fast path and
+the pager run (``native/policy/pc_policy.h``), fed through a small driver compiled here;
+and the real userfaultfd pager, whose fault log says what it mapped for each fault.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.policies._numba import MAX_PREFETCH, region_pages
+from pagecast.policies.base import (BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry,
+                                    render_ids_header)
+from pagecast.trace.regions import Region
+from pagecast.util.native import build, native_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+PS = 4096
+# Two regions: one of known length (clipping), one of unknown length (region limit 0).
+REGIONS = [Region(0, "f0", kind="file", length=300 * PS), Region(1, "f1", kind="file", length=0)]
+
+
+def _streams() -> dict[str, list[tuple[int, int, bool]]]:
+    """(region, page, hit) events: runs, strides both ways, region edges, noise."""
+    rng = np.random.default_rng(16)
+    seq = [(0, p, p % 3 == 0) for p in range(0, 120)]
+    strided = [(0, 5 + 3 * k, False) for k in range(40)] + [(1, 5000 - 7 * k, bool(k % 2)) for k in range(40)]
+    edges = [(0, p, False) for p in (0, 1, 299, 298, 297, 150, 0, 299)] + [(1, p, False) for p in (0, 1, 2, 3, 1 << 30)]
+    mixed = []
+    for _ in range(400):
+        r = int(rng.integers(2))
+        if rng.random() < 0.5 and mixed:
+            lr, lp, _ = mixed[-1]
+            mixed.append((lr, max(0, lp + int(rng.choice([1, 2, 4, -3]))), bool(rng.random() < 0.3)))
+        else:
+            mixed.append((r, int(rng.integers(0, 300 if r == 0 else 100_000)), bool(rng.random() < 0.3)))
+    interleaved = [ev for k in range(30) for ev in ((0, 10 + 2 * k, False), (1, 900 - 5 * k, False))]
+    return {"sequential": seq, "strided": strided, "edges": edges, "mixed": mixed, "interleaved": interleaved}
+
+
+STREAMS = _streams()
+# Parameter sets per policy with C steps (defaults first).
+PARAMS = {"nextline": [{}, {"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1}],
+          "stride": [{}, {"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3}],
+          "none": [{}]}
+MULTI = [e.name for e in policy_entries() if len(e.backends) > 1]
+
+
+def _python(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
+    p = get_prefetcher(name, **opts)
+    p.reset(REGIONS)
+    return [p.observe(t, r, pg, hit) for t, (r, pg, hit) in enumerate(stream)]
+
+
+def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
+    """The compiled kernel through the simulator's generated dispatch."""
+    from pagecast.sim.kernels import KINDS, step
+
+    p = get_prefetcher(name, **opts)
+    p.reset(REGIONS)
+    state, params, rpages = p.init_state(len(REGIONS)), p.params(), region_pages(REGIONS)
+    out_r, out_p = np.zeros(MAX_PREFETCH, np.int64), np.zeros(MAX_PREFETCH, np.int64)
+    got = []
+    for t, (r, pg, hit) in enumerate(stream):
+        n = step(KINDS[name], state, params, rpages, t, r, pg, hit, out_r, out_p)
+        got.append([(int(out_r[j]), int(out_p[j])) for j in range(n)])
+    return got
+
+
+@pytest.fixture(scope="module")
+def driver() -> Path:
+    return build("policy_parity_driver", [ROOT / "tests/policy_parity_driver.c"], shared=False)
+
+
+def _c_steps(driver: Path, name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
+    """The C steps of the native backends, on the same stream (one state per region)."""
+    p = get_prefetcher(name, **opts)
+    params = p.native_params() if hasattr(p, "native_params") else (0, 0)
+    limits = [str(r.pages) for r in REGIONS]
+    text = "".join(f"{r} {pg} {int(hit)}\n" for r, pg, hit in stream)
+    res = subprocess.run([str(driver), str(policy_entry(name).native_id), *map(str, params), *limits], input=text,
+                         capture_output=True, text=True, check=True)
+    lines = res.stdout.split("\n")[: len(stream)]
+    return [[(r, int(x)) for x in line.split()] for (r, _, _), line in zip(stream, lines)]
+
+
+def test_ids_header_is_generated_from_the_registry() -> None:
+    header = native_dir() / "policy" / "pc_policy_ids.h"
+    assert header.read_text() == render_ids_header(), "regenerate native/policy/pc_policy_ids.h (see its comment)"
+    ids = native_ids()
+    assert ids == {"none": 0, "nextline": 1, "stride": 2, "sparse": 3, "table": 4}  # the pager's ABI (log headers)
+
+
+def test_every_claimed_backend_has_a_runner_here() -> None:
+    runners = {"python", "sim", "live", "pager"}
+    assert set(BACKENDS) == runners
+    for e in policy_entries():
+        if "live" in e.backends or "pager" in e.backends:
+            assert e.native_id is not None
+        if e.factory is not None and ({"live", "pager"} & set(e.backends)):
+            assert e.name in PARAMS, f"{e.name} claims a native backend: add it to PARAMS and the driver"
+    # policies with one backend have nothing to agree with; the rest are all tested below
+    assert {e.name for e in policy_entries() if len(e.backends) == 1} == {"learned", "oracle", "sparse", "table"}
+
+
+@pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
+@pytest.mark.parametrize("stream", sorted(STREAMS))
+def test_python_observe_equals_the_generated_kernel_dispatch(name: str, stream: str) -> None:
+    for opts in PARAMS.get(name, [{}]):
+        assert _kernel(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream])
+
+
+@pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
+def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, name: str) -> None:
+    from pagecast.sim import SimConfig, simulate
+    from pagecast.sim.kernels import kind_of
+    from pagecast.trace.writer import TraceWriter
+
+    assert kind_of(get_prefetcher(name)) is not None, "a compiled policy fell back to the Python path"
+    ev = STREAMS["mixed"] + STREAMS["strided"] + STREAMS["sequential"] + [(1, 3 * k, False) for k in range(2000)]
+    path = tmp_path / "s.parquet"
+    with TraceWriter(path, regions=REGIONS, page_size=PS, source="test") as w:
+        w.write(t_ns=np.arange(len(ev), dtype=np.int64) * 1000, region=np.array([e[0] for e in ev], np.int32),
+                page=np.array([e[1] for e in ev], np.int64), kind=0)
+    runs = []
+    for engine in ("auto", "python"):
+        d = simulate(path, SimConfig(capacity=64, log_prefetches=True), get_prefetcher(name), engine=engine).to_dict()
+        d.pop("wall_s")
+        d = {k: None if isinstance(v, float) and v != v else v for k, v in d.items()}  # NaN != NaN
+        d["log"] = [a.tolist() for a in d.pop("extra")["prefetch_log"]]
+        runs.append(d)
+    assert runs[0] == runs[1] and runs[0]["prefetches"] > 0
+
+
+@pytest.mark.parametrize("name", [n for n in MULTI if "live" in policy_entry(n).backends or "pager" in policy_entry(n).backends])
+@pytest.mark.parametrize("stream", sorted(STREAMS))
+def test_native_c_steps_equal_python_observe(driver: Path, name: str, stream: str) -> None:
+    for opts in PARAMS[name]:
+        assert _c_steps(driver, name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream]), opts
+
+
+# ---- the real pager ----------------------------------------------------------------------
+
+PAGER_CASES = [  # (pager spec, the Python policy it must equal)
+    ("none", "none", {}),
+    ("nextline", "nextline", {}),
+    ("nextline:window=9,before=4", "nextline", {"window": 9, "before": 4}),
+    ("nextline:8", "nextline", {"window": 9}),
+    ("next:5", "nextline", {"window": 6, "before": 0}),  # the deprecated alias
+    ("stride:4", "stride", {"degree": 4}),
+    ("stride:degree=3,min_conf=2", "stride", {"degree": 3, "min_conf": 2}),
+]
+NPAGES = 256
+TOUCHES = {
+    "sequential": list(range(NPAGES)),
+    "backward": list(range(200, 40, -1)),
+    "strided": list(range(0, NPAGES, 3)) + list(range(250, 0, -5)),
+    "random": np.random.default_rng(5).integers(0, NPAGES, 150).tolist(),
+    "runs": [p for s in (10, 100, 30, 180, 60) for p in range(s, s + 12)],
+}
+
+
+def _pager_reference(name: str, opts: dict, depth: int, touches: list[int]) -> list[tuple[int, list[int]]]:
+    """(fault page, pages mapped with it) per fault, from the Python policy and the pager's
+    rules: it sees misses only, shows the stride step the resident pages a miss skipped
+    along the stride (pager.c, stride_pages), takes the first ``depth`` pages named and
+    maps those not resident."""
+    p = get_prefetcher(name, **opts)
+    p.reset([Region(0, "f", kind="file", length=NPAGES * PS)])
+    resident: set[int] = set()
+    out = []
+    for t, pg in enumerate(touches):
+        if pg in resident:
+            continue
+        if name == "stride":
+            last, stride, conf = (int(x) for x in p._state[:3])
+            if last >= 0 and stride and conf >= p.min_conf and (pg - last) % stride == 0:
+                k = (pg - last) // stride
+                if 2 <= k <= p.degree + 1 and all(last + j * stride in resident for j in range(1, k)):
+                    for j in range(1, k):
+                        p.observe(t, 0, last + j * stride, True)
+        named = [q for _, q in p.observe(t, 0, pg, False)][:depth]
+        batch = sorted({q for q in named if 0 <= q < NPAGES and q not in resident and q != pg})
+        resident.update(batch)
+        resident.add(pg)
+        out.append((pg, batch))
+    return out
+
+
+@pytest.mark.parametrize("spec,name,opts", PAGER_CASES, ids=[c[0] for c in PAGER_CASES])
+def test_real_pager_maps_what_the_python_policy_names(tmp_path: Path, spec: str, name: str, opts: dict) -> None:
+    from pagecast.pager import runtime as pg
+    from pagecast.trace.schema import Kind
+
+    try:
+        pg.probe()
+    except Exception as e:  # no userfaultfd here
+        pytest.skip(str(e))
+    f = tmp_path / "data.bin"
+    np.arange(NPAGES * PS // 8, dtype=np.uint64).tofile(f)
+    pol = pg.PolicySpec.parse(spec)
+    assert pol.policy_id == policy_entry(name).native_id
+    mapped = 0
+    for label, touches in TOUCHES.items():
+        log = tmp_path / f"{label}.pglog"
+        with pg.open_paged(f, (NPAGES + 8) * PS, pol, log=log) as r:
+            a = r.array(np.uint64)
+            for p in touches:
+                assert a[p * PS // 8] == p * PS // 8
+        rec = pg.read_fault_log(log).records
+        got: list[tuple[int, list[int]]] = []
+        for kind, page in zip(rec["kind"].tolist(), rec["page"].tolist()):
+            if kind == int(Kind.FAULT):
+                got.append((page, []))
+            elif kind == int(Kind.PREFETCH):
+                got[-1][1].append(page)
+        got = [(p, sorted(b)) for p, b in got]
+        assert got == _pager_reference(name, opts, pol.depth, touches), label
+        mapped += sum(len(b) for _, b in got)
+    assert (mapped > 0) == (name != "none")

@@ -1,0 +1,132 @@
+"""The policy-spec grammar ``name[:key=value,...]``: parsing, typing, errors, lists, help."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from pagecast.errors import PagecastError
+from pagecast.policies import available_prefetchers, get_prefetcher
+from pagecast.policies.spec import (
+    PolicySpec,
+    format_policy_spec,
+    parse_policy_spec,
+    policy_defaults_help,
+    policy_params,
+    split_policy_list,
+)
+
+
+def test_every_registered_name_parses_bare():
+    for name in available_prefetchers():
+        assert parse_policy_spec(name) == PolicySpec(name, {})
+
+
+def test_values_take_the_constructor_types():
+    s = parse_policy_spec("stride:degree=8,min_conf=2")
+    assert s.options == {"degree": 8, "min_conf": 2} and all(type(v) is int for v in s.options.values())
+    s = parse_policy_spec("learned:model=m.pt,top_k=3,backend=numba")
+    assert s.options == {"model": "m.pt", "top_k": 3, "backend": "numba"} and type(s.options["top_k"]) is int
+    # a str option keeps digits as text; an Optional option takes none
+    assert parse_policy_spec("pagesucc:train=123").options == {"train": "123"}
+    assert parse_policy_spec("nextline:before=none").options == {"before": None}
+    assert parse_policy_spec("nextline:before=0x10").options == {"before": 16}
+    # blanks around names, keys and values do not matter
+    assert parse_policy_spec(" stride : degree = 8 ").options == {"degree": 8}
+    # a value may hold ':' and '=' (a path)
+    assert parse_policy_spec("pagesucc:train=a:b=c.parquet").options == {"train": "a:b=c.parquet"}
+
+
+def test_parsed_options_reach_the_prefetcher():
+    pf = parse_policy_spec("stride:degree=7,min_conf=3").build()
+    assert (pf.degree, pf.min_conf) == (7, 3)
+    nl = parse_policy_spec("nextline:window=5").build()
+    assert nl.window == 5
+
+
+@pytest.mark.parametrize("text", ["none", "stride:degree=8", "stride:degree=8,min_conf=2", "nextline:window=4,before=none",
+                                  "pagesucc:train=run 1.parquet,degree=3", "learned:model=m.pt,top_k=2"])
+def test_round_trip(text):
+    s = parse_policy_spec(text)
+    assert str(s) == format_policy_spec(s.name, s.options)
+    assert parse_policy_spec(str(s)) == s
+    assert str(parse_policy_spec(str(s))) == str(s)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("bogus", "unknown prefetcher 'bogus' (valid: bestoffset, "),
+    ("", "empty policy name"),
+    (":degree=3", "empty policy name"),
+    ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
+    ("none:degree=1", "none has no option 'degree' (valid: none)"),
+    ("stride:degree", "'degree' is not key=value"),
+    ("stride:=4", "'=4' is not key=value"),
+    ("stride:degree=4,", "'' is not key=value"),
+    ("stride:degree=eight", "degree='eight' is not an integer (degree: int, default 4)"),
+    ("stride:degree=1.5", "is not an integer"),
+    ("stride:degree=4,degree=5", "degree is given twice"),
+    ("nextline:before=x", "before='x' is not an integer (before: int or none, default none)"),
+    ("oracle:stream=x", "oracle has no option 'stream' (valid: k, lookahead)"),
+])
+def test_errors_are_one_line_and_name_what_is_valid(text, message):
+    with pytest.raises(PagecastError) as e:
+        parse_policy_spec(text)
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_name_lists_every_registered_one():
+    with pytest.raises(PagecastError) as e:
+        parse_policy_spec("nosuch:k=1")
+    assert str(e.value).endswith("(valid: " + ", ".join(available_prefetchers()) + ")")
+
+
+def test_constructor_errors_become_one_line():
+    with pytest.raises(PagecastError, match="needs a model file"):
+        parse_policy_spec("learned").build()
+
+
+def test_params_follow_the_signatures():
+    for name in available_prefetchers():
+        factory_sig = inspect.signature(type(get_prefetcher(name)).__init__) if name not in ("learned",) else None
+        params = policy_params(name)
+        if factory_sig is not None:
+            for p in params.values():
+                assert factory_sig.parameters[p.name].default == p.default
+    assert {k: (p.type, p.default) for k, p in policy_params("stride").items()} == {"degree": (int, 4), "min_conf": (int, 1)}
+    assert policy_params("learned")["model"].optional and policy_params("learned")["model"].type is str
+    assert "stream" not in policy_params("oracle")  # not a scalar: only code can pass it
+
+
+def test_bool_options():
+    from pagecast.policies.spec import PolicyParam
+
+    p = PolicyParam("on", bool, False)
+    assert [p.convert(x) for x in ("true", "1", "yes", "off", "0", "False")] == [True, True, True, False, False, False]
+    with pytest.raises(ValueError, match="not a boolean"):
+        p.convert("maybe")
+    assert PolicyParam("f", float, 1.0).convert("2.5") == 2.5
+    with pytest.raises(ValueError, match="not a number"):
+        PolicyParam("f", float, 1.0).convert("x")
+
+
+@pytest.mark.parametrize("texts, specs", [
+    ("none,nextline,stride", ["none", "nextline", "stride"]),
+    ("none,stride:degree=8,min_conf=2,nextline", ["none", "stride:degree=8,min_conf=2", "nextline"]),
+    (["stride:degree=8,min_conf=2", "leap"], ["stride:degree=8,min_conf=2", "leap"]),
+    (["a,b", "pagesucc:train=x:y.parquet,degree=2"], ["a", "b", "pagesucc:train=x:y.parquet,degree=2"]),
+    ("none,,nextline,", ["none", "nextline"]),
+    ("", []),
+])
+def test_split_policy_list(texts, specs):
+    assert split_policy_list(texts) == specs
+
+
+def test_defaults_help_lists_every_policy_with_its_defaults():
+    text = policy_defaults_help()
+    for name in available_prefetchers():
+        assert name in text
+    assert "stride: degree=4, min_conf=1" in text
+    assert "nextline: window=32, before=none" in text
+    assert policy_defaults_help(["none"]) == "none"
