@@ -47,7 +47,6 @@ from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
 
-
 # The collector's stream: frames {u32 type, u32 len, payload}; the payload layouts mirror
 # native/faultmon.h and native/live/fastpath.h (tests/test_binary_layouts.py compares them).
 STREAM_MAGIC = 0x4D544C46  # b"FLTM" as a little-endian u32: first field of the HELLO frame
