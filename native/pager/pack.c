@@ -150,10 +150,10 @@ struct pack_arg {
 
 /* Claim the next chunk and read it into buf. Each thread has its read in flight while
  * the others map theirs: the disk here serves requests in order, and when it is slow a
- * single read in flight left it idle ~110 µs between reads (the wake-up of the next
- * reader) and cost 20-45 % of the stream's speed. A demand read (a fault on a page not
- * in the pack) in flight holds the *next* loader read back (up to 2 ms), so the miss
- * waits only for reads already queued. Returns 1 with [*i, *end) in buf, 0 at the end,
+ * single read in flight left it idle between reads (the wake-up of the next reader),
+ * a large part of the stream's speed (BENCHMARKS.md, "Figures moved out of the code").
+ * A demand read (a fault on a page not in the pack) in flight holds the *next* loader
+ * read back, so the miss waits only for reads already queued. Returns 1 with [*i, *end) in buf, 0 at the end,
  * -1 with why set. */
 static int pack_read_next(pgr_region *r, uint8_t *buf, uint64_t *i, uint64_t *end, char *why, size_t whylen) {
     struct pgr_pack *k = r->pack;
