@@ -77,7 +77,7 @@ def test_wheel_carries_every_native_and_workload_source(installed):
 
 
 def test_installed_package_builds_into_the_user_cache(installed):
-    code = ("import pagecast, pagecast.util.native as n, pagecast.util.workloads as w; "
+    code = ("import pagecast, pagecast.util.native as n, pagecast.bench.workloads as w; "
             "from pagecast.launch.binary import launcher_path; "
             "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
             "print(launcher_path())")
@@ -93,7 +93,7 @@ def test_installed_cli_records_a_real_program(installed, tmp_path):
     """`pagecast record` of the installed package: collector, page-set shim and workload all
     compiled from the package's own copy of the sources."""
     env = installed["env"]
-    code = "from pagecast.util.workloads import build_workload as b; print(b('touchpages'))"
+    code = "from pagecast.bench.workloads import build_workload as b; print(b('touchpages'))"
     exe = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=env).stdout.strip()
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(16 * 4096))
