@@ -39,8 +39,12 @@ def main() -> int:
     args = ap.parse_args()
     from pagecast.collect import cuda_native as cn
 
+    # the test double's builders are test code (tests/_cuda_double.py)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from _cuda_double import build_driver_client, build_test_double
+
     tk = cn.find_toolkit()
-    lib, double, client = cn.build_interposer(tk), cn.build_test_double(tk), cn.build_driver_client(tk)
+    lib, double, client = cn.build_interposer(tk), build_test_double(tk), build_driver_client(tk)
     results: dict[str, list[float]] = {"baseline (no interposer)": [], "interposer, metrics only": [],
                                        "interposer, metrics + timeline": []}
     with tempfile.TemporaryDirectory() as d:

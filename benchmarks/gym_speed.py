@@ -1,10 +1,10 @@
 """Speed of the placement gym: trace preprocessing (accesses/s) and env stepping (steps/s).
 
 Baselines measured in the same run:
-  * preprocessing: a per-access Python loop like the seed MemAI's (dict of (window, page)
+  * preprocessing: a per-access Python loop like the original MemAI's (dict of (window, page)
     counts, window times from the first/last row), on a subset of the same trace;
   * stepping: the same step logic written with per-chunk Python loops.
-Targets (issue 8): >= 1 M accesses/s preprocessing, >= 10 k env steps/s.
+Targets: >= 1 M accesses/s preprocessing, >= 10 k env steps/s.
 
     PYTHONPATH=src python benchmarks/gym_speed.py [--accesses 4000000] [--json]
 """

@@ -54,32 +54,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "faultmon.h"
 #include "live/fastpath.h"
 #include "pageset/uffd_compat.h"
-
-enum {
-    FR_HELLO = 1,
-    FR_SAMPLES = 2,
-    FR_MMAP = 3,
-    FR_FORK = 4,
-    FR_EXEC = 5,
-    FR_LOST = 6,
-    FR_WATERMARK = 7,
-    FR_EXIT = 8,
-    FR_ERROR = 9,
-    /* 10-12: the live fast path's frames (live/fastpath.c) */
-    FR_READS = 14,
-    FR_NOTE = 15,
-};
-
-struct fm_read {
-    uint64_t time;
-    uint64_t ino;
-    uint64_t first, last; /* page indices, inclusive: what the call asked for (may pass EOF) */
-    uint32_t pid, tid;
-    uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
-    uint32_t what; /* 0 read-family call, 1 fault on a file mapping */
-};
 
 /* --file-tp: per kind, the tracepoint id (0: not used) and raw offsets of i_ino, s_dev,
  * index, last_index */
@@ -87,22 +64,6 @@ struct fm_read {
 static const char *tp_name[NTP] = {"filemap:mm_filemap_get_pages", "filemap:mm_filemap_fault"};
 static uint64_t tp_id[NTP];
 static unsigned tp_off[NTP][4];
-
-struct fm_sample {
-    uint64_t time;
-    uint64_t addr;
-    uint64_t ip;
-    uint32_t pid;
-    uint32_t tid;
-    uint32_t kind; /* 2 major, 1 minor (pagecast Kind values) */
-    uint32_t pad;
-};
-
-struct fm_mmap {
-    uint64_t time, addr, len, pgoff, ino;
-    uint32_t pid, tid, prot, flags, maj, min;
-    /* followed by the file name (no NUL) */
-};
 
 struct ring {
     int fd_maj, fd_min, fd_tp[NTP];
@@ -343,10 +304,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         memcpy(v, p, 16);
         uint64_t t;
         memcpy(&t, p + 16, 8);
-        struct {
-            uint64_t time;
-            uint32_t pid, ppid, tid, ptid;
-        } f = {t, v[0], v[1], v[2], v[3]};
+        struct fm_fork f = {t, v[0], v[1], v[2], v[3]};
         flush_samples();
         fm_frame(FR_FORK, &f, sizeof f, NULL, 0);
         break;
@@ -358,10 +316,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         memcpy(pt, p, 8);
         const char *name = p + 8;
         size_t n = strnlen(name, (size_t)(trailer - name));
-        struct {
-            uint64_t time;
-            uint32_t pid, tid;
-        } e = {ttime, pt[0], pt[1]};
+        struct fm_exec e = {ttime, pt[0], pt[1]};
         flush_samples();
         fm_frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
         break;
@@ -370,9 +325,7 @@ static void handle_record(struct ring *r, const struct perf_event_header *h, con
         uint64_t lost;
         memcpy(&lost, p + 8, 8);
         lost_total += lost;
-        struct {
-            uint64_t time, lost;
-        } l = {ttime, lost};
+        struct fm_lost l = {ttime, lost};
         flush_samples();
         fm_frame(FR_LOST, &l, sizeof l, NULL, 0);
         break;
@@ -732,10 +685,8 @@ int main(int argc, char **argv)
         probe_uffd_wp();
 
     uint64_t t0 = fm_now_ns();
-    struct {
-        uint64_t t0;
-        uint32_t pid, nrings, exclude_kernel, ring_pages;
-    } hello = {t0, (uint32_t)child, (uint32_t)nrings, (uint32_t)exclude_kernel, (uint32_t)(rings[0].data_size / 4096)};
+    struct fm_hello hello = {FM_STREAM_MAGIC, FM_STREAM_VERSION, t0, (uint32_t)child, (uint32_t)nrings,
+                             (uint32_t)exclude_kernel, (uint32_t)(rings[0].data_size / 4096)};
     fm_frame(FR_HELLO, &hello, sizeof hello, NULL, 0);
     if (fast)
         fp_load(fast_config); /* before the program runs: a bad file is an error, not a slow run */
@@ -786,10 +737,7 @@ int main(int argc, char **argv)
     if (fast)
         fp_finish(wakeups);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    struct {
-        int32_t status, code;
-        uint64_t time, lost;
-    } ex = {status, code, fm_now_ns(), lost_total};
+    struct fm_exit ex = {status, code, fm_now_ns(), lost_total};
     fm_frame(FR_EXIT, &ex, sizeof ex, NULL, 0);
     return code;
 }

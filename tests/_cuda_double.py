@@ -11,6 +11,47 @@ from pathlib import Path
 
 import pytest
 
+from pagecast.collect import cuda_native as cn
+from pagecast.errors import PagecastError
+from pagecast.util.native import build
+
+# Builders of the driver test double and of the programs that drive it
+# (native/cuda/test_double/): test code, so they live here and not in the package.
+
+
+def build_cupti_harness(tk: cn.CudaToolkit | None = None) -> Path:
+    """The collector's record conversion run on hand-built CUPTI records."""
+    tk = tk or cn.find_toolkit()
+    if tk.cupti_include is None or tk.cupti_lib is None:
+        raise PagecastError(f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so)")
+    return build("cupti_harness", ["cuda/test_double/cupti_harness.c"], shared=False,
+                 include=[tk.include, tk.cupti_include],
+                 ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
+
+
+def build_test_double(tk: cn.CudaToolkit | None = None) -> Path:
+    """libcuda_test_double.so: the driver TEST DOUBLE (host memory, call log)."""
+    tk = tk or cn.find_toolkit()
+    # -Bsymbolic: the pointers it hands out must be its own functions even when the
+    # interposer, preloaded, exports the same names.
+    return build("libcuda_test_double", ["cuda/test_double/libcuda_test_double.c"],
+                 cflags=(*cn.WARN, "-fvisibility=hidden"), include=[tk.include],
+                 ldflags=("-Wl,-Bsymbolic", "-lpthread"))
+
+
+def build_driver_client(tk: cn.CudaToolkit | None = None) -> Path:
+    """The test program that finds the driver like static cudart does."""
+    tk = tk or cn.find_toolkit()
+    return build("cuda_driver_client", ["cuda/test_double/driver_client.c"], shared=False, include=[tk.include],
+                 ldflags=("-ldl", "-lpthread"))
+
+
+def build_direct_client(double: Path, tk: cn.CudaToolkit | None = None) -> Path:
+    """A test program linked against the driver test double itself (calls by symbol)."""
+    tk = tk or cn.find_toolkit()
+    return build("cuda_direct_client", ["cuda/test_double/direct_client.c"], shared=False, include=[tk.include],
+                 ldflags=(str(double), f"-Wl,-rpath,{double.parent}"))
+
 
 @dataclass
 class Libs:
@@ -20,14 +61,11 @@ class Libs:
 
 
 def build_libs() -> Libs:
-    from pagecast.collect import cuda_native as cn
-    from pagecast.errors import PagecastError
-
     try:
         tk = cn.find_toolkit()
     except PagecastError as e:
         pytest.skip(f"no CUDA toolkit: {e}")
-    return Libs(cn.build_interposer(tk), cn.build_test_double(tk), cn.build_driver_client(tk))
+    return Libs(cn.build_interposer(tk), build_test_double(tk), build_driver_client(tk))
 
 
 @dataclass

@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from _cuda_double import build_test_double
 from pagecast.collect import cuda_native as cn
 from pagecast.errors import PagecastError
 
@@ -44,7 +45,7 @@ def test_cupti_collector_builds_and_exports_injection_entry(tk):
 
 
 def test_test_double_exports_every_hooked_entry_point(tk):
-    lib = cn.build_test_double(tk)
+    lib = build_test_double(tk)
     hooked = cn.INTERPOSER_EXPORTS - {"dlsym", "pagecast_cuda_translate", "pagecast_cuda_flush"}
     assert hooked | {"cuInit", "cuStreamCreate", "cuStreamSynchronize"} <= _symbols(lib, "--defined-only")
 

@@ -27,10 +27,10 @@ BASE, DEV_BASE = 0x7F0000000000, 0x7F1000000000
 
 @pytest.fixture(scope="module")
 def harness_dir(tmp_path_factory):
-    from pagecast.collect import cuda_native as cn
+    from _cuda_double import build_cupti_harness
 
     try:
-        exe = cn.build_cupti_harness()
+        exe = build_cupti_harness()
     except PagecastError as e:
         pytest.skip(str(e))
     d = tmp_path_factory.mktemp("cupti")
@@ -121,7 +121,8 @@ def test_interposer_allocations_used_when_cupti_has_none(tmp_path):
     "records, message",
     [
         ([(1, 4, 0, 0, 1, 1, 0, 1, 0, 0)], "bad or missing header"),
-        ([(0, 0, 0, 0, 1, 1, 0, 7, 0, 0)], "bad or missing header"),
+        ([(0, 0, 0, 0, 1, 1, 0, 7, 0, 0)], "CUPTI record stream version 7 not supported (this pagecast reads 1..2)"),
+        ([(0, 0, 0, 0, 1, 1, 0, 2, 0, 0)], "not a pagecast CUPTI record stream (bad magic in the header record)"),
         ([(0, 0, 0, 0, 1, 1, 0, 1, 0, 0), (9, 0, 0, 0, 1, 1, 0, 1, 0, 0)], "record 1 (byte 48) has unknown type 9"),
     ],
 )
@@ -166,3 +167,20 @@ def test_replay_schedule_lists_demanded_gpu_pages_once_in_order(harness_dir, tmp
     s = replay_schedule(out)
     assert list(zip(s.region.tolist(), s.page.tolist(), s.t_ns.tolist())) == [(0, 5, 1000), (0, 9, 1100), (0, 20, 1300), (2, 1, 3200)]
     assert schedule_to_lines(s)[0] == ["managed 0 5 1", "managed 0 9 1", "managed 0 20 1", "managed 1 1 1"]
+
+
+def test_version_1_and_2_streams_read_the_same(tmp_path):
+    """Version 2 adds the magic to the header record; version 1 streams (no magic) still read."""
+    from pagecast.collect.cupti_records import MAGIC
+
+    um = (1, 4, 2, 3, 10_600, 10_640, 0x5000_2000, 1, 0, 0)
+    got = []
+    for version, magic in ((1, 0), (2, MAGIC)):
+        d = tmp_path / f"v{version}"
+        d.mkdir()
+        _stream([(0, 0, 0, 0, 10_000, 500, 0, version, 1, magic), um], d)
+        (d / "allocs.1.csv").write_text("id,kind,order,base,size,created_ns,freed_ns\n"
+                                        "0,managed,0,0x50000000,65536,550,1200\n")
+        convert_dir(d, d / "t.parquet")
+        got.append({k: v.tolist() for k, v in open_trace(d / "t.parquet").read().items()})
+    assert got[0] == got[1] and got[0]["page"] == [2]

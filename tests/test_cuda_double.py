@@ -61,7 +61,7 @@ def test_double_without_interposer_resolves_to_the_double(libs, tmp_path):
 
 def test_double_program_linked_to_the_driver_is_caught_by_exports(libs, tmp_path):
     """Code built with -lcuda calls cuMemAllocManaged, cuMemPrefetchAsync_v2, ... by symbol."""
-    from pagecast.collect.cuda_native import build_direct_client
+    from _cuda_double import build_direct_client
 
     exe = build_direct_client(libs.double)
     env = client_env(libs, tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -25,6 +26,7 @@ from pagecast.learn.dataset import (
     unpack_key,
     window_starts,
 )
+from pagecast.learn.fast_step import _H, _NCLS, G_SCRATCH, LSTMKernel, _cell, _head_topk
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.predict import predict_schedule
 from pagecast.policies.learned import load_predictor
@@ -209,7 +211,6 @@ def test_live_predictor_matches_batch_schedule(pattern, lstm_model, backend):
 def test_numba_schedule_equals_live_numba_and_onnx(pattern, lstm_model):
     """The compiled batched schedule replays the live kernel: identical pages, for any
     block split or thread count; and it agrees with the onnxruntime graph."""
-    from pagecast.learn.fast_step import LSTMKernel
     from pagecast.learn.dataset import encode_inputs
 
     _, path = pattern
@@ -366,9 +367,35 @@ def test_learned_policy_per_event_in_simulator_matches_schedule(lstm_model, tmp_
         parse_prefetcher("learned")
 
 
+@numba.njit(cache=True, fastmath=True)
+def _step_both(wf, mi, tok, slot, ip, h, c, sel, k, out_s, out_c):
+    """One cell step of both staggered states, then the head's top-k of state ``sel``."""
+    g = np.empty(G_SCRATCH * mi[_H], np.float32)
+    logits = np.empty(3 * mi[_NCLS], np.float32)
+    _cell(wf, mi, tok, slot, ip, h, c, g)
+    return _head_topk(wf, mi, h[sel], logits, k, out_s, out_c)
+
+
+class NumbaLSTMStep:
+    """The ``LSTMStep`` runner signature (numpy in, numpy out) over the compiled cell and
+    head, to test the kernels against PyTorch (the live loop calls ``observe_kernel``)."""
+
+    def __init__(self, model, head: str, k: int):
+        self.kern = LSTMKernel.build(model, head, k)
+        self.k = k
+        self._s = np.empty(k, np.float32)
+        self._c = np.empty(k, np.int64)
+
+    def __call__(self, token, slot, ip, h, c, sel):
+        h2 = np.ascontiguousarray(h[0])
+        c2 = np.ascontiguousarray(c[0])
+        m = _step_both(self.kern.wf, self.kern.mi, int(token[0]), int(slot[0]), int(ip[0]), h2, c2, int(sel[0]),
+                       self.k, self._s, self._c)
+        return self._s[:m].copy(), self._c[:m].copy(), h2[None], c2[None]
+
+
 @pytest.mark.parametrize("head", ["horizon", "next"])
 def test_numba_step_equals_torch_step(lstm_model, head):
-    from pagecast.learn.fast_step import NumbaLSTMStep
     from pagecast.learn.models import LSTMStep
 
     lm = load_model(lstm_model[0])

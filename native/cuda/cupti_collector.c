@@ -255,7 +255,8 @@ static int open_outputs(void) {
                        .end = (uint64_t)clock_ns(CLOCK_MONOTONIC),
                        .address = (uint64_t)clock_ns(CLOCK_REALTIME),
                        .value = PC_CUPTI_FORMAT_VERSION,
-                       .src = (uint32_t)pid};
+                       .src = (uint32_t)pid,
+                       .dst = PC_CUPTI_MAGIC};
     emit(&h);
     return 0;
 }

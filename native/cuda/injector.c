@@ -7,12 +7,12 @@
  * (or every launch, with PREFETCH_REPEAT=1) on a private non-blocking stream, in chunks, and only after checking the range
  * against the live allocation table: a page of an allocation that was freed, or an
  * address no live allocation contains, is skipped and counted, never handed to the
- * driver (the seed's "invalid argument").
+ * driver (the "invalid argument" AI4Mem's injector got).
  *
  * File formats (see docs/cuda.md):
  *   pagecast-prefetch 1                      first line
  *   <managed|device> <order> <page> [score]  one page per line; '#' starts a comment
- * or the seed's CSV with absolute addresses (header naming page_addr or
+ * or AI4Mem's predictions CSV with absolute addresses (header naming page_addr or
  * Prefetch_Address, optional score/Confidence column). */
 #define _GNU_SOURCE
 #include <ctype.h>

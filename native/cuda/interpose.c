@@ -162,7 +162,7 @@ typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t, CUdriverPr
 
 #define LOG(s, t0, bytes, dir, ptr, r) pc_log_call((s), hooks[s].export_name, (t0), pc_now_ns() - (t0), (bytes), (dir), (ptr), (int)(r))
 
-/* The pointer exists only after the call returns (the seed read it before). */
+/* The pointer exists only after the call returns (AI4Mem's interposer read it before). */
 static CUresult after_alloc(int s, int64_t t0, CUresult r, const CUdeviceptr *dptr, size_t size, int kind) {
     uint64_t p = 0;
     if (r == CUDA_SUCCESS && dptr) {

@@ -1,7 +1,7 @@
 /* Per-API metrics and the call timeline of libpagecast_cuda.so.
  *
  * Metrics are lock-free atomic counters per wrapper slot; the timeline is one CSV line
- * per call, formatted on the caller's stack and written under a mutex (the seed
+ * per call, formatted on the caller's stack and written under a mutex (AI4Mem's
  * interposer pushed to an unlocked queue from every thread). Files live in
  * $PAGECAST_CUDA_OUT, are written under temporary names and renamed when complete. */
 #define _GNU_SOURCE

@@ -1,16 +1,20 @@
 /* The record stream written by libpagecast_cupti.so (cupti.<pid>.bin): fixed 48-byte
- * little-endian records, read by pagecast.collect.cuda with one numpy dtype. Kernel
+ * little-endian records, read by pagecast.collect.cupti_records with one numpy dtype
+ * (tests/test_binary_layouts.py compares the two). Kernel
  * names go to kernels.<pid>.tsv ("<id>\t<name>") so records stay fixed-size. */
 #ifndef PAGECAST_CUPTI_FORMAT_H
 #define PAGECAST_CUPTI_FORMAT_H
 
 #include <stdint.h>
 
-#define PC_CUPTI_FORMAT_VERSION 1
+/* Version 1 had no magic; version 2 puts PC_CUPTI_MAGIC in the header record's dst. */
+#define PC_CUPTI_FORMAT_VERSION 2
+#define PC_CUPTI_MAGIC 0x50554350u /* "PCUP" read as little-endian bytes */
 
 enum pc_rec_type {
     PC_REC_HEADER = 0,  /* start = CUPTI timestamp, end = CLOCK_MONOTONIC, address = CLOCK_REALTIME
-                           (all taken together), value = format version, src = pid */
+                           (all taken together), value = format version, src = pid,
+                           dst = PC_CUPTI_MAGIC */
     PC_REC_UM = 1,      /* a CUpti_ActivityUnifiedMemoryCounter3 record */
     PC_REC_KERNEL = 2,  /* a CUpti_ActivityKernel record */
     PC_REC_MEMORY = 3,  /* a CUpti_ActivityMemory4 record (MEMORY2 kind) */

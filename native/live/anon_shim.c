@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "live/anon_wire.h"
+
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22
 #endif
@@ -44,7 +46,6 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-#define PC_MAGIC 0x70636173686d3031ULL /* "pcashm01" */
 #define STACK_BYTES (256 * 1024)
 #define BATCH 256
 
@@ -97,11 +98,11 @@ static void *helper(void *arg)
 	}
 	sock_fd = fd;
 	int mode = choose_mode();
-	uint64_t hello[3] = {PC_MAGIC, (uint64_t)getpid(), (uint64_t)mode};
-	if (write_all(fd, hello, sizeof hello) != 0)
+	struct pc_anon_hello hello = {PC_ANON_MAGIC, (uint64_t)getpid(), (uint64_t)mode};
+	if (write_all(fd, &hello, sizeof hello) != 0)
 		goto out;
-	uint64_t in[BATCH * 2];
-	int64_t ack[BATCH * 2];
+	struct pc_anon_request in[BATCH];
+	struct pc_anon_ack ack[BATCH];
 	size_t have = 0; /* bytes in `in` */
 	for (;;) {
 		ssize_t r = recv(fd, (char *)in + have, sizeof in - have, 0);
@@ -110,16 +111,16 @@ static void *helper(void *arg)
 		if (r <= 0)
 			break; /* predictor gone or channel broken: stop quietly */
 		have += (size_t)r;
-		size_t n = have / 16;
+		size_t n = have / sizeof *in;
 		for (size_t i = 0; i < n; i++) {
-			int rc = madvise((void *)(uintptr_t)in[2 * i], (size_t)in[2 * i + 1], mode);
-			ack[2 * i] = mono_ns();
-			ack[2 * i + 1] = rc == 0 ? 0 : errno;
+			int rc = madvise((void *)(uintptr_t)in[i].addr, (size_t)in[i].len, mode);
+			ack[i].done_ns = mono_ns();
+			ack[i].err = rc == 0 ? 0 : errno;
 		}
-		if (n && write_all(fd, ack, n * 16) != 0)
+		if (n && write_all(fd, ack, n * sizeof *ack) != 0)
 			break;
-		size_t rest = have - n * 16;
-		memmove(in, (char *)in + n * 16, rest);
+		size_t rest = have - n * sizeof *in;
+		memmove(in, (char *)in + n * sizeof *in, rest);
 		have = rest;
 	}
 out:

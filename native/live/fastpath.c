@@ -55,16 +55,6 @@
 /* Schedule replay is not a policy of the registry: a mode above every policy id. */
 #define FP_MODE_REPLAY 256
 
-struct fp_issued {
-    uint64_t t_issue;  /* just before the posix_fadvise call of its range */
-    uint64_t t_fault;  /* perf sample time of the causing fault; 0: issued at start */
-    uint64_t t_seen;   /* the sample was read from the ring */
-    uint64_t t_submit; /* the predictor had decided (before the first read was issued) */
-    int64_t page;
-    int32_t file;
-    uint32_t flags; /* 1: issued at start, no causing fault */
-};
-
 struct file {
     char *path;
     int fd;
@@ -221,16 +211,17 @@ void fp_load(const char *path)
     FILE *f = fopen(path, "rb");
     if (!f)
         fm_fail("%s: cannot open fast-path config: %s", path, strerror(errno));
-    char magic[8];
-    uint32_t hdr[2];
-    int64_t par[4];
-    uint64_t n;
-    read_exact(f, magic, 8, path, "magic");
-    if (memcmp(magic, "PCFAST1", 8))
-        fm_fail("%s: not a pagecast fast-path config", path);
-    read_exact(f, hdr, sizeof hdr, path, "header");
-    read_exact(f, par, sizeof par, path, "parameters");
-    read_exact(f, &n, 8, path, "row count");
+    struct fp_config_head h;
+    read_exact(f, h.magic, 8, path, "magic");
+    if (memcmp(h.magic, FP_CONFIG_MAGIC, 6) || h.magic[6] < '0' || h.magic[6] > '9' || h.magic[7])
+        fm_fail("%s: not a pagecast fast-path config (bad magic)", path);
+    if (h.magic[6] != '0' + FP_CONFIG_VERSION)
+        fm_fail("%s: unsupported fast-path config version %c (this collector reads %d)", path, h.magic[6],
+                FP_CONFIG_VERSION);
+    read_exact(f, (char *)&h + 8, sizeof h - 8, path, "header");
+    uint32_t hdr[2] = {h.mode, h.nfiles};
+    int64_t par[4] = {h.lookahead, h.gap, h.p0, h.p1};
+    uint64_t n = h.nrows;
     mode = (int)hdr[0];
     if (mode != FP_MODE_REPLAY && mode != PC_POLICY_NEXTLINE && mode != PC_POLICY_STRIDE)
         fm_fail("%s: unknown fast-path mode %d", path, mode);
@@ -559,7 +550,7 @@ void fp_finish(uint64_t wakeups)
     qsort(handler_ns, nhandler, sizeof *handler_ns, cmp_u32);
     uint64_t h50 = nhandler ? handler_ns[nhandler / 2] : 0, h99 = nhandler ? handler_ns[nhandler * 99 / 100] : 0;
     uint64_t hmax = nhandler ? handler_ns[nhandler - 1] : 0;
-    uint64_t st[12] = {st_faults, st_unmapped, st_ranges, st_range_pages, st_errors, st_pages, (uint64_t)cursor, wakeups,
+    uint64_t st[FP_NSTATS] = {st_faults, st_unmapped, st_ranges, st_range_pages, st_errors, st_pages, (uint64_t)cursor, wakeups,
                        st_fadvise_ns, h50, h99, hmax};
     fm_frame(FR_FASTSTAT, st, sizeof st, NULL, 0);
     for (int i = 0; i < nfiles; i++)

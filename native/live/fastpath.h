@@ -10,8 +10,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Frames added to faultmon's output (see faultmon.c for the others). */
+/* Frames added to faultmon's output (see faultmon.h for the others). */
 enum { FR_ISSUED = 10, FR_FILE = 11, FR_FASTSTAT = 12 };
+/* FR_FASTSTAT's payload: this many u64 counters (collect/faultmon.py names them in order) */
+#define FP_NSTATS 12
+
+/* One page whose read the fast path issued, in FR_ISSUED arrays (mirrored by
+ * collect/faultmon.py's ISSUED_DTYPE; tests/test_binary_layouts.py compares them). */
+struct fp_issued {
+    uint64_t t_issue;  /* just before the posix_fadvise call of its range */
+    uint64_t t_fault;  /* perf sample time of the causing fault; 0: issued at start */
+    uint64_t t_seen;   /* the sample was read from the ring */
+    uint64_t t_submit; /* the predictor had decided (before the first read was issued) */
+    int64_t page;
+    int32_t file;
+    uint32_t flags; /* 1: issued at start, no causing fault */
+};
+
+/* The fast-path config file (pagecast.online.fastpath writes it): this header, then
+ * nfiles x {u32 len, i32 tag, path bytes}, i32 row_file[nrows], i64 row_page[nrows]. */
+#define FP_CONFIG_MAGIC "PCFAST" /* then the version as one ASCII digit and a NUL */
+#define FP_CONFIG_VERSION 1
+struct fp_config_head {
+    char magic[8];
+    uint32_t mode, nfiles;
+    int64_t lookahead, gap, p0, p1;
+    uint64_t nrows;
+};
 
 /* Provided by faultmon.c. */
 void fm_frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen);

@@ -150,10 +150,10 @@ struct pack_arg {
 
 /* Claim the next chunk and read it into buf. Each thread has its read in flight while
  * the others map theirs: the disk here serves requests in order, and when it is slow a
- * single read in flight left it idle ~110 µs between reads (the wake-up of the next
- * reader) and cost 20-45 % of the stream's speed. A demand read (a fault on a page not
- * in the pack) in flight holds the *next* loader read back (up to 2 ms), so the miss
- * waits only for reads already queued. Returns 1 with [*i, *end) in buf, 0 at the end,
+ * single read in flight left it idle between reads (the wake-up of the next reader),
+ * a large part of the stream's speed (BENCHMARKS.md, "Figures moved out of the code").
+ * A demand read (a fault on a page not in the pack) in flight holds the *next* loader
+ * read back, so the miss waits only for reads already queued. Returns 1 with [*i, *end) in buf, 0 at the end,
  * -1 with why set. */
 static int pack_read_next(pgr_region *r, uint8_t *buf, uint64_t *i, uint64_t *end, char *why, size_t whylen) {
     struct pgr_pack *k = r->pack;
@@ -243,9 +243,14 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     uint64_t nblocks = h.block_pages ? (h.npages + h.block_pages - 1) / h.block_pages : 0;
     uint64_t idx_bytes = (h.npages + nblocks) * 8;
     uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
-    if (h.version != 1 || h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
+    if (h.version != PGR_PACK_VERSION) {
+        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version, PGR_PACK_VERSION);
+        close(fd);
+        return -1;
+    }
+    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
         h.npages > (1ull << 31) - 1 || h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
-        set_err("page pack %s: malformed header (version %u, page size %u)", pack_path, h.version, h.page_size);
+        set_err("page pack %s: malformed header (page size %u)", pack_path, h.page_size);
         close(fd);
         return -1;
     }

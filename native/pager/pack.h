@@ -17,10 +17,12 @@ extern "C" {
  *   data at data_offset: the pages' bytes in the same order.
  * Sums: pgr_pack_sum over 64-bit words. The file is exactly data_offset + npages*page_size. */
 #define PGR_PACK_MAGIC "PGCPACK1"
+#define PGR_PACK_VERSION 1
 #define PGR_PACK_HEADER 4096
 uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords);
 
-/* The header as laid out on disk (PGR_PACK_HEADER bytes). */
+/* The header as laid out on disk (PGR_PACK_HEADER bytes; mirrored by pagecast.pager.pack's
+ * HEADER_FIXED, tests/test_binary_layouts.py compares the two). */
 struct pack_header {
     char magic[8];
     uint32_t version, page_size;

@@ -173,7 +173,7 @@ static int write_log_header(pgr_region *r) {
     pgr_log_header h;
     memset(&h, 0, sizeof h);
     memcpy(h.magic, PGR_LOG_MAGIC, 8);
-    h.version = 1;
+    h.version = PGR_LOG_VERSION;
     h.page_size = (uint32_t)r->ps;
     h.file_offset = r->file_offset;
     h.length = r->len;
@@ -1277,9 +1277,8 @@ int pgr_set_table(pgr_region *r, const uint64_t *offsets, const int64_t *pages, 
     return 0;
 }
 
-/* Table file: "PGCTAB1\0", u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]],
- * then the path of the data file it was built for, NUL-terminated, ending the file. Every
- * field is checked against the file's size before use. */
+/* Table file: see pager.h (pgr_table_header). Every field is checked against the file's
+ * size before use. */
 typedef struct {
     uint64_t npages;
     uint64_t *off;
@@ -1305,7 +1304,13 @@ static int table_read(const char *path, table_file *t) {
     else if (size > (1ull << 40)) why = "larger than 1 TiB";
     else if (!(raw = malloc(size))) why = "out of memory";
     else if (pread_full(fd, raw, size, 0) < 0) why = "read failed";
-    else if (memcmp(raw, "PGCTAB1", 8) != 0) why = "not a pager table file (bad magic)";
+    else if (memcmp(raw, PGR_TABLE_MAGIC, 6) != 0 || raw[6] < '0' || raw[6] > '9' || raw[7] != 0)
+        why = "not a pager table file (bad magic)";
+    else if (raw[6] != '0' + PGR_TABLE_VERSION) {
+        snprintf(whybuf, sizeof whybuf, "unsupported pager table version %c (this pagecast reads %d)", raw[6],
+                 PGR_TABLE_VERSION);
+        why = whybuf;
+    }
     close(fd);
     uint64_t np = 0, total = 0, pages_at = 0;
     if (!why) {

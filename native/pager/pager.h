@@ -22,6 +22,7 @@ extern "C" {
 /* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
  * write() per served fault (so a crash loses at most a torn last record). */
 #define PGR_LOG_MAGIC "PGCLOG1"
+#define PGR_LOG_VERSION 1
 #define PGR_LOG_HEADER 4096
 enum { PGR_REC_FAULT = 8, PGR_REC_PREFETCH = 6, PGR_REC_EVICT = 7 }; /* = pagecast Kind */
 enum {
@@ -98,6 +99,16 @@ typedef struct pgr_stats {
 } pgr_stats;
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };
+
+/* Prefetch table file (pgr_table_check): "PGCTAB" + the version as one ASCII digit + NUL,
+ * u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]], then the path of the data
+ * file it was built for, NUL-terminated, ending the file. */
+#define PGR_TABLE_MAGIC "PGCTAB"
+#define PGR_TABLE_VERSION 1
+typedef struct pgr_table_header {
+    char magic[8];
+    uint64_t npages;
+} pgr_table_header;
 
 typedef struct pgr_region pgr_region;
 

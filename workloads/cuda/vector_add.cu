@@ -1,4 +1,4 @@
-// Vector add over CUDA managed memory (the AI4Mem seed's test program, rewritten).
+// Vector add over CUDA managed memory (AI4Mem's test program, rewritten).
 // Usage: vector_add [N elements, default 16M] [iterations, default 10]
 // Three managed arrays are initialised on the host, so every kernel launch after a host
 // touch migrates them back to the GPU on demand (GPU page faults).

@@ -1,5 +1,5 @@
-/* The BowerAccess seed's `llm`: maps a weights file and touches a sparse, monotonically
- * increasing subset of its pages. With no options it is the seed's example: 9 pages,
+/* BowerAccess's `llm` test program, rewritten: maps a weights file and touches a sparse, monotonically
+ * increasing subset of its pages. With no options it is BowerAccess's example: 9 pages,
  * touch 0, 2, 5, 6, 8 (write 'A'+page, read it back, print it).
  *
  *   llm [-n NPAGES] [-p 0,2,5,...] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write]
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #define PAGE_SIZE 4096
-/* The seed's chcore flag marks the special budget-limited mapping; on Linux the
+/* BowerAccess's chcore flag marks the special budget-limited mapping; on Linux the
  * pagecast shim picks the file by name instead (PAGECAST_PAGER), so the flag is 0. */
 #define MAP_LLM 0
 

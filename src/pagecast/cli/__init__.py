@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up cost, above)
+if TYPE_CHECKING:
+    import argparse
+
 # Order in --help; commands not listed here follow alphabetically.
 _ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
 
 
 def build_parser(only: str | None = None) -> "argparse.ArgumentParser":
     """The full parser, or with ``only`` a known subcommand's alone: a command then pays
-    for importing its own module, not every subcommand's (the simulator and numba cost
-    about 0.3 s, which `pagecast run` would spend in front of the program)."""
+    for importing its own module, not every subcommand's (importing the simulator and numba
+    is slow, and `pagecast run` would spend that time in front of the program)."""
     import argparse
     import importlib
     import pkgutil

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     u = cs.add_parser("run", help="run a program with cuMemPrefetchAsync injected from a schedule or model")
     src = u.add_mutually_exclusive_group(required=True)
-    src.add_argument("--schedule", help="schedule (.parquet), or a predictions file (pagecast-prefetch 1 or the seed's CSV)")
+    src.add_argument("--schedule", help="schedule (.parquet), or a predictions file (pagecast-prefetch 1 or AI4Mem's predictions CSV)")
     src.add_argument("--model", help="trained model; its schedule is predicted from --trace (or from a recording made first)")
     u.add_argument("--trace", help="with --model: a previous recording of the program to predict from")
     u.add_argument("--top-k", type=int, default=10, help="with --model: pages predicted per fault (default 10)")

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE", help="trace to predict (.parquet)")
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write (.parquet)")
     p.add_argument("--top-k", type=int, default=10, help="pages predicted per event (default: 10)")
-    p.add_argument("--csv", metavar="FILE", help="also export the seed's predictions.csv layout")
+    p.add_argument("--csv", metavar="FILE", help="also export AI4Mem's predictions.csv layout")
     p.add_argument("--backend", choices=("auto", "numba", "onnx", "onnx-int8", "torchscript", "eager"), default="auto",
                    help="inference engine (default: auto = numba kernels for one-layer LSTMs, onnx otherwise; onnx-int8 = onnxruntime with int8 weights)")
     p.add_argument("--threads", type=int, default=1, help="inference threads, 0 = all cores (default: 1, safe on a shared machine; on an idle one, 2 threads with the numba or onnx backend nearly double the throughput)")

@@ -88,38 +88,6 @@ def build_cupti_collector(tk: CudaToolkit | None = None) -> Path:
                  ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
 
 
-def build_cupti_harness(tk: CudaToolkit | None = None) -> Path:
-    """The collector's record conversion run on hand-built CUPTI records (for tests)."""
-    tk = tk or find_toolkit()
-    if tk.cupti_include is None or tk.cupti_lib is None:
-        raise PagecastError(f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so)")
-    return build("cupti_harness", ["cuda/test_double/cupti_harness.c"], shared=False, include=[tk.include, tk.cupti_include],
-                 ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
-
-
-def build_test_double(tk: CudaToolkit | None = None) -> Path:
-    """libcuda_test_double.so: the driver TEST DOUBLE (host memory, call log); for tests only."""
-    tk = tk or find_toolkit()
-    # -Bsymbolic: the pointers it hands out must be its own functions even when the
-    # interposer, preloaded, exports the same names.
-    return build("libcuda_test_double", ["cuda/test_double/libcuda_test_double.c"], cflags=(*WARN, "-fvisibility=hidden"),
-                 include=[tk.include], ldflags=("-Wl,-Bsymbolic", "-lpthread"))
-
-
-def build_driver_client(tk: CudaToolkit | None = None) -> Path:
-    """The test program that finds the driver like static cudart does (for tests)."""
-    tk = tk or find_toolkit()
-    return build("cuda_driver_client", ["cuda/test_double/driver_client.c"], shared=False, include=[tk.include],
-                 ldflags=("-ldl", "-lpthread"))
-
-
-def build_direct_client(double: Path, tk: CudaToolkit | None = None) -> Path:
-    """A test program linked against the driver test double itself (calls by symbol)."""
-    tk = tk or find_toolkit()
-    return build("cuda_direct_client", ["cuda/test_double/direct_client.c"], shared=False, include=[tk.include],
-                 ldflags=(str(double), f"-Wl,-rpath,{double.parent}"))
-
-
 WORKLOADS = {"vector_add": "vector_add.cu", "oversub": "oversub.cu"}
 
 

@@ -40,8 +40,10 @@ REC_DTYPE = np.dtype(
     [("type", "u1"), ("subkind", "u1"), ("flags", "<u2"), ("stream", "<u4"), ("start", "<u8"), ("end", "<u8"),
      ("address", "<u8"), ("value", "<u8"), ("src", "<u4"), ("dst", "<u4")]
 )
-assert REC_DTYPE.itemsize == 48
-FORMAT_VERSION = 1
+# Mirrors struct pc_rec in native/cuda/pc_cupti_format.h (tests/test_binary_layouts.py).
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)  # version 1 streams have no magic
+MAGIC = 0x50554350  # b"PCUP" as a little-endian u32, in the header record's dst (version >= 2)
 
 REC_HEADER, REC_UM, REC_KERNEL, REC_MEMORY, REC_DROPPED = 0, 1, 2, 3, 4
 
@@ -75,6 +77,18 @@ class CuptiStream:
     dropped: int = 0
 
 
+def check_header(first: np.ndarray, path: Path) -> None:
+    """The header record: a known version, and from version 2 on the magic."""
+    if len(first) == 0 or first[0]["type"] != REC_HEADER:
+        raise PagecastError("not a pagecast CUPTI record stream (bad or missing header record)", path=path)
+    version = int(first[0]["value"])
+    if version not in READS_VERSIONS:
+        raise PagecastError(f"CUPTI record stream version {version} not supported (this pagecast reads "
+                            f"{READS_VERSIONS[0]}..{FORMAT_VERSION})", path=path)
+    if version >= 2 and int(first[0]["dst"]) != MAGIC:
+        raise PagecastError("not a pagecast CUPTI record stream (bad magic in the header record)", path=path)
+
+
 def read_stream(path: str | Path, names_path: str | Path | None = None) -> CuptiStream:
     path = Path(path)
     if not path.exists():
@@ -82,8 +96,7 @@ def read_stream(path: str | Path, names_path: str | Path | None = None) -> Cupti
     raw = np.fromfile(path, dtype=np.uint8)
     whole = len(raw) - len(raw) % REC_DTYPE.itemsize
     recs = raw[:whole].view(REC_DTYPE)
-    if len(recs) == 0 or recs[0]["type"] != REC_HEADER or recs[0]["value"] != FORMAT_VERSION:
-        raise PagecastError(f"not a pagecast CUPTI record stream (format {FORMAT_VERSION}): bad or missing header", path=path)
+    check_header(recs[:1], path)
     bad = ~np.isin(recs["type"], (REC_HEADER, REC_UM, REC_KERNEL, REC_MEMORY, REC_DROPPED))
     if bad.any():
         i = int(np.argmax(bad))

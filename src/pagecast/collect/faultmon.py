@@ -47,9 +47,12 @@ from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
 
-
+# The collector's stream: frames {u32 type, u32 len, payload}; the payload layouts mirror
+# native/faultmon.h and native/live/fastpath.h (tests/test_binary_layouts.py compares them).
+STREAM_MAGIC = 0x4D544C46  # b"FLTM" as a little-endian u32: first field of the HELLO frame
+STREAM_VERSION = 1
 FR_HELLO, FR_SAMPLES, FR_MMAP, FR_FORK, FR_EXEC, FR_LOST, FR_WATERMARK, FR_EXIT, FR_ERROR = range(1, 10)
-FR_ISSUED, FR_FILE, FR_FASTSTAT = range(10, 13)  # native fast path (native/live/fastpath.c)
+FR_ISSUED, FR_FILE, FR_FASTSTAT = range(10, 13)  # native fast path (native/live/fastpath.h)
 FR_READS, FR_NOTE = 14, 15  # page-set mode: read-family tracepoint samples, a collector's note
 
 SAMPLE_DTYPE = np.dtype(
@@ -63,7 +66,8 @@ FILE_USE_DTYPE = np.dtype(
     [("time", "<u8"), ("ino", "<u8"), ("first", "<u8"), ("last", "<u8"), ("pid", "<u4"), ("tid", "<u4"),
      ("dev", "<u4"), ("what", "<u4")]
 )
-HELLO_DTYPE = np.dtype([("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"), ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
+HELLO_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"),
+                        ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
 FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid", "<u4"), ("ptid", "<u4")])
 EXEC_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("tid", "<u4")])
 LOST_DTYPE = np.dtype([("time", "<u8"), ("lost", "<u8")])
@@ -176,6 +180,7 @@ class FaultMonitor:
         self.reads_on = False  # filemap:mm_filemap_get_pages is sampled
         self.fault_tp_on = False  # filemap:mm_filemap_fault is sampled
         self.error: str | None = None  # the collector's own ERROR frame, if any
+        self._binary: str | None = None
         self.regions: list[Region] = []
         self.returncode: int | None = None
         self.lost = 0
@@ -213,6 +218,7 @@ class FaultMonitor:
         if os.sep in exe and not os.access(exe, os.X_OK):
             raise PagecastError(f"command not found or not executable: {exe}")
         binary = faultmon_binary()
+        self._binary = str(binary)
         r, w = os.pipe()
         fast = ["--fast", str(self.fast), "--fast-poll-ms", str(self.fast_poll_ms)] if self.fast else []
         if self.fast and self.fast_wake_minor:
@@ -343,7 +349,7 @@ class FaultMonitor:
             self._watermark = int(np.frombuffer(payload, dtype="<u8")[0])
             return True
         elif ftype == FR_HELLO:
-            h = np.frombuffer(payload, dtype=HELLO_DTYPE)[0]
+            h = self._check_hello(payload)
             self.t0_mono_ns = int(h["t0"])
             self.pid = int(h["pid"])
             self.exclude_kernel = bool(h["exclude_kernel"])
@@ -371,6 +377,23 @@ class FaultMonitor:
             self.close()
             raise PagecastError(msg)
         return False
+
+    def _check_hello(self, payload: bytes) -> np.void:
+        """The HELLO frame opens the stream: a collector of another build is refused here."""
+        where = self._binary or "fault collector"
+        if len(payload) < 8 or int(np.frombuffer(payload, "<u4", 1)[0]) != STREAM_MAGIC:
+            self.close()
+            raise PagecastError("not a pagecast fault collector stream (bad magic in its first frame)", path=where)
+        version = int(np.frombuffer(payload, "<u4", 1, 4)[0])
+        if version != STREAM_VERSION:
+            self.close()
+            raise PagecastError(f"fault collector stream version {version} not supported (this pagecast reads "
+                                f"{STREAM_VERSION}); rebuild the collector", path=where)
+        if len(payload) != HELLO_DTYPE.itemsize:
+            self.close()
+            raise PagecastError(f"malformed fault collector stream (first frame of {len(payload)} bytes, expected "
+                                f"{HELLO_DTYPE.itemsize})", path=where)
+        return np.frombuffer(payload, dtype=HELLO_DTYPE)[0]
 
     # -- public stream -------------------------------------------------------------
     def batches(self) -> Iterator[FaultBatch]:

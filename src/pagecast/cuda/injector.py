@@ -94,7 +94,7 @@ def _load_schedule(schedule: Schedule | str | Path) -> Schedule | Path:
         return schedule
     path = Path(schedule)
     if path.suffix.lower() in (".csv", ".txt"):
-        return path  # the seed's predictions.csv or a ready predictions file: the injector reads it
+        return path  # AI4Mem's predictions.csv or a ready predictions file: the injector reads it
     return read_schedule(path)
 
 
@@ -114,7 +114,7 @@ def run_cuda(
     """Run ``cmd`` with the prefetch injector, print its summary; returns the program's exit status.
 
     ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
-    reads directly (``pagecast-prefetch 1`` or the seed's predictions.csv). ``model``:
+    reads directly (``pagecast-prefetch 1`` or AI4Mem's predictions.csv). ``model``:
     a trained model; its schedule is predicted from ``trace`` (a previous recording of the
     same program), or, without one, from a recording made first (``record_cuda``).
     With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with

@@ -179,12 +179,6 @@ class TieredPlacementEnv(gym.Env):
             return a != 0
         return (self.resident | (a == 1)) & ~(a == 2)
 
-    def window_time(self, t: int, placement: np.ndarray) -> float:
-        """Estimated time of window t with the given (0/1 per chunk) placement, no migration."""
-        ep = self.ep
-        f = float(ep.num[t] @ np.asarray(placement, dtype=np.float64)) / ep.den[t]
-        return ep.t_slow[t] * (1.0 - f) + ep.t_fast[t] * f
-
     def step(self, action: Any):
         if self.t >= self.ep.n_windows:
             raise RuntimeError("episode is over; call reset()")

@@ -1,6 +1,6 @@
 """AI4Mem predictions CSV ⇄ schedule.
 
-Two header variants exist in the seed project:
+AI4Mem writes two header variants:
   ``trigger_time_ns,page_addr,page_idx,score`` (its infer.py) and
   ``Timestamp_ns,Prefetch_Address,Confidence`` (its online predictor).
 Addresses are absolute (0x...); with ``regions`` they become (region, page) — an

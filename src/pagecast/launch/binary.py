@@ -19,19 +19,32 @@ SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
 
 
+def _installed_native_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native", "native")
+
+
 def _native_dir() -> str:
-    # Same rule as pagecast.util.native.native_dir, without importing pathlib (≈5 ms).
+    # Same rule as pagecast.util.native.native_dir, without importing pathlib (start-up cost).
     env = os.environ.get("PAGECAST_NATIVE_DIR")
     if env:
         return env
+    installed = _installed_native_dir()
+    if os.path.isdir(installed):
+        return installed
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(here))), "native")
 
 
 def _stamp_dirs(native: str) -> list[str]:
+    # Same places as pagecast.util.native.build_dir, in its order of preference.
     env = os.environ.get("PAGECAST_BUILD_DIR")
-    first = env if env else os.path.join(native, "build")
-    return [first, os.path.join(os.path.expanduser("~"), ".cache", "pagecast", "native")]
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                         "pagecast", "native")
+    if env:
+        return [env, cache]
+    if native == _installed_native_dir():
+        return [cache]
+    return [os.path.join(native, "build"), cache]
 
 
 def _signature(native: str) -> str:

@@ -12,7 +12,7 @@ For demand event i the dataset holds:
   * next label: the class of event i+1 relative to the state after event i, i.e.
     (slot_{i+1}, page_{i+1} − last page of slot_{i+1} as of i);
   * horizon label: the classes of events i+1 … i+H, each relative to the state as of i
-    (multi-hot: "the pages needed in the next window", the seed's target).
+    (multi-hot: "the pages needed in the next window", AI4Mem's training target).
 
 Decoding a class c at trigger i gives the page last[slot_c] + delta_c: exactly what the
 causal predictor knows at i. All arrays are numpy; label construction is a numba loop, so

@@ -1,9 +1,9 @@
 """The one-layer LSTM as compiled numba code: the ``numba`` backend, per fault and batched.
 
-Profile of the earlier per-fault path (p50 on the 2-core VM, 1,024 classes, hidden 64):
-76 µs per ``observe`` = 42 µs kernel (row-dot loops that did not vectorise, the input
-projection recomputed per step) + 16 µs dispatching 19 arguments (~0.4 µs per array) and
-copies + 17 µs of Python encode/decode around it. Hence, here:
+A profile of the earlier per-fault path (BENCHMARKS.md, "Figures moved out of the code")
+split each ``observe`` into the kernel (row-dot loops that did not vectorise, the input
+projection recomputed per step), dispatching 19 arguments and copies, and Python
+encode/decode around it, the kernel the largest part. Hence, here:
 
 * the input projection is folded into per-token tables (``P_tok = E_tok·W_ihᵀ`` etc.), so
   a step's input part is two row lookups instead of 8 k multiply-adds;
@@ -431,31 +431,3 @@ class LSTMKernel:
                 yield a, scores[: b - a], classes[: b - a]
         finally:
             numba.set_num_threads(prev)
-
-
-@numba.njit(cache=True, fastmath=True)
-def _step_both(wf, mi, tok, slot, ip, h, c, sel, k, out_s, out_c):
-    g = np.empty(G_SCRATCH * mi[_H], np.float32)
-    logits = np.empty(3 * mi[_NCLS], np.float32)
-    _cell(wf, mi, tok, slot, ip, h, c, g)
-    return _head_topk(wf, mi, h[sel], logits, k, out_s, out_c)
-
-
-class NumbaLSTMStep:
-    """The ``LSTMStep`` runner signature (numpy in, numpy out) over the compiled cell and head.
-
-    Used to test the kernels against PyTorch; the live loop calls ``observe_kernel``.
-    """
-
-    def __init__(self, model: DeltaLSTM, head: str, k: int):
-        self.kern = LSTMKernel.build(model, head, k)
-        self.k = k
-        self._s = np.empty(k, np.float32)
-        self._c = np.empty(k, np.int64)
-
-    def __call__(self, token, slot, ip, h, c, sel):
-        h2 = np.ascontiguousarray(h[0])
-        c2 = np.ascontiguousarray(c[0])
-        m = _step_both(self.kern.wf, self.kern.mi, int(token[0]), int(slot[0]), int(ip[0]), h2, c2, int(sel[0]),
-                       self.k, self._s, self._c)
-        return self._s[:m].copy(), self._c[:m].copy(), h2[None], c2[None]

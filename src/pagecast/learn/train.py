@@ -39,8 +39,8 @@ class TrainConfig:
     lr: float = 3e-3
     seed: int = 0
     # One thread: these models are small (64-wide GEMMs), so a second OpenMP thread gains
-    # little on an idle machine and, when cores are shared, spin-waits: measured 9x slower
-    # per epoch with 2 threads than with 1 on this (oversubscribed) 2-core machine.
+    # little on an idle machine and, when cores are shared, spin-waits, which made epochs
+    # several times slower with 2 threads than with 1 (BENCHMARKS.md, "Figures moved out of the code").
     threads: int = 1  # 0: all cores
     # Windows drawn per epoch: a subset of a long trace, several passes over a short one,
     # so a small recording still gets enough optimiser steps. 0: one pass over all windows.

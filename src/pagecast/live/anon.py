@@ -34,7 +34,12 @@ from pagecast.trace.regions import Region
 from pagecast.util.native import build
 
 ANON_KINDS = ("anon", "heap")
-MAGIC = 0x70636173686D3031
+# The socket protocol, mirrored from native/live/anon_wire.h (tests/test_binary_layouts.py
+# compares the two); native endianness, both ends on this machine.
+MAGIC = 0x70636173686D3031  # "pcashm" + protocol version "01"
+HELLO_DTYPE = np.dtype([("magic", "=u8"), ("pid", "=u8"), ("mode", "=u8")])
+REQUEST_DTYPE = np.dtype([("addr", "=u8"), ("len", "=u8")])
+ACK_DTYPE = np.dtype([("done_ns", "=i8"), ("err", "=i8")])
 MODES = {23: "MADV_POPULATE_WRITE", 22: "MADV_POPULATE_READ", 3: "MADV_WILLNEED"}
 ACCEPT_TIMEOUT_S = 0.05
 
@@ -164,13 +169,14 @@ class AnonInjector:
                 return False
             conn.settimeout(None)
             try:
-                hello = _recv_exact(conn, 24)
+                hello = _recv_exact(conn, HELLO_DTYPE.itemsize)
             except OSError:
                 hello = None
-            if hello is None or struct.unpack("=QQQ", hello)[0] != MAGIC:
+            h = None if hello is None else np.frombuffer(hello, HELLO_DTYPE)[0]
+            if h is None or int(h["magic"]) != MAGIC:
                 conn.close()
                 continue
-            _, self.pid, mode = struct.unpack("=QQQ", hello)
+            self.pid, mode = int(h["pid"]), int(h["mode"])
             self.mode = MODES.get(int(mode), str(mode))
             self._conn = conn
             self._acker.start()
@@ -187,9 +193,9 @@ class AnonInjector:
             region, page, t_fault, t_seen, base, t_sub = item
             starts, rreg, first, npages = merge_ranges(region, page, self.gap)
             rbase = base[starts]
-            recs = np.empty((len(starts), 2), np.uint64)
-            recs[:, 0] = (rbase + first * PAGE).astype(np.uint64)
-            recs[:, 1] = (npages * PAGE).astype(np.uint64)
+            recs = np.empty(len(starts), REQUEST_DTYPE)
+            recs["addr"] = (rbase + first * PAGE).astype(np.uint64)
+            recs["len"] = (npages * PAGE).astype(np.uint64)
             # one in-flight entry per batch: acks are handled in bulk, not per range in Python
             self._inflight.put((region, page, t_fault, t_seen, t_sub, np.diff(np.append(starts, len(page))), npages))
             try:
@@ -214,9 +220,9 @@ class AnonInjector:
             if not chunk:
                 return
             buf += chunk
-            whole = len(buf) // 16 * 16
+            whole = len(buf) // ACK_DTYPE.itemsize * ACK_DTYPE.itemsize
             if whole:
-                acks = np.concatenate([acks, np.frombuffer(buf[:whole], np.int64).reshape(-1, 2)])
+                acks = np.concatenate([acks, np.frombuffer(buf[:whole], np.int64).reshape(-1, 2)])  # ACK_DTYPE rows
                 buf = buf[whole:]
             while len(acks):
                 try:

@@ -29,7 +29,13 @@ from pagecast.live.injector import Issued
 from pagecast.live.worker import SourceSpec
 from pagecast.policies.base import policies_for, policy_entry, supports
 
-MAGIC = b"PCFAST1\0"
+# The config file's header, mirrored from native/live/fastpath.h (struct fp_config_head;
+# tests/test_binary_layouts.py compares the two): magic "PCFAST", the version as one ASCII
+# digit, a NUL.
+CONFIG_VERSION = 1
+MAGIC = b"PCFAST%d\0" % CONFIG_VERSION
+CONFIG_HEAD = struct.Struct("<8sII4qQ")
+CONFIG_HEAD_FIELDS = ("magic", "mode", "nfiles", "lookahead", "gap", "p0", "p1", "nrows")
 # A schedule with more of its rows in anonymous/heap memory than this stays on the Python
 # path, where the LD_PRELOAD shim prefetches those pages (the fast path cannot).
 MAX_ANON_SHARE = 0.01
@@ -96,8 +102,7 @@ def write_config(spec: SourceSpec, gap: int, anon: bool = True,
         pf = get_prefetcher(mode, **(spec.options or {}))
         p0, p1 = pf.native_params()
         mode_id = policy_entry(mode).native_id
-    head = MAGIC + struct.pack("<II4qQ", mode_id, len(files), int(spec.lookahead), int(gap), int(p0), int(p1),
-                               len(row_page))
+    head = CONFIG_HEAD.pack(MAGIC, mode_id, len(files), int(spec.lookahead), int(gap), int(p0), int(p1), len(row_page))
     body = b"".join(struct.pack("<Ii", len(p.encode()), tag) + p.encode() for tag, p in files)
     fd, name = tempfile.mkstemp(prefix="pagecast-fast-", suffix=".cfg", dir=directory)
     with os.fdopen(fd, "wb") as f:
@@ -124,7 +129,10 @@ def issued_from_monitor(mon: Any, t0: int) -> list[Issued]:
     f = np.where(a["file"] >= 0, a["file"], nfile)
     at_start = (a["flags"] & FLAG_AT_START) != 0
     region = np.where(at_start & (tag[f] >= 0), -2 - tag[f], live[f]).astype(np.int32)
-    rel = lambda col: a[col].astype(np.int64) - np.int64(t0)
+
+    def rel(col: str) -> np.ndarray:
+        return a[col].astype(np.int64) - np.int64(t0)
+
     t_fault = np.where(at_start, -1, rel("t_fault"))
     t_seen = np.where(at_start, -1, rel("t_seen"))
     return [Issued(rel("t_issue"), region, a["page"].astype(np.int64), t_fault, t_seen, rel("t_submit"))]

@@ -73,9 +73,9 @@ class LiveConfig:
     # Native fast path (fastpath.py): None = wherever it applies (replay, nextline, stride).
     fast: bool | None = None
     fast_poll_ms: int = 1  # fast path: longest wait for a sample that does not wake it
-    # fast path: wake it every N minor-fault samples too (0: only within fast_poll_ms). Measured on
-    # the 2-core VM: a wake-up per minor fault cut fault -> issue p50 from ~120 to ~15 us but
-    # made the program ~15-70 % slower (each wake-up is paid by the faulting thread).
+    # fast path: wake it every N minor-fault samples too (0: only within fast_poll_ms). A wake-up
+    # per minor fault cuts the fault -> issue latency several-fold but slows the program, since
+    # each wake-up is paid by the faulting thread (BENCHMARKS.md, "Figures moved out of the code").
     fast_wake_minor: int = 8
     fast_report_ms: int = 20  # fast path: how often the collector hands the faults to the daemon (for the trace)
     # fast path: niceness added to the collector (root only; negative = higher priority). It

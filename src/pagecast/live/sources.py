@@ -90,8 +90,8 @@ class PolicySource(Source):
 
     def warm_up(self) -> None:
         """Run the prefetcher on a made-up batch, then forget it. The first call compiles
-        (numba kernels, torch/onnx sessions: ~0.4 s here), and in a live run every fault
-        batch queued behind it: markov's and the LSTM's prefetches arrived ~0.5 s late."""
+        (numba kernels, torch/onnx sessions), and in a live run every fault batch queued
+        behind it, so markov's and the LSTM's first prefetches arrived long after their faults."""
         self.p.reset([Region(0, "warm-up", kind="file", path="/warm-up", length=1 << 30)])
         rng = np.random.default_rng(0)
         n = 256  # a sequential run, then scattered pages: the hit, miss and predict paths

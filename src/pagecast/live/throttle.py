@@ -2,9 +2,10 @@
 
 A per-fault predictor (markov, the LSTM) names up to k pages per fault. When few of them
 are used, the rest are not free: each is a read on the same device as the program's
-demand misses, and this VM's disk serves requests in order. On the sparse-weights
-workload the LSTM's top-10 issued 41.8 k reads for 2.8 k used pages and made the program
-2.7x slower than no prefetching at all. So the live loop measures accuracy as it goes and
+demand misses, and a disk serves requests in order. On the sparse-weights workload the
+LSTM's top-10 issued many times more reads than the program used pages and made it slower
+than no prefetching at all (figures in BENCHMARKS.md, "Figures moved out of the code").
+So the live loop measures accuracy as it goes and
 sets how many predictions per fault it issues (the *degree*), as feedback-directed
 prefetching does in hardware (Srinath et al., HPCA 2007):
 

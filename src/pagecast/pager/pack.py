@@ -1,8 +1,8 @@
 """Page packs: a learned cold start read as one sequential stream.
 
-Scattered 4 KiB reads of a cold file are bound by the device's IOPS (here ~20-25 k pages/s
-whatever the queue depth), so prefetching them into the page cache cannot beat a warm
-cache by much. A pack stores the pages an earlier run needed, *contiguously, in the order
+Scattered 4 KiB reads of a cold file are bound by the device's random-read rate whatever
+the queue depth (BENCHMARKS.md), so prefetching them into the page cache cannot come
+close to a warm cache. A pack stores the pages an earlier run needed, *contiguously, in the order
 the program first used them*; the userfaultfd pager's loader thread
 (``native/pager/pack.c``, ``pgr_pack_start``) streams it with large sequential reads and
 maps each page into the program's region with UFFDIO_COPY ahead of the program. Pages not
@@ -43,7 +43,11 @@ MAGIC = b"PGCPACK1"
 HEADER = 4096
 VERSION = 1
 BLOCK_PAGES = 64  # 256 KiB: the checksum granule, and the loader's first (latency-bound) read
-_FIXED = struct.Struct("<8sIIQQQQQqqQQQ")  # header fields before the path (96 bytes)
+# The header's fields before the path, mirrored from pgr_pack_header in native/pager/pager.h
+# (tests/test_binary_layouts.py compares the two).
+HEADER_FIXED = struct.Struct("<8sIIQQQQQqqQQQ")
+HEADER_FIELDS = ("magic", "version", "page_size", "npages", "block_pages", "index_offset", "data_offset", "src_size",
+                 "src_mtime_ns", "src_ctime_ns", "src_ino", "src_dev", "index_sum")
 _SUM_KEY = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -126,11 +130,11 @@ def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_
     if (st2.st_mtime_ns, st2.st_ctime_ns, st2.st_size) != (st.st_mtime_ns, st.st_ctime_ns, st.st_size):
         raise PagecastError("the file changed while the pack was being built; try again", path=source)
     path_b = str(source).encode()
-    if len(path_b) >= HEADER - _FIXED.size:
+    if len(path_b) >= HEADER - HEADER_FIXED.size:
         raise PagecastError("source path too long for a pack header", path=source)
-    head = _FIXED.pack(MAGIC, VERSION, page_size, n, block_pages, HEADER, data_off, st.st_size, st.st_mtime_ns,
+    head = HEADER_FIXED.pack(MAGIC, VERSION, page_size, n, block_pages, HEADER, data_off, st.st_size, st.st_mtime_ns,
                        st.st_ctime_ns, st.st_ino, st.st_dev, pack_sum(index))  # fmt: skip
-    head += path_b + b"\0" * (HEADER - _FIXED.size - len(path_b))
+    head += path_b + b"\0" * (HEADER - HEADER_FIXED.size - len(path_b))
     with atomic_output(Path(out)) as tmp:
         with open(tmp, "wb") as f:
             f.write(head)
@@ -150,10 +154,12 @@ def read_pack(path: str | Path) -> PackInfo:
             size = os.fstat(f.fileno()).st_size
             if len(head) < HEADER or head[:8] != MAGIC:
                 raise PagecastError("not a page pack (bad or short header)", path=path)
-            (_, ver, ps, n, bp, ioff, doff, ssize, mt, ct, ino, dev, isum) = _FIXED.unpack_from(head)
-            if ver != VERSION or ps < 512 or ps & (ps - 1) or not 1 <= bp <= 1 << 16 or ioff != HEADER or n >= 2**31 \
+            (_, ver, ps, n, bp, ioff, doff, ssize, mt, ct, ino, dev, isum) = HEADER_FIXED.unpack_from(head)
+            if ver != VERSION:
+                raise PagecastError(f"page pack version {ver} not supported (this pagecast reads {VERSION})", path=path)
+            if ps < 512 or ps & (ps - 1) or not 1 <= bp <= 1 << 16 or ioff != HEADER or n >= 2**31 \
                     or doff != _data_offset(n, bp):  # fmt: skip
-                raise PagecastError(f"malformed page pack header (version {ver}, page size {ps})", path=path)
+                raise PagecastError(f"malformed page pack header (page size {ps})", path=path)
             if size != doff + n * ps:
                 raise PagecastError(f"truncated or padded page pack: {size} bytes, the header says {doff + n * ps}", path=path)
             nblocks = -(-n // bp)
@@ -162,7 +168,7 @@ def read_pack(path: str | Path) -> PackInfo:
         raise PagecastError(f"cannot read page pack ({e.strerror})", path=path) from None
     if len(index) != n + nblocks or pack_sum(index) != isum:
         raise PagecastError("page pack index fails its checksum (corrupted)", path=path)
-    source = head[_FIXED.size :].split(b"\0", 1)[0].decode(errors="replace")
+    source = head[HEADER_FIXED.size :].split(b"\0", 1)[0].decode(errors="replace")
     return PackInfo(path, source, ps, n, bp, doff, ssize, mt, ct, ino, dev, index[:n].view(np.int64).copy())
 
 

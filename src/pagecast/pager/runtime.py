@@ -47,10 +47,17 @@ DEFAULT_DEPTH = 16
 # Old pager names kept as aliases (deprecated): name → (policy, options it implies).
 ALIASES = {"next": ("nextline", {"before": 0})}
 POLICY_SYNTAX = "none, nextline[:N], stride[:N], sparse[:N], table:FILE (deprecated alias: next[:N])"
+# Binary layouts mirrored from native/pager/pager.h (tests/test_binary_layouts.py compares them).
 LOG_HEADER = 4096
 LOG_MAGIC = b"PGCLOG1\0"
-TABLE_MAGIC = b"PGCTAB1\0"
+LOG_VERSION = 1
+LOG_HEADER_DTYPE = np.dtype([("magic", "S8"), ("version", "<u4"), ("page_size", "<u4"), ("file_offset", "<u8"),
+                             ("length", "<u8"), ("t0_ns", "<i8"), ("pid", "<i4"), ("policy", "<i4"),
+                             ("budget_pages", "<u8"), ("path", "S%d" % (LOG_HEADER - 56))])
 LOG_RECORD = np.dtype([("t_ns", "<i8"), ("page", "<i8"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u2"), ("tid", "<i4")])
+TABLE_VERSION = 1
+TABLE_MAGIC = b"PGCTAB%d\0" % TABLE_VERSION  # "PGCTAB", the version as one ASCII digit, NUL
+TABLE_HEADER_DTYPE = np.dtype([("magic", "S8"), ("npages", "<u8")])
 
 
 # ---- native library ------------------------------------------------------------------
@@ -128,7 +135,7 @@ def shim_path() -> Path:
 
 
 def llm_path() -> Path:
-    """The seed's ``llm`` program (workloads/llm/llm.c), built on first use."""
+    """The ``llm`` test program (workloads/llm/llm.c, after BowerAccess's), built on first use."""
     src = native_dir().parent / "workloads" / "llm" / "llm.c"
     return build("llm", [src], shared=False)
 
@@ -513,8 +520,7 @@ def write_table(path: str | Path, table: PrefetchTable, file_path: str | Path) -
     path = Path(path)
     with atomic_output(path) as tmp:
         with open(tmp, "wb") as f:
-            f.write(TABLE_MAGIC)
-            f.write(np.uint64(table.npages).tobytes())
+            f.write(np.array([(TABLE_MAGIC, table.npages)], TABLE_HEADER_DTYPE).tobytes())
             f.write(np.ascontiguousarray(table.offsets, "<u8").tobytes())
             f.write(np.ascontiguousarray(table.pages, "<i8").tobytes())
             f.write(str(Path(file_path).resolve()).encode() + b"\0")
@@ -536,9 +542,10 @@ def check_table(path: str | Path) -> tuple[int, str]:
 def read_table(path: str | Path, npages: int | None = None) -> PrefetchTable:
     n, _ = check_table(path)
     raw = Path(path).read_bytes()
-    offsets = np.frombuffer(raw, "<u8", n + 1, 16).copy()
+    at = TABLE_HEADER_DTYPE.itemsize
+    offsets = np.frombuffer(raw, "<u8", n + 1, at).copy()
     total = int(offsets[-1])
-    pages = np.frombuffer(raw, "<i8", total, 16 + 8 * (n + 1)).copy()
+    pages = np.frombuffer(raw, "<i8", total, at + 8 * (n + 1)).copy()
     if npages is not None and n != npages:
         raise PagecastError(f"pager table covers {n} pages but the region has {npages}", path=path)
     return PrefetchTable(offsets, pages)
@@ -601,17 +608,16 @@ def read_fault_log(path: str | Path) -> FaultLog:
     """Read a pager log; a torn last record (the process died mid-write) is dropped."""
     raw = Path(path).read_bytes()
     if len(raw) < LOG_HEADER or raw[:8] != LOG_MAGIC:
-        raise PagecastError("not a pager fault log (bad header)", path=path)
-    ver, ps = np.frombuffer(raw, "<u4", 2, 8)
-    off, length, t0 = np.frombuffer(raw, "<u8", 2, 16).tolist() + [int(np.frombuffer(raw, "<i8", 1, 32)[0])]
-    pid, pol = np.frombuffer(raw, "<i4", 2, 40)
-    budget = int(np.frombuffer(raw, "<u8", 1, 48)[0])
-    file = raw[56:LOG_HEADER].split(b"\0", 1)[0].decode(errors="replace")
-    if ver != 1:
-        raise PagecastError(f"pager fault log version {ver} not supported", path=path)
+        raise PagecastError("not a pager fault log (bad magic or short header)", path=path)
+    h = np.frombuffer(raw, LOG_HEADER_DTYPE, 1)[0]
+    if int(h["version"]) != LOG_VERSION:
+        raise PagecastError(f"pager fault log version {int(h['version'])} not supported (this pagecast reads "
+                            f"{LOG_VERSION})", path=path)
+    file = bytes(h["path"]).split(b"\0", 1)[0].decode(errors="replace")
     nrec = (len(raw) - LOG_HEADER) // LOG_RECORD.itemsize
     recs = np.frombuffer(raw, LOG_RECORD, nrec, LOG_HEADER)
-    return FaultLog(str(path), file, int(ps), int(off), int(length), t0, int(pid), int(pol), budget, recs)
+    return FaultLog(str(path), file, int(h["page_size"]), int(h["file_offset"]), int(h["length"]), int(h["t0_ns"]),
+                    int(h["pid"]), int(h["policy"]), int(h["budget_pages"]), recs)
 
 
 def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Sequence[str] = (), meta: dict | None = None) -> Path:

@@ -161,14 +161,6 @@ def _span(w, a, e):
 
 
 @njit(cache=True, inline="always")
-def _count(words, a, e):
-    c = 0
-    for w in range(a >> 6, ((e - 1) >> 6) + 1):
-        c += _popcount(words[w] & _span(w, a, e))
-    return c
-
-
-@njit(cache=True, inline="always")
 def _runs(words):
     """Maximal runs of set bits across the 512-bit map (one copy each)."""
     c = 0

@@ -99,7 +99,7 @@ def _engine_arrays(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Demand rows as the compiled loops take them."""
     return {
         "t": np.ascontiguousarray(cols["t_ns"], np.int64),
-        # int32 as stored: the kernels take it as it is (a widening copy cost ~1 ns a row)
+        # int32 as stored: the kernels take it as it is (a widening copy would cost a pass over every row)
         "region": np.ascontiguousarray(cols["region"]),
         "page": np.ascontiguousarray(cols["page"], np.int64),
         "write": np.ascontiguousarray((cols["flags"] & FLAG_WRITE), np.uint8),

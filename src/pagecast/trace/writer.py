@@ -62,11 +62,11 @@ DEFAULT_ROW_GROUP = 1 << 20
 # (perf recordings, a lackey import): each column timed alone, then all together; see
 # docs/trace-format.md. DELTA_BINARY_PACKED for t_ns and page (sorted times and local
 # page walks: deltas are several times smaller than anything else). BYTE_STREAM_SPLIT for
-# region, tid and ip: Arrow's delta encoder costs ~5-9 ns a value, byte-splitting
-# ~2-4 ns, and lz4 on the split bytes keeps these columns about as small on real traces
+# region, tid and ip: Arrow's delta encoder costs about twice what byte-splitting does
+# (figures in docs/trace-format.md), and lz4 on the split bytes keeps these columns about as small on real traces
 # (few regions/threads, runs of equal values; ip: high bytes constant). PLAIN for the
 # one/four-byte kind, flags, bytes. lz4 stays on every column: on real traces it shrinks
-# bit-packed deltas of regular patterns (lackey t_ns/page: 2x). Dictionaries and
+# bit-packed deltas of regular patterns (lackey t_ns and page). Dictionaries and
 # per-column statistics cost most of the write time, so there are none, except
 # statistics on t_ns (time-range pruning). BYTE_STREAM_SPLIT on integer columns needs a
 # reader with pyarrow >= 17.

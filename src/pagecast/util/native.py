@@ -1,8 +1,15 @@
 """Build the project's C sources (``native/``) on first use with the system compiler.
 
-Outputs are cached under ``native/build/`` keyed by a hash of the sources and flags, so
-an edited source is rebuilt and an unchanged one is not. Concurrent builders are safe:
-each compiles to a temporary name and renames.
+Where the sources are: ``$PAGECAST_NATIVE_DIR``; else the copy an installed package
+carries (``pagecast/_native/native``, put there by setup.py); else ``native/`` of the
+repository this module runs from (an editable install, ``PYTHONPATH=src``).
+
+Outputs are cached keyed by a hash of the sources and flags, so an edited source is
+rebuilt and an unchanged one is not: in ``$PAGECAST_BUILD_DIR``; else ``native/build/`` of
+a repository checkout; else (an installed package, whose files belong to pip, or a
+checkout that is not writable) the user's cache, ``$XDG_CACHE_HOME/pagecast/native``
+(``~/.cache/pagecast/native``). Concurrent builders are safe: each compiles to a
+temporary name and renames.
 """
 
 from __future__ import annotations
@@ -17,23 +24,42 @@ from typing import Sequence
 from pagecast.errors import PagecastError
 
 
+def installed_native_dir() -> Path:
+    """Where an installed (non-editable) package keeps its copy of ``native/``."""
+    return Path(__file__).resolve().parents[1] / "_native" / "native"
+
+
 def native_dir() -> Path:
     env = os.environ.get("PAGECAST_NATIVE_DIR")
     if env:
         return Path(env)
+    installed = installed_native_dir()
+    if installed.is_dir():
+        return installed
     return Path(__file__).resolve().parents[3] / "native"
+
+
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pagecast" / "native"
 
 
 def build_dir() -> Path:
     env = os.environ.get("PAGECAST_BUILD_DIR")
-    d = Path(env) if env else native_dir() / "build"
+    nd = native_dir()
+    if env:
+        d = Path(env)
+    elif nd == installed_native_dir():
+        d = user_cache_dir()
+    else:
+        d = nd / "build"
     try:
         d.mkdir(parents=True, exist_ok=True)
-        probe = d / ".w"
+        probe = d / f".w{os.getpid()}"
         probe.touch()
         probe.unlink()
     except OSError:
-        d = Path.home() / ".cache" / "pagecast" / "native"
+        d = user_cache_dir()
         d.mkdir(parents=True, exist_ok=True)
     return d
 
