@@ -109,8 +109,9 @@ def test_tests_and_benchmarks_import_existing_modules(where):
 
 
 def test_nothing_imports_a_later_layer():
-    upward = [f"{LAYER_NAME[a]} → {LAYER_NAME[b]}: {w}"
-              for (a, b), where in sorted(_edges().items()) if RANK[b] > RANK[a] for w in where]
+    # a package missing from LAYERS is reported by test_every_package_is_in_the_table
+    upward = [f"{LAYER_NAME[a]} → {LAYER_NAME[b]}: {w}" for (a, b), where in sorted(_edges().items())
+              if a in RANK and b in RANK and RANK[b] > RANK[a] for w in where]
     assert upward == []
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from pagecast.util.output import fmt, format_table, print_json, progress  # noqa: F401  (re-exported for the commands)
+from pagecast.util.output import fmt, format_table, print_json, progress
+
+__all__ = ["add_json_flag", "fmt", "format_table", "print_json", "progress"]  # the commands import these from here
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

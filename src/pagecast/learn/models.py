@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 MODEL_KINDS = ("lstm", "transformer")
 
