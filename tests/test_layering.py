@@ -21,7 +21,7 @@ ROOT = SRC / "pagecast"
 
 # layer             packages (top-level modules of pagecast count as packages)
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation",  {"__init__", "errors", "util"}),
+    ("foundation",  {"__init__", "errors", "constants", "util"}),
     ("trace",       {"trace"}),
     ("sources",     {"collect", "importers"}),
     ("consumers",   {"learn", "policies", "sim", "gym", "plan", "report"}),

@@ -55,7 +55,7 @@ def test_round_trip(text):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("bogus", "unknown prefetcher 'bogus' (valid: bestoffset, "),
+    ("bogus", "unknown prefetcher 'bogus' (valid: "),
     ("", "empty policy name"),
     (":degree=3", "empty policy name"),
     ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
