@@ -161,10 +161,11 @@ def _live(req: RunRequest, warn: Warn) -> RunReport:
             raise PagecastError("no such model file", path=src.model)
         spec = SourceSpec("model", "model", src.model, top_k=src.top_k, throttle=src.throttle)
     elif src.kind == "policy":
-        from pagecast.policies.base import get_prefetcher
+        from pagecast.policies.spec import parse_policy_spec
 
-        get_prefetcher(src.policy)  # unknown name → one-line error listing the valid ones
-        spec = SourceSpec("policy", src.policy, throttle=src.throttle)
+        policy = parse_policy_spec(src.policy)  # unknown name or option → one-line error listing the valid ones
+        policy.build()  # a policy that cannot be built (learned without a model) fails before the program starts
+        spec = SourceSpec("policy", policy.name, options=policy.options, throttle=src.throttle)
     else:
         spec = SourceSpec()
     t = req.tuning
