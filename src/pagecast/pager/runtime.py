@@ -177,11 +177,11 @@ class PolicySpec:
             return cls(name, depth or DEFAULT_DEPTH, Path(arg))
         opts: dict[str, int] = {}
         if arg and "=" in arg:
-            for item in arg.split(","):
-                k, eq, v = item.partition("=")
-                if not eq or not v.strip().lstrip("-").isdigit():
-                    raise PagecastError(f"policy {text!r}: options are key=integer, comma-separated")
-                opts[k.strip()] = int(v)
+            from pagecast.policies.spec import parse_policy_spec, policy_names
+
+            if name not in policy_names():  # a pager-only policy (sparse)
+                raise PagecastError(f"policy {text!r}: {name} takes no options (only :N, the pages per batch)")
+            opts = dict(parse_policy_spec(f"{name}:{arg}").options)  # the keys and types of the Python policy
         elif arg:
             if not arg.isdigit() or int(arg) < 1:
                 raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
