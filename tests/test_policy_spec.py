@@ -55,7 +55,7 @@ def test_round_trip(text):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("bogus", "unknown prefetcher 'bogus' (valid: ampm, bestoffset, "),
+    ("bogus", "unknown prefetcher 'bogus' (valid: "),
     ("", "empty policy name"),
     (":degree=3", "empty policy name"),
     ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
@@ -130,3 +130,15 @@ def test_defaults_help_lists_every_policy_with_its_defaults():
     assert "stride: degree=4, min_conf=1" in text
     assert "nextline: window=32, before=none" in text
     assert policy_defaults_help(["none"]) == "none"
+
+
+def test_pager_policies_take_options_through_the_same_parser():
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+
+    p = PagerPolicy.parse("stride:degree=3,min_conf=2")
+    assert (p.name, p.depth, p.min_conf) == ("stride", 3, 2)
+    for text, message in [("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
+                          ("nextline:window=x", "window='x' is not an integer"),
+                          ("sparse:foo=1", "sparse takes no options")]:
+        with pytest.raises(PagecastError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            PagerPolicy.parse(text)

@@ -51,6 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.demand import demand_mask
 from pagecast.trace.keys import PAGE_MASK, page_keys
@@ -103,7 +104,7 @@ class Demand:
     markers: np.ndarray  # for each KERNEL row: number of demand rows before it
     phase_starts_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # kernels list start_ns
     regions: list[Region] = field(default_factory=list)
-    page_size: int = 4096
+    page_size: int = PAGE_SIZE
     path: Path | None = None
 
     def __len__(self) -> int:
@@ -222,7 +223,7 @@ class Windows:
     count: np.ndarray  # int64[nnz]
     unit_keys: np.ndarray  # int64[U] page key of each unit (first page for chunks)
     unit_pages: np.ndarray  # int64[U] pages in each unit
-    page_size: int = 4096
+    page_size: int = PAGE_SIZE
     regions: list[Region] = field(default_factory=list)
     matched: str = "exact"  # how the fast windows were matched: exact | proportional | cost-model
     info: dict[str, Any] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._text import INT64_MAX, iter_lines, parse_float, parse_uint, split_fields, strip_bounds
 from pagecast.trace.regions import Region, RegionMap
@@ -87,7 +88,7 @@ def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = No
 
 
 def _translate(addr: np.ndarray, regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
-    rm = RegionMap(regions[0].page_size if regions else 4096)
+    rm = RegionMap(regions[0].page_size if regions else PAGE_SIZE)
     for r in regions:
         if r.length:
             rm.add(r.base, r.base + r.length, r.id, 0)

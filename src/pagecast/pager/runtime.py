@@ -184,11 +184,11 @@ class PolicySpec:
             return cls(name, depth or DEFAULT_DEPTH, Path(arg))
         opts: dict[str, int] = {}
         if arg and "=" in arg:
-            for item in arg.split(","):
-                k, eq, v = item.partition("=")
-                if not eq or not v.strip().lstrip("-").isdigit():
-                    raise PagecastError(f"policy {text!r}: options are key=integer, comma-separated")
-                opts[k.strip()] = int(v)
+            from pagecast.policies.spec import parse_policy_spec, policy_names
+
+            if name not in policy_names():  # a pager-only policy (sparse)
+                raise PagecastError(f"policy {text!r}: {name} takes no options (only :N, the pages per batch)")
+            opts = dict(parse_policy_spec(f"{name}:{arg}").options)  # the keys and types of the Python policy
         elif arg:
             if not arg.isdigit() or int(arg) < 1:
                 raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
@@ -642,7 +642,7 @@ def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Seque
         chunks.append((r["t_ns"] + (lg.t0_ns - t_base), np.full(len(r), reg.id, np.int32), r["page"], r["kind"], r["flags"], r["tid"]))
     cols = [np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0) for i in range(6)]
     order = np.argsort(cols[0], kind="stable")
-    page_size = parsed[0].page_size if parsed else 4096
+    page_size = parsed[0].page_size if parsed else PAGE_SIZE
     info = {"command": list(command), "pager_policy": sorted({lg.policy for lg in parsed})}
     info.update(meta or {})
     w = TraceWriter(out, regions=list(regions.values()), meta=info, page_size=page_size, source="pager")

@@ -8,12 +8,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecast.trace.keys import PAGE_BITS, PAGE_MASK, page_keys
 from pagecast.trace.pageset import FileUsage, file_usage, read_page_sets
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import DEMAND_KINDS, FAULT_KINDS, RANGE_KINDS, Kind
 
 BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counting
-_REGION_SHIFT = 40  # key = (region + 1) << 40 | page: pages below 2^40 (4 PiB of 4 KiB pages)
 
 
 # metadata keys `pagecast info` shows (gem5_stats: the summary of the run's stats.txt)
@@ -111,7 +111,7 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
             point_in, out = inside, ~inside
         seen[offsets[reg[point_in]] + page[point_in]] = True
         if out.any():
-            key = ((reg[out] + 1) << _REGION_SHIFT) | (page[out].astype(np.int64) & ((1 << _REGION_SHIFT) - 1))
+            key = page_keys(reg[out], page[out].astype(np.int64) & PAGE_MASK)
             uniq.append(np.unique(key))
             if sum(len(u) for u in uniq) > 4 * batch_rows:
                 uniq = [np.unique(np.concatenate(uniq))]
@@ -123,7 +123,7 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
         if on_rows:
             on_rows(len(reg))
     keys = np.unique(np.concatenate(uniq)) if uniq else np.empty(0, np.int64)
-    per_region_unique = np.bincount(keys >> _REGION_SHIFT, minlength=nreg + 1)
+    per_region_unique = np.bincount(keys >> PAGE_BITS, minlength=nreg + 1)  # by region + 1
     nz = np.flatnonzero(lengths > 0)
     if len(nz):
         per_region_unique[1 + nz] += np.add.reduceat(seen, offsets[nz], dtype=np.int64)

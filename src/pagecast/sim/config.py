@@ -142,5 +142,5 @@ def link_from_device_model(spec: str) -> dict[str, Any]:
 
     m = find_model(spec)
     bw = float(m.seq_read_bytes_per_s)
-    transfer_ns = 4096 / bw * 1e9
+    transfer_ns = PAGE_SIZE / bw * 1e9
     return {"link_latency_ns": max(int(m.read_latency_ns - transfer_ns), 0), "link_bytes_per_s": bw}

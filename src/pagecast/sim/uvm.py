@@ -29,6 +29,7 @@ import time
 import numpy as np
 from numba import njit
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import grown, intern, new_table
@@ -456,7 +457,7 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
     chunks = max(cap_bytes // p.va_block_size, 1)
     q = np.zeros(N_Q, np.int64)
     q[Q_CHUNKS] = chunks
-    q[Q_PAGE] = 4096
+    q[Q_PAGE] = PAGE_SIZE
     q[Q_ENABLE] = 1 if p.uvm_perf_prefetch_enable else 0
     q[Q_THRESH] = p.uvm_perf_prefetch_threshold
     q[Q_MINF] = p.uvm_perf_prefetch_min_faults
@@ -471,7 +472,7 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
 
 def _region_layout(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     roff = [((r.base >> 12) & (PAGES_PER_BLOCK - 1)) for r in trace.regions] + [0]
-    rlen = [-(-r.length // 4096) if r.length else 0 for r in trace.regions] + [0]
+    rlen = [-(-r.length // PAGE_SIZE) if r.length else 0 for r in trace.regions] + [0]
     return np.array(roff, np.int64), np.array(rlen, np.int64)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.trace._arrow import to_numpy
 from pagecast.trace.regions import Region, regions_from_json
@@ -79,7 +80,7 @@ class Trace:
 
     @property
     def page_size(self) -> int:
-        return int(self.meta.get("page_size", 4096))
+        return int(self.meta.get("page_size", PAGE_SIZE))
 
     @property
     def source(self) -> str:
