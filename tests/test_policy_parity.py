@@ -2,8 +2,8 @@
 on fixed streams, and the backends must name the same pages.
 
 Backends (``pagecast.policies.base.BACKENDS``): the Python ``observe``; the simulator's
-compiled kernel, called through the dispatch generated from the registry
-(``pagecast.sim.kernels.step``) and inside ``simulate``; the C steps the live fast path and
+compiled kernel, looked up by the kind the registry gives it (``pagecast.sim.kernels``)
+and run inside ``simulate``'s compiled loop; the C steps the live fast path and
 the pager run (``native/policy/pc_policy.h``), fed through a small driver compiled here;
 and the real userfaultfd pager, whose fault log says what it mapped for each fault.
 """
@@ -61,8 +61,8 @@ def _python(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
 
 
 def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
-    """The compiled kernel through the simulator's generated dispatch."""
-    from pagecast.sim.kernels import KINDS, step
+    """The compiled kernel the simulator's loop calls for this policy's kind."""
+    from pagecast.sim.kernels import FIRST_KIND, KINDS, slot
 
     p = get_prefetcher(name, **opts)
     p.reset(REGIONS)
@@ -70,7 +70,7 @@ def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     out_r, out_p = np.zeros(MAX_PREFETCH, np.int64), np.zeros(MAX_PREFETCH, np.int64)
     got = []
     for t, (r, pg, hit) in enumerate(stream):
-        n = step(KINDS[name], state, params, rpages, t, r, pg, hit, out_r, out_p)
+        n = slot(KINDS[name] - FIRST_KIND)(state, params, rpages, t, r, pg, hit, out_r, out_p)
         got.append([(int(out_r[j]), int(out_p[j])) for j in range(n)])
     return got
 
@@ -113,7 +113,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
 
 @pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
 @pytest.mark.parametrize("stream", sorted(STREAMS))
-def test_python_observe_equals_the_generated_kernel_dispatch(name: str, stream: str) -> None:
+def test_python_observe_equals_the_kernel_of_its_kind(name: str, stream: str) -> None:
     for opts in PARAMS.get(name, [{}]):
         assert _kernel(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream])
 
