@@ -7,7 +7,8 @@ a ``git archive`` of an earlier commit). Each round runs, for each tree in turn,
 process pinned to one core that simulates every policy on the same trace (after a
 warm-up that loads or compiles the kernels); rounds interleave the trees so machine load
 hits both alike. Printed: the engine rate (CPU time of ``simulate`` minus trace decoding,
-M accesses/s) per policy and tree as the median over rounds, and the ratio this/baseline.
+M accesses/s) per policy and tree as the median over rounds, the ratio this/baseline of
+the medians and of the fastest runs.
 
     PYTHONPATH=src python benchmarks/sim_policy_dispatch.py --baseline-src /tmp/base [--rounds 5] [--json]
 """
@@ -78,13 +79,17 @@ def main() -> int:
             runs[key].append(run_child(src, trace, warm, cap, POLICIES))
         print(f"round {r + 1}/{args.rounds} done; load average {os.getloadavg()[0]:.2f}", flush=True)
     out = {"load_average_end": os.getloadavg(), "rounds": args.rounds, "policies": {}}
-    print(f"\n{'policy':12s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s}  same results")
+    print(f"\n{'policy':12s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s} {'best-run ratio':>15s}  same results")
     for name in POLICIES:
         med = {k: float(np.median([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
+        # the fastest run is the one least disturbed by other jobs on a shared machine
+        best = {k: float(np.max([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
         same = all(a[name]["faults"] == b[name]["faults"] and a[name]["prefetches"] == b[name]["prefetches"]
                    for a, b in zip(runs["this"], runs["baseline"]))
-        print(f"{name:12s} {med['this']:9.1f} {med['baseline']:13.1f} {med['this'] / med['baseline']:6.2f}  {same}")
-        out["policies"][name] = {**med, "ratio": med["this"] / med["baseline"], "same_results": same}
+        print(f"{name:12s} {med['this']:9.2f} {med['baseline']:13.2f} {med['this'] / med['baseline']:6.2f} "
+              f"{best['this'] / best['baseline']:15.2f}  {same}")
+        out["policies"][name] = {**med, "ratio": med["this"] / med["baseline"],
+                                 "best_ratio": best["this"] / best["baseline"], "same_results": same}
     if args.json:
         print(json.dumps(out))
     return 0
