@@ -9,8 +9,8 @@ so a new policy module runs inside the compiled loop without any edit to the eng
 Why slots and not a generated dispatch function: a generated ``step(kind, ...)`` called
 from the loop — even inlined at numba's IR level — ran the compiled policies measurably
 slower than the hand-written chain of calls it replaced (BENCHMARKS.md, "Policy registry",
-benchmarks/sim_policy_dispatch.py); the slot chain inside the loop is that same chain, with the registry choosing what each
-slot calls. numba freezes the slots when the loop compiles; ``pagecast.util.jitcache``
+benchmarks/sim_policy_dispatch.py); the slot chain inside the loop is that same chain,
+with the registry choosing what each slot calls. numba freezes the slots when the loop compiles; ``pagecast.util.jitcache``
 keys its cache by the sources of every compiled module in ``policies/``, so adding or
 editing a policy starts a fresh cache.
 """
