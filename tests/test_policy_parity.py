@@ -226,3 +226,60 @@ def test_real_pager_maps_what_the_python_policy_names(tmp_path: Path, spec: str,
         assert got == _pager_reference(name, opts, pol.depth, touches), label
         mapped += sum(len(b) for _, b in got)
     assert (mapped > 0) == (name != "none")
+
+
+# ---- one vocabulary: unsupported names and the deprecated pager alias ------------------------
+
+
+def test_a_backend_refuses_a_policy_it_does_not_run_in_one_line(tmp_path: Path) -> None:
+    from pagecast.cli import main as cli_main
+    from pagecast.errors import PagecastError
+    from pagecast.online.pager import PolicySpec
+
+    with pytest.raises(PagecastError) as e:
+        PolicySpec.parse("leap:4")
+    assert str(e.value) == "policy 'leap' does not run in the pager; it runs in: Python path, simulator's compiled loop"
+    with pytest.raises(PagecastError) as e:
+        get_prefetcher("sparse")
+    assert str(e.value) == "policy 'sparse' does not run in the Python path; it runs in: pager"
+    with pytest.raises(PagecastError) as e:
+        PolicySpec.parse("nosuch")
+    assert "unknown pager policy 'nosuch'" in str(e.value) and "nextline" in str(e.value)
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"\0" * PS)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli_main(["pager", "run", f"{f}:16K", "--policy", "markov", "--", "true"])
+    assert rc == 2 and err.getvalue().count("\n") == 1 and "policy 'markov' does not run in the pager" in err.getvalue()
+
+
+def test_shim_still_takes_the_old_name_next(tmp_path: Path) -> None:
+    """PAGECAST_PAGER_POLICY=next set by hand (not through pager_env) is nextline with before 0:
+    a forward scan of 64 pages with depth 7 faults once per 8 pages, as it always did."""
+    import json
+    import os
+    import sys
+
+    from pagecast.online import pager as pg
+
+    try:
+        pg.probe()
+    except Exception as e:
+        pytest.skip(str(e))
+    f = tmp_path / "n.bin"
+    f.write_bytes(bytes(64 * PS))
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    e = pg.pager_env([(str(f), 64 * PS)], "none", stats_dir=stats)
+    e.update(PAGECAST_PAGER_POLICY="next", PAGECAST_PAGER_DEPTH="7")
+    e.pop("PAGECAST_PAGER_BEFORE")
+    e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
+    script = (f"import mmap,os\nfd=os.open({str(f)!r},os.O_RDONLY)\nm=mmap.mmap(fd,0,prot=mmap.PROT_READ)\n"
+              f"s=sum(m[p*{PS}] for p in range(64))\n")
+    res = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    st = [json.loads(p.read_text()) for p in stats.glob("*.json")]
+    assert len(st) == 1 and st[0]["faults"] == 8 and st[0]["prefetched"] == 56
