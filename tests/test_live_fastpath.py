@@ -196,3 +196,22 @@ def test_fast_path_follows_the_program_through_fork_and_exec(weights, recorded):
     assert res.returncode == 3 and out["checksum"] == out0["checksum"]
     assert res.fast_path["state"] == "on" and res.prefetch_used > 0
     assert res.faults_major < base.faults_major * 0.5, (res.faults_major, base.faults_major)
+
+
+@pytest.mark.parametrize("name,opts", [("nextline", {}), ("nextline", {"window": 9, "before": 0}), ("stride", {"degree": 8, "min_conf": 2})])
+def test_config_carries_the_registry_id_and_native_params(tmp_path, name, opts):
+    """The fast path runs a policy by its registry id (native/policy/pc_policy_ids.h) with the
+    parameters its module gives the C step; policies the registry does not give it stay out."""
+    import struct
+
+    from pagecast.online.fastpath import MAGIC, REPLAY_MODE
+    from pagecast.policies.base import get_prefetcher, policies_for, policy_entry
+
+    assert policies_for("live") == ["nextline", "stride"]
+    path, mode = write_config(SourceSpec("policy", name, options=opts), gap=4, directory=str(tmp_path))
+    raw = path.read_bytes()
+    kind, nfiles, lookahead, gap, p0, p1, nrows = struct.unpack_from("<II4qQ", raw, len(MAGIC))
+    assert mode == name and kind == policy_entry(name).native_id != REPLAY_MODE and gap == 4 and nrows == 0
+    assert (p0, p1) == get_prefetcher(name, **opts).native_params()
+    why = write_config(SourceSpec("policy", "ampm"), gap=4)
+    assert isinstance(why, str) and "nextline, stride only" in why

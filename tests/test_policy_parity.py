@@ -2,8 +2,8 @@
 on fixed streams, and the backends must name the same pages.
 
 Backends (``pagecast.policies.base.BACKENDS``): the Python ``observe``; the simulator's
-compiled kernel, called through the dispatch generated from the registry
-(``pagecast.sim.kernels.step``) and inside ``simulate``; the C steps the live fast path and
+compiled kernel, looked up by the kind the registry gives it (``pagecast.sim.kernels``)
+and run inside ``simulate``'s compiled loop; the C steps the live fast path and
 the pager run (``native/policy/pc_policy.h``), fed through a small driver compiled here;
 and the real userfaultfd pager, whose fault log says what it mapped for each fault.
 """
@@ -61,8 +61,8 @@ def _python(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
 
 
 def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
-    """The compiled kernel through the simulator's generated dispatch."""
-    from pagecast.sim.kernels import KINDS, step
+    """The compiled kernel the simulator's loop calls for this policy's kind."""
+    from pagecast.sim.kernels import FIRST_KIND, KINDS, slot
 
     p = get_prefetcher(name, **opts)
     p.reset(REGIONS)
@@ -70,7 +70,7 @@ def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     out_r, out_p = np.zeros(MAX_PREFETCH, np.int64), np.zeros(MAX_PREFETCH, np.int64)
     got = []
     for t, (r, pg, hit) in enumerate(stream):
-        n = step(KINDS[name], state, params, rpages, t, r, pg, hit, out_r, out_p)
+        n = slot(KINDS[name] - FIRST_KIND)(state, params, rpages, t, r, pg, hit, out_r, out_p)
         got.append([(int(out_r[j]), int(out_p[j])) for j in range(n)])
     return got
 
@@ -113,7 +113,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
 
 @pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
 @pytest.mark.parametrize("stream", sorted(STREAMS))
-def test_python_observe_equals_the_generated_kernel_dispatch(name: str, stream: str) -> None:
+def test_python_observe_equals_the_kernel_of_its_kind(name: str, stream: str) -> None:
     for opts in PARAMS.get(name, [{}]):
         assert _kernel(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream])
 
@@ -226,3 +226,60 @@ def test_real_pager_maps_what_the_python_policy_names(tmp_path: Path, spec: str,
         assert got == _pager_reference(name, opts, pol.depth, touches), label
         mapped += sum(len(b) for _, b in got)
     assert (mapped > 0) == (name != "none")
+
+
+# ---- one vocabulary: unsupported names and the deprecated pager alias ------------------------
+
+
+def test_a_backend_refuses_a_policy_it_does_not_run_in_one_line(tmp_path: Path) -> None:
+    from pagecast.cli import main as cli_main
+    from pagecast.errors import PagecastError
+    from pagecast.online.pager import PolicySpec
+
+    with pytest.raises(PagecastError) as e:
+        PolicySpec.parse("leap:4")
+    assert str(e.value) == "policy 'leap' does not run in the pager; it runs in: Python path, simulator's compiled loop"
+    with pytest.raises(PagecastError) as e:
+        get_prefetcher("sparse")
+    assert str(e.value) == "policy 'sparse' does not run in the Python path; it runs in: pager"
+    with pytest.raises(PagecastError) as e:
+        PolicySpec.parse("nosuch")
+    assert "unknown pager policy 'nosuch'" in str(e.value) and "nextline" in str(e.value)
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"\0" * PS)
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = cli_main(["pager", "run", f"{f}:16K", "--policy", "markov", "--", "true"])
+    assert rc == 2 and err.getvalue().count("\n") == 1 and "policy 'markov' does not run in the pager" in err.getvalue()
+
+
+def test_shim_still_takes_the_old_name_next(tmp_path: Path) -> None:
+    """PAGECAST_PAGER_POLICY=next set by hand (not through pager_env) is nextline with before 0:
+    a forward scan of 64 pages with depth 7 faults once per 8 pages, as it always did."""
+    import json
+    import os
+    import sys
+
+    from pagecast.online import pager as pg
+
+    try:
+        pg.probe()
+    except Exception as e:
+        pytest.skip(str(e))
+    f = tmp_path / "n.bin"
+    f.write_bytes(bytes(64 * PS))
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    e = pg.pager_env([(str(f), 64 * PS)], "none", stats_dir=stats)
+    e.update(PAGECAST_PAGER_POLICY="next", PAGECAST_PAGER_DEPTH="7")
+    e.pop("PAGECAST_PAGER_BEFORE")
+    e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
+    script = (f"import mmap,os\nfd=os.open({str(f)!r},os.O_RDONLY)\nm=mmap.mmap(fd,0,prot=mmap.PROT_READ)\n"
+              f"s=sum(m[p*{PS}] for p in range(64))\n")
+    res = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    st = [json.loads(p.read_text()) for p in stats.glob("*.json")]
+    assert len(st) == 1 and st[0]["faults"] == 8 and st[0]["prefetched"] == 56

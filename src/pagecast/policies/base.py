@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -107,8 +108,8 @@ def register_prefetcher(name: str, *, native_id: int | None = None, native: Sequ
 
     def deco(factory: Callable[..., Prefetcher]) -> Callable[..., Prefetcher]:
         _REGISTRY[name] = factory
-        doc = summary or (factory.__doc__ or "").strip().split("\n")[0] or (getattr(
-            importlib.import_module(factory.__module__), "__doc__", "") or "").strip().split("\n")[0]
+        module_doc = getattr(sys.modules.get(factory.__module__), "__doc__", None) or ""
+        doc = summary or module_doc.strip().split("\n")[0]  # the module's first line says what it is
         _ENTRIES[name] = PolicyEntry(name, factory, native_id, nat, doc, factory.__module__)
         return factory
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pagecast.sim.kernels import KINDS, step  # first: loads the policies, which configure the jit cache
+from pagecast.sim.kernels import FIRST_KIND, KINDS, SLOTS, slot  # first: loads the policies (they configure the jit cache)
 from pagecast.constants import MAX_PREFETCH
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
@@ -55,9 +55,12 @@ EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
 EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
 
 # The engine's own modes; every compiled policy has a kind of its own from the registry
-# (``sim.kernels``: kinds >= 16, dispatched by the generated ``step``).
+# (``sim.kernels``: FIRST_KIND + its slot), called through the kernel slots below.
 PF_NONE, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(4)
 NUMBA_KINDS = KINDS
+if FIRST_KIND != 16 or SLOTS != 16:
+    raise RuntimeError("the kernel slot chain in engine.run is written for kinds 16..31")
+(SLOT0, SLOT1, SLOT2, SLOT3, SLOT4, SLOT5, SLOT6, SLOT7, SLOT8, SLOT9, SLOT10, SLOT11, SLOT12, SLOT13, SLOT14, SLOT15) = (slot(i) for i in range(SLOTS))
 
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
@@ -488,7 +491,39 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
             continue
         region = reg[i]
         page = pg[i]
-        n = step(kind, pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        # the registry's kernel of this kind (sim.kernels: slot i = kind 16 + i)
+        if kind == 16:
+            n = SLOT0(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 17:
+            n = SLOT1(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 18:
+            n = SLOT2(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 19:
+            n = SLOT3(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 20:
+            n = SLOT4(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 21:
+            n = SLOT5(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 22:
+            n = SLOT6(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 23:
+            n = SLOT7(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 24:
+            n = SLOT8(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 25:
+            n = SLOT9(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 26:
+            n = SLOT10(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 27:
+            n = SLOT11(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 28:
+            n = SLOT12(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 29:
+            n = SLOT13(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        elif kind == 30:
+            n = SLOT14(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        else:
+            n = SLOT15(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
         for j in range(min(n, maxpf)):
             ps = page_id(g, cfg, htab, hkey, doff, dlen, out_r[j], out_p[j])
             if ps >= 0:

@@ -1,15 +1,18 @@
-"""The simulator's dispatch over compiled policies, generated from the policy registry.
+"""The simulator's compiled policies, looked up in the policy registry.
 
 Every policy that registers a ``NumbaPrefetcher`` with an ``nb_observe`` kernel gets a
-kind id here (``FIRST_KIND`` + its index in registry order), and ``step`` is one compiled
-function that calls the kernel of a kind. ``step``'s source is generated — an if-chain
-over the kinds, the same code a hand-written chain would be — so a new policy module
-runs inside the compiled loop without any edit here or in ``engine``.
+kind id here: ``FIRST_KIND`` + its index in registry (name) order. The engine's loop
+calls the kernel of a kind through a fixed table of ``SLOTS`` kernel slots that this
+module fills from the registry (``slot``; unused slots hold a kernel that names nothing),
+so a new policy module runs inside the compiled loop without any edit to the engine.
 
-``step`` is built with ``exec`` and cannot be cached on disk itself; the engine's loop
-that calls it is, and ``pagecast.util.jitcache`` keys that cache by the sources of every
-module with compiled code in ``policies/``, so adding or editing a policy starts a fresh
-cache.
+Why slots and not a generated dispatch function: a generated ``step(kind, ...)`` called
+from the loop — even inlined at numba's IR level — ran the compiled policies measurably
+slower than the hand-written chain of calls it replaced (BENCHMARKS.md, "Policy registry",
+benchmarks/sim_policy_dispatch.py); the slot chain inside the loop is that same chain,
+with the registry choosing what each slot calls. numba freezes the slots when the loop compiles; ``pagecast.util.jitcache``
+keys its cache by the sources of every compiled module in ``policies/``, so adding or
+editing a policy starts a fresh cache.
 """
 
 from __future__ import annotations
@@ -18,26 +21,28 @@ from typing import Callable
 
 from numba import njit
 
+from pagecast.errors import PagecastError
 from pagecast.policies.base import compiled_kernels
 
 FIRST_KIND = 16  # the engine's own modes (none, oracle, schedule, python) lie below
+SLOTS = 16  # kernel slots in the engine's loop (engine.run): raise both together
 
 
-def _generate(kernels: list[tuple[str, Callable]]) -> Callable:
-    args = "pstate, pparams, rpages, t_ns, region, page, hit, out_r, out_p"
-    lines = [f"def step(kind, {args}):"]
-    for i, (name, _) in enumerate(kernels):
-        lines.append(f"    {'if' if i == 0 else 'elif'} kind == {FIRST_KIND + i}:  # {name}")
-        lines.append(f"        return _k{i}({args})")
-    lines.append("    return 0")
-    namespace: dict = {f"_k{i}": k for i, (_, k) in enumerate(kernels)}
-    exec(compile("\n".join(lines) + "\n", "<pagecast.sim.kernels.step>", "exec"), namespace)
-    return njit(namespace["step"])
+@njit(cache=True)
+def no_kernel(pstate, pparams, rpages, t_ns, region, page, hit, out_r, out_p):
+    """An empty slot: names nothing."""
+    return 0
 
 
-KERNELS = compiled_kernels()
+KERNELS: list[tuple[str, Callable]] = compiled_kernels()
+if len(KERNELS) > SLOTS:
+    raise PagecastError(f"{len(KERNELS)} compiled policies but {SLOTS} kernel slots: add slots in sim/kernels.py and sim/engine.py")
 KINDS: dict[str, int] = {name: FIRST_KIND + i for i, (name, _) in enumerate(KERNELS)}
-step = _generate(KERNELS)
+
+
+def slot(i: int) -> Callable:
+    """The kernel the engine's slot ``i`` calls (kind ``FIRST_KIND + i``)."""
+    return KERNELS[i][1] if i < len(KERNELS) else no_kernel
 
 
 def kind_of(prefetcher: object) -> int | None:
