@@ -96,6 +96,7 @@ MIRRORS: list[tuple[str, Layout]] = [
     ("struct fm_lost", layout_of_dtype(faultmon.LOST_DTYPE)),
     ("struct fm_exit", layout_of_dtype(faultmon.EXIT_DTYPE)),
     ("struct fp_issued", layout_of_dtype(faultmon.ISSUED_DTYPE)),
+    ("struct fp_file_frame", layout_of_dtype(faultmon.FILE_FRAME_DTYPE)),
     ("struct fp_config_head", layout_of_struct(fastpath.CONFIG_HEAD, fastpath.CONFIG_HEAD_FIELDS)),
     ("struct pc_anon_hello", layout_of_dtype(anon.HELLO_DTYPE)),
     ("struct pc_anon_request", layout_of_dtype(anon.REQUEST_DTYPE)),

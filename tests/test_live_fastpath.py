@@ -204,7 +204,7 @@ def test_config_carries_the_registry_id_and_native_params(tmp_path, name, opts):
     parameters its module gives the C step; policies the registry does not give it stay out."""
     import struct
 
-    from pagecast.online.fastpath import MAGIC, REPLAY_MODE
+    from pagecast.live.fastpath import MAGIC, REPLAY_MODE
     from pagecast.policies.base import get_prefetcher, policies_for, policy_entry
 
     assert policies_for("live") == ["nextline", "stride"]

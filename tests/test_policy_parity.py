@@ -234,7 +234,7 @@ def test_real_pager_maps_what_the_python_policy_names(tmp_path: Path, spec: str,
 def test_a_backend_refuses_a_policy_it_does_not_run_in_one_line(tmp_path: Path) -> None:
     from pagecast.cli import main as cli_main
     from pagecast.errors import PagecastError
-    from pagecast.online.pager import PolicySpec
+    from pagecast.pager.runtime import PolicySpec
 
     with pytest.raises(PagecastError) as e:
         PolicySpec.parse("leap:4")
@@ -263,7 +263,7 @@ def test_shim_still_takes_the_old_name_next(tmp_path: Path) -> None:
     import os
     import sys
 
-    from pagecast.online import pager as pg
+    from pagecast.pager import runtime as pg
 
     try:
         pg.probe()

@@ -1,5 +1,5 @@
 /*
- * The anonymous-memory shim's socket protocol (live/anon_shim.c ↔ pagecast.online.anon),
+ * The anonymous-memory shim's socket protocol (live/anon_shim.c ↔ pagecast.live.anon),
  * native endianness (both ends run on this machine): the shim sends one hello, then
  * answers every request with one ack. Mirrored by numpy dtypes in online/anon.py;
  * tests/test_binary_layouts.py compares the two.

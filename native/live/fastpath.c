@@ -151,7 +151,8 @@ static int add_file(const char *path, size_t n, int32_t tag, int open_it)
     files[nfiles] = nf;
     int idx = nfiles++;
     pthread_mutex_unlock(&mu);
-    fm_frame(FR_FILE, (int32_t[2]){idx, tag}, 8, nf.path, (uint32_t)n);
+    struct fp_file_frame ff = {idx, tag};
+    fm_frame(FR_FILE, &ff, sizeof ff, nf.path, (uint32_t)n);
     return idx;
 }
 

@@ -27,7 +27,13 @@ struct fp_issued {
     uint32_t flags; /* 1: issued at start, no causing fault */
 };
 
-/* The fast-path config file (pagecast.online.fastpath writes it): this header, then
+/* FR_FILE: a file the fast path knows, once; followed by its path (no NUL). */
+struct fp_file_frame {
+    int32_t index; /* the `file` of fp_issued records */
+    int32_t tag;   /* the schedule's region id, -1 for files found at run time */
+};
+
+/* The fast-path config file (pagecast.live.fastpath writes it): this header, then
  * nfiles x {u32 len, i32 tag, path bytes}, i32 row_file[nrows], i64 row_page[nrows]. */
 #define FP_CONFIG_MAGIC "PCFAST" /* then the version as one ASCII digit and a NUL */
 #define FP_CONFIG_VERSION 1

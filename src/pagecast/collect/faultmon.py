@@ -75,6 +75,7 @@ EXIT_DTYPE = np.dtype([("status", "<i4"), ("code", "<i4"), ("time", "<u8"), ("lo
 # one page whose read the fast path issued; times are CLOCK_MONOTONIC ns (t_fault 0: at start)
 ISSUED_DTYPE = np.dtype([("t_issue", "<u8"), ("t_fault", "<u8"), ("t_seen", "<u8"), ("t_submit", "<u8"),
                          ("page", "<i8"), ("file", "<i4"), ("flags", "<u4")])
+FILE_FRAME_DTYPE = np.dtype([("index", "<i4"), ("tag", "<i4")])  # then the path
 FASTSTAT_FIELDS = ("faults", "unmapped_faults", "ranges", "range_pages", "fadvise_errors", "pages", "replay_cursor",
                    "wakeups", "fadvise_ns", "handler_ns_p50", "handler_ns_p99", "handler_ns_max")
 
@@ -363,8 +364,9 @@ class FaultMonitor:
         elif ftype == FR_ISSUED:
             self.fast_issued.append(np.frombuffer(payload, dtype=ISSUED_DTYPE))
         elif ftype == FR_FILE:
-            idx, tag = np.frombuffer(payload[:8], dtype="<i4")
-            self.fast_files[int(idx)] = (int(tag), payload[8:].decode("utf-8", "surrogateescape"))
+            ff = np.frombuffer(payload[:FILE_FRAME_DTYPE.itemsize], dtype=FILE_FRAME_DTYPE)[0]
+            path = payload[FILE_FRAME_DTYPE.itemsize:].decode("utf-8", "surrogateescape")
+            self.fast_files[int(ff["index"])] = (int(ff["tag"]), path)
         elif ftype == FR_READS:
             self._pending_uses.append(np.frombuffer(payload, dtype=FILE_USE_DTYPE))
         elif ftype == FR_NOTE:

@@ -16,7 +16,7 @@ choice (warm or nothing), kept for scripts that want exactly the shared pages.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -35,16 +35,6 @@ class PlanConfig:
     min_runs: int | None = None  # None: all runs but one, at least 1
     depth: int = DEFAULT_DEPTH
     chunk_kib: int = DEFAULT_CHUNK_KIB
-
-
-@dataclass
-class FileEvidence:
-    """What the recordings say about one file."""
-
-    path: str
-    runs: int = 0  # runs that used any page of it
-    pages_per_run: list[int] = field(default_factory=list)
-    identity: FileIdentity | None = None  # recorded by the recorder, if it did
 
 
 def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
