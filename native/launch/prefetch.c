@@ -385,8 +385,12 @@ int pcl_feedback_setup(struct pcl_plan *plan)
 static void feedback_detail(struct pcl_plan *plan, struct pcl_file *f)
 {
 	struct pcf_file *s = &plan->fb->files[f->fb_slot];
-	if (f->req_next >= f->req_gate)
-		judge(plan, f); /* the last word: the program may have exited before a thread looked */
+	if (f->req_gate < f->req_hi && f->req_next >= f->req_gate) {
+		/* the last word: the program may have exited before a thread looked (no more reads
+		 * of the file now, not even of its ELF header) */
+		f->elf_checked = 1;
+		judge(plan, f);
+	}
 	f->pages_used = __atomic_load_n(&s->pages_in, __ATOMIC_RELAXED);
 	f->pages_outside = __atomic_load_n(&s->pages_out, __ATOMIC_RELAXED);
 	if (f->fb == PCL_FB_CANCELLED) {
