@@ -7,8 +7,6 @@ back to ``pagecast.util.native.build`` (content-hashed, compiles if needed) and 
 the stamp.
 """
 
-from __future__ import annotations
-
 import os
 
 NAME = "pagecast-launch"
