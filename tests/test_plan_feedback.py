@@ -213,3 +213,39 @@ def test_a_file_the_program_maps_is_not_judged_and_feedback_can_be_turned_off(tm
                  PAGECAST_PLAN_FEEDBACK="off")  # fmt: skip
     fr = json.loads(r.stdout)["files"][0]
     assert (fr["feedback"], fr["pages_used"], fr["pages_outside"]) == ("off", None, None)
+
+
+# ---- the shim changes nothing the program can see --------------------------------------------
+
+TRANSPARENT = r"""
+import os, signal, sys, zlib
+data = sys.stdin.buffer.read()
+fd = os.open(sys.argv[1], os.O_RDONLY)
+a = os.read(fd, 10000)
+b = os.pread(fd, 5000, 3 * 4096 + 7)
+with open(sys.argv[2], "rb") as f:
+    c = f.read()
+try:
+    os.read(-1, 1)
+except OSError as e:
+    err = e.errno
+print(zlib.crc32(data + a + b + c), len(a), len(b), len(c), err)
+print("to stderr", file=sys.stderr)
+code = int(sys.argv[3])
+sys.stdout.flush()
+os.kill(os.getpid(), -code) if code < 0 else sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("code", [0, 7, -15, -9])
+def test_output_and_exit_status_identical_with_extent_and_feedback_in_the_program(tmp_path, cold_file, code):
+    f, g = cold_file(64), cold_file(2048)
+    plan = tmp_path / "p.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(f), FileIdentity.of(f), "per-fault", arg="extent:degree=8", advice="random"),
+                              FilePlan(str(g), FileIdentity.of(g), "warm", [(0, 1536)], advice="random")]))  # fmt: skip
+    cmd = [sys.executable, "-c", TRANSPARENT, str(f), str(g), str(code)]
+    bare = subprocess.run(cmd, input=b"stdin bytes", capture_output=True)
+    planned = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
+                             input=b"stdin bytes", env=_env(), capture_output=True)  # fmt: skip
+    assert bare.returncode == code
+    assert (planned.returncode, planned.stdout, planned.stderr) == (bare.returncode, bare.stdout, bare.stderr)
