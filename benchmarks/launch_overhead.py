@@ -4,10 +4,11 @@ Runs, interleaved round by round (so machine load hits every variant alike):
 
 - bare: the program itself;
 - launcher only: the native launcher with a plan that has nothing to do (its own cost);
-- run --plan, nothing: `pagecast run --plan` through a copy of the console script pip
-  generates (same imports, including its `import re`), plan with nothing to do; its
-  entry point is `pagecast.launch.command:main` (the fast path before `pagecast.cli`);
-- run --plan, old entry: the same through the previous entry point `pagecast.cli:main`;
+- run --plan, nothing: `pagecast run --plan` through the repository's `bin/pagecast`
+  (the script pip installs as the `pagecast` command), plan with nothing to do;
+- run --plan, pip entry point: the same through the console script pip generated for
+  the previous `[project.scripts]` entry `pagecast.cli:main` (with its `import re`): the
+  "before" of this change;
 - run --plan, warm: the same with a plan warming a few files (the program's shared
   libraries and a 16 MiB data file, whole), prefetched beside the program;
 - python -S -c pass: the interpreter without the `site` module (no .pth files, no
@@ -48,8 +49,8 @@ if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit(main())
 """
-ENTRY = "pagecast.launch.command"  # pyproject.toml [project.scripts]
 OLD_ENTRY = "pagecast.cli"
+SCRIPT = Path(__file__).resolve().parents[1] / "bin" / "pagecast"  # pyproject.toml script-files
 
 
 def _libraries(prog: str) -> list[str]:
@@ -101,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pagecast-launch-") as td:
         d = Path(td)
         script = d / "pagecast"
-        script.write_text(CONSOLE_SCRIPT.format(module=ENTRY))
+        script.write_text(SCRIPT.read_text())
         old_script = d / "pagecast-old"
         old_script.write_text(CONSOLE_SCRIPT.format(module=OLD_ENTRY))
         data = Path(tempfile.gettempdir()) / "pagecast_launch_overhead.bin"
@@ -113,7 +114,7 @@ def main() -> None:
                 "bare": prog,
                 "launcher only": [launcher, str(nothing), "--", *prog],
                 "run --plan, nothing": [sys.executable, str(script), "run", "--plan", str(nothing), "--", *prog],
-                "run --plan, old entry": [sys.executable, str(old_script), "run", "--plan", str(nothing), "--", *prog],
+                "run --plan, pip entry point": [sys.executable, str(old_script), "run", "--plan", str(nothing), "--", *prog],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
                 "python -S -c pass": [sys.executable, "-S", "-c", "pass"],
                 "python -c pass": [sys.executable, "-c", "pass"],
@@ -134,10 +135,10 @@ def main() -> None:
     for label, med in results.items():
         bw, bc = med["bare"]["wall_ms"], med["bare"]["cpu_ms"]
         print(f"\nprogram: {label}   (bare: wall {bw:.2f} ms, cpu {bc:.2f} ms)")
-        print(f"  {'variant':24s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
+        print(f"  {'variant':28s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
         for k, v in med.items():
             w, c = v["wall_ms"], v["cpu_ms"]
-            print(f"  {k:24s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
+            print(f"  {k:28s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
 
 if __name__ == "__main__":
     main()
