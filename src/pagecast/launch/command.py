@@ -1,9 +1,8 @@
 """The fast path of ``pagecast run --plan``: from the command line to the launcher's exec.
 
-``main`` is the ``pagecast`` console entry point: it takes the fast path before even
-``pagecast.cli`` is imported, and otherwise hands over to ``pagecast.cli.main``.
-``pagecast.cli.main`` calls ``exec_if_planned(sys.argv[1:])`` before it imports argparse
-or any subcommand: a ``run --plan`` command line in its simple form
+The ``pagecast`` command (``bin/pagecast``) calls ``exec_if_planned(sys.argv[1:])`` before
+even ``pagecast.cli`` is imported (``python -m pagecast``: ``pagecast.cli.main``, before
+argparse or any subcommand): a ``run --plan`` command line in its simple form
 (``run --plan FILE [--json] [--plan-status FILE] -- PROG ARGS``) is handed to the native
 launcher with ``os.execv``, so the interpreter's start-up is the only Python cost in front
 of the program. Any other form (``--help``, other options, a missing program) returns and
@@ -73,20 +72,3 @@ def exec_if_planned(args: list[str]) -> None:
     sys.stderr.flush()
     os.execv(launcher, launcher_argv(launcher, *parsed))
 
-
-def main() -> int:
-    """The ``pagecast`` console script: a simple ``run --plan`` execs the launcher at once;
-    ``launcher-path`` prints where the launcher is; anything else is the full CLI."""
-    args = sys.argv[1:]
-    exec_if_planned(args)
-    if args == ["launcher-path"]:
-        from pagecast.launch.binary import launcher_path
-
-        try:
-            print(launcher_path())
-            return 0
-        except Exception:  # noqa: BLE001 - e.g. no compiler: the full command reports it in one line
-            pass
-    from pagecast.cli import main as cli_main
-
-    return cli_main()
