@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,14 @@ def test_output_and_exit_status_identical_with_extent_and_feedback_in_the_progra
                              input=b"stdin bytes", env=_env(), capture_output=True)  # fmt: skip
     assert bare.returncode == code
     assert (planned.returncode, planned.stdout, planned.stderr) == (bare.returncode, bare.stdout, bare.stderr)
+
+
+@pytest.mark.skipif(shutil.which("dd") is None, reason="no dd")
+def test_reads_through_a_dup2_copy_are_counted(tmp_path, cold_file):
+    # dd opens its input and dup2()s it onto fd 0 before reading it
+    f = cold_file(2048)
+    plan = _warm_plan(tmp_path, f, [(0, 1536)])
+    r = _planned(plan, ["dd", f"if={f}", "of=/dev/null", "bs=4096", "skip=1600", "count=100"], json_report=True)
+    fr = json.loads(r.stdout)["files"][0]
+    assert r.returncode == 0
+    assert (fr["status"], fr["pages_issued"], fr["pages_used"], fr["pages_outside"]) == ("cancelled", 1024, 0, 100)

@@ -26,8 +26,8 @@
  *             or outside the plan's ranges; mmap of it sets its `mapped` flag.
  *
  * The dynamic loader maps shared libraries with its own internal calls, which a preload
- * cannot see: libraries keep the default read-around. Reads inside libc (fread) and file
- * descriptors made by dup() or above FD_TRACKED are not seen either. Nothing else changes:
+ * cannot see: libraries keep the default read-around. Reads inside libc (fread), file
+ * descriptors made by fcntl(F_DUPFD) or numbered FD_TRACKED and above are not seen either. Nothing else changes:
  * return values and errno are the program's, and a read is never delayed by what the shim
  * does for it (that follows the read). Children inherit the variables and the shim. */
 #define _GNU_SOURCE
@@ -323,6 +323,30 @@ int close(int fd) {
     NEXT(close);
     if (fd >= 0 && fd < FD_TRACKED) __atomic_store_n(&fdinfo[fd], 0, __ATOMIC_RELAXED);
     return real(fd);
+}
+
+/* A duplicate names the same open file: it inherits what the shim knows of it (dd, for
+ * one, opens its input and dup2()s it onto fd 0). */
+static int copy_info(int from, int to) {
+    if (to >= 0 && to < FD_TRACKED)
+        __atomic_store_n(&fdinfo[to], from >= 0 && from < FD_TRACKED ? __atomic_load_n(&fdinfo[from], __ATOMIC_RELAXED) : 0,
+                         __ATOMIC_RELAXED);
+    return to;
+}
+
+int dup(int fd) {
+    NEXT(dup);
+    return copy_info(fd, real(fd));
+}
+
+int dup2(int fd, int to) {
+    NEXT(dup2);
+    return copy_info(fd, real(fd, to));
+}
+
+int dup3(int fd, int to, int flags) {
+    NEXT(dup3);
+    return copy_info(fd, real(fd, to, flags));
 }
 
 ssize_t read(int fd, void *buf, size_t n) {
