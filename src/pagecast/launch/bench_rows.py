@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -36,10 +37,12 @@ def make_plan(traces: list[Path], out: Path, min_runs: int) -> dict[str, Any]:
         return {}
 
 
-def planned_run(plan: Path, workload: wl.WorkloadConfig) -> wl.RunOutcome:
-    """One cold run of the workload under ``pagecast run --plan`` (the console fast path)."""
+def planned_run(plan: Path, workload: wl.WorkloadConfig, status: Path | None = None) -> wl.RunOutcome:
+    """One cold run of the workload under ``pagecast run --plan`` (the console fast path);
+    ``status``: where the prefetcher writes its report (``--plan-status``)."""
     wl.drop_cache(workload.weights)
-    cmd = [sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *workload.argv()]
+    extra = ["--plan-status", str(status)] if status else []
+    cmd = [sys.executable, "-m", "pagecast", "run", "--plan", str(plan), *extra, "--", *workload.argv()]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = proc.stdout.read()
     err = proc.stderr.read()
@@ -52,6 +55,17 @@ def planned_run(plan: Path, workload: wl.WorkloadConfig) -> wl.RunOutcome:
         raise PagecastError(f"{LABEL}: workload failed (status {rc}: {err.decode(errors='replace').strip()[:200]})")
     return wl.RunOutcome(rc, res, res["wall_s"], ru.ru_majflt, ru.ru_minflt,
                          int(wl.resident_pages(workload.weights).sum()) * wl.PAGE, err.decode(errors="replace"))  # fmt: skip
+
+
+def _pages_issued(status: Path, wait_s: float = 2.0) -> int:
+    """Pages the prefetcher issued, from its report (written once the program has exited)."""
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            return int(json.loads(status.read_text())["prefetch"]["pages_issued"])
+        except (OSError, ValueError, KeyError, TypeError):
+            time.sleep(0.01)
+    return 0
 
 
 def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig], min_runs: int,
@@ -67,10 +81,12 @@ def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig
         log(f"plan: {chosen or 'nothing for every file'}")
 
         def one(rnd: int) -> Any:
-            o = planned_run(plan, workload_for(weights))
+            status = Path(out_dir) / "demo.plan-status.json"
+            status.unlink(missing_ok=True)
+            o = planned_run(plan, workload_for(weights), status)
             r = o.result
             return row(LABEL, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached,
-                       checksum=r["checksum"])  # fmt: skip
+                       prefetched=_pages_issued(status), checksum=r["checksum"])  # fmt: skip
 
         return [(LABEL, one)]
 
