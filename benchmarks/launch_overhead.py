@@ -4,10 +4,15 @@ Runs, interleaved round by round (so machine load hits every variant alike):
 
 - bare: the program itself;
 - launcher only: the native launcher with a plan that has nothing to do (its own cost);
-- run --plan, nothing: `pagecast run --plan` through a copy of the console script pip
-  generates (same imports, including its `import re`), plan with nothing to do;
+- run --plan, nothing: `pagecast run --plan` through the repository's `bin/pagecast`
+  (the script pip installs as the `pagecast` command), plan with nothing to do;
+- run --plan, pip entry point: the same through the console script pip generated for
+  the previous `[project.scripts]` entry `pagecast.cli:main` (with its `import re`): the
+  "before" of this change;
 - run --plan, warm: the same with a plan warming a few files (the program's shared
   libraries and a 16 MiB data file, whole), prefetched beside the program;
+- python -S -c pass: the interpreter without the `site` module (no .pth files, no
+  site-packages): what start-up costs before `site`;
 - python -c pass: the interpreter's own start-up, the floor of any Python entry point;
 - python -c 'import re': that plus the `import re` every pip console script does, the
   floor of any `pagecast ...` command (the rest of "run --plan" is pagecast's).
@@ -39,11 +44,13 @@ from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 # What pip writes as the `pagecast` console script (its imports are part of the cost).
 CONSOLE_SCRIPT = """import re
 import sys
-from pagecast.cli import main
+from {module} import main
 if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit(main())
 """
+OLD_ENTRY = "pagecast.cli"
+SCRIPT = Path(__file__).resolve().parents[1] / "bin" / "pagecast"  # pyproject.toml script-files
 
 
 def _libraries(prog: str) -> list[str]:
@@ -95,7 +102,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pagecast-launch-") as td:
         d = Path(td)
         script = d / "pagecast"
-        script.write_text(CONSOLE_SCRIPT)
+        script.write_text(SCRIPT.read_text())
+        old_script = d / "pagecast-old"
+        old_script.write_text(CONSOLE_SCRIPT.format(module=OLD_ENTRY))
         data = Path(tempfile.gettempdir()) / "pagecast_launch_overhead.bin"
         if not data.exists() or data.stat().st_size != 16 << 20:
             data.write_bytes(os.urandom(16 << 20))
@@ -105,7 +114,9 @@ def main() -> None:
                 "bare": prog,
                 "launcher only": [launcher, str(nothing), "--", *prog],
                 "run --plan, nothing": [sys.executable, str(script), "run", "--plan", str(nothing), "--", *prog],
+                "run --plan, pip entry point": [sys.executable, str(old_script), "run", "--plan", str(nothing), "--", *prog],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
+                "python -S -c pass": [sys.executable, "-S", "-c", "pass"],
                 "python -c pass": [sys.executable, "-c", "pass"],
                 "python -c 'import re'": [sys.executable, "-c", "import re"],
             }
@@ -124,10 +135,10 @@ def main() -> None:
     for label, med in results.items():
         bw, bc = med["bare"]["wall_ms"], med["bare"]["cpu_ms"]
         print(f"\nprogram: {label}   (bare: wall {bw:.2f} ms, cpu {bc:.2f} ms)")
-        print(f"  {'variant':24s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
+        print(f"  {'variant':28s} {'wall ms':>9s} {'vs bare':>9s} {'cpu ms':>8s} {'vs bare':>9s}")
         for k, v in med.items():
             w, c = v["wall_ms"], v["cpu_ms"]
-            print(f"  {k:24s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
+            print(f"  {k:28s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
 
 if __name__ == "__main__":
     main()

@@ -59,7 +59,10 @@ def installed(tmp_path_factory) -> dict:
     # the dependencies come from this interpreter's environment, appended after the venv's own
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel])
+    inst = _run([py, "-m", "pip", "install", "--no-deps", "--no-index", wheel])
+    where = subprocess.run([py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True,
+                           cwd=tmp)
+    assert where.returncode == 0, f"the installed wheel does not import:\n{inst.stdout}\n{inst.stderr}\n{where.stderr}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGECAST_") and k != "PYTHONPATH"}
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
     work = tmp / "elsewhere"

@@ -326,3 +326,26 @@ def test_plan_show_json_and_table(tmp_path, disk_file, capsys):
     assert main(["plan", "--show", str(tmp_path / "bad.plan")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad magic" in err
+
+
+def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launcher(tmp_path, disk_file):
+    # the `pagecast` command pip installs (pyproject.toml script-files), run by this interpreter
+    script = Path(__file__).resolve().parents[1] / "bin" / "pagecast"
+    entry = script.read_text()
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
+    r = subprocess.run([sys.executable, "-X", "importtime", str(script), "run", "--plan", str(plan), "--", "sh", "-c",
+                        "echo ok; exit 9"], env=_env(), capture_output=True, text=True)  # fmt: skip
+    imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert (r.returncode, r.stdout) == (9, "ok\n")
+    base = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True, text=True)
+    at_startup = {line.rsplit("|", 1)[1].strip() for line in base.stderr.splitlines() if line.startswith("import time:")}
+    assert "pagecast.launch.command" in imported
+    # beyond what the interpreter's start-up (site, .pth files) imports anyway; pip's generated scripts import re
+    assert not (imported - at_startup) & {"pagecast.cli", "re", "argparse", "pathlib"}
+    r = subprocess.run([sys.executable, "-c", entry, "launcher-path"], env=_env(), capture_output=True, text=True)
+    assert (r.returncode, r.stdout) == (0, launcher_path() + "\n")
+    # the printed launcher runs a plan with no Python in front
+    r = subprocess.run([r.stdout.strip(), str(plan), "--", "sh", "-c", "echo direct; exit 4"], capture_output=True, text=True)
+    assert (r.returncode, r.stdout, r.stderr) == (4, "direct\n", "")
+    r = subprocess.run([sys.executable, "-c", entry, "launcher-path", "--json"], env=_env(), capture_output=True, text=True)
+    assert json.loads(r.stdout) == {"launcher": launcher_path(), "advice_shim": launcher_path() + "-advice.so"}

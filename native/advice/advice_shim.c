@@ -1,33 +1,56 @@
 /* LD_PRELOAD shim: give regular files an unmodified program opens or maps a kernel
  * read-ahead advice, so the kernel's own strategies (no read-ahead, sequential) can be
- * measured on, and planned for, programs that never call fadvise/madvise themselves.
+ * measured on, and planned for, programs that never call fadvise/madvise themselves;
+ * and, for `pagecast run --plan`, run the per-read part of a plan inside the program.
  *
  *   PAGECAST_ADVICE=random|sequential|normal          every regular file
  *   PAGECAST_ADVICE_FILES=A:DEV:INO[,A:DEV:INO...]    only these files (A: r, s or n), by
  *                                                     st_dev and st_ino; wins over the above
+ *   PAGECAST_EXTENT_FILES=DEV:INO:NPAGES:DEGREE:MAXPAGES[,...]
+ *                                                     the `extent` policy on these files
+ *   PAGECAST_FEEDBACK=PATH                            the launcher's feedback segment
+ *                                                     (launch/feedback.h)
  *
- * The second form is what `pagecast run --plan` sets: a plan's advice is per file, and a
- * file is named by (device, inode) because a path can be spelt many ways (relative,
+ * The per-file forms are what `pagecast run --plan` sets: a plan's advice is per file, and
+ * a file is named by (device, inode) because a path can be spelt many ways (relative,
  * symlinks) and the launcher has already checked that inode is the recorded file.
  *
  * open*()  -> posix_fadvise(fd, 0, 0, advice)       (read()/pread() read-ahead of that open file)
  * mmap*()  -> madvise(addr, len, advice) for file-backed mappings (fault read-around)
+ * read(), pread() on an `extent` file -> after the program's read returns, posix_fadvise
+ *             WILLNEED of the next DEGREE pages per page read of the file (from the first
+ *             page read on, wrapping), until every page was named once: the policy of
+ *             src/pagecast/policies/extent.py, one event per page a read covers. Files of
+ *             more than MAXPAGES pages are not objects and are left alone, as there.
+ * read(), pread() on a feedback file -> each page read is marked and counted once, inside
+ *             or outside the plan's ranges; mmap of it sets its `mapped` flag.
  *
  * The dynamic loader maps shared libraries with its own internal calls, which a preload
- * cannot see: libraries keep the default read-around. Nothing else changes: return
- * values and errno are the program's. Children inherit the variables and the shim. */
+ * cannot see: libraries keep the default read-around. Reads inside libc (fread), file
+ * descriptors made by fcntl(F_DUPFD) or numbered FD_TRACKED and above are not seen either. Nothing else changes:
+ * return values and errno are the program's, and a read is never delayed by what the shim
+ * does for it (that follows the read). Children inherit the variables and the shim. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
-static int fadv = -1, madv = -1; /* -1: not read yet; -2: off */
+#include "launch/feedback.h"
+
+#define FD_TRACKED 4096 /* fds below this are looked up in a table; a program's files are */
+
+static int fadv = -1, madv = -1; /* -2: no global advice */
 
 struct file_advice {
     dev_t dev;
@@ -37,6 +60,23 @@ struct file_advice {
 static struct file_advice *files;
 static size_t nfiles;
 
+struct extent_file {
+    dev_t dev;
+    ino_t ino;
+    int64_t npages, degree, max_pages;
+    int64_t start, done; /* the policy's cursor: first page read (-1: untouched), pages named */
+    int lock;
+};
+static struct extent_file *extents;
+static size_t nextents;
+
+static struct pcf_header *seg; /* feedback segment, or NULL */
+
+/* fd -> (feedback slot + 1) | (extent slot + 1) << 16; 0: nothing to do on its reads */
+static uint32_t fdinfo[FD_TRACKED];
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
 static int parse_advice(const char *a, int *f, int *m) {
     if (!strcmp(a, "random") || !strcmp(a, "r")) { *f = POSIX_FADV_RANDOM; *m = MADV_RANDOM; }
     else if (!strcmp(a, "sequential") || !strcmp(a, "s")) { *f = POSIX_FADV_SEQUENTIAL; *m = MADV_SEQUENTIAL; }
@@ -45,18 +85,21 @@ static int parse_advice(const char *a, int *f, int *m) {
     return 0;
 }
 
+static size_t count_items(const char *list) {
+    size_t n = 1;
+    for (const char *p = list; *p; p++) n += *p == ',';
+    return n;
+}
+
 /* PAGECAST_ADVICE_FILES: malformed entries are skipped (the program must run regardless) */
 static void parse_files(const char *list) {
-    size_t cap = 1;
-    for (const char *p = list; *p; p++) cap += *p == ',';
-    files = calloc(cap, sizeof *files);
+    files = calloc(count_items(list), sizeof *files);
     if (!files) return;
     for (const char *p = list; *p;) {
         char a[2] = {*p, 0};
         unsigned long long dev, ino;
-        int used = 0;
         struct file_advice fa;
-        if (p[1] == ':' && sscanf(p + 2, "%llu:%llu%n", &dev, &ino, &used) == 2 && parse_advice(a, &fa.fadv, &fa.madv) == 0) {
+        if (p[1] == ':' && sscanf(p + 2, "%llu:%llu", &dev, &ino) == 2 && parse_advice(a, &fa.fadv, &fa.madv) == 0) {
             fa.dev = (dev_t)dev;
             fa.ino = (ino_t)ino;
             files[nfiles++] = fa;
@@ -67,15 +110,60 @@ static void parse_files(const char *list) {
     }
 }
 
-static void init_advice(void) {
-    if (fadv != -1) return;
+static void parse_extents(const char *list) {
+    extents = calloc(count_items(list), sizeof *extents);
+    if (!extents) return;
+    for (const char *p = list; *p;) {
+        unsigned long long dev, ino;
+        long long np, deg, maxp;
+        if (sscanf(p, "%llu:%llu:%lld:%lld:%lld", &dev, &ino, &np, &deg, &maxp) == 5 && np >= 0 && deg > 0 && maxp > 0) {
+            struct extent_file *e = &extents[nextents++];
+            e->dev = (dev_t)dev;
+            e->ino = (ino_t)ino;
+            e->npages = np;
+            e->degree = deg;
+            e->max_pages = maxp;
+            e->start = -1;
+        }
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+}
+
+/* Map the feedback segment. Raw system calls: the shim's own open/mmap are the wrappers below. */
+static void attach_feedback(const char *path) {
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return; /* the prefetcher has finished and removed it: nothing left to judge */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(struct pcf_header)) {
+        void *p = (void *)syscall(SYS_mmap, NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        struct pcf_header *h = p;
+        if (p != MAP_FAILED && h->magic == PCF_MAGIC && h->version == PCF_VERSION && h->size == (uint64_t)st.st_size &&
+            sizeof *h + (uint64_t)h->nfiles * sizeof h->files[0] <= h->size)
+            seg = h;
+        else if (p != MAP_FAILED)
+            syscall(SYS_munmap, p, (size_t)st.st_size);
+    }
+    syscall(SYS_close, fd);
+}
+
+static void init_once(void) {
     int saved = errno;
     const char *a = getenv("PAGECAST_ADVICE");
     if (!a || parse_advice(a, &fadv, &madv) < 0) { fadv = -2; madv = -2; }
     const char *list = getenv("PAGECAST_ADVICE_FILES");
     if (list && *list) parse_files(list);
+    list = getenv("PAGECAST_EXTENT_FILES");
+    if (list && *list) parse_extents(list);
+    list = getenv("PAGECAST_FEEDBACK");
+    if (list && *list) attach_feedback(list);
     errno = saved;
 }
+
+static void init_advice(void) { pthread_once(&once, init_once); }
+
+static int per_file(void) { return nfiles || nextents || seg; }
 
 /* The advice for this file: its own entry, else the global one (-2: none). */
 static void advice_for(const struct stat *st, int *f, int *m) {
@@ -89,16 +177,32 @@ static void advice_for(const struct stat *st, int *f, int *m) {
         }
 }
 
+static int feedback_slot(const struct stat *st) {
+    for (uint32_t i = 0; seg && i < seg->nfiles; i++)
+        if (seg->files[i].dev == (uint64_t)st->st_dev && seg->files[i].ino == (uint64_t)st->st_ino) return (int)i;
+    return -1;
+}
+
+static int extent_slot(const struct stat *st) {
+    for (size_t i = 0; i < nextents; i++)
+        if (extents[i].dev == st->st_dev && extents[i].ino == st->st_ino) return (int)i;
+    return -1;
+}
+
 static void advise_fd(int fd) {
     if (fd < 0) return;
     init_advice();
-    if (fadv < 0 && !nfiles) return;
+    if (fd < FD_TRACKED) __atomic_store_n(&fdinfo[fd], 0, __ATOMIC_RELAXED);
+    if (fadv < 0 && !per_file()) return;
     int saved = errno;
     struct stat st;
     int f, m;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         advice_for(&st, &f, &m);
         if (f >= 0) posix_fadvise(fd, 0, 0, f);
+        int fb = feedback_slot(&st), ex = extent_slot(&st);
+        if (fd < FD_TRACKED && (fb >= 0 || ex >= 0))
+            __atomic_store_n(&fdinfo[fd], (uint32_t)(fb + 1) | (uint32_t)(ex + 1) << 16, __ATOMIC_RELAXED);
     }
     errno = saved;
 }
@@ -106,15 +210,75 @@ static void advise_fd(int fd) {
 static void advise_map(void *p, size_t len, int flags, int fd) {
     if (p == MAP_FAILED || fd < 0 || (flags & MAP_ANONYMOUS)) return;
     init_advice();
-    if (madv < 0 && !nfiles) return;
+    if (madv < 0 && !per_file()) return;
     int saved = errno;
     int m = madv, f;
     struct stat st;
-    if (nfiles) {
-        if (fstat(fd, &st) == 0) advice_for(&st, &f, &m);
+    if (per_file() && fstat(fd, &st) == 0) {
+        advice_for(&st, &f, &m);
+        int fb = feedback_slot(&st);
+        if (fb >= 0) __atomic_store_n(&seg->files[fb].mapped, 1, __ATOMIC_RELAXED);
     }
     if (m >= 0) madvise(p, len, m);
     errno = saved;
+}
+
+/* Count each page of a read once, as inside or outside the plan's ranges. */
+static void feedback_read(struct pcf_file *f, int64_t first, int64_t last) {
+    unsigned char *base = (unsigned char *)seg;
+    unsigned char *planned = base + f->planned_off, *seen = base + f->seen_off;
+    if (last >= f->npages) last = f->npages - 1;
+    int64_t in = 0, out = 0;
+    for (int64_t p = first; p <= last; p++) {
+        unsigned char bit = (unsigned char)(1u << (p & 7));
+        if (__atomic_fetch_or(&seen[p >> 3], bit, __ATOMIC_RELAXED) & bit) continue;
+        if (pcf_test(planned, p)) in++;
+        else out++;
+    }
+    __atomic_fetch_add(&f->reads, 1, __ATOMIC_RELAXED);
+    if (in) __atomic_fetch_add(&f->pages_in, in, __ATOMIC_RELAXED);
+    if (out) __atomic_fetch_add(&f->pages_out, out, __ATOMIC_RELAXED);
+}
+
+/* The extent policy: DEGREE pages named per page read, from the first page read on. */
+static void extent_read(int fd, struct extent_file *e, int64_t first, int64_t last) {
+    int64_t size = e->npages;
+    if (size <= 0 || size > e->max_pages) return;
+    while (__atomic_test_and_set(&e->lock, __ATOMIC_ACQUIRE))
+        ;
+    if (e->start < 0) {
+        e->start = first % size;
+        e->done = 1; /* the page read itself */
+    }
+    int64_t from = e->done, n = (last - first + 1) * e->degree;
+    if (n > size - from) n = size - from;
+    e->done += n;
+    int64_t start = e->start;
+    __atomic_clear(&e->lock, __ATOMIC_RELEASE);
+    if (n <= 0) return;
+    int64_t a = (start + from) % size, head = n < size - a ? n : size - a;
+    posix_fadvise(fd, (off_t)a * PCF_PAGE, (off_t)head * PCF_PAGE, POSIX_FADV_WILLNEED);
+    if (n > head) posix_fadvise(fd, 0, (off_t)(n - head) * PCF_PAGE, POSIX_FADV_WILLNEED);
+}
+
+/* After a read of len bytes at off returned: the shim's part, which the read never waits for. */
+static void after_read(int fd, off_t off, ssize_t len) {
+    if (len <= 0 || fd < 0 || fd >= FD_TRACKED || off < 0) return;
+    uint32_t info = __atomic_load_n(&fdinfo[fd], __ATOMIC_RELAXED);
+    if (!info) return;
+    int saved = errno;
+    int64_t first = off / PCF_PAGE, last = (off + len - 1) / PCF_PAGE;
+    if ((info & 0xFFFF) && seg) feedback_read(&seg->files[(info & 0xFFFF) - 1], first, last);
+    if (info >> 16) extent_read(fd, &extents[(info >> 16) - 1], first, last);
+    errno = saved;
+}
+
+static off_t position_after(int fd, ssize_t r) {
+    if (r <= 0 || fd < 0 || fd >= FD_TRACKED || !__atomic_load_n(&fdinfo[fd], __ATOMIC_RELAXED)) return -1;
+    int saved = errno;
+    off_t end = lseek(fd, 0, SEEK_CUR);
+    errno = saved;
+    return end < r ? -1 : end - r;
 }
 
 #define NEXT(name) static __typeof__(name) *real; if (!real) real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
@@ -153,6 +317,71 @@ int openat64(int dir, const char *path, int flags, ...) {
     int fd = real(dir, path, flags, m);
     advise_fd(fd);
     return fd;
+}
+
+int close(int fd) {
+    NEXT(close);
+    if (fd >= 0 && fd < FD_TRACKED) __atomic_store_n(&fdinfo[fd], 0, __ATOMIC_RELAXED);
+    return real(fd);
+}
+
+/* A duplicate names the same open file: it inherits what the shim knows of it (dd, for
+ * one, opens its input and dup2()s it onto fd 0). */
+static int copy_info(int from, int to) {
+    if (to >= 0 && to < FD_TRACKED)
+        __atomic_store_n(&fdinfo[to], from >= 0 && from < FD_TRACKED ? __atomic_load_n(&fdinfo[from], __ATOMIC_RELAXED) : 0,
+                         __ATOMIC_RELAXED);
+    return to;
+}
+
+int dup(int fd) {
+    NEXT(dup);
+    return copy_info(fd, real(fd));
+}
+
+int dup2(int fd, int to) {
+    NEXT(dup2);
+    return copy_info(fd, real(fd, to));
+}
+
+int dup3(int fd, int to, int flags) {
+    NEXT(dup3);
+    return copy_info(fd, real(fd, to, flags));
+}
+
+ssize_t read(int fd, void *buf, size_t n) {
+    NEXT(read);
+    ssize_t r = real(fd, buf, n);
+    after_read(fd, position_after(fd, r), r);
+    return r;
+}
+
+ssize_t readv(int fd, const struct iovec *iov, int cnt) {
+    NEXT(readv);
+    ssize_t r = real(fd, iov, cnt);
+    after_read(fd, position_after(fd, r), r);
+    return r;
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off) {
+    NEXT(pread);
+    ssize_t r = real(fd, buf, n, off);
+    after_read(fd, off, r);
+    return r;
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off64_t off) {
+    NEXT(pread64);
+    ssize_t r = real(fd, buf, n, off);
+    after_read(fd, off, r);
+    return r;
+}
+
+ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
+    NEXT(preadv);
+    ssize_t r = real(fd, iov, cnt, off);
+    after_read(fd, off, r);
+    return r;
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {

@@ -23,7 +23,7 @@
  * them to PROG itself. Exit status: PROG's, 128+N if it was killed by signal N.
  *
  * Plans with a pack or per-fault strategy need the Python live machinery
- * (src/pagecast/online): the launcher starts the warm/stream prefetching, then execs
+ * (src/pagecast/launch, live, pager): the launcher starts the warm/stream prefetching, then execs
  * `PY -m pagecast run --plan PLAN -- PROG ARGS` with PAGECAST_PLAN_HANDOVER naming the
  * prefetcher's status file ("-": none is written), and the Python side runs the rest.
  *
@@ -115,12 +115,14 @@ static void to_devnull(void)
 }
 
 /* Fork the prefetcher. detach: double fork, so it is not our child after we exec. */
-static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *status, int detach)
+static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *status, int detach, int close_fd)
 {
 	pid_t c = fork();
 	if (c < 0)
 		return -1;
 	if (c == 0) {
+		if (close_fd >= 0)
+			close(close_fd); /* e.g. the pipe that releases PROG: it must not wait for us */
 		if (detach) {
 			pid_t g = fork();
 			if (g != 0)
@@ -172,7 +174,7 @@ static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, in
 		    (plan->files[i].strategy == PCL_PACK || plan->files[i].strategy == PCL_PER_FAULT))
 			plan->files[i].status = PCL_ST_HANDED_OVER;
 	if (native)
-		start_prefetcher(plan, stop_fd, status_path, 1);
+		start_prefetcher(plan, stop_fd, status_path, 1, -1);
 	else if (status_path)
 		pcl_prefetch_run(plan, -1, status_path);
 	int n = 0;
@@ -199,16 +201,20 @@ static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, in
 	return exec_prog(o->prog);
 }
 
-/* Per-file read-ahead advice: the program gets the advice shim (built next to this
- * binary as "<this binary>-advice.so") through LD_PRELOAD, with PAGECAST_ADVICE_FILES
- * naming the files by device and inode. Only files whose identity was checked are listed.
- * Without the shim the program runs with the kernel's default advice, after one warning. */
-static void setup_advice(struct pcl_plan *plan)
+/* The advice shim (built next to this binary as "<this binary>-advice.so") does the plan's
+ * work inside the program, through LD_PRELOAD: per-file read-ahead advice
+ * (PAGECAST_ADVICE_FILES), the per-fault `extent` policy on read()s (PAGECAST_EXTENT_FILES)
+ * and the live feedback counts (PAGECAST_FEEDBACK). Files are named by device and inode,
+ * and only files whose identity was checked are listed. Without the shim: one warning, and
+ * the program runs with the kernel's default advice, no extent and no feedback. */
+static void setup_shim(struct pcl_plan *plan)
 {
-	size_t n = 0;
-	for (int i = 0; i < plan->nfiles; i++)
-		n += plan->files[i].advice_ok;
-	if (!n)
+	size_t nadv = 0, next = 0;
+	for (int i = 0; i < plan->nfiles; i++) {
+		nadv += plan->files[i].advice_ok;
+		next += plan->files[i].status == PCL_ST_NATIVE;
+	}
+	if (!nadv && !next && !plan->fb)
 		return;
 	char shim[4096 + 16];
 	ssize_t len = readlink("/proc/self/exe", shim, 4096);
@@ -217,14 +223,26 @@ static void setup_advice(struct pcl_plan *plan)
 		strcat(shim, "-advice.so");
 	}
 	if (len <= 0 || access(shim, R_OK) != 0) {
-		fprintf(stderr, "pagecast run: warning: the advice shim is not available (%s); %zu file%s keep%s the kernel's "
-				"default read-ahead\n", len > 0 ? shim : "cannot find the launcher", n, n == 1 ? "" : "s",
-			n == 1 ? "s" : "");
-		for (int i = 0; i < plan->nfiles; i++)
-			plan->files[i].advice_ok = 0;
+		fprintf(stderr, "pagecast run: warning: the advice shim is not available (%s); the program keeps the kernel's "
+				"default read-ahead, without extent prefetch or live feedback\n",
+			len > 0 ? shim : "cannot find the launcher");
+		for (int i = 0; i < plan->nfiles; i++) {
+			struct pcl_file *f = &plan->files[i];
+			f->advice_ok = 0;
+			if (f->status == PCL_ST_NATIVE) {
+				f->status = PCL_ST_UNAVAILABLE;
+				snprintf(f->detail, sizeof f->detail, "%s needs the advice shim; not used", f->arg);
+			}
+			if (f->fb == PCL_FB_WAITING)
+				f->fb = PCL_FB_OFF;
+		}
+		if (plan->fb_path[0])
+			unlink(plan->fb_path);
+		plan->fb_path[0] = 0;
+		plan->fb = NULL;
 		return;
 	}
-	char *list = malloc(n * 48 + 1), *w = list;
+	char *list = malloc((nadv + next) * 96 + 1), *w = list;
 	*w = 0;
 	for (int i = 0; i < plan->nfiles; i++) {
 		struct pcl_file *f = &plan->files[i];
@@ -232,8 +250,22 @@ static void setup_advice(struct pcl_plan *plan)
 			w += sprintf(w, "%s%c:%llu:%llu", w == list ? "" : ",", pcl_advice_names[f->advice][0],
 				     (unsigned long long)f->dev, (unsigned long long)f->ino);
 	}
-	setenv("PAGECAST_ADVICE_FILES", list, 1);
+	if (nadv)
+		setenv("PAGECAST_ADVICE_FILES", list, 1);
+	w = list;
+	*w = 0;
+	for (int i = 0; i < plan->nfiles; i++) {
+		struct pcl_file *f = &plan->files[i];
+		if (f->status == PCL_ST_NATIVE)
+			w += sprintf(w, "%s%llu:%llu:%lld:%lld:%lld", w == list ? "" : ",", (unsigned long long)f->dev,
+				     (unsigned long long)f->ino, (long long)((f->size + 4095) / 4096), (long long)f->ext_degree,
+				     (long long)f->ext_max_pages);
+	}
+	if (next)
+		setenv("PAGECAST_EXTENT_FILES", list, 1);
 	free(list);
+	if (plan->fb)
+		setenv("PAGECAST_FEEDBACK", plan->fb_path, 1);
 	const char *pre = getenv("LD_PRELOAD");
 	if (pre && *pre && !strstr(pre, shim)) {
 		char *both = malloc(strlen(pre) + strlen(shim) + 2);
@@ -243,6 +275,24 @@ static void setup_advice(struct pcl_plan *plan)
 	} else if (!pre || !*pre) {
 		setenv("LD_PRELOAD", shim, 1);
 	}
+}
+
+/* PAGECAST_PLAN_FEEDBACK: "off", or MIN_SAMPLE:MIN_RATIO:BATCH_PAGES (see prefetch.c). */
+static void feedback_config(struct pcl_feedback_cfg *c)
+{
+	*c = (struct pcl_feedback_cfg){.on = 1, .min_sample = 64, .min_ratio = 1.0 / 16, .batch = 1024};
+	const char *e = getenv("PAGECAST_PLAN_FEEDBACK");
+	if (!e || !*e)
+		return;
+	long long m, b;
+	double r;
+	if (strcmp(e, "off") == 0)
+		c->on = 0;
+	else if (sscanf(e, "%lld:%lf:%lld", &m, &r, &b) == 3 && m >= 1 && r >= 0 && r <= 1 && b >= 0)
+		*c = (struct pcl_feedback_cfg){.on = 1, .min_sample = m, .min_ratio = r, .batch = b};
+	else
+		fprintf(stderr, "pagecast run: warning: PAGECAST_PLAN_FEEDBACK=%s: expected 'off' or MIN_SAMPLE:MIN_RATIO:BATCH_PAGES "
+				"(e.g. 64:0.0625:1024); using the defaults\n", e);
 }
 
 static volatile pid_t g_child;
@@ -296,7 +346,7 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
 	int stop_fd = pidfd_of(child);
 	pid_t pf = -1;
 	if (plan_ok && native)
-		pf = start_prefetcher(plan, stop_fd, status, 0);
+		pf = start_prefetcher(plan, stop_fd, status, 0, pipefd[1]);
 	else if (plan_ok)
 		pcl_prefetch_run(plan, -1, status);
 	close(pipefd[1]); /* release PROG */
@@ -362,11 +412,18 @@ int main(int argc, char **argv)
 	if (!plan_ok)
 		fprintf(stderr, "pagecast run: warning: %s: %s; running the program without it\n", o.plan, err);
 	int native = plan_ok ? pcl_plan_open(&plan) : 0;
-	if (plan_ok && !o.prefetch_only)
-		setup_advice(&plan);
+	if (plan_ok && !o.prefetch_only) {
+		feedback_config(&plan.fbcfg);
+		if (native)
+			pcl_feedback_setup(&plan);
+		setup_shim(&plan);
+		/* the prefetcher outlives its work to report the program's final use of the plan;
+		 * not on a hand-over, whose Python side collects the report when the program exits */
+		plan.wait_exit = !plan_needs_python(&plan) || !o.python;
+	}
 	if (o.prefetch_only) {
 		if (native)
-			start_prefetcher(&plan, -1, o.status, 1);
+			start_prefetcher(&plan, -1, o.status, 1, -1);
 		else if (plan_ok && o.status)
 			pcl_prefetch_run(&plan, -1, o.status);
 		return plan_ok ? 0 : 2;
@@ -389,7 +446,7 @@ int main(int argc, char **argv)
 	if (o.wait_mode)
 		return run_and_report(&o, &plan, plan_ok, err, native);
 	if (native)
-		start_prefetcher(&plan, pidfd_of(getpid()), o.status, 1);
+		start_prefetcher(&plan, pidfd_of(getpid()), o.status, 1, -1);
 	else if (plan_ok && o.status)
 		pcl_prefetch_run(&plan, -1, o.status);
 	return exec_prog(o.prog);

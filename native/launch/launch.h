@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "launch/feedback.h"
+
 enum pcl_strategy { PCL_NOTHING, PCL_WARM, PCL_STREAM, PCL_PACK, PCL_PER_FAULT, PCL_NSTRATEGIES };
 
 /* The read-ahead advice the program's own accesses to a file get (through the shim). */
@@ -26,6 +28,28 @@ enum pcl_status {
 	PCL_ST_HANDED_OVER, /* pack / per-fault: run by the Python live machinery */
 	PCL_ST_UNAVAILABLE, /* pack / per-fault without the Python machinery */
 	PCL_ST_ERROR,       /* an I/O error while prefetching */
+	PCL_ST_NATIVE,      /* per-fault `extent`: run inside the program by the advice shim */
+	PCL_ST_CANCELLED,   /* live feedback: the program's reads were not in the plan; rest not issued */
+};
+
+/* Live feedback on a warm/stream file (launch/feedback.h): where its decision stands. */
+enum pcl_feedback {
+	PCL_FB_NONE,      /* not a prefetched file */
+	PCL_FB_OFF,       /* no feedback: disabled, or no shim */
+	PCL_FB_WAITING,   /* first batch issued; the rest waits for the program's reads */
+	PCL_FB_PAYING,    /* enough of the program's reads were in the plan: go on */
+	PCL_FB_CANCELLED, /* too few were: the rest is not issued */
+	PCL_FB_MAPPED,    /* the program maps the file: its faults are not seen, not judged */
+	PCL_FB_ELF,       /* an ELF file: the loader maps it with calls the shim cannot see */
+	PCL_NFEEDBACK
+};
+
+/* Feedback parameters (PAGECAST_PLAN_FEEDBACK=MIN:RATIO:BATCH or off). */
+struct pcl_feedback_cfg {
+	int on;
+	int64_t min_sample; /* distinct pages the program must have read from a file to judge it */
+	double min_ratio;   /* of those, the share inside the plan below which the file stops */
+	int64_t batch;      /* pages of a file issued before any judgement */
 };
 
 struct pcl_file {
@@ -49,16 +73,30 @@ struct pcl_file {
 	int64_t pages_planned;
 	int64_t pages_issued;  /* atomically updated by reader threads */
 	int64_t errors;
+	/* native per-fault `extent` (launch/feedback.h has the rest of the shim's side) */
+	int64_t ext_degree, ext_max_pages;
+	/* live feedback */
+	int fb_slot; /* index in the feedback segment, -1: none */
+	enum pcl_feedback fb;
+	int elf_checked;
+	int64_t pages_used, pages_outside; /* from the shim, at the end: distinct pages read in / out of the plan */
+	int64_t req_lo, req_hi, req_next, req_gate; /* this file's requests; those from req_gate on wait for a verdict */
 };
 
 struct pcl_plan {
 	int nfiles;
 	struct pcl_file *files;
+	struct pcl_feedback_cfg fbcfg;
+	struct pcf_header *fb; /* the feedback segment, or NULL */
+	size_t fb_size;
+	char fb_path[4096];
+	int wait_exit; /* the prefetcher reports after the program exits (the used counts are final) */
 };
 
 extern const char *const pcl_strategy_names[PCL_NSTRATEGIES];
 extern const char *const pcl_status_names[];
 extern const char *const pcl_advice_names[PCL_NADVICES];
+extern const char *const pcl_feedback_names[PCL_NFEEDBACK];
 
 /* Parse the plan at path. On failure returns -1 and writes a one-line reason to err. */
 int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen);
@@ -67,6 +105,10 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
  * one warning line per file that cannot be prefetched. Returns the number of files left
  * with native work (warm/stream). */
 int pcl_plan_open(struct pcl_plan *plan);
+
+/* Create the feedback segment for the pending warm/stream files (not for --prefetch-only:
+ * no program reads). Returns 0, or -1 with feedback off (one warning if it could not be made). */
+int pcl_feedback_setup(struct pcl_plan *plan);
 
 /* Issue the plan's warm/stream requests until done or until stop_fd (a pidfd of the
  * program, or -1) becomes readable; then write the status JSON to status_path (if any). */

@@ -17,7 +17,8 @@
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
 const char *const pcl_advice_names[PCL_NADVICES] = {"default", "random", "sequential"};
 const char *const pcl_status_names[] = {"nothing", "pending", "warmed", "stopped", "stale",
-					"missing", "handed-over", "unavailable", "error"};
+					"missing", "handed-over", "unavailable", "error", "native", "cancelled"};
+const char *const pcl_feedback_names[PCL_NFEEDBACK] = {"none", "off", "waiting", "paying", "cancelled", "mapped", "elf"};
 
 static uint32_t crc32_ieee(const unsigned char *p, size_t n)
 {
@@ -227,6 +228,7 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
 		pf->arg = f[11];
 		pf->reason = f[12];
 		pf->fd = -1;
+		pf->fb_slot = -1;
 		/* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
 		 * honest, and would overflow the allocation below */
 		if (nr > (end - line) / 6 + 1)
@@ -271,6 +273,34 @@ fail:
 static void warn(const struct pcl_file *f, const char *what)
 {
 	fprintf(stderr, "pagecast run: warning: %s: %s\n", f->path, what);
+}
+
+/* A per-fault spec the shim runs natively: `extent` with optional degree=N, max_pages=N
+ * (the defaults of src/pagecast/policies/extent.py). Anything else: 0, handed over. */
+static int native_extent(struct pcl_file *f)
+{
+	const char *a = f->arg;
+	if (strncmp(a, "extent", 6) != 0 || (a[6] && a[6] != ':'))
+		return 0;
+	int64_t degree = 16, max_pages = 512;
+	char buf[256];
+	snprintf(buf, sizeof buf, "%s", a[6] ? a + 7 : "");
+	for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(kv, '=');
+		int64_t v;
+		if (!eq || parse_i64(eq + 1, &v) < 0)
+			return 0;
+		*eq = 0;
+		if (strcmp(kv, "degree") == 0 && v >= 1 && v <= 1 << 20)
+			degree = v;
+		else if (strcmp(kv, "max_pages") == 0 && v >= 1)
+			max_pages = v;
+		else
+			return 0;
+	}
+	f->ext_degree = degree;
+	f->ext_max_pages = max_pages;
+	return 1;
 }
 
 int pcl_plan_open(struct pcl_plan *plan)
@@ -323,6 +353,13 @@ int pcl_plan_open(struct pcl_plan *plan)
 		if (no_prefetch) {
 			close(fd);
 			f->status = PCL_ST_NOTHING;
+			continue;
+		}
+		if (f->strategy == PCL_PER_FAULT && native_extent(f)) {
+			/* the shim acts on the program's own reads: nothing for the launcher to issue */
+			close(fd);
+			f->status = PCL_ST_NATIVE;
+			snprintf(f->detail, sizeof f->detail, "%s on the program's read()/pread() calls (advice shim)", f->arg);
 			continue;
 		}
 		f->fd = fd;

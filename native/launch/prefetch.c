@@ -12,15 +12,27 @@
  *   reads.
  * Before every request a thread checks stop_fd (a pidfd of the program): once the program
  * has exited, there is nothing left to speed up, and the rest is not issued.
+ *
+ * Live feedback (launch/feedback.h): a file's first batch (cfg.batch pages) is issued at
+ * once; its later requests wait until the program has read cfg.min_sample distinct pages
+ * of it (counted by the advice shim), and are issued only while at least cfg.min_ratio of
+ * those pages are inside the plan's ranges. Below that the plan does not fit this run and
+ * the rest of the file is cancelled; a file the program never reads keeps only its first
+ * batch. Files whose accesses the shim cannot see are not judged: files the program maps
+ * (page faults) and ELF files (mapped by the dynamic loader), nor any file when feedback
+ * is off. Waiting requests never hold up other files' requests.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,7 +50,7 @@ struct job {
 	struct pcl_plan *plan;
 	struct request *req;
 	int64_t nreq;
-	int64_t next; /* atomic */
+	pthread_mutex_t lock; /* guards the files' request cursors and feedback states */
 	int stop_fd;
 	int stopped; /* atomic */
 	int64_t requests_done; /* atomic */
@@ -78,15 +90,88 @@ static int program_exited(struct job *j)
 	return 0;
 }
 
+static int prefetched(const struct pcl_file *f)
+{
+	return f->status == PCL_ST_PENDING && (f->strategy == PCL_WARM || f->strategy == PCL_STREAM);
+}
+
+static int is_elf(int fd)
+{
+	char m[4];
+	return pread(fd, m, 4, 0) == 4 && memcmp(m, "\x7f" "ELF", 4) == 0;
+}
+
+/* Update a file's feedback state from the shim's counts (under the job lock). */
+static void judge(struct pcl_plan *plan, struct pcl_file *f)
+{
+	if (f->fb != PCL_FB_WAITING && f->fb != PCL_FB_PAYING)
+		return;
+	struct pcf_file *s = &plan->fb->files[f->fb_slot];
+	if (__atomic_load_n(&s->mapped, __ATOMIC_RELAXED)) {
+		f->fb = PCL_FB_MAPPED;
+		return;
+	}
+	if (!f->elf_checked) {
+		/* only for files with more than one batch, once, when they reach their gate */
+		f->elf_checked = 1;
+		if (is_elf(f->fd)) {
+			f->fb = PCL_FB_ELF;
+			return;
+		}
+	}
+	int64_t in = __atomic_load_n(&s->pages_in, __ATOMIC_RELAXED), out = __atomic_load_n(&s->pages_out, __ATOMIC_RELAXED);
+	if (in + out < plan->fbcfg.min_sample)
+		return;
+	f->fb = (double)in < plan->fbcfg.min_ratio * (double)(in + out) ? PCL_FB_CANCELLED : PCL_FB_PAYING;
+}
+
+/* The next request to issue: 1 (in *out), 0 (only waiting files are left), -1 (none left). */
+static int next_request(struct job *j, int64_t *out)
+{
+	struct pcl_plan *plan = j->plan;
+	int waiting = 0;
+	pthread_mutex_lock(&j->lock);
+	for (int i = 0; i < plan->nfiles; i++) {
+		struct pcl_file *f = &plan->files[i];
+		if (!prefetched(f) || f->req_next >= f->req_hi || f->fb == PCL_FB_CANCELLED)
+			continue;
+		if (f->req_next >= f->req_gate) {
+			judge(plan, f);
+			if (f->fb == PCL_FB_CANCELLED)
+				continue;
+			if (f->fb == PCL_FB_WAITING) {
+				waiting = 1;
+				continue;
+			}
+		}
+		*out = f->req_next++;
+		pthread_mutex_unlock(&j->lock);
+		return 1;
+	}
+	pthread_mutex_unlock(&j->lock);
+	return waiting ? 0 : -1;
+}
+
 static void *reader(void *arg)
 {
 	struct job *j = arg;
 	char *buf = NULL;
 	size_t buflen = 0;
 	for (;;) {
-		int64_t i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-		if (i >= j->nreq || program_exited(j))
+		int64_t i;
+		if (program_exited(j))
 			break;
+		int got = next_request(j, &i);
+		if (got < 0)
+			break;
+		if (got == 0) {
+			/* a file waits for the program's reads: look again shortly, or stop at its exit */
+			struct pollfd p = {.fd = j->stop_fd, .events = POLLIN};
+			if (j->stop_fd < 0)
+				break;
+			poll(&p, 1, 2);
+			continue;
+		}
 		struct request *r = &j->req[i];
 		struct pcl_file *f = &j->plan->files[r->file];
 		off_t off = (off_t)r->first * PAGE;
@@ -153,10 +238,21 @@ static struct request *make_requests(struct pcl_plan *plan, int64_t *n)
 		struct pcl_file *f = &plan->files[i];
 		if (f->status != PCL_ST_PENDING || (f->strategy != PCL_WARM && f->strategy != PCL_STREAM))
 			continue;
-		int64_t chunk = f->chunk_kib * 1024 / PAGE;
+		int64_t chunk = f->chunk_kib * 1024 / PAGE, before = 0;
+		f->req_lo = f->req_next = m;
+		f->req_gate = -1;
 		for (int64_t k = 0; k < f->nranges; k++)
-			for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e; a += chunk)
-				req[m++] = (struct request){i, a, e - a < chunk ? e - a : chunk};
+			for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e; a += chunk) {
+				int64_t n = e - a < chunk ? e - a : chunk;
+				/* the first request that would start past the first batch waits for a verdict */
+				if (f->req_gate < 0 && f->fb == PCL_FB_WAITING && before >= plan->fbcfg.batch)
+					f->req_gate = m;
+				req[m++] = (struct request){i, a, n};
+				before += n;
+			}
+		f->req_hi = m;
+		if (f->req_gate < 0)
+			f->req_gate = m;
 	}
 	*n = m;
 	return req;
@@ -202,6 +298,13 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
 			pcl_status_names[f->status], (long long)f->pages_planned,
 			(long long)f->pages_issued, (long long)f->pages_issued * PAGE);
 		pcl_json_str(o, f->detail);
+		if (f->fb == PCL_FB_NONE)
+			fputs(", \"feedback\": null, \"pages_used\": null, \"pages_outside\": null", o);
+		else if (f->fb == PCL_FB_OFF)
+			fputs(", \"feedback\": \"off\", \"pages_used\": null, \"pages_outside\": null", o);
+		else
+			fprintf(o, ", \"feedback\": \"%s\", \"pages_used\": %lld, \"pages_outside\": %lld",
+				pcl_feedback_names[f->fb], (long long)f->pages_used, (long long)f->pages_outside);
 		fputc('}', o);
 	}
 	fputs("]}\n", o);
@@ -211,15 +314,110 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
 		unlink(tmp);
 }
 
+int pcl_feedback_setup(struct pcl_plan *plan)
+{
+	const struct pcl_feedback_cfg *c = &plan->fbcfg;
+	int n = 0;
+	size_t size = sizeof(struct pcf_header);
+	for (int i = 0; i < plan->nfiles; i++) {
+		struct pcl_file *f = &plan->files[i];
+		if (!prefetched(f))
+			continue;
+		f->fb = PCL_FB_OFF;
+		int64_t npages = (int64_t)((f->size + PAGE - 1) / PAGE);
+		if (!c->on || npages == 0)
+			continue;
+		n++;
+		size += sizeof(struct pcf_file) + 2 * (size_t)((npages + 63) / 64 * 8);
+	}
+	if (!n)
+		return -1;
+	const char *dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+	snprintf(plan->fb_path, sizeof plan->fb_path, "%s/pagecast-feedback-%d-XXXXXX", dir, (int)getpid());
+	int fd = mkostemp(plan->fb_path, O_CLOEXEC);
+	void *p = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (fd >= 0)
+		close(fd);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "pagecast run: warning: cannot create the feedback segment in %s (%s); every planned page "
+				"is issued without live feedback\n", dir, strerror(errno));
+		if (fd >= 0)
+			unlink(plan->fb_path);
+		plan->fb_path[0] = 0;
+		return -1;
+	}
+	struct pcf_header *h = p;
+	h->magic = PCF_MAGIC;
+	h->version = PCF_VERSION;
+	h->size = size;
+	size_t off = sizeof *h + (size_t)n * sizeof(struct pcf_file);
+	for (int i = 0; i < plan->nfiles; i++) {
+		struct pcl_file *f = &plan->files[i];
+		int64_t npages = (int64_t)((f->size + PAGE - 1) / PAGE);
+		if (f->fb != PCL_FB_OFF || npages == 0)
+			continue;
+		struct pcf_file *s = &h->files[h->nfiles];
+		s->dev = f->dev;
+		s->ino = f->ino;
+		s->npages = npages;
+		s->planned_off = (int64_t)off;
+		off += (size_t)((npages + 63) / 64 * 8);
+		s->seen_off = (int64_t)off;
+		off += (size_t)((npages + 63) / 64 * 8);
+		unsigned char *bits = (unsigned char *)p + s->planned_off;
+		if (f->strategy == PCL_STREAM && f->nranges == 0) {
+			memset(bits, 0xFF, (size_t)((npages + 7) / 8));
+		} else {
+			for (int64_t k = 0; k < f->nranges; k++)
+				for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e && a < npages; a++)
+					bits[a >> 3] |= (unsigned char)(1u << (a & 7));
+		}
+		f->fb_slot = (int)h->nfiles++;
+		f->fb = PCL_FB_WAITING;
+	}
+	plan->fb = h;
+	plan->fb_size = size;
+	return 0;
+}
+
+static void feedback_detail(struct pcl_plan *plan, struct pcl_file *f)
+{
+	struct pcf_file *s = &plan->fb->files[f->fb_slot];
+	if (f->req_gate < f->req_hi && f->req_next >= f->req_gate) {
+		/* the last word: the program may have exited before a thread looked (no more reads
+		 * of the file now, not even of its ELF header) */
+		f->elf_checked = 1;
+		judge(plan, f);
+	}
+	f->pages_used = __atomic_load_n(&s->pages_in, __ATOMIC_RELAXED);
+	f->pages_outside = __atomic_load_n(&s->pages_out, __ATOMIC_RELAXED);
+	if (f->fb == PCL_FB_CANCELLED) {
+		f->status = PCL_ST_CANCELLED;
+		snprintf(f->detail, sizeof f->detail,
+			 "live feedback: %lld of the first %lld pages the program read were in the plan (< %.0f %%); "
+			 "%lld of %lld planned pages not issued", (long long)f->pages_used,
+			 (long long)(f->pages_used + f->pages_outside), 100 * plan->fbcfg.min_ratio,
+			 (long long)(f->pages_planned - f->pages_issued), (long long)f->pages_planned);
+	} else if (f->fb == PCL_FB_WAITING && f->pages_issued < f->pages_planned && !f->errors) {
+		snprintf(f->detail, sizeof f->detail,
+			 "live feedback: the program read %lld pages of the file (%lld needed to judge the plan); "
+			 "%lld of %lld planned pages not issued", (long long)(f->pages_used + f->pages_outside),
+			 (long long)plan->fbcfg.min_sample, (long long)(f->pages_planned - f->pages_issued),
+			 (long long)f->pages_planned);
+	}
+}
+
 void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_path)
 {
 	int64_t t0 = mono_ns();
 	struct job j = {.plan = plan, .stop_fd = stop_fd};
+	pthread_mutex_init(&j.lock, NULL);
 	j.req = make_requests(plan, &j.nreq);
 	int depth = 1;
 	for (int i = 0; i < plan->nfiles; i++)
-		if (plan->files[i].status == PCL_ST_PENDING && plan->files[i].depth > depth &&
-		    (plan->files[i].strategy == PCL_WARM || plan->files[i].strategy == PCL_STREAM))
+		if (prefetched(&plan->files[i]) && plan->files[i].depth > depth)
 			depth = plan->files[i].depth;
 	pthread_t th[64];
 	int started = 0;
@@ -229,9 +427,16 @@ void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_pat
 	reader(&j);
 	for (int t = 0; t < started; t++)
 		pthread_join(th[t], NULL);
+	int64_t elapsed = mono_ns() - t0;
+	if (plan->fb && plan->wait_exit && stop_fd >= 0 && !j.stopped) {
+		/* the used counts are final once the program has exited */
+		struct pollfd p = {.fd = stop_fd, .events = POLLIN};
+		while (poll(&p, 1, -1) < 0 && errno == EINTR)
+			;
+	}
 	for (int i = 0; i < plan->nfiles; i++) {
 		struct pcl_file *f = &plan->files[i];
-		if (f->status != PCL_ST_PENDING || (f->strategy != PCL_WARM && f->strategy != PCL_STREAM))
+		if (!prefetched(f))
 			continue;
 		if (f->errors)
 			f->status = PCL_ST_ERROR;
@@ -239,8 +444,12 @@ void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_pat
 			f->status = f->pages_issued >= f->pages_planned ? PCL_ST_WARMED : PCL_ST_STOPPED;
 		if (f->errors)
 			snprintf(f->detail, sizeof f->detail, "%lld requests failed", (long long)f->errors);
+		if (f->fb_slot >= 0 && plan->fb)
+			feedback_detail(plan, f);
 	}
+	if (plan->fb_path[0])
+		unlink(plan->fb_path);
 	if (status_path)
-		write_status(plan, &j, mono_ns() - t0, status_path);
+		write_status(plan, &j, elapsed, status_path);
 	free(j.req);
 }

@@ -154,7 +154,10 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
                   st["bytes_read"] + st["pack_bytes_read"], prefetched=st["pack_installed"], checksum=r["checksum"])
 
 
-def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
+              extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None = None,
+              ) -> dict[str, Any]:  # fmt: skip
+    """``extra_rows(training traces, weights)``: more strategies, run in the same interleaved rounds."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -208,6 +211,8 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None) -> 
         strategies.append(("pagecast: pager, no pack", lambda r: _pager(cfg, weights, None, "pagecast: pager, no pack", r)))
         strategies.append(("pagecast: page pack (replay)", lambda r: _pager(
             cfg, weights, pack_path, "pagecast: page pack (replay)", r)))
+    if extra_rows is not None:
+        strategies.extend(extra_rows(traces, weights))
     strategies.append(("oracle (this run's pages)", lambda r: _live(
         cfg, weights, SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead), "oracle (this run's pages)", r)))
     if oracle_pack is not None:

@@ -20,18 +20,23 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(~/.cache/pagecast, reused), record cold training runs with eight prompts, train a model on them "
             "(pagecast train), then benchmark on a different prompt with a cold page cache every run: the "
             "kernel's strategies, pagecast's classic prefetchers, schedule replay, the learned model, a page pack "
-            "of the pages at least two training runs touched, streamed by the userfaultfd pager, the oracle and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
+            "of the pages at least two training runs touched, streamed by the userfaultfd pager, a planned run (pagecast plan on the training runs, then pagecast run --plan), the oracle and a warm cache. Prints the table and where the report and plot are. A few minutes on 2 cores."
         ),
     )
     add_bench_args(p, runs=5, size_mib=1024)
     p.add_argument("--quick", action="store_true", help="smaller and faster: 256 MiB weights, 2 runs, 1 epoch, one classic policy")
+    p.add_argument("--no-plan", action="store_true",
+                   help="drop the planned row (pagecast plan on the training runs, then run --plan on the test prompt)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.cli._options import policy_texts
     from pagecast.cli.bench import DEFAULT_POLICIES, config_from_args, print_report
-    from pagecast.bench.harness import run_bench
+    from pagecast.bench.planned_rows import planned_rows
+    from pagecast.bench import sparse_weights as wl
+    from pagecast.bench.harness import RunRow, run_bench
+    from pagecast.live.sources import default_min_runs
 
     if args.quick:
         args.size_mib = min(args.size_mib, 256)
@@ -39,8 +44,9 @@ def run(args: argparse.Namespace) -> int:
         args.epochs = 1
         args.policy = policy_texts(args, DEFAULT_POLICIES)[:1] or [""]
     cfg = config_from_args(args, "pagecast-demo")
-    n_steps = 6 + len(cfg.train_prompts) + (1 if cfg.pack else 0) + cfg.runs * (
-        7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0))
+    plan = not args.no_plan
+    n_steps = 6 + len(cfg.train_prompts) + (1 if cfg.pack else 0) + (1 if plan else 0) + cfg.runs * (
+        7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0) + (1 if plan else 0))
     t0 = time.time()
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
     with progress(total=n_steps, desc="demo", unit="step", disable=False) as bar:
@@ -49,7 +55,13 @@ def run(args: argparse.Namespace) -> int:
             bar.update(1)
             if say:
                 say(msg)
-        report = run_bench(cfg, log=log)
+        extra = None
+        if plan:
+            min_runs = cfg.min_runs if cfg.min_runs is not None else default_min_runs(len(cfg.train_prompts))
+            workload = lambda w: wl.WorkloadConfig(w, prompt=cfg.test_prompt, tokens=cfg.tokens, advice="normal",  # noqa: E731
+                                                   extra=list(cfg.extra))  # fmt: skip
+            extra = planned_rows(cfg.out_dir, workload, min_runs, RunRow, log)
+        report = run_bench(cfg, log=log, extra_rows=extra)
     if args.json:
         print_json(report)
         return 0

@@ -7,12 +7,10 @@ back to ``pagecast.util.native.build`` (content-hashed, compiles if needed) and 
 the stamp.
 """
 
-from __future__ import annotations
-
 import os
 
 NAME = "pagecast-launch"
-SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/launch.h")
+SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/launch.h", "launch/feedback.h")
 # The advice shim the launcher preloads into the program for a plan's per-file read-ahead
 # advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
 SHIM_SOURCE = "advice/advice_shim.c"

@@ -1,14 +1,13 @@
 """The fast path of ``pagecast run --plan``: from the command line to the launcher's exec.
 
-``pagecast.cli.main`` calls ``exec_if_planned(sys.argv[1:])`` before it imports argparse
-or any subcommand: a ``run --plan`` command line in its simple form
+The ``pagecast`` command (``bin/pagecast``) calls ``exec_if_planned(sys.argv[1:])`` before
+even ``pagecast.cli`` is imported (``python -m pagecast``: ``pagecast.cli.main``, before
+argparse or any subcommand): a ``run --plan`` command line in its simple form
 (``run --plan FILE [--json] [--plan-status FILE] -- PROG ARGS``) is handed to the native
 launcher with ``os.execv``, so the interpreter's start-up is the only Python cost in front
 of the program. Any other form (``--help``, other options, a missing program) returns and
 goes through the full parser, which handles it or prints a proper error.
 """
-
-from __future__ import annotations
 
 import os
 import sys
@@ -72,3 +71,4 @@ def exec_if_planned(args: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(launcher, launcher_argv(launcher, *parsed))
+

@@ -129,6 +129,9 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, 
         if os.path.realpath(info.source) != os.path.realpath(fp.path):
             skip(fp, f"pack {fp.arg} is a pack of {info.source}, not of this file; the file is read on demand")
             continue
+        if _is_elf(fp.path):
+            _warm_instead(fp, info.pages, skipped, warn)
+            continue
         usable.append(info)
         specs.append((info.source, os.path.getsize(info.source)))
     if not usable:
@@ -142,6 +145,45 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, 
                                     "or loaded by the dynamic loader?)")  # fmt: skip
             warn(f"{info.source}: {skipped[info.source]}")
     return {"regions": res.stats}, res.returncode
+
+
+def _is_elf(path: str) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # the header's page only, no read-ahead
+        return os.pread(fd, 4, 0) == b"\x7fELF"
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _warm_instead(fp: FilePlan, pages: Any, skipped: dict[str, str], warn: Callable[[str], None]) -> None:
+    """A pack cannot act on an ELF file: the dynamic loader maps libraries (and the kernel
+    the program itself) with its own calls, which the pager never sees. The pack's pages
+    are warmed through the page cache instead, by the launcher's prefetcher, detached."""
+    import numpy as np
+
+    from pagecast.plan.format import PlanDoc as _Doc
+    from pagecast.plan.format import write_plan
+    from pagecast.plan.shared_pages import merge_ranges
+
+    ranges = merge_ranges(np.unique(np.asarray(pages, np.int64)))
+    why = (f"a pack cannot act on an ELF file, which the dynamic loader maps; its {sum(n for _, n in ranges)} pages "
+           "are warmed through the page cache instead")  # fmt: skip
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"pagecast-elf-warm-{os.getpid()}.plan"
+    try:
+        write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth, chunk_kib=fp.chunk_kib)]))
+        subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
+    except (OSError, PagecastError) as e:
+        why = f"a pack cannot act on an ELF file, which the dynamic loader maps; warming it instead failed ({e})"
+    finally:
+        tmp.unlink(missing_ok=True)
+    skipped[fp.path] = "warmed:" + why
+    warn(f"{fp.path}: {why}")
 
 
 def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
@@ -158,13 +200,15 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
         except (OSError, ValueError):
             time.sleep(0.02)
     if status is None:
-        files = [{"path": f.path, "strategy": f.strategy, "pages_planned": f.pages, "pages_issued": None,
-                  "bytes_issued": None, "detail": "",
-                  "status": "live" if f.strategy in ("pack", "per-fault") else "running"} for f in doc.files]  # fmt: skip
+        files = [{"path": f.path, "strategy": f.strategy, "advice": f.advice, "advice_applied": None,
+                  "status": "live" if f.strategy in ("pack", "per-fault") else "running", "pages_planned": f.pages,
+                  "pages_issued": None, "bytes_issued": None, "detail": "", "feedback": None, "pages_used": None,
+                  "pages_outside": None} for f in doc.files]  # fmt: skip
         status = {"prefetch": None, "files": files}
     for f in status.get("files", []):
         if f.get("status") in ("handed-over", "live") and f["path"] in skipped:
-            f["status"], f["detail"] = "not-run", skipped[f["path"]]
+            why = skipped[f["path"]]
+            f["status"], f["detail"] = ("warmed", why[len("warmed:"):]) if why.startswith("warmed:") else ("not-run", why)
         elif f.get("status") == "handed-over":
             f["status"] = "live"
     return {"mode": "plan", "plan": plan, "plan_error": None, "returncode": rc, "exit_status": _exit_status(rc),
