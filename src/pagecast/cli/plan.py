@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-kib", type=int, default=1024, help="largest single read request in KiB (default 1024)")
     p.add_argument("--margin", type=float, default=0.10,
                    help="a candidate must be predicted this fraction faster than nothing to be chosen (default 0.10)")
-    p.add_argument("--overlap", type=float, default=0.0,
+    p.add_argument("--overlap", type=float, default=0.5,
                    help="fraction of the prefetcher's time assumed hidden behind the program's CPU work "
                         "(default 0: no credit, the conservative side)")
     p.add_argument("--device-model", metavar="FILE|DIR",

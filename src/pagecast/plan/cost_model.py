@@ -36,11 +36,16 @@ Candidates:
   ranges cut into ``chunk_kib`` requests at ``depth``); the program reads the rest
   (its pages not in S) itself, with the advice.
 - ``stream``: the prefetcher reads the whole file in ``chunk_kib`` requests at ``depth``.
+- ``whole``: the prefetcher warms the whole file (WILLNEED, deepest queue): for small
+  files one request, which also covers pages a new input uses beyond the recorded ones.
 
-Warming and the program share one device, so their times add: no credit is taken for
-warming hidden behind the program's CPU work (``overlap``, default 0, is the fraction of
-the prefetcher's time assumed hidden). That is the conservative side: a plan chosen under
-this model wins even for a program that does nothing but wait on its file.
+Warming and the program share one device, so per file their times add: no credit is taken
+for warming hidden behind the program's CPU work (``CostParams.overlap``, default 0). That
+is the conservative side: a plan chosen under this model wins even for a program that
+does nothing but wait on its file. The planner applies the overlap once, for the whole
+run (``pagecast.plan.planner.overlap_upgrades`` and the small-files group): the
+prefetcher's extra time is hidden up to a share of the program's measured CPU time, one
+budget for all files. ``Prediction.pre_s`` and ``prog_s`` are kept apart for that.
 """
 
 from __future__ import annotations
@@ -119,11 +124,13 @@ class CostParams:
 
 @dataclass
 class Prediction:
-    seconds: float
+    seconds: float  # pre_s + prog_s: the prefetcher and the program share the device
     program_requests: int = 0
     program_pages: int = 0  # pages the program's own misses read (including read-around)
     prefetch_pages: int = 0
     notes: list[str] = field(default_factory=list)
+    pre_s: float = 0.0  # the prefetcher's device time (before any overlap credit)
+    prog_s: float = 0.0  # the program's own synchronous reads
 
 
 def _t(dev: DeviceCosts, requests: int, pages: int, depth: int) -> float:
@@ -175,7 +182,7 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
             p: CostParams = CostParams()) -> Prediction:  # fmt: skip
     """Predicted I/O seconds of a run that uses ``used`` (sorted unique pages) under
     ``candidate`` with ``planned`` (sorted unique pages to warm) as the warm set."""
-    if candidate == "stream":
+    if candidate in ("stream", "whole"):
         warm = np.arange(file_pages, dtype=np.int64)
         nranges, advice = 1, "default"
     elif candidate.startswith("warm"):
@@ -186,7 +193,7 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         nranges, advice = 0, ("random" if candidate == "nothing+random" else "default")
     nreq = prefetch_requests(len(warm), nranges, p.chunk_kib)
     depth = p.depth if candidate == "stream" else dev.deepest
-    t_pre = _t(dev, nreq, len(warm), depth) * (1.0 - p.overlap)
+    t_pre = _t(dev, nreq, len(warm), depth)
     misses = np.setdiff1d(used, warm, assume_unique=True) if len(warm) else used
     r, pages = program_reads(dev, misses, warm, file_pages, advice, mapped)
     if advice == "default" and mapped and dev.readaround_s_per_page:
@@ -195,4 +202,5 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         t_prog = r / dev.iops(1) + pages * dev.readaround_s_per_page
     else:
         t_prog = _t(dev, r, pages, 1)
-    return Prediction(t_pre + t_prog, r, pages, len(warm))
+    hidden = t_pre * p.overlap
+    return Prediction(t_pre - hidden + t_prog, r, pages, len(warm), pre_s=t_pre, prog_s=t_prog)

@@ -28,24 +28,27 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.plan.cost_model import CostParams, DeviceCosts, device_costs_for, predict
+from pagecast.plan.cost_model import CostParams, DeviceCosts, Prediction, device_costs_for, predict
 from pagecast.plan.format import DEFAULT_CHUNK_KIB, DEFAULT_DEPTH, PAGE_SIZE, FileIdentity, FilePlan, PlanDoc
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_identity
 from pagecast.trace.pageset import read_page_sets
 
-CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "stream")
-PREFERENCE = ("nothing", "nothing+random", "stream", "warm+random", "warm+default")
+CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
+# near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
+PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default")
 TIE = 0.01
+SMALL_FILES = "small files whole"
 
 
 @dataclass
 class PlannerConfig:
-    min_runs: int | None = None  # None: all runs but one, at least 1
+    min_runs: int | None = None  # None: every threshold, chosen by leave-one-run-out (see hot_thresholds)
     depth: int = DEFAULT_DEPTH
     chunk_kib: int = DEFAULT_CHUNK_KIB
     margin: float = 0.10  # a candidate must predict this much less time than nothing
     stream_min_fraction: float = 0.5  # stream is a candidate when runs use at least this share of the file
-    overlap: float = 0.0  # see cost_model: prefetch time assumed hidden behind the program's CPU work
+    overlap: float = 0.5  # share of the program's CPU time the prefetcher's work may hide behind (run-wide)
+    small_kib: int = 1024  # files up to this size form the "small files whole" group
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
 
@@ -79,27 +82,68 @@ def shared_pages(runs: Sequence[np.ndarray], k: int, file_pages: int) -> np.ndar
 
 
 def _k(cfg: PlannerConfig, nruns: int) -> int:
-    """Runs (of ``nruns``) a page must be used by to be warmed: --min-runs, else all but one."""
+    """The default threshold: --min-runs, else all runs but one (at least 1)."""
     return max(1, min(cfg.min_runs, nruns)) if cfg.min_runs is not None else max(1, nruns - 1)
 
 
-def _k_fold(cfg: PlannerConfig, nruns: int) -> int:
+def _k_fold(k: int, nruns: int) -> int:
     """The same share of runs when one run is held out (2 of 3 runs → 2 of the 2 left), so
     each fold prices the warm set the final plan's rule would pick, not a looser one."""
-    return max(1, math.ceil(_k(cfg, nruns) * (nruns - 1) / nruns))
+    return max(1, math.ceil(k * (nruns - 1) / nruns)) if nruns > 1 else 1
 
 
-def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
-               cfg: PlannerConfig) -> tuple[dict[str, float], dict[str, str], str]:  # fmt: skip
-    """Mean predicted seconds per candidate over held-out runs; (predictions, skipped, validation)."""
-    params = CostParams(cfg.depth, cfg.chunk_kib, cfg.overlap)
+def hot_thresholds(cfg: PlannerConfig, nruns: int) -> list[int]:
+    """Thresholds k (pages used by >= k of the runs) priced as separate warm candidates.
+
+    A page's frequency across the training runs is the evidence that a new input uses it
+    (hot keys, frequent tokens, shared headers): k = all runs warms only what every run
+    used, k = 1 every page any run used. Which pays depends on how skewed the program's
+    accesses are, so each threshold is its own candidate and leave-one-run-out chooses.
+    Thresholds that fall on the same one in the folds are the same candidate (the default
+    one, else the lowest). With --min-runs, only that threshold."""
+    if cfg.min_runs is not None:
+        return [_k(cfg, nruns)]
+    default = _k(cfg, nruns)
+    by_fold: dict[int, int] = {_k_fold(default, nruns): default}
+    for k in range(1, nruns + 1):
+        by_fold.setdefault(_k_fold(k, nruns), k)
+    return sorted(by_fold.values(), reverse=True)
+
+
+def _warm_name(advice: str, k: int, default_k: int) -> str:
+    return f"warm+{advice}" if k == default_k else f"warm+{advice}@{k}"
+
+
+def parse_candidate(name: str) -> tuple[str, str, int | None]:
+    """'warm+random@1' → ('warm', 'random', 1); 'nothing' → ('nothing', 'default', None)."""
+    base, _, k = name.partition("@")
+    kind, _, advice = base.partition("+")
+    return kind, advice or "default", int(k) if k else None
+
+
+@dataclass
+class FilePricing:
+    """One file's candidates priced on every fold: ``folds[c][i]`` is fold i's prediction."""
+
+    folds: dict[str, list[Prediction]]
+    warm_sets: dict[str, np.ndarray]  # warm candidate -> its pages on all runs (the plan's ranges)
+    skipped: dict[str, str]
+    validation: str
+
+    def mean(self) -> dict[str, float]:
+        return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
+
+
+def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
+                cfg: PlannerConfig) -> FilePricing:  # fmt: skip
+    params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     n = len(runs)
     used = [np.unique(r[(r >= 0) & (r < file_pages)]) for r in runs]
     skipped: dict[str, str] = {}
     frac = float(np.mean([len(u) for u in used])) / max(1, file_pages)
-    cands = list(CANDIDATES)
+    fixed = ["nothing", "nothing+random", "whole", "stream"]
     if frac < cfg.stream_min_fraction:
-        cands.remove("stream")
+        fixed.remove("stream")
         skipped["stream"] = f"runs use {frac:.0%} of the file (< {cfg.stream_min_fraction:.0%})"
     if n == 1:
         folds = [(used, used[0])]
@@ -107,28 +151,49 @@ def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devic
     else:
         folds = [(used[:i] + used[i + 1 :], used[i]) for i in range(n)]
         validation = f"leave-one-run-out over {n} runs"
-    totals = {c: 0.0 for c in cands}
-    any_shared = False
-    for train, held in folds:
-        s = shared_pages(train, _k_fold(cfg, n) if n > 1 else 1, file_pages)
-        any_shared |= len(s) > 0
-        for c in cands:
-            totals[c] += predict(dev, held, s, file_pages, c, mapped, params).seconds
-    if not any_shared:
-        for c in ("warm+default", "warm+random"):
-            totals.pop(c)
-            skipped[c] = "no page shared by enough runs in any fold"
-    return {c: t / len(folds) for c, t in totals.items()}, skipped, validation
+    default_k = _k(cfg, n)
+    out: dict[str, list[Prediction]] = {c: [] for c in fixed}
+    warm_sets: dict[str, np.ndarray] = {}
+    for k in hot_thresholds(cfg, n):
+        kf = _k_fold(k, n)
+        fold_sets = [shared_pages(train, kf, file_pages) for train, _ in folds]
+        if not any(len(x) for x in fold_sets):
+            for adv in ("default", "random"):
+                skipped[_warm_name(adv, k, default_k)] = f"no page used by >= {kf} runs in any fold"
+            continue
+        final = shared_pages(used, k, file_pages)
+        for adv in ("random", "default"):
+            name = _warm_name(adv, k, default_k)
+            warm_sets[name] = final
+            out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                         for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+    none = np.empty(0, np.int64)
+    for c in fixed:
+        out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
+    return FilePricing(out, warm_sets, skipped, validation)
+
+
+def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
+               cfg: PlannerConfig) -> tuple[dict[str, float], dict[str, str], str]:  # fmt: skip
+    """Mean predicted seconds per candidate over held-out runs; (predictions, skipped, validation)."""
+    fp = price_folds(runs, file_pages, mapped, dev, cfg)
+    return fp.mean(), fp.skipped, fp.validation
+
+
+def _preference(name: str) -> tuple[int, int]:
+    base, _, k = name.partition("@")
+    return PREFERENCE.index(base), -int(k or 1 << 30)  # among warm thresholds, the highest (fewest pages) first
 
 
 def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
     """The candidate to plan and why: the cheapest, if it beats ``nothing`` by ``margin``."""
     base = predicted["nothing"]
     cheapest = min(predicted.values())
-    # near-ties go to the simpler plan (no prefetch, then a whole-file stream without ranges,
+    # near-ties go to the simpler plan (no prefetch, then a whole-file read without ranges,
     # then warm); between the warm ones to random advice, which bounds what a miss the
-    # recordings did not foresee costs (one page, not a read-around window)
-    best = next(c for c in PREFERENCE if c in predicted and predicted[c] <= cheapest * (1 + TIE))
+    # recordings did not foresee costs (one page, not a read-around window), then to the
+    # threshold that warms the fewest pages
+    best = min((c for c in predicted if predicted[c] <= cheapest * (1 + TIE)), key=_preference)
     if best == "nothing":
         return "nothing", f"nothing is predicted cheapest ({base * 1e3:.1f} ms)"
     if predicted[best] <= (1.0 - margin) * base:
@@ -138,14 +203,123 @@ def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
                        f"{base * 1e3:.1f} ms: not worth the risk")  # fmt: skip
 
 
-def _file_plan(fp: FilePlan, chosen: str, shared: np.ndarray) -> None:
-    if chosen == "nothing+random":
-        fp.advice = "random"
-    elif chosen.startswith("warm+"):
-        fp.strategy, fp.advice = "warm", chosen.split("+")[1]
-        fp.ranges = merge_ranges(shared)
-    elif chosen == "stream":
+def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int) -> None:
+    kind, advice, _ = parse_candidate(chosen)
+    fp.strategy, fp.advice, fp.ranges = "nothing", "default", []
+    if kind == "nothing":
+        fp.advice = advice
+    elif kind == "warm":
+        fp.strategy, fp.advice = "warm", advice
+        fp.ranges = merge_ranges(warm_sets[chosen])
+    elif kind == "whole":
+        fp.strategy, fp.ranges = "warm", [(0, npages)] if npages else []
+    elif kind == "stream":
         fp.strategy = "stream"
+
+
+def cpu_seconds(trace: str | Path, io_s: float) -> float:
+    """The run's CPU time: the span of its recorded first touches less its modelled I/O.
+
+    The span runs from the first to the last page the run touched, so it misses the start
+    and the end of the program (interpreter start-up, exit): an underestimate, the safe side
+    for an overlap credit."""
+    from pagecast.trace import open_trace
+
+    t = open_trace(trace)
+    lo, hi = None, None
+    for b in t.iter_batches(["t_ns"]):
+        ts = b["t_ns"]
+        if len(ts):
+            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
+            hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
+    span = (hi - lo) / 1e9 if lo is not None else 0.0
+    return max(0.0, span - io_s)
+
+
+@dataclass
+class _Priced:
+    path: str
+    npages: int
+    runs_used: list[bool]
+    pricing: FilePricing
+    chosen: str
+
+
+def _mean_split(preds: list[Prediction]) -> tuple[float, float]:
+    return float(np.mean([p.pre_s for p in preds])), float(np.mean([p.prog_s for p in preds]))
+
+
+def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> tuple[dict[str, tuple[str, str]], float]:
+    """Per-file choices revisited with the prefetcher's time hidden behind the program's CPU.
+
+    Each file was first priced with its prefetch time added to the program's (no overlap).
+    The run's CPU time (times ``overlap``) is one budget for all files: the prefetcher works
+    through the plan while the program computes. Files are revisited in order of I/O saved
+    per second of prefetching; a candidate that prefetches more than the file's current
+    choice takes its extra prefetch time from the budget, and is chosen when, so credited,
+    it beats both the current choice and ``nothing`` by ``margin``. Returns
+    {path: (candidate, why)} and the budget left."""
+    left = credit_s - sum(_mean_split(p.pricing.folds[p.chosen])[0] for p in priced)
+    offers = []
+    for p in priced:
+        cur_pre, cur_prog = _mean_split(p.pricing.folds[p.chosen])
+        nothing = p.pricing.mean()["nothing"]
+        for c, preds in p.pricing.folds.items():
+            pre, prog = _mean_split(preds)
+            if pre > cur_pre and prog < cur_prog:
+                offers.append(((cur_prog - prog) / (pre - cur_pre), p, c, pre - cur_pre, prog, cur_pre + cur_prog, nothing))
+    out: dict[str, tuple[str, str]] = {}
+    for _, p, c, extra, prog, cur, nothing in sorted(offers, key=lambda o: -o[0]):
+        if p.path in out or left <= 0:
+            continue
+        # the current choice's own prefetching stays charged; only the extra is hidden
+        credited = prog + _mean_split(p.pricing.folds[p.chosen])[0] + max(0.0, extra - left)
+        if credited <= (1.0 - margin) * min(cur, nothing):
+            vs = f"nothing {nothing * 1e3:.1f} ms" if p.chosen == "nothing" else \
+                f"{p.chosen} {cur * 1e3:.1f} ms, nothing {nothing * 1e3:.1f} ms"
+            out[p.path] = (c, f"{c} predicted {credited * 1e3:.1f} ms with {min(extra, left) * 1e3:.1f} ms of its "
+                              f"prefetching hidden behind the program's CPU time, vs {vs}")
+            left -= extra
+    return out, max(0.0, left)
+
+
+def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig,
+                      nruns: int) -> tuple[list[str], str] | None:  # fmt: skip
+    """Whole-file warming of every small file any run used, priced as one candidate.
+
+    A file only one recording used gets ``nothing`` from its own leave-one-run-out (held
+    out, nothing warms it; kept, the other runs did not use it), yet a program that reads
+    many small files (git's loose objects, a package's modules) often reads again files
+    that another input read. The evidence for that is the group's, not the file's: in each
+    fold, warm whole every small file the training runs used and price the held-out run's
+    misses on all of them, against the per-file choices of the same files in the same
+    fold. The prefetcher's extra time is hidden up to ``credit_s`` (the program's CPU time
+    times ``overlap``): the group warms in the background while the program computes.
+    Returns (paths to warm whole, why) when the group beats the per-file choices by the
+    margin, else None."""
+    small = [p for p in priced if 0 < p.npages * PAGE_SIZE <= cfg.small_kib * 1024 and "whole" in p.pricing.folds]
+    if nruns < 2 or len(small) < 2:
+        return None
+    group, base = 0.0, 0.0
+    for i in range(nruns):
+        g_pre = g_prog = b_pre = b_prog = 0.0
+        for p in small:
+            cur = p.pricing.folds[p.chosen][i]
+            b_pre, b_prog = b_pre + cur.pre_s, b_prog + cur.prog_s
+            if any(u for j, u in enumerate(p.runs_used) if j != i):
+                w = p.pricing.folds["whole"][i]
+                g_pre, g_prog = g_pre + w.pre_s, g_prog + w.prog_s
+            else:
+                g_pre, g_prog = g_pre + cur.pre_s, g_prog + cur.prog_s
+        group += g_prog + max(0.0, g_pre - credit_s)
+        base += b_prog + max(0.0, b_pre - credit_s)
+    group, base = group / nruns, base / nruns
+    if base <= 0 or group > (1.0 - cfg.margin) * base:
+        return None
+    paths = [p.path for p in small if any(p.runs_used)]
+    return paths, (f"{SMALL_FILES}: the {len(paths)} files up to {cfg.small_kib} KiB the runs used, warmed whole, "
+                   f"predicted {group * 1e3:.1f} ms vs {base * 1e3:.1f} ms for their per-file choices "
+                   f"(leave-one-run-out over the group, {credit_s * 1e3:.0f} ms of CPU time to hide behind)")
 
 
 def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
@@ -169,6 +343,9 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         idents.update(recorded_identity(t))
     newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
     doc, choices = PlanDoc(), []
+    priced: list[_Priced] = []
+    io_per_run = np.zeros(n)
+    plans: dict[str, tuple[FilePlan, FileChoice]] = {}
     for path in sorted({p for run in per_run for p in run}):
         try:
             st = os.stat(path)
@@ -187,15 +364,41 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         runs = [run.get(path, np.empty(0, np.int64)) for run in per_run]
         mapped = mapped_pages.get(path, 0) >= read_pages.get(path, 0)
         dev = cfg.device or device_costs_for(path, st.st_dev)
-        predicted, skipped, validation = price_file(runs, npages, mapped, dev, cfg)
+        pricing = price_folds(runs, npages, mapped, dev, cfg)
+        predicted = pricing.mean()
         chosen, why = choose(predicted, cfg.margin)
-        shared = shared_pages(runs, _k(cfg, n), npages)
-        if chosen.startswith("warm+") and len(shared) == 0:
-            chosen, why = "nothing", f"{chosen} was cheapest in the folds, but no page is shared by enough of all runs"
-        _file_plan(fp, chosen, shared)
+        _file_plan(fp, chosen, pricing.warm_sets, npages)
         fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
         fp.reason = f"{chosen}: {why}"
         used = [len(r) for r in runs if len(r)]
-        choices.append(FileChoice(path, chosen, why, predicted, skipped, validation, dev.source, dev.read_ahead_kb,
-                                  len(used), float(np.mean(used)) if used else 0.0, npages))  # fmt: skip
+        fc = FileChoice(path, chosen, why, predicted, pricing.skipped, pricing.validation, dev.source,
+                        dev.read_ahead_kb, len(used), float(np.mean(used)) if used else 0.0, npages)  # fmt: skip
+        choices.append(fc)
+        plans[path] = (fp, fc)
+        priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen))
+        # in-sample I/O of each run under no plan: what the recorded span is not CPU time
+        params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
+        for i, r in enumerate(runs):
+            u = np.unique(r[(r >= 0) & (r < npages)])
+            if len(u):
+                io_per_run[i] += predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
+    credit = cfg.overlap * float(np.median([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
+    upgrades, left = overlap_upgrades(priced, credit, cfg.margin)
+    for p in priced:
+        if p.path in upgrades:
+            c, why = upgrades[p.path]
+            fp, fc = plans[p.path]
+            _file_plan(fp, c, p.pricing.warm_sets, p.npages)
+            p.chosen, fc.chosen, fc.why = c, c, why
+            fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
+            fp.reason = f"{c}: {why}"
+    group = small_files_group(priced, left, cfg, n)
+    if group:
+        paths, why = group
+        for path in paths:
+            fp, fc = plans[path]
+            _file_plan(fp, "whole", {}, fc.file_pages)
+            fc.chosen, fc.why = "whole", why
+            fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s["whole"]) * 1e3
+            fp.reason = f"whole: {why}"
     return doc, choices
