@@ -210,17 +210,19 @@ def test_leave_one_run_out_picks_the_threshold_that_pays():
     # skewed: pages 0-4 are hot (every run), each run adds 20 pages of its own. k = 2 warms
     # exactly the hot pages; k = 1 warms 45 pages per fold for the same 5 hits
     hot = list(range(5))
-    runs = [a(*hot, *range(100 + 200 * i, 160 + 200 * i, 3)) for i in range(3)]  # lone pages: no read-ahead
+    runs = [a(*hot, *range(100 + 200 * i, 160 + 200 * i, 3)) for i in range(3)]  # lone pages: read alone
     pred, _, _ = price_file(runs, 1000, False, SLOW, PlannerConfig())
     # k = 2: one range of 5 pages (0.1 ms + 5 pages), 20 misses of a page each
-    assert pred["warm+random"] == pytest.approx(1e-4 + 5 * 4.096e-5 + 20 * (1e-3 + 4.096e-5))
+    assert pred["warm+default"] == pytest.approx(1e-4 + 5 * 4.096e-5 + 20 * (1e-3 + 4.096e-5))
     # k = 1: the hot pages and the other two runs' 40 lone pages: 41 ranges
-    assert pred["warm+random@1"] == pytest.approx(41e-4 + 45 * 4.096e-5 + 20 * (1e-3 + 4.096e-5))
-    assert choose(pred, 0.10)[0] == "warm+random"
+    assert pred["warm+default@1"] == pytest.approx(41e-4 + 45 * 4.096e-5 + 20 * (1e-3 + 4.096e-5))
+    assert choose(pred, 0.10)[0] == "warm+default"
+    # a read() file keeps the kernel's read-ahead: no random-advice candidate
+    assert "warm+random" not in pred and "nothing+random" not in pred
     # without the hot head the runs share nothing: nothing is chosen
     cold = [a(*range(100 + 200 * i, 160 + 200 * i, 3)) for i in range(3)]
     pc, skipped, _ = price_file(cold, 1000, False, SLOW, PlannerConfig())
-    assert choose(pc, 0.10)[0] in ("nothing", "nothing+random") and "warm+random" in skipped
+    assert choose(pc, 0.10)[0] == "nothing" and skipped["warm+default"] == "no page used by >= 2 runs in any fold"
 
 
 def _pricing(**cands: tuple[float, float]) -> FilePricing:

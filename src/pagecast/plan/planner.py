@@ -1,20 +1,38 @@
 """``pagecast plan``'s choice: one strategy per file, by predicted time, checked on held-out runs.
 
-For every file the recordings name, five candidates are priced by the I/O cost model
+For every file the recordings name, candidates are priced by the I/O cost model
 (``pagecast.plan.cost_model``, driven by the device's calibration and read-ahead setting):
 
-    nothing         the program alone, the kernel's default read-ahead
-    nothing+random  the program alone, read-ahead off for this file
-    warm+default    warm the shared pages first, default read-ahead for the rest
-    warm+random     warm the shared pages first, read-ahead off for the rest
-    stream          read the whole file ahead (only when runs use most of it)
+    nothing             the program alone, the kernel's default read-ahead
+    nothing+random      the program alone, read-ahead off for this file (mapped files)
+    warm+ADVICE[@k]     warm the pages at least k runs used (hot pages), then ADVICE
+                        (default, or random for mapped files) for the program's misses
+    whole               warm the whole file (one request for a small file)
+    stream              read the whole file ahead (only when runs use most of it)
 
-The shared pages are those used by at least ``min_runs`` runs (default: all but one).
-Each candidate is validated leave-one-run-out: the shared pages are computed from all
-runs but one (with the same share of runs: 2 of 3 becomes 2 of the 2 left), the time of the one left out is predicted, and the predictions are
-averaged over the runs (a single recording is priced in-sample, and says so). The cheapest
-candidate is chosen only if it beats ``nothing`` by ``margin`` (10 %); otherwise the file
-gets ``nothing``: a plan must never cost more than no plan, and the model is approximate.
+Every threshold k that gives a different warm set in the folds is its own candidate (k =
+all runs: the pages every input used, such as B-tree interior pages and headers; k = 1:
+every page any run used): how far down the frequency order warming still pays depends on
+how skewed the program's accesses are, and leave-one-run-out decides. Each candidate is
+validated leave-one-run-out: the warm set is computed from all runs but one (with the
+same share of runs: 2 of 3 becomes 2 of the 2 left), the time of the one left out is
+predicted, and the predictions are averaged over the runs (a single recording is priced
+in-sample, and says so). The cheapest candidate is chosen only if it beats ``nothing`` by
+``margin`` (10 %); otherwise the file gets ``nothing``: a plan must never cost more than
+no plan, and the model is approximate.
+
+Two run-wide steps follow, both priced on the same folds:
+
+- CPU overlap (``overlap_upgrades``): the launcher prefetches while the program runs, so
+  prefetching hidden behind the program's CPU time costs nothing. The CPU time is measured
+  from the recordings (the span of their first touches less the modelled I/O), times
+  ``overlap`` (0.5); it is one budget for all files, spent on the upgrades that save the
+  most I/O per second of prefetching.
+- Small files (``small_files_group``): a file only one recording read gets ``nothing`` from
+  its own folds, but a program that reads many small files (git's loose objects, modules)
+  often reads again files another input read. The group of small files is priced as one
+  candidate (warm whole every small file the training runs of a fold used) against the
+  files' own choices, and wins or loses as a whole.
 """
 
 from __future__ import annotations
@@ -142,6 +160,15 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
     skipped: dict[str, str] = {}
     frac = float(np.mean([len(u) for u in used])) / max(1, file_pages)
     fixed = ["nothing", "nothing+random", "whole", "stream"]
+    advices = ("random", "default")
+    if not mapped:
+        # read() files keep the kernel's read-ahead: it starts at a few pages and grows only
+        # along sequential reads, and the recordings do not hold read sizes, so the model
+        # cannot see what turning it off costs (SQLite over pread measured 0.72-0.73x the
+        # default with it off: BENCHMARKS.md "Cold start of real programs")
+        fixed.remove("nothing+random")
+        advices = ("default",)
+        skipped["nothing+random"] = skipped["warm+random"] = "read() file: read-ahead advice left to the kernel"
     if frac < cfg.stream_min_fraction:
         fixed.remove("stream")
         skipped["stream"] = f"runs use {frac:.0%} of the file (< {cfg.stream_min_fraction:.0%})"
@@ -158,11 +185,11 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
         kf = _k_fold(k, n)
         fold_sets = [shared_pages(train, kf, file_pages) for train, _ in folds]
         if not any(len(x) for x in fold_sets):
-            for adv in ("default", "random"):
+            for adv in advices:
                 skipped[_warm_name(adv, k, default_k)] = f"no page used by >= {kf} runs in any fold"
             continue
         final = shared_pages(used, k, file_pages)
-        for adv in ("random", "default"):
+        for adv in advices:
             name = _warm_name(adv, k, default_k)
             warm_sets[name] = final
             out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
@@ -331,6 +358,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
     if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
         raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
+    if cfg.small_kib < 0:
+        raise PagecastError("--small-kib must be >= 0")
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
