@@ -14,8 +14,9 @@ from pagecast.cli import main as cli_main
 from pagecast.plan.cost_model import DeviceCosts, predict, program_reads
 from pagecast.plan.format import FileIdentity, read_plan
 from pagecast.plan.cost_model import Prediction
-from pagecast.plan.planner import (FilePricing, PlannerConfig, _Priced, choose, hot_thresholds, overlap_upgrades,
-                                   plan_by_predicted_time, price_file, small_files_group)  # fmt: skip
+from pagecast.plan.planner import (FilePricing, PlannerConfig, _Priced, choose, hot_thresholds, live_choices,
+                                   overlap_upgrades, plan_by_predicted_time, price_file, small_files_group)  # fmt: skip
+from pagecast.plan.cost_model import predict_extent, predict_pack
 from pagecast.plan.shared_pages import merge_ranges
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
@@ -179,7 +180,8 @@ def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpa
     cap = capsys.readouterr()
     rep = json.loads(cap.out)
     ch = next(x for x in rep["choices"] if x["path"] == str(datafile))
-    assert set(ch["predicted_s"]) == {"nothing", "nothing+random", "whole", "warm+random@1", "warm+default@1"}
+    assert set(ch["predicted_s"]) == {"nothing", "nothing+random", "whole", "warm+random@1", "warm+default@1",
+                                      "pack@1", "per-fault:extent"}  # fmt: skip
     assert ch["skipped"]["stream"].startswith("runs use")
     assert str(datafile) in cap.err and "leave-one-run-out over 3 runs" in cap.err
     assert [f for f in read_plan(out).files if f.path == str(datafile)][0].strategy == "nothing"
@@ -192,6 +194,29 @@ def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpa
     assert cli_main(["plan", *map(str, traces), "-o", str(out), "--device-model", str(tmp_path / "none.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "none.json" in err
+
+
+@needs_perf
+@pytest.mark.perf
+def test_pack_chosen_when_the_live_start_up_is_free_and_built_with_the_shared_pages(tmp_path, touchpages, datafile):
+    from pagecast.online.pack import read_pack
+
+    shared = list(range(0, 80, 4))  # 20 scattered pages every run maps, plus one of its own
+    traces = [_record(tmp_path, touchpages, datafile, shared + [100 + 10 * i], f"p{i}") for i in range(3)]
+    packs = tmp_path / "packs"
+    packs.mkdir()
+    # SLOW: warm+random = 20 ranges (2 ms) + 20 pages + 1 miss; the pack = 1 sequential read
+    # (1 ms) + 20 pages + 1 pager miss: 1 ms less a run, > 10 % of the file's 3.9 ms
+    doc, why = _plan(traces, pack_dir=packs, live_startup_s=0.0)
+    mine = next(f for f in doc.files if f.path == str(datafile))
+    assert why[str(datafile)].chosen == "pack", why[str(datafile)]
+    assert mine.strategy == "pack" and Path(mine.arg).parent == packs
+    info = read_pack(mine.arg)
+    assert info.source == str(datafile.resolve()) and sorted(info.pages.tolist()) == shared
+    # the same with the default 0.5 s of live start-up: far more than the run's I/O, so warm
+    doc2, why2 = _plan(traces, pack_dir=tmp_path / "unused")
+    assert why2[str(datafile)].chosen == "warm+random"
+    assert not (tmp_path / "unused").exists()
 
 
 # ---- hot-page thresholds, run-wide CPU overlap, the small-files group (synthetic predictions) ----
@@ -268,3 +293,28 @@ def test_small_files_group_warms_files_one_run_read_when_the_held_out_runs_reuse
     # a file over small_kib is not in the group
     assert small_files_group([f("a", [True, False]), _Priced("big", 2, [True, True], files[2].pricing, "nothing")],
                              0.0, cfg, 2) is None  # fmt: skip
+
+
+def test_pack_and_extent_costs_hand_computed():
+    used, packed = a(1, 2, 3, 9), a(1, 2, 3)
+    # the pack: one sequential read of 3 pages (1 ms + 3 pages); page 9 one pager miss (1 ms + a page)
+    p = predict_pack(SLOW, used, packed)
+    assert (p.pre_s, p.prog_s) == (pytest.approx(1e-3 + 3 * 4.096e-5), pytest.approx(1e-3 + 4.096e-5))
+    # extent of a 10-page file: the first fault (1 ms + a page), the other 9 pages in one request behind it
+    e = predict_extent(SLOW, used, 10)
+    assert (e.pre_s, e.prog_s) == (pytest.approx(1e-4 + 9 * 4.096e-5), pytest.approx(1e-3 + 4.096e-5))
+    assert predict_extent(SLOW, a(), 10).seconds == 0.0  # a run that does not use the file pays nothing
+
+
+def test_live_candidates_pay_the_live_start_up_once_per_run():
+    def f(name: str, cur: float, pack: float) -> _Priced:
+        folds = {"nothing": [Prediction(cur, prog_s=cur)] * 2}
+        return _Priced(name, 100, [True, True], FilePricing(folds, {}, {}, "test", {"pack": [Prediction(pack)] * 2}),
+                       "nothing")  # fmt: skip
+
+    files = [f("a", 0.300, 0.100), f("b", 0.300, 0.150), f("c", 0.010, 0.020)]
+    # saving 0.2 + 0.15 = 0.35 s; with 0.5 s of start-up the run would be slower: no live plan
+    assert live_choices(files, PlannerConfig(live_startup_s=0.5)) is None
+    # 0.1 s of start-up: 0.61 - 0.35 + 0.1 = 0.36 s <= 0.9 * 0.61: a and b get the pack, c (no saving) does not
+    got = live_choices(files, PlannerConfig(live_startup_s=0.1))
+    assert got is not None and got[0] == {"a": "pack", "b": "pack"} and "100 ms of live start-up" in got[1]

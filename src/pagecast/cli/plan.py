@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 
@@ -42,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "0: no credit, every file priced as if the program only waited on it)")
     p.add_argument("--small-kib", type=int, default=1024,
                    help="files up to this size form the group that may be warmed whole (default 1024)")
+    p.add_argument("--live-startup-ms", type=float, default=500.0,
+                   help="what starting pagecast's Python live machinery costs a run, charged once when the plan "
+                        "uses a page pack or a per-fault policy the native launcher cannot run (default 500)")
     p.add_argument("--device-model", metavar="FILE|DIR",
                    help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
                         "default: the stored model of each file's device, else a conservative built-in one")
@@ -112,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
-                        overlap=args.overlap, small_kib=args.small_kib, device=_device(args.device_model))  # fmt: skip
+                        overlap=args.overlap, small_kib=args.small_kib, live_startup_s=args.live_startup_ms / 1e3,
+                        pack_dir=Path(args.output).resolve().parent, device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
     write_plan(args.output, doc)

@@ -70,6 +70,7 @@ class DeviceCosts:
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
     source: str = "built-in"
     readaround_s_per_page: float | None = None  # measured cost of default-advice faults, per page read
+    pager_fill_s: float | None = None  # measured userfaultfd miss served by pread (the pack's misses)
 
     def iops(self, depth: int) -> float:
         """Random read rate at ``depth``: linear between measured depths, flat beyond them."""
@@ -112,7 +113,9 @@ def from_model(m: DeviceModel, read_ahead_kb: int, source: str) -> DeviceCosts:
         raise PagecastError(f"device model {source} has no random-read or sequential measurement")
     ra_fill = m.fill("readaround")
     per_page = ra_fill.ns_per_page_batched / 1e9 if ra_fill and ra_fill.ns_per_page_batched else None
-    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page)
+    pager = m.fill("pager")
+    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page,
+                       pager.ns_p50 / 1e9 if pager and pager.ns_p50 else None)
 
 
 @dataclass(frozen=True)
@@ -204,3 +207,27 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         t_prog = _t(dev, r, pages, 1)
     hidden = t_pre * p.overlap
     return Prediction(t_pre - hidden + t_prog, r, pages, len(warm), pre_s=t_pre, prog_s=t_prog)
+
+
+def predict_pack(dev: DeviceCosts, used: np.ndarray, packed: np.ndarray) -> Prediction:
+    """A page pack of ``packed`` (served by the userfaultfd pager): the pack is one
+    sequential read (itself cold), every used page outside it one synchronous pager read
+    (the calibration's ``pager`` fill when measured, else a random read at depth 1). The
+    live machinery's start-up is not in here: it is paid once per run (the planner)."""
+    pre = (1.0 / dev.iops(1) + len(packed) * PAGE_SIZE / dev.seq_bytes_per_s) if len(packed) else 0.0
+    misses = len(np.setdiff1d(used, packed, assume_unique=True)) if len(packed) else len(used)
+    fill = dev.pager_fill_s or 1.0 / dev.iops(1)
+    prog = misses * (fill + PAGE_SIZE / dev.seq_bytes_per_s)
+    return Prediction(pre + prog, misses, misses, len(packed), pre_s=pre, prog_s=prog)
+
+
+def predict_extent(dev: DeviceCosts, used: np.ndarray, file_pages: int, p: CostParams = CostParams()) -> Prediction:
+    """Per-fault ``extent``: the first fault in the file is a synchronous read, then the
+    rest of the file (the object) is fetched behind it at the deepest queue; a run that
+    does not use the file costs nothing (where ``whole`` pays for warming it anyway)."""
+    if len(used) == 0:
+        return Prediction(0.0)
+    rest = max(0, file_pages - 1)
+    pre = _t(dev, prefetch_requests(rest, 1, p.chunk_kib), rest, dev.deepest) if rest else 0.0
+    prog = _t(dev, 1, 1, 1)
+    return Prediction(pre + prog, 1, 1, rest, pre_s=pre, prog_s=prog)

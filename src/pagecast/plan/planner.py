@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -46,8 +47,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.plan.cost_model import CostParams, DeviceCosts, Prediction, device_costs_for, predict
-from pagecast.plan.format import DEFAULT_CHUNK_KIB, DEFAULT_DEPTH, PAGE_SIZE, FileIdentity, FilePlan, PlanDoc
+from pagecast.plan.cost_model import (CostParams, DeviceCosts, Prediction, device_costs_for, predict, predict_extent,
+                                      predict_pack)  # fmt: skip
+from pagecast.plan.format import (DEFAULT_CHUNK_KIB, DEFAULT_DEPTH, NATIVE_STRATEGIES, PAGE_SIZE, FileIdentity,
+                                  FilePlan, PlanDoc)  # fmt: skip
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_identity
 from pagecast.trace.pageset import read_page_sets
 
@@ -67,6 +70,9 @@ class PlannerConfig:
     stream_min_fraction: float = 0.5  # stream is a candidate when runs use at least this share of the file
     overlap: float = 0.5  # share of the program's CPU time the prefetcher's work may hide behind (run-wide)
     small_kib: int = 1024  # files up to this size form the "small files whole" group
+    live_startup_s: float = 0.5  # what starting the Python live machinery costs a run (pack, per-fault)
+    pack_dir: Path | None = None  # where chosen page packs are written; None: pack is not a candidate
+    extent_pages: int = 512  # per-fault extent: files up to this many pages are one object (the policy's default)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
 
@@ -144,9 +150,10 @@ class FilePricing:
     """One file's candidates priced on every fold: ``folds[c][i]`` is fold i's prediction."""
 
     folds: dict[str, list[Prediction]]
-    warm_sets: dict[str, np.ndarray]  # warm candidate -> its pages on all runs (the plan's ranges)
+    warm_sets: dict[str, np.ndarray]  # warm or pack candidate -> its pages on all runs (the plan's ranges)
     skipped: dict[str, str]
     validation: str
+    live: dict[str, list[Prediction]] = field(default_factory=dict)  # pack / per-fault: need the live machinery
 
     def mean(self) -> dict[str, float]:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
@@ -197,7 +204,21 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
-    return FilePricing(out, warm_sets, skipped, validation)
+    live: dict[str, list[Prediction]] = {}
+    if mapped and cfg.pack_dir is not None:
+        for k in hot_thresholds(cfg, n):
+            fold_sets = [shared_pages(train, _k_fold(k, n), file_pages) for train, _ in folds]
+            if any(len(x) for x in fold_sets):
+                name = "pack" if k == default_k else f"pack@{k}"
+                warm_sets[name] = shared_pages(used, k, file_pages)
+                live[name] = [predict_pack(dev, held, s) for (_, held), s in zip(folds, fold_sets)]
+    elif mapped:
+        skipped["pack"] = "no directory to write page packs in"
+    if 0 < file_pages <= cfg.extent_pages:
+        live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
+    else:
+        skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
+    return FilePricing(out, warm_sets, skipped, validation, live)
 
 
 def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
@@ -230,10 +251,25 @@ def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
                        f"{base * 1e3:.1f} ms: not worth the risk")  # fmt: skip
 
 
-def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int) -> None:
+def pack_path(pack_dir: Path, path: str) -> Path:
+    """Where the planner writes a file's page pack: named after the file, unique per path."""
+    return Path(pack_dir) / f"{Path(path).name}.{zlib.crc32(path.encode()):08x}.pack"
+
+
+def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
+               pack_dir: Path | None = None) -> None:  # fmt: skip
     kind, advice, _ = parse_candidate(chosen)
-    fp.strategy, fp.advice, fp.ranges = "nothing", "default", []
-    if kind == "nothing":
+    fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
+    if kind == "pack":
+        from pagecast.online.pack import build_pack
+
+        assert pack_dir is not None  # pack is only priced with a pack directory
+        out = pack_path(pack_dir, fp.path)
+        build_pack(fp.path, warm_sets[chosen], out)
+        fp.strategy, fp.arg = "pack", str(out)
+    elif kind == "per-fault:extent":
+        fp.strategy, fp.arg = "per-fault", "extent"
+    elif kind == "nothing":
         fp.advice = advice
     elif kind == "warm":
         fp.strategy, fp.advice = "warm", advice
@@ -310,6 +346,38 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> t
     return out, max(0.0, left)
 
 
+def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, str], str] | None:
+    """Page packs and per-fault extent, priced run-wide against the files' current choices.
+
+    Both need the Python live machinery (the userfaultfd pager, the per-fault loop) unless
+    the native launcher runs the strategy itself (``NATIVE_STRATEGIES``), and that start-up
+    (``live_startup_s``) is paid once by the whole run, before the program starts. So the
+    files' savings (mean over the folds, each file's best live candidate against its
+    current choice) are summed and the live candidates are taken only when the sum beats
+    the start-up and the run's I/O under the current choices by ``margin``. One per-fault
+    policy per run: every per-fault file gets the same ``extent`` spec.
+    Returns ({path: candidate}, why) or None."""
+    offers: dict[str, tuple[str, float]] = {}
+    startup, base = 0.0, 0.0
+    for p in priced:
+        cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
+        base += cur
+        best = min(((float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()), default=None)
+        if best and best[0] < cur:
+            offers[p.path] = (best[1], cur - best[0])
+    if not offers:
+        return None
+    kinds = {"pack" if c.startswith("pack") else "per-fault" for c, _ in offers.values()}
+    if not kinds <= set(NATIVE_STRATEGIES):
+        startup = cfg.live_startup_s
+    saving = sum(g for _, g in offers.values())
+    if base <= 0 or base - saving + startup > (1.0 - cfg.margin) * base:
+        return None
+    why = (f"live candidates save {saving * 1e3:.1f} ms of the run's predicted {base * 1e3:.1f} ms over "
+           f"{len(offers)} files, {startup * 1e3:.0f} ms of live start-up included")
+    return {path: c for path, (c, _) in offers.items()}, why
+
+
 def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig,
                       nruns: int) -> tuple[list[str], str] | None:  # fmt: skip
     """Whole-file warming of every small file any run used, priced as one candidate.
@@ -358,8 +426,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
     if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
         raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0:
-        raise PagecastError("--small-kib must be >= 0")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0:
+        raise PagecastError("--small-kib and --live-startup-ms must be >= 0")
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
@@ -400,7 +468,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
         fp.reason = f"{chosen}: {why}"
         used = [len(r) for r in runs if len(r)]
-        fc = FileChoice(path, chosen, why, predicted, pricing.skipped, pricing.validation, dev.source,
+        live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
+        fc = FileChoice(path, chosen, why, predicted | live_means, pricing.skipped, pricing.validation, dev.source,
                         dev.read_ahead_kb, len(used), float(np.mean(used)) if used else 0.0, npages)  # fmt: skip
         choices.append(fc)
         plans[path] = (fp, fc)
@@ -421,6 +490,18 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             p.chosen, fc.chosen, fc.why = c, c, why
             fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
             fp.reason = f"{c}: {why}"
+    live = live_choices(priced, cfg)
+    if live:
+        chosen_live, why = live
+        for p in priced:
+            if p.path in chosen_live:
+                c = chosen_live[p.path]
+                fp, fc = plans[p.path]
+                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir)
+                p.chosen, fc.chosen, fc.why = c, c, why
+                fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
+                fp.reason = f"{c}: {why}"
+        priced = [p for p in priced if p.path not in chosen_live]
     group = small_files_group(priced, left, cfg, n)
     if group:
         paths, why = group
