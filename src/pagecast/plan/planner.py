@@ -233,9 +233,24 @@ def _preference(name: str) -> tuple[int, int]:
     return PREFERENCE.index(base), -int(k or 1 << 30)  # among warm thresholds, the highest (fewest pages) first
 
 
+def _default_twin(name: str) -> str:
+    return name.replace("+random", "+default") if name.startswith("warm") else "nothing"
+
+
+def eligible(predicted: dict[str, float], margin: float) -> dict[str, float]:
+    """The candidates that may be chosen: read-ahead off (``+random``) must pay by the margin
+    on its own against the same plan with the kernel's read-ahead, because the two are
+    often within the model's error of each other (measured: either can be 10-20 % ahead
+    on the same sparse mapped file from one run to the next)."""
+    return {c: v for c, v in predicted.items()
+            if "+random" not in c or _default_twin(c) not in predicted
+            or v <= (1.0 - margin) * predicted[_default_twin(c)]}  # fmt: skip
+
+
 def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
     """The candidate to plan and why: the cheapest, if it beats ``nothing`` by ``margin``."""
     base = predicted["nothing"]
+    predicted = eligible(predicted, margin)
     cheapest = min(predicted.values())
     # near-ties go to the simpler plan (no prefetch, then a whole-file read without ranges,
     # then warm); between the warm ones to random advice, which bounds what a miss the
@@ -327,7 +342,10 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> t
     for p in priced:
         cur_pre, cur_prog = _mean_split(p.pricing.folds[p.chosen])
         nothing = p.pricing.mean()["nothing"]
+        allowed = eligible(p.pricing.mean(), margin)
         for c, preds in p.pricing.folds.items():
+            if c not in allowed:
+                continue
             pre, prog = _mean_split(preds)
             if pre > cur_pre and prog < cur_prog:
                 offers.append(((cur_prog - prog) / (pre - cur_pre), p, c, pre - cur_pre, prog, cur_pre + cur_prog, nothing))
