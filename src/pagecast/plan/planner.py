@@ -25,8 +25,8 @@ Two run-wide steps follow, both priced on the same folds:
 
 - CPU overlap (``overlap_upgrades``): the launcher prefetches while the program runs, so
   prefetching hidden behind the program's CPU time costs nothing. The CPU time is measured
-  from the recordings (the span of their first touches less the modelled I/O), times
-  ``overlap`` (0.5); it is one budget for all files, spent on the upgrades that save the
+  from the recordings (the span of their first touches less the modelled I/O, the least
+  over the runs), times ``overlap`` (0.5); it is one budget for all files, spent on the upgrades that save the
   most I/O per second of prefetching.
 - Small files (``small_files_group``): a file only one recording read gets ``nothing`` from
   its own folds, but a program that reads many small files (git's loose objects, modules)
@@ -299,8 +299,10 @@ def cpu_seconds(trace: str | Path, io_s: float) -> float:
     """The run's CPU time: the span of its recorded first touches less its modelled I/O.
 
     The span runs from the first to the last page the run touched, so it misses the start
-    and the end of the program (interpreter start-up, exit): an underestimate, the safe side
-    for an overlap credit."""
+    and the end of the program (interpreter start-up, exit); but it is stretched by the
+    recorder's work on every fault and by other load, and the modelled I/O can be short of
+    the real one, so it can also overestimate (measured: 1-3x the warm-cache wall time of
+    the same program). The planner takes the least over the runs, times ``overlap``."""
     from pagecast.trace import open_trace
 
     t = open_trace(trace)
@@ -498,7 +500,9 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             u = np.unique(r[(r >= 0) & (r < npages)])
             if len(u):
                 io_per_run[i] += predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
-    credit = cfg.overlap * float(np.median([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
+    # the least of the runs: a recording's span is stretched by the recorder's own work per
+    # fault and by other load on the machine, both of which this estimate would count as CPU
+    credit = cfg.overlap * float(np.min([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
     upgrades, left = overlap_upgrades(priced, credit, cfg.margin)
     for p in priced:
         if p.path in upgrades:
