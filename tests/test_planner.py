@@ -270,10 +270,14 @@ def test_overlap_upgrades_spend_the_cpu_budget_on_the_best_saving_per_second():
     assert up == {} and left == 0.0
     # 50 ms of CPU: big saves 60 ms for 50 ms of prefetching (1.2 per s), small 10 ms for
     # 20 ms (0.5 per s): big first, all of its prefetching hidden, then nothing left for small
-    up, left = overlap_upgrades([big, small], 0.050, 0.10)
+    up, left = overlap_upgrades([big, small], 0.050, 0.10, max_regret=1.0)
     assert {k: v[0] for k, v in up.items()} == {"big": "warm+random"} and left == 0.0
-    # 80 ms: both, small's 20 ms from the 30 left
+    # 80 ms: small's 20 ms would fit in the 30 left, but without any credit whole costs 20 ms
+    # against nothing's 10: 100 % more than nothing, over the 20 % a wrong CPU estimate may cost
     up, left = overlap_upgrades([big, small], 0.080, 0.10)
+    assert {k: v[0] for k, v in up.items()} == {"big": "warm+random"} and left == pytest.approx(0.030)
+    # allowed to regret up to 100 %: both, small's 20 ms from the 30 left
+    up, left = overlap_upgrades([big, small], 0.080, 0.10, max_regret=1.0)
     assert {k: v[0] for k, v in up.items()} == {"big": "warm+random", "small": "whole"}
     assert left == pytest.approx(0.010)
 

@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="share of the program's CPU time (measured from the recordings: their span less the "
                         "modelled I/O) that prefetching may hide behind, one budget for the whole run (default 0.5; "
                         "0: no credit, every file priced as if the program only waited on it)")
+    p.add_argument("--max-regret", type=float, default=0.2,
+                   help="a file upgraded on the strength of the CPU overlap must cost, priced with no overlap at "
+                        "all, at most this fraction more than without the upgrade (default 0.2): the bound on "
+                        "what a wrong CPU estimate can cost")
     p.add_argument("--small-kib", type=int, default=1024,
                    help="files up to this size form the group that may be warmed whole (default 1024)")
     p.add_argument("--live-startup-ms", type=float, default=500.0,
@@ -116,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
-                        overlap=args.overlap, small_kib=args.small_kib, live_startup_s=args.live_startup_ms / 1e3,
+                        overlap=args.overlap, small_kib=args.small_kib, max_regret=args.max_regret,
+                        live_startup_s=args.live_startup_ms / 1e3,
                         pack_dir=Path(args.output).resolve().parent, device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)

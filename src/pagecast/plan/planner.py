@@ -69,6 +69,7 @@ class PlannerConfig:
     margin: float = 0.10  # a candidate must predict this much less time than nothing
     stream_min_fraction: float = 0.5  # stream is a candidate when runs use at least this share of the file
     overlap: float = 0.5  # share of the program's CPU time the prefetcher's work may hide behind (run-wide)
+    max_regret: float = 0.2  # an overlap upgrade priced with no credit may cost at most this much more
     small_kib: int = 1024  # files up to this size form the "small files whole" group
     live_startup_s: float = 0.5  # what starting the Python live machinery costs a run (pack, per-fault)
     pack_dir: Path | None = None  # where chosen page packs are written; None: pack is not a candidate
@@ -329,7 +330,8 @@ def _mean_split(preds: list[Prediction]) -> tuple[float, float]:
     return float(np.mean([p.pre_s for p in preds])), float(np.mean([p.prog_s for p in preds]))
 
 
-def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> tuple[dict[str, tuple[str, str]], float]:
+def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
+                     max_regret: float = 0.2) -> tuple[dict[str, tuple[str, str]], float]:  # fmt: skip
     """Per-file choices revisited with the prefetcher's time hidden behind the program's CPU.
 
     Each file was first priced with its prefetch time added to the program's (no overlap).
@@ -337,8 +339,10 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> t
     through the plan while the program computes. Files are revisited in order of I/O saved
     per second of prefetching; a candidate that prefetches more than the file's current
     choice takes its extra prefetch time from the budget, and is chosen when, so credited,
-    it beats both the current choice and ``nothing`` by ``margin``. Returns
-    {path: (candidate, why)} and the budget left."""
+    it beats both the current choice and ``nothing`` by ``margin``. The CPU estimate can be
+    wrong (see ``cpu_seconds``), so an upgrade must also be safe without any credit: priced
+    with no overlap at all, at most ``max_regret`` above the better of the current choice
+    and ``nothing``. Returns {path: (candidate, why)} and the budget left."""
     left = credit_s - sum(_mean_split(p.pricing.folds[p.chosen])[0] for p in priced)
     offers = []
     for p in priced:
@@ -349,7 +353,7 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float) -> t
             if c not in allowed:
                 continue
             pre, prog = _mean_split(preds)
-            if pre > cur_pre and prog < cur_prog:
+            if pre > cur_pre and prog < cur_prog and pre + prog <= (1.0 + max_regret) * min(cur_pre + cur_prog, nothing):
                 offers.append(((cur_prog - prog) / (pre - cur_pre), p, c, pre - cur_pre, prog, cur_pre + cur_prog, nothing))
     out: dict[str, tuple[str, str]] = {}
     for _, p, c, extra, prog, cur, nothing in sorted(offers, key=lambda o: -o[0]):
@@ -446,8 +450,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
     if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
         raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0 or cfg.live_startup_s < 0:
-        raise PagecastError("--small-kib and --live-startup-ms must be >= 0")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0:
+        raise PagecastError("--small-kib, --live-startup-ms and --max-regret must be >= 0")
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
@@ -503,7 +507,7 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
     # the least of the runs: a recording's span is stretched by the recorder's own work per
     # fault and by other load on the machine, both of which this estimate would count as CPU
     credit = cfg.overlap * float(np.min([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
-    upgrades, left = overlap_upgrades(priced, credit, cfg.margin)
+    upgrades, left = overlap_upgrades(priced, credit, cfg.margin, cfg.max_regret)
     for p in priced:
         if p.path in upgrades:
             c, why = upgrades[p.path]
