@@ -11,12 +11,10 @@ import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
-from pagecast.plan.cost_model import DeviceCosts, predict, program_reads
+from pagecast.plan.cost_model import DeviceCosts, Prediction, predict, predict_extent, predict_pack, program_reads
 from pagecast.plan.format import FileIdentity, read_plan
-from pagecast.plan.cost_model import Prediction
 from pagecast.plan.planner import (FilePricing, PlannerConfig, _Priced, choose, hot_thresholds, live_choices,
                                    overlap_upgrades, plan_by_predicted_time, price_file, small_files_group)  # fmt: skip
-from pagecast.plan.cost_model import predict_extent, predict_pack
 from pagecast.plan.shared_pages import merge_ranges
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
@@ -219,7 +217,7 @@ def test_pack_chosen_when_the_live_start_up_is_free_and_built_with_the_shared_pa
     info = read_pack(mine.arg)
     assert info.source == str(datafile.resolve()) and sorted(info.pages.tolist()) == shared
     # the same with the default 0.5 s of live start-up: far more than the run's I/O, so warm
-    doc2, why2 = _plan(traces, pack_dir=tmp_path / "unused")
+    _, why2 = _plan(traces, pack_dir=tmp_path / "unused")
     assert why2[str(datafile)].chosen == "warm+random"
     assert not (tmp_path / "unused").exists()
 

@@ -362,10 +362,12 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
         # the current choice's own prefetching stays charged; only the extra is hidden
         credited = prog + _mean_split(p.pricing.folds[p.chosen])[0] + max(0.0, extra - left)
         if credited <= (1.0 - margin) * min(cur, nothing):
-            vs = f"nothing {nothing * 1e3:.1f} ms" if p.chosen == "nothing" else \
-                f"{p.chosen} {cur * 1e3:.1f} ms, nothing {nothing * 1e3:.1f} ms"
-            out[p.path] = (c, f"{c} predicted {credited * 1e3:.1f} ms with {min(extra, left) * 1e3:.1f} ms of its "
-                              f"prefetching hidden behind the program's CPU time, vs {vs}")
+            vs = f"nothing {nothing * 1e3:.1f} ms"
+            if p.chosen != "nothing":
+                vs = f"{p.chosen} {cur * 1e3:.1f} ms, {vs}"
+            why = (f"{c} predicted {credited * 1e3:.1f} ms with {min(extra, left) * 1e3:.1f} ms of its prefetching "
+                   f"hidden behind the program's CPU time, vs {vs}")
+            out[p.path] = (c, why)
             left -= extra
     return out, max(0.0, left)
 
