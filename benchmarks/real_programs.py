@@ -35,7 +35,7 @@ if (REPO / "src" / "pagecast").is_dir():  # a clone without `pip install -e .`: 
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
 
 from pagecast.errors import PagecastError  # noqa: E402
-from pagecast.bench.coldstart import Case, Config, Input, format_case, run_case  # noqa: E402
+from pagecast.bench.coldstart import Case, Config, Input, default_strategies, format_case, run_case  # noqa: E402
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 
 PY = sys.executable
@@ -99,6 +99,50 @@ def sqlite_case(mmap: bool) -> Callable[[Path, bool], Case]:
                     f"range scan over a {db.stat().st_size >> 20} MiB database",
                     [inp(1), inp(2), inp(3)], inp(7), [db], mmap_files=[db] if mmap else [])
     return make
+
+
+# SQLite under a YCSB-style key distribution (workload C: point reads): key ranks follow a
+# Zipf law with exponent 0.99 (YCSB's default request distribution), scrambled by an FNV-1a
+# hash of the rank as YCSB's "scrambled zipfian" does, so the hot keys are spread over the
+# key space instead of clustered at one end. Rank draws use YCSB's ZipfianGenerator (Gray
+# et al., "Quickly generating billion-record synthetic databases"); zeta(n, 0.99) is summed
+# in closed form (Euler-Maclaurin, error < 1e-3) so the program does no O(n) warm-up.
+SQLITE_ZIPF_QUERY = r"""
+import sqlite3, sys, random
+db, mmap_size, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+c.execute(f"PRAGMA mmap_size={mmap_size}")
+rows = c.execute("SELECT value FROM meta WHERE name = 'rows'").fetchone()[0]
+theta = 0.99
+zetan = (rows ** (1 - theta) - 1) / (1 - theta) + (1 + rows ** -theta) / 2 + theta * (1 - rows ** (-theta - 1)) / 12
+zeta2 = 1 + 0.5 ** theta
+alpha, eta = 1 / (1 - theta), (1 - (2 / rows) ** (1 - theta)) / (1 - zeta2 / zetan)
+def rank(u):
+    uz = u * zetan
+    return 0 if uz < 1 else 1 if uz < zeta2 else min(rows - 1, int(rows * (eta * u - eta + 1) ** alpha))
+def fnv(x):
+    h = 0xCBF29CE484222325
+    for _ in range(8):
+        h = ((h ^ (x & 0xFF)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+        x >>= 8
+    return h
+rng = random.Random(seed)
+total = 0
+for _ in range(n):
+    k = fnv(rank(rng.random())) % rows
+    total += c.execute("SELECT length(v) FROM t WHERE k = ?", (k,)).fetchone()[0]
+print(total)
+"""
+
+
+def sqlite_zipf_case(cache: Path, quick: bool) -> Case:
+    db = sqlite_db(cache, quick)
+    n = "500" if quick else "3000"
+    inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SQLITE_ZIPF_QUERY, str(db), "0", str(seed), n])  # noqa: E731
+    return Case("sqlite-zipf", f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), ordinary reads: {n} point "
+                f"reads with YCSB-style scrambled Zipfian keys (exponent 0.99) over a {db.stat().st_size >> 20} MiB "
+                "database", [inp(1), inp(2), inp(3)], inp(7), [db],
+                note="skewed keys as in YCSB's default workloads: hot keys recur across inputs, cold ones do not")
 
 
 # --------------------------------------------------------------------------- CPython import
@@ -170,6 +214,31 @@ print(total)
 """
 
 
+# Embedding lookups of a token stream: the file's 96 tensors of 1024 rows are one table of
+# 98,304 rows (a vocabulary), token frequencies follow a Zipf law (exponent 1.0, as word
+# frequencies roughly do) and the token ids are a fixed permutation of the frequency ranks
+# (a tokenizer does not number tokens by frequency), so hot rows are scattered over the file.
+SAFETENSORS_ZIPF_READ = r"""
+import sys, random, bisect, itertools
+from safetensors import safe_open
+path, seed, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with safe_open(path, framework="numpy") as f:
+    names = sorted(f.keys())
+    slices = [f.get_slice(n) for n in names]
+    per = slices[0].get_shape()[0]
+    vocab = per * len(names)
+    cdf = list(itertools.accumulate(1.0 / r for r in range(1, vocab + 1)))
+    ids = list(range(vocab))
+    random.Random(12345).shuffle(ids)  # the tokenizer's numbering: fixed, not the input's
+    rng = random.Random(seed)
+    total = 0.0
+    for _ in range(tokens):
+        t = ids[min(vocab - 1, bisect.bisect(cdf, rng.random() * cdf[-1]))]
+        total += float(slices[t // per][t % per:t % per + 1].sum())
+print(total)
+"""
+
+
 def weights_file(cache: Path, quick: bool) -> Path:
     import numpy as np
     from safetensors.numpy import save_file
@@ -201,12 +270,30 @@ def safetensors_case(cache: Path, quick: bool) -> Case:
                 [inp(1), inp(2), inp(3)], inp(7), [w, Path(safetensors.__file__).parent], mmap_files=[w])
 
 
+def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
+    try:
+        import safetensors
+    except ImportError:
+        raise PagecastError("the safetensors-zipf case needs safetensors (pip install safetensors)") from None
+    w = weights_file(cache, quick)
+    tokens = "800" if quick else "4608"
+    inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_ZIPF_READ, str(w), str(seed), tokens])  # noqa: E731
+    return Case("safetensors-zipf", f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap): "
+                f"embedding lookups of {tokens} Zipf-distributed tokens (exponent 1.0) in a "
+                f"{w.stat().st_size >> 20} MiB table, token ids scattered", [inp(1), inp(2), inp(3)], inp(7),
+                [w, Path(safetensors.__file__).parent], mmap_files=[w],
+                note="skewed rows as in real token streams: frequent tokens' rows recur across inputs")
+
+
 CASES: dict[str, Callable[[Path, bool], Case]] = {
     "sqlite-mmap": sqlite_case(True),
     "sqlite-read": sqlite_case(False),
     "python-import": import_case,
     "git": git_case,
     "safetensors": safetensors_case,
+    # skewed inputs (labelled: the uniform/power-law cases above stay as they are)
+    "sqlite-zipf": sqlite_zipf_case,
+    "safetensors-zipf": safetensors_zipf_case,
 }
 
 
@@ -227,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small data and 1 round: a smoke test, not a measurement")
     ap.add_argument("--work-dir", default="realbench-out", help="recordings, schedules, packs and the JSON report")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
+    ap.add_argument("--strategies", choices=("all", "plan"), default="all",
+                    help="all (default) or plan: only the kernel's strategies, the two --plan rows, the oracle and "
+                         "warm cache (the other pagecast run rows each add 0.5-1.5 s of start-up per run)")
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -237,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     cache = cache_dir() / "realbench"
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(args.work_dir)
-    cfg = Config(work, rounds=rounds)
+    strategies = default_strategies()
+    if args.strategies == "plan":
+        strategies = [s for s in strategies if s.kind != "pagecast" or "plan" in s.name.lower()]
+    cfg = Config(work, rounds=rounds, strategies=strategies)
     results = []
     t0 = time.time()
     load0 = os.getloadavg()

@@ -36,11 +36,16 @@ Candidates:
   ranges cut into ``chunk_kib`` requests at ``depth``); the program reads the rest
   (its pages not in S) itself, with the advice.
 - ``stream``: the prefetcher reads the whole file in ``chunk_kib`` requests at ``depth``.
+- ``whole``: the prefetcher warms the whole file (WILLNEED, deepest queue): for small
+  files one request, which also covers pages a new input uses beyond the recorded ones.
 
-Warming and the program share one device, so their times add: no credit is taken for
-warming hidden behind the program's CPU work (``overlap``, default 0, is the fraction of
-the prefetcher's time assumed hidden). That is the conservative side: a plan chosen under
-this model wins even for a program that does nothing but wait on its file.
+Warming and the program share one device, so per file their times add: no credit is taken
+for warming hidden behind the program's CPU work (``CostParams.overlap``, default 0). That
+is the conservative side: a plan chosen under this model wins even for a program that
+does nothing but wait on its file. The planner applies the overlap once, for the whole
+run (``pagecast.plan.planner.overlap_upgrades`` and the small-files group): the
+prefetcher's extra time is hidden up to a share of the program's measured CPU time, one
+budget for all files. ``Prediction.pre_s`` and ``prog_s`` are kept apart for that.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class DeviceCosts:
     read_ahead_kb: int = DEFAULT_READ_AHEAD_KB
     source: str = "built-in"
     readaround_s_per_page: float | None = None  # measured cost of default-advice faults, per page read
+    pager_fill_s: float | None = None  # measured userfaultfd miss served by pread (the pack's misses)
 
     def iops(self, depth: int) -> float:
         """Random read rate at ``depth``: linear between measured depths, flat beyond them."""
@@ -107,7 +113,9 @@ def from_model(m: DeviceModel, read_ahead_kb: int, source: str) -> DeviceCosts:
         raise PagecastError(f"device model {source} has no random-read or sequential measurement")
     ra_fill = m.fill("readaround")
     per_page = ra_fill.ns_per_page_batched / 1e9 if ra_fill and ra_fill.ns_per_page_batched else None
-    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page)
+    pager = m.fill("pager")
+    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page,
+                       pager.ns_p50 / 1e9 if pager and pager.ns_p50 else None)
 
 
 @dataclass(frozen=True)
@@ -119,11 +127,13 @@ class CostParams:
 
 @dataclass
 class Prediction:
-    seconds: float
+    seconds: float  # pre_s + prog_s: the prefetcher and the program share the device
     program_requests: int = 0
     program_pages: int = 0  # pages the program's own misses read (including read-around)
     prefetch_pages: int = 0
     notes: list[str] = field(default_factory=list)
+    pre_s: float = 0.0  # the prefetcher's device time (before any overlap credit)
+    prog_s: float = 0.0  # the program's own synchronous reads
 
 
 def _t(dev: DeviceCosts, requests: int, pages: int, depth: int) -> float:
@@ -175,7 +185,7 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
             p: CostParams = CostParams()) -> Prediction:  # fmt: skip
     """Predicted I/O seconds of a run that uses ``used`` (sorted unique pages) under
     ``candidate`` with ``planned`` (sorted unique pages to warm) as the warm set."""
-    if candidate == "stream":
+    if candidate in ("stream", "whole"):
         warm = np.arange(file_pages, dtype=np.int64)
         nranges, advice = 1, "default"
     elif candidate.startswith("warm"):
@@ -186,7 +196,7 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         nranges, advice = 0, ("random" if candidate == "nothing+random" else "default")
     nreq = prefetch_requests(len(warm), nranges, p.chunk_kib)
     depth = p.depth if candidate == "stream" else dev.deepest
-    t_pre = _t(dev, nreq, len(warm), depth) * (1.0 - p.overlap)
+    t_pre = _t(dev, nreq, len(warm), depth)
     misses = np.setdiff1d(used, warm, assume_unique=True) if len(warm) else used
     r, pages = program_reads(dev, misses, warm, file_pages, advice, mapped)
     if advice == "default" and mapped and dev.readaround_s_per_page:
@@ -195,4 +205,29 @@ def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages:
         t_prog = r / dev.iops(1) + pages * dev.readaround_s_per_page
     else:
         t_prog = _t(dev, r, pages, 1)
-    return Prediction(t_pre + t_prog, r, pages, len(warm))
+    hidden = t_pre * p.overlap
+    return Prediction(t_pre - hidden + t_prog, r, pages, len(warm), pre_s=t_pre, prog_s=t_prog)
+
+
+def predict_pack(dev: DeviceCosts, used: np.ndarray, packed: np.ndarray) -> Prediction:
+    """A page pack of ``packed`` (served by the userfaultfd pager): the pack is one
+    sequential read (itself cold), every used page outside it one synchronous pager read
+    (the calibration's ``pager`` fill when measured, else a random read at depth 1). The
+    live machinery's start-up is not in here: it is paid once per run (the planner)."""
+    pre = (1.0 / dev.iops(1) + len(packed) * PAGE_SIZE / dev.seq_bytes_per_s) if len(packed) else 0.0
+    misses = len(np.setdiff1d(used, packed, assume_unique=True)) if len(packed) else len(used)
+    fill = dev.pager_fill_s or 1.0 / dev.iops(1)
+    prog = misses * (fill + PAGE_SIZE / dev.seq_bytes_per_s)
+    return Prediction(pre + prog, misses, misses, len(packed), pre_s=pre, prog_s=prog)
+
+
+def predict_extent(dev: DeviceCosts, used: np.ndarray, file_pages: int, p: CostParams = CostParams()) -> Prediction:
+    """Per-fault ``extent``: the first fault in the file is a synchronous read, then the
+    rest of the file (the object) is fetched behind it at the deepest queue; a run that
+    does not use the file costs nothing (where ``whole`` pays for warming it anyway)."""
+    if len(used) == 0:
+        return Prediction(0.0)
+    rest = max(0, file_pages - 1)
+    pre = _t(dev, prefetch_requests(rest, 1, p.chunk_kib), rest, dev.deepest) if rest else 0.0
+    prog = _t(dev, 1, 1, 1)
+    return Prediction(pre + prog, 1, 1, rest, pre_s=pre, prog_s=prog)
