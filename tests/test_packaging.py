@@ -59,14 +59,17 @@ def installed(tmp_path_factory) -> dict:
     # the dependencies come from this interpreter's environment, appended after the venv's own
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    inst = _run([py, "-m", "pip", "install", "--no-deps", "--no-index", wheel])
-    where = subprocess.run([py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True,
-                           cwd=tmp)
-    assert where.returncode == 0, f"the installed wheel does not import:\n{inst.stdout}\n{inst.stderr}\n{where.stderr}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGECAST_") and k != "PYTHONPATH"}
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
     work = tmp / "elsewhere"
     work.mkdir()
+    # --force-reinstall: the same name and version may be visible through the .pth line
+    # (an editable install of this checkout), which pip would take as already installed
+    inst = _run([py, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index", wheel], env=env)
+    where = subprocess.run([py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True,
+                           cwd=work, env=env)
+    assert where.returncode == 0 and where.stdout.startswith(str(venv)), (
+        f"the installed wheel does not import from the venv:\n{inst.stdout}\n{inst.stderr}\n{where.stdout}{where.stderr}")
     return {"wheel": wheel, "venv": venv, "py": py, "env": env, "cwd": work, "cache": tmp / "cache"}
 
 

@@ -15,6 +15,7 @@ from pagecast.plan.cost_model import DeviceCosts, Prediction, predict, predict_e
 from pagecast.plan.format import FileIdentity, read_plan
 from pagecast.plan.planner import (FilePricing, PlannerConfig, _Priced, choose, hot_thresholds, live_choices,
                                    overlap_upgrades, plan_by_predicted_time, price_file, small_files_group)  # fmt: skip
+from pagecast.pager.pack import build_pack
 from pagecast.plan.shared_pages import merge_ranges
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
@@ -112,6 +113,8 @@ def _record(tmp_path: Path, tp: Path, f: Path, pages: list[int], name: str) -> P
 def _plan(traces: list[Path], **kw):
     # overlap 0: the run-wide CPU credit depends on the recorded timestamps, not exact here
     kw = {"device": SLOW, "overlap": 0.0} | kw
+    if "pack_dir" in kw:
+        kw.setdefault("pack_writer", build_pack)
     doc, choices = plan_by_predicted_time(traces, PlannerConfig(**kw))
     return doc, {c.path: c for c in choices}
 

@@ -119,10 +119,13 @@ def run(args: argparse.Namespace) -> int:
     if not args.traces or not args.output:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
+    from pagecast.pager.pack import build_pack
+
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
                         overlap=args.overlap, small_kib=args.small_kib, max_regret=args.max_regret,
                         live_startup_s=args.live_startup_ms / 1e3,
-                        pack_dir=Path(args.output).resolve().parent, device=_device(args.device_model))  # fmt: skip
+                        pack_dir=Path(args.output).resolve().parent, pack_writer=build_pack,
+                        device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
     write_plan(args.output, doc)

@@ -73,6 +73,9 @@ class PlannerConfig:
     small_kib: int = 1024  # files up to this size form the "small files whole" group
     live_startup_s: float = 0.5  # what starting the Python live machinery costs a run (pack, per-fault)
     pack_dir: Path | None = None  # where chosen page packs are written; None: pack is not a candidate
+    # writes a chosen pack (source file, pages, pack path): the pager's format, so the caller
+    # (a layer above this one) passes it in; required with pack_dir
+    pack_writer: Callable[[str, np.ndarray, Path], object] | None = None
     extent_pages: int = 512  # per-fault extent: files up to this many pages are one object (the policy's default)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
@@ -206,7 +209,7 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
     live: dict[str, list[Prediction]] = {}
-    if mapped and cfg.pack_dir is not None:
+    if mapped and cfg.pack_dir is not None and cfg.pack_writer is not None:
         for k in hot_thresholds(cfg, n):
             fold_sets = [shared_pages(train, _k_fold(k, n), file_pages) for train, _ in folds]
             if any(len(x) for x in fold_sets):
@@ -273,15 +276,14 @@ def pack_path(pack_dir: Path, path: str) -> Path:
 
 
 def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
-               pack_dir: Path | None = None) -> None:  # fmt: skip
+               pack_dir: Path | None = None,
+               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None) -> None:  # fmt: skip
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
-        from pagecast.pager.pack import build_pack
-
-        assert pack_dir is not None  # pack is only priced with a pack directory
+        assert pack_dir is not None and pack_writer is not None  # pack is only priced with both
         out = pack_path(pack_dir, fp.path)
-        build_pack(fp.path, warm_sets[chosen], out)
+        pack_writer(fp.path, warm_sets[chosen], out)
         fp.strategy, fp.arg = "pack", str(out)
     elif kind == "per-fault:extent":
         fp.strategy, fp.arg = "per-fault", "extent"
@@ -533,7 +535,7 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             if p.path in chosen_live:
                 c = chosen_live[p.path]
                 fp, fc = plans[p.path]
-                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir)
+                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer)
                 p.chosen, fc.chosen, fc.why = c, c, why
                 fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
                 fp.reason = f"{c}: {why}"
