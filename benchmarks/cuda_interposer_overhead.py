@@ -26,8 +26,9 @@ def per_call(client: Path, double: Path, calls: int, preload: Path | None, **env
     if preload:
         env["LD_PRELOAD"] = str(preload)
     env.update(env_extra)
-    out = subprocess.run([str(client), "resolve", "gpa2", "launches", str(calls)], env=env, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [str(client), "resolve", "gpa2", "launches", str(calls)], env=env, capture_output=True, text=True, check=True
+    ).stdout
     line = next(l for l in out.splitlines() if l.startswith("launches "))
     return float(line.split()[3])
 
@@ -45,14 +46,20 @@ def main() -> int:
 
     tk = cn.find_toolkit()
     lib, double, client = cn.build_interposer(tk), build_test_double(tk), build_driver_client(tk)
-    results: dict[str, list[float]] = {"baseline (no interposer)": [], "interposer, metrics only": [],
-                                       "interposer, metrics + timeline": []}
+    results: dict[str, list[float]] = {
+        "baseline (no interposer)": [],
+        "interposer, metrics only": [],
+        "interposer, metrics + timeline": [],
+    }
     with tempfile.TemporaryDirectory() as d:
         for _ in range(args.repeats):
             results["baseline (no interposer)"].append(per_call(client, double, args.calls, None))
             results["interposer, metrics only"].append(
-                per_call(client, double, args.calls, lib, PAGECAST_CUDA_OUT=d, PAGECAST_CUDA_TIMELINE="0"))
-            results["interposer, metrics + timeline"].append(per_call(client, double, args.calls, lib, PAGECAST_CUDA_OUT=d))
+                per_call(client, double, args.calls, lib, PAGECAST_CUDA_OUT=d, PAGECAST_CUDA_TIMELINE="0")
+            )
+            results["interposer, metrics + timeline"].append(
+                per_call(client, double, args.calls, lib, PAGECAST_CUDA_OUT=d)
+            )
     base = statistics.median(results["baseline (no interposer)"])
     print(f"{args.calls:,} cuLaunchKernel calls, median of {args.repeats} runs (ns per call)")
     for name, xs in results.items():

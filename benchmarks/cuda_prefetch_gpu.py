@@ -34,9 +34,11 @@ def counts(trace: Path) -> dict[str, float]:
     d = open_trace(trace).read(["kind", "flags", "bytes"])
     htod = d["kind"] == int(Kind.MIGRATE_HTOD)
     cause = subkind(d["flags"])
-    return {"gpu_faults": int(np.count_nonzero(d["kind"] == int(Kind.FAULT_GPU))),
-            "demand_htod_mb": float(d["bytes"][htod & (cause == 2)].sum()) / 2**20,
-            "user_prefetch_mb": float(d["bytes"][htod & (cause == 1)].sum()) / 2**20}
+    return {
+        "gpu_faults": int(np.count_nonzero(d["kind"] == int(Kind.FAULT_GPU))),
+        "demand_htod_mb": float(d["bytes"][htod & (cause == 2)].sum()) / 2**20,
+        "user_prefetch_mb": float(d["bytes"][htod & (cause == 1)].sum()) / 2**20,
+    }
 
 
 def run(cmd: list[str], env: dict[str, str]) -> float:
@@ -82,10 +84,16 @@ def main() -> int:
         convert_dir(pf_dir, pf_dir / "trace.parquet", command=cmd)
         b, p = counts(base_dir / "trace.parquet"), counts(pf_dir / "trace.parquet")
         print(f"{name}: schedule {len(sched)} pages")
-        print(f"  baseline : kernel {t_base:10.3f} ms  GPU faults {b['gpu_faults']:9d}  demand HtoD {b['demand_htod_mb']:9.1f} MiB")
-        print(f"  prefetch : kernel {t_pf:10.3f} ms  GPU faults {p['gpu_faults']:9d}  demand HtoD {p['demand_htod_mb']:9.1f} MiB"
-              f"  prefetched {p['user_prefetch_mb']:9.1f} MiB")
-        print(f"  ratio    : time {t_base / t_pf if t_pf else float('nan'):.2f}x faster, faults x{p['gpu_faults'] / max(b['gpu_faults'], 1):.2f}")
+        print(
+            f"  baseline : kernel {t_base:10.3f} ms  GPU faults {b['gpu_faults']:9d}  demand HtoD {b['demand_htod_mb']:9.1f} MiB"
+        )
+        print(
+            f"  prefetch : kernel {t_pf:10.3f} ms  GPU faults {p['gpu_faults']:9d}  demand HtoD {p['demand_htod_mb']:9.1f} MiB"
+            f"  prefetched {p['user_prefetch_mb']:9.1f} MiB"
+        )
+        print(
+            f"  ratio    : time {t_base / t_pf if t_pf else float('nan'):.2f}x faster, faults x{p['gpu_faults'] / max(b['gpu_faults'], 1):.2f}"
+        )
     return 0
 
 

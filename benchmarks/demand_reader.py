@@ -49,8 +49,13 @@ def write(path: Path, n: int, mixed: bool) -> None:
         other = rng.random(n) < 0.25
         kind[other] = rng.choice([int(Kind.PREFETCH), int(Kind.EVICT), int(Kind.KERNEL)], int(other.sum()))
     with TraceWriter(path, regions=[Region(i, f"r{i}", kind="anon", length=1 << 32) for i in range(4)]) as w:
-        w.write(t_ns=np.arange(n, dtype=np.int64), region=rng.integers(0, 4, n).astype(np.int32),
-                page=rng.integers(0, 1 << 20, n).astype(np.int64), kind=kind, ip=rng.integers(0, 1 << 40, n).astype(np.uint64))
+        w.write(
+            t_ns=np.arange(n, dtype=np.int64),
+            region=rng.integers(0, 4, n).astype(np.int32),
+            page=rng.integers(0, 1 << 20, n).astype(np.int64),
+            kind=kind,
+            ip=rng.integers(0, 1 << 40, n).astype(np.uint64),
+        )
 
 
 def hand_filter(t) -> int:
@@ -84,8 +89,12 @@ def previous_sim_chunks(rev: str | None, tmp: Path):
         if rev is None:
             added = _git(root, "log", "--diff-filter=A", "--format=%H", "--", "src/pagecast/trace/demand.py").split()
             rev = added[-1] + "^"
-        src = subprocess.run(["git", "-C", str(root), "show", f"{rev}:src/pagecast/sim/stream.py"], capture_output=True,
-                             text=True, check=True).stdout
+        src = subprocess.run(
+            ["git", "-C", str(root), "show", f"{rev}:src/pagecast/sim/stream.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, IndexError, subprocess.CalledProcessError):
         return None
     f = tmp / "previous_stream.py"
@@ -100,8 +109,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--against", default=None, help="git revision whose sim/stream.py is the baseline "
-                    "(default: the parent of the commit that added trace/demand.py)")
+    ap.add_argument(
+        "--against",
+        default=None,
+        help="git revision whose sim/stream.py is the baseline "
+        "(default: the parent of the commit that added trace/demand.py)",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     ways = {"shared reader": shared, "hand filter (np.isin)": hand_filter, "simulator chunks": sim_chunks}
@@ -125,9 +138,12 @@ def main() -> int:
                     ways[w](t)
                     times[w].append(time.perf_counter() - t0)
             med = {w: statistics.median(v) for w, v in times.items()}
-            out[name] = {"rows": a.rows, "demand_rows": next(iter(counts.values())),
-                         "rows_per_s": {w: a.rows / s for w, s in med.items()},
-                         "shared_vs_hand": med["hand filter (np.isin)"] / med["shared reader"]}
+            out[name] = {
+                "rows": a.rows,
+                "demand_rows": next(iter(counts.values())),
+                "rows_per_s": {w: a.rows / s for w, s in med.items()},
+                "shared_vs_hand": med["hand filter (np.isin)"] / med["shared reader"],
+            }
             if prev is not None:
                 out[name]["sim_chunks_vs_previous"] = med["simulator chunks, before"] / med["simulator chunks"]
     if a.json:

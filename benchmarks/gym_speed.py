@@ -127,13 +127,19 @@ def main() -> int:
         json.dump(res, sys.stdout, indent=2)
         print()
         return 0
-    print(f"preprocessing ({args.accesses:,} accesses, slow+fast pair, Parquet read included): "
-          f"{res['preprocess_accesses_per_s'] / 1e6:.2f} M accesses/s (target >= 1 M/s)")
-    print(f"  baseline per-access Python loop ({args.baseline_accesses:,} accesses): "
-          f"{res['baseline_preprocess_accesses_per_s'] / 1e6:.3f} M accesses/s -> ratio {res['preprocess_speedup']:.1f}x")
+    print(
+        f"preprocessing ({args.accesses:,} accesses, slow+fast pair, Parquet read included): "
+        f"{res['preprocess_accesses_per_s'] / 1e6:.2f} M accesses/s (target >= 1 M/s)"
+    )
+    print(
+        f"  baseline per-access Python loop ({args.baseline_accesses:,} accesses): "
+        f"{res['baseline_preprocess_accesses_per_s'] / 1e6:.3f} M accesses/s -> ratio {res['preprocess_speedup']:.1f}x"
+    )
     print(f"env steps ({args.chunks} chunks, random actions): {res['env_steps_per_s']:,.0f} steps/s (target >= 10,000)")
-    print(f"  baseline per-chunk Python loop step: {res['baseline_steps_per_s']:,.0f} steps/s "
-          f"-> ratio {res['step_speedup']:.1f}x")
+    print(
+        f"  baseline per-chunk Python loop step: {res['baseline_steps_per_s']:,.0f} steps/s "
+        f"-> ratio {res['step_speedup']:.1f}x"
+    )
     return 0
 
 

@@ -57,7 +57,7 @@ def baseline(path: Path) -> int:
     raw = buf.tobytes()
     cols = {k: [] for k in ("tick", "cmd", "addr", "size", "flags", "pkt_id", "pc")}
     for s, n in zip(st.tolist(), ln.tolist()):
-        p = M.Packet.FromString(raw[s:s + n])
+        p = M.Packet.FromString(raw[s : s + n])
         for k, v in cols.items():
             v.append(getattr(p, k))
     out = {k: np.array(v, np.uint64) for k, v in cols.items()}

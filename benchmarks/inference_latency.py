@@ -33,9 +33,9 @@ import torch
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.predict import BACKENDS, predict_schedule, resolve_backend
-from pagecast.policies.learned import load_predictor
 from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
+from pagecast.policies.learned import load_predictor
 
 
 def build_model(tmp: Path, kind: str, events: int, vocab: int, hidden: int, embed: int) -> tuple[Path, Path]:
@@ -47,8 +47,15 @@ def build_model(tmp: Path, kind: str, events: int, vocab: int, hidden: int, embe
         write_pattern_trace(trace, events, spec)
     ds = DatasetSpec(horizon=10, vocab_size=vocab, min_count=1)
     data = prepare([read_demand(trace)], ds, val_fraction=0.05)
-    cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=32, horizon=10,
-                      hidden=hidden, embed=embed)
+    cfg = ModelConfig(
+        kind=kind,
+        n_classes=len(data.vocab),
+        n_slots=data.table.unknown,
+        seq_len=32,
+        horizon=10,
+        hidden=hidden,
+        embed=embed,
+    )
     tcfg = TrainConfig(epochs=1, windows_per_epoch=256, max_val_windows=64, threads=1)
     res = train_model(data, cfg, tcfg)
     # The default model carries a page table merged with the delta head; make sure the
@@ -94,7 +101,7 @@ def batched_rates(configs: list[tuple[str, Path, Path, str, int, int]], reps: in
     rates: dict[str, list[float]] = {c[0]: [] for c in configs}
     cpu: dict[str, list[float]] = {c[0]: [] for c in configs}
     for r in range(reps):
-        for label, model, trace, be, t, w in configs[r % len(configs):] + configs[: r % len(configs)]:
+        for label, model, trace, be, t, w in configs[r % len(configs) :] + configs[: r % len(configs)]:
             torch.set_num_threads(t)
             a, c = time.perf_counter(), time.process_time()
             sched = predict_schedule(model, trace, backend=be, batch_windows=w)
@@ -110,8 +117,10 @@ def threads_label(t: int) -> str:
 
 def size_label(lm) -> str:
     c = lm.config
-    return (f"{sum(p.numel() for p in lm.model.parameters()):,} parameters, {c.n_classes} classes, hidden {c.hidden}, "
-            f"embed {c.embed}")
+    return (
+        f"{sum(p.numel() for p in lm.model.parameters()):,} parameters, {c.n_classes} classes, hidden {c.hidden}, "
+        f"embed {c.embed}"
+    )
 
 
 def run_kind(tmp: Path, kind: str, args) -> None:
@@ -119,8 +128,10 @@ def run_kind(tmp: Path, kind: str, args) -> None:
     lm = load_model(model)
     auto = resolve_backend(lm, "auto")
     threads = [int(x) for x in args.threads.split(",")]
-    print(f"\n== {kind} (default size): {size_label(lm)}, page table of {len(lm.page_table):,} pages (mixture "
-          f"weight {lm.mix}); {args.faults:,} faults single-stream, {args.events:,} events batched")
+    print(
+        f"\n== {kind} (default size): {size_label(lm)}, page table of {len(lm.page_table):,} pages (mixture "
+        f"weight {lm.mix}); {args.faults:,} faults single-stream, {args.events:,} events batched"
+    )
     print(f"{'backend':12} {'p50 µs':>8} {'p99 µs':>8} {'mean µs':>8} {'p99 vs eager':>12}")
     rows = {}
     step_backends = ("eager",) + tuple(b for b in BACKENDS if b != "eager") + (("numba",) if kind == "lstm" else ())
@@ -143,15 +154,19 @@ def run_kind(tmp: Path, kind: str, args) -> None:
         old, _ = build_model(tmp, kind, args.events, v, h, args.embed)
         configs += [(f"previous size, {auto}, {threads_label(t)}", old, trace, auto, t, 512) for t in threads]
     rates, cpu = batched_rates(configs, args.reps)
-    print(f"\nbatched predict_schedule, predictions/s: median (min–max) of {args.reps} interleaved runs; graph backends "
-          f"run windows of 32 events, 512 per call unless stated; 'vs eager' = eager with the same threads; "
-          f"last column: predictions per CPU second (all threads)")
+    print(
+        f"\nbatched predict_schedule, predictions/s: median (min–max) of {args.reps} interleaved runs; graph backends "
+        f"run windows of 32 events, 512 per call unless stated; 'vs eager' = eager with the same threads; "
+        f"last column: predictions per CPU second (all threads)"
+    )
     best = (0.0, "")
     for label, _, _, _, t, _ in configs:
         med = statistics.median(rates[label])
         eag = statistics.median(rates[f"eager, {threads_label(t)}"])
-        print(f"  {label:36} {med:10,.0f}  ({min(rates[label]):,.0f}–{max(rates[label]):,.0f})  {med / eag:5.2f}x eager"
-              f"  {statistics.median(cpu[label]):10,.0f}/CPU-s")
+        print(
+            f"  {label:36} {med:10,.0f}  ({min(rates[label]):,.0f}–{max(rates[label]):,.0f})  {med / eag:5.2f}x eager"
+            f"  {statistics.median(cpu[label]):10,.0f}/CPU-s"
+        )
         if label.startswith(f"{auto}, ") and med > best[0]:
             best = (med, label)
     if old is not None:
@@ -160,7 +175,9 @@ def run_kind(tmp: Path, kind: str, args) -> None:
         print(f"previous default size: {size_label(olm)}; per fault ({auto}) p50 {p50:.1f} µs, p99 {p99:.1f} µs")
         for t in threads:
             sfx = threads_label(t)
-            ratio = statistics.median(rates[f"{auto}, {sfx}"]) / statistics.median(rates[f"previous size, {auto}, {sfx}"])
+            ratio = statistics.median(rates[f"{auto}, {sfx}"]) / statistics.median(
+                rates[f"previous size, {auto}, {sfx}"]
+            )
             print(f"  default size / previous size, {auto}, {sfx}: {ratio:.2f}x")
     p50, p99, _ = per_fault(deltas, trace, auto, args.faults)
     print(f"deltas only (no page table), per fault ({auto}): p50 {p50:.1f} µs, p99 {p99:.1f} µs")
@@ -180,11 +197,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="timed runs per batched figure (median)")
     ap.add_argument("--baseline-size", default="1024,64", help="VOCAB,HIDDEN of the previous default, '' = skip")
     args = ap.parse_args()
-    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cpus, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print("one prediction = one model step for one stream (LSTM: both staggered states advance by one event, then the "
-          "head ranks) producing the top-10 pages after that event, on both paths; batched predictions/s = demand "
-          "events of the trace / wall seconds of predict_schedule (read, encode, model, top-k, decode)")
+    print(
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cpus, "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    print(
+        "one prediction = one model step for one stream (LSTM: both staggered states advance by one event, then the "
+        "head ranks) producing the top-10 pages after that event, on both paths; batched predictions/s = demand "
+        "events of the trace / wall seconds of predict_schedule (read, encode, model, top-k, decode)"
+    )
     with tempfile.TemporaryDirectory() as d:
         for kind in args.kinds.split(","):
             run_kind(Path(d), kind, args)

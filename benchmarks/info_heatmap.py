@@ -20,11 +20,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_io import make_rows  # noqa: E402
-
 from pagecast.report.heatmap import HeatmapConfig, compute  # noqa: E402
 from pagecast.report.summary import summarize  # noqa: E402
 from pagecast.trace import Region, TraceWriter, open_trace  # noqa: E402
+from trace_io import make_rows  # noqa: E402
 
 
 def med(fn, repeat: int) -> float:
@@ -47,7 +46,7 @@ def main() -> int:
     regions = [Region(id=0, name=f"r{i}", kind="anon", length=100_000 * 4096) for i in range(8)]
     with TraceWriter(path, regions=regions, source="bench") as w:
         for i in range(0, a.rows, 1 << 20):
-            w.write(**{k: v[i:i + (1 << 20)] for k, v in cols.items()})
+            w.write(**{k: v[i : i + (1 << 20)] for k, v in cols.items()})
     t = open_trace(path)
     floor_info = med(lambda: pq.read_table(path, columns=["t_ns", "region", "page", "kind", "bytes"]), a.repeat)
     info = med(lambda: summarize(t), a.repeat)
@@ -57,9 +56,13 @@ def main() -> int:
     n = a.rows
     print(f"{n:,} rows, median of {a.repeat}")
     print(f"  read info's columns (floor)   {floor_info:6.2f} s  {n / floor_info / 1e6:6.1f} M rows/s")
-    print(f"  summarize (pagecast info)     {info:6.2f} s  {n / info / 1e6:6.1f} M rows/s  ratio {info / floor_info:.2f}x floor")
+    print(
+        f"  summarize (pagecast info)     {info:6.2f} s  {n / info / 1e6:6.1f} M rows/s  ratio {info / floor_info:.2f}x floor"
+    )
     print(f"  read heatmap's columns (floor){floor_heat:6.2f} s  {n / floor_heat / 1e6:6.1f} M rows/s")
-    print(f"  heatmap grids (2 passes)      {heat:6.2f} s  {n / heat / 1e6:6.1f} M rows/s  ratio {heat / floor_heat:.2f}x floor")
+    print(
+        f"  heatmap grids (2 passes)      {heat:6.2f} s  {n / heat / 1e6:6.1f} M rows/s  ratio {heat / floor_heat:.2f}x floor"
+    )
     return 0
 
 

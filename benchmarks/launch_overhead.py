@@ -114,7 +114,15 @@ def main() -> None:
                 "bare": prog,
                 "launcher only": [launcher, str(nothing), "--", *prog],
                 "run --plan, nothing": [sys.executable, str(script), "run", "--plan", str(nothing), "--", *prog],
-                "run --plan, pip entry point": [sys.executable, str(old_script), "run", "--plan", str(nothing), "--", *prog],
+                "run --plan, pip entry point": [
+                    sys.executable,
+                    str(old_script),
+                    "run",
+                    "--plan",
+                    str(nothing),
+                    "--",
+                    *prog,
+                ],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
                 "python -S -c pass": [sys.executable, "-S", "-c", "pass"],
                 "python -c pass": [sys.executable, "-c", "pass"],
@@ -126,8 +134,13 @@ def main() -> None:
             for _ in range(args.rounds):
                 for k, cmd in variants.items():
                     times[k].append(_time(cmd, env))
-            results[label] = {k: {"wall_ms": statistics.median(w for w, _ in v) * 1e3,
-                                  "cpu_ms": statistics.median(c for _, c in v) * 1e3} for k, v in times.items()}
+            results[label] = {
+                k: {
+                    "wall_ms": statistics.median(w for w, _ in v) * 1e3,
+                    "cpu_ms": statistics.median(c for _, c in v) * 1e3,
+                }
+                for k, v in times.items()
+            }
     if args.json:
         print(json.dumps({"rounds": args.rounds, "median_ms": results, "load": os.getloadavg()}, indent=2))
         return
@@ -139,6 +152,7 @@ def main() -> None:
         for k, v in med.items():
             w, c = v["wall_ms"], v["cpu_ms"]
             print(f"  {k:28s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
+
 
 if __name__ == "__main__":
     main()

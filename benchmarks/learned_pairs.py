@@ -59,8 +59,10 @@ def _inputs(d: Path) -> dict[str, Path]:
         if not t.exists():
             # pseudo-words from a fixed seed (not the repository's files, which change), Zipf-like use
             vocab_rng = random.Random(0)
-            words = ["".join(vocab_rng.choice("etaoinshrdlucmfwyp") for _ in range(vocab_rng.randint(2, 9)))
-                     for _ in range(600)]
+            words = [
+                "".join(vocab_rng.choice("etaoinshrdlucmfwyp") for _ in range(vocab_rng.randint(2, 9)))
+                for _ in range(600)
+            ]
             weights = [1.0 / (i + 1) for i in range(len(words))]
             rng = random.Random(100 + seed)
             _write_text(t, " ".join(rng.choices(words, weights, k=6000 + 3000 * seed)))
@@ -104,14 +106,31 @@ def pairs(d: Path) -> list[Pair]:
     obj = str(d / "gcc-out.o")
     return [
         Pair("git log -p", "faults", [*git, "log", "-p", "--", "src"], [*git, "log", "-p", "--", "tests", "docs"]),
-        Pair("gcc -O2 -c", "faults", ["gcc", "-O2", "-c", str(ROOT / "workloads/faultstorm.c"), "-o", obj],
-             ["gcc", "-O2", "-c", str(ROOT / "workloads/touchpages.c"), "-o", obj]),
-        Pair("sqlite3 lookups", "faults", [py, "-c", _SQLITE_QUERY, str(inp["db"]), "1"],
-             [py, "-c", _SQLITE_QUERY, str(inp["db"]), "2"]),
-        Pair("CPython import", "faults", [py, "-c", "import pyarrow.parquet, numpy.linalg"],
-             [py, "-c", "import pyarrow.compute, pyarrow.csv, numpy.fft"]),
+        Pair(
+            "gcc -O2 -c",
+            "faults",
+            ["gcc", "-O2", "-c", str(ROOT / "workloads/faultstorm.c"), "-o", obj],
+            ["gcc", "-O2", "-c", str(ROOT / "workloads/touchpages.c"), "-o", obj],
+        ),
+        Pair(
+            "sqlite3 lookups",
+            "faults",
+            [py, "-c", _SQLITE_QUERY, str(inp["db"]), "1"],
+            [py, "-c", _SQLITE_QUERY, str(inp["db"]), "2"],
+        ),
+        Pair(
+            "CPython import",
+            "faults",
+            [py, "-c", "import pyarrow.parquet, numpy.linalg"],
+            [py, "-c", "import pyarrow.compute, pyarrow.csv, numpy.fft"],
+        ),
         Pair("sort -n (lackey)", "lackey", ["sort", "-n", str(inp["numbers1"])], ["sort", "-n", str(inp["numbers2"])]),
-        Pair("gzip -9 (lackey)", "lackey", ["gzip", "-9", "-c", str(inp["text1"])], ["gzip", "-9", "-c", str(inp["text2"])]),
+        Pair(
+            "gzip -9 (lackey)",
+            "lackey",
+            ["gzip", "-9", "-c", str(inp["text1"])],
+            ["gzip", "-9", "-c", str(inp["text2"])],
+        ),
     ]
 
 
@@ -121,8 +140,9 @@ def record(cmd: list[str], out: Path, kind: str) -> None:
     args = [sys.executable, "-m", "pagecast", "record", "--json", "-o", str(out)]
     if kind == "lackey":
         args.append("--lackey")
-    r = subprocess.run([*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       errors="replace")  # the program's own output (gzip: binary) lands on stderr
+    r = subprocess.run(
+        [*args, "--", *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
+    )  # the program's own output (gzip: binary) lands on stderr
     if r.returncode != 0 or not out.exists():
         why = (r.stderr.strip().splitlines() or ["no message"])[-1]
         raise RuntimeError(f"recording failed ({r.returncode}: {why}): {' '.join(cmd)[:80]}")

@@ -36,16 +36,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from learned_pairs import recorded_pairs  # noqa: E402
-
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand  # noqa: E402
 from pagecast.learn.models import ModelConfig  # noqa: E402
-from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget  # noqa: E402
 from pagecast.learn.train import TrainConfig, save_model, train_model  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
 from pagecast.sim.bound import oracle_bound  # noqa: E402
-from pagecast.util.atomic import atomic_output  # noqa: E402
+from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget  # noqa: E402
 from pagecast.sim.misses import has_accesses, miss_events  # noqa: E402
 from pagecast.sim.simulate import parse_prefetcher, resolve_capacity  # noqa: E402
+from pagecast.util.atomic import atomic_output  # noqa: E402
 
 CLASSIC = ["nextline", "stride", "leap", "markov", "bestoffset", "extent"]
 
@@ -89,8 +88,14 @@ def run_pair(pair, train_trace: Path, test_trace: Path, tmp: Path, args) -> list
         cap = resolve_capacity(cap_spec, test_trace)
         events = None
         if access:
-            models = models_for(pair, train_trace, miss_events(train_trace, resolve_capacity(cap_spec, train_trace)),
-                                cap_spec.rstrip("%"), tmp, args)
+            models = models_for(
+                pair,
+                train_trace,
+                miss_events(train_trace, resolve_capacity(cap_spec, train_trace)),
+                cap_spec.rstrip("%"),
+                tmp,
+                args,
+            )
             events = miss_events(test_trace, cap)
         cfg = SimConfig(capacity=cap)
         res = {"none": simulate(test_trace, cfg, None).faults}
@@ -106,8 +111,18 @@ def run_pair(pair, train_trace: Path, test_trace: Path, tmp: Path, args) -> list
         span = res["none"] - res["oracle"]
         frac = {k: ((res["none"] - v) / span if span > 0 else float("nan")) for k, v in res.items()}
         best_classic = min(CLASSIC + ["pagesucc(train)"], key=lambda k: res[k])
-        rows.append({"pair": pair.name, "kind": pair.kind, "capacity": cap_spec, "capacity_pages": cap,
-                     "events": len(read_demand(test_trace)), "faults": res, "fraction": frac, "best_classic": best_classic})
+        rows.append(
+            {
+                "pair": pair.name,
+                "kind": pair.kind,
+                "capacity": cap_spec,
+                "capacity_pages": cap,
+                "events": len(read_demand(test_trace)),
+                "faults": res,
+                "fraction": frac,
+                "best_classic": best_classic,
+            }
+        )
     return rows
 
 
@@ -117,14 +132,18 @@ def print_table(rows: list[dict]) -> None:
     print("\nfaults on the held-out run (fraction of the oracle's fault reduction below)")
     print(" | ".join(head))
     for r in rows:
-        print(" | ".join([r["pair"], f"{r['capacity']} ({r['capacity_pages']})"] + [f"{r['faults'][n]:,}" for n in names]))
+        print(
+            " | ".join([r["pair"], f"{r['capacity']} ({r['capacity_pages']})"] + [f"{r['faults'][n]:,}" for n in names])
+        )
         print(" | ".join(["", ""] + [f"{r['fraction'][n]:.2f}" for n in names]))
     for model in ("lstm", "transformer"):
         fr = [r["fraction"][model] for r in rows]
         wins = sum(r["faults"][model] < r["faults"][r["best_classic"]] for r in rows)
         worse = sum(r["faults"][model] > r["faults"]["none"] for r in rows)
-        print(f"{model}: median fraction {statistics.median(fr):.2f}; beats the best classic (incl. pagesucc) in "
-              f"{wins}/{len(rows)} rows; worse than none in {worse}/{len(rows)}")
+        print(
+            f"{model}: median fraction {statistics.median(fr):.2f}; beats the best classic (incl. pagesucc) in "
+            f"{wins}/{len(rows)} rows; worse than none in {worse}/{len(rows)}"
+        )
     fr = [r["fraction"][r["best_classic"]] for r in rows]
     print(f"best classic per row: median fraction {statistics.median(fr):.2f}")
 
@@ -149,7 +168,9 @@ def main() -> None:
             rows += run_pair(pair, a, b, Path(d), args)
     print_table(rows)
     print("pages per prediction chosen on the training run: " + ", ".join(f"{k}: {v}" for k, v in chosen.items()))
-    print(f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all (median {statistics.median(TIMES):.1f} s), 1 thread")
+    print(
+        f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all (median {statistics.median(TIMES):.1f} s), 1 thread"
+    )
     print(f"total {time.perf_counter() - t0:.0f} s")
     if args.json:
         with atomic_output(args.json) as tmp:

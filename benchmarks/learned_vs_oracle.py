@@ -35,11 +35,11 @@ import torch
 from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.predict import predict_schedule
+from pagecast.learn.ranking import ranking_metrics
 from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 from pagecast.policies import available_prefetchers
 from pagecast.sim import SimConfig, simulate
-from pagecast.learn.ranking import ranking_metrics
 
 DELTAS = np.array([5, 2, 9, 5, 9, 3, 2, 5, 2, 11, 1, 4])
 
@@ -65,12 +65,21 @@ def evaluate(model: Path, held_out: list[Path], capacity: int) -> list[dict]:
         best_name, best = min(((n, simulate(t, cfg, n).faults) for n in classic), key=lambda x: x[1])
         rm = ranking_metrics(sched, t, k=10, horizon=10)
         span = max(none - oracle, 1)
-        rows.append({
-            "trace": t.name, "events": len(read_demand(t)), "none": none, "oracle": oracle, "best_classic": f"{best_name} {best}",
-            "learned": learned.faults, "late": learned.late, "useless": learned.useless,
-            "learned_frac": (none - learned.faults) / span, "classic_frac": (none - best) / span,
-            "recall@10(H=10)": rm["recall_at_k"],
-        })
+        rows.append(
+            {
+                "trace": t.name,
+                "events": len(read_demand(t)),
+                "none": none,
+                "oracle": oracle,
+                "best_classic": f"{best_name} {best}",
+                "learned": learned.faults,
+                "late": learned.late,
+                "useless": learned.useless,
+                "learned_frac": (none - learned.faults) / span,
+                "classic_frac": (none - best) / span,
+                "recall@10(H=10)": rm["recall_at_k"],
+            }
+        )
     return rows
 
 
@@ -81,32 +90,39 @@ def print_rows(title: str, rows: list[dict]) -> None:
     for r in rows:
         print("  ".join(f"{(f'{v:.3f}' if isinstance(v, float) else str(v)):>16}" for v in r.values()))
     fr = [r["learned_frac"] for r in rows]
-    print(f"fraction of the oracle's fault reduction: learned {np.mean(fr):.1%} (target 80%), best classic "
-          f"{np.mean([r['classic_frac'] for r in rows]):.1%}; ratio learned/best classic "
-          f"{np.mean(fr) / max(np.mean([r['classic_frac'] for r in rows]), 1e-9):.2f}x")
+    print(
+        f"fraction of the oracle's fault reduction: learned {np.mean(fr):.1%} (target 80%), best classic "
+        f"{np.mean([r['classic_frac'] for r in rows]):.1%}; ratio learned/best classic "
+        f"{np.mean(fr) / max(np.mean([r['classic_frac'] for r in rows]), 1e-9):.2f}x"
+    )
 
 
 def synthetic_case(tmp: Path, args) -> None:
     train_trace = write_pattern_trace(tmp / "syn_train.parquet", args.train_events)
     held = [
-        write_pattern_trace(tmp / f"syn_run{i}.parquet", args.test_events,
-                            PatternSpec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)))
+        write_pattern_trace(
+            tmp / f"syn_run{i}.parquet",
+            args.test_events,
+            PatternSpec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)),
+        )
         for i, sp in ((2, [40, 7, 300, 12]), (3, [1000, 0, 5, 77]))
     ]
     t0 = time.perf_counter()
     model, metrics = train(train_trace, tmp / "syn.pt", "lstm", args.epochs, args.threads)
-    print(f"\ntraining: {args.train_events:,} accesses, {metrics['epochs_run']} epochs, {metrics['train_seconds']:.1f} s "
-          f"({time.perf_counter() - t0:.1f} s with data preparation), {args.threads} threads; "
-          f"val recall@10 {metrics['val_recall@10']:.3f}")
+    print(
+        f"\ntraining: {args.train_events:,} accesses, {metrics['epochs_run']} epochs, {metrics['train_seconds']:.1f} s "
+        f"({time.perf_counter() - t0:.1f} s with data preparation), {args.threads} threads; "
+        f"val recall@10 {metrics['val_recall@10']:.3f}"
+    )
     print_rows(f"synthetic interleaved pattern, capacity {args.capacity} pages", evaluate(model, held, args.capacity))
 
 
 def recorded_case(tmp: Path, args) -> None:
     try:
+        from pagecast.bench.workloads import build_workload
         from pagecast.cli import main as cli_main
         from pagecast.collect.faultmon import read_all
         from pagecast.util.pagecache import drop_file
-        from pagecast.bench.workloads import build_workload
 
         read_all(["true"])
     except Exception as e:  # perf not permitted, or the recorder is missing
@@ -125,7 +141,9 @@ def recorded_case(tmp: Path, args) -> None:
             drop_file(data)
             out = tmp / f"rec_run{i}.parquet"
             with contextlib.redirect_stdout(io.StringIO()):  # the recorder's summary repeats the long command
-                rc = cli_main(["record", "-o", str(out), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "500"])
+                rc = cli_main(
+                    ["record", "-o", str(out), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "500"]
+                )
             if rc != 0:
                 print("\n== recorded program: recording failed")
                 return
@@ -133,8 +151,10 @@ def recorded_case(tmp: Path, args) -> None:
     finally:
         data.unlink(missing_ok=True)
     model, metrics = train(runs[0], tmp / "rec.pt", "lstm", args.epochs, args.threads)
-    print_rows(f"recorded touchpages (irregular walk over a cold file), train run 1, capacity {args.capacity} pages",
-               evaluate(model, runs[1:], args.capacity))
+    print_rows(
+        f"recorded touchpages (irregular walk over a cold file), train run 1, capacity {args.capacity} pages",
+        evaluate(model, runs[1:], args.capacity),
+    )
 
 
 def main() -> None:

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.bench.workloads import build_workload
 from pagecast.collect.faultmon import read_all
 from pagecast.live.loop import LiveConfig, run_live
 from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.writer import TraceWriter
-from pagecast.bench.workloads import build_workload
 
 BUF = 64 << 20
 
@@ -43,7 +43,9 @@ def _buffer_faults(trace: Path) -> int:
     tr = open_trace(trace)
     rid = next(r.id for r in tr.regions if r.kind == "anon" and r.length == BUF)
     c = tr.read(["region", "kind"])
-    return int(np.count_nonzero(np.isin(c["kind"], [int(Kind.FAULT_MINOR), int(Kind.FAULT_MAJOR)]) & (c["region"] == rid)))
+    return int(
+        np.count_nonzero(np.isin(c["kind"], [int(Kind.FAULT_MINOR), int(Kind.FAULT_MAJOR)]) & (c["region"] == rid))
+    )
 
 
 def _record(cmd: list[str], out: Path) -> None:
@@ -57,11 +59,25 @@ def _pagecast(cmd: list[str], sched: Path, tmp: Path, anon: bool, i: int) -> dic
     trace = tmp / f"{'on' if anon else 'off'}{i}.parquet"
     errp = tmp / "err.txt"
     with open(os.devnull, "w") as out, open(errp, "w") as err:
-        res = run_live(LiveConfig(cmd, SourceSpec("schedule", "replay", str(sched)), trace_out=trace, stdout=out,
-                                  stderr=err, nice=0, anon=anon))
+        res = run_live(
+            LiveConfig(
+                cmd,
+                SourceSpec("schedule", "replay", str(sched)),
+                trace_out=trace,
+                stdout=out,
+                stderr=err,
+                nice=0,
+                anon=anon,
+            )
+        )
     assert res.returncode == 0
-    return {"faults": _buffer_faults(trace), "loop_s": _loop_s(errp.read_text()), "wall_s": res.wall_s,
-            "populated": res.anon_prefetch.get("pages_populated"), "mode": res.anon_prefetch.get("mode")}
+    return {
+        "faults": _buffer_faults(trace),
+        "loop_s": _loop_s(errp.read_text()),
+        "wall_s": res.wall_s,
+        "populated": res.anon_prefetch.get("pages_populated"),
+        "mode": res.anon_prefetch.get("mode"),
+    }
 
 
 def _plain(cmd: list[str]) -> dict:
@@ -89,26 +105,39 @@ def main() -> int:
             runs["plain"].append(_plain(cmd))
             runs["off"].append(_pagecast(cmd, sched, tmp, False, i))
             runs["on"].append(_pagecast(cmd, sched, tmp, True, i))
-            print(f"[bench] round {i + 1}/{a.runs}: faults off={runs['off'][-1]['faults']} on={runs['on'][-1]['faults']}",
-                  file=sys.stderr)
-    med = {k: {m: statistics.median(r[m] for r in v) for m in v[0] if isinstance(v[0][m], (int, float))}
-           for k, v in runs.items()}
-    report = {"command": cmd, "runs": runs, "median": med, "load_avg": os.getloadavg(),
-              "ratio_faults_on_vs_off": round(med["on"]["faults"] / max(med["off"]["faults"], 1), 4),
-              "ratio_loop_on_vs_off": round(med["on"]["loop_s"] / med["off"]["loop_s"], 4),
-              "ratio_wall_on_vs_off": round(med["on"]["wall_s"] / med["off"]["wall_s"], 4)}
+            print(
+                f"[bench] round {i + 1}/{a.runs}: faults off={runs['off'][-1]['faults']} on={runs['on'][-1]['faults']}",
+                file=sys.stderr,
+            )
+    med = {
+        k: {m: statistics.median(r[m] for r in v) for m in v[0] if isinstance(v[0][m], (int, float))}
+        for k, v in runs.items()
+    }
+    report = {
+        "command": cmd,
+        "runs": runs,
+        "median": med,
+        "load_avg": os.getloadavg(),
+        "ratio_faults_on_vs_off": round(med["on"]["faults"] / max(med["off"]["faults"], 1), 4),
+        "ratio_loop_on_vs_off": round(med["on"]["loop_s"] / med["off"]["loop_s"], 4),
+        "ratio_wall_on_vs_off": round(med["on"]["wall_s"] / med["off"]["wall_s"], 4),
+    }
     if a.json:
         print(json.dumps(report, indent=1))
         return 0
     o, n, p = med["off"], med["on"], med["plain"]
-    print(f"median of {a.runs} interleaved rounds, {a.pages} pages touched in a 64 MiB anonymous buffer, "
-          f"load avg {report['load_avg'][0]:.1f}")
+    print(
+        f"median of {a.runs} interleaved rounds, {a.pages} pages touched in a 64 MiB anonymous buffer, "
+        f"load avg {report['load_avg'][0]:.1f}"
+    )
     print(f"{'':28} {'buffer faults':>14} {'loop_s':>9} {'pagecast wall_s':>16}")
     print(f"{'plain program (no pagecast)':28} {'-':>14} {p['loop_s']:>9.4f} {'-':>16}")
     print(f"{'baseline: run --no-anon':28} {o['faults']:>14.0f} {o['loop_s']:>9.4f} {o['wall_s']:>16.4f}")
     print(f"{'run, anon shim on':28} {n['faults']:>14.0f} {n['loop_s']:>9.4f} {n['wall_s']:>16.4f}")
-    print(f"ratio on/off: faults {report['ratio_faults_on_vs_off']}  loop time {report['ratio_loop_on_vs_off']}  "
-          f"wall {report['ratio_wall_on_vs_off']}  (mode {runs['on'][0]['mode']})")
+    print(
+        f"ratio on/off: faults {report['ratio_faults_on_vs_off']}  loop time {report['ratio_loop_on_vs_off']}  "
+        f"wall {report['ratio_wall_on_vs_off']}  (mode {runs['on'][0]['mode']})"
+    )
     return 0
 
 

@@ -53,11 +53,21 @@ def _row(name: str, res: Any, out: dict) -> dict[str, Any]:
     w = res.worker or {}
     own50 = fp["handler_ns_p50"] / 1e3 if fp else w.get("predict_us_per_fault_p50")
     own99 = fp["handler_ns_p99"] / 1e3 if fp else w.get("predict_us_per_fault_p99")
-    return {"config": name, "fault_p50": res.latency_fault_us["p50"], "fault_p99": res.latency_fault_us["p99"],
-            "seen_p50": res.latency_seen_us["p50"], "seen_p99": res.latency_seen_us["p99"],
-            "n": res.latency_fault_us["n"], "own_p50": own50, "own_p99": own99,
-            "wall_s": out["wall_s"], "major": res.faults_major, "prefetched": res.prefetch_pages,
-            "used": res.prefetch_used, "late": res.prefetch_late}
+    return {
+        "config": name,
+        "fault_p50": res.latency_fault_us["p50"],
+        "fault_p99": res.latency_fault_us["p99"],
+        "seen_p50": res.latency_seen_us["p50"],
+        "seen_p99": res.latency_seen_us["p99"],
+        "n": res.latency_fault_us["n"],
+        "own_p50": own50,
+        "own_p99": own99,
+        "wall_s": out["wall_s"],
+        "major": res.faults_major,
+        "prefetched": res.prefetch_pages,
+        "used": res.prefetch_used,
+        "late": res.prefetch_late,
+    }
 
 
 def _median(rows: list[dict], key: str) -> float | None:
@@ -73,7 +83,9 @@ def main() -> int:
     p.add_argument("--prompt", type=int, default=7, help="test prompt")
     p.add_argument("--train-prompts", type=int, nargs="+", default=[101, 102, 103])
     p.add_argument("--lookahead", type=int, default=256, help="lookahead of the latency rows")
-    p.add_argument("--wall-lookahead", type=int, default=8192, help="lookahead of the wall-time rows (pagecast run default)")
+    p.add_argument(
+        "--wall-lookahead", type=int, default=8192, help="lookahead of the wall-time rows (pagecast run default)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args()
 
@@ -89,19 +101,27 @@ def _measure(args: argparse.Namespace, weights: Path, tmp: Path, load0: tuple[fl
         t = tmp / f"train{pr}.parquet"
         _run(weights, _argv(weights, pr, args.tokens), SourceSpec(), fast=False, trace=t)
         traces.append(t)
-    sched = write_schedule(tmp / "replay.schedule.parquet", merge_schedules([schedule_from_trace(str(t)) for t in traces]))
+    sched = write_schedule(
+        tmp / "replay.schedule.parquet", merge_schedules([schedule_from_trace(str(t)) for t in traces])
+    )
     argv = _argv(weights, args.prompt, args.tokens)
-    configs = [(f"python la={args.lookahead}", args.lookahead, False), (f"fast la={args.lookahead}", args.lookahead, True),
-               (f"python la={args.wall_lookahead}", args.wall_lookahead, False),
-               (f"fast la={args.wall_lookahead}", args.wall_lookahead, True)]
+    configs = [
+        (f"python la={args.lookahead}", args.lookahead, False),
+        (f"fast la={args.lookahead}", args.lookahead, True),
+        (f"python la={args.wall_lookahead}", args.wall_lookahead, False),
+        (f"fast la={args.wall_lookahead}", args.wall_lookahead, True),
+    ]
     rows: list[dict[str, Any]] = []
     for rnd in range(args.runs):
         order = configs if rnd % 2 == 0 else configs[::-1]
         for name, la, fast in order:
             res, out = _run(weights, argv, SourceSpec("schedule", "replay", str(sched), lookahead=la), fast)
             rows.append(dict(_row(name, res, out), round=rnd))
-            print(f"[latency] round {rnd} {name}: fault->issue p50 {rows[-1]['fault_p50']} us p99 {rows[-1]['fault_p99']} us, "
-                  f"wall {out['wall_s']:.3f} s", file=sys.stderr)
+            print(
+                f"[latency] round {rnd} {name}: fault->issue p50 {rows[-1]['fault_p50']} us p99 {rows[-1]['fault_p99']} us, "
+                f"wall {out['wall_s']:.3f} s",
+                file=sys.stderr,
+            )
     load1 = os.getloadavg()
     keys = ("fault_p50", "fault_p99", "seen_p50", "seen_p99", "own_p50", "own_p99", "wall_s", "major", "used", "late")
     summary = {name: {k: _median([r for r in rows if r["config"] == name], k) for k in keys} for name, _, _ in configs}
@@ -112,29 +132,46 @@ def _measure(args: argparse.Namespace, weights: Path, tmp: Path, load0: tuple[fl
 
     lat_py, lat_fast = configs[0][0], configs[1][0]
     wall_py, wall_fast = configs[2][0], configs[3][0]
-    report = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": args.runs, "size_mib": args.size_mib,
-              "loadavg_start": [round(x, 2) for x in load0], "loadavg_end": [round(x, 2) for x in load1],
-              "summary": summary, "rows": rows,
-              "ratios_python_over_fast": {
-                  "fault_p50": ratio(lat_py, lat_fast, "fault_p50"), "fault_p99": ratio(lat_py, lat_fast, "fault_p99"),
-                  "seen_p50": ratio(lat_py, lat_fast, "seen_p50"), "seen_p99": ratio(lat_py, lat_fast, "seen_p99"),
-                  f"wall_s la={args.lookahead}": ratio(lat_py, lat_fast, "wall_s"),
-                  f"wall_s la={args.wall_lookahead}": ratio(wall_py, wall_fast, "wall_s")}}
+    report = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "runs": args.runs,
+        "size_mib": args.size_mib,
+        "loadavg_start": [round(x, 2) for x in load0],
+        "loadavg_end": [round(x, 2) for x in load1],
+        "summary": summary,
+        "rows": rows,
+        "ratios_python_over_fast": {
+            "fault_p50": ratio(lat_py, lat_fast, "fault_p50"),
+            "fault_p99": ratio(lat_py, lat_fast, "fault_p99"),
+            "seen_p50": ratio(lat_py, lat_fast, "seen_p50"),
+            "seen_p99": ratio(lat_py, lat_fast, "seen_p99"),
+            f"wall_s la={args.lookahead}": ratio(lat_py, lat_fast, "wall_s"),
+            f"wall_s la={args.wall_lookahead}": ratio(wall_py, wall_fast, "wall_s"),
+        },
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(f"load average {load0[0]:.2f} at start, {load1[0]:.2f} at end; {args.runs} cold runs per configuration, medians")
-    print(f"{'configuration':<18} {'fault->issue p50/p99 (us)':>26} {'seen->issue p50/p99 (us)':>25} "
-          f"{'own time/fault p50/p99 (us)':>28} {'wall s':>7} {'major':>6}")
+    print(
+        f"load average {load0[0]:.2f} at start, {load1[0]:.2f} at end; {args.runs} cold runs per configuration, medians"
+    )
+    print(
+        f"{'configuration':<18} {'fault->issue p50/p99 (us)':>26} {'seen->issue p50/p99 (us)':>25} "
+        f"{'own time/fault p50/p99 (us)':>28} {'wall s':>7} {'major':>6}"
+    )
     for name, _, _ in configs:
         s = summary[name]
-        print(f"{name:<18} {s['fault_p50']!s:>12} / {s['fault_p99']!s:<11} {s['seen_p50']!s:>11} / {s['seen_p99']!s:<11} "
-              f"{s['own_p50']!s:>13} / {s['own_p99']!s:<12} {s['wall_s']!s:>7} {s['major']!s:>6}")
+        print(
+            f"{name:<18} {s['fault_p50']!s:>12} / {s['fault_p99']!s:<11} {s['seen_p50']!s:>11} / {s['seen_p99']!s:<11} "
+            f"{s['own_p50']!s:>13} / {s['own_p99']!s:<12} {s['wall_s']!s:>7} {s['major']!s:>6}"
+        )
     print("\nbaseline = the Python path (same session); ratio = baseline / fast path")
     for k, v in report["ratios_python_over_fast"].items():
         print(f"  {k:<20} {v}x")
-    print("own time/fault: fast path = its handler per fault (lookup + posix_fadvise calls); "
-          "Python path = the predictor's compute per fault (without the injector)")
+    print(
+        "own time/fault: fast path = its handler per fault (lookup + posix_fadvise calls); "
+        "Python path = the predictor's compute per fault (without the injector)"
+    )
     return 0
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pagecast.cli.bench import add_bench_args, config_from_args, print_report
 from pagecast.bench.harness import run_bench
+from pagecast.cli.bench import add_bench_args, config_from_args, print_report
 
 
 def main() -> int:
@@ -27,8 +27,10 @@ def main() -> int:
     report = run_bench(cfg, log=lambda m: print(f"[bench] {m}", file=sys.stderr))
     print_report(report, args.json)
     best = report["best_kernel"]
-    print(f"\nbaseline (best kernel strategy, same run): {best}; load average {report['load_average_start']} -> "
-          f"{report['load_average_end']}")
+    print(
+        f"\nbaseline (best kernel strategy, same run): {best}; load average {report['load_average_start']} -> "
+        f"{report['load_average_end']}"
+    )
     for s in report["strategies"]:
         print(f"  {s['strategy']:<36} {s['wall_s']:.3f} s   {s['vs_best_kernel']}x vs baseline")
     return 0

@@ -45,9 +45,13 @@ def main() -> int:
         traces = [record_run(cfg, weights, p, out / f"train{p}.parquet") for p in (101, 102, 103)]
         print("[live_throttle] training the LSTM", file=sys.stderr)
         model = train_learned(traces, out / "model.pt", epochs=3)
-    specs = {"monitor only": SourceSpec(),
-             "markov": SourceSpec("policy", "markov"), "markov, no throttle": SourceSpec("policy", "markov", throttle=False),
-             "LSTM": SourceSpec("model", "model", str(model)), "LSTM, no throttle": SourceSpec("model", "model", str(model), throttle=False)}
+    specs = {
+        "monitor only": SourceSpec(),
+        "markov": SourceSpec("policy", "markov"),
+        "markov, no throttle": SourceSpec("policy", "markov", throttle=False),
+        "LSTM": SourceSpec("model", "model", str(model)),
+        "LSTM, no throttle": SourceSpec("model", "model", str(model), throttle=False),
+    }
     runs: dict[str, list[dict]] = {"MADV_RANDOM": [], **{k: [] for k in specs}}
     for r in range(a.rounds):
         print(f"[live_throttle] round {r + 1}/{a.rounds}", file=sys.stderr)
@@ -56,26 +60,42 @@ def main() -> int:
             row = _live(cfg, weights, spec, k, r)
             live = row.live  # type: ignore[attr-defined]
             p50 = (live.latency_submit_us or {}).get("p50")
-            runs[k].append({"wall": row.wall_s, "issued": live.prefetch_pages, "used": live.prefetch_used,
-                            "lat_p50_ms": p50 / 1e3 if p50 is not None else None,
-                            "throttle": (live.worker or {}).get("throttle", {}).get("degree")})
+            runs[k].append(
+                {
+                    "wall": row.wall_s,
+                    "issued": live.prefetch_pages,
+                    "used": live.prefetch_used,
+                    "lat_p50_ms": p50 / 1e3 if p50 is not None else None,
+                    "throttle": (live.worker or {}).get("throttle", {}).get("degree"),
+                }
+            )
     base = statistics.median(x["wall"] for x in runs["MADV_RANDOM"])
 
     def med(v: list[dict], f: str) -> float | None:
         xs = [x[f] for x in v if x.get(f) is not None]
         return statistics.median(xs) if xs else None
 
-    table = [{"row": k, "wall_s": round(med(v, "wall"), 3), "vs_madv_random": round(base / med(v, "wall"), 2),
-              "issued": med(v, "issued"), "used": med(v, "used"), "latency_p50_ms": med(v, "lat_p50_ms"),
-              "throttle_end": [x.get("throttle") for x in v if x.get("throttle") is not None] or None}
-             for k, v in runs.items()]
+    table = [
+        {
+            "row": k,
+            "wall_s": round(med(v, "wall"), 3),
+            "vs_madv_random": round(base / med(v, "wall"), 2),
+            "issued": med(v, "issued"),
+            "used": med(v, "used"),
+            "latency_p50_ms": med(v, "lat_p50_ms"),
+            "throttle_end": [x.get("throttle") for x in v if x.get("throttle") is not None] or None,
+        }
+        for k, v in runs.items()
+    ]
     if a.json:
         print(json.dumps({"rounds": a.rounds, "model": str(model), "table": table}, indent=2))
         return 0
     print(f"\nbaseline MADV_RANDOM {base:.3f} s (median of {a.rounds} cold runs, interleaved with the rows below)")
     for t in table:
-        print(f"{t['row']:>20}: {t['wall_s']:.3f} s  {t['vs_madv_random']}x  issued {t['issued']}  used {t['used']}  "
-              f"fault->prefetch p50 {t['latency_p50_ms'] if t['latency_p50_ms'] is None else round(t['latency_p50_ms'], 2)} ms  throttle degree at the end {t['throttle_end']}")
+        print(
+            f"{t['row']:>20}: {t['wall_s']:.3f} s  {t['vs_madv_random']}x  issued {t['issued']}  used {t['used']}  "
+            f"fault->prefetch p50 {t['latency_p50_ms'] if t['latency_p50_ms'] is None else round(t['latency_p50_ms'], 2)} ms  throttle degree at the end {t['throttle_end']}"
+        )
     return 0
 
 

@@ -34,16 +34,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from pagecast.cli.bench import parse_prompts
 from pagecast.bench import sparse_weights as wl
 from pagecast.bench.harness import BenchConfig, _pager, _plain, record_run
-from pagecast.pager.pack import pack_from_schedules, pages_from_schedule, read_pack
+from pagecast.cli.bench import parse_prompts
 from pagecast.live.sources import schedule_from_trace
+from pagecast.pager.pack import pack_from_schedules, pages_from_schedule, read_pack
 
 # one page-pack run with another checkout's code: prints the program's wall time
-_OTHER = ("import sys; from pathlib import Path; from pagecast.bench.harness import BenchConfig, _pager; "
-          "c = BenchConfig(out_dir=Path(sys.argv[3]), test_prompt=int(sys.argv[4])); "
-          "print(_pager(c, Path(sys.argv[1]), Path(sys.argv[2]), 'x', 0).wall_s)")
+_OTHER = (
+    "import sys; from pathlib import Path; from pagecast.bench.harness import BenchConfig, _pager; "
+    "c = BenchConfig(out_dir=Path(sys.argv[3]), test_prompt=int(sys.argv[4])); "
+    "print(_pager(c, Path(sys.argv[1]), Path(sys.argv[2]), 'x', 0).wall_s)"
+)
 
 
 def _coverage(scheds: list, test, weights: Path, packs: dict[str, Path]) -> dict:
@@ -51,14 +53,22 @@ def _coverage(scheds: list, test, weights: Path, packs: dict[str, Path]) -> dict
     sets = [set(pages_from_schedule(s, weights).tolist()) for s in scheds]
     test_pages = set(pages_from_schedule(test, weights).tolist())
     support = Counter(p for s in sets for p in s)
-    by_support = {k: {"pages": sum(1 for c in support.values() if c == k),
-                      "used_by_test": sum(1 for p, c in support.items() if c == k and p in test_pages)}
-                  for k in range(1, len(sets) + 1)}
+    by_support = {
+        k: {
+            "pages": sum(1 for c in support.values() if c == k),
+            "used_by_test": sum(1 for p, c in support.items() if c == k and p in test_pages),
+        }
+        for k in range(1, len(sets) + 1)
+    }
     pack_rows = {}
     for name, path in packs.items():
         pages = set(read_pack(path).pages.tolist())
-        pack_rows[name] = {"pages": len(pages), "mib": round(path.stat().st_size / 2**20, 1),
-                           "test_pages_missed": len(test_pages - pages), "pages_unused_by_test": len(pages - test_pages)}
+        pack_rows[name] = {
+            "pages": len(pages),
+            "mib": round(path.stat().st_size / 2**20, 1),
+            "test_pages_missed": len(test_pages - pages),
+            "pages_unused_by_test": len(pages - test_pages),
+        }
     return {"test_pages": len(test_pages), "packs": pack_rows, "by_support": by_support}
 
 
@@ -77,15 +87,23 @@ def _row_runners(a, cfg, weights, packs, out) -> dict[str, Callable[[int], float
             finally:
                 os.environ.pop("PAGECAST_PAGER_PACK_THREADS", None)
                 os.environ.pop("PAGECAST_PAGER_PACK_CHUNK", None)
+
         rows[f"{main} {t}x{c}"] = run
     if a.also_src:
         src = Path(a.also_src).resolve()
         env = dict(os.environ, PYTHONPATH=str(src / "src"))
         for k, pack in packs.items():
+
             def other(r: int, p=pack) -> float:
-                o = subprocess.run([sys.executable, "-c", _OTHER, str(weights), str(p), str(out), str(a.prompt)],
-                                   env=env, capture_output=True, text=True, check=True)
+                o = subprocess.run(
+                    [sys.executable, "-c", _OTHER, str(weights), str(p), str(out), str(a.prompt)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 return float(o.stdout.strip().splitlines()[-1])
+
             rows[f"{k}@{src.name}"] = other
     return rows
 
@@ -114,8 +132,10 @@ def main() -> int:
         print(f"[pack_sets] recording training prompt {p}", file=sys.stderr)
         scheds.append(schedule_from_trace(str(record_run(cfg, weights, p, out / f"train{p}.parquet"))))
     test = schedule_from_trace(str(record_run(cfg, weights, a.prompt, out / f"test{a.prompt}.parquet")))
-    packs = {"union3": pack_from_schedules(scheds[:3], weights, out / "union3.pack").path,
-             f"min{a.min_runs}": pack_from_schedules(scheds, weights, out / f"min{a.min_runs}.pack", a.min_runs).path}
+    packs = {
+        "union3": pack_from_schedules(scheds[:3], weights, out / "union3.pack").path,
+        f"min{a.min_runs}": pack_from_schedules(scheds, weights, out / f"min{a.min_runs}.pack", a.min_runs).path,
+    }
     cover = _coverage(scheds, test, weights, packs)
     runners = _row_runners(a, cfg, weights, packs, out)
 
@@ -126,28 +146,48 @@ def main() -> int:
             for k, fn in runners.items():
                 walls[k].append(fn(r))
         med = {k: statistics.median(v) for k, v in walls.items()}
-        row = {"set": s, "load": round(os.getloadavg()[0], 2), **{f"{k}_s": round(v, 4) for k, v in med.items()},
-               **{f"{k}_ratio": round(med["random"] / med[k], 2) for k in runners if k != "random"}}
+        row = {
+            "set": s,
+            "load": round(os.getloadavg()[0], 2),
+            **{f"{k}_s": round(v, 4) for k, v in med.items()},
+            **{f"{k}_ratio": round(med["random"] / med[k], 2) for k in runners if k != "random"},
+        }
         rows.append(row)
         if not a.json:
             print("  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
-    summary = {k: {"min": min(r[f"{k}_ratio"] for r in rows), "median": round(statistics.median(r[f"{k}_ratio"] for r in rows), 2),
-                   "max": max(r[f"{k}_ratio"] for r in rows), "median_wall_s": round(statistics.median(r[f"{k}_s"] for r in rows), 4),
-                   "sets_at_least_3x": sum(r[f"{k}_ratio"] >= 3 for r in rows)} for k in runners if k != "random"}
+    summary = {
+        k: {
+            "min": min(r[f"{k}_ratio"] for r in rows),
+            "median": round(statistics.median(r[f"{k}_ratio"] for r in rows), 2),
+            "max": max(r[f"{k}_ratio"] for r in rows),
+            "median_wall_s": round(statistics.median(r[f"{k}_s"] for r in rows), 4),
+            "sets_at_least_3x": sum(r[f"{k}_ratio"] >= 3 for r in rows),
+        }
+        for k in runners
+        if k != "random"
+    }
     if a.json:
         print(json.dumps({"coverage": cover, "sets": rows, "summary": summary}, indent=2))
         return 0
     print(f"\nprompt {a.prompt} touches {cover['test_pages']} pages of the weights file")
     for k, v in cover["packs"].items():
-        print(f"  pack {k:>7}: {v['pages']} pages, {v['mib']} MiB; misses {v['test_pages_missed']} of the prompt's pages, "
-              f"{v['pages_unused_by_test']} of its pages unused")
-    print("  pages exactly s of the training runs touched (used by the prompt): " +
-          ", ".join(f"s={s} {v['pages']} ({v['used_by_test']})" for s, v in cover["by_support"].items()))
-    print(f"\nbaseline: MADV_RANDOM (median {statistics.median(r['random_s'] for r in rows):.3f} s over the sets), "
-          f"median of {a.rounds} cold runs per set, interleaved with the packs")
+        print(
+            f"  pack {k:>7}: {v['pages']} pages, {v['mib']} MiB; misses {v['test_pages_missed']} of the prompt's pages, "
+            f"{v['pages_unused_by_test']} of its pages unused"
+        )
+    print(
+        "  pages exactly s of the training runs touched (used by the prompt): "
+        + ", ".join(f"s={s} {v['pages']} ({v['used_by_test']})" for s, v in cover["by_support"].items())
+    )
+    print(
+        f"\nbaseline: MADV_RANDOM (median {statistics.median(r['random_s'] for r in rows):.3f} s over the sets), "
+        f"median of {a.rounds} cold runs per set, interleaved with the packs"
+    )
     for k, v in summary.items():
-        print(f"{k:>16}: median wall {v['median_wall_s']:.3f} s; ratio to MADV_RANDOM min {v['min']} median {v['median']} "
-              f"max {v['max']}; {v['sets_at_least_3x']}/{len(rows)} sets >= 3x")
+        print(
+            f"{k:>16}: median wall {v['median_wall_s']:.3f} s; ratio to MADV_RANDOM min {v['min']} median {v['median']} "
+            f"max {v['max']}; {v['sets_at_least_3x']}/{len(rows)} sets >= 3x"
+        )
     return 0
 
 

@@ -38,8 +38,6 @@ from pagecast.util.pagecache import drop_file
 PS = os.sysconf("SC_PAGESIZE")
 
 
-
-
 def _ra_kb(path: Path) -> str:
     try:
         dev = os.stat(path).st_dev
@@ -80,7 +78,16 @@ def fault_service(path: Path, npages: int, reps: int) -> dict:
     pages = ",".join(str(p) for p in range(0, npages, 64))
     args = ["-n", str(npages), "-p", pages, "-m", "read", str(path)]
     spec = [(str(path), 1 << 20)]
-    keys = ("kernel_major", "kernel_readaround", "pager_cold", "kernel_minor", "pager_warm", "handler_p50", "handler_p99", "handler_p50_cold")
+    keys = (
+        "kernel_major",
+        "kernel_readaround",
+        "pager_cold",
+        "kernel_minor",
+        "pager_warm",
+        "handler_p50",
+        "handler_p99",
+        "handler_p50_cold",
+    )
     rows: dict[str, list[float]] = {k: [] for k in keys}
     for _ in range(reps):
         drop_file(path)
@@ -113,7 +120,12 @@ def sparse_passes(path: Path, npages: int, reps: int, tmp: Path) -> list[dict]:
     args = ["-n", str(npages), "-g", "11:100", "-r", "2", "-m", "read", str(path)]
     spec = [(str(path), 1 << 20)]
     out = []
-    for name, policy in [("kernel mmap (no budget)", None), ("pager none", "none"), ("pager next:16", "next:16"), ("pager sparse:16", "sparse:16")]:
+    for name, policy in [
+        ("kernel mmap (no budget)", None),
+        ("pager none", "none"),
+        ("pager next:16", "next:16"),
+        ("pager sparse:16", "sparse:16"),
+    ]:
         times, f1, f2 = [], None, None
         for _ in range(reps):
             drop_file(path)
@@ -135,7 +147,11 @@ def sparse_cold_start(path: Path, npages: int, reps: int, tmp: Path) -> list[dic
     drop_file(path)
     run_llm_paged(args, spec, "sparse:16", learn=learn)  # the earlier run that learns
     out = []
-    for name, policy in [("kernel mmap (no budget)", None), ("pager none", "none"), ("pager sparse:16 learned", "sparse:16")]:
+    for name, policy in [
+        ("kernel mmap (no budget)", None),
+        ("pager none", "none"),
+        ("pager sparse:16 learned", "sparse:16"),
+    ]:
         times, faults = [], None
         for _ in range(reps):
             drop_file(path)
@@ -199,15 +215,27 @@ def main() -> int:
         for row in rows:
             row["vs_kernel"] = rows[0]["time_s"] / row["time_s"]
     if a.json:
-        print(json.dumps({"fault_service_us": fs, "sparse_passes": sp, "sparse_cold_start": cs, "write_back": wb}, indent=2))
+        print(
+            json.dumps(
+                {"fault_service_us": fs, "sparse_passes": sp, "sparse_cold_start": cs, "write_back": wb}, indent=2
+            )
+        )
         return 0
     print(f"fault service, {a.pages // 64} faults 64 pages apart, median of {a.reps} runs (µs):")
-    print(f"  pager handler p50 / p99, warm file          {fs['handler_p50']:7.2f} / {fs['handler_p99']:.2f}   (target <= 10)")
+    print(
+        f"  pager handler p50 / p99, warm file          {fs['handler_p50']:7.2f} / {fs['handler_p99']:.2f}   (target <= 10)"
+    )
     print(f"  pager handler p50, cold file (incl. read)   {fs['handler_p50_cold']:7.2f}")
     print("  per access as the program sees it (p50):")
-    print(f"    cold file: kernel major fault (MADV_RANDOM) {fs['kernel_major']:8.2f}   pager {fs['pager_cold']:8.2f}   kernel/pager {fs['kernel_major'] / fs['pager_cold']:.2f}x")
-    print(f"    cold file: kernel default read-around       {fs['kernel_readaround']:8.2f}   (read_ahead_kb={fs['read_ahead_kb']} KiB: most touches hit pages read by an earlier fault)")
-    print(f"    warm file: kernel minor fault               {fs['kernel_minor']:8.2f}   pager {fs['pager_warm']:8.2f}   kernel/pager {fs['kernel_minor'] / fs['pager_warm']:.2f}x")
+    print(
+        f"    cold file: kernel major fault (MADV_RANDOM) {fs['kernel_major']:8.2f}   pager {fs['pager_cold']:8.2f}   kernel/pager {fs['kernel_major'] / fs['pager_cold']:.2f}x"
+    )
+    print(
+        f"    cold file: kernel default read-around       {fs['kernel_readaround']:8.2f}   (read_ahead_kb={fs['read_ahead_kb']} KiB: most touches hit pages read by an earlier fault)"
+    )
+    print(
+        f"    warm file: kernel minor fault               {fs['kernel_minor']:8.2f}   pager {fs['pager_warm']:8.2f}   kernel/pager {fs['kernel_minor'] / fs['pager_warm']:.2f}x"
+    )
     print(f"sparse llm: {a.pages} pages, sorted random 10 % touched, 1 MiB budget, cold file, median of {a.reps}")
     print("  two passes in one run (access-loop time):")
     print(f"    {'config':26s} {'faults p1':>9s} {'faults p2':>9s} {'time s':>8s} {'kernel/x':>9s}")
@@ -218,10 +246,18 @@ def main() -> int:
     print("  cold start, one pass, set learned by an earlier run:")
     print(f"    {'config':26s} {'faults':>9s} {'time s':>8s} {'kernel/x':>9s}")
     for r in cs:
-        print(f"    {r['config']:26s} {'-' if r['faults'] is None else r['faults']:>9} {r['time_s']:8.3f} {r['vs_kernel']:8.2f}x")
-    print(f"write-back: one write per page, 2 passes, {wb['pages']} pages, {wb['budget_pages']}-page budget, median of {a.reps}:")
-    print(f"  kernel MAP_SHARED + msync {wb['kernel_s']:8.3f} s   pager {wb['pager_s']:8.3f} s   kernel/pager {wb['kernel_s'] / wb['pager_s']:.2f}x")
-    print(f"  pager handler p50 / p99 {wb['handler_p50_us']:7.2f} / {wb['handler_p99_us']:.2f} µs (each fault evicts a dirty page)")
+        print(
+            f"    {r['config']:26s} {'-' if r['faults'] is None else r['faults']:>9} {r['time_s']:8.3f} {r['vs_kernel']:8.2f}x"
+        )
+    print(
+        f"write-back: one write per page, 2 passes, {wb['pages']} pages, {wb['budget_pages']}-page budget, median of {a.reps}:"
+    )
+    print(
+        f"  kernel MAP_SHARED + msync {wb['kernel_s']:8.3f} s   pager {wb['pager_s']:8.3f} s   kernel/pager {wb['kernel_s'] / wb['pager_s']:.2f}x"
+    )
+    print(
+        f"  pager handler p50 / p99 {wb['handler_p50_us']:7.2f} / {wb['handler_p99_us']:.2f} µs (each fault evicts a dirty page)"
+    )
     return 0
 
 

@@ -118,35 +118,69 @@ def main() -> None:
         for r in READERS:
             for c in CHUNKS_KIB:
                 s, lat = stream(path, r, c << 10)
-                rows.append({"rep": rep, "readers": r, "chunk_kib": c, "s": s,
-                             "miss_p50_us": statistics.median(lat) * 1e6 if lat else None,
-                             "miss_max_us": max(lat) * 1e6 if lat else None})
+                rows.append(
+                    {
+                        "rep": rep,
+                        "readers": r,
+                        "chunk_kib": c,
+                        "s": s,
+                        "miss_p50_us": statistics.median(lat) * 1e6 if lat else None,
+                        "miss_max_us": max(lat) * 1e6 if lat else None,
+                    }
+                )
     table = []
     for r in READERS:
         for c in CHUNKS_KIB:
             cell = [x for x in rows if x["readers"] == r and x["chunk_kib"] == c]
             s = statistics.median(x["s"] for x in cell)
             p50 = [x["miss_p50_us"] for x in cell if x["miss_p50_us"] is not None]
-            table.append({"readers": r, "chunk_kib": c, "ms": round(s * 1e3, 1), "mb_s": round(mib * 1.048576 / s),
-                          "miss_p50_us": round(statistics.median(p50)) if p50 else None})
+            table.append(
+                {
+                    "readers": r,
+                    "chunk_kib": c,
+                    "ms": round(s * 1e3, 1),
+                    "mb_s": round(mib * 1.048576 / s),
+                    "miss_p50_us": round(statistics.median(p50)) if p50 else None,
+                }
+            )
     base = next(t for t in table if t["readers"] == 1 and t["chunk_kib"] == 256)
     for t in table:
         t["vs_1x256k"] = round(t["ms"] / base["ms"], 2)
     lone = []
     for gap in (0.0, 0.0002, 0.001):
         runs = [isolated(path, gap) for _ in range(a.reps)]
-        lone.append({"idle_ms": gap * 1e3, "p50_us": round(statistics.median(r[0] for r in runs)),
-                     "p90_us": round(statistics.median(r[1] for r in runs))})
+        lone.append(
+            {
+                "idle_ms": gap * 1e3,
+                "p50_us": round(statistics.median(r[0] for r in runs)),
+                "p90_us": round(statistics.median(r[1] for r in runs)),
+            }
+        )
     if a.json:
-        print(json.dumps({"file": str(path), "mib": mib, "reps": a.reps, "table": table, "lone_miss": lone,
-                          "load": os.getloadavg()}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "file": str(path),
+                    "mib": mib,
+                    "reps": a.reps,
+                    "table": table,
+                    "lone_miss": lone,
+                    "load": os.getloadavg(),
+                },
+                indent=2,
+            )
+        )
         return
-    print(f"{path} ({mib:.0f} MiB), cold O_DIRECT reads in file order, median of {a.reps}; "
-          f"a 4 KiB read at a random offset every 0.5 ms meanwhile (its p50 latency)")
+    print(
+        f"{path} ({mib:.0f} MiB), cold O_DIRECT reads in file order, median of {a.reps}; "
+        f"a 4 KiB read at a random offset every 0.5 ms meanwhile (its p50 latency)"
+    )
     print(f"{'readers':>7} {'chunk KiB':>9} {'ms':>7} {'MB/s':>6} {'vs 1x256K':>9} {'4K read p50 us':>14}")
     for t in table:
-        print(f"{t['readers']:>7} {t['chunk_kib']:>9} {t['ms']:>7} {t['mb_s']:>6} {t['vs_1x256k']:>9} "
-              f"{t['miss_p50_us'] if t['miss_p50_us'] is not None else '-':>14}")
+        print(
+            f"{t['readers']:>7} {t['chunk_kib']:>9} {t['ms']:>7} {t['mb_s']:>6} {t['vs_1x256k']:>9} "
+            f"{t['miss_p50_us'] if t['miss_p50_us'] is not None else '-':>14}"
+        )
     print("\nlone 4 KiB reads at scattered offsets (no stream), the disk idle before each:")
     for x in lone:
         print(f"  idle {x['idle_ms']:.1f} ms: p50 {x['p50_us']} us, p90 {x['p90_us']} us")

@@ -30,13 +30,15 @@ from typing import Callable
 from tqdm import tqdm
 
 REPO = Path(__file__).resolve().parent.parent
-if (REPO / "src" / "pagecast").is_dir():  # a clone without `pip install -e .`: this tree, for us and the pagecast commands we start
+if (
+    REPO / "src" / "pagecast"
+).is_dir():  # a clone without `pip install -e .`: this tree, for us and the pagecast commands we start
     sys.path.insert(0, str(REPO / "src"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
 
-from pagecast.errors import PagecastError  # noqa: E402
 from pagecast.bench.coldstart import Case, Config, Input, default_strategies, format_case, run_case  # noqa: E402
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
+from pagecast.errors import PagecastError  # noqa: E402
 
 PY = sys.executable
 
@@ -94,10 +96,16 @@ def sqlite_case(mmap: bool) -> Callable[[Path, bool], Case]:
         size = str(1 << 30) if mmap else "0"
         inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SQLITE_QUERY, str(db), size, str(seed), n])  # noqa: E731
         mode = "mmap I/O (PRAGMA mmap_size=1 GiB)" if mmap else "ordinary reads (mmap_size=0)"
-        return Case(f"sqlite-{'mmap' if mmap else 'read'}",
-                    f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), {mode}: {n} indexed lookups + one "
-                    f"range scan over a {db.stat().st_size >> 20} MiB database",
-                    [inp(1), inp(2), inp(3)], inp(7), [db], mmap_files=[db] if mmap else [])
+        return Case(
+            f"sqlite-{'mmap' if mmap else 'read'}",
+            f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), {mode}: {n} indexed lookups + one "
+            f"range scan over a {db.stat().st_size >> 20} MiB database",
+            [inp(1), inp(2), inp(3)],
+            inp(7),
+            [db],
+            mmap_files=[db] if mmap else [],
+        )
+
     return make
 
 
@@ -139,10 +147,16 @@ def sqlite_zipf_case(cache: Path, quick: bool) -> Case:
     db = sqlite_db(cache, quick)
     n = "500" if quick else "3000"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SQLITE_ZIPF_QUERY, str(db), "0", str(seed), n])  # noqa: E731
-    return Case("sqlite-zipf", f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), ordinary reads: {n} point "
-                f"reads with YCSB-style scrambled Zipfian keys (exponent 0.99) over a {db.stat().st_size >> 20} MiB "
-                "database", [inp(1), inp(2), inp(3)], inp(7), [db],
-                note="skewed keys as in YCSB's default workloads: hot keys recur across inputs, cold ones do not")
+    return Case(
+        "sqlite-zipf",
+        f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), ordinary reads: {n} point "
+        f"reads with YCSB-style scrambled Zipfian keys (exponent 0.99) over a {db.stat().st_size >> 20} MiB "
+        "database",
+        [inp(1), inp(2), inp(3)],
+        inp(7),
+        [db],
+        note="skewed keys as in YCSB's default workloads: hot keys recur across inputs, cold ones do not",
+    )
 
 
 # --------------------------------------------------------------------------- CPython import
@@ -165,32 +179,46 @@ def import_case(cache: Path, quick: bool) -> Case:
     std = [p for p in stdlib.iterdir() if p.name not in ("site-packages", "dist-packages")]
     pkgs = [Path(sympy.__file__).parent, Path(mpmath.__file__).parent, *std]
     inp = lambda k: Input(k, [PY, "-c", IMPORTS[k]])  # noqa: E731
-    return Case("python-import", f"CPython {platform.python_version()} importing sympy {sympy.__version__} "
-                f"(+ a submodule) and calling one function", [inp("solve"), inp("units+series")],
-                inp("stats+integrate"), pkgs,
-                note="cold: sympy, mpmath and the standard library (the interpreter binary and libraries the "
-                     "harness itself maps stay cached)")
+    return Case(
+        "python-import",
+        f"CPython {platform.python_version()} importing sympy {sympy.__version__} "
+        f"(+ a submodule) and calling one function",
+        [inp("solve"), inp("units+series")],
+        inp("stats+integrate"),
+        pkgs,
+        note="cold: sympy, mpmath and the standard library (the interpreter binary and libraries the "
+        "harness itself maps stay cached)",
+    )
 
 
 # --------------------------------------------------------------------------- git
 
+
 def git_case(cache: Path, quick: bool, repo: Path | None = None) -> Case:
     repo = repo or REPO
-    common = subprocess.run(["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir"],
-                            capture_output=True, text=True)
+    common = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+        capture_output=True,
+        text=True,
+    )
     if common.returncode != 0:
         raise PagecastError("the git case needs a git checkout (run from a clone)", path=repo)
     gitdir = Path(common.stdout.strip())
     git = lambda name, *a: Input(name, ["git", "-C", str(repo), *a])  # noqa: E731
     size = sum(f.stat().st_size for f in (gitdir / "objects").rglob("*") if f.is_file()) >> 20
     git_bin = subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout.strip()
-    return Case("git", f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]} "
-                f"over this repository ({size} MiB of objects): git log -p of one or two directories",
-                [git("log -p src/pagecast/online", "log", "-p", "--", "src/pagecast/online"),
-                 git("log -p src/pagecast/sim", "log", "-p", "--", "src/pagecast/sim")],
-                git("log -p src/pagecast/trace docs", "log", "-p", "--", "src/pagecast/trace", "docs"),
-                [gitdir / "objects", gitdir / "index", gitdir / "packed-refs", gitdir / "refs", git_bin],
-                note="a small repository: the git binary and its libraries are a large share of what is read")
+    return Case(
+        "git",
+        f"git {subprocess.run(['git', '--version'], capture_output=True, text=True).stdout.split()[-1]} "
+        f"over this repository ({size} MiB of objects): git log -p of one or two directories",
+        [
+            git("log -p src/pagecast/online", "log", "-p", "--", "src/pagecast/online"),
+            git("log -p src/pagecast/sim", "log", "-p", "--", "src/pagecast/sim"),
+        ],
+        git("log -p src/pagecast/trace docs", "log", "-p", "--", "src/pagecast/trace", "docs"),
+        [gitdir / "objects", gitdir / "index", gitdir / "packed-refs", gitdir / "refs", git_bin],
+        note="a small repository: the git binary and its libraries are a large share of what is read",
+    )
 
 
 # --------------------------------------------------------------------------- safetensors
@@ -249,8 +277,11 @@ def weights_file(cache: Path, quick: bool) -> Path:
     if path.exists():
         return path
     rng = np.random.default_rng(1)
-    tensors = {f"layer{l:02d}.{w}": rng.standard_normal((rows, 1024), dtype=np.float32)
-               for l in range(layers) for w in ("q", "k", "v", "o")}
+    tensors = {
+        f"layer{l:02d}.{w}": rng.standard_normal((rows, 1024), dtype=np.float32)
+        for l in range(layers)
+        for w in ("q", "k", "v", "o")
+    }
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp))
     tmp.replace(path)
@@ -265,9 +296,15 @@ def safetensors_case(cache: Path, quick: bool) -> Case:
     w = weights_file(cache, quick)
     per = "8" if quick else "48"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_READ, str(w), str(seed), per])  # noqa: E731
-    return Case("safetensors", f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap), {per} "
-                f"sparse rows per tensor from a {w.stat().st_size >> 20} MiB file",
-                [inp(1), inp(2), inp(3)], inp(7), [w, Path(safetensors.__file__).parent], mmap_files=[w])
+    return Case(
+        "safetensors",
+        f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap), {per} "
+        f"sparse rows per tensor from a {w.stat().st_size >> 20} MiB file",
+        [inp(1), inp(2), inp(3)],
+        inp(7),
+        [w, Path(safetensors.__file__).parent],
+        mmap_files=[w],
+    )
 
 
 def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
@@ -278,11 +315,17 @@ def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
     w = weights_file(cache, quick)
     tokens = "800" if quick else "4608"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_ZIPF_READ, str(w), str(seed), tokens])  # noqa: E731
-    return Case("safetensors-zipf", f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap): "
-                f"embedding lookups of {tokens} Zipf-distributed tokens (exponent 1.0) in a "
-                f"{w.stat().st_size >> 20} MiB table, token ids scattered", [inp(1), inp(2), inp(3)], inp(7),
-                [w, Path(safetensors.__file__).parent], mmap_files=[w],
-                note="skewed rows as in real token streams: frequent tokens' rows recur across inputs")
+    return Case(
+        "safetensors-zipf",
+        f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap): "
+        f"embedding lookups of {tokens} Zipf-distributed tokens (exponent 1.0) in a "
+        f"{w.stat().st_size >> 20} MiB table, token ids scattered",
+        [inp(1), inp(2), inp(3)],
+        inp(7),
+        [w, Path(safetensors.__file__).parent],
+        mmap_files=[w],
+        note="skewed rows as in real token streams: frequent tokens' rows recur across inputs",
+    )
 
 
 CASES: dict[str, Callable[[Path, bool], Case]] = {
@@ -299,12 +342,17 @@ CASES: dict[str, Callable[[Path, bool], Case]] = {
 
 # --------------------------------------------------------------------------- main
 
+
 def machine_facts(dev: str | None, started: float) -> dict[str, str]:
     ra = Path(f"/sys/block/{dev}/queue/read_ahead_kb") if dev else None
-    return {"date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)), "kernel": platform.release(),
-            "cores": str(os.cpu_count()), "device": dev or "?",
-            "read_ahead_kb": ra.read_text().strip() if ra and ra.exists() else "?",
-            "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    return {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
+        "kernel": platform.release(),
+        "cores": str(os.cpu_count()),
+        "device": dev or "?",
+        "read_ahead_kb": ra.read_text().strip() if ra and ra.exists() else "?",
+        "load_average": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,9 +362,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small data and 1 round: a smoke test, not a measurement")
     ap.add_argument("--work-dir", default="realbench-out", help="recordings, schedules, packs and the JSON report")
     ap.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
-    ap.add_argument("--strategies", choices=("all", "plan"), default="all",
-                    help="all (default) or plan: only the kernel's strategies, the two --plan rows, the oracle and "
-                         "warm cache (the other pagecast run rows each add 0.5-1.5 s of start-up per run)")
+    ap.add_argument(
+        "--strategies",
+        choices=("all", "plan"),
+        default="all",
+        help="all (default) or plan: only the kernel's strategies, the two --plan rows, the oracle and "
+        "warm cache (the other pagecast run rows each add 0.5-1.5 s of start-up per run)",
+    )
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -349,22 +401,31 @@ def main(argv: list[str] | None = None) -> int:
             bar.close()
             results.append(res)
             if not args.json:
-                print(f"\n### {res['title']}\n\ntraining: {', '.join(res['train_inputs'])}; held-out: "
-                      f"{res['heldout_input']}; oracle page set {res['oracle_pages']:,} pages in "
-                      f"{res['oracle_files']} files ({res['page_set_source']}); {res['files_made_cold']:,} files made "
-                      f"cold per run; median of {rounds}\n")
+                print(
+                    f"\n### {res['title']}\n\ntraining: {', '.join(res['train_inputs'])}; held-out: "
+                    f"{res['heldout_input']}; oracle page set {res['oracle_pages']:,} pages in "
+                    f"{res['oracle_files']} files ({res['page_set_source']}); {res['files_made_cold']:,} files made "
+                    f"cold per run; median of {rounds}\n"
+                )
                 print(format_case(res))
-                for n in [res["note"], *res["notes"]] + ([f"not applicable: {', '.join(res['skipped'])}"] if res["skipped"] else []):
+                for n in [res["note"], *res["notes"]] + (
+                    [f"not applicable: {', '.join(res['skipped'])}"] if res["skipped"] else []
+                ):
                     if n:
                         print(f"\n{n}")
                 sys.stdout.flush()
     except PagecastError as e:
         print(f"real_programs: {e}", file=sys.stderr)
         return 1
-    report = {"command": " ".join(["python", "benchmarks/real_programs.py", *(argv if argv is not None else sys.argv[1:])]),
-              "machine": machine_facts(results[0]["device"] if results else None, t0), "rounds": rounds,
-              "quick": args.quick, "load_average_start": list(load0), "elapsed_s": round(time.time() - t0, 1),
-              "cases": results}
+    report = {
+        "command": " ".join(["python", "benchmarks/real_programs.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine_facts(results[0]["device"] if results else None, t0),
+        "rounds": rounds,
+        "quick": args.quick,
+        "load_average_start": list(load0),
+        "elapsed_s": round(time.time() - t0, 1),
+        "cases": results,
+    }
     work.mkdir(parents=True, exist_ok=True)
     tmp = work / "real_programs.json.tmp"
     tmp.write_text(json.dumps(report, indent=2, default=str))
@@ -373,9 +434,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report, indent=2, default=str))
     else:
         m = report["machine"]
-        print(f"\n{m['date_utc']}; Linux {m['kernel']}, {m['cores']} cores, {m['device']} read_ahead_kb "
-              f"{m['read_ahead_kb']}; load average {' '.join(f'{x:.2f}' for x in load0)} → {m['load_average']}; "
-              f"{report['elapsed_s']:.0f} s. Report: {work / 'real_programs.json'}")
+        print(
+            f"\n{m['date_utc']}; Linux {m['kernel']}, {m['cores']} cores, {m['device']} read_ahead_kb "
+            f"{m['read_ahead_kb']}; load average {' '.join(f'{x:.2f}' for x in load0)} → {m['load_average']}; "
+            f"{report['elapsed_s']:.0f} s. Report: {work / 'real_programs.json'}"
+        )
     return 0
 
 

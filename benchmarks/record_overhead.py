@@ -36,7 +36,6 @@ from pathlib import Path
 
 from pagecast.bench.workloads import build_workload
 
-
 # An installed pagecast imports from cached bytecode; an environment that forbids writing
 # .pyc files (some sandboxes set PYTHONDONTWRITEBYTECODE) would make every recorder start
 # compile its sources again and charge that to the recorder.
@@ -63,8 +62,20 @@ def measure(work: list[str], tmp: Path, repeat: int, perf: str | None) -> tuple[
         "pagecast record --faults-only": rec[:4] + ["--faults-only"] + rec[4:] + work,
     }
     if perf:
-        variants["perf record -c 1 -d"] = [perf, "record", "-q", "-e", "page-faults", "-c", "1", "-d",
-                                           "-o", str(tmp / "perf.data"), "--", *work]
+        variants["perf record -c 1 -d"] = [
+            perf,
+            "record",
+            "-q",
+            "-e",
+            "page-faults",
+            "-c",
+            "1",
+            "-d",
+            "-o",
+            str(tmp / "perf.data"),
+            "--",
+            *work,
+        ]
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
     for cmd in variants.values():
         timed(cmd)  # warm-up, untimed: bytecode written, binaries built, caches filled
@@ -99,24 +110,38 @@ def main() -> int:
     perf = shutil.which("perf")
     workloads = {
         "faultstorm": ([storm, str(args.mib), str(args.rounds)], args.mib * 256 * args.rounds),
-        "filescan": ([touch, *[f"mmap:{data}:0-{npages - 1}", f"pread:{data}:0-{npages - 1}"] * args.file_rounds],
-                     2 * npages * args.file_rounds),
+        "filescan": (
+            [touch, *[f"mmap:{data}:0-{npages - 1}", f"pread:{data}:0-{npages - 1}"] * args.file_rounds],
+            2 * npages * args.file_rounds,
+        ),
         "true": (["true"], 0),
     }
     out: dict = {"repeat": args.repeat, "workloads": {}}
     for name, (work, touched) in workloads.items():
         med, cpu = measure(work, tmp, args.repeat, perf)
-        out["workloads"][name] = {"pages_touched_per_run": touched, "median_s": med, "median_cpu_s": cpu,
-                                  "ratio_vs_plain": {k: v / med["plain"] for k, v in med.items() if k != "plain"},
-                                  "cpu_ratio_vs_plain": {k: v / max(cpu["plain"], 1e-3) for k, v in cpu.items()
-                                                         if k != "plain"}}
+        out["workloads"][name] = {
+            "pages_touched_per_run": touched,
+            "median_s": med,
+            "median_cpu_s": cpu,
+            "ratio_vs_plain": {k: v / med["plain"] for k, v in med.items() if k != "plain"},
+            "cpu_ratio_vs_plain": {k: v / max(cpu["plain"], 1e-3) for k, v in cpu.items() if k != "plain"},
+        }
     # memory: many faults, peak RSS of the recorder process
     big = [storm, str(args.mib), str(args.big_rounds)]
-    p = subprocess.run([py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "big.parquet"), "--", *big],
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        [py, "-m", "pagecast", "record", "--json", "-o", str(tmp / "big.parquet"), "--", *big],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     r = json.loads(p.stdout)
-    out["big"] = {"faults": r["faults"], "lost": r["lost"], "recorder_peak_rss_mib": r["recorder_peak_rss_mib"],
-                  "trace_mib": round(os.path.getsize(tmp / "big.parquet") / 2**20, 1), "duration_s": r["duration_s"]}
+    out["big"] = {
+        "faults": r["faults"],
+        "lost": r["lost"],
+        "recorder_peak_rss_mib": r["recorder_peak_rss_mib"],
+        "trace_mib": round(os.path.getsize(tmp / "big.parquet") / 2**20, 1),
+        "duration_s": r["duration_s"],
+    }
     shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
         print(json.dumps(out, indent=2))
@@ -129,8 +154,10 @@ def main() -> int:
             print(f"  {k:32s} wall {v:7.3f} s{ratio:16s}  cpu {w['median_cpu_s'][k]:7.3f} s{cratio}")
     print("target: pagecast record <= 2x plain")
     b = out["big"]
-    print(f"memory: {b['faults']:,} faults recorded, {b['lost']} lost, recorder peak RSS {b['recorder_peak_rss_mib']} MiB, "
-          f"trace {b['trace_mib']} MiB, {b['duration_s']} s")
+    print(
+        f"memory: {b['faults']:,} faults recorded, {b['lost']} lost, recorder peak RSS {b['recorder_peak_rss_mib']} MiB, "
+        f"trace {b['trace_mib']} MiB, {b['duration_s']} s"
+    )
     return 0
 
 

@@ -51,8 +51,13 @@ print(json.dumps(out))
 
 def run_child(src: Path, trace: Path, warm: Path, cap: int, names: list[str]) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src / "src"))
-    out = subprocess.run([sys.executable, "-c", CHILD, str(trace), str(warm), str(cap), ",".join(names)], env=env,
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(trace), str(warm), str(cap), ",".join(names)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -79,17 +84,27 @@ def main() -> int:
             runs[key].append(run_child(src, trace, warm, cap, POLICIES))
         print(f"round {r + 1}/{args.rounds} done; load average {os.getloadavg()[0]:.2f}", flush=True)
     out = {"load_average_end": os.getloadavg(), "rounds": args.rounds, "policies": {}}
-    print(f"\n{'policy':12s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s} {'best-run ratio':>15s}  same results")
+    print(
+        f"\n{'policy':12s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s} {'best-run ratio':>15s}  same results"
+    )
     for name in POLICIES:
         med = {k: float(np.median([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
         # the fastest run is the one least disturbed by other jobs on a shared machine
         best = {k: float(np.max([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
-        same = all(a[name]["faults"] == b[name]["faults"] and a[name]["prefetches"] == b[name]["prefetches"]
-                   for a, b in zip(runs["this"], runs["baseline"]))
-        print(f"{name:12s} {med['this']:9.2f} {med['baseline']:13.2f} {med['this'] / med['baseline']:6.2f} "
-              f"{best['this'] / best['baseline']:15.2f}  {same}")
-        out["policies"][name] = {**med, "ratio": med["this"] / med["baseline"],
-                                 "best_ratio": best["this"] / best["baseline"], "same_results": same}
+        same = all(
+            a[name]["faults"] == b[name]["faults"] and a[name]["prefetches"] == b[name]["prefetches"]
+            for a, b in zip(runs["this"], runs["baseline"])
+        )
+        print(
+            f"{name:12s} {med['this']:9.2f} {med['baseline']:13.2f} {med['this'] / med['baseline']:6.2f} "
+            f"{best['this'] / best['baseline']:15.2f}  {same}"
+        )
+        out["policies"][name] = {
+            **med,
+            "ratio": med["this"] / med["baseline"],
+            "best_ratio": best["this"] / best["baseline"],
+            "same_results": same,
+        }
     if args.json:
         print(json.dumps(out))
     return 0

@@ -115,7 +115,9 @@ def rates(path: Path, capacity: int, repeat: int, uvm: bool = False) -> dict:
     cpu = [d["cpu_s"] for _, d in runs]
     eng = [d["cpu_s"] - d["read_cpu_s"] for _, d in runs]
     return {
-        "accesses": n, "faults": r["faults"], "result": r,
+        "accesses": n,
+        "faults": r["faults"],
+        "result": r,
         "engine_mps": float(np.median([n / max(e, 1e-9) for e in eng])) / 1e6,
         "end_to_end_mps": float(np.median([n / c for c in cpu])) / 1e6,
         "wall_mps": float(np.median([n / w for w, _ in runs])) / 1e6,
@@ -140,16 +142,20 @@ def child_rss(path: Path, capacity: int) -> dict:
         "print(json.dumps({'accesses': r.accesses, 'faults': r.faults, 'wall_s': time.perf_counter()-t,\n"
         "  'cpu_s': time.process_time()-c, 'peak_rss_mib': hwm/1024}))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(path), str(capacity)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(path), str(capacity)], check=True, capture_output=True, text=True
+    )
     return json.loads(out.stdout)
 
 
 def _row(label: str, r: dict, prate: float, target: float) -> str:
     ok = lambda x: "meets" if x >= target else "BELOW"  # noqa: E731
-    return (f"{label:32s}: engine {r['engine_mps']:6.1f} M/s ({ok(r['engine_mps'])} {target:g}; {r['engine_mps'] * 1e6 / prate:5.1f}x Python) | "
-            f"end to end {r['end_to_end_mps']:5.1f} M/s ({ok(r['end_to_end_mps'])} {target:g}; {r['end_to_end_mps'] * 1e6 / prate:4.1f}x; "
-            f"first run {r['end_to_end_runs_mps'][0]:.1f}) | "
-            f"read+decode {r['read_ns_per_access']:4.1f} ns/access | wall {r['wall_mps']:5.1f} M/s | faults {r['faults']:,}")
+    return (
+        f"{label:32s}: engine {r['engine_mps']:6.1f} M/s ({ok(r['engine_mps'])} {target:g}; {r['engine_mps'] * 1e6 / prate:5.1f}x Python) | "
+        f"end to end {r['end_to_end_mps']:5.1f} M/s ({ok(r['end_to_end_mps'])} {target:g}; {r['end_to_end_mps'] * 1e6 / prate:4.1f}x; "
+        f"first run {r['end_to_end_runs_mps'][0]:.1f}) | "
+        f"read+decode {r['read_ns_per_access']:4.1f} ns/access | wall {r['wall_mps']:5.1f} M/s | faults {r['faults']:,}"
+    )
 
 
 def main() -> int:
@@ -170,7 +176,9 @@ def main() -> int:
     d = Path(args.dir or tempfile.mkdtemp(prefix="pagecast-bench-"))
     d.mkdir(parents=True, exist_ok=True)
     cap = UNIVERSE // 4
-    print(f"traces in {d}; capacity {cap:,} pages (25 % of {UNIVERSE:,} distinct); load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"traces in {d}; capacity {cap:,} pages (25 % of {UNIVERSE:,} distinct); load average {os.getloadavg()[0]:.2f}"
+    )
     t10 = write_bench_trace(d / "lru_10M.parquet", 10_000_000)  # skewed
     small = write_bench_trace(d / "warm.parquet", 10_000)
     timed_simulate(small, 100)  # JIT warm-up (or load from cache)
@@ -181,12 +189,18 @@ def main() -> int:
     psec = float(np.median([s for _, s in pruns]))
     prate = 1_000_000 / psec
     out["python_lru_mps"] = prate / 1e6
-    print(f"\nplain-Python LRU (baseline): 1,000,000 accesses of the skewed trace in {psec:.2f} s CPU = {prate / 1e6:.2f} M accesses/s")
-    print(f"rates: M accesses per CPU second, median of {args.repeat} runs; engine = simulation alone, end to end = with Parquet read+decode")
+    print(
+        f"\nplain-Python LRU (baseline): 1,000,000 accesses of the skewed trace in {psec:.2f} s CPU = {prate / 1e6:.2f} M accesses/s"
+    )
+    print(
+        f"rates: M accesses per CPU second, median of {args.repeat} runs; engine = simulation alone, end to end = with Parquet read+decode"
+    )
     print("\n## LRU, no prefetch (target >= 20 M accesses/s on one core)")
     out["lru"] = {}
-    for key, label, path, c in (("skewed", "skewed (1 Mi pages, 4 GiB), cap 25 %", t10, cap),
-                                ("streaming", "streaming (64 Ki pages), cap 16 Ki", s10, 1 << 14)):
+    for key, label, path, c in (
+        ("skewed", "skewed (1 Mi pages, 4 GiB), cap 25 %", t10, cap),
+        ("streaming", "streaming (64 Ki pages), cap 16 Ki", s10, 1 << 14),
+    ):
         r = rates(path, c, args.repeat)
         print(_row(label, r, prate, 20))
         out["lru"][key] = {k: v for k, v in r.items() if k != "result"}
@@ -195,13 +209,21 @@ def main() -> int:
     g_stream = write_bench_trace(d / "uvm_stream_10M.parquet", 10_000_000, gpu=True, stream=True, seed=3)
     g_skew = write_bench_trace(d / "uvm_skewed_10M.parquet", 10_000_000, gpu=True, seed=1)
     out["uvm"] = {}
-    for key, label, path, c in (("stream_fits", "streaming, 256 MiB in 512 MiB", g_stream, 1 << 17),
-                                ("stream_over", "streaming, 256 MiB on 128 MiB", g_stream, 1 << 15),
-                                ("skewed_over", "skewed, 4 GiB on 2 GiB", g_skew, UNIVERSE // 2)):
+    for key, label, path, c in (
+        ("stream_fits", "streaming, 256 MiB in 512 MiB", g_stream, 1 << 17),
+        ("stream_over", "streaming, 256 MiB on 128 MiB", g_stream, 1 << 15),
+        ("skewed_over", "skewed, 4 GiB on 2 GiB", g_skew, UNIVERSE // 2),
+    ):
         r = rates(path, c, args.repeat, uvm=True)
         ur = r["result"]
-        print(_row(label, r, prate, 5) + f" | {ur['fault_batches']:,} batches, {ur['prefetches']:,} prefetched, {ur['evictions']:,} chunk evictions")
-        out["uvm"][key] = {k: v for k, v in r.items() if k != "result"} | {"batches": ur["fault_batches"], "evictions": ur["evictions"]}
+        print(
+            _row(label, r, prate, 5)
+            + f" | {ur['fault_batches']:,} batches, {ur['prefetches']:,} prefetched, {ur['evictions']:,} chunk evictions"
+        )
+        out["uvm"][key] = {k: v for k, v in r.items() if k != "result"} | {
+            "batches": ur["fault_batches"],
+            "evictions": ur["evictions"],
+        }
 
     print("\n## Scaling (LRU, no prefetch, skewed; CPU time of the whole call, median)")
     out["scaling"] = {}
@@ -214,13 +236,17 @@ def main() -> int:
     print("\n## Peak RSS (fresh process, same 1 Mi distinct pages, LRU cap 25 %; an import-only process for scale)")
     out["rss"] = {}
     res = child_rss(small, 100)
-    print(f"{'10,000 (warm-up)':>12s} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB (interpreter, numpy, pyarrow, numba, kernels)")
+    print(
+        f"{'10,000 (warm-up)':>12s} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB (interpreter, numpy, pyarrow, numba, kernels)"
+    )
     out["rss"]["baseline"] = res
     sizes = [10_000_000] + ([] if args.quick else [100_000_000])
     for n in sizes:
         p = write_bench_trace(d / f"lru_{n // 1_000_000}M.parquet", n)
         res = child_rss(p, cap)
-        print(f"{n:>12,} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB, {res['cpu_s']:.1f} s CPU, {res['wall_s']:.1f} s wall, faults {res['faults']:,}")
+        print(
+            f"{n:>12,} accesses: peak RSS {res['peak_rss_mib']:7.0f} MiB, {res['cpu_s']:.1f} s CPU, {res['wall_s']:.1f} s wall, faults {res['faults']:,}"
+        )
         out["rss"][n] = res
     out["load_average_end"] = os.getloadavg()
     print(f"\nload average at the end: {os.getloadavg()[0]:.2f}")

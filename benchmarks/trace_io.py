@@ -71,7 +71,7 @@ def interleaved(runs, repeat: int) -> dict[str, tuple[float, float]]:
     """
     times: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in runs}
     for r in range(repeat):
-        for name, fn, before in (runs if r % 2 == 0 else runs[::-1]):
+        for name, fn, before in runs if r % 2 == 0 else runs[::-1]:
             times[name].append(_t(fn, before))
     return {name: (statistics.median(r[0] for r in t), statistics.median(r[1] for r in t)) for name, t in times.items()}
 
@@ -94,8 +94,12 @@ def previous_writer(rev: str, tmp: Path):
     """TraceWriter as of ``rev`` (loaded from git), or None when git cannot supply it."""
     repo = Path(__file__).resolve().parents[1]
     try:
-        src = subprocess.run(["git", "-C", str(repo), "show", f"{rev}:src/pagecast/trace/writer.py"],
-                             capture_output=True, text=True, check=True).stdout
+        src = subprocess.run(
+            ["git", "-C", str(repo), "show", f"{rev}:src/pagecast/trace/writer.py"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     path = tmp / "previous_writer.py"
@@ -110,14 +114,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--trace", type=Path, help="re-encode this trace's rows (first --rows of them) instead of synthetic rows")
+    ap.add_argument(
+        "--trace", type=Path, help="re-encode this trace's rows (first --rows of them) instead of synthetic rows"
+    )
     ap.add_argument("--against", default=PREVIOUS_RELEASE, help="git revision whose TraceWriter is the baseline")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     load_before = os.getloadavg()
     if a.trace:
         full = open_trace(a.trace).read()
-        cols = {k: np.ascontiguousarray(v[:a.rows]) for k, v in full.items()}
+        cols = {k: np.ascontiguousarray(v[: a.rows]) for k, v in full.items()}
         del full
     else:
         cols = make_rows(a.rows)
@@ -129,7 +135,8 @@ def main() -> int:
         def run():
             with TraceWriter(d / "t.parquet", source="bench") as w:
                 for i in range(0, n, chunk):
-                    w.write(copy=copy, **{k: v[i:i + chunk] for k, v in cols.items()})
+                    w.write(copy=copy, **{k: v[i : i + chunk] for k, v in cols.items()})
+
         return run
 
     old_writer = previous_writer(a.against, d)
@@ -137,7 +144,7 @@ def main() -> int:
     def old_write():
         with old_writer(d / "old.parquet", source="bench") as w:
             for i in range(0, n, chunk):
-                w.write(**{k: v[i:i + chunk] for k, v in cols.items()})
+                w.write(**{k: v[i : i + chunk] for k, v in cols.items()})
 
     def pc_read():
         open_trace(d / "t.parquet").read()
@@ -168,13 +175,20 @@ def main() -> int:
 
     def raw_writer(name: str, encoding: dict[str, str], checksums: bool = False):
         def run():
-            w = pq.ParquetWriter(d / name, ACCESS_SCHEMA, compression=COMPRESSION, use_dictionary=False,
-                                 column_encoding=encoding, write_statistics=STATISTICS_COLUMNS,
-                                 write_page_checksum=checksums)
+            w = pq.ParquetWriter(
+                d / name,
+                ACCESS_SCHEMA,
+                compression=COMPRESSION,
+                use_dictionary=False,
+                column_encoding=encoding,
+                write_statistics=STATISTICS_COLUMNS,
+                write_page_checksum=checksums,
+            )
             for b in batches:
                 w.write_table(b, row_group_size=chunk)
             w.add_key_value_metadata({META_VERSION: str(FORMAT_VERSION).encode()})  # readable by open_trace
             w.close()
+
         return run
 
     def pq_read():
@@ -188,6 +202,7 @@ def main() -> int:
             for name in names:
                 (d / name).unlink(missing_ok=True)
             settle()
+
         return remove
 
     def settle() -> None:
@@ -224,19 +239,31 @@ def main() -> int:
     timed.update(interleaved(reads, a.repeat))
     res = {}
     for name, (s, cpu) in timed.items():
-        res[name] = {"seconds": round(s, 4), "rows_per_s": round(n / s), "cpu_seconds": round(cpu, 4),
-                     "rows_per_cpu_s": round(n / cpu)}
-    size = {"pagecast_mib": round((d / "t.parquet").stat().st_size / 2**20, 1),
-            "previous_encodings_mib": round((d / "prev.parquet").stat().st_size / 2**20, 1),
-            "pyarrow_zstd_mib": round((d / "raw.parquet").stat().st_size / 2**20, 1),
-            "npy_mib": round(sum((d / f"{k}.npy").stat().st_size for k in cols) / 2**20, 1)}
+        res[name] = {
+            "seconds": round(s, 4),
+            "rows_per_s": round(n / s),
+            "cpu_seconds": round(cpu, 4),
+            "rows_per_cpu_s": round(n / cpu),
+        }
+    size = {
+        "pagecast_mib": round((d / "t.parquet").stat().st_size / 2**20, 1),
+        "previous_encodings_mib": round((d / "prev.parquet").stat().st_size / 2**20, 1),
+        "pyarrow_zstd_mib": round((d / "raw.parquet").stat().st_size / 2**20, 1),
+        "npy_mib": round(sum((d / f"{k}.npy").stat().st_size for k in cols) / 2**20, 1),
+    }
     shutil.rmtree(d, ignore_errors=True)
     w, r = res["pagecast write (default: copies)"], res["pagecast read (all columns)"]
     prev = res["ParquetWriter, previous encodings"]
     old = res.get(f"previous TraceWriter ({a.against})")
     ratios = {
-        **({"write vs previous TraceWriter": w["rows_per_s"] / old["rows_per_s"],
-            "write CPU vs previous TraceWriter": w["rows_per_cpu_s"] / old["rows_per_cpu_s"]} if old else {}),
+        **(
+            {
+                "write vs previous TraceWriter": w["rows_per_s"] / old["rows_per_s"],
+                "write CPU vs previous TraceWriter": w["rows_per_cpu_s"] / old["rows_per_cpu_s"],
+            }
+            if old
+            else {}
+        ),
         "write vs previous encodings": w["rows_per_s"] / prev["rows_per_s"],
         "write CPU vs previous encodings": w["rows_per_cpu_s"] / prev["rows_per_cpu_s"],
         "write vs ParquetWriter current": w["rows_per_s"] / res["ParquetWriter, current encodings"]["rows_per_s"],
@@ -255,24 +282,44 @@ def main() -> int:
     # On a shared machine wall time includes waiting for a core; CPU seconds do not.
     load = [round(x, 2) for x in load_before + os.getloadavg()]
     if a.json:
-        print(json.dumps({"rows": n, "source": str(a.trace or "synthetic"), "results": res, "ratios": ratios,
-                          "size": size, "target_met": target,
-                          "previous_writer": a.against if old_writer else None, "loadavg_before_after": load}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "rows": n,
+                    "source": str(a.trace or "synthetic"),
+                    "results": res,
+                    "ratios": ratios,
+                    "size": size,
+                    "target_met": target,
+                    "previous_writer": a.against if old_writer else None,
+                    "loadavg_before_after": load,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"{n:,} rows ({a.trace or 'synthetic'}), median of {a.repeat} (target: >= 10M rows/s write and read); "
-          f"load average {load[0]:.1f} before, {load[3]:.1f} after, on {os.cpu_count()} cores")
+    print(
+        f"{n:,} rows ({a.trace or 'synthetic'}), median of {a.repeat} (target: >= 10M rows/s write and read); "
+        f"load average {load[0]:.1f} before, {load[3]:.1f} after, on {os.cpu_count()} cores"
+    )
     print(f"  {'':36s} {'wall s':>8s}  {'M rows/s':>8s}  {'CPU s':>8s}  {'M rows/CPU-s':>12s}")
     for k, v in res.items():
-        print(f"  {k:36s} {v['seconds']:8.3f}  {v['rows_per_s'] / 1e6:8.1f}  {v['cpu_seconds']:8.3f}  "
-              f"{v['rows_per_cpu_s'] / 1e6:12.1f}")
+        print(
+            f"  {k:36s} {v['seconds']:8.3f}  {v['rows_per_s'] / 1e6:8.1f}  {v['cpu_seconds']:8.3f}  "
+            f"{v['rows_per_cpu_s'] / 1e6:12.1f}"
+        )
     for k, v in ratios.items():
         print(f"  ratio {k:32s} {v:.2f}")
-    print(f"  file size: pagecast {size['pagecast_mib']} MiB, previous encodings {size['previous_encodings_mib']} MiB, "
-          f"pyarrow zstd {size['pyarrow_zstd_mib']} MiB, npy {size['npy_mib']} MiB")
+    print(
+        f"  file size: pagecast {size['pagecast_mib']} MiB, previous encodings {size['previous_encodings_mib']} MiB, "
+        f"pyarrow zstd {size['pyarrow_zstd_mib']} MiB, npy {size['npy_mib']} MiB"
+    )
     if not old_writer:
         print(f"  (previous TraceWriter baseline skipped: git cannot show {a.against})")
-    print(f"  target >= 10M rows/s: write {'met' if target['write'] else 'NOT met'} "
-          f"({w['rows_per_s'] / 1e6:.1f} M), read {'met' if target['read'] else 'NOT met'} ({r['rows_per_s'] / 1e6:.1f} M)")
+    print(
+        f"  target >= 10M rows/s: write {'met' if target['write'] else 'NOT met'} "
+        f"({w['rows_per_s'] / 1e6:.1f} M), read {'met' if target['read'] else 'NOT met'} ({r['rows_per_s'] / 1e6:.1f} M)"
+    )
     return 0
 
 

@@ -24,9 +24,13 @@ def build_cupti_harness(tk: cn.CudaToolkit | None = None) -> Path:
     tk = tk or cn.find_toolkit()
     if tk.cupti_include is None or tk.cupti_lib is None:
         raise PagecastError(f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so)")
-    return build("cupti_harness", ["cuda/test_double/cupti_harness.c"], shared=False,
-                 include=[tk.include, tk.cupti_include],
-                 ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
+    return build(
+        "cupti_harness",
+        ["cuda/test_double/cupti_harness.c"],
+        shared=False,
+        include=[tk.include, tk.cupti_include],
+        ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"),
+    )
 
 
 def build_test_double(tk: cn.CudaToolkit | None = None) -> Path:
@@ -34,23 +38,37 @@ def build_test_double(tk: cn.CudaToolkit | None = None) -> Path:
     tk = tk or cn.find_toolkit()
     # -Bsymbolic: the pointers it hands out must be its own functions even when the
     # interposer, preloaded, exports the same names.
-    return build("libcuda_test_double", ["cuda/test_double/libcuda_test_double.c"],
-                 cflags=(*cn.WARN, "-fvisibility=hidden"), include=[tk.include],
-                 ldflags=("-Wl,-Bsymbolic", "-lpthread"))
+    return build(
+        "libcuda_test_double",
+        ["cuda/test_double/libcuda_test_double.c"],
+        cflags=(*cn.WARN, "-fvisibility=hidden"),
+        include=[tk.include],
+        ldflags=("-Wl,-Bsymbolic", "-lpthread"),
+    )
 
 
 def build_driver_client(tk: cn.CudaToolkit | None = None) -> Path:
     """The test program that finds the driver like static cudart does."""
     tk = tk or cn.find_toolkit()
-    return build("cuda_driver_client", ["cuda/test_double/driver_client.c"], shared=False, include=[tk.include],
-                 ldflags=("-ldl", "-lpthread"))
+    return build(
+        "cuda_driver_client",
+        ["cuda/test_double/driver_client.c"],
+        shared=False,
+        include=[tk.include],
+        ldflags=("-ldl", "-lpthread"),
+    )
 
 
 def build_direct_client(double: Path, tk: cn.CudaToolkit | None = None) -> Path:
     """A test program linked against the driver test double itself (calls by symbol)."""
     tk = tk or cn.find_toolkit()
-    return build("cuda_direct_client", ["cuda/test_double/direct_client.c"], shared=False, include=[tk.include],
-                 ldflags=(str(double), f"-Wl,-rpath,{double.parent}"))
+    return build(
+        "cuda_direct_client",
+        ["cuda/test_double/direct_client.c"],
+        shared=False,
+        include=[tk.include],
+        ldflags=(str(double), f"-Wl,-rpath,{double.parent}"),
+    )
 
 
 @dataclass
@@ -104,8 +122,11 @@ class Run:
 
 def client_env(libs: Libs, tmp: Path, preload: bool = True, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFETCH_", "PREDICTIONS_", "PAGECAST_CUDA"))}
-    env.update(PAGECAST_CUDA_DRIVER=str(libs.double), PAGECAST_TEST_DOUBLE_LOG=str(tmp / "double.log"),
-               PAGECAST_CUDA_OUT=str(tmp / "out"))
+    env.update(
+        PAGECAST_CUDA_DRIVER=str(libs.double),
+        PAGECAST_TEST_DOUBLE_LOG=str(tmp / "double.log"),
+        PAGECAST_CUDA_OUT=str(tmp / "out"),
+    )
     if preload:
         env["LD_PRELOAD"] = str(libs.interposer)
     env.update(extra)

@@ -16,9 +16,26 @@ from typing import Iterator
 import numpy as np
 
 EDGE_NUMBERS = [
-    b"0", b"-1", b"9223372036854775807", b"9223372036854775808", b"18446744073709551615",
-    b"18446744073709551616", b"999999999999999999999", b"9999999999999999999", b"nan", b"inf", b"-inf",
-    b"1e308", b"1e-300", b"\xc2\xb2", b"", b"0x", b"0xffffffffffffffff", b"-0", b"1.5", b"\xff\xfe",
+    b"0",
+    b"-1",
+    b"9223372036854775807",
+    b"9223372036854775808",
+    b"18446744073709551615",
+    b"18446744073709551616",
+    b"999999999999999999999",
+    b"9999999999999999999",
+    b"nan",
+    b"inf",
+    b"-inf",
+    b"1e308",
+    b"1e-300",
+    b"\xc2\xb2",
+    b"",
+    b"0x",
+    b"0xffffffffffffffff",
+    b"-0",
+    b"1.5",
+    b"\xff\xfe",
 ]
 _NUMBER = re.compile(rb"0x[0-9a-fA-F]+|-?[0-9]+(?:\.[0-9]+)?")
 CASE_TIMEOUT_S = 60
@@ -61,7 +78,7 @@ def mutate(data: bytes, rng: np.random.Generator, text: bool) -> tuple[str, byte
         return "flip", mutate(data, rng, False)[1]
     m = numbers[int(rng.integers(len(numbers)))]
     edge = EDGE_NUMBERS[int(rng.integers(len(EDGE_NUMBERS)))]
-    return f"number@{m.start()}={edge!r}", data[:m.start()] + edge + data[m.end():]
+    return f"number@{m.start()}={edge!r}", data[: m.start()] + edge + data[m.end() :]
 
 
 def cases(data: bytes, seed: int, count: int, text: bool) -> Iterator[tuple[int, str, bytes]]:

@@ -109,15 +109,15 @@ def _fields(msg: bytes) -> list[tuple[int, int, int | bytes]]:
             n, i = _read_varint(msg, i)
             if i + n > len(msg):
                 raise ValueError("truncated field")
-            v, i = msg[i:i + n], i + n
+            v, i = msg[i : i + n], i + n
         elif wire == 1:
             if i + 8 > len(msg):
                 raise ValueError("truncated fixed64")
-            v, i = int.from_bytes(msg[i:i + 8], "little"), i + 8
+            v, i = int.from_bytes(msg[i : i + 8], "little"), i + 8
         elif wire == 5:
             if i + 4 > len(msg):
                 raise ValueError("truncated fixed32")
-            v, i = int.from_bytes(msg[i:i + 4], "little"), i + 4
+            v, i = int.from_bytes(msg[i : i + 4], "little"), i + 4
         else:
             raise ValueError(f"wire type {wire}")
         if not groups:
@@ -139,7 +139,7 @@ def decode_trace(data: bytes) -> tuple[dict, list[dict]]:
         n, i = _read_varint(data, i)
         if n > 1 << 24 or i + n > len(data):
             raise ValueError("bad length")
-        msgs.append(data[i:i + n])
+        msgs.append(data[i : i + n])
         i += n
     if not msgs:
         raise ValueError("no header")

@@ -11,7 +11,9 @@ from pagecast.trace.regions import Region
 from pagecast.trace.writer import TraceWriter
 
 
-def write_trace(path: Path, pages, regions=None, region=0, t_step=1_000, kind=0, page_size=4096, row_group_rows=1 << 20) -> Path:
+def write_trace(
+    path: Path, pages, regions=None, region=0, t_step=1_000, kind=0, page_size=4096, row_group_rows=1 << 20
+) -> Path:
     pages = np.asarray(pages, np.int64)
     if regions is None:
         regions = [Region(0, "r0", kind="anon", length=int(max(pages.max(initial=0) + 1, 1)) * page_size)]
@@ -81,11 +83,13 @@ def ref_belady(pages, cap: int) -> int:
             continue
         faults += 1
         if len(resident) >= cap:
+
             def next_use(q):
                 for j in range(i + 1, len(pages)):
                     if pages[j] == q:
                         return j
                 return len(pages) + 1
+
             resident.discard(max(resident, key=next_use))
         resident.add(p)
     return faults
@@ -114,7 +118,9 @@ def same_results_both_engines(path, make, capacity: int = 256, eviction: str = "
     from pagecast.sim import SimConfig, simulate
 
     fast = simulate(path, SimConfig(capacity=capacity, eviction=eviction, log_prefetches=True), make()).to_dict()
-    slow = simulate(path, SimConfig(capacity=capacity, eviction=eviction, log_prefetches=True), make(), engine="python").to_dict()
+    slow = simulate(
+        path, SimConfig(capacity=capacity, eviction=eviction, log_prefetches=True), make(), engine="python"
+    ).to_dict()
     for d in (fast, slow):
         d.pop("wall_s")
         log = d.pop("extra")["prefetch_log"]

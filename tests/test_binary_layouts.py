@@ -30,7 +30,14 @@ from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
 from perf_support import needs_perf
 
-HEADERS = ["faultmon.h", "live/fastpath.h", "live/anon_wire.h", "pager/pager.h", "pager/pack.h", "cuda/pc_cupti_format.h"]
+HEADERS = [
+    "faultmon.h",
+    "live/fastpath.h",
+    "live/anon_wire.h",
+    "pager/pager.h",
+    "pager/pack.h",
+    "cuda/pc_cupti_format.h",
+]
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,25 @@ MIRRORS: list[tuple[str, Layout]] = [
 CONSTANTS: list[tuple[str, Any]] = [
     ("FM_STREAM_MAGIC", faultmon.STREAM_MAGIC),
     ("FM_STREAM_VERSION", faultmon.STREAM_VERSION),
-    *[(f"FR_{n}", getattr(faultmon, f"FR_{n}")) for n in
-      ("HELLO", "SAMPLES", "MMAP", "FORK", "EXEC", "LOST", "WATERMARK", "EXIT", "ERROR", "READS", "NOTE",
-       "ISSUED", "FILE", "FASTSTAT")],
+    *[
+        (f"FR_{n}", getattr(faultmon, f"FR_{n}"))
+        for n in (
+            "HELLO",
+            "SAMPLES",
+            "MMAP",
+            "FORK",
+            "EXEC",
+            "LOST",
+            "WATERMARK",
+            "EXIT",
+            "ERROR",
+            "READS",
+            "NOTE",
+            "ISSUED",
+            "FILE",
+            "FASTSTAT",
+        )
+    ],
     ("FP_NSTATS", len(faultmon.FASTSTAT_FIELDS)),
     ("FP_CONFIG_MAGIC", fastpath.MAGIC[:6]),
     ("FP_CONFIG_VERSION", fastpath.CONFIG_VERSION),
@@ -139,14 +162,21 @@ CONSTANTS: list[tuple[str, Any]] = [
 def c_program(mirrors: list[tuple[str, Layout]], constants: list[tuple[str, Any]]) -> str:
     """C source printing, per struct, ``S index sizeof`` and per field ``F index name
     offset size signed`` (signed -1 for non-integers), then ``C index value``."""
-    out = ["#include <stddef.h>", "#include <stdio.h>", *[f'#include "{h}"' for h in HEADERS],
-           "#define SIGNED(T, f) ((__typeof__(((T *)0)->f))-1 < 0)", "int main(void) {"]
+    out = [
+        "#include <stddef.h>",
+        "#include <stdio.h>",
+        *[f'#include "{h}"' for h in HEADERS],
+        "#define SIGNED(T, f) ((__typeof__(((T *)0)->f))-1 < 0)",
+        "int main(void) {",
+    ]
     for i, (ctype, lay) in enumerate(mirrors):
         out.append(f'    printf("S {i} %zu\\n", sizeof({ctype}));')
         for f in lay.fields:
             sgn = f"SIGNED({ctype}, {f.name})" if f.signed is not None else "-1"
-            out.append(f'    printf("F {i} {f.name} %zu %zu %d\\n", offsetof({ctype}, {f.name}), '
-                       f"sizeof((({ctype} *)0)->{f.name}), (int)({sgn}));")
+            out.append(
+                f'    printf("F {i} {f.name} %zu %zu %d\\n", offsetof({ctype}, {f.name}), '
+                f"sizeof((({ctype} *)0)->{f.name}), (int)({sgn}));"
+            )
     for i, (expr, value) in enumerate(constants):
         if isinstance(value, bytes):
             out.append(f'    printf("C {i} %s\\n", {expr});')
@@ -186,8 +216,10 @@ def mismatches(mirrors, constants, sizes, fields, consts) -> list[str]:
         for f in lay.fields:
             c = fields[i, f.name]
             if c != f:
-                bad.append(f"{ctype}.{f.name}: C offset {c.offset} size {c.size} signed {c.signed}, "
-                           f"Python offset {f.offset} size {f.size} signed {f.signed}")
+                bad.append(
+                    f"{ctype}.{f.name}: C offset {c.offset} size {c.size} signed {c.signed}, "
+                    f"Python offset {f.offset} size {f.size} signed {f.signed}"
+                )
         covered = sum(f.size for f in lay.fields)
         if covered != sizes[i] and ctype not in GAPS_ALLOWED:
             bad.append(f"{ctype}: Python's fields cover {covered} of {sizes[i]} bytes (a C field it lacks?)")
@@ -252,16 +284,17 @@ def test_a_c_only_change_is_caught(tmp_path, monkeypatch):
     monkeypatch.setenv("PAGECAST_NATIVE_DIR", str(copy))
     sizes, fields, consts = c_layouts(tmp_path)
     bad = mismatches(MIRRORS, CONSTANTS, sizes, fields, consts)
-    assert sorted(bad) == sorted([
-        "pgr_log_rec: sizeof 32 in C, 24 in Python",
-        "pgr_log_rec.tid: C offset 24 size 8 signed True, Python offset 20 size 4 signed True",
-        "pgr_log_rec: Python's fields cover 24 of 32 bytes (a C field it lacks?)",
-        "FM_STREAM_VERSION: '2' in C, '1' in Python",
-    ])
+    assert sorted(bad) == sorted(
+        [
+            "pgr_log_rec: sizeof 32 in C, 24 in Python",
+            "pgr_log_rec.tid: C offset 24 size 8 signed True, Python offset 20 size 4 signed True",
+            "pgr_log_rec: Python's fields cover 24 of 32 bytes (a C field it lacks?)",
+            "FM_STREAM_VERSION: '2' in C, '1' in Python",
+        ]
+    )
 
 
 # ---- magics and versions checked on read ------------------------------------------------
-
 
 
 def test_faultmon_stream_hello_checked():
@@ -272,7 +305,9 @@ def test_faultmon_stream_hello_checked():
     assert int(mon._check_hello(hello.tobytes())["pid"]) == 42
     with pytest.raises(PagecastError, match=r"fault collector: not a pagecast fault collector stream \(bad magic"):
         mon._check_hello(b"\0" * faultmon.HELLO_DTYPE.itemsize)
-    with pytest.raises(PagecastError, match=r"malformed fault collector stream \(first frame of 40 bytes, expected 32\)"):
+    with pytest.raises(
+        PagecastError, match=r"malformed fault collector stream \(first frame of 40 bytes, expected 32\)"
+    ):
         mon._check_hello(hello.tobytes() + bytes(8))
     hello["version"] = faultmon.STREAM_VERSION + 1
     want = r"fault collector stream version 2 not supported \(this pagecast reads 1\)"
@@ -282,8 +317,10 @@ def test_faultmon_stream_hello_checked():
 
 @needs_perf
 def test_fast_path_config_version_checked_by_the_collector(tmp_path):
-    for magic, msg in ((b"PCFAST2\0", "unsupported fast-path config version 2 (this collector reads 1)"),
-                       (b"NOTFAST\0", "not a pagecast fast-path config (bad magic)")):
+    for magic, msg in (
+        (b"PCFAST2\0", "unsupported fast-path config version 2 (this collector reads 1)"),
+        (b"NOTFAST\0", "not a pagecast fast-path config (bad magic)"),
+    ):
         cfg = tmp_path / "fast.cfg"
         cfg.write_bytes(fastpath.CONFIG_HEAD.pack(magic, 2, 0, 0, 0, 0, 8, 0))
         mon = faultmon.FaultMonitor(["true"], fast=cfg, stderr=subprocess.DEVNULL)

@@ -73,8 +73,22 @@ def test_simulator_takes_link_from_model(disk_dir, cache, tmp_path, capsys):
     trace = write_trace(tmp_path / "t.parquet", mixed_pages(2000))
     assert main(["simulate", str(trace), "--capacity", "100", "--json", "--device-model", str(out)]) == 0
     by_model = json.loads(capsys.readouterr().out)
-    assert main(["simulate", str(trace), "--capacity", "100", "--json", "--link-latency-ns",
-                 str(link["link_latency_ns"]), "--bandwidth", repr(link["link_bytes_per_s"] / 1e9)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(trace),
+                "--capacity",
+                "100",
+                "--json",
+                "--link-latency-ns",
+                str(link["link_latency_ns"]),
+                "--bandwidth",
+                repr(link["link_bytes_per_s"] / 1e9),
+            ]
+        )
+        == 0
+    )
     by_hand = json.loads(capsys.readouterr().out)
     assert by_model["stall_ns"] == by_hand["stall_ns"] and by_model["faults"] == by_hand["faults"]
     assert main(["simulate", str(trace), "--capacity", "100", "--json"]) == 0
@@ -88,7 +102,7 @@ def test_bad_inputs_one_line(tmp_path, cache, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "none.json" in err[0] and "pagecast calibrate" in err[0]
     bad = tmp_path / "bad.json"
-    bad.write_text("{\"version\": 1}")
+    bad.write_text('{"version": 1}')
     assert main(["simulate", str(trace), "--device-model", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a pagecast device model" in err[0]

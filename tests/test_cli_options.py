@@ -22,8 +22,12 @@ def _json(capsys, argv):
 
 
 def test_simulate_policy_and_its_old_spelling_agree(trace, capsys):
-    new = _json(capsys, ["simulate", str(trace), "--capacity", "100", "--policy", "stride:degree=8,min_conf=2", "--json"])
-    old = _json(capsys, ["simulate", str(trace), "--capacity", "100", "--prefetcher", "stride:degree=8,min_conf=2", "--json"])
+    new = _json(
+        capsys, ["simulate", str(trace), "--capacity", "100", "--policy", "stride:degree=8,min_conf=2", "--json"]
+    )
+    old = _json(
+        capsys, ["simulate", str(trace), "--capacity", "100", "--prefetcher", "stride:degree=8,min_conf=2", "--json"]
+    )
     default = _json(capsys, ["simulate", str(trace), "--capacity", "100", "--policy", "stride", "--json"])
     for d in (new, old):
         d.pop("wall_s"), d.pop("extra")  # timings
@@ -38,28 +42,78 @@ def test_simulate_policy_excludes_schedule(trace, tmp_path):
 
 
 def test_eval_repeated_policy_equals_comma_list(trace, capsys):
-    rep = _json(capsys, ["eval", str(trace), "--capacity", "100", "--policy", "none", "--policy", "stride:degree=8,min_conf=2",
-                         "--policy", "nextline", "--json"])
-    csv = _json(capsys, ["eval", str(trace), "--capacity", "100", "--policy", "none,stride:degree=8,min_conf=2,nextline", "--json"])
-    old = _json(capsys, ["eval", str(trace), "--capacity", "100", "--prefetchers", "none,stride:degree=8,min_conf=2,nextline", "--json"])
+    rep = _json(
+        capsys,
+        [
+            "eval",
+            str(trace),
+            "--capacity",
+            "100",
+            "--policy",
+            "none",
+            "--policy",
+            "stride:degree=8,min_conf=2",
+            "--policy",
+            "nextline",
+            "--json",
+        ],
+    )
+    csv = _json(
+        capsys,
+        ["eval", str(trace), "--capacity", "100", "--policy", "none,stride:degree=8,min_conf=2,nextline", "--json"],
+    )
+    old = _json(
+        capsys,
+        [
+            "eval",
+            str(trace),
+            "--capacity",
+            "100",
+            "--prefetchers",
+            "none,stride:degree=8,min_conf=2,nextline",
+            "--json",
+        ],
+    )
     names = [r["prefetcher"] for r in rep["results"]]
     assert names == ["none", "stride:degree=8,min_conf=2", "nextline", "oracle"]
     for other in (csv, old):
-        assert [(r["prefetcher"], r["faults"]) for r in other["results"]] == [(r["prefetcher"], r["faults"]) for r in rep["results"]]
+        assert [(r["prefetcher"], r["faults"]) for r in other["results"]] == [
+            (r["prefetcher"], r["faults"]) for r in rep["results"]
+        ]
 
 
 def test_sweep_policies(trace, capsys):
-    rows = _json(capsys, ["sweep", str(trace), "--capacities", "100", "--policy", "none", "--policy", "stride:degree=2",
-                          "-j", "1", "--json"])
+    rows = _json(
+        capsys,
+        [
+            "sweep",
+            str(trace),
+            "--capacities",
+            "100",
+            "--policy",
+            "none",
+            "--policy",
+            "stride:degree=2",
+            "-j",
+            "1",
+            "--json",
+        ],
+    )
     assert sorted(r["prefetcher"] for r in rows) == ["none", "stride:degree=2"]
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["simulate", "{t}", "--policy", "nosuch"], ["unknown prefetcher 'nosuch'", "stride"]),
-    (["simulate", "{t}", "--policy", "stride:degre=8"], ["stride has no option 'degre'", "valid: degree, min_conf"]),
-    (["eval", "{t}", "--policy", "none", "--policy", "stride:degree=x"], ["degree='x' is not an integer"]),
-    (["sweep", "{t}", "--policy", "none,nosuch"], ["unknown prefetcher 'nosuch'"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["simulate", "{t}", "--policy", "nosuch"], ["unknown prefetcher 'nosuch'", "stride"]),
+        (
+            ["simulate", "{t}", "--policy", "stride:degre=8"],
+            ["stride has no option 'degre'", "valid: degree, min_conf"],
+        ),
+        (["eval", "{t}", "--policy", "none", "--policy", "stride:degree=x"], ["degree='x' is not an integer"]),
+        (["sweep", "{t}", "--policy", "none,nosuch"], ["unknown prefetcher 'nosuch'"]),
+    ],
+)
 def test_bad_specs_are_one_line_errors(trace, capsys, argv, words):
     assert main([a.replace("{t}", str(trace)) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -107,18 +161,25 @@ def test_run_policy_is_checked_before_the_program_starts(tmp_path, capsys):
 def test_pager_table_policy(tmp_path, capsys):
     data = tmp_path / "d.bin"
     data.write_bytes(b"\0" * (64 * 4096))
+    import numpy as np
+
     from pagecast.trace.regions import Region
     from pagecast.trace.writer import TraceWriter
-    import numpy as np
 
     t = tmp_path / "p.parquet"
     pages = np.arange(0, 60, 3)
     with TraceWriter(t, regions=[Region(0, str(data), kind="file", path=str(data), length=64 * 4096)]) as w:
-        w.write(t_ns=np.arange(len(pages)), region=np.zeros(len(pages), np.int32), page=pages,
-                kind=np.full(len(pages), 2, np.uint8))
+        w.write(
+            t_ns=np.arange(len(pages)),
+            region=np.zeros(len(pages), np.int32),
+            page=pages,
+            kind=np.full(len(pages), 2, np.uint8),
+        )
     outs = []
     for flag in ("--policy", "--prefetcher"):
         out = tmp_path / f"t{flag}.table"
-        outs.append(_json(capsys, ["pager", "table", "--trace", str(t), flag, "stride:degree=2", "-o", str(out), "--json"]))
+        outs.append(
+            _json(capsys, ["pager", "table", "--trace", str(t), flag, "stride:degree=2", "-o", str(out), "--json"])
+        )
         assert out.exists()
     assert outs[0]["entries"] == outs[1]["entries"] > 0

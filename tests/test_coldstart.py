@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.perf_support import needs_perf
 
 from pagecast.bench import coldstart as cs
-from pagecast.pager.pack import pages_from_schedule
-from pagecast.live.sources import schedule_from_trace
 from pagecast.bench.sparse_weights import resident_pages
-from tests.perf_support import needs_perf
+from pagecast.live.sources import schedule_from_trace
+from pagecast.pager.pack import pages_from_schedule
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,8 @@ def test_unknown_case_is_one_line(capsys):
     rp = _real_programs()
     assert rp.main(["--cases", "nope"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "real_programs: unknown case(s) nope (valid: " + ", ".join(rp.CASES) + ")")
+        "real_programs: unknown case(s) nope (valid: " + ", ".join(rp.CASES) + ")"
+    )
 
 
 @needs_perf
@@ -120,8 +121,21 @@ def test_quick_cli_json_git(tmp_path, monkeypatch):
     if subprocess.run(["git", "-C", str(REPO), "rev-parse"], capture_output=True).returncode != 0:
         pytest.skip("not a git checkout")
     monkeypatch.setenv("PAGECAST_CACHE", str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "real_programs.py"), "--quick", "--cases", "git",
-                          "--work-dir", str(tmp_path / "w"), "--json"], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "real_programs.py"),
+            "--quick",
+            "--cases",
+            "git",
+            "--work-dir",
+            str(tmp_path / "w"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     rep = json.loads(out.stdout)
     assert rep["rounds"] == 1 and [c["case"] for c in rep["cases"]] == ["git"]

@@ -41,11 +41,17 @@ def test_prefetchers_are_bounded_by_max_prefetch():
         parse_policy_spec(f"stride:degree={C.MAX_PREFETCH + 1}").build()
 
 
-_REDEFINED = re.compile(r"^(?:MAX_PREFETCH|MAX_PF|PAGE_SIZE|PAGE|PAGE_BITS|_PAGE_BITS|KEY_SHIFT)\s*=\s*(?:64|4096|40)\b", re.M)
+_REDEFINED = re.compile(
+    r"^(?:MAX_PREFETCH|MAX_PF|PAGE_SIZE|PAGE|PAGE_BITS|_PAGE_BITS|KEY_SHIFT)\s*=\s*(?:64|4096|40)\b", re.M
+)
 
 
 def test_no_module_writes_them_again():
-    again = [f"{p.relative_to(SRC)}:{s.count(chr(10), 0, m.start()) + 1}"
-             for p in sorted(SRC.rglob("*.py")) if p.name != "constants.py"
-             for s in [p.read_text()] for m in _REDEFINED.finditer(s)]
+    again = [
+        f"{p.relative_to(SRC)}:{s.count(chr(10), 0, m.start()) + 1}"
+        for p in sorted(SRC.rglob("*.py"))
+        if p.name != "constants.py"
+        for s in [p.read_text()]
+        for m in _REDEFINED.finditer(s)
+    ]
     assert again == []

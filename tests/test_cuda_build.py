@@ -40,8 +40,13 @@ def test_cupti_collector_builds_and_exports_injection_entry(tk):
         pytest.skip(str(e))
     assert _symbols(lib, "--defined-only") == {"InitializeInjection"}
     undefined = _symbols(lib, "--undefined-only")
-    assert {"cuptiActivityConfigureUnifiedMemoryCounter", "cuptiActivityEnable", "cuptiActivityRegisterCallbacks",
-            "cuptiActivityFlushAll", "cuptiActivityGetNextRecord"} <= undefined
+    assert {
+        "cuptiActivityConfigureUnifiedMemoryCounter",
+        "cuptiActivityEnable",
+        "cuptiActivityRegisterCallbacks",
+        "cuptiActivityFlushAll",
+        "cuptiActivityGetNextRecord",
+    } <= undefined
 
 
 def test_test_double_exports_every_hooked_entry_point(tk):
@@ -69,7 +74,20 @@ def test_record_without_gpu_reports_no_cupti_records(tk, tmp_path, capsys, monke
 
     libs = build_libs()
     monkeypatch.setenv("PAGECAST_CUDA_DRIVER", str(libs.double))
-    rc = main(["cuda", "record", "-o", str(tmp_path / "t.parquet"), "--", str(libs.client), "resolve", "gpa2", "managed", "4096"])
+    rc = main(
+        [
+            "cuda",
+            "record",
+            "-o",
+            str(tmp_path / "t.parquet"),
+            "--",
+            str(libs.client),
+            "resolve",
+            "gpa2",
+            "managed",
+            "4096",
+        ]
+    )
     assert rc == 2
     err = capsys.readouterr().err
     assert "no CUPTI record stream" in err and len(err.strip().splitlines()) == 1

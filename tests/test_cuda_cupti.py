@@ -46,11 +46,23 @@ def test_collector_records_become_the_right_trace_rows(harness_dir, tmp_path):
     assert t.source == "cuda" and t.meta["command"] == ["./vector_add"] and t.meta["skipped_dtod_records"] == 1
     # regions: pinned host memory is not a region; the managed base freed and reused is a new region
     assert [(r.kind, r.order, r.base, r.length, r.created_ns, r.freed_ns) for r in t.regions] == [
-        ("managed", 0, BASE, 8 << 20, 0, 3000), ("device", 0, DEV_BASE, 1 << 20, 100, -1),
-        ("managed", 1, BASE, 4 << 20, 3100, -1)]
+        ("managed", 0, BASE, 8 << 20, 0, 3000),
+        ("device", 0, DEV_BASE, 1 << 20, 100, -1),
+        ("managed", 1, BASE, 4 << 20, 3100, -1),
+    ]
     d = t.read()
-    rows = list(zip(d["t_ns"].tolist(), d["kind"].tolist(), d["region"].tolist(), d["page"].tolist(), d["flags"].tolist(),
-                    d["bytes"].tolist(), d["tid"].tolist(), d["ip"].tolist()))
+    rows = list(
+        zip(
+            d["t_ns"].tolist(),
+            d["kind"].tolist(),
+            d["region"].tolist(),
+            d["page"].tolist(),
+            d["flags"].tolist(),
+            d["bytes"].tolist(),
+            d["tid"].tolist(),
+            d["ip"].tolist(),
+        )
+    )
     K = Kind
     assert rows == [
         (900, K.KERNEL, -1, 0, 0, 0, 7, 0),
@@ -70,9 +82,14 @@ def test_collector_records_become_the_right_trace_rows(harness_dir, tmp_path):
         (3300, K.FAULT_GPU, -1, 1, 1 << 4, 0, 9, 0),  # no allocation: raw page
     ]
     assert subkind(d["flags"][2]) == 2
-    assert [k["name"] for k in t.kernels] == ["vector_add_uvm(float*, float*, float*, int)"] * 2 + ["weird name with breaks"]
+    assert [k["name"] for k in t.kernels] == ["vector_add_uvm(float*, float*, float*, int)"] * 2 + [
+        "weird name with breaks"
+    ]
     assert [(k["start_ns"], k["end_ns"], k["correlation"], k["grid_x"]) for k in t.kernels] == [
-        (900, 1500, 42, 1024), (1600, 1900, 43, 1024), (2600, 2700, 44, 1024)]
+        (900, 1500, 42, 1024),
+        (1600, 1900, 43, 1024),
+        (2600, 2700, 44, 1024),
+    ]
 
 
 def test_the_demand_stream_feeds_schedule_and_injector_naming(harness_dir, tmp_path):
@@ -106,12 +123,17 @@ def _stream(records: list[tuple], tmp_path, name="cupti.1.bin"):
 def test_interposer_allocations_used_when_cupti_has_none(tmp_path):
     # header: CUPTI clock 10_000 taken together with CLOCK_MONOTONIC 500
     _stream([(0, 0, 0, 0, 10_000, 500, 0, 1, 1, 0), (1, 4, 2, 3, 10_600, 10_640, 0x5000_2000, 1, 0, 0)], tmp_path)
-    (tmp_path / "allocs.1.csv").write_text("id,kind,order,base,size,created_ns,freed_ns\n0,device,0,0x4000000,4096,510,-1\n"
-                                           "1,managed,0,0x50000000,65536,550,1200\n")
+    (tmp_path / "allocs.1.csv").write_text(
+        "id,kind,order,base,size,created_ns,freed_ns\n0,device,0,0x4000000,4096,510,-1\n"
+        "1,managed,0,0x50000000,65536,550,1200\n"
+    )
     s = convert_dir(tmp_path, tmp_path / "t.parquet")
     assert s["allocations_from"] == "interposer"
     t = open_trace(tmp_path / "t.parquet")
-    assert [(r.kind, r.order, r.created_ns, r.freed_ns) for r in t.regions] == [("device", 0, 10, -1), ("managed", 0, 50, 700)]
+    assert [(r.kind, r.order, r.created_ns, r.freed_ns) for r in t.regions] == [
+        ("device", 0, 10, -1),
+        ("managed", 0, 50, 700),
+    ]
     d = t.read()
     assert (d["region"].tolist(), d["page"].tolist(), d["t_ns"].tolist()) == ([1], [2], [600])
     assert d["flags"][0] == (2 << 4) | FLAG_WRITE
@@ -165,7 +187,12 @@ def test_replay_schedule_lists_demanded_gpu_pages_once_in_order(harness_dir, tmp
     out = tmp_path / "t.parquet"
     convert_dir(harness_dir, out)
     s = replay_schedule(out)
-    assert list(zip(s.region.tolist(), s.page.tolist(), s.t_ns.tolist())) == [(0, 5, 1000), (0, 9, 1100), (0, 20, 1300), (2, 1, 3200)]
+    assert list(zip(s.region.tolist(), s.page.tolist(), s.t_ns.tolist())) == [
+        (0, 5, 1000),
+        (0, 9, 1100),
+        (0, 20, 1300),
+        (2, 1, 3200),
+    ]
     assert schedule_to_lines(s)[0] == ["managed 0 5 1", "managed 0 9 1", "managed 0 20 1", "managed 1 1 1"]
 
 
@@ -179,8 +206,9 @@ def test_version_1_and_2_streams_read_the_same(tmp_path):
         d = tmp_path / f"v{version}"
         d.mkdir()
         _stream([(0, 0, 0, 0, 10_000, 500, 0, version, 1, magic), um], d)
-        (d / "allocs.1.csv").write_text("id,kind,order,base,size,created_ns,freed_ns\n"
-                                        "0,managed,0,0x50000000,65536,550,1200\n")
+        (d / "allocs.1.csv").write_text(
+            "id,kind,order,base,size,created_ns,freed_ns\n0,managed,0,0x50000000,65536,550,1200\n"
+        )
         convert_dir(d, d / "t.parquet")
         got.append({k: v.tolist() for k, v in open_trace(d / "t.parquet").read().items()})
     assert got[0] == got[1] and got[0]["page"] == [2]

@@ -17,9 +17,14 @@ ALL_KINDS = [int(k) for k in Kind]
 def _write(path, kind, row_group_rows=1000):
     n = len(kind)
     rng = np.random.default_rng(7)
-    cols = dict(t_ns=np.arange(n, dtype=np.int64) * 10, region=rng.integers(-1, 3, n).astype(np.int32),
-                page=rng.integers(0, 5000, n).astype(np.int64), kind=np.asarray(kind, np.uint8),
-                flags=rng.integers(0, 4, n).astype(np.uint8), ip=rng.integers(0, 1 << 40, n).astype(np.uint64))
+    cols = dict(
+        t_ns=np.arange(n, dtype=np.int64) * 10,
+        region=rng.integers(-1, 3, n).astype(np.int32),
+        page=rng.integers(0, 5000, n).astype(np.int64),
+        kind=np.asarray(kind, np.uint8),
+        flags=rng.integers(0, 4, n).astype(np.uint8),
+        ip=rng.integers(0, 1 << 40, n).astype(np.uint64),
+    )
     regions = [Region(i, f"r{i}", kind="anon", length=5000 * 4096) for i in range(3)]
     with TraceWriter(path, regions=regions, row_group_rows=row_group_rows) as w:
         w.write(**cols)
@@ -80,7 +85,9 @@ def test_consumers_see_the_same_stream(tmp_path):
     t = open_trace(tmp_path / "t.parquet")
     ref = _reference(cols, ["t_ns", "region", "page", "ip", "flags"])
     s = read_demand(t)
-    assert np.array_equal(s.page, ref["page"]) and np.array_equal(s.ip, ref["ip"]) and np.array_equal(s.t_ns, ref["t_ns"])
+    assert (
+        np.array_equal(s.page, ref["page"]) and np.array_equal(s.ip, ref["ip"]) and np.array_equal(s.t_ns, ref["t_ns"])
+    )
     fwd = list(demand_chunks(t, 600))
     assert np.array_equal(np.concatenate([c["page"] for c in fwd]), ref["page"])
     assert np.array_equal(np.concatenate([c["write"] for c in fwd]), ref["flags"] & 1)
@@ -88,4 +95,4 @@ def test_consumers_see_the_same_stream(tmp_path):
     starts = [s for s, _ in back]
     assert starts == sorted(starts, reverse=True)
     for start, c in back:
-        assert np.array_equal(c["page"], ref["page"][start:start + len(c["page"])])
+        assert np.array_equal(c["page"], ref["page"][start : start + len(c["page"])])

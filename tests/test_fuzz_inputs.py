@@ -22,8 +22,8 @@ import pyarrow.feather as feather
 import pytest
 import torch
 
-from _fuzz import cases, number_edges, watchdog
 import pagecast
+from _fuzz import cases, number_edges, watchdog
 from pagecast.errors import PagecastError
 from pagecast.importers import ai4mem, champsim, lackey, memai
 from pagecast.importers.ai4mem_predictions import read_predictions_csv
@@ -70,8 +70,9 @@ def _sane_trace(path: Path, max_rows: int, sorted_times: bool = True) -> dict[st
     return c
 
 
-def _fuzz_text_importer(tmp_path: Path, seed_text: bytes, seed: int, run, sorted_times: bool = True,
-                        edge_line: int = 0) -> int:
+def _fuzz_text_importer(
+    tmp_path: Path, seed_text: bytes, seed: int, run, sorted_times: bool = True, edge_line: int = 0
+) -> int:
     """Run ``run(src, out)`` on mutations of ``seed_text`` (random ones, then every number of
     line ``edge_line`` replaced by each edge value); returns how many were accepted."""
     src, accepted = tmp_path / "in.txt", 0
@@ -94,8 +95,10 @@ AI4MEM_CSV = (
     "# ---- snapshot @ 2025-12-14 20:59:03 ----\n"
     "Category,EventName,Address,StartTime_ns,EndTime_ns,Duration_ns,Host_Phys_Info,Mapped_File\n"
     "KERNEL,k(float*, int, float),7,0x100000,1000,1500,500,1024,1,1,1024,1,1,0,0,16,127401984,0\n"
-    + "".join(f"UVM,{ev},{A + 0x1000 * i:#x},{1100 + 10 * i},,,NOT_RESIDENT,\n"
-              for i, ev in enumerate(["GPU_PAGE_FAULT", "MIGRATE_HtoD", "MIGRATE_DtoH"] * 6))
+    + "".join(
+        f"UVM,{ev},{A + 0x1000 * i:#x},{1100 + 10 * i},,,NOT_RESIDENT,\n"
+        for i, ev in enumerate(["GPU_PAGE_FAULT", "MIGRATE_HtoD", "MIGRATE_DtoH"] * 6)
+    )
     + "# ---- snapshot @ 2025-12-14 20:59:13 ----\n"
     "Category,EventName,Address,StartTime_ns,EndTime_ns,Duration_ns,Host_Phys_Info,Mapped_File\n"
     f"UVM,GPU_PAGE_FAULT,{B + 0x5000:#x},1300,,,NOT_RESIDENT,\n"
@@ -108,8 +111,10 @@ def test_fuzz_ai4mem_collector_csv(tmp_path):
     _fuzz_text_importer(tmp_path, AI4MEM_CSV, 12, lambda s, o: ai4mem.import_trace(s, o), edge_line=3)  # a UVM row
 
 
-PREDICTIONS = ("Timestamp_ns,Prefetch_Address,Confidence\n"
-               + "".join(f"{1000 + 7 * i},{A + 4096 * i:#x},{0.5 + i / 100}\n" for i in range(20))).encode()
+PREDICTIONS = (
+    "Timestamp_ns,Prefetch_Address,Confidence\n"
+    + "".join(f"{1000 + 7 * i},{A + 4096 * i:#x},{0.5 + i / 100}\n" for i in range(20))
+).encode()
 
 
 def test_fuzz_ai4mem_predictions_csv(tmp_path):
@@ -130,25 +135,30 @@ def test_fuzz_ai4mem_predictions_csv(tmp_path):
     assert 0 < accepted < CASES + 20 * 3  # some mutations are valid, many are refused
 
 
-LACKEY = ("==1== Lackey, an example Valgrind tool\n"
-          + "".join(f"I  0401{i:04x},3\n L {0x1FFE_FFF0_00 + 64 * i:x},8\n S {0x4000_0000 + 8 * i:x},4\n M {0x1FFE_FFF0_00:x},8\n"
-                    for i in range(12))
-          + "==1== done\n").encode()
+LACKEY = (
+    "==1== Lackey, an example Valgrind tool\n"
+    + "".join(
+        f"I  0401{i:04x},3\n L {0x1FFE_FFF0_00 + 64 * i:x},8\n S {0x4000_0000 + 8 * i:x},4\n M {0x1FFE_FFF0_00:x},8\n"
+        for i in range(12)
+    )
+    + "==1== done\n"
+).encode()
 
 
 def test_fuzz_lackey(tmp_path):
-    _fuzz_text_importer(tmp_path, LACKEY, 3, lambda s, o: lackey.import_trace(s, o, instructions=True),
-                                   edge_line=2)
+    _fuzz_text_importer(tmp_path, LACKEY, 3, lambda s, o: lackey.import_trace(s, o, instructions=True), edge_line=2)
 
 
-CHAMPSIM = "".join(f"{10 * i}, {100 + 7 * i}, {0x7F00_0000_0000 + 4096 * (i % 5) + 64:x}, 401a{i:02x}, {i % 2}\n"
-                   for i in range(24)).encode()
+CHAMPSIM = "".join(
+    f"{10 * i}, {100 + 7 * i}, {0x7F00_0000_0000 + 4096 * (i % 5) + 64:x}, 401a{i:02x}, {i % 2}\n" for i in range(24)
+).encode()
 
 
 def test_fuzz_champsim_loads(tmp_path):
     ghz = iter([None, 3.5, 0.001] * 2 * CASES)
-    _fuzz_text_importer(tmp_path, CHAMPSIM, 4, lambda s, o: champsim.import_trace(s, o, cpu_ghz=next(ghz)),
-                                   sorted_times=False)  # a load trace may go back in time: kept, flagged
+    _fuzz_text_importer(
+        tmp_path, CHAMPSIM, 4, lambda s, o: champsim.import_trace(s, o, cpu_ghz=next(ghz)), sorted_times=False
+    )  # a load trace may go back in time: kept, flagged
 
 
 def test_fuzz_champsim_prefetch(tmp_path):
@@ -173,10 +183,14 @@ def test_fuzz_champsim_prefetch(tmp_path):
 
 
 def _memai_table(n: int = 300) -> pa.Table:
-    return pa.table({"Timestamp": 5_000 + np.arange(n, dtype=np.int64) * 30,
-                     "Vaddr": (0x5555_0000_0000 + (np.arange(n) % 64) * 4096 + 8).astype(np.uint64),
-                     "Phase": (np.arange(n) * 3 // n % 2).astype(np.int32),
-                     "Instrs": np.arange(n, dtype=np.int64) * 3})
+    return pa.table(
+        {
+            "Timestamp": 5_000 + np.arange(n, dtype=np.int64) * 30,
+            "Vaddr": (0x5555_0000_0000 + (np.arange(n) % 64) * 4096 + 8).astype(np.uint64),
+            "Phase": (np.arange(n) * 3 // n % 2).astype(np.int32),
+            "Instrs": np.arange(n, dtype=np.int64) * 3,
+        }
+    )
 
 
 def test_fuzz_memai_feather(tmp_path):
@@ -193,10 +207,19 @@ def test_fuzz_memai_feather(tmp_path):
     assert accepted < CASES
 
 
-@pytest.mark.parametrize("column,value", [
-    ("Timestamp", float("nan")), ("Timestamp", float("inf")), ("Timestamp", 2.0 ** 63), ("Timestamp", -1.0),
-    ("Vaddr", float("nan")), ("Vaddr", -4096.0), ("Vaddr", 2.0 ** 64), ("Phase", float("nan")),
-])
+@pytest.mark.parametrize(
+    "column,value",
+    [
+        ("Timestamp", float("nan")),
+        ("Timestamp", float("inf")),
+        ("Timestamp", 2.0**63),
+        ("Timestamp", -1.0),
+        ("Vaddr", float("nan")),
+        ("Vaddr", -4096.0),
+        ("Vaddr", 2.0**64),
+        ("Phase", float("nan")),
+    ],
+)
 def test_memai_edge_values_refused(tmp_path, column, value):
     t = _memai_table(50)
     col = t.column(column).to_numpy().astype(np.float64)
@@ -208,15 +231,25 @@ def test_memai_edge_values_refused(tmp_path, column, value):
 
 # ------------------------------------------------------------------- checksummed pagecast files
 
+
 def _write_trace(path: Path) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     n = 3000
-    cols = {"t_ns": np.cumsum(rng.integers(1, 100, n)), "region": rng.integers(0, 3, n).astype(np.int32),
-            "page": rng.integers(0, 256, n), "kind": rng.integers(0, 3, n).astype(np.uint8),
-            "flags": rng.integers(0, 4, n).astype(np.uint8), "tid": rng.integers(1, 4, n).astype(np.int32),
-            "ip": rng.integers(0, 1 << 40, n).astype(np.uint64), "bytes": rng.integers(0, 4096, n).astype(np.uint32)}
-    regions = [Region(0, "a", length=1 << 20), Region(1, "/data/w.bin", kind="file", path="/data/w.bin", length=1 << 20),
-               Region(2, "heap", kind="heap", length=1 << 20)]
+    cols = {
+        "t_ns": np.cumsum(rng.integers(1, 100, n)),
+        "region": rng.integers(0, 3, n).astype(np.int32),
+        "page": rng.integers(0, 256, n),
+        "kind": rng.integers(0, 3, n).astype(np.uint8),
+        "flags": rng.integers(0, 4, n).astype(np.uint8),
+        "tid": rng.integers(1, 4, n).astype(np.int32),
+        "ip": rng.integers(0, 1 << 40, n).astype(np.uint64),
+        "bytes": rng.integers(0, 4096, n).astype(np.uint32),
+    }
+    regions = [
+        Region(0, "a", length=1 << 20),
+        Region(1, "/data/w.bin", kind="file", path="/data/w.bin", length=1 << 20),
+        Region(2, "heap", kind="heap", length=1 << 20),
+    ]
     with TraceWriter(path, regions=regions, row_group_rows=1024, meta={"command": ["x"]}) as w:
         w.write(**cols)
         w.add_kernel("k", 1, 2)
@@ -225,8 +258,12 @@ def _write_trace(path: Path) -> dict[str, np.ndarray]:
 
 def _trace_equal(t, cols, regions, meta, kernels) -> bool:
     c = t.read()
-    return (all(np.array_equal(c[k], cols[k]) for k in cols) and [r.to_dict() for r in t.regions] == regions
-            and t.meta == meta and t.kernels == kernels)
+    return (
+        all(np.array_equal(c[k], cols[k]) for k in cols)
+        and [r.to_dict() for r in t.regions] == regions
+        and t.meta == meta
+        and t.kernels == kernels
+    )
 
 
 def test_fuzz_trace_files(tmp_path):
@@ -252,8 +289,15 @@ def test_fuzz_trace_files(tmp_path):
 def test_fuzz_schedule_files(tmp_path):
     rng = np.random.default_rng(1)
     n = 500
-    s = Schedule(np.arange(n) // 2, np.arange(n) * 10, rng.integers(0, 2, n), rng.integers(0, 100, n),
-                 rng.random(n).astype(np.float32), regions=[Region(0, "a"), Region(1, "b")], meta={"name": "x"})
+    s = Schedule(
+        np.arange(n) // 2,
+        np.arange(n) * 10,
+        rng.integers(0, 2, n),
+        rng.integers(0, 100, n),
+        rng.random(n).astype(np.float32),
+        regions=[Region(0, "a"), Region(1, "b")],
+        meta={"name": "x"},
+    )
     src = write_schedule(tmp_path / "s.parquet", s)
     ref = read_schedule(src)
     data, m = src.read_bytes(), tmp_path / "m.parquet"
@@ -261,7 +305,9 @@ def test_fuzz_schedule_files(tmp_path):
         m.write_bytes(mutated)
         got = _run(read_schedule, m)
         if got is not None:
-            assert all(np.array_equal(getattr(got, c), getattr(ref, c)) for c in ("trigger", "t_ns", "region", "page", "score"))
+            assert all(
+                np.array_equal(getattr(got, c), getattr(ref, c)) for c in ("trigger", "t_ns", "region", "page", "score")
+            )
             assert got.meta == ref.meta and [r.to_dict() for r in got.regions] == [r.to_dict() for r in ref.regions]
 
 
@@ -274,9 +320,15 @@ def model_file(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("fuzzmodel")
     torch.set_num_threads(1)
-    data = prepare([read_demand(write_pattern_trace(d / "p.parquet", 1500))], DatasetSpec(horizon=4, vocab_size=32),
-                   val_fraction=0.1, test_fraction=0.1)
-    mcfg = ModelConfig(kind="lstm", n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=8, horizon=4, hidden=8, embed=8)
+    data = prepare(
+        [read_demand(write_pattern_trace(d / "p.parquet", 1500))],
+        DatasetSpec(horizon=4, vocab_size=32),
+        val_fraction=0.1,
+        test_fraction=0.1,
+    )
+    mcfg = ModelConfig(
+        kind="lstm", n_classes=len(data.vocab), n_slots=data.table.unknown, seq_len=8, horizon=4, hidden=8, embed=8
+    )
     tcfg = TrainConfig(epochs=1, patience=1, batch=32, seed=0, threads=1)
     return save_model(d / "m.pt", train_model(data, mcfg, tcfg), data, DatasetSpec(horizon=4, vocab_size=32), tcfg)
 
@@ -294,7 +346,9 @@ def test_fuzz_model_files(tmp_path, model_file):
             refused += 1
             continue
         state = got.model.state_dict()
-        assert all(torch.equal(state[k], ref_state[k]) for k in ref_state), f"case {i} ({what}): other weights, no error"
+        assert all(torch.equal(state[k], ref_state[k]) for k in ref_state), (
+            f"case {i} ({what}): other weights, no error"
+        )
         assert got.config == ref.config and np.array_equal(got.vocab.keys, ref.vocab.keys)
         assert got.table.to_list() == ref.table.to_list()
     assert refused > CASES // 2
@@ -303,8 +357,11 @@ def test_fuzz_model_files(tmp_path, model_file):
 def _write_journal(path: Path) -> tuple[dict[str, np.ndarray], list[dict]]:
     """A journal as a recorder killed midway leaves it (the writer is aborted, never closed)."""
     n = 2000
-    cols = {"t_ns": np.arange(n, dtype=np.int64) * 3, "region": (np.arange(n) % 2).astype(np.int32),
-            "page": np.arange(n, dtype=np.int64) % 97}
+    cols = {
+        "t_ns": np.arange(n, dtype=np.int64) * 3,
+        "region": (np.arange(n) % 2).astype(np.int32),
+        "page": np.arange(n, dtype=np.int64) % 97,
+    }
     w = TraceWriter(path, journal=True, row_group_rows=400, source="fuzz")
     for i in range(2):
         w.add_region(Region(i, f"r{i}", "anon", length=4096 * 100, order=i))
@@ -328,7 +385,9 @@ def test_fuzz_journals(tmp_path, target, text):
             p.write_bytes(mutated if p == damaged else orig[p])
         out.unlink(missing_ok=True)
         rec = _run(recover_partial, partial, out)
-        assert partial.read_bytes() == (mutated if damaged == partial else orig[partial]), "recover wrote over its input"
+        assert partial.read_bytes() == (mutated if damaged == partial else orig[partial]), (
+            "recover wrote over its input"
+        )
         if rec is None:
             assert not out.exists()
             continue
@@ -336,17 +395,19 @@ def test_fuzz_journals(tmp_path, target, text):
         c = t.read()
         assert rec.rows == len(c["t_ns"]) <= len(cols["t_ns"])
         for k, v in cols.items():  # what was recovered is exactly a prefix of what was written
-            assert np.array_equal(c[k], v[:rec.rows]), f"case {i} ({what}): recovered rows differ"
+            assert np.array_equal(c[k], v[: rec.rows]), f"case {i} ({what}): recovered rows differ"
         got = [r.to_dict() for r in t.regions]
-        assert got == regions[:len(got)], f"case {i} ({what}): recovered regions differ"
+        assert got == regions[: len(got)], f"case {i} ({what}): recovered regions differ"
 
 
 # --------------------------------------------------------------------------------- the CLI
 
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(Path(pagecast.__file__).resolve().parents[1]))  # the pagecast under test
-    return subprocess.run([sys.executable, "-m", "pagecast", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "pagecast", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def _one_line_error(proc: subprocess.CompletedProcess, *words: str) -> str:
@@ -362,10 +423,14 @@ def test_cli_one_line_errors_on_damaged_inputs(tmp_path):
     data = bytearray((tmp_path / "t.parquet").read_bytes())
     data[len(data) // 3] ^= 0x40  # inside a data page: the page checksum fails
     (tmp_path / "bad.parquet").write_bytes(bytes(data))
-    _one_line_error(_cli("simulate", "bad.parquet", "--prefetcher", "nextline", cwd=tmp_path), "bad.parquet", "corrupt trace data")
+    _one_line_error(
+        _cli("simulate", "bad.parquet", "--prefetcher", "nextline", cwd=tmp_path), "bad.parquet", "corrupt trace data"
+    )
     (tmp_path / "c.txt").write_bytes(CHAMPSIM)
     for ghz in ("0", "nan"):  # the other bad values are checked in-process (test_reliability.py)
-        _one_line_error(_cli("import", "champsim", "c.txt", "-o", "c.parquet", "--cpu-ghz", ghz, cwd=tmp_path), "--cpu-ghz")
+        _one_line_error(
+            _cli("import", "champsim", "c.txt", "-o", "c.parquet", "--cpu-ghz", ghz, cwd=tmp_path), "--cpu-ghz"
+        )
     assert not (tmp_path / "c.parquet").exists()
     (tmp_path / "in.csv").write_bytes(PREDICTIONS)
     before = (tmp_path / "in.csv").read_bytes()

@@ -15,7 +15,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from _fuzz import cases, watchdog
@@ -83,5 +82,7 @@ def test_native_launcher_fuzz(seed_plan, tmp_path):
         r = subprocess.run([launcher, str(plan), "--", "sh", "-c", "echo ran; exit 3"], capture_output=True,
                            timeout=30)  # fmt: skip
         ctx = (i, what, r.stderr[-300:])
-        assert r.returncode == 3 and r.stdout == b"ran\n", ctx  # never a crash of ours, never the program's status changed
+        assert r.returncode == 3 and r.stdout == b"ran\n", (
+            ctx
+        )  # never a crash of ours, never the program's status changed
         assert r.stderr.count(b"\n") <= 4, ctx

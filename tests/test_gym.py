@@ -145,6 +145,7 @@ def test_unequal_streams_match_proportionally(tmp_path, pair):
 
 # -- environment ------------------------------------------------------------------------
 
+
 def _env(pair, **kw):
     cfg = EnvConfig(**{"n_chunks": 16, "history": 2, "capacity": 0.25, "window": WIN, **kw})
     return TieredPlacementEnv([pair], cfg, render_mode="ansi")
@@ -153,8 +154,9 @@ def _env(pair, **kw):
 def test_registered_and_env_checker_passes(pair):
     env = gymnasium.make(ENV_ID, traces=[pair], n_chunks=8, window=WIN)
     check_env(env.unwrapped, skip_render_check=False)
-    env2 = gymnasium.make("pagecast.gym:pagecast/TieredPlacement-v0", traces=[pair[0]], n_chunks=8,
-                          window=WIN, action_mode="delta")
+    env2 = gymnasium.make(
+        "pagecast.gym:pagecast/TieredPlacement-v0", traces=[pair[0]], n_chunks=8, window=WIN, action_mode="delta"
+    )
     check_env(env2.unwrapped)
     obs, _ = env.reset(seed=1)
     assert obs.shape == env.observation_space.shape and obs.dtype == np.float32
@@ -244,9 +246,15 @@ def test_observation_keeps_counts(pair):
 
 def test_baselines_order_on_moving_hot_set(pair):
     env = _env(pair)
-    res = {name: run_episode(env, p)["total_ns"] for name, p in
-           {"slow": lambda e, o: np.zeros(16, bool), "random": make_random(0), "hot": hottest_last,
-            "oracle": oracle_next}.items()}
+    res = {
+        name: run_episode(env, p)["total_ns"]
+        for name, p in {
+            "slow": lambda e, o: np.zeros(16, bool),
+            "random": make_random(0),
+            "hot": hottest_last,
+            "oracle": oracle_next,
+        }.items()
+    }
     assert res["oracle"] < res["hot"] < res["slow"]
     assert res["hot"] < res["random"]
 
@@ -260,6 +268,7 @@ def test_render_mentions_all_three_times(pair):
 
 
 # -- CLI --------------------------------------------------------------------------------
+
 
 def test_cli_estimate_json(pair, capsys):
     assert cli_main(["estimate", *pair, "--window", "1000", "--fraction", "1", "--json"]) == 0
@@ -284,8 +293,26 @@ def test_cli_train_writes_agent_that_eval_loads(pair, tmp_path, capsys):
     """Plumbing only (a few hundred PPO steps): learning is measured by the benchmark run."""
     spec = ",".join(pair)
     agent = tmp_path / "agent"
-    assert cli_main(["gym", "train", spec, "-o", str(agent), "--timesteps", "256", "--n-envs", "1",
-                     "--window", "1000", "--chunks", "8"]) == 0
+    assert (
+        cli_main(
+            [
+                "gym",
+                "train",
+                spec,
+                "-o",
+                str(agent),
+                "--timesteps",
+                "256",
+                "--n-envs",
+                "1",
+                "--window",
+                "1000",
+                "--chunks",
+                "8",
+            ]
+        )
+        == 0
+    )
     assert (agent / "ppo.zip").exists() and (agent / "config.json").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".agent.")]  # temp dir renamed away
     capsys.readouterr()
@@ -332,8 +359,9 @@ def test_phase_windows_from_kernels_metadata(tmp_path):
 def test_generator_hot_set_jumps_and_drifts():
     from pagecast.gym.tracegen import generate_accesses
 
-    cfg = HotsetConfig(pages=4096, accesses=20_000, hot_fraction=0.05, hot_share=1.0, phase_accesses=10_000,
-                       drift=0.05, seed=2)
+    cfg = HotsetConfig(
+        pages=4096, accesses=20_000, hot_fraction=0.05, hot_share=1.0, phase_accesses=10_000, drift=0.05, seed=2
+    )
     page, gaps = generate_accesses(cfg)
     assert len(page) == 20_000 and page.min() >= 0 and page.max() < 4096 and (gaps > 0).all()
     hot = int(0.05 * 4096)

@@ -48,10 +48,18 @@ def _expected_from_damo(records) -> dict[str, np.ndarray]:
     """Rows the import must hold, from damo's own DamonRecord objects."""
     t0 = min(s.start_time for r in records for s in r.snapshots)
     snaps = sorted(((s.start_time, ti, s) for ti, r in enumerate(records) for s in r.snapshots), key=lambda x: x[0])
-    rows = [(s.start_time - t0, reg.start, reg.end, reg.nr_accesses.samples, ti) for _, ti, s in snaps for reg in s.regions]
+    rows = [
+        (s.start_time - t0, reg.start, reg.end, reg.nr_accesses.samples, ti) for _, ti, s in snaps for reg in s.regions
+    ]
     a = np.array(rows, dtype=object)
-    return {"t": a[:, 0].astype(np.int64), "start": a[:, 1].astype(np.uint64), "end": a[:, 2].astype(np.uint64),
-            "acc": a[:, 3].astype(np.int64), "target": a[:, 4].astype(np.int64), "t0": t0}
+    return {
+        "t": a[:, 0].astype(np.int64),
+        "start": a[:, 1].astype(np.uint64),
+        "end": a[:, 2].astype(np.uint64),
+        "acc": a[:, 3].astype(np.int64),
+        "target": a[:, 4].astype(np.int64),
+        "t0": t0,
+    }
 
 
 def _check_against(out: Path, exp: dict[str, np.ndarray]) -> None:
@@ -95,7 +103,11 @@ def test_records_written_by_damo(tmp_path, damo_api, fmt):
             regs, a = [], base
             for _ in range(rng.randint(3, 8)):
                 b = a + 4096 * rng.randint(1, 900)
-                regs.append(_damon.DamonRegion(a, b, rng.choice([0, 0, 3, 20]), _damon.unit_samples, s, _damon.unit_aggr_intervals))
+                regs.append(
+                    _damon.DamonRegion(
+                        a, b, rng.choice([0, 0, 3, 20]), _damon.unit_samples, s, _damon.unit_aggr_intervals
+                    )
+                )
                 a = b
             t = 10**9 + s * 100_000_000
             rec.snapshots.append(_damo_records.DamonSnapshot(t, t + 100_000_000, regs, None))
@@ -123,12 +135,29 @@ def test_heatmap_looks_like_damos(tmp_path, damo_api):
         g = compute(t, HeatmapConfig(regions=[rid], time_bins=tb, page_bins=pb))[0][0]
         tmin, tmax = compute(t, HeatmapConfig(regions=[rid], time_bins=tb, page_bins=pb))[1:]
         r, t0 = t.regions[rid], t.meta["t0_ns"]
-        cmd = [str(exe), "report", "heatmap", "--input", str(REAL), "--output", "raw", "--resol", str(tb), str(pb),
-               "--time_range", str(t0 + tmin), str(t0 + tmax),
-               "--address_range", str(r.base + g.page_lo * 4096), str(r.base + g.page_hi * 4096)]
+        cmd = [
+            str(exe),
+            "report",
+            "heatmap",
+            "--input",
+            str(REAL),
+            "--output",
+            "raw",
+            "--resol",
+            str(tb),
+            str(pb),
+            "--time_range",
+            str(t0 + tmin),
+            str(t0 + tmax),
+            "--address_range",
+            str(r.base + g.page_lo * 4096),
+            str(r.base + g.page_hi * 4096),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr
-        raw = np.array([[float(x) if x != "NaN" else 0.0 for x in ln.split()] for ln in res.stdout.splitlines() if ln.strip()])
+        raw = np.array(
+            [[float(x) if x != "NaN" else 0.0 for x in ln.split()] for ln in res.stdout.splitlines() if ln.strip()]
+        )
         theirs = raw[:, 2].reshape(tb, pb).T  # damo prints time-major rows; ours is (page bin, time bin)
         ours = g.grid
         assert ours.shape == theirs.shape
@@ -159,8 +188,26 @@ def test_damo_record_through_pipeline(tmp_path, capsys):
     assert cli_main(["heatmap", str(tr), "-o", str(tmp_path / "h.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] > 0 and (tmp_path / "h.png").stat().st_size > 1000
     m = tmp_path / "m.pt"
-    assert cli_main(["train", str(tr), "-o", str(m), "--epochs", "1", "--windows-per-epoch", "256", "--horizon", "8",
-                     "--vocab", "64", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                str(tr),
+                "-o",
+                str(m),
+                "--epochs",
+                "1",
+                "--windows-per-epoch",
+                "256",
+                "--horizon",
+                "8",
+                "--vocab",
+                "64",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert m.exists()
 
 
@@ -171,17 +218,20 @@ def _rec(regions: str) -> str:
 GOOD_REGION = '{"start": 4096, "end": 8192, "nr_accesses": {"samples": 2, "percent": null}, "age": {"usec": null, "aggr_intervals": 1}}'
 
 
-@pytest.mark.parametrize("data,what", [
-    (zlib.compress(_rec(GOOD_REGION).encode())[:-6], "truncated zlib"),
-    (_rec(GOOD_REGION).replace("]}]}]", "]}]").encode(), ":1: bad JSON"),
-    (_rec(GOOD_REGION.replace("4096", '"4k"')).encode(), "record 0, snapshot 0, region 0: bad start '4k'"),
-    (_rec(GOOD_REGION.replace('"end": 8192', '"end": 4096')).encode(), "region 0: empty or reversed range"),
-    (_rec(GOOD_REGION.replace('"samples": 2', '"samples": -1')).encode(), "negative nr_accesses"),
-    (_rec(GOOD_REGION.replace('"end": 8192', '"end": 8200')).encode(), "not 4 KiB aligned"),
-    (b'{"x": 1}', "not a damo record"),
-    (b"kdamond.0 4452 [000] 82877.315633: damon:damon_aggregated:", "not a damo record"),
-    (b"[\n1,\n]", ":3: bad JSON"),
-])
+@pytest.mark.parametrize(
+    "data,what",
+    [
+        (zlib.compress(_rec(GOOD_REGION).encode())[:-6], "truncated zlib"),
+        (_rec(GOOD_REGION).replace("]}]}]", "]}]").encode(), ":1: bad JSON"),
+        (_rec(GOOD_REGION.replace("4096", '"4k"')).encode(), "record 0, snapshot 0, region 0: bad start '4k'"),
+        (_rec(GOOD_REGION.replace('"end": 8192', '"end": 4096')).encode(), "region 0: empty or reversed range"),
+        (_rec(GOOD_REGION.replace('"samples": 2', '"samples": -1')).encode(), "negative nr_accesses"),
+        (_rec(GOOD_REGION.replace('"end": 8192', '"end": 8200')).encode(), "not 4 KiB aligned"),
+        (b'{"x": 1}', "not a damo record"),
+        (b"kdamond.0 4452 [000] 82877.315633: damon:damon_aggregated:", "not a damo record"),
+        (b"[\n1,\n]", ":3: bad JSON"),
+    ],
+)
 def test_malformed_records(tmp_path, capsys, data, what):
     src = tmp_path / "bad.data"
     src.write_bytes(data)
@@ -193,6 +243,7 @@ def test_malformed_records(tmp_path, capsys, data, what):
 
 def _reference(doc) -> dict[str, np.ndarray]:
     """Expected rows straight from a JSON document (plain Python, for the fuzz)."""
+
     def num(v):
         if isinstance(v, bool):
             raise ValueError
@@ -203,6 +254,7 @@ def _reference(doc) -> dict[str, np.ndarray]:
         if isinstance(v, str) and v.replace(",", "").strip().isdigit():
             return int(v.replace(",", "").strip())
         raise ValueError
+
     rows = []
     t0 = None
     snaps = []
@@ -220,8 +272,14 @@ def _reference(doc) -> dict[str, np.ndarray]:
                 raise ValueError
             rows.append((t, a, b, acc, ti))
     a = np.array(rows, dtype=object)
-    return {"t": (a[:, 0] - t0).astype(np.int64), "start": a[:, 1].astype(np.uint64), "end": a[:, 2].astype(np.uint64),
-            "acc": a[:, 3].astype(np.int64), "target": a[:, 4].astype(np.int64), "t0": t0}
+    return {
+        "t": (a[:, 0] - t0).astype(np.int64),
+        "start": a[:, 1].astype(np.uint64),
+        "end": a[:, 2].astype(np.uint64),
+        "acc": a[:, 3].astype(np.int64),
+        "target": a[:, 4].astype(np.int64),
+        "t0": t0,
+    }
 
 
 def test_fuzz_records(tmp_path):
@@ -242,7 +300,7 @@ def test_fuzz_records(tmp_path):
             elif op < 0.7:
                 s[pos] = rng.choice('0123456789,"-[]{}: ex.')
             elif op < 0.8:
-                del s[pos:pos + rng.randint(1, 5)]
+                del s[pos : pos + rng.randint(1, 5)]
             else:
                 del s[pos:]
         text = "".join(s)
@@ -279,13 +337,17 @@ def test_large_record_streams(tmp_path):
     acc = rng.choice([0, 0, 1, 7, 20], (n_snap, n_reg))
     parts = []
     for s in range(n_snap):
-        regs = ", ".join(f'{{"start": {a}, "end": {b}, "nr_accesses": {{"samples": {k}, "percent": null}}, '
-                         f'"age": {{"usec": null, "aggr_intervals": 3}}}}'
-                         for a, b, k in zip(starts[s].tolist(), ends[s].tolist(), acc[s].tolist()))
+        regs = ", ".join(
+            f'{{"start": {a}, "end": {b}, "nr_accesses": {{"samples": {k}, "percent": null}}, '
+            f'"age": {{"usec": null, "aggr_intervals": 3}}}}'
+            for a, b, k in zip(starts[s].tolist(), ends[s].tolist(), acc[s].tolist())
+        )
         t = 10**9 + s * 100_000_000
         parts.append(f'{{"start_time": {t}, "end_time": {t + 100_000_000}, "regions": [{regs}]}}')
-    text = ('[{"target_id": 7, "intervals": {"sample_us": 5000, "aggr_us": 100000, "ops_update_us": 1000000}, '
-            '"snapshots": [' + ", ".join(parts) + "]}]").encode()
+    text = (
+        '[{"target_id": 7, "intervals": {"sample_us": 5000, "aggr_us": 100000, "ops_update_us": 1000000}, '
+        '"snapshots": [' + ", ".join(parts) + "]}]"
+    ).encode()
     del parts
     src = tmp_path / "big.json_compressed"
     src.write_bytes(zlib.compress(text, 1))
@@ -300,7 +362,9 @@ def test_large_record_streams(tmp_path):
     assert fmt == "json_compressed" and len(records) == 1 and len(records[0].snapshots) == n_snap
     assert records[0].intervals["aggr_us"] == 100000
     del records
-    print(f"JSON text {text_size / 1e6:.1f} MB, {n_snap * n_reg} regions, traced peak while parsing {peak / 1e6:.1f} MB")
+    print(
+        f"JSON text {text_size / 1e6:.1f} MB, {n_snap * n_reg} regions, traced peak while parsing {peak / 1e6:.1f} MB"
+    )
     assert peak < text_size / 4, (peak, text_size)
     info = damo.import_trace(src, tmp_path / "big.parquet")
     assert info["rows"] == n_snap * n_reg and info["snapshots"] == n_snap

@@ -41,9 +41,15 @@ def _expected(header: dict, packets: list[dict]) -> dict[str, np.ndarray]:
     region = np.searchsorted(run_start, gran, side="right") - 1
     page = ((addr - (run_start[region].astype(np.uint64) << np.uint64(21))) >> np.uint64(12)).astype(np.int64)
     cmd = np.array([p["cmd"] for p in packets])
-    return {"t_ns": t, "region": region, "page": page, "ip": np.array([p["pc"] for p in packets], np.uint64),
-            "bytes": np.array([min(p["size"], 2**32 - 1) for p in packets], np.uint32),
-            "flags": gem5.CMD_FLAGS[np.minimum(cmd, 255)], "t0": t0}
+    return {
+        "t_ns": t,
+        "region": region,
+        "page": page,
+        "ip": np.array([p["pc"] for p in packets], np.uint64),
+        "bytes": np.array([min(p["size"], 2**32 - 1) for p in packets], np.uint32),
+        "flags": gem5.CMD_FLAGS[np.minimum(cmd, 255)],
+        "t0": t0,
+    }
 
 
 def _check(out: Path, data: bytes) -> None:
@@ -70,7 +76,7 @@ def test_real_gem5_traffic_gen_traces(tmp_path, name, freq):
     # protobuf on the same bytes: the header message after the magic
     raw = src.read_bytes()
     n = raw[4]
-    assert messages().PacketHeader.FromString(raw[5:5 + n]).tick_freq == freq
+    assert messages().PacketHeader.FromString(raw[5 : 5 + n]).tick_freq == freq
 
 
 def _packets(n: int, seed: int = 0) -> list[Pkt]:
@@ -82,8 +88,17 @@ def _packets(n: int, seed: int = 0) -> list[Pkt]:
     for i in range(n):
         tick += rng.choice([500, 1000, 1500, 0])
         pc = 0x400000 + 4 * rng.randrange(1 << 16) if rng.random() < 0.6 else None  # writebacks carry no pc
-        out.append(Pkt(tick=tick, cmd=rng.choice(cmds), addr=rng.choice(bases) + rng.randrange(MB2 + MB2 // 2),
-                       size=rng.choice([64, 4, 8]), flags=rng.randrange(1 << 20), pkt_id=i, pc=pc))
+        out.append(
+            Pkt(
+                tick=tick,
+                cmd=rng.choice(cmds),
+                addr=rng.choice(bases) + rng.randrange(MB2 + MB2 // 2),
+                size=rng.choice([64, 4, 8]),
+                flags=rng.randrange(1 << 20),
+                pkt_id=i,
+                pc=pc,
+            )
+        )
     return out
 
 
@@ -105,7 +120,14 @@ def test_commmonitor_gzip_trace_from_schema(tmp_path, monkeypatch, block):
     _check(tmp_path / "t.parquet", data)
     t = open_trace(tmp_path / "t.parquet")
     assert t.meta["gem5_id_strings"] == {"0": "system.cpu.dcache", "1": "writebacks"}
-    assert set(t.meta["gem5_commands"]) == {"ReadReq", "WriteReq", "HardPFReq", "WritebackDirty", "CleanEvict", "WriteLineReq"}
+    assert set(t.meta["gem5_commands"]) == {
+        "ReadReq",
+        "WriteReq",
+        "HardPFReq",
+        "WritebackDirty",
+        "CleanEvict",
+        "WriteLineReq",
+    }
     # the same stream without gzip reads the same
     raw = tmp_path / "mem.trc"
     raw.write_bytes(gzip.decompress(data))
@@ -170,7 +192,7 @@ def test_fuzz_packet_traces(tmp_path):
             if op < 0.5:
                 b[pos] = rng.randrange(256)
             elif op < 0.7:
-                del b[pos:pos + rng.randint(1, 8)]
+                del b[pos : pos + rng.randint(1, 8)]
             elif op < 0.85:
                 b[pos:pos] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 6)))
             else:
@@ -240,17 +262,29 @@ def test_stats_several_dumps_and_info(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["rows"] == 0 and info["stats_dumps"] == 2
     meta = open_trace(out).meta["gem5_stats"]["dumps"]
-    assert meta[0]["alu_utilization"] == {"system.cpu3.CUs0.vALUUtilization": 41.25,
-                                          "system.cpu3.CUs0.numALUInstsExecuted": None}
+    assert meta[0]["alu_utilization"] == {
+        "system.cpu3.CUs0.vALUUtilization": 41.25,
+        "system.cpu3.CUs0.numALUInstsExecuted": None,
+    }
     assert meta[0]["l1_hits"]["system.ruby.tcp_cntrl0.L1cache.m_demand_hits"] == 1500
-    assert meta[0]["coalescing"] == {"system.l1_coalescer0.coalescedAccesses": 800,
-                                     "system.l1_coalescer0.uncoalescedAccesses": 3200}
+    assert meta[0]["coalescing"] == {
+        "system.l1_coalescer0.coalescedAccesses": 800,
+        "system.l1_coalescer0.uncoalescedAccesses": 3200,
+    }
     assert meta[0]["lds_bank_conflicts"]["system.cpu3.CUs0.ldsBankConflictDist::samples"] == 12
-    assert meta[1]["simSeconds"] == 0.0003 and meta[1]["l1_hits"] == {"system.ruby.tcp_cntrl0.L1cache.m_demand_hits": 4100}
+    assert meta[1]["simSeconds"] == 0.0003 and meta[1]["l1_hits"] == {
+        "system.ruby.tcp_cntrl0.L1cache.m_demand_hits": 4100
+    }
     assert cli_main(["info", str(out)]) == 0
     text = capsys.readouterr().out
-    for needle in ("gem5 stats:", "dump 1", "system.ruby.tcp_cntrl0.L1cache.m_demand_hits = 4100",
-                   "system.l1_coalescer0.coalescedAccesses = 800", "ldsBankAccesses = 96", "vALUUtilization = 52.0"):
+    for needle in (
+        "gem5 stats:",
+        "dump 1",
+        "system.ruby.tcp_cntrl0.L1cache.m_demand_hits = 4100",
+        "system.l1_coalescer0.coalescedAccesses = 800",
+        "ldsBankAccesses = 96",
+        "vALUUtilization = 52.0",
+    ):
         assert needle in text, needle
 
 
@@ -260,16 +294,26 @@ def test_info_on_imported_run_shows_real_stats(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["info", str(out), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["rows"] == 2 and d["meta"]["gem5_stats"]["dumps"][0]["lds_bank_conflicts"]["system.cpu1.CUs0.lds_bank_access_cnt"] == 54
+    assert (
+        d["rows"] == 2
+        and d["meta"]["gem5_stats"]["dumps"][0]["lds_bank_conflicts"]["system.cpu1.CUs0.lds_bank_access_cnt"] == 54
+    )
     assert cli_main(["info", str(out)]) == 0
     assert "system.l1_coalescer1.uncoalesced_accesses = 769" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("text,line,what", [
-    ("---------- Begin Simulation Statistics ----------\nsimSeconds 0.1 # s\nsimTicks 12x # t\n", 3, "non-numeric value '12x'"),
-    ("simSeconds 0.1 # s\n", 1, "outside a Begin/End"),
-    ("---------- Begin Simulation Statistics ----------\nsimSeconds\n", 2, "without a value"),
-])
+@pytest.mark.parametrize(
+    "text,line,what",
+    [
+        (
+            "---------- Begin Simulation Statistics ----------\nsimSeconds 0.1 # s\nsimTicks 12x # t\n",
+            3,
+            "non-numeric value '12x'",
+        ),
+        ("simSeconds 0.1 # s\n", 1, "outside a Begin/End"),
+        ("---------- Begin Simulation Statistics ----------\nsimSeconds\n", 2, "without a value"),
+    ],
+)
 def test_malformed_stats(tmp_path, capsys, text, line, what):
     st = tmp_path / "stats.txt"
     st.write_text(text)
@@ -287,7 +331,7 @@ def test_fuzz_stats(tmp_path):
             k = rng.randrange(len(lines))
             s = lines[k]
             j = rng.randrange(len(s) + 1)
-            lines[k] = s[:j] + rng.choice(["x", "", " ", "#", "-", "1e", "|"]) + s[j + rng.randint(0, 3):]
+            lines[k] = s[:j] + rng.choice(["x", "", " ", "#", "-", "1e", "|"]) + s[j + rng.randint(0, 3) :]
         st = tmp_path / f"s{i}.txt"
         st.write_text("\n".join(lines) + "\n")
         try:
@@ -333,16 +377,30 @@ def test_gpu_debug_trace_virtual_and_physical(tmp_path, capsys):
     assert c["flags"].tolist() == [0, 0, FLAG_WRITE, FLAG_WRITE]
     assert c["page"].tolist() == [1, 1, 512 + 3, 2] and (c["region"] == 0).all()
     out2 = tmp_path / "p.parquet"
-    assert cli_main(["import", "gem5", str(src), "-o", str(out2), "--gpu-addresses", "physical", "--tick-freq", str(10**9)]) == 0
+    assert (
+        cli_main(
+            ["import", "gem5", str(src), "-o", str(out2), "--gpu-addresses", "physical", "--tick-freq", str(10**9)]
+        )
+        == 0
+    )
     c = open_trace(out2).read()
     assert c["t_ns"].tolist() == [0, 500] and c["page"].tolist() == [0x12, 0x12]
 
 
-@pytest.mark.parametrize("bad,what", [
-    ("   10: system.cpu3.CUs0: CU0: WF[0][1]: Translation for addr 0x7fzz from instruction v_x sent!", "bad address"),
-    ("   1x: system.cpu3.CUs0: CU0: WF[0][1]: Translation for addr 0x7f from instruction v_x sent!", "bad tick"),
-    ("   10: system.cpu3.CUs0: CUq: WF[0][1]: Translation for addr 0x7f from instruction v_x sent!", "bad CU number"),
-])
+@pytest.mark.parametrize(
+    "bad,what",
+    [
+        (
+            "   10: system.cpu3.CUs0: CU0: WF[0][1]: Translation for addr 0x7fzz from instruction v_x sent!",
+            "bad address",
+        ),
+        ("   1x: system.cpu3.CUs0: CU0: WF[0][1]: Translation for addr 0x7f from instruction v_x sent!", "bad tick"),
+        (
+            "   10: system.cpu3.CUs0: CUq: WF[0][1]: Translation for addr 0x7f from instruction v_x sent!",
+            "bad CU number",
+        ),
+    ],
+)
 def test_gpu_debug_malformed(tmp_path, capsys, bad, what):
     src = tmp_path / "debug.txt"
     src.write_text(DEBUG + bad + "\n")
@@ -361,13 +419,21 @@ def test_detect():
 
 # --- the imported trace in the rest of the pipeline ------------------------------------------
 
+
 def test_gem5_trace_simulates_heatmaps_and_trains(tmp_path, capsys):
     rng = random.Random(5)
     pk = []
     for i in range(6000):  # a strided sweep over two arrays, as a CommMonitor below the L1 would see
         base = 0x7F00_0000_0000 if i % 2 else 0x7F00_0040_0000
-        pk.append(Pkt(tick=1000 * i, cmd=1 if rng.random() < 0.8 else 4, addr=base + 4096 * ((i // 2) % 300) + 64, size=64,
-                      pc=0x401000 + (i % 7)))
+        pk.append(
+            Pkt(
+                tick=1000 * i,
+                cmd=1 if rng.random() < 0.8 else 4,
+                addr=base + 4096 * ((i // 2) % 300) + 64,
+                size=64,
+                pc=0x401000 + (i % 7),
+            )
+        )
     src = tmp_path / "mem.trc.gz"
     src.write_bytes(encode_trace(Hdr(), pk))
     tr = tmp_path / "t.parquet"
@@ -379,8 +445,26 @@ def test_gem5_trace_simulates_heatmaps_and_trains(tmp_path, capsys):
     assert cli_main(["heatmap", str(tr), "-o", str(tmp_path / "h.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == 6000
     m = tmp_path / "m.pt"
-    assert cli_main(["train", str(tr), "-o", str(m), "--epochs", "1", "--windows-per-epoch", "256", "--horizon", "8",
-                     "--vocab", "64", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                str(tr),
+                "-o",
+                str(m),
+                "--epochs",
+                "1",
+                "--windows-per-epoch",
+                "256",
+                "--horizon",
+                "8",
+                "--vocab",
+                "64",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert m.exists()
 
 
@@ -397,9 +481,14 @@ def _debug_reference(text: str) -> list[tuple[int, int, int, bool]]:
         if not parts[4].startswith("Translation for addr ") or " from instruction " not in parts[4]:
             continue
         ids = parts[3][3:-1].split("][")
-        addr_txt, instr = parts[4][len("Translation for addr "):].split(" from instruction ", 1)
-        if not all(x.isdigit() for x in [parts[0], parts[2][2:], *ids]) or len(ids) != 2 or " " in addr_txt \
-                or not parts[1] or any(ch.isspace() for ch in parts[1]):
+        addr_txt, instr = parts[4][len("Translation for addr ") :].split(" from instruction ", 1)
+        if (
+            not all(x.isdigit() for x in [parts[0], parts[2][2:], *ids])
+            or len(ids) != 2
+            or " " in addr_txt
+            or not parts[1]
+            or any(ch.isspace() for ch in parts[1])
+        ):
             continue  # gem5 prints bare numbers (%d), a hex address and an object name without spaces
         try:
             addr = int(addr_txt, 16)
@@ -415,16 +504,19 @@ def _debug_reference(text: str) -> list[tuple[int, int, int, bool]]:
 
 def test_fuzz_gpu_debug_traces(tmp_path):
     rng = random.Random(11)
-    lines = [f"{1000 * i:7d}: system.cpu3.CUs{i % 4}: CU{i % 4}: WF[{i % 3}][{i % 5}]: Translation for addr "
-             f"{0x7FFF_8000_0000 + 4096 * (i % 50) + 4 * i:#x} from instruction "
-             f"{'flat_store_dword' if i % 4 == 0 else 'flat_load_dword'} v1, v[2:3] sent!" for i in range(120)]
+    lines = [
+        f"{1000 * i:7d}: system.cpu3.CUs{i % 4}: CU{i % 4}: WF[{i % 3}][{i % 5}]: Translation for addr "
+        f"{0x7FFF_8000_0000 + 4096 * (i % 50) + 4 * i:#x} from instruction "
+        f"{'flat_store_dword' if i % 4 == 0 else 'flat_load_dword'} v1, v[2:3] sent!"
+        for i in range(120)
+    ]
     base = "gem5 Simulator System.\n" + "\n".join(lines) + "\n"
     outcomes = {"error": 0, "ok": 0}
     for i in range(120):
         s = list(base)
         for _ in range(rng.randint(1, 3)):
             pos = rng.randrange(len(s))
-            s[pos:pos + rng.randint(0, 3)] = rng.choice(["", "x", "0", "9", " ", "]", ":", "f", "\n"])
+            s[pos : pos + rng.randint(0, 3)] = rng.choice(["", "x", "0", "9", " ", "]", ":", "f", "\n"])
         text = "".join(s)
         src, out = tmp_path / f"d{i}.txt", tmp_path / f"d{i}.parquet"
         src.write_text(text)

@@ -46,7 +46,14 @@ def test_ai4mem_small(tmp_path):
     assert info["duplicates_dropped"] == 1 and info["snapshots"] == 2
     t = open_trace(tmp_path / "u.parquet")
     c = t.read()
-    assert [Kind(k).name for k in c["kind"]] == ["KERNEL", "FAULT_GPU", "MIGRATE_HTOD", "MIGRATE_HTOD", "FAULT_GPU", "MIGRATE_DTOH"]
+    assert [Kind(k).name for k in c["kind"]] == [
+        "KERNEL",
+        "FAULT_GPU",
+        "MIGRATE_HTOD",
+        "MIGRATE_HTOD",
+        "FAULT_GPU",
+        "MIGRATE_DTOH",
+    ]
     assert c["t_ns"].tolist() == [0, 100, 150, 200, 300, 400]
     assert [(r.base, r.length) for r in t.regions] == [(A, 2 * MB2), (B, MB2)]
     assert c["region"].tolist() == [-1, 0, 0, 0, 1, 1]
@@ -55,14 +62,17 @@ def test_ai4mem_small(tmp_path):
     assert c["bytes"].tolist() == [0, 0, 4096, 4096, 0, 4096]
 
 
-@pytest.mark.parametrize("bad,line,what", [
-    ("UVM,GPU_PAGE_FAULT,0x1000,12,,,X\n", 2, "8 fields"),
-    ("UVM,GPU_PAGE_FAULT,1000,12,,,X,\n", 2, "Address"),
-    ("UVM,GPU_PAGE_FAULT,0x1000,1x2,,,X,\n", 2, "StartTime_ns"),
-    ("UVM,BOGUS,0x1000,12,,,X,\n", 2, "unknown UVM event"),
-    ("hello\n", 2, "not an AI4Mem"),
-    ("KERNEL,k(int),1,2\n", 2, "start,end,duration"),
-])
+@pytest.mark.parametrize(
+    "bad,line,what",
+    [
+        ("UVM,GPU_PAGE_FAULT,0x1000,12,,,X\n", 2, "8 fields"),
+        ("UVM,GPU_PAGE_FAULT,1000,12,,,X,\n", 2, "Address"),
+        ("UVM,GPU_PAGE_FAULT,0x1000,1x2,,,X,\n", 2, "StartTime_ns"),
+        ("UVM,BOGUS,0x1000,12,,,X,\n", 2, "unknown UVM event"),
+        ("hello\n", 2, "not an AI4Mem"),
+        ("KERNEL,k(int),1,2\n", 2, "start,end,duration"),
+    ],
+)
 def test_ai4mem_malformed(tmp_path, bad, line, what):
     src = tmp_path / "bad.csv"
     src.write_text("Category,EventName,Address,StartTime_ns,EndTime_ns,Duration_ns,Host_Phys_Info,Mapped_File\n" + bad)
@@ -96,9 +106,16 @@ def test_ai4mem_accumulated_sample(tmp_path):
 
 
 def test_predictions_both_headers_round_trip(tmp_path):
-    regions = [Region(id=0, name="a", kind="managed", base=A, length=4 * MB2), Region(id=1, name="b", kind="managed", base=B, length=MB2)]
-    (tmp_path / "p1.csv").write_text(f"trigger_time_ns,page_addr,page_idx,score\n10,{A + 0x5000:#x},5,0.5\n20,{B:#x},0,0.25\n")
-    (tmp_path / "p2.csv").write_text(f"Timestamp_ns,Prefetch_Address,Confidence\n10,{A + 0x5000:#x},0.5\n20,{B:#x},0.25\n30,0x10,1\n")
+    regions = [
+        Region(id=0, name="a", kind="managed", base=A, length=4 * MB2),
+        Region(id=1, name="b", kind="managed", base=B, length=MB2),
+    ]
+    (tmp_path / "p1.csv").write_text(
+        f"trigger_time_ns,page_addr,page_idx,score\n10,{A + 0x5000:#x},5,0.5\n20,{B:#x},0,0.25\n"
+    )
+    (tmp_path / "p2.csv").write_text(
+        f"Timestamp_ns,Prefetch_Address,Confidence\n10,{A + 0x5000:#x},0.5\n20,{B:#x},0.25\n30,0x10,1\n"
+    )
     s1 = read_predictions_csv(tmp_path / "p1.csv", regions)
     s2 = read_predictions_csv(tmp_path / "p2.csv", regions)
     assert s1.region.tolist() == [0, 1] and s1.page.tolist() == [5, 0] and s1.score.tolist() == [0.5, 0.25]
@@ -114,7 +131,9 @@ def test_predictions_triggers_and_errors(tmp_path):
     src.write_text(AI4MEM_CSV)
     ai4mem.import_trace(src, tmp_path / "u.parquet")
     t = open_trace(tmp_path / "u.parquet")
-    (tmp_path / "p.csv").write_text(f"Timestamp_ns,Prefetch_Address,Confidence\n1160,{B + 0x7000:#x},0.9\n1350,{A:#x},0.1\n")
+    (tmp_path / "p.csv").write_text(
+        f"Timestamp_ns,Prefetch_Address,Confidence\n1160,{B + 0x7000:#x},0.9\n1350,{A:#x},0.1\n"
+    )
     s = attach_triggers(read_predictions_csv(tmp_path / "p.csv", t.regions), t)
     # demand stream: faults at 100 and 300 (t0 = 1000); 1160 -> after demand 0, 1350 -> after demand 1
     assert s.trigger.tolist() == [0, 1] and s.page.tolist() == [7, 0] and s.region.tolist() == [1, 0]
@@ -131,10 +150,21 @@ def test_predictions_triggers_and_errors(tmp_path):
 
 def test_lackey(tmp_path):
     base = 0x1FFE_FFF0_00
-    text = "==123== Lackey, an example Valgrind tool\n" + "\n".join([
-        "I  04010ec0,3", f" S {base + 8:x},8", "I  04010ec3,5", f" L {base + 0x2000:x},4", f" M {base + 0x1000:x},8",
-        "I  04010ec8,2", f" L {0x4000_0000 + 0x10:08x},1",
-    ]) + "\n==123== done\n"
+    text = (
+        "==123== Lackey, an example Valgrind tool\n"
+        + "\n".join(
+            [
+                "I  04010ec0,3",
+                f" S {base + 8:x},8",
+                "I  04010ec3,5",
+                f" L {base + 0x2000:x},4",
+                f" M {base + 0x1000:x},8",
+                "I  04010ec8,2",
+                f" L {0x4000_0000 + 0x10:08x},1",
+            ]
+        )
+        + "\n==123== done\n"
+    )
     src = tmp_path / "l.txt"
     src.write_text(text)
     info = lackey.import_trace(src, tmp_path / "l.parquet")
@@ -145,7 +175,11 @@ def test_lackey(tmp_path):
     assert c["flags"].tolist() == [FLAG_WRITE, 0, FLAG_WRITE, 0]
     assert c["bytes"].tolist() == [8, 4, 8, 1]
     r0 = t.regions[c["region"][0]]
-    assert c["page"].tolist()[:3] == [(base + 8 - r0.base) >> 12, (base + 0x2000 - r0.base) >> 12, (base + 0x1000 - r0.base) >> 12]
+    assert c["page"].tolist()[:3] == [
+        (base + 8 - r0.base) >> 12,
+        (base + 0x2000 - r0.base) >> 12,
+        (base + 0x1000 - r0.base) >> 12,
+    ]
     assert c["region"][3] != c["region"][0]
     src.write_text("I  04010ec0,3\n X 1234,8\n")
     with pytest.raises(PagecastError, match=r"l.txt:2: not a lackey"):
@@ -157,7 +191,13 @@ def test_lackey(tmp_path):
 
 def test_champsim_loads_and_prefetches(tmp_path):
     loads = tmp_path / "loads.txt"
-    loads.write_text("\n".join(f"{10 * i}, {100 + 7 * i}, {0x7F00_0000_0000 + 4096 * (i % 5) + 64:x}, 401a{i:02x}, {i % 2}" for i in range(20)) + "\n")
+    loads.write_text(
+        "\n".join(
+            f"{10 * i}, {100 + 7 * i}, {0x7F00_0000_0000 + 4096 * (i % 5) + 64:x}, 401a{i:02x}, {i % 2}"
+            for i in range(20)
+        )
+        + "\n"
+    )
     assert champsim.import_trace(loads, tmp_path / "c.parquet", cpu_ghz=3.5)["rows"] == 20
     t = open_trace(tmp_path / "c.parquet")
     c = t.read()
@@ -180,8 +220,11 @@ def test_memai_feather(tmp_path):
     ts = 5_000 + np.arange(n, dtype=np.int64) * 30
     vaddr = (0x5555_0000_0000 + (np.arange(n) % 64) * 4096 + 8).astype(np.uint64)
     phase = np.repeat([0, 1, 0], [300, 300, 400]).astype(np.int32)
-    feather.write_feather(pa.table({"Timestamp": ts, "Vaddr": vaddr, "Phase": phase, "Instrs": np.arange(n) * 3}),
-                          tmp_path / "m.feather", chunksize=256)
+    feather.write_feather(
+        pa.table({"Timestamp": ts, "Vaddr": vaddr, "Phase": phase, "Instrs": np.arange(n) * 3}),
+        tmp_path / "m.feather",
+        chunksize=256,
+    )
     info = memai.import_trace(tmp_path / "m.feather", tmp_path / "m.parquet")
     assert info["rows"] == n and info["phases"] == 3
     t = open_trace(tmp_path / "m.parquet")

@@ -18,10 +18,12 @@ from pagecast.trace import Kind, Region, TraceWriter, open_trace
 def trace(tmp_path: Path) -> tuple[Path, dict]:
     rng = np.random.default_rng(0)
     n = 50_000
-    regions = [Region(id=0, name="a", kind="file", path="/x", length=100 * 4096),
-               Region(id=0, name="b", kind="anon", length=1000 * 4096),
-               Region(id=0, name="c", kind="anon", length=0),  # unknown length: sort-based counting
-               Region(id=0, name="d", kind="anon", length=50 * 4096)]  # pages beyond its length too
+    regions = [
+        Region(id=0, name="a", kind="file", path="/x", length=100 * 4096),
+        Region(id=0, name="b", kind="anon", length=1000 * 4096),
+        Region(id=0, name="c", kind="anon", length=0),  # unknown length: sort-based counting
+        Region(id=0, name="d", kind="anon", length=50 * 4096),
+    ]  # pages beyond its length too
     cols = {
         "t_ns": np.sort(rng.integers(0, 2_000_000_000, n)),
         "region": rng.choice([-1, 0, 1, 1, 2, 3], n).astype(np.int32),
@@ -31,7 +33,7 @@ def trace(tmp_path: Path) -> tuple[Path, dict]:
     p = tmp_path / "t.parquet"
     with TraceWriter(p, regions=regions, source="test", row_group_rows=7000) as w:
         for i in range(0, n, 9999):
-            w.write(**{k: v[i:i + 9999] for k, v in cols.items()})
+            w.write(**{k: v[i : i + 9999] for k, v in cols.items()})
     return p, cols
 
 
@@ -94,7 +96,9 @@ def test_recover_cli(tmp_path, capsys):
 
 def test_info_strict_json_for_non_ns_clock(tmp_path, capsys):
     p = tmp_path / "i.parquet"
-    with TraceWriter(p, regions=[Region(id=0, name="x", kind="anon", length=0)], meta={"time_unit": "instructions"}) as w:
+    with TraceWriter(
+        p, regions=[Region(id=0, name="x", kind="anon", length=0)], meta={"time_unit": "instructions"}
+    ) as w:
         w.write(t_ns=np.arange(100) * 3, region=0, page=np.arange(100) % 7)
     assert cli_main(["info", "--json", str(p)]) == 0
 

@@ -21,12 +21,12 @@ ROOT = SRC / "pagecast"
 
 # layer             packages (top-level modules of pagecast count as packages)
 LAYERS: list[tuple[str, set[str]]] = [
-    ("foundation",  {"__init__", "constants", "errors", "util"}),
-    ("trace",       {"trace"}),
-    ("sources",     {"collect", "importers"}),
-    ("consumers",   {"learn", "policies", "sim", "gym", "plan", "report"}),
-    ("runtime",     {"live", "pager", "cuda", "launch", "bench"}),
-    ("cli",         {"cli", "__main__"}),
+    ("foundation", {"__init__", "constants", "errors", "util"}),
+    ("trace", {"trace"}),
+    ("sources", {"collect", "importers"}),
+    ("consumers", {"learn", "policies", "sim", "gym", "plan", "report"}),
+    ("runtime", {"live", "pager", "cuda", "launch", "bench"}),
+    ("cli", {"cli", "__main__"}),
 ]
 RANK = {pkg: i for i, (_, pkgs) in enumerate(LAYERS) for pkg in pkgs}
 LAYER_NAME = {pkg: name for name, pkgs in LAYERS for pkg in pkgs}
@@ -51,7 +51,12 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "pagecast"]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] == "pagecast":
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.split(".")[0] == "pagecast"
+        ):
             # `from pagecast.x import y` may name a submodule y: count it as pagecast.x.y when it is one
             for a in node.names:
                 sub = f"{node.module}.{a.name}"
@@ -110,8 +115,12 @@ def test_tests_and_benchmarks_import_existing_modules(where):
 
 def test_nothing_imports_a_later_layer():
     # a package missing from LAYERS is reported by test_every_package_is_in_the_table
-    upward = [f"{LAYER_NAME[a]} → {LAYER_NAME[b]}: {w}" for (a, b), where in sorted(_edges().items())
-              if a in RANK and b in RANK and RANK[b] > RANK[a] for w in where]
+    upward = [
+        f"{LAYER_NAME[a]} → {LAYER_NAME[b]}: {w}"
+        for (a, b), where in sorted(_edges().items())
+        if a in RANK and b in RANK and RANK[b] > RANK[a]
+        for w in where
+    ]
     assert upward == []
 
 
@@ -131,7 +140,9 @@ def test_no_cycles_between_packages():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(" → ".join(stack[stack.index(nxt):] + [node, nxt]) if nxt in stack else f"{node} → {nxt}")
+                cycles.append(
+                    " → ".join(stack[stack.index(nxt) :] + [node, nxt]) if nxt in stack else f"{node} → {nxt}"
+                )
             elif nxt not in state:
                 visit(nxt, stack + [node])
         state[node] = 2

@@ -29,9 +29,9 @@ from pagecast.learn.dataset import (
 from pagecast.learn.fast_step import _H, _NCLS, G_SCRATCH, LSTMKernel, _cell, _head_topk
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.predict import predict_schedule
-from pagecast.policies.learned import load_predictor
 from pagecast.learn.synthetic import PatternSpec, generate, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
+from pagecast.policies.learned import load_predictor
 from pagecast.trace import Kind, Region, TraceWriter
 
 H = 10
@@ -92,21 +92,33 @@ def test_splits_lie_later_in_time():
 
 
 def test_region_table_matches_regions_of_another_run():
-    run1 = [Region(0, "heap", "anon", order=0, length=1 << 20), Region(1, "/d/w.bin", "file", path="/d/w.bin", length=1 << 20)]
-    run2 = [Region(0, "/d/w.bin", "file", path="/d/w.bin", length=1 << 20, base=0x1000),
-            Region(1, "lib", "file", path="/lib/x.so", length=4096), Region(2, "heap", "anon", order=0, length=1 << 20, base=0x9000)]
+    run1 = [
+        Region(0, "heap", "anon", order=0, length=1 << 20),
+        Region(1, "/d/w.bin", "file", path="/d/w.bin", length=1 << 20),
+    ]
+    run2 = [
+        Region(0, "/d/w.bin", "file", path="/d/w.bin", length=1 << 20, base=0x1000),
+        Region(1, "lib", "file", path="/lib/x.so", length=4096),
+        Region(2, "heap", "anon", order=0, length=1 << 20, base=0x9000),
+    ]
     table = RegionTable()
     table.extend_from(run1, np.array([1, 0]), max_slots=8)
     assert [r.name for r in table.regions] == ["/d/w.bin", "heap"]
-    s = DemandStream(np.zeros(4, np.int64), np.array([0, 1, 2, -1], np.int32), np.zeros(4, np.int64), np.zeros(4, np.uint64), run2)
+    s = DemandStream(
+        np.zeros(4, np.int64), np.array([0, 1, 2, -1], np.int32), np.zeros(4, np.int64), np.zeros(4, np.uint64), run2
+    )
     assert table.slots(s).tolist() == [0, table.unknown, 1, table.unknown]
 
 
 def test_demand_stream_skips_non_demand_rows(tmp_path):
     p = tmp_path / "t.parquet"
     with TraceWriter(p, regions=[Region(0, "a", "anon", order=0, length=1 << 16)]) as w:
-        w.write(t_ns=[1, 2, 3, 4], region=0, page=[1, 2, 3, 4],
-                kind=np.array([Kind.ACCESS, Kind.PREFETCH, Kind.FAULT_MAJOR, Kind.EVICT], np.uint8))
+        w.write(
+            t_ns=[1, 2, 3, 4],
+            region=0,
+            page=[1, 2, 3, 4],
+            kind=np.array([Kind.ACCESS, Kind.PREFETCH, Kind.FAULT_MAJOR, Kind.EVICT], np.uint8),
+        )
     s = read_demand(p)
     assert s.page.tolist() == [1, 3] and s.t_ns.tolist() == [1, 3]
 
@@ -201,7 +213,9 @@ def test_live_predictor_matches_batch_schedule(pattern, lstm_model, backend):
     pf.reset(stream.regions)
     live = []
     for i in range(len(stream)):
-        live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+        live += [
+            (i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)
+        ]
     batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
     assert len(batch) > 5 * 600
     # identical up to the order of exactly tied scores
@@ -221,7 +235,9 @@ def test_numba_schedule_equals_live_numba_and_onnx(pattern, lstm_model):
     pf.reset(stream.regions)
     live = []
     for i in range(len(stream)):
-        live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+        live += [
+            (i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)
+        ]
     batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
     assert len(batch) > 5 * 2900
     assert live == batch
@@ -248,7 +264,11 @@ def test_transformer_trains_and_predicts_live(pattern, tmp_path):
     sched = predict_schedule(mp, stream, top_k=4)
     pf = load_predictor(mp, top_k=4)
     pf.reset(stream.regions)
-    live = [(i, r, p) for i in range(len(stream)) for r, p in pf.observe(0, int(stream.region[i]), int(stream.page[i]), False)]
+    live = [
+        (i, r, p)
+        for i in range(len(stream))
+        for r, p in pf.observe(0, int(stream.region[i]), int(stream.page[i]), False)
+    ]
     batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
     assert len(set(live) ^ set(batch)) <= len(batch) // 100
 
@@ -261,7 +281,9 @@ def test_cross_run_with_moved_regions(lstm_model, tmp_path):
     perm = np.array([2, 0, 3, 1])  # run-2 id of run-1 region k
     new_regions = [None] * 4
     for k, r in enumerate(regions):
-        new_regions[perm[k]] = Region(int(perm[k]), r.name, r.kind, base=r.base, length=r.length + 4096 * 400, order=r.order)
+        new_regions[perm[k]] = Region(
+            int(perm[k]), r.name, r.kind, base=r.base, length=r.length + 4096 * 400, order=r.order
+        )
     cols["region"] = perm[cols["region"]].astype(np.int32)
     p = tmp_path / "run2.parquet"
     with TraceWriter(p, regions=new_regions) as w:
@@ -296,7 +318,26 @@ def test_training_is_reproducible(pattern):
 def test_cli_train_predict_and_errors(pattern, tmp_path, capsys):
     _, path = pattern
     m = tmp_path / "m.pt"
-    assert cli_main(["train", str(path), "-o", str(m), "--epochs", "1", "--windows-per-epoch", "256", "--horizon", "8", "--vocab", "64", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                str(path),
+                "-o",
+                str(m),
+                "--epochs",
+                "1",
+                "--windows-per-epoch",
+                "256",
+                "--horizon",
+                "8",
+                "--vocab",
+                "64",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert '"val_recall@10"' in out and m.exists()
     s = tmp_path / "s.parquet"
@@ -339,7 +380,9 @@ def test_learned_schedule_removes_more_faults_than_classic_prefetchers(lstm_mode
     none = simulate(held, cfg, "none")
     oracle = simulate(held, cfg, "oracle")
     assert none.faults == 3600  # every page of the walk is new
-    classic = {n: simulate(held, cfg, n).faults for n in available_prefetchers() if n not in ("none", "oracle", "learned")}
+    classic = {
+        n: simulate(held, cfg, n).faults for n in available_prefetchers() if n not in ("none", "oracle", "learned")
+    }
     assert len(classic) >= 5
     assert learned.faults < 0.5 * min(classic.values()), (learned.faults, classic)
     # and close to the limit: ≥ 90 % of the oracle's fault reduction
@@ -389,8 +432,19 @@ class NumbaLSTMStep:
     def __call__(self, token, slot, ip, h, c, sel):
         h2 = np.ascontiguousarray(h[0])
         c2 = np.ascontiguousarray(c[0])
-        m = _step_both(self.kern.wf, self.kern.mi, int(token[0]), int(slot[0]), int(ip[0]), h2, c2, int(sel[0]),
-                       self.k, self._s, self._c)
+        m = _step_both(
+            self.kern.wf,
+            self.kern.mi,
+            int(token[0]),
+            int(slot[0]),
+            int(ip[0]),
+            h2,
+            c2,
+            int(sel[0]),
+            self.k,
+            self._s,
+            self._c,
+        )
         return self._s[:m].copy(), self._c[:m].copy(), h2[None], c2[None]
 
 

@@ -11,8 +11,8 @@ from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.pagetable import STEP_DISCOUNT, PageTable, mix_row, page_keys
 from pagecast.learn.predict import predict_schedule
-from pagecast.policies.learned import load_predictor
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
+from pagecast.policies.learned import load_predictor
 from pagecast.sim import SimConfig, simulate
 from pagecast.trace import Region, TraceWriter
 
@@ -22,12 +22,18 @@ N_PAGES = 20000
 def _write(path, pages, region_id, base, extra_regions=0):
     """One file region (the "library") at ``region_id``, after ``extra_regions`` anonymous ones."""
     regions = [Region(i, f"anon{i}", kind="anon", order=i, length=4096 * 8) for i in range(extra_regions)]
-    regions.insert(region_id, Region(region_id, "lib", kind="file", path="/usr/lib/libx.so", base=base,
-                                     length=N_PAGES * 4096))
+    regions.insert(
+        region_id, Region(region_id, "lib", kind="file", path="/usr/lib/libx.so", base=base, length=N_PAGES * 4096)
+    )
     for i, r in enumerate(regions):
         r.id = i
     with TraceWriter(path, regions=regions) as w:
-        w.write(t_ns=np.arange(len(pages), dtype=np.int64) * 1000, region=region_id, page=np.asarray(pages, np.int64), kind=0)
+        w.write(
+            t_ns=np.arange(len(pages), dtype=np.int64) * 1000,
+            region=region_id,
+            page=np.asarray(pages, np.int64),
+            kind=0,
+        )
     return path
 
 
@@ -40,7 +46,9 @@ def walk():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, walk):
     d = tmp_path_factory.mktemp("pages")
-    train_runs = [_write(d / f"train{i}.parquet", np.tile(walk, 3), 0, 0x7F00_0000_0000 + i * (1 << 30)) for i in range(2)]
+    train_runs = [
+        _write(d / f"train{i}.parquet", np.tile(walk, 3), 0, 0x7F00_0000_0000 + i * (1 << 30)) for i in range(2)
+    ]
     torch.set_num_threads(1)
     spec = DatasetSpec(horizon=10)
     data = prepare([read_demand(t) for t in train_runs], spec, val_fraction=0.1)
@@ -80,7 +88,9 @@ def test_live_predictor_equals_schedule_with_page_table(trained):
         pf.reset(stream.regions)
         live = []
         for i in range(len(stream)):
-            live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+            live += [
+                (i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)
+            ]
         batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
         assert len(set(live) ^ set(batch)) <= len(batch) // 200, backend
 
@@ -138,7 +148,9 @@ def test_access_trace_schedule_at_misses_equals_live_predictor(trained, walk, tm
     pf.reset(stream.regions)
     live = []
     for i in ev.tolist():
-        live += [(i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)]
+        live += [
+            (i, r, p) for r, p in pf.observe(int(stream.t_ns[i]), int(stream.region[i]), int(stream.page[i]), False)
+        ]
     batch = list(zip(sched.trigger.tolist(), sched.region.tolist(), sched.page.tolist()))
     assert live == batch
     cfg = SimConfig(capacity=cap)

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagecast.bench.workloads import build_workload
 from pagecast.cli import main as cli_main
 from pagecast.learn.dataset import read_demand
 from pagecast.learn.predict import predict_schedule
 from pagecast.util.pagecache import drop_file
-from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 # A repeating irregular walk over a file: no constant stride, and order-1 delta successors
@@ -40,7 +40,10 @@ def runs(tmp_path_factory):
         for run in (1, 2):
             drop_file(data)
             t = out / f"run{run}.parquet"
-            assert cli_main(["record", "-o", str(t), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "300"]) == 0
+            assert (
+                cli_main(["record", "-o", str(t), "--", str(tp), str(data), ",".join(map(str, pages)), "--anon", "300"])
+                == 0
+            )
             traces.append(t)
     finally:
         data.unlink(missing_ok=True)
@@ -63,7 +66,24 @@ def test_model_from_run1_prefetches_run2(runs, capsys):
     assert b1[str(data)] != b2[str(data)]  # mapped elsewhere: raw addresses would not transfer
 
     model = out / "model.pt"
-    assert cli_main(["train", str(run1), "-o", str(model), "--epochs", "6", "--windows-per-epoch", "2048", "--lr", "1e-2", "--json"]) == 0
+    assert (
+        cli_main(
+            [
+                "train",
+                str(run1),
+                "-o",
+                str(model),
+                "--epochs",
+                "6",
+                "--windows-per-epoch",
+                "2048",
+                "--lr",
+                "1e-2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     sched = predict_schedule(model, run2, top_k=10)
     from pagecast.learn.ranking import ranking_metrics
@@ -73,7 +93,9 @@ def test_model_from_run1_prefetches_run2(runs, capsys):
     none = simulate(run2, cfg, "none").faults
     oracle = simulate(run2, cfg, "oracle").faults
     learned = simulate(run2, cfg, sched).faults
-    classic = {n: simulate(run2, cfg, n).faults for n in available_prefetchers() if n not in ("none", "oracle", "learned")}
+    classic = {
+        n: simulate(run2, cfg, n).faults for n in available_prefetchers() if n not in ("none", "oracle", "learned")
+    }
     assert none >= N
     assert (none - learned) >= 0.8 * (none - oracle), (none, learned, oracle)
     assert learned < min(classic.values()), (learned, classic)

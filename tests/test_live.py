@@ -14,19 +14,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.cli import main as cli_main
 from pagecast.bench import sparse_weights as wl
+from pagecast.cli import main as cli_main
+from pagecast.errors import PagecastError
 from pagecast.live.injector import merge_ranges
 from pagecast.live.loop import LiveConfig, _next_fault, run_live
-from pagecast.errors import PagecastError
 from pagecast.live.sources import ReplaySource, default_min_runs, merge_schedules
 from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule
 from perf_support import PredictorKiller, needs_perf
-
-
 
 # small and quick: 32 MiB file, 16 layers of 512 rows; ~1.2k cold pages per run
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
@@ -44,17 +42,21 @@ def _argv(weights: Path, prompt: int = 1, tokens: int = 2) -> list[str]:
     return wl.WorkloadConfig(weights, prompt=prompt, tokens=tokens, advice="random", extra=SMALL).argv()
 
 
-def _run(weights: Path, spec: SourceSpec, trace: Path | None = None, prompt: int = 1, tokens: int = 2, on_started=None,
-         **kw):
+def _run(
+    weights: Path, spec: SourceSpec, trace: Path | None = None, prompt: int = 1, tokens: int = 2, on_started=None, **kw
+):
     wl.drop_cache(weights)
     r, w = os.pipe()
-    res = run_live(LiveConfig(_argv(weights, prompt, tokens), spec, trace_out=trace, stdout=w, **kw), on_started=on_started)
+    res = run_live(
+        LiveConfig(_argv(weights, prompt, tokens), spec, trace_out=trace, stdout=w, **kw), on_started=on_started
+    )
     os.close(w)
     with os.fdopen(r) as f:
         return res, wl.parse_result(f.read())
 
 
 # -- pure functions ---------------------------------------------------------------------
+
 
 def test_merge_ranges_exact():
     region = np.array([0, 0, 0, 0, 0, 1, 1, 0], np.int32)
@@ -87,8 +89,12 @@ def test_replay_source_paces_by_faults():
     src = ReplaySource(s, lookahead=10)
     live = [Region(3, "w", kind="file", path="/nonexistent/w.bin", length=1 << 20)]
     src.set_regions(live)
-    fault = lambda pg: src.on_batch(np.array([0]), np.array([3], np.int32), np.array([pg]),  # noqa: E731
-                                    np.array([Kind.FAULT_MAJOR], np.uint8))
+    fault = lambda pg: src.on_batch(
+        np.array([0]),
+        np.array([3], np.int32),
+        np.array([pg]),  # noqa: E731
+        np.array([Kind.FAULT_MAJOR], np.uint8),
+    )
     # a fault on page 105 (schedule row 5, within the lookahead) jumps the cursor: rows 0..15 go out
     p = fault(105)
     assert p.region.tolist() == [3] * 16 and p.page.tolist() == list(range(100, 116))
@@ -102,9 +108,17 @@ def test_replay_source_paces_by_faults():
 
 def test_merge_schedules_union_in_relative_order():
     reg = [Region(0, "w", kind="file", path="/x")]
-    a = Schedule(np.array([0, 1, 2]), np.zeros(3), np.zeros(3, np.int32), np.array([10, 20, 30]), np.ones(3), regions=reg)
-    b = Schedule(np.array([0, 2, 4]), np.zeros(3), np.zeros(3, np.int32), np.array([15, 20, 40]), np.ones(3),
-                 regions=[Region(5, "w", kind="file", path="/x")])
+    a = Schedule(
+        np.array([0, 1, 2]), np.zeros(3), np.zeros(3, np.int32), np.array([10, 20, 30]), np.ones(3), regions=reg
+    )
+    b = Schedule(
+        np.array([0, 2, 4]),
+        np.zeros(3),
+        np.zeros(3, np.int32),
+        np.array([15, 20, 40]),
+        np.ones(3),
+        regions=[Region(5, "w", kind="file", path="/x")],
+    )
     b = Schedule(b.trigger, b.t_ns, np.full(3, 5, np.int32), b.page, b.score, regions=b.regions)
     m = merge_schedules([a, b])
     assert m.page.tolist() == [10, 15, 20, 30, 40] and set(m.region.tolist()) == {0}
@@ -112,8 +126,14 @@ def test_merge_schedules_union_in_relative_order():
 
 def _run_schedule(pages: list[int]) -> Schedule:
     n = len(pages)
-    return Schedule(np.arange(n), np.zeros(n), np.zeros(n, np.int32), np.array(pages), np.ones(n),
-                    regions=[Region(0, "w", kind="file", path="/x")])
+    return Schedule(
+        np.arange(n),
+        np.zeros(n),
+        np.zeros(n, np.int32),
+        np.array(pages),
+        np.ones(n),
+        regions=[Region(0, "w", kind="file", path="/x")],
+    )
 
 
 def test_merge_schedules_min_runs_keeps_pages_enough_runs_touched():
@@ -155,6 +175,7 @@ def test_bench_min_runs_out_of_range_is_a_one_line_error(capfd):
 
 # -- live runs ----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def recorded(weights, tmp_path_factory):
     """A cold run without prefetching, recorded: the baseline and the schedule to replay."""
@@ -194,8 +215,9 @@ def test_survives_predictor_killed_midrun(weights, tmp_path):
     killer = PredictorKiller()
     _, want = _run(weights, SourceSpec(), tokens=6)
     # the Python predictor process (nextline takes the native fast path by default: test_live_fastpath.py)
-    res, got = _run(weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer,
-                    fast=False)
+    res, got = _run(
+        weights, SourceSpec("policy", "nextline"), trace=tmp_path / "k.parquet", tokens=6, on_started=killer, fast=False
+    )
     assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0
     assert got["checksum"] == want["checksum"] and got["tokens"] == 6
@@ -227,7 +249,10 @@ def test_unknown_policy_one_line_error(capfd):
 def test_cuda_and_pager_errors_are_one_line(capfd, tmp_path):
     cases = [
         (["run", "--cuda", "--", "true"], "give exactly one of a schedule or a model"),
-        (["run", "--pager", str(tmp_path / "nodir" / "missing.bin") + ":1M", "--", "true"], "no such directory for the file to page"),
+        (
+            ["run", "--pager", str(tmp_path / "nodir" / "missing.bin") + ":1M", "--", "true"],
+            "no such directory for the file to page",
+        ),
     ]
     for argv, message in cases:
         assert cli_main(argv) == 2
@@ -249,8 +274,10 @@ def test_program_keeps_priority_daemon_restored(tmp_path):
     # the program reads its own niceness once it sees the daemon reniced (a condition, not
     # a delay: on a loaded machine the renice can come late); it gives up after 60 s
     nice_of = "$(cut -d' ' -f19 /proc/{}/stat)"
-    script = (f'i=0; while [ "{nice_of.format(os.getpid())}" != {daemon_nice} ] && [ $i -lt 6000 ]; do '
-              f'sleep 0.01; i=$((i+1)); done; echo "{nice_of.format(os.getpid())} {nice_of.format("self")}" > {out}')
+    script = (
+        f'i=0; while [ "{nice_of.format(os.getpid())}" != {daemon_nice} ] && [ $i -lt 6000 ]; do '
+        f'sleep 0.01; i=$((i+1)); done; echo "{nice_of.format(os.getpid())} {nice_of.format("self")}" > {out}'
+    )
     res = run_live(LiveConfig(["sh", "-c", script], nice=10))
     assert res.returncode == 0
     seen_daemon, seen_program = map(int, out.read_text().split())
@@ -261,8 +288,8 @@ def test_program_keeps_priority_daemon_restored(tmp_path):
 
 def test_bench_trains_the_learned_model_through_the_cli(tmp_path):
     # The demo trains through `pagecast train`: a renamed flag there must fail here, not in the demo.
-    from pagecast.learn.train import load_model
     from pagecast.bench.harness import train_learned
+    from pagecast.learn.train import load_model
     from pagecast.trace import TraceWriter
 
     pages = np.tile(np.array([0, 3, 4, 9, 10, 17], np.int64), 400) + np.repeat(np.arange(400) * 20, 6)
@@ -279,14 +306,23 @@ def test_warm_up_leaves_no_state_behind(name):
     # compiles); what it predicts afterwards must be what a fresh source predicts
     from pagecast.live.worker import make_source
 
-    regions = [Region(0, "w", kind="file", path="/w", length=1 << 26), Region(1, "v", kind="file", path="/v", length=1 << 24)]
+    regions = [
+        Region(0, "w", kind="file", path="/w", length=1 << 26),
+        Region(1, "v", kind="file", path="/v", length=1 << 24),
+    ]
     rng = np.random.default_rng(3)
     batches = []
     for b in range(4):
         n = 200
         page = np.where(rng.random(n) < 0.5, np.arange(n) + 7 * b, rng.integers(0, 4096, n)).astype(np.int64)
-        batches.append((np.arange(n, dtype=np.int64) + 1000 * b, rng.integers(0, 2, n).astype(np.int32), page,
-                        np.full(n, int(Kind.FAULT_MAJOR), np.uint8)))
+        batches.append(
+            (
+                np.arange(n, dtype=np.int64) + 1000 * b,
+                rng.integers(0, 2, n).astype(np.int32),
+                page,
+                np.full(n, int(Kind.FAULT_MAJOR), np.uint8),
+            )
+        )
     outs = []
     for warm in (False, True):
         src = make_source(SourceSpec("policy", name))

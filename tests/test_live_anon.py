@@ -8,20 +8,20 @@ program sees.
 
 from __future__ import annotations
 
-import sys
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pagecast.bench.workloads import build_workload, workloads_dir
 from pagecast.live.anon import AnonChannel, preload_blocker, shim_path
 from pagecast.live.loop import LiveConfig, run_live
 from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.util.native import build
-from pagecast.bench.workloads import build_workload, workloads_dir
 from perf_support import PredictorKiller, needs_perf
 
 BUF = 64 << 20
@@ -37,8 +37,13 @@ def run1(prog, tmp_path_factory) -> Path:
     """Run 1 recorded with `pagecast record` (the CLI, as a user would)."""
     out = tmp_path_factory.mktemp("anon") / "run1.parquet"
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
-    subprocess.run([sys.executable, "-m", "pagecast", "record", "-o", str(out), "--",
-                    str(prog)], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "pagecast", "record", "-o", str(out), "--", str(prog)],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return out
 
 
@@ -47,8 +52,17 @@ def _live(prog: Path, schedule: Path, tmp: Path, *, anon: bool, args=(), on_star
     outp = tmp / f"{name}.out"
     with open(outp, "w") as f:
         # nice=0: the program is CPU-bound; a niced daemon would see its faults too late
-        res = run_live(LiveConfig([str(prog), *args], SourceSpec("schedule", "replay", str(schedule)), trace_out=trace,
-                                  stdout=f, nice=0, anon=anon), on_started=on_started)
+        res = run_live(
+            LiveConfig(
+                [str(prog), *args],
+                SourceSpec("schedule", "replay", str(schedule)),
+                trace_out=trace,
+                stdout=f,
+                nice=0,
+                anon=anon,
+            ),
+            on_started=on_started,
+        )
     return res, outp.read_text(), trace
 
 
@@ -143,8 +157,12 @@ def test_shim_is_inert_without_the_channel(prog):
 
 def test_shim_survives_a_dead_socket(prog, tmp_path):
     """The channel names a socket nobody serves: the helper thread gives up, the program is unaffected."""
-    env = dict(os.environ, LD_PRELOAD=str(shim_path()), PAGECAST_ANON_SOCK=str(tmp_path / "nobody"),
-               PAGECAST_ANON_SHIM=str(shim_path()))
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(shim_path()),
+        PAGECAST_ANON_SOCK=str(tmp_path / "nobody"),
+        PAGECAST_ANON_SHIM=str(shim_path()),
+    )
     plain = subprocess.run([str(prog), "--pages", "200", "--exit", "3"], capture_output=True, text=True)
     pre = subprocess.run([str(prog), "--pages", "200", "--exit", "3"], capture_output=True, text=True, env=env)
     assert pre.returncode == plain.returncode == 3 and pre.stdout == plain.stdout and pre.stderr == ""

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from perf_support import PredictorKiller, needs_perf
 
+from pagecast.bench import sparse_weights as wl
 from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor
 from pagecast.errors import PagecastError
-from pagecast.bench import sparse_weights as wl
 from pagecast.live.fastpath import write_config
 from pagecast.live.loop import LiveConfig, run_live
 from pagecast.live.sources import ReplaySource, load_replay
@@ -26,6 +25,7 @@ from pagecast.live.worker import SourceSpec
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schedule import Schedule, write_schedule
+from perf_support import PredictorKiller, needs_perf
 
 # small and quick: 32 MiB file, 16 layers of 512 rows; ~1.2k cold pages per run
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
@@ -34,7 +34,10 @@ SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("fast")
-    if subprocess.run(["stat", "-f", "-c", "%T", str(d)], check=False, capture_output=True, text=True).stdout.strip() == "tmpfs":
+    if (
+        subprocess.run(["stat", "-f", "-c", "%T", str(d)], check=False, capture_output=True, text=True).stdout.strip()
+        == "tmpfs"
+    ):
         pytest.skip("tmp dir is tmpfs: files cannot be made cold")
     return wl.ensure_weights(d / "w.bin", size_mib=32)
 
@@ -137,8 +140,13 @@ def test_fast_path_killed_midrun_program_completes(weights, tmp_path, recorded):
     # enough tokens that the program is still running when the collector is killed (right after its exec)
     _, want = _run(weights, SourceSpec(), tokens=40)
     killer = PredictorKiller()
-    res, got = _run(weights, SourceSpec("schedule", "replay", str(trace), lookahead=256), trace=tmp_path / "k.parquet",
-                    tokens=40, on_started=killer)
+    res, got = _run(
+        weights,
+        SourceSpec("schedule", "replay", str(trace), lookahead=256),
+        trace=tmp_path / "k.parquet",
+        tokens=40,
+        on_started=killer,
+    )
     assert killer.killed.wait(120) and killer.program_was_running == [True]
     assert res.returncode == 0 and got["checksum"] == want["checksum"] and got["tokens"] == 40
     assert res.predictor_alive is False and res.fast_path["state"] == "died"
@@ -165,10 +173,19 @@ def test_bad_fast_config_is_a_one_line_error(tmp_path):
 
 
 def test_anonymous_schedule_stays_on_the_python_path(tmp_path):
-    regions = [Region(0, "w", kind="file", path="/x/w.bin", length=1 << 20), Region(1, "//anon", kind="anon", length=1 << 20)]
+    regions = [
+        Region(0, "w", kind="file", path="/x/w.bin", length=1 << 20),
+        Region(1, "//anon", kind="anon", length=1 << 20),
+    ]
     n = 100
-    s = Schedule(np.arange(n), np.zeros(n), np.where(np.arange(n) < 50, 0, 1).astype(np.int32), np.arange(n),
-                 np.ones(n), regions=regions)
+    s = Schedule(
+        np.arange(n),
+        np.zeros(n),
+        np.where(np.arange(n) < 50, 0, 1).astype(np.int32),
+        np.arange(n),
+        np.ones(n),
+        regions=regions,
+    )
     path = write_schedule(tmp_path / "s.parquet", s)
     why = write_config(SourceSpec("schedule", "replay", str(path)), gap=4)
     assert isinstance(why, str) and "50%" in why and "anonymous" in why
@@ -188,8 +205,13 @@ def test_fast_path_follows_the_program_through_fork_and_exec(weights, recorded):
     argv = wl.WorkloadConfig(weights, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
     wl.drop_cache(weights)
     r, w = os.pipe()
-    res = run_live(LiveConfig(["sh", "-c", "true; " + shlex.join(argv) + "; exit 3"],
-                              SourceSpec("schedule", "replay", str(trace), lookahead=256), stdout=w))
+    res = run_live(
+        LiveConfig(
+            ["sh", "-c", "true; " + shlex.join(argv) + "; exit 3"],
+            SourceSpec("schedule", "replay", str(trace), lookahead=256),
+            stdout=w,
+        )
+    )
     os.close(w)
     with os.fdopen(r) as f:
         out = wl.parse_result(f.read())
@@ -198,7 +220,9 @@ def test_fast_path_follows_the_program_through_fork_and_exec(weights, recorded):
     assert res.faults_major < base.faults_major * 0.5, (res.faults_major, base.faults_major)
 
 
-@pytest.mark.parametrize("name,opts", [("nextline", {}), ("nextline", {"window": 9, "before": 0}), ("stride", {"degree": 8, "min_conf": 2})])
+@pytest.mark.parametrize(
+    "name,opts", [("nextline", {}), ("nextline", {"window": 9, "before": 0}), ("stride", {"degree": 8, "min_conf": 2})]
+)
 def test_config_carries_the_registry_id_and_native_params(tmp_path, name, opts):
     """The fast path runs a policy by its registry id (native/policy/pc_policy_ids.h) with the
     parameters its module gives the C step; policies the registry does not give it stay out."""

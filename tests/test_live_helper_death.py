@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from perf_support import needs_perf
 
-from pagecast.collect.faultmon import faultmon_binary
 from pagecast.bench import sparse_weights as wl
+from pagecast.collect.faultmon import faultmon_binary
+from perf_support import needs_perf
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 TOKENS = 8
@@ -62,6 +62,7 @@ def want(weights) -> dict:
 
 
 # -- the process tree -------------------------------------------------------------------
+
 
 def _comm(pid: int) -> str:
     try:
@@ -158,7 +159,9 @@ class Killer:
             self.done.set()
 
 
-def _run_and_kill(args: list[str], weights: Path, tmp_path: Path, helper: str, when: str) -> tuple[subprocess.CompletedProcess, Killer]:
+def _run_and_kill(
+    args: list[str], weights: Path, tmp_path: Path, helper: str, when: str
+) -> tuple[subprocess.CompletedProcess, Killer]:
     wl.drop_cache(weights)
     killer = Killer(helper, when, tmp_path / "gate")
     os.mkfifo(killer.fifo)
@@ -196,9 +199,11 @@ def _check(p: subprocess.CompletedProcess, want: dict, helper_words: str) -> str
 
 # -- the tests --------------------------------------------------------------------------
 
+
 @needs_perf
-@pytest.mark.parametrize("args", [["--policy", "markov"], ["--policy", "nextline", "--no-fast"]],
-                         ids=["markov", "nextline-python"])
+@pytest.mark.parametrize(
+    "args", [["--policy", "markov"], ["--policy", "nextline", "--no-fast"]], ids=["markov", "nextline-python"]
+)
 def test_collector_killed_midrun_python_path(weights, want, args, tmp_path):
     p, killer = _run_and_kill(args, weights, tmp_path, "collector", "running")
     assert killer.victim is not None and killer.program_running is True
@@ -248,4 +253,3 @@ def test_predictor_killed_while_model_loads(weights, want, model, tmp_path):
     assert killer.victim is not None and killer.program_started is False  # killed before the program existed
     line = _check(p, want, f"the predictor process (pid {killer.victim}) died while loading model:m.pt")
     assert "SIGKILL" in line
-

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import ctypes
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pagecast.bench import sparse_weights as wl
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
-from pagecast.bench import sparse_weights as wl
+from pagecast.live.sources import schedule_from_trace
 from pagecast.pager.pack import BLOCK_PAGES, build_pack, pack_sum, pages_from_schedule, read_pack, usable_packs
 from pagecast.pager.runtime import _lib, probe, run_pager
-from pagecast.live.sources import schedule_from_trace
 from pagecast.trace import Kind, open_trace
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]  # ~1.2k pages of a 32 MiB file
@@ -54,7 +53,9 @@ def _run(w: Path, packs=(), trace=None, prompt: int = 1, **kw):
         wl.drop_cache(p)
     r, wfd = os.pipe()
     er, ew = os.pipe()
-    res = run_pager(_argv(w, prompt), [(str(w), w.stat().st_size)], packs=packs, trace_out=trace, stdout=wfd, stderr=ew, **kw)
+    res = run_pager(
+        _argv(w, prompt), [(str(w), w.stat().st_size)], packs=packs, trace_out=trace, stdout=wfd, stderr=ew, **kw
+    )
     os.close(wfd)
     os.close(ew)
     with os.fdopen(r) as f:

@@ -29,8 +29,15 @@ def _clean_copy(dest: Path) -> Path:
     """The repository's own files (tracked, or new and not ignored): no build outputs."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout: cannot tell source files from build outputs")
-    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, check=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, files):
         src = ROOT / rel
         if src.is_file():  # a file deleted in the work tree is still listed as cached
@@ -66,27 +73,34 @@ def installed(tmp_path_factory) -> dict:
     # --force-reinstall: the same name and version may be visible through the .pth line
     # (an editable install of this checkout), which pip would take as already installed
     inst = _run([py, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index", wheel], env=env)
-    where = subprocess.run([py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True,
-                           cwd=work, env=env)
+    where = subprocess.run(
+        [py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True, cwd=work, env=env
+    )
     assert where.returncode == 0 and where.stdout.startswith(str(venv)), (
-        f"the installed wheel does not import from the venv:\n{inst.stdout}\n{inst.stderr}\n{where.stdout}{where.stderr}")
+        f"the installed wheel does not import from the venv:\n{inst.stdout}\n{inst.stderr}\n{where.stdout}{where.stderr}"
+    )
     return {"wheel": wheel, "venv": venv, "py": py, "env": env, "cwd": work, "cache": tmp / "cache"}
 
 
 def test_wheel_carries_every_native_and_workload_source(installed):
     names = set(zipfile.ZipFile(installed["wheel"]).namelist())
     sources = [p.relative_to(ROOT) for tree in ("native", "workloads") for p in (ROOT / tree).rglob("*")]
-    want = {f"pagecast/_native/{rel}" for rel in sources
-            if (ROOT / rel).is_file() and rel.suffix in {".c", ".h", ".cu", ".cuh"} and "build" not in rel.parts}
+    want = {
+        f"pagecast/_native/{rel}"
+        for rel in sources
+        if (ROOT / rel).is_file() and rel.suffix in {".c", ".h", ".cu", ".cuh"} and "build" not in rel.parts
+    }
     assert want and want <= names, sorted(want - names)
     assert not [n for n in names if n.startswith("pagecast/_native/") and n.endswith((".so", ".o"))]
 
 
 def test_installed_package_builds_into_the_user_cache(installed):
-    code = ("import pagecast, pagecast.util.native as n, pagecast.bench.workloads as w; "
-            "from pagecast.launch.binary import launcher_path; "
-            "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
-            "print(launcher_path())")
+    code = (
+        "import pagecast, pagecast.util.native as n, pagecast.bench.workloads as w; "
+        "from pagecast.launch.binary import launcher_path; "
+        "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
+        "print(launcher_path())"
+    )
     out = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=installed["env"]).stdout.split("\n")
     venv, cache = str(installed["venv"]), str(installed["cache"] / "pagecast" / "native")
     assert out[0].startswith(venv) and out[1].startswith(venv) and out[1].endswith("_native/native")
@@ -104,8 +118,13 @@ def test_installed_cli_records_a_real_program(installed, tmp_path):
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(16 * 4096))
     out = tmp_path / "t.parquet"
-    p = subprocess.run([str(installed["venv"] / "bin" / "pagecast"), "record", "-o", str(out), "--", exe, str(data),
-                        "0,2,5,9"], cwd=installed["cwd"], env=env, capture_output=True, text=True)
+    p = subprocess.run(
+        [str(installed["venv"] / "bin" / "pagecast"), "record", "-o", str(out), "--", exe, str(data), "0,2,5,9"],
+        cwd=installed["cwd"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     t = open_trace(out)
     rid = [r.id for r in t.regions if r.kind == "file" and r.path == str(data)]

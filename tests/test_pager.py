@@ -213,7 +213,13 @@ def test_table_policy_from_schedule_and_prefetcher(tmp_path: Path) -> None:
     assert res.returncode == 0 and res.stats[0]["faults"] == len(order)
     tr = open_trace(trace)
     # a schedule naming, at each demand event, the next page of the recorded order
-    s = Schedule(np.arange(len(order) - 1), np.zeros(len(order) - 1), np.zeros(len(order) - 1), order[1:], np.ones(len(order) - 1))
+    s = Schedule(
+        np.arange(len(order) - 1),
+        np.zeros(len(order) - 1),
+        np.zeros(len(order) - 1),
+        order[1:],
+        np.ones(len(order) - 1),
+    )
     table = pg.table_from_schedule(s, tr, 0, n)
     assert table.lookup(0).tolist() == [40] and table.lookup(200).tolist() == [240]
 
@@ -226,7 +232,21 @@ def test_table_policy_from_schedule_and_prefetcher(tmp_path: Path) -> None:
     from pagecast.trace.schedule import write_schedule
 
     write_schedule(tmp_path / "s.parquet", s)
-    assert cli_main(["pager", "table", "--trace", str(trace), "--schedule", str(tmp_path / "s.parquet"), "-o", str(tmp_path / "c.bin")]) == 0
+    assert (
+        cli_main(
+            [
+                "pager",
+                "table",
+                "--trace",
+                str(trace),
+                "--schedule",
+                str(tmp_path / "s.parquet"),
+                "-o",
+                str(tmp_path / "c.bin"),
+            ]
+        )
+        == 0
+    )
     from_cli = pg.read_table(tmp_path / "c.bin", n)
     assert np.array_equal(from_cli.offsets, table.offsets) and np.array_equal(from_cli.pages, table.pages)
 
@@ -278,7 +298,18 @@ def _no_uffd() -> Path:
 def test_no_userfaultfd_permission_is_a_clear_error(tmp_path: Path) -> None:
     f = tmp_path / "weight.dat"
     f.touch()
-    cmd = [str(_no_uffd()), sys.executable, "-m", "pagecast", "pager", "run", f"{f}:64K", "--", str(pg.llm_path()), str(f)]
+    cmd = [
+        str(_no_uffd()),
+        sys.executable,
+        "-m",
+        "pagecast",
+        "pager",
+        "run",
+        f"{f}:64K",
+        "--",
+        str(pg.llm_path()),
+        str(f),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env())
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
@@ -349,7 +380,9 @@ def test_shim_sigbus_on_shrunk_file_like_the_kernel(tmp_path: Path) -> None:
     assert "past the end of the file" in paged.stderr
 
 
-@pytest.mark.parametrize("ending", ["sys.exit(0)", "os._exit(0)", "pass", "os.kill(os.getpid(), signal.SIGTERM)", "os.abort()"])
+@pytest.mark.parametrize(
+    "ending", ["sys.exit(0)", "os._exit(0)", "pass", "os.kill(os.getpid(), signal.SIGTERM)", "os.abort()"]
+)
 def test_program_exiting_with_region_mapped_writes_back(tmp_path: Path, ending: str) -> None:
     n = 40
     f = tmp_path / "x.bin"
@@ -375,7 +408,13 @@ def test_cli_bad_input_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -
     from pagecast.cli import main as cli_main
 
     (tmp_path / "ok.bin").write_bytes(b"x" * PS)
-    cases = ["nofile", f"{tmp_path}/nodir/missing:1M", f"{tmp_path}/ok.bin:abc", f"{tmp_path}/ok.bin:1M --policy bogus", f"{tmp_path}/ok.bin:1M"]
+    cases = [
+        "nofile",
+        f"{tmp_path}/nodir/missing:1M",
+        f"{tmp_path}/ok.bin:abc",
+        f"{tmp_path}/ok.bin:1M --policy bogus",
+        f"{tmp_path}/ok.bin:1M",
+    ]
     for case in cases:
         spec, *opts = case.split()
         argv = ["pager", "run", spec, *opts] + (["--", "true"] if case != cases[-1] else [])
@@ -427,9 +466,19 @@ def test_concurrent_writers_under_eviction_lose_nothing(tmp_path: Path, policy: 
     init = np.zeros((n, PS // 8), np.uint64)
     init[:, 0] = np.arange(n)
     init.tofile(f)
-    prog = build("pager_stress", [Path(__file__).resolve().parents[1] / "workloads/pager_stress/stress.c"], shared=False, ldflags=["-pthread"])
+    prog = build(
+        "pager_stress",
+        [Path(__file__).resolve().parents[1] / "workloads/pager_stress/stress.c"],
+        shared=False,
+        ldflags=["-pthread"],
+    )
     exp = tmp_path / "expect.bin"
-    res = pg.run_pager([str(prog), str(f), str(n), str(threads), "2000", "3", str(exp)], [(str(f), 8 * PS)], policy=policy, stdout=subprocess.PIPE)
+    res = pg.run_pager(
+        [str(prog), str(f), str(n), str(threads), "2000", "3", str(exp)],
+        [(str(f), 8 * PS)],
+        policy=policy,
+        stdout=subprocess.PIPE,
+    )
     assert res.returncode == 0
     st = res.stats[0]
     assert st["max_resident"] <= 8 and st["errors"] == 0 and st["wp_faults"] > 0 and st["writebacks"] > 0

@@ -10,7 +10,6 @@ the same program run without the shim is the reference.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -133,7 +132,9 @@ def test_mremap_of_a_paged_region_is_refused_before_anything_is_lost(cases: str,
     f = tmp_path / "m.bin"
     ref = make_file(f, n)
     ref[:, :128] = pattern(n, 0, 128)
-    p = subprocess.run([cases, "mremap", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [cases, "mremap", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.strip() == "mremap refused: Invalid argument"
     lines = pager_lines(p.stderr)
@@ -196,7 +197,13 @@ def test_without_write_protect_only_read_only_mappings_are_paged(cases: str, tmp
     p = subprocess.run([cases, "fork", str(f), str(n), "0"], env=e, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "write-protect is unavailable" in p.stderr and "mmap" in p.stderr
     assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
-    p = subprocess.run([cases, "fork", str(f), str(n), "0"], env={**e, "PAGECAST_PAGER_STRICT": "0"}, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [cases, "fork", str(f), str(n), "0"],
+        env={**e, "PAGECAST_PAGER_STRICT": "0"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = pager_lines(p.stderr)
     assert p.returncode == 0 and len(lines) == 1 and "ordinary mapping" in lines[0]
     ref[:, 64:128] = pattern(n, 64, 128)
@@ -216,7 +223,9 @@ def test_second_writable_mapping_of_a_paged_file_is_refused(cases: str, tmp_path
     f = tmp_path / "t.bin"
     ref = make_file(f, n)
     ref[:, :128] = pattern(n, 0, 128)
-    p = subprocess.run([cases, "twomaps", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [cases, "twomaps", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith("second mapping refused")
     lines = pager_lines(p.stderr)
@@ -230,7 +239,9 @@ def test_two_read_only_mappings_are_fine_until_one_becomes_writable(cases: str, 
     ref = make_file(f, n)
     kernel = subprocess.run([cases, "readtwice", str(f), str(n)], capture_output=True, text=True, timeout=60)
     assert kernel.stdout == "both mapped, same bytes\nmprotect done\n"
-    p = subprocess.run([cases, "readtwice", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [cases, "readtwice", str(f), str(n)], env=shim_env(f, 4), capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0 and p.stdout == "both mapped, same bytes\nmprotect refused: Permission denied\n", p.stdout
     lines = pager_lines(p.stderr)
     assert len(lines) == 1 and "PROT_WRITE refused" in lines[0]
@@ -242,7 +253,9 @@ def test_read_only_descriptor_cannot_be_mapped_writable_shared(cases: str, tmp_p
     f = tmp_path / "r.bin"
     ref = make_file(f, n)
     kernel = subprocess.run([cases, "rdonly", str(f), str(n)], capture_output=True, text=True, timeout=60)
-    paged = subprocess.run([cases, "rdonly", str(f), str(n)], env=shim_env(f, 2), capture_output=True, text=True, timeout=60)
+    paged = subprocess.run(
+        [cases, "rdonly", str(f), str(n)], env=shim_env(f, 2), capture_output=True, text=True, timeout=60
+    )
     assert kernel.stdout == paged.stdout == "refused: Permission denied\n"
     assert np.array_equal(np.fromfile(f, np.uint8).reshape(n, PS), ref)
 
@@ -306,7 +319,9 @@ def test_a_file_the_program_creates_is_paged(tmp_path: Path) -> None:
 def test_budget_beyond_64_bits_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture, budget: str) -> None:
     f = tmp_path / "b.bin"
     make_file(f, 2)
-    runs = [["pager", "run", f"{f}:{budget}"]] + ([["run", "--pager", f"{f}:{budget}"]] if not budget.endswith("p") else [])
+    runs = [["pager", "run", f"{f}:{budget}"]] + (
+        [["run", "--pager", f"{f}:{budget}"]] if not budget.endswith("p") else []
+    )
     for argv in runs:
         assert cli_main([*argv, "--", "true"]) == 2
         err = capsys.readouterr().err.strip().splitlines()
@@ -355,7 +370,9 @@ def _table_bytes(npages: int, offsets: list[int], pages: list[int], file: Path) 
             + np.asarray(pages, "<i8").tobytes() + str(file.resolve()).encode() + b"\0")  # fmt: skip
 
 
-def test_crafted_tables_refused_in_one_line_never_crash(cases: str, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_crafted_tables_refused_in_one_line_never_crash(
+    cases: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     n = 16
     f = tmp_path / "d.bin"
     make_file(f, n)
@@ -425,7 +442,9 @@ def test_fuzz_tables_and_packs_through_the_c_loader(cases: str, tmp_path: Path) 
     make_file(f, n)
     order = [str(f), str(n), "7"]
     kernel = subprocess.run([cases, "read", *order], capture_output=True, text=True, timeout=60).stdout
-    table = pg.write_table(tmp_path / "ok.tab", pg.PrefetchTable.from_pairs(n, np.arange(n), (np.arange(n) * 7 + 7) % n), f).read_bytes()
+    table = pg.write_table(
+        tmp_path / "ok.tab", pg.PrefetchTable.from_pairs(n, np.arange(n), (np.arange(n) * 7 + 7) % n), f
+    ).read_bytes()
     pack = build_pack(f, (np.arange(n) * 7) % n, tmp_path / "ok.pack", block_pages=8).path.read_bytes()
     tab_fields = [8] + [16 + 8 * i for i in (0, 1, n // 2, n - 1, n)]
     pack_fields = [8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 4096, 4104]
@@ -436,7 +455,9 @@ def test_fuzz_tables_and_packs_through_the_c_loader(cases: str, tmp_path: Path) 
             bad = tmp_path / f"fuzz.{kind}"
             bad.write_bytes(_mutate(raw, rng, fields))
             kw = {"table": bad} if kind == "table" else {"packs": [bad]}
-            p = subprocess.run([cases, "read", *order], env=shim_env(f, 8, **kw), capture_output=True, text=True, timeout=30)
+            p = subprocess.run(
+                [cases, "read", *order], env=shim_env(f, 8, **kw), capture_output=True, text=True, timeout=30
+            )
             what = f"{kind} case {i}: rc {p.returncode}, {p.stderr!r}"
             assert p.returncode == 0, what
             assert p.stdout == kernel, what

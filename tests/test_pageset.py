@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagecast.bench.workloads import build_workload
 from pagecast.cli import main as cli_main
 from pagecast.collect.record import record_faults
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.pageset import file_page_sets
 from pagecast.util.pagecache import drop_file
-from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 pytestmark = [pytest.mark.perf, needs_perf]
@@ -90,9 +90,11 @@ def test_exact_page_sets_mmap_pread_read_fresh(touch, data_dir, tmp_path):
     t = open_trace(out)
     cols = t.read(["region", "page", "kind"])
     rid = {r.path: r.id for r in t.regions if r.kind == "file"}
+
     def rows(f, kind):
         sel = (cols["region"] == rid[str(f)]) & (cols["kind"] == kind)
         return cols["page"][sel].tolist()
+
     assert rows(cold_pread, Kind.FILE_READ) == _first_order(want[cold_pread])
     assert rows(cold_pread, Kind.FILE_MAPPED) == []
     assert rows(fresh, Kind.FILE_MAPPED) == _first_order(want[fresh])
@@ -152,9 +154,16 @@ def test_python_import_json_reads_its_pyc_files(tmp_path):
     """Every module file `import json` loaded (sys.modules, after a run that wrote the
     caches) is in the page set, whole: CPython reads them with read()."""
     ref = subprocess.run(
-        [sys.executable, "-c", "import json, sys; print('\\n'.join(m.__cached__ or m.__file__ for n, m in "
-         "sys.modules.items() if n == 'json' or n.startswith('json.')))"],
-        check=True, capture_output=True, text=True).stdout.split()
+        [
+            sys.executable,
+            "-c",
+            "import json, sys; print('\\n'.join(m.__cached__ or m.__file__ for n, m in "
+            "sys.modules.items() if n == 'json' or n.startswith('json.')))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     ref = [os.path.realpath(p) for p in ref if os.path.exists(p)]  # the kernel reports resolved paths
     assert len(ref) >= 3
     res = record_faults([sys.executable, "-c", "import json"], tmp_path / "t.parquet")
@@ -209,8 +218,15 @@ def test_info_reports_pages_bytes_fraction_per_file(touch, data_dir, tmp_path, c
     info = json.loads(capsys.readouterr().out)
     assert info["files_source"] == "pageset"
     files = {f["file"]: f for f in info["files"]}
-    assert files[str(a)] == {"file": str(a), "pages_used": 5, "bytes_used": 5 * PAGE, "file_pages": 40,
-                                   "fraction": 0.125, "mapped_pages": 0, "read_pages": 5}
+    assert files[str(a)] == {
+        "file": str(a),
+        "pages_used": 5,
+        "bytes_used": 5 * PAGE,
+        "file_pages": 40,
+        "fraction": 0.125,
+        "mapped_pages": 0,
+        "read_pages": 5,
+    }
     assert files[str(b)]["pages_used"] == 2 and files[str(b)]["fraction"] == 0.2 and files[str(b)]["mapped_pages"] == 2
     assert cli_main(["info", str(out)]) == 0
     text = capsys.readouterr().out

@@ -67,14 +67,23 @@ def _run(cmd: list[str], cold: list[Path]) -> tuple[subprocess.CompletedProcess,
 
 
 def _touch_cmd(mapped: Path, read: Path) -> list[str]:
-    return [sys.executable, "-c", TOUCH, str(mapped), str(read), ",".join(map(str, SPARSE)),
-            ",".join(map(str, SEQUENTIAL))]
+    return [
+        sys.executable,
+        "-c",
+        TOUCH,
+        str(mapped),
+        str(read),
+        ",".join(map(str, SPARSE)),
+        ",".join(map(str, SEQUENTIAL)),
+    ]
 
 
 def test_random_advice_reads_only_the_touched_pages_of_planned_files(tmp_path, files):
     mapped, read, other = files
     plan = tmp_path / "p.plan"
-    write_plan(plan, PlanDoc([FilePlan(str(f), FileIdentity.of(f), "nothing", advice="random") for f in (mapped, read)]))
+    write_plan(
+        plan, PlanDoc([FilePlan(str(f), FileIdentity.of(f), "nothing", advice="random") for f in (mapped, read)])
+    )
     bare, bare_res = _run(_touch_cmd(mapped, read), [mapped, read])
     planned, plan_res = _run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--",
                               *_touch_cmd(mapped, read)], [mapped, read])  # fmt: skip

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagecast.bench import sparse_weights as wl
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
-from pagecast.bench import sparse_weights as wl
 from pagecast.pager.pack import build_pack
 from pagecast.pager.runtime import probe
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
@@ -49,6 +49,7 @@ def test_plan_bad_inputs_one_line(tmp_path, capsys):
 
 
 # ---- hand-over to the live machinery ------------------------------------------------------
+
 
 def _uffd_ok() -> bool:
     try:
@@ -91,7 +92,8 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["live", "not-run"]
     assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
         f"pagecast run: warning: {other}: pack {pack.path} is a pack of {w.resolve()}, not of this file; "
-        "the file is read on demand"]
+        "the file is read on demand"
+    ]
 
 
 @needs_perf

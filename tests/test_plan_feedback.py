@@ -119,6 +119,7 @@ def _pages(*ranges: tuple[int, int]) -> list[int]:
 
 # ---- the extent policy, natively on the program's reads ------------------------------------
 
+
 @pytest.mark.parametrize("spec, expect", [
     ("extent:degree=16", _pages((10, 26))),  # the page read, then the next 16
     ("extent:degree=512", _pages((0, 63))),  # the rest of the object, wrapping to its start
@@ -165,6 +166,7 @@ def test_extent_is_reported_native_and_other_per_fault_specs_are_not(tmp_path, c
 
 # ---- live feedback ------------------------------------------------------------------------------
 
+
 def _warm_plan(tmp_path: Path, f: Path, ranges: list[tuple[int, int]]) -> Path:
     plan = tmp_path / "warm.plan"
     write_plan(plan, PlanDoc([FilePlan(str(f), FileIdentity.of(f), "warm", ranges, depth=1, chunk_kib=64,
@@ -182,7 +184,12 @@ def test_a_plan_the_program_does_not_read_stops_after_its_first_batch(tmp_path, 
     fr = rep["files"][0]
     assert r.returncode == 5
     assert (fr["status"], fr["feedback"], fr["pages_issued"], fr["pages_used"], fr["pages_outside"]) == (
-        "cancelled", "cancelled", 1024, 0, 64)
+        "cancelled",
+        "cancelled",
+        1024,
+        0,
+        64,
+    )
     assert "512 of 1536 planned pages not issued" in fr["detail"]
     assert rep["prefetch"]["pages_issued"] == 1024
     res = resident(f)
@@ -192,12 +199,19 @@ def test_a_plan_the_program_does_not_read_stops_after_its_first_batch(tmp_path, 
 def test_a_plan_the_program_reads_is_not_stopped(tmp_path, cold_file):
     f = cold_file(2048)
     plan = _warm_plan(tmp_path, f, [(0, 1536)])
-    r = _planned(plan, [sys.executable, "-c", READ_THEN_WAIT, str(f), "pread", "100-163", "1024-1535"], json_report=True)
+    r = _planned(
+        plan, [sys.executable, "-c", READ_THEN_WAIT, str(f), "pread", "100-163", "1024-1535"], json_report=True
+    )
     rep = json.loads(r.stdout)
     fr = rep["files"][0]
     assert r.returncode == 0, r.stderr
     assert (fr["status"], fr["feedback"], fr["pages_issued"], fr["pages_used"], fr["pages_outside"]) == (
-        "warmed", "paying", 1536, 64, 0)
+        "warmed",
+        "paying",
+        1536,
+        64,
+        0,
+    )
 
 
 def test_a_file_the_program_maps_is_not_judged_and_feedback_can_be_turned_off(tmp_path, cold_file):

@@ -58,6 +58,7 @@ def _warm(path: Path, ranges: list[tuple[int, int]], **kw) -> FilePlan:
 
 # ---- format -------------------------------------------------------------------------
 
+
 def test_round_trip_with_awkward_paths_and_texts():
     doc = PlanDoc([
         FilePlan("/data/with space/new\nline%.bin", FileIdentity(10, 2, 3, 4, 5), "warm", [(0, 3), (7, 1)], depth=4,
@@ -155,10 +156,22 @@ def test_program_keeps_the_pid_and_has_no_child_of_ours(tmp_path, disk_file):
 def test_json_has_the_documented_shape(tmp_path, disk_file):
     missing = FilePlan(str(tmp_path / "gone.bin"), FileIdentity(1, 1, 1, 1, 1), "warm", [(0, 1)])
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 4), (9, 3)]), missing])
-    r = _pagecast("run", "--plan", str(plan), "--json", "--", sys.executable, "-c", "import time; time.sleep(0.3); print('x')")
+    r = _pagecast(
+        "run", "--plan", str(plan), "--json", "--", sys.executable, "-c", "import time; time.sleep(0.3); print('x')"
+    )
     rep = json.loads(r.stdout)
     assert r.returncode == 0 and r.stderr.decode().count("\n") == 2  # the program's 'x' (moved to stderr) + one warning
-    assert set(rep) == {"mode", "plan", "plan_error", "returncode", "exit_status", "wall_s", "prefetch", "files", "live"}
+    assert set(rep) == {
+        "mode",
+        "plan",
+        "plan_error",
+        "returncode",
+        "exit_status",
+        "wall_s",
+        "prefetch",
+        "files",
+        "live",
+    }
     assert rep["plan_error"] is None and rep["live"] is None
     files = {f["path"]: f for f in rep["files"]}
     assert files[str(disk_file)]["status"] == "warmed" and files[str(disk_file)]["pages_issued"] == 7
@@ -167,6 +180,7 @@ def test_json_has_the_documented_shape(tmp_path, disk_file):
 
 
 # ---- warnings ---------------------------------------------------------------------------
+
 
 def test_corrupt_plan_one_warning_and_the_program_runs(tmp_path, disk_file):
     good = encode_plan(PlanDoc([_warm(disk_file, [(0, 2), (10, 5)])]))
@@ -211,6 +225,7 @@ def test_per_fault_without_python_is_reported_not_silent(tmp_path, disk_file):
 
 
 # ---- the pages really arrive ----------------------------------------------------------------
+
 
 def _wait_json(path: Path, timeout: float = 10.0) -> dict:
     end = time.monotonic() + timeout
@@ -279,6 +294,7 @@ def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
 
 # ---- start-up path --------------------------------------------------------------------------
 
+
 def test_run_plan_fast_path_imports_no_heavy_module(tmp_path, disk_file):
     launcher_path()  # built and stamped: a first build may import what it likes
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
@@ -337,15 +353,23 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
                         "echo ok; exit 9"], env=_env(), capture_output=True, text=True)  # fmt: skip
     imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert (r.returncode, r.stdout) == (9, "ok\n")
-    base = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True, text=True)
-    at_startup = {line.rsplit("|", 1)[1].strip() for line in base.stderr.splitlines() if line.startswith("import time:")}
+    base = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True, text=True
+    )
+    at_startup = {
+        line.rsplit("|", 1)[1].strip() for line in base.stderr.splitlines() if line.startswith("import time:")
+    }
     assert "pagecast.launch.command" in imported
     # beyond what the interpreter's start-up (site, .pth files) imports anyway; pip's generated scripts import re
     assert not (imported - at_startup) & {"pagecast.cli", "re", "argparse", "pathlib"}
     r = subprocess.run([sys.executable, "-c", entry, "launcher-path"], env=_env(), capture_output=True, text=True)
     assert (r.returncode, r.stdout) == (0, launcher_path() + "\n")
     # the printed launcher runs a plan with no Python in front
-    r = subprocess.run([r.stdout.strip(), str(plan), "--", "sh", "-c", "echo direct; exit 4"], capture_output=True, text=True)
+    r = subprocess.run(
+        [r.stdout.strip(), str(plan), "--", "sh", "-c", "echo direct; exit 4"], capture_output=True, text=True
+    )
     assert (r.returncode, r.stdout, r.stderr) == (4, "direct\n", "")
-    r = subprocess.run([sys.executable, "-c", entry, "launcher-path", "--json"], env=_env(), capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", entry, "launcher-path", "--json"], env=_env(), capture_output=True, text=True
+    )
     assert json.loads(r.stdout) == {"launcher": launcher_path(), "advice_shim": launcher_path() + "-advice.so"}

@@ -45,7 +45,9 @@ def _uffd_ok() -> bool:
 
 @pytest.fixture()
 def disk(tmp_path: Path):
-    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata" / f"report-{os.getpid()}-{tmp_path.name}"
+    base = (
+        Path(__file__).resolve().parents[1] / "native" / "build" / "testdata" / f"report-{os.getpid()}-{tmp_path.name}"
+    )
     base.mkdir(parents=True, exist_ok=True)
     yield base
     shutil.rmtree(base, ignore_errors=True)

@@ -11,11 +11,21 @@ import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
+from pagecast.pager.pack import build_pack
 from pagecast.plan.cost_model import DeviceCosts, Prediction, predict, predict_extent, predict_pack, program_reads
 from pagecast.plan.format import FileIdentity, read_plan
-from pagecast.plan.planner import (FilePricing, PlannerConfig, _Priced, choose, hot_thresholds, live_choices,
-                                   overlap_upgrades, plan_by_predicted_time, price_file, small_files_group)  # fmt: skip
-from pagecast.pager.pack import build_pack
+from pagecast.plan.planner import (
+    FilePricing,
+    PlannerConfig,
+    _Priced,
+    choose,
+    hot_thresholds,
+    live_choices,
+    overlap_upgrades,  # fmt: skip
+    plan_by_predicted_time,
+    price_file,
+    small_files_group,
+)
 from pagecast.plan.shared_pages import merge_ranges
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
@@ -72,7 +82,9 @@ def test_predict_hand_computed():
     assert predict(DEV, used, warm, 40, "nothing+random", True).seconds == pytest.approx(4e-3 + 4 * PAGE_S)
     # warm: ranges (0,2) and (9,1) = 2 requests at depth 2 (0.2 ms) + 3 pages; then page 30 misses
     assert predict(DEV, used, warm, 40, "warm+random", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + PAGE_S)
-    assert predict(DEV, used, warm, 40, "warm+default", True).seconds == pytest.approx(2e-4 + 3 * PAGE_S + 1e-3 + 4 * PAGE_S)
+    assert predict(DEV, used, warm, 40, "warm+default", True).seconds == pytest.approx(
+        2e-4 + 3 * PAGE_S + 1e-3 + 4 * PAGE_S
+    )
     # stream: 40 pages in one 1 MiB request at depth 2, no misses
     assert predict(DEV, used, warm, 40, "stream", True).seconds == pytest.approx(1e-4 + 40 * PAGE_S)
 
@@ -162,7 +174,9 @@ def test_file_used_whole_gets_stream(tmp_path, touchpages, datafile):
 @needs_perf
 @pytest.mark.perf
 def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpages, datafile, capsys):
-    traces = [_record(tmp_path, touchpages, datafile, p, f"d{i}") for i, p in enumerate([[0, 30], [60, 90], [120, 150]])]
+    traces = [
+        _record(tmp_path, touchpages, datafile, p, f"d{i}") for i, p in enumerate([[0, 30], [60, 90], [120, 150]])
+    ]
     doc, why = _plan(traces)
     mine = next(f for f in doc.files if f.path == str(datafile))
     c = why[str(datafile)]

@@ -40,8 +40,9 @@ def test_registered_with_a_compiled_kernel_and_run_compiled(tmp_path):
     e = policy_entry("ampm")
     assert e is not None and e.backends == ("python", "sim")
     assert kind_of(AccessMapPatternMatching()) is not None  # the simulator's loop runs it, not the Python path
-    path = write_trace(tmp_path / "s.parquet", [q for base in range(0, 4096, 64) for q in range(base, base + 64, 2)],
-                       t_step=100_000)
+    path = write_trace(
+        tmp_path / "s.parquet", [q for base in range(0, 4096, 64) for q in range(base, base + 64, 2)], t_step=100_000
+    )
     r = simulate(path, SimConfig(capacity=4096), AccessMapPatternMatching(degree=4))
     # per 64-page zone of 32 touches: 0, 2, 4 fault, then the map stays ahead of the scan
     assert r.faults == 3 * 64 and r.useful == 29 * 64

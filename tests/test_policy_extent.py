@@ -41,7 +41,10 @@ def test_cuts_faults_on_object_walk(tmp_path):
 
 
 def test_numba_and_python_agree(tmp_path):
-    path = write_trace(tmp_path / "m.parquet", mixed_pages(), regions=[Region(0, "r", kind="anon", length=300 * 4096),
-                                                                        Region(1, "r1", kind="anon", length=3200 * 4096)],
-                       region=0)
+    path = write_trace(
+        tmp_path / "m.parquet",
+        mixed_pages(),
+        regions=[Region(0, "r", kind="anon", length=300 * 4096), Region(1, "r1", kind="anon", length=3200 * 4096)],
+        region=0,
+    )
     same_results_both_engines(path, lambda: RegionExtent(max_pages=4000))

@@ -32,7 +32,10 @@ def _irregular(n_rep: int) -> np.ndarray:
 def test_trained_table_prefetches_next_run_with_shifted_region_ids(tmp_path):
     pages = _irregular(1)
     # training run: the file is region 1; next run: region 0 (ids differ, the key matches)
-    reg_train = [Region(0, "anon0", kind="anon", length=4096), Region(1, "lib", kind="file", path="/lib/x.so", length=5000 * 4096)]
+    reg_train = [
+        Region(0, "anon0", kind="anon", length=4096),
+        Region(1, "lib", kind="file", path="/lib/x.so", length=5000 * 4096),
+    ]
     train = write_trace(tmp_path / "train.parquet", pages, regions=reg_train, region=1)
     reg_test = [Region(0, "lib", kind="file", path="/lib/x.so", length=5000 * 4096)]
     test = write_trace(tmp_path / "test.parquet", pages, regions=reg_test, region=0)

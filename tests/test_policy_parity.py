@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from pagecast.policies._numba import MAX_PREFETCH, region_pages
-from pagecast.policies.base import (BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry,
-                                    render_ids_header)
+from pagecast.policies.base import BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry, render_ids_header
 from pagecast.trace.regions import Region
 from pagecast.util.native import build, native_dir
 
@@ -48,9 +47,11 @@ def _streams() -> dict[str, list[tuple[int, int, bool]]]:
 
 STREAMS = _streams()
 # Parameter sets per policy with C steps (defaults first).
-PARAMS = {"nextline": [{}, {"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1}],
-          "stride": [{}, {"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3}],
-          "none": [{}]}
+PARAMS = {
+    "nextline": [{}, {"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1}],
+    "stride": [{}, {"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3}],
+    "none": [{}],
+}
 MULTI = [e.name for e in policy_entries() if len(e.backends) > 1]
 
 
@@ -86,8 +87,13 @@ def _c_steps(driver: Path, name: str, opts: dict, stream) -> list[list[tuple[int
     params = p.native_params() if hasattr(p, "native_params") else (0, 0)
     limits = [str(r.pages) for r in REGIONS]
     text = "".join(f"{r} {pg} {int(hit)}\n" for r, pg, hit in stream)
-    res = subprocess.run([str(driver), str(policy_entry(name).native_id), *map(str, params), *limits], input=text,
-                         capture_output=True, text=True, check=True)
+    res = subprocess.run(
+        [str(driver), str(policy_entry(name).native_id), *map(str, params), *limits],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = res.stdout.split("\n")[: len(stream)]
     return [[(r, int(x)) for x in line.split()] for (r, _, _), line in zip(stream, lines)]
 
@@ -128,8 +134,12 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     ev = STREAMS["mixed"] + STREAMS["strided"] + STREAMS["sequential"] + [(1, 3 * k, False) for k in range(2000)]
     path = tmp_path / "s.parquet"
     with TraceWriter(path, regions=REGIONS, page_size=PS, source="test") as w:
-        w.write(t_ns=np.arange(len(ev), dtype=np.int64) * 1000, region=np.array([e[0] for e in ev], np.int32),
-                page=np.array([e[1] for e in ev], np.int64), kind=0)
+        w.write(
+            t_ns=np.arange(len(ev), dtype=np.int64) * 1000,
+            region=np.array([e[0] for e in ev], np.int32),
+            page=np.array([e[1] for e in ev], np.int64),
+            kind=0,
+        )
     runs = []
     for engine in ("auto", "python"):
         d = simulate(path, SimConfig(capacity=64, log_prefetches=True), get_prefetcher(name), engine=engine).to_dict()
@@ -140,7 +150,9 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     assert runs[0] == runs[1] and runs[0]["prefetches"] > 0
 
 
-@pytest.mark.parametrize("name", [n for n in MULTI if "live" in policy_entry(n).backends or "pager" in policy_entry(n).backends])
+@pytest.mark.parametrize(
+    "name", [n for n in MULTI if "live" in policy_entry(n).backends or "pager" in policy_entry(n).backends]
+)
 @pytest.mark.parametrize("stream", sorted(STREAMS))
 def test_native_c_steps_equal_python_observe(driver: Path, name: str, stream: str) -> None:
     for opts in PARAMS[name]:
@@ -277,8 +289,10 @@ def test_shim_still_takes_the_old_name_next(tmp_path: Path) -> None:
     e.update(PAGECAST_PAGER_POLICY="next", PAGECAST_PAGER_DEPTH="7")
     e.pop("PAGECAST_PAGER_BEFORE")
     e["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + e.get("PYTHONPATH", "")
-    script = (f"import mmap,os\nfd=os.open({str(f)!r},os.O_RDONLY)\nm=mmap.mmap(fd,0,prot=mmap.PROT_READ)\n"
-              f"s=sum(m[p*{PS}] for p in range(64))\n")
+    script = (
+        f"import mmap,os\nfd=os.open({str(f)!r},os.O_RDONLY)\nm=mmap.mmap(fd,0,prot=mmap.PROT_READ)\n"
+        f"s=sum(m[p*{PS}] for p in range(64))\n"
+    )
     res = subprocess.run([sys.executable, "-c", script], env=e, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     st = [json.loads(p.read_text()) for p in stats.glob("*.json")]

@@ -45,8 +45,17 @@ def test_parsed_options_reach_the_prefetcher():
     assert nl.window == 5
 
 
-@pytest.mark.parametrize("text", ["none", "stride:degree=8", "stride:degree=8,min_conf=2", "nextline:window=4,before=none",
-                                  "pagesucc:train=run 1.parquet,degree=3", "learned:model=m.pt,top_k=2"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "none",
+        "stride:degree=8",
+        "stride:degree=8,min_conf=2",
+        "nextline:window=4,before=none",
+        "pagesucc:train=run 1.parquet,degree=3",
+        "learned:model=m.pt,top_k=2",
+    ],
+)
 def test_round_trip(text):
     s = parse_policy_spec(text)
     assert str(s) == format_policy_spec(s.name, s.options)
@@ -54,21 +63,24 @@ def test_round_trip(text):
     assert str(parse_policy_spec(str(s))) == str(s)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("bogus", "unknown prefetcher 'bogus' (valid: "),
-    ("", "empty policy name"),
-    (":degree=3", "empty policy name"),
-    ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
-    ("none:degree=1", "none has no option 'degree' (valid: none)"),
-    ("stride:degree", "'degree' is not key=value"),
-    ("stride:=4", "'=4' is not key=value"),
-    ("stride:degree=4,", "'' is not key=value"),
-    ("stride:degree=eight", "degree='eight' is not an integer (degree: int, default 4)"),
-    ("stride:degree=1.5", "is not an integer"),
-    ("stride:degree=4,degree=5", "degree is given twice"),
-    ("nextline:before=x", "before='x' is not an integer (before: int or none, default none)"),
-    ("oracle:stream=x", "oracle has no option 'stream' (valid: k, lookahead)"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("bogus", "unknown prefetcher 'bogus' (valid: "),
+        ("", "empty policy name"),
+        (":degree=3", "empty policy name"),
+        ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
+        ("none:degree=1", "none has no option 'degree' (valid: none)"),
+        ("stride:degree", "'degree' is not key=value"),
+        ("stride:=4", "'=4' is not key=value"),
+        ("stride:degree=4,", "'' is not key=value"),
+        ("stride:degree=eight", "degree='eight' is not an integer (degree: int, default 4)"),
+        ("stride:degree=1.5", "is not an integer"),
+        ("stride:degree=4,degree=5", "degree is given twice"),
+        ("nextline:before=x", "before='x' is not an integer (before: int or none, default none)"),
+        ("oracle:stream=x", "oracle has no option 'stream' (valid: k, lookahead)"),
+    ],
+)
 def test_errors_are_one_line_and_name_what_is_valid(text, message):
     with pytest.raises(PagecastError) as e:
         parse_policy_spec(text)
@@ -94,7 +106,10 @@ def test_params_follow_the_signatures():
         if factory_sig is not None:
             for p in params.values():
                 assert factory_sig.parameters[p.name].default == p.default
-    assert {k: (p.type, p.default) for k, p in policy_params("stride").items()} == {"degree": (int, 4), "min_conf": (int, 1)}
+    assert {k: (p.type, p.default) for k, p in policy_params("stride").items()} == {
+        "degree": (int, 4),
+        "min_conf": (int, 1),
+    }
     assert policy_params("learned")["model"].optional and policy_params("learned")["model"].type is str
     assert "stream" not in policy_params("oracle")  # not a scalar: only code can pass it
 
@@ -111,14 +126,17 @@ def test_bool_options():
         PolicyParam("f", float, 1.0).convert("x")
 
 
-@pytest.mark.parametrize("texts, specs", [
-    ("none,nextline,stride", ["none", "nextline", "stride"]),
-    ("none,stride:degree=8,min_conf=2,nextline", ["none", "stride:degree=8,min_conf=2", "nextline"]),
-    (["stride:degree=8,min_conf=2", "leap"], ["stride:degree=8,min_conf=2", "leap"]),
-    (["a,b", "pagesucc:train=x:y.parquet,degree=2"], ["a", "b", "pagesucc:train=x:y.parquet,degree=2"]),
-    ("none,,nextline,", ["none", "nextline"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    "texts, specs",
+    [
+        ("none,nextline,stride", ["none", "nextline", "stride"]),
+        ("none,stride:degree=8,min_conf=2,nextline", ["none", "stride:degree=8,min_conf=2", "nextline"]),
+        (["stride:degree=8,min_conf=2", "leap"], ["stride:degree=8,min_conf=2", "leap"]),
+        (["a,b", "pagesucc:train=x:y.parquet,degree=2"], ["a", "b", "pagesucc:train=x:y.parquet,degree=2"]),
+        ("none,,nextline,", ["none", "nextline"]),
+        ("", []),
+    ],
+)
 def test_split_policy_list(texts, specs):
     assert split_policy_list(texts) == specs
 
@@ -137,8 +155,10 @@ def test_pager_policies_take_options_through_the_same_parser():
 
     p = PagerPolicy.parse("stride:degree=3,min_conf=2")
     assert (p.name, p.depth, p.min_conf) == ("stride", 3, 2)
-    for text, message in [("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
-                          ("nextline:window=x", "window='x' is not an integer"),
-                          ("sparse:foo=1", "sparse takes no options")]:
+    for text, message in [
+        ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
+        ("nextline:window=x", "window='x' is not an integer"),
+        ("sparse:foo=1", "sparse takes no options"),
+    ]:
         with pytest.raises(PagecastError, match=message.replace("(", r"\(").replace(")", r"\)")):
             PagerPolicy.parse(text)

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagecast.bench.workloads import build_workload
 from pagecast.cli import main as cli_main
 from pagecast.collect.faultmon import FaultMonitor, read_all
 from pagecast.trace import Kind, match_regions, open_trace
 from pagecast.util.pagecache import drop_file
-from pagecast.bench.workloads import build_workload
 from perf_support import needs_perf
 
 PAGES = [0, 2, 5, 6, 8, 13, 11]
@@ -130,8 +130,23 @@ def test_record_lackey_full_access_trace(touchpages, datafile, tmp_path, capsys)
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind not installed")
     out = tmp_path / "l.parquet"
-    rc = cli_main(["record", "--lackey", "--json", "-o", str(out), "--", str(touchpages), str(datafile),
-                   ",".join(map(str, PAGES)), "--anon", "6", "--exit", "4"])
+    rc = cli_main(
+        [
+            "record",
+            "--lackey",
+            "--json",
+            "-o",
+            str(out),
+            "--",
+            str(touchpages),
+            str(datafile),
+            ",".join(map(str, PAGES)),
+            "--anon",
+            "6",
+            "--exit",
+            "4",
+        ]
+    )
     assert rc == 4
     t = open_trace(out)
     assert t.source == "lackey" and t.meta["time_unit"] == "instructions"
@@ -142,8 +157,9 @@ def test_record_lackey_full_access_trace(touchpages, datafile, tmp_path, capsys)
     # mapping; libc's own byte loads may share the region and interleave)
     one = (c["bytes"] == 1) & (c["flags"] == 0)
     want = [p - PAGES[0] for p in PAGES]
-    assert any(_has_subsequence(c["page"][one & (c["region"] == rid)].tolist(), want)
-               for rid in np.unique(c["region"][one]))
+    assert any(
+        _has_subsequence(c["page"][one & (c["region"] == rid)].tolist(), want) for rid in np.unique(c["region"][one])
+    )
 
 
 def _has_subsequence(pages: list[int], rel: list[int]) -> bool:

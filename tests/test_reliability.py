@@ -57,6 +57,7 @@ def _journal(path: Path, rows: int = 1000, group: int = 250) -> tuple[Path, Path
 
 # ------------------------------------------------------------------ 9: side files and permissions
 
+
 def test_journal_side_files_never_follow_planted_symlinks(tmp_path):
     victim = tmp_path / "victim"
     victim.write_text("precious")
@@ -90,7 +91,13 @@ def test_outputs_honour_the_umask(tmp_path, umask, mode):
         _journal(tmp_path / "j.parquet")
     finally:
         os.umask(old)
-    for p in (trace, tmp_path / "s.parquet", tmp_path / "x.txt", tmp_path / "j.parquet.partial", tmp_path / "j.parquet.partial.regions"):
+    for p in (
+        trace,
+        tmp_path / "s.parquet",
+        tmp_path / "x.txt",
+        tmp_path / "j.parquet.partial",
+        tmp_path / "j.parquet.partial.regions",
+    ):
         assert p.stat().st_mode & 0o777 == mode, p
 
 
@@ -152,6 +159,7 @@ def test_cuda_raw_dir_must_be_private(tmp_path):
 
 # -------------------------------------------------------------------------------- 10: recover
 
+
 def test_recover_refuses_what_is_not_a_journal_and_leaves_it_alone(tmp_path, capsys):
     trace = _trace(tmp_path / "done.parquet")
     csv = tmp_path / "data.csv"
@@ -161,14 +169,25 @@ def test_recover_refuses_what_is_not_a_journal_and_leaves_it_alone(tmp_path, cap
     garbage = tmp_path / "g.partial"
     garbage.write_bytes(os.urandom(3000))
     (tmp_path / "d.partial").mkdir()
-    for path, what in [(trace, "finished Parquet file"), (csv, "not a pagecast journal"), (empty, "empty file"),
-                       (garbage, "not a pagecast journal"), (tmp_path / "d.partial", "is a directory")]:
+    for path, what in [
+        (trace, "finished Parquet file"),
+        (csv, "not a pagecast journal"),
+        (empty, "empty file"),
+        (garbage, "not a pagecast journal"),
+        (tmp_path / "d.partial", "is a directory"),
+    ]:
         before = path.read_bytes() if path.is_file() else None
         assert cli_main(["recover", str(path)]) == 2
         _one_line(capsys, path.name, what)
         if before is not None:
             assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.partial", "data.csv", "done.parquet", "e.partial", "g.partial"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "d.partial",
+        "data.csv",
+        "done.parquet",
+        "e.partial",
+        "g.partial",
+    ]
 
 
 def test_recover_never_writes_over_its_input(tmp_path, capsys):
@@ -209,10 +228,15 @@ def test_recover_reports_what_it_kept(tmp_path, capsys):
     assert t.meta["recovered_truncated"] and t.read(["t_ns"])["t_ns"].tolist() == list(range(500))
 
 
-@pytest.mark.parametrize("bad,what", [
-    (b"\xff\xfe not utf-8\n", "line 2"), (b"[1, 2, 3]\n", "line 2"), (b'{"id": "x", "name": 5}\n', "line 2"),
-    (b'{"id": 3, "name": "gap"}\n', "region ids"),
-])
+@pytest.mark.parametrize(
+    "bad,what",
+    [
+        (b"\xff\xfe not utf-8\n", "line 2"),
+        (b"[1, 2, 3]\n", "line 2"),
+        (b'{"id": "x", "name": 5}\n', "line 2"),
+        (b'{"id": 3, "name": "gap"}\n', "region ids"),
+    ],
+)
 def test_damaged_regions_journal_is_one_line(tmp_path, capsys, bad, what):
     partial, regions = _journal(tmp_path / "t.parquet")
     lines = regions.read_bytes().split(b"\n")
@@ -231,11 +255,15 @@ def test_torn_last_regions_line_is_dropped(tmp_path):
 
 # ------------------------------------------------------------------------ 12/13: bad numbers
 
-@pytest.mark.parametrize("row,what", [
-    ("KERNEL,k(int),7,0x1,1000,15\xb200,500,1\n", "start,end,duration"),  # a superscript digit
-    ("KERNEL,k(int),7,0x1,1000,100000000000000000000,99999999999999999000,1\n", "start,end,duration"),  # 21 digits
-    ("UVM,GPU_PAGE_FAULT,0x1000,9223372036854775808,,,X,\n", "StartTime_ns"),  # 2^63
-])
+
+@pytest.mark.parametrize(
+    "row,what",
+    [
+        ("KERNEL,k(int),7,0x1,1000,15\xb200,500,1\n", "start,end,duration"),  # a superscript digit
+        ("KERNEL,k(int),7,0x1,1000,100000000000000000000,99999999999999999000,1\n", "start,end,duration"),  # 21 digits
+        ("UVM,GPU_PAGE_FAULT,0x1000,9223372036854775808,,,X,\n", "StartTime_ns"),  # 2^63
+    ],
+)
 def test_ai4mem_times_out_of_range(tmp_path, row, what):
     src = tmp_path / "u.csv"
     src.write_text(HEADER + row)
@@ -256,8 +284,10 @@ def test_cpu_ghz_out_of_range(tmp_path, ghz):
     src.write_text("1, 100, 7f0000001000, 401a00, 0\n")
     with pytest.raises(PagecastError, match="--cpu-ghz"):
         champsim.import_trace(src, tmp_path / "o.parquet", cpu_ghz=ghz)
-    feather.write_feather(pa.table({"Timestamp": [1, 2], "Vaddr": [4096, 8192], "Phase": [0, 0], "Instrs": [1, 2]}),
-                          tmp_path / "m.feather")
+    feather.write_feather(
+        pa.table({"Timestamp": [1, 2], "Vaddr": [4096, 8192], "Phase": [0, 0], "Instrs": [1, 2]}),
+        tmp_path / "m.feather",
+    )
     with pytest.raises(PagecastError, match="--cpu-ghz"):
         memai.import_trace(tmp_path / "m.feather", tmp_path / "o.parquet", cpu_ghz=ghz)
     assert not (tmp_path / "o.parquet").exists()
@@ -270,10 +300,15 @@ def test_cycles_that_overflow_nanoseconds_are_refused(tmp_path):
         champsim.import_trace(src, tmp_path / "o.parquet", cpu_ghz=0.5)
 
 
-@pytest.mark.parametrize("row,what", [
-    ("9223372036854775808,0x1000,0.5", "bad time"), ("1,0x1000,nan", "bad score"), ("1,0x1000,inf", "bad score"),
-    ("1,0x1000,1e39", "bad score"),  # finite as a double, inf as the float32 stored
-])
+@pytest.mark.parametrize(
+    "row,what",
+    [
+        ("9223372036854775808,0x1000,0.5", "bad time"),
+        ("1,0x1000,nan", "bad score"),
+        ("1,0x1000,inf", "bad score"),
+        ("1,0x1000,1e39", "bad score"),  # finite as a double, inf as the float32 stored
+    ],
+)
 def test_predictions_out_of_range(tmp_path, row, what):
     src = tmp_path / "p.csv"
     src.write_text("Timestamp_ns,Prefetch_Address,Confidence\n" + row + "\n")
@@ -283,8 +318,14 @@ def test_predictions_out_of_range(tmp_path, row, what):
 
 def test_memai_damaged_record_batch(tmp_path):
     n = 400
-    t = pa.table({"Timestamp": np.arange(n, dtype=np.int64), "Vaddr": np.arange(n, dtype=np.uint64) * 4096,
-                  "Phase": np.zeros(n, np.int32), "Instrs": np.arange(n, dtype=np.int64)})
+    t = pa.table(
+        {
+            "Timestamp": np.arange(n, dtype=np.int64),
+            "Vaddr": np.arange(n, dtype=np.uint64) * 4096,
+            "Phase": np.zeros(n, np.int32),
+            "Instrs": np.arange(n, dtype=np.int64),
+        }
+    )
     feather.write_feather(t, tmp_path / "m.feather", chunksize=100, compression="lz4")
     data = bytearray((tmp_path / "m.feather").read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -299,15 +340,35 @@ def test_champsim_prefetch_with_empty_loads(tmp_path, capsys):
     champsim.import_trace(loads, tmp_path / "c.parquet")
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "pf.txt").write_text("1 7f0000001000\n")
-    assert cli_main(["import", "champsim-prefetch", str(tmp_path / "pf.txt"), "--trace", str(tmp_path / "c.parquet"),
-                     "--loads", str(tmp_path / "empty.txt"), "-o", str(tmp_path / "s.parquet")]) == 2
+    assert (
+        cli_main(
+            [
+                "import",
+                "champsim-prefetch",
+                str(tmp_path / "pf.txt"),
+                "--trace",
+                str(tmp_path / "c.parquet"),
+                "--loads",
+                str(tmp_path / "empty.txt"),
+                "-o",
+                str(tmp_path / "s.parquet"),
+            ]
+        )
+        == 2
+    )
     _one_line(capsys, "empty.txt: no load records")
 
 
 def test_schedules_with_nan_or_inf_scores_are_refused(tmp_path, capsys):
     trace = _trace(tmp_path / "t.parquet")
     for bad in (np.nan, np.inf):
-        s = Schedule(np.array([0, 1]), np.array([0, 1]), np.array([0, 0], np.int32), np.array([1, 2]), np.array([0.5, bad], np.float32))
+        s = Schedule(
+            np.array([0, 1]),
+            np.array([0, 1]),
+            np.array([0, 0], np.int32),
+            np.array([1, 2]),
+            np.array([0.5, bad], np.float32),
+        )
         write_schedule(tmp_path / "s.parquet", s)
         with pytest.raises(PagecastError, match="score .* is not a finite number"):
             read_schedule(tmp_path / "s.parquet")
@@ -328,6 +389,7 @@ def test_predict_and_eval_given_a_directory(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------- 13: checksums, 14: wording
+
 
 def test_trace_page_checksums_catch_a_flipped_bit(tmp_path):
     path = _trace(tmp_path / "t.parquet", n=5000)
@@ -352,7 +414,7 @@ def test_trace_metadata_checksum(tmp_path):
     path = _trace(tmp_path / "t.parquet")
     data = path.read_bytes()
     i = data.rfind(b'"name":"r"')
-    path.write_bytes(data[:i] + b'"name":"s"' + data[i + 10:])  # still valid JSON, another region name
+    path.write_bytes(data[:i] + b'"name":"s"' + data[i + 10 :])  # still valid JSON, another region name
     with pytest.raises(PagecastError, match="checksum mismatch"):
         open_trace(path)
 
@@ -398,8 +460,9 @@ def test_journals_from_before_checksums_still_recover(tmp_path):
     cols["t_ns"] = np.arange(n, dtype=np.int64)
     with pa.OSFile(str(partial), "wb") as sink, ipc.new_stream(sink, ACCESS_SCHEMA) as w:
         w.write_batch(pa.record_batch([pa.array(cols[c]) for c in COLUMNS], schema=ACCESS_SCHEMA))  # no CRC metadata
-    Path(str(partial) + ".regions").write_text(json.dumps({"__meta__": {"source": "old"}}) + "\n"
-                                               + json.dumps(Region(0, "r", length=4096).to_dict()) + "\n")
+    Path(str(partial) + ".regions").write_text(
+        json.dumps({"__meta__": {"source": "old"}}) + "\n" + json.dumps(Region(0, "r", length=4096).to_dict()) + "\n"
+    )
     rec = recover_partial(partial)
     t = open_trace(rec.trace)
     assert rec.rows == n and t.meta["source"] == "old" and [r.name for r in t.regions] == ["r"]

@@ -18,7 +18,19 @@ from perf_support import needs_perf
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 # every report printed by `pagecast run --json` has these keys, whatever the source and backend
-REPORT_KEYS = {"mode", "command", "source", "returncode", "exit_status", "wall_s", "trace", "warnings", "live", "pager", "cuda"}
+REPORT_KEYS = {
+    "mode",
+    "command",
+    "source",
+    "returncode",
+    "exit_status",
+    "wall_s",
+    "trace",
+    "warnings",
+    "live",
+    "pager",
+    "cuda",
+}
 # shared with the native launcher's report of `--plan` (docs/live.md)
 SHARED_WITH_PLAN = {"mode", "returncode", "exit_status", "wall_s", "live"}
 
@@ -28,9 +40,33 @@ def _req(*argv: str) -> RunRequest:
 
 
 def test_every_option_lands_in_the_request():
-    r = _req("--policy", "stride", "--pager", "w.bin:256M", "--pack", "a.pack", "--pack", "b.pack", "-o", "t.parquet",
-             "--gap", "7", "--threads", "3", "--poll-ms", "9", "--nice", "0", "--no-anon", "--no-fast",
-             "--no-throttle", "--json", "--", "prog", "x")
+    r = _req(
+        "--policy",
+        "stride",
+        "--pager",
+        "w.bin:256M",
+        "--pack",
+        "a.pack",
+        "--pack",
+        "b.pack",
+        "-o",
+        "t.parquet",
+        "--gap",
+        "7",
+        "--threads",
+        "3",
+        "--poll-ms",
+        "9",
+        "--nice",
+        "0",
+        "--no-anon",
+        "--no-fast",
+        "--no-throttle",
+        "--json",
+        "--",
+        "prog",
+        "x",
+    )
     assert r.argv == ["prog", "x"]
     assert (r.source.kind, r.source.policy, r.source.throttle) == ("policy", "stride", False)
     assert r.backends == Backends(anon=False, pager=[("w.bin", 256 << 20)], packs=["a.pack", "b.pack"], fast=False)
@@ -50,14 +86,17 @@ def test_every_option_lands_in_the_request():
     assert (n.source.kind, backend_of(n)) == ("none", "live")
 
 
-@pytest.mark.parametrize("req, message", [
-    (RunRequest([]), "no command given"),
-    (RunRequest(["p"], PredictionSource("plan", plan="x"), Backends(packs=["a"])), "--plan chooses"),
-    (RunRequest(["p"], PredictionSource("plan", plan="x"), output=Path("t")), "--plan chooses"),
-    (RunRequest(["p"], PredictionSource("model", model="m"), Backends(pager=[("f", 4096)])), "--policy only"),
-    (RunRequest(["p"], PredictionSource("schedule", schedule="s"), Backends(packs=["a"])), "--policy only"),
-    (RunRequest(["p"], PredictionSource("oracle")), "unknown prediction source"),
-])
+@pytest.mark.parametrize(
+    "req, message",
+    [
+        (RunRequest([]), "no command given"),
+        (RunRequest(["p"], PredictionSource("plan", plan="x"), Backends(packs=["a"])), "--plan chooses"),
+        (RunRequest(["p"], PredictionSource("plan", plan="x"), output=Path("t")), "--plan chooses"),
+        (RunRequest(["p"], PredictionSource("model", model="m"), Backends(pager=[("f", 4096)])), "--policy only"),
+        (RunRequest(["p"], PredictionSource("schedule", schedule="s"), Backends(packs=["a"])), "--policy only"),
+        (RunRequest(["p"], PredictionSource("oracle")), "unknown prediction source"),
+    ],
+)
 def test_inconsistent_requests_are_refused_before_anything_runs(req, message):
     with pytest.raises(PagecastError, match=message):
         check(req)
@@ -65,15 +104,23 @@ def test_inconsistent_requests_are_refused_before_anything_runs(req, message):
 
 def _run_json(tmp_path: Path, *argv: str) -> tuple[subprocess.CompletedProcess, dict]:
     env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"}
-    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--json", *argv], capture_output=True, text=True,
-                       env=env, cwd=tmp_path, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "pagecast", "run", "--json", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
     return r, json.loads(r.stdout)
 
 
 @needs_perf
 def test_live_report_shape_and_exit_status(tmp_path):
     r, rep = _run_json(tmp_path, "--nice", "0", "--", "sh", "-c", "echo out-$((40+2)); exit 3")
-    assert r.returncode == 3 and "out-42" in r.stderr.splitlines() and "out-42" not in r.stdout  # stdout: the report only
+    assert (
+        r.returncode == 3 and "out-42" in r.stderr.splitlines() and "out-42" not in r.stdout
+    )  # stdout: the report only
     assert set(rep) == REPORT_KEYS
     assert rep["mode"] == "live" and rep["source"] == {"kind": "none", "spec": None}
     assert rep["command"] == ["sh", "-c", "echo out-$((40+2)); exit 3"]

@@ -74,13 +74,31 @@ def test_eval_model_without_learn(trace, capsys, monkeypatch):
 
 def test_sweep_local_csv_plot(trace, tmp_path, capsys):
     out_csv, out_png = tmp_path / "s.csv", tmp_path / "s.png"
-    rc = main(["sweep", str(trace), "--capacities", "50,200", "--evictions", "lru,min", "--prefetchers", "none,nextline",
-               "-j", "2", "--csv", str(out_csv), "--plot", str(out_png)])
+    rc = main(
+        [
+            "sweep",
+            str(trace),
+            "--capacities",
+            "50,200",
+            "--evictions",
+            "lru,min",
+            "--prefetchers",
+            "none,nextline",
+            "-j",
+            "2",
+            "--csv",
+            str(out_csv),
+            "--plot",
+            str(out_png),
+        ]
+    )
     assert rc == 0
     rows = list(csv.DictReader(out_csv.open()))
     assert len(rows) == 8
     pages = mixed_pages(3000).tolist()
-    lru = {int(r["capacity_pages"]): int(r["faults"]) for r in rows if r["eviction"] == "lru" and r["prefetcher"] == "none"}
+    lru = {
+        int(r["capacity_pages"]): int(r["faults"]) for r in rows if r["eviction"] == "lru" and r["prefetcher"] == "none"
+    }
     assert lru == {50: ref_lru(pages, 50), 200: ref_lru(pages, 200)}
     assert out_png.stat().st_size > 1000
 

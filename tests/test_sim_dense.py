@@ -35,7 +35,12 @@ def _mixed_trace(path, n=6000, seed=0):
     # runs of repeats and sequential stretches, so hits, re-references and faults all occur
     page[rng.random(n) < 0.2] = 5
     with TraceWriter(path, regions=regions, source="test", row_group_rows=1500) as w:
-        w.write(t_ns=np.arange(n, dtype=np.int64) * 100, region=region, page=page, flags=(rng.random(n) < 0.3).astype(np.uint8))
+        w.write(
+            t_ns=np.arange(n, dtype=np.int64) * 100,
+            region=region,
+            page=page,
+            flags=(rng.random(n) < 0.3).astype(np.uint8),
+        )
     return path, list(zip(region.tolist(), page.tolist()))
 
 
@@ -82,7 +87,9 @@ def test_plain_loop_equals_general_loop_on_random_traces(tmp_path, eviction):
         pages[rng.random(n) < 0.3] = rng.integers(0, 10)  # a hot set
         t = np.cumsum(rng.integers(0, 500, n))  # uneven gaps, some zero
         path = tmp_path / f"r{trial}.parquet"
-        with TraceWriter(path, regions=[Region(0, "r", length=universe * 4096)], source="test", row_group_rows=900) as w:
+        with TraceWriter(
+            path, regions=[Region(0, "r", length=universe * 4096)], source="test", row_group_rows=900
+        ) as w:
             w.write(t_ns=t, region=0, page=pages, flags=rng.integers(0, 2, n).astype(np.uint8))
         for cap in (1, int(rng.integers(2, universe)), universe + 5):
             cfg = SimConfig(capacity=cap, eviction=eviction, chunk_rows=int(rng.integers(100, 2000)))

@@ -22,7 +22,7 @@ def _reference(pages, rows, k, h):
             if p not in ranked:
                 ranked.append(p)
         ranked = ranked[:k]
-        truth = set(pages[t + 1: t + 1 + h])
+        truth = set(pages[t + 1 : t + 1 + h])
         if not truth:
             continue
         rel = [p in truth for p in ranked]
@@ -43,7 +43,7 @@ def _reference(pages, rows, k, h):
 def test_window_distinct():
     ids = np.array([1, 2, 1, 3, 3, 2, 4])
     h = 3
-    want = [len(set(ids[i + 1: i + 1 + h])) for i in range(len(ids))]
+    want = [len(set(ids[i + 1 : i + 1 + h])) for i in range(len(ids))]
     assert window_distinct(ids, h).tolist() == want
 
 

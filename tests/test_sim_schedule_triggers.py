@@ -88,7 +88,9 @@ def test_oracle_bound_never_worse_than_none(tmp_path):
     assert best.faults == 1 and best.extra["oracle_k"] == 16
     path2 = write_trace(tmp_path / "mixed.parquet", mixed_pages())
     for cap in (3, 30, 300):
-        assert oracle_bound(path2, SimConfig(capacity=cap)).faults <= simulate(path2, SimConfig(capacity=cap), None).faults
+        assert (
+            oracle_bound(path2, SimConfig(capacity=cap)).faults <= simulate(path2, SimConfig(capacity=cap), None).faults
+        )
 
 
 def test_percent_capacity_from_python(tmp_path):

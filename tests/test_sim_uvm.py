@@ -21,7 +21,12 @@ MiB = 1 << 20
 
 def _trace(path, pages, t_step=1_000_000, length=8 * MiB, base=1 << 30):
     with TraceWriter(path, regions=[Region(0, "m", kind="managed", base=base, length=length)], source="test") as w:
-        w.write(t_ns=np.arange(len(pages), dtype=np.int64) * t_step, region=0, page=np.asarray(pages), kind=int(Kind.FAULT_GPU))
+        w.write(
+            t_ns=np.arange(len(pages), dtype=np.int64) * t_step,
+            region=0,
+            page=np.asarray(pages),
+            kind=int(Kind.FAULT_GPU),
+        )
     return path
 
 

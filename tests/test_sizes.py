@@ -8,21 +8,51 @@ from pagecast.errors import PagecastError
 from pagecast.util.sizes import format_size, is_size, parse_size
 
 
-@pytest.mark.parametrize("text, n", [
-    ("4096", 4096), ("0", 0), ("4K", 4096), ("4k", 4096), ("4KiB", 4096), ("4kb", 4096), ("4KB", 4096),
-    ("256M", 256 << 20), ("256 MiB", 256 << 20), ("1G", 1 << 30), ("1.5GiB", 3 << 29), ("2T", 2 << 40),
-    ("4096B", 4096), (" 64K ", 65536), (".5K", 512), ("1.5K", 1536), ("1.0001K", 1024), (4096, 4096),
-])
+@pytest.mark.parametrize(
+    "text, n",
+    [
+        ("4096", 4096),
+        ("0", 0),
+        ("4K", 4096),
+        ("4k", 4096),
+        ("4KiB", 4096),
+        ("4kb", 4096),
+        ("4KB", 4096),
+        ("256M", 256 << 20),
+        ("256 MiB", 256 << 20),
+        ("1G", 1 << 30),
+        ("1.5GiB", 3 << 29),
+        ("2T", 2 << 40),
+        ("4096B", 4096),
+        (" 64K ", 65536),
+        (".5K", 512),
+        ("1.5K", 1536),
+        ("1.0001K", 1024),
+        (4096, 4096),
+    ],
+)
 def test_accepted(text, n):
     assert parse_size(text) == n
     assert isinstance(text, int) or is_size(text)
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "is not a size"), ("x", "is not a size"), ("4Q", "is not a size"), ("-1", "is not a size"),
-    ("1e3", "is not a size"), ("4 K B", "is not a size"), ("16p", "is not a size"), ("1P", "is not a size"),
-    ("1.5", "is not a whole number of bytes"), ("2.5B", "is not a whole number of bytes"), ("4KK", "is not a size"), ("3.", "is not a size"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "is not a size"),
+        ("x", "is not a size"),
+        ("4Q", "is not a size"),
+        ("-1", "is not a size"),
+        ("1e3", "is not a size"),
+        ("4 K B", "is not a size"),
+        ("16p", "is not a size"),
+        ("1P", "is not a size"),
+        ("1.5", "is not a whole number of bytes"),
+        ("2.5B", "is not a whole number of bytes"),
+        ("4KK", "is not a size"),
+        ("3.", "is not a size"),
+    ],
+)
 def test_refused_in_one_line(text, why):
     with pytest.raises(PagecastError) as e:
         parse_size(text, "budget")

@@ -45,8 +45,7 @@ def _feed(th: Throttle, rounds: int, used: bool, per_fault: int = 4):
         pred = th.limit(_pred(np.repeat(np.arange(32), per_fault), pages))
         page0 += 32 * per_fault
         touched = pred.page if used else np.arange(10**6 + page0, 10**6 + page0 + 32)
-        th.observe(np.zeros(len(touched), np.int32), touched,
-                   np.full(len(touched), MINOR if used else MAJOR, np.uint8))
+        th.observe(np.zeros(len(touched), np.int32), touched, np.full(len(touched), MINOR if used else MAJOR, np.uint8))
 
 
 def test_useless_prefetching_is_cut_to_nothing_then_probed_again():

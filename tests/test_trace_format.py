@@ -35,7 +35,10 @@ def _rows(n, seed=0):
 def test_round_trip_in_row_groups(tmp_path, journal):
     path = tmp_path / "t.parquet"
     rows = _rows(10_000)
-    regions = [Region(0, "weights.bin", "file", path="/x/weights.bin", length=1 << 20), Region(0, "anon#0", "anon", order=0, length=8192)]
+    regions = [
+        Region(0, "weights.bin", "file", path="/x/weights.bin", length=1 << 20),
+        Region(0, "anon#0", "anon", order=0, length=8192),
+    ]
     with TraceWriter(path, regions=regions, source="test", row_group_rows=3000, journal=journal) as w:
         for i in range(0, 10_000, 700):
             w.write(**{k: v[i : i + 700] for k, v in rows.items()})
@@ -175,7 +178,7 @@ def test_region_map_translate_and_unmap():
     m = RegionMap(4096)
     m.add(0x10000, 0x20000, region=0, first_page=100)  # file mapped at offset 100 pages
     m.add(0x40000, 0x42000, region=1)
-    addrs = np.array([0x10000, 0x10fff, 0x1f000, 0x20000, 0x41234, 0x5])
+    addrs = np.array([0x10000, 0x10FFF, 0x1F000, 0x20000, 0x41234, 0x5])
     r, p = m.translate(addrs)
     assert r.tolist() == [0, 0, 0, -1, 1, -1]
     assert p[:3].tolist() == [100, 100, 115] and p[4] == 1
@@ -185,8 +188,16 @@ def test_region_map_translate_and_unmap():
 
 
 def test_match_regions_across_runs():
-    a = [Region(0, "w", "file", path="/w"), Region(1, "anon#0", "anon", order=0, length=8192), Region(2, "anon#1", "anon", order=1, length=4096)]
-    b = [Region(0, "anon#0", "anon", order=0, length=8192), Region(1, "anon#1", "anon", order=1, length=12288), Region(2, "w", "file", path="/w")]
+    a = [
+        Region(0, "w", "file", path="/w"),
+        Region(1, "anon#0", "anon", order=0, length=8192),
+        Region(2, "anon#1", "anon", order=1, length=4096),
+    ]
+    b = [
+        Region(0, "anon#0", "anon", order=0, length=8192),
+        Region(1, "anon#1", "anon", order=1, length=12288),
+        Region(2, "w", "file", path="/w"),
+    ]
     assert match_regions(a, b) == {0: 2, 1: 0, 2: 1}
 
 
@@ -255,7 +266,7 @@ def test_copy_false_hands_arrays_over(tmp_path):
     with TraceWriter(path, row_group_rows=1000) as w:
         i = 0
         for n in sizes:
-            w.write(copy=False, **{k: v[i:i + n] for k, v in rows.items()})
+            w.write(copy=False, **{k: v[i : i + n] for k, v in rows.items()})
             i += n
         assert i == 7_300
     back = open_trace(path).read()

@@ -70,16 +70,28 @@ def calibrate(cfg: CalibrateConfig, on_step: Callable[[str], None] | None = None
         step("random reads")
         rand = [_random_reads(f, qd, cfg.seconds, order, direct) for qd in cfg.queue_depths]
         k = cfg.fill_pages
-        fills_pages = [order[i * k:(i + 1) * k] for i in range(4)]
+        fills_pages = [order[i * k : (i + 1) * k] for i in range(4)]
         step("fill by fault and fadvise")
-        fills = [_fill_by_fault(f, fills_pages[0]), _fill_by_fadvise(f, fills_pages[1], fills_pages[2]),
-                 _fill_by_readaround(f, rng)]
+        fills = [
+            _fill_by_fault(f, fills_pages[0]),
+            _fill_by_fadvise(f, fills_pages[1], fills_pages[2]),
+            _fill_by_readaround(f, rng),
+        ]
         step("fill by the pager")
         fills.append(_fill_by_pager(f, fills_pages[3]))
     from pagecast.trace.writer import host_facts
 
-    return DeviceModel(device=device_of(d), path=str(d.resolve()), measured_unix=time.time(), file_mib=cfg.file_mib,
-                       direct_io=direct, seq_read_bytes_per_s=seq, random_reads=rand, fills=fills, host=host_facts())
+    return DeviceModel(
+        device=device_of(d),
+        path=str(d.resolve()),
+        measured_unix=time.time(),
+        file_mib=cfg.file_mib,
+        direct_io=direct,
+        seq_read_bytes_per_s=seq,
+        random_reads=rand,
+        fills=fills,
+        host=host_facts(),
+    )
 
 
 @contextlib.contextmanager
@@ -89,7 +101,7 @@ def _test_file(d: Path, mib: int) -> Iterator[Path]:
         with open(f, "wb") as out:
             block = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
             for i in range(mib):
-                out.write(block[i % 7:] + block[:i % 7])  # not all blocks equal (dedup, compression)
+                out.write(block[i % 7 :] + block[: i % 7])  # not all blocks equal (dedup, compression)
             out.flush()
             os.fsync(out.fileno())
     except OSError as e:
@@ -261,8 +273,13 @@ def _fill_by_fadvise(f: Path, single: np.ndarray, batch: np.ndarray) -> FillCost
         per_page = (time.perf_counter_ns() - t) // len(batch)
         del anchor
     p50, p99 = _percentiles(ns)
-    return FillCost("fadvise", p50, p99, ns_per_page_batched=int(per_page),
-                    note=f"WILLNEED then mincore; batched: {len(batch)} pages asked at once")
+    return FillCost(
+        "fadvise",
+        p50,
+        p99,
+        ns_per_page_batched=int(per_page),
+        note=f"WILLNEED then mincore; batched: {len(batch)} pages asked at once",
+    )
 
 
 def _fill_by_pager(f: Path, pages: np.ndarray) -> FillCost:

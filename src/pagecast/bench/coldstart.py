@@ -140,8 +140,8 @@ def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
 
 
 def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    from pagecast.trace.keys import page_keys as key_of
     from pagecast.trace.demand import read_demand_columns
+    from pagecast.trace.keys import page_keys as key_of
     from pagecast.trace.reader import open_trace
 
     tr = open_trace(trace)
@@ -314,13 +314,17 @@ def _packs(ctx: Context) -> None:
     packs = []
     for f in ctx.case.mmap_files:
         out = ctx.work / f"{Path(f).name}.pack"
-        proc = subprocess.run(ctx.pagecast("pager", "pack", *map(str, ctx.train_traces), "--file", str(f), "-o", str(out)),
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ctx.pagecast("pager", "pack", *map(str, ctx.train_traces), "--file", str(f), "-o", str(out)),
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode == 0:
             packs.append(out)
         else:
             ctx.artifacts.setdefault("notes", []).append(
-                f"no page pack for {Path(f).name}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+                f"no page pack for {Path(f).name}: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
     ctx.artifacts["packs"] = packs
     ctx.cold_artifacts.extend(packs)  # a pack is read from the disk on every run, as in a real cold start
 
@@ -347,13 +351,14 @@ def _run_pack(ctx: Context) -> Launch | None:
 
 def _plan(ctx: Context) -> None:
     out = ctx.work / "train.plan"
-    proc = subprocess.run(ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out)), capture_output=True, text=True)
+    proc = subprocess.run(
+        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out)), capture_output=True, text=True
+    )
     if proc.returncode == 0:
         ctx.artifacts["plan"] = out
         ctx.cold_artifacts.append(out)
     else:
-        ctx.artifacts.setdefault("notes", []).append(
-            f"no plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        ctx.artifacts.setdefault("notes", []).append(f"no plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
 
 
 def _run_plan(ctx: Context) -> Launch | None:
@@ -379,17 +384,31 @@ def default_strategies() -> list[Strategy]:
     """The kernel's strategies, every ``pagecast run`` strategy that applies, the oracle, warm cache."""
     return [
         Strategy(KERNEL_DEFAULT, "kernel", lambda c: Launch(c.argv)),
-        Strategy("kernel: no read-ahead (fadvise/madvise RANDOM)", "kernel", lambda c: Launch(c.argv, _preload("random"))),
+        Strategy(
+            "kernel: no read-ahead (fadvise/madvise RANDOM)", "kernel", lambda c: Launch(c.argv, _preload("random"))
+        ),
         Strategy("kernel: SEQUENTIAL (fadvise/madvise)", "kernel", lambda c: Launch(c.argv, _preload("sequential"))),
-        Strategy("kernel: WILLNEED whole files (training runs' files)", "kernel",
-                 lambda c: Launch(c.argv, pre=lambda: willneed_files(c.train_pages))),
+        Strategy(
+            "kernel: WILLNEED whole files (training runs' files)",
+            "kernel",
+            lambda c: Launch(c.argv, pre=lambda: willneed_files(c.train_pages)),
+        ),
         # no predictor: what pagecast run's start-up and fault monitoring alone cost this program
-        Strategy("pagecast run, no predictor (start-up + monitoring)", "pagecast",
-                 lambda c: Launch(c.pagecast("run", "--", *c.argv))),
-        Strategy("pagecast run --policy nextline", "pagecast",
-                 lambda c: Launch(c.pagecast("run", "--policy", "nextline", "--", *c.argv))),
-        Strategy("pagecast run --policy markov", "pagecast",
-                 lambda c: Launch(c.pagecast("run", "--policy", "markov", "--", *c.argv))),
+        Strategy(
+            "pagecast run, no predictor (start-up + monitoring)",
+            "pagecast",
+            lambda c: Launch(c.pagecast("run", "--", *c.argv)),
+        ),
+        Strategy(
+            "pagecast run --policy nextline",
+            "pagecast",
+            lambda c: Launch(c.pagecast("run", "--policy", "nextline", "--", *c.argv)),
+        ),
+        Strategy(
+            "pagecast run --policy markov",
+            "pagecast",
+            lambda c: Launch(c.pagecast("run", "--policy", "markov", "--", *c.argv)),
+        ),
         Strategy("pagecast run --schedule (training runs)", "pagecast", _run_schedule, train=_schedule),
         Strategy("pagecast run --schedule + no read-ahead (advice shim)", "pagecast", _run_schedule_random),
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
@@ -419,13 +438,22 @@ def _env(extra: dict[str, str] | None) -> dict[str, str]:
 
 def _run_quiet(argv: Sequence[str], env: dict[str, str] | None, cwd: Path | None, timeout: float = 600.0) -> None:
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.run(list(argv), env=_env(env), cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=err, timeout=timeout)
+        proc = subprocess.run(
+            list(argv),
+            env=_env(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            timeout=timeout,
+        )
         if proc.returncode != 0:
             err.seek(0)
             tail = err.read().decode(errors="replace").strip().splitlines()[-3:]
-            raise PagecastError(f"command failed with status {proc.returncode}: {' '.join(map(str, argv))[:200]}: "
-                                f"{' | '.join(tail)[:400]}")
+            raise PagecastError(
+                f"command failed with status {proc.returncode}: {' '.join(map(str, argv))[:200]}: "
+                f"{' | '.join(tail)[:400]}"
+            )
 
 
 def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
@@ -458,8 +486,9 @@ def _run_blocking(argv: Sequence[str], env: dict[str, str], cwd: Any, err: Any, 
     return proc
 
 
-def timed_run(case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int,
-              timeout: float) -> RunRow:
+def timed_run(
+    case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int, timeout: float
+) -> RunRow:
     if launch.cold:
         make_cold(files)
     if launch.untimed:
@@ -507,8 +536,12 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     return ctx, files
 
 
-def run_case(case: Case, cfg: Config, progress: Callable[[str], None] = lambda s: None,
-             log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+def run_case(
+    case: Case,
+    cfg: Config,
+    progress: Callable[[str], None] = lambda s: None,
+    log: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
     strategies = cfg.strategies or default_strategies()
     ctx, files = prepare(case, cfg, log)
     launches = [(s, s.launch(ctx)) for s in strategies]
@@ -523,15 +556,22 @@ def run_case(case: Case, cfg: Config, progress: Callable[[str], None] = lambda s
             rows.append(timed_run(case, s.name, lch, files, dev, rnd, cfg.timeout_s))
     summary = summarise(rows, [s for s, _ in active])
     return {
-        "case": case.name, "title": case.title, "note": case.note,
-        "train_inputs": [i.name for i in case.train], "heldout_input": case.heldout.name,
-        "command": case.heldout.argv, "files_made_cold": len(files), "device": dev,
+        "case": case.name,
+        "title": case.title,
+        "note": case.note,
+        "train_inputs": [i.name for i in case.train],
+        "heldout_input": case.heldout.name,
+        "command": case.heldout.argv,
+        "files_made_cold": len(files),
+        "device": dev,
         "oracle_pages": int(sum(len(v) for v in ctx.oracle_pages.values())),
         "oracle_files": len(ctx.oracle_pages),
         "train_pages": int(sum(len(v) for v in ctx.train_pages.values())),
         "page_set_source": page_set_source(),
-        "skipped": skipped, "notes": ctx.artifacts.get("notes", []),
-        "strategies": summary, "runs": [r.__dict__ for r in rows],
+        "skipped": skipped,
+        "notes": ctx.artifacts.get("notes", []),
+        "strategies": summary,
+        "runs": [r.__dict__ for r in rows],
     }
 
 
@@ -549,10 +589,18 @@ def summarise(rows: list[RunRow], strategies: list[Strategy]) -> list[dict[str, 
     for s in strategies:
         rs = [r for r in rows if r.strategy == s.name]
         if rs:
-            out.append({"strategy": s.name, "kind": s.kind, "runs": len(rs), "wall_s": med([r.wall_s for r in rs]),
-                        "wall_min_s": min(r.wall_s for r in rs), "wall_max_s": max(r.wall_s for r in rs),
-                        "mib_read": med([r.device_bytes for r in rs]) / 2**20,
-                        "mib_cached": med([r.cached_bytes for r in rs]) / 2**20})
+            out.append(
+                {
+                    "strategy": s.name,
+                    "kind": s.kind,
+                    "runs": len(rs),
+                    "wall_s": med([r.wall_s for r in rs]),
+                    "wall_min_s": min(r.wall_s for r in rs),
+                    "wall_max_s": max(r.wall_s for r in rs),
+                    "mib_read": med([r.device_bytes for r in rs]) / 2**20,
+                    "mib_cached": med([r.cached_bytes for r in rs]) / 2**20,
+                }
+            )
     kern = [x for x in out if x["kind"] == "kernel"]
     best = min(kern, key=lambda x: x["wall_s"]) if kern else None
     oracle = next((x for x in out if x["kind"] == "oracle"), None)
@@ -571,11 +619,19 @@ def headroom(best_kernel: float, strategy: float, oracle: float) -> float | None
 
 def format_case(result: dict[str, Any]) -> str:
     """The case's table (Markdown)."""
-    head = "| strategy | wall s (median) | min–max | MiB read (device) | MiB cached | vs best kernel | headroom captured |"
+    head = (
+        "| strategy | wall s (median) | min–max | MiB read (device) | MiB cached | vs best kernel | headroom captured |"
+    )
     lines = [head, "|---|---|---|---|---|---|---|"]
     for x in result["strategies"]:
         name = x["strategy"] + (" — best kernel" if x["best_kernel"] else "")
-        hr = "—" if x["headroom_captured"] is None or x["kind"] in ("oracle", "warm") else f"{x['headroom_captured']:.0%}"
-        lines.append(f"| {name} | {x['wall_s']:.3f} | {x['wall_min_s']:.3f}–{x['wall_max_s']:.3f} | "
-                     f"{x['mib_read']:.1f} | {x['mib_cached']:.1f} | {x['vs_best_kernel']:.2f}× | {hr} |")
+        hr = (
+            "—"
+            if x["headroom_captured"] is None or x["kind"] in ("oracle", "warm")
+            else f"{x['headroom_captured']:.0%}"
+        )
+        lines.append(
+            f"| {name} | {x['wall_s']:.3f} | {x['wall_min_s']:.3f}–{x['wall_max_s']:.3f} | "
+            f"{x['mib_read']:.1f} | {x['mib_cached']:.1f} | {x['vs_best_kernel']:.2f}× | {hr} |"
+        )
     return "\n".join(lines)

@@ -28,19 +28,23 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pagecast.errors import PagecastError
 from pagecast.bench import sparse_weights as wl
+from pagecast.errors import PagecastError
 from pagecast.live.loop import LiveConfig, run_live
-from pagecast.pager.pack import pack_from_schedules
 from pagecast.live.sources import default_min_runs, merge_schedules, schedule_from_trace
 from pagecast.live.worker import SourceSpec
+from pagecast.pager.pack import pack_from_schedules
 from pagecast.policies.spec import parse_policy_spec
 from pagecast.trace.schedule import write_schedule
 from pagecast.util.atomic import atomic_output, atomic_write_text
 
 KERNEL = ("random", "normal", "sequential", "willneed")
-KERNEL_LABEL = {"random": "kernel: no prefetch (MADV_RANDOM)", "normal": "kernel: default read-around",
-                "sequential": "kernel: MADV_SEQUENTIAL", "willneed": "kernel: WILLNEED whole file"}
+KERNEL_LABEL = {
+    "random": "kernel: no prefetch (MADV_RANDOM)",
+    "normal": "kernel: default read-around",
+    "sequential": "kernel: MADV_SEQUENTIAL",
+    "willneed": "kernel: WILLNEED whole file",
+}
 
 
 @dataclass
@@ -85,8 +89,9 @@ def _workload(cfg: BenchConfig, weights: Path, prompt: int, advice: str) -> wl.W
 def record_run(cfg: BenchConfig, weights: Path, prompt: int, out: Path) -> Path:
     """A cold run under the collector (no prefetching): every first touch is a major fault."""
     wl.drop_cache(weights)
-    res = run_live(LiveConfig(_workload(cfg, weights, prompt, "random").argv(), trace_out=out,
-                              stdout=subprocess.DEVNULL))
+    res = run_live(
+        LiveConfig(_workload(cfg, weights, prompt, "random").argv(), trace_out=out, stdout=subprocess.DEVNULL)
+    )
     if res.returncode != 0:
         raise PagecastError(f"recording run (prompt {prompt}) failed with status {res.returncode}")
     return out
@@ -111,23 +116,40 @@ def _plain(cfg: BenchConfig, weights: Path, advice: str, name: str, rnd: int, wa
     if o.returncode != 0:
         raise PagecastError(f"{name}: workload failed ({o.stderr.strip()[:200]})")
     r = o.result
-    return RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached,
-                  checksum=r["checksum"])
+    return RunRow(
+        name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached, checksum=r["checksum"]
+    )
 
 
 def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int) -> RunRow:
     wl.drop_cache(weights)
     out_r, out_w = os.pipe()  # the workload's JSON line; it is one short line, the pipe cannot fill
-    res = run_live(LiveConfig(_workload(cfg, weights, cfg.test_prompt, "random").argv(), spec, threads=cfg.threads,
-                              gap=cfg.gap, stdout=out_w))
+    res = run_live(
+        LiveConfig(
+            _workload(cfg, weights, cfg.test_prompt, "random").argv(),
+            spec,
+            threads=cfg.threads,
+            gap=cfg.gap,
+            stdout=out_w,
+        )
+    )
     os.close(out_w)
     with os.fdopen(out_r) as f:
         r = wl.parse_result(f.read())
     if res.returncode != 0 or not r:
         raise PagecastError(f"{name}: workload failed under pagecast run (status {res.returncode})")
     cached = int(wl.resident_pages(weights).sum()) * wl.PAGE
-    row = RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], res.faults_major, cached,
-                 prefetched=res.prefetch_pages, checksum=r["checksum"])
+    row = RunRow(
+        name,
+        rnd,
+        r["wall_s"],
+        r["ttft_s"],
+        r["tokens_per_s"],
+        res.faults_major,
+        cached,
+        prefetched=res.prefetch_pages,
+        checksum=r["checksum"],
+    )
     row.live = res  # type: ignore[attr-defined]
     return row
 
@@ -150,8 +172,17 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     # state 3 with pages installed: the program ended before the loader reached the pack's tail
     if pack is not None and (st["pack_state"] == 0 or st["pack_installed"] == 0):
         raise PagecastError(f"{name}: the page pack was not loaded (state {st['pack_state']}; see the warning above)")
-    return RunRow(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], st["faults"] + st["pack_deferred"],
-                  st["bytes_read"] + st["pack_bytes_read"], prefetched=st["pack_installed"], checksum=r["checksum"])
+    return RunRow(
+        name,
+        rnd,
+        r["wall_s"],
+        r["ttft_s"],
+        r["tokens_per_s"],
+        st["faults"] + st["pack_deferred"],
+        st["bytes_read"] + st["pack_bytes_read"],
+        prefetched=st["pack_installed"],
+        checksum=r["checksum"],
+    )
 
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
@@ -197,27 +228,65 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
     for adv in KERNEL:
         strategies.append((KERNEL_LABEL[adv], lambda r, a=adv: _plain(cfg, weights, a, KERNEL_LABEL[a], r)))
     # the collector and daemon alone: what watching the faults costs the program
-    strategies.append(("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r)))
+    strategies.append(
+        ("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r))
+    )
     for pol in cfg.policies:
         name = f"pagecast: {pol}"
         ps = parse_policy_spec(pol)
-        strategies.append((name, lambda r, p=ps, n=name: _live(cfg, weights, SourceSpec("policy", p.name, options=p.options), n, r)))
-    strategies.append(("pagecast: schedule replay", lambda r: _live(
-        cfg, weights, SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead), "pagecast: schedule replay", r)))
+        strategies.append(
+            (name, lambda r, p=ps, n=name: _live(cfg, weights, SourceSpec("policy", p.name, options=p.options), n, r))
+        )
+    strategies.append(
+        (
+            "pagecast: schedule replay",
+            lambda r: _live(
+                cfg,
+                weights,
+                SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead),
+                "pagecast: schedule replay",
+                r,
+            ),
+        )
+    )
     if model is not None:
-        strategies.append(("pagecast: learned model", lambda r: _live(
-            cfg, weights, SourceSpec("model", "model", str(model)), "pagecast: learned model", r)))
+        strategies.append(
+            (
+                "pagecast: learned model",
+                lambda r: _live(cfg, weights, SourceSpec("model", "model", str(model)), "pagecast: learned model", r),
+            )
+        )
     if pack_path is not None:
-        strategies.append(("pagecast: pager, no pack", lambda r: _pager(cfg, weights, None, "pagecast: pager, no pack", r)))
-        strategies.append(("pagecast: page pack (replay)", lambda r: _pager(
-            cfg, weights, pack_path, "pagecast: page pack (replay)", r)))
+        strategies.append(
+            ("pagecast: pager, no pack", lambda r: _pager(cfg, weights, None, "pagecast: pager, no pack", r))
+        )
+        strategies.append(
+            (
+                "pagecast: page pack (replay)",
+                lambda r: _pager(cfg, weights, pack_path, "pagecast: page pack (replay)", r),
+            )
+        )
     if extra_rows is not None:
         strategies.extend(extra_rows(traces, weights))
-    strategies.append(("oracle (this run's pages)", lambda r: _live(
-        cfg, weights, SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead), "oracle (this run's pages)", r)))
+    strategies.append(
+        (
+            "oracle (this run's pages)",
+            lambda r: _live(
+                cfg,
+                weights,
+                SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead),
+                "oracle (this run's pages)",
+                r,
+            ),
+        )
+    )
     if oracle_pack is not None:
-        strategies.append(("oracle page pack (this run's pages)", lambda r: _pager(
-            cfg, weights, oracle_pack, "oracle page pack (this run's pages)", r)))
+        strategies.append(
+            (
+                "oracle page pack (this run's pages)",
+                lambda r: _pager(cfg, weights, oracle_pack, "oracle page pack (this run's pages)", r),
+            )
+        )
     strategies.append(("warm cache", lambda r: _plain(cfg, weights, "normal", "warm cache", r, warm=True)))
 
     rows: list[RunRow] = []
@@ -228,9 +297,15 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
             row = fn(rnd)
             live = getattr(row, "live", None)
             if live is not None:
-                lat.setdefault(name, []).append({"seen": live.latency_seen_us, "submit": live.latency_submit_us,
-                                                 "late": live.prefetch_late, "useless": live.prefetch_useless,
-                                                 "used": live.prefetch_used})
+                lat.setdefault(name, []).append(
+                    {
+                        "seen": live.latency_seen_us,
+                        "submit": live.latency_submit_us,
+                        "late": live.prefetch_late,
+                        "useless": live.prefetch_useless,
+                        "used": live.prefetch_used,
+                    }
+                )
                 del row.live  # type: ignore[attr-defined]
             rows.append(row)
     summary = summarise(rows, [n for n, _ in strategies])
@@ -238,14 +313,27 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
     report = {
         "command": "pagecast bench",
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-        "weights": str(weights), "weights_mib": weights.stat().st_size >> 20,
-        "replay_pages": len(sched), "min_runs": min_runs, "pack": str(pack_path) if pack_path else None,
-        "load_average_start": load_start, "load_average_end": list(os.getloadavg()), "model": str(model) if model else None, "learned_note": learned_note,
-        "strategies": summary, "live": lat, "runs": [asdict(r) for r in rows],
-        "same_output_every_run": len(checks) == 1, "elapsed_s": round(time.time() - t_start, 1),
+        "weights": str(weights),
+        "weights_mib": weights.stat().st_size >> 20,
+        "replay_pages": len(sched),
+        "min_runs": min_runs,
+        "pack": str(pack_path) if pack_path else None,
+        "load_average_start": load_start,
+        "load_average_end": list(os.getloadavg()),
+        "model": str(model) if model else None,
+        "learned_note": learned_note,
+        "strategies": summary,
+        "live": lat,
+        "runs": [asdict(r) for r in rows],
+        "same_output_every_run": len(checks) == 1,
+        "elapsed_s": round(time.time() - t_start, 1),
     }
-    best = report["best_kernel"] = min((s for s in summary if s["strategy"] in KERNEL_LABEL.values()), key=lambda s: s["wall_s"])["strategy"]
-    report["speedup_vs_best_kernel"] = {s["strategy"]: s["vs_best_kernel"] for s in summary if s["strategy"].startswith("pagecast")}
+    best = report["best_kernel"] = min(
+        (s for s in summary if s["strategy"] in KERNEL_LABEL.values()), key=lambda s: s["wall_s"]
+    )["strategy"]
+    report["speedup_vs_best_kernel"] = {
+        s["strategy"]: s["vs_best_kernel"] for s in summary if s["strategy"].startswith("pagecast")
+    }
     atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     report["plot"] = str(plot(report, out / "bench.png"))
     report["report"] = str(out / "bench.json")
@@ -263,12 +351,20 @@ def summarise(rows: list[RunRow], order: list[str]) -> list[dict[str, Any]]:
         rs = by.get(name, [])
         if not rs:
             continue
-        out.append({"strategy": name, "runs": len(rs), "wall_s": med([r.wall_s for r in rs]),
-                    "ttft_s": med([r.ttft_s for r in rs]), "tokens_per_s": med([r.tokens_per_s for r in rs]),
-                    "major_faults": int(med([r.major_faults for r in rs])),
-                    "mib_read": round(med([r.bytes_read for r in rs]) / 2**20, 1),
-                    "prefetched": int(med([r.prefetched for r in rs])),
-                    "wall_min_s": min(r.wall_s for r in rs), "wall_max_s": max(r.wall_s for r in rs)})
+        out.append(
+            {
+                "strategy": name,
+                "runs": len(rs),
+                "wall_s": med([r.wall_s for r in rs]),
+                "ttft_s": med([r.ttft_s for r in rs]),
+                "tokens_per_s": med([r.tokens_per_s for r in rs]),
+                "major_faults": int(med([r.major_faults for r in rs])),
+                "mib_read": round(med([r.bytes_read for r in rs]) / 2**20, 1),
+                "prefetched": int(med([r.prefetched for r in rs])),
+                "wall_min_s": min(r.wall_s for r in rs),
+                "wall_max_s": max(r.wall_s for r in rs),
+            }
+        )
     kern = [s["wall_s"] for s in out if s["strategy"] in KERNEL_LABEL.values()]
     warm = [s["wall_s"] for s in out if s["strategy"] == "warm cache"]
     for s in out:
@@ -288,15 +384,19 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     walls = [x["wall_s"] for x in s]
     lo = [x["wall_s"] - x["wall_min_s"] for x in s]
     hi = [x["wall_max_s"] - x["wall_s"] for x in s]
-    colors = ["#999999" if n.startswith("kernel") else "#1f77b4" if n.startswith("pagecast") else "#2ca02c" for n in names]
+    colors = [
+        "#999999" if n.startswith("kernel") else "#1f77b4" if n.startswith("pagecast") else "#2ca02c" for n in names
+    ]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
     y = np.arange(len(names))
     ax.barh(y, walls, xerr=[lo, hi], color=colors)
     ax.set_yticks(y, names)
     ax.invert_yaxis()
     ax.set_xlabel("program wall time, s (median, min-max bars), cold page cache")
-    ax.set_title(f"sparse weights ({report['weights_mib']} MiB, {report['config']['tokens']} tokens): "
-                 f"{report['config']['runs']} runs each")
+    ax.set_title(
+        f"sparse weights ({report['weights_mib']} MiB, {report['config']['tokens']} tokens): "
+        f"{report['config']['runs']} runs each"
+    )
     for yi, x in zip(y, s):
         ax.text(x["wall_s"], yi, f"  {x['vs_best_kernel']}x", va="center")
     fig.tight_layout()

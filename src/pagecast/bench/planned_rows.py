@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pagecast.errors import PagecastError
 from pagecast.bench import sparse_weights as wl
+from pagecast.errors import PagecastError
 
 LABEL = "pagecast: planned (pagecast plan + run --plan)"
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.bench.workloads import workloads_dir
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file
-from pagecast.bench.workloads import workloads_dir
 
 PAGE = PAGE_SIZE
 ADVICE = ("random", "normal", "sequential", "willneed")
@@ -57,8 +57,19 @@ class WorkloadConfig:
     def argv(self) -> list[str]:
         if self.advice not in ADVICE:
             raise PagecastError(f"unknown advice {self.advice!r} (valid: {', '.join(ADVICE)})")
-        return [str(binary()), "run", str(self.weights), "--prompt", str(self.prompt), "--tokens", str(self.tokens),
-                "--advice", self.advice, "--quiet", *self.extra]
+        return [
+            str(binary()),
+            "run",
+            str(self.weights),
+            "--prompt",
+            str(self.prompt),
+            "--tokens",
+            str(self.tokens),
+            "--advice",
+            self.advice,
+            "--quiet",
+            *self.extra,
+        ]
 
 
 def expected_size(size_mib: int, layers: int = 16, dim: int = 1024) -> int:
@@ -79,8 +90,11 @@ def ensure_weights(path: Path | None = None, size_mib: int = 1024, seed: int = 1
     if path.exists() and path.stat().st_size == expected_size(size_mib):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([str(binary()), "gen", str(path), "--size-mib", str(size_mib), "--seed", str(seed)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [str(binary()), "gen", str(path), "--size-mib", str(size_mib), "--seed", str(seed)],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise PagecastError(f"generating weights failed: {proc.stderr.strip()[:200]}", path=path)
     return path
@@ -161,5 +175,12 @@ def run_plain(cfg: WorkloadConfig) -> RunOutcome:
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stdout.close()
     proc.stderr.close()
-    return RunOutcome(proc.returncode, parse_result(out.decode()), wall, ru.ru_majflt, ru.ru_minflt,
-                      int(resident_pages(cfg.weights).sum()) * PAGE, err.decode(errors="replace"))
+    return RunOutcome(
+        proc.returncode,
+        parse_result(out.decode()),
+        wall,
+        ru.ru_majflt,
+        ru.ru_minflt,
+        int(resident_pages(cfg.weights).sum()) * PAGE,
+        err.decode(errors="replace"),
+    )

@@ -18,7 +18,25 @@ if TYPE_CHECKING:
     import argparse
 
 # Order in --help; commands not listed here follow alphabetically.
-_ORDER = ["demo", "record", "import", "info", "heatmap", "simulate", "eval", "sweep", "train", "predict", "plan", "run", "bench", "pager", "estimate", "gym", "recover"]
+_ORDER = [
+    "demo",
+    "record",
+    "import",
+    "info",
+    "heatmap",
+    "simulate",
+    "eval",
+    "sweep",
+    "train",
+    "predict",
+    "plan",
+    "run",
+    "bench",
+    "pager",
+    "estimate",
+    "gym",
+    "recover",
+]
 
 
 def build_parser(only: str | None = None) -> "argparse.ArgumentParser":

@@ -21,8 +21,9 @@ from typing import Any, Sequence
 _METAVAR = "NAME[:k=v,...]"
 
 
-def add_deprecated_alias(parser: argparse.ArgumentParser | Any, old: str, new: str, dest: str, *,
-                         append: bool = False, **kw: Any) -> None:
+def add_deprecated_alias(
+    parser: argparse.ArgumentParser | Any, old: str, new: str, dest: str, *, append: bool = False, **kw: Any
+) -> None:
     """``old`` stays accepted, hidden from --help, as a spelling of ``new`` (documented as
     deprecated). It prints nothing: scripts that read stderr (one line per error) keep
     working unchanged."""
@@ -42,8 +43,15 @@ def policy_help(text: str, *, list_defaults: bool = True) -> str:
     return f"{text}. Policies and their options (defaults): {policy_defaults_help()}".replace("%", "%%")
 
 
-def add_policy_option(parser: argparse.ArgumentParser | Any, *, repeated: bool = False, default: str | None = None,
-                      help: str = "", deprecated: Sequence[str] = (), list_defaults: bool = True) -> None:
+def add_policy_option(
+    parser: argparse.ArgumentParser | Any,
+    *,
+    repeated: bool = False,
+    default: str | None = None,
+    help: str = "",
+    deprecated: Sequence[str] = (),
+    list_defaults: bool = True,
+) -> None:
     """``--policy NAME[:k=v,...]`` into ``args.policy`` (a list of texts when ``repeated``).
 
     ``parser`` may be a group (a mutually exclusive one included). ``deprecated`` are old
@@ -51,21 +59,33 @@ def add_policy_option(parser: argparse.ArgumentParser | Any, *, repeated: bool =
     comma list still works), for a single one the last use wins.
     """
     if repeated:
-        text = help or "a prefetcher spec; repeat the flag for several (a comma-separated list works too when no option value contains a comma)"
+        text = (
+            help
+            or "a prefetcher spec; repeat the flag for several (a comma-separated list works too when no option value contains a comma)"
+        )
         if default:
             text += f" (default {default})"
-        parser.add_argument("--policy", action="append", default=None, metavar=_METAVAR,
-                            help=policy_help(text, list_defaults=list_defaults))
+        parser.add_argument(
+            "--policy",
+            action="append",
+            default=None,
+            metavar=_METAVAR,
+            help=policy_help(text, list_defaults=list_defaults),
+        )
     else:
         text = help or "a prefetcher spec, e.g. stride:degree=8"
         if default:
             text += f" (default {default})"
-        parser.add_argument("--policy", default=None, metavar=_METAVAR, help=policy_help(text, list_defaults=list_defaults))
+        parser.add_argument(
+            "--policy", default=None, metavar=_METAVAR, help=policy_help(text, list_defaults=list_defaults)
+        )
     for old in deprecated:
         add_deprecated_alias(parser, old, "--policy", "policy", append=repeated, metavar=_METAVAR)
 
 
-def policy_texts(args: argparse.Namespace, default: str | None = None, *, dest: str = "policy", check: bool = True) -> list[str]:
+def policy_texts(
+    args: argparse.Namespace, default: str | None = None, *, dest: str = "policy", check: bool = True
+) -> list[str]:
     """The specs of a repeated ``--policy`` (or ``default`` when none was given), each
     checked against the registry (unless ``check`` is false: the UVM model has its own
     names): a bad one is a one-line PagecastError."""

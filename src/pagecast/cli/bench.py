@@ -10,33 +10,62 @@ from pagecast.cli._common import add_json_flag, format_table, print_json
 from pagecast.cli._options import add_policy_option, policy_texts
 from pagecast.errors import PagecastError
 
-
 DEFAULT_POLICIES = "nextline,markov"
 
 
 def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int = 1024) -> None:
     p.add_argument("--out", default=None, help="output directory (traces, schedule, model, bench.json, bench.png)")
     p.add_argument("--weights", help="weights file to use (default: generated once in ~/.cache/pagecast)")
-    p.add_argument("--size-mib", type=int, default=size_mib, help=f"size of the generated weights file (default: {size_mib})")
-    p.add_argument("--runs", type=int, default=runs, help=f"cold runs per strategy; medians are reported (default: {runs})")
+    p.add_argument(
+        "--size-mib", type=int, default=size_mib, help=f"size of the generated weights file (default: {size_mib})"
+    )
+    p.add_argument(
+        "--runs", type=int, default=runs, help=f"cold runs per strategy; medians are reported (default: {runs})"
+    )
     p.add_argument("--tokens", type=int, default=4, help="tokens per inference run (default: 4)")
-    p.add_argument("--train-prompts", default="101-108",
-                   help="prompts of the recorded training runs: a comma-separated list, ranges allowed (default: 101-108)")
-    p.add_argument("--min-runs", type=int, default=None, metavar="N",
-                   help="replay schedule and page pack keep the pages at least N training runs touched "
-                        "(default: 2 with 4 or more training runs, else 1)")
-    p.add_argument("--prompt", type=int, default=7, help="prompt of the benchmarked runs, not among the training ones (default: 7)")
-    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--policies"], list_defaults=False,
-                      help="a classic pagecast prefetcher to include, e.g. stride:degree=8; repeat the flag for several "
-                           "(a comma list works too when no option value contains a comma; --policy '' for none)")
+    p.add_argument(
+        "--train-prompts",
+        default="101-108",
+        help="prompts of the recorded training runs: a comma-separated list, ranges allowed (default: 101-108)",
+    )
+    p.add_argument(
+        "--min-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="replay schedule and page pack keep the pages at least N training runs touched "
+        "(default: 2 with 4 or more training runs, else 1)",
+    )
+    p.add_argument(
+        "--prompt", type=int, default=7, help="prompt of the benchmarked runs, not among the training ones (default: 7)"
+    )
+    add_policy_option(
+        p,
+        repeated=True,
+        default=DEFAULT_POLICIES,
+        deprecated=["--policies"],
+        list_defaults=False,
+        help="a classic pagecast prefetcher to include, e.g. stride:degree=8; repeat the flag for several "
+        "(a comma list works too when no option value contains a comma; --policy '' for none)",
+    )
     p.add_argument("--model", help="use this trained model instead of training one")
     p.add_argument("--no-learned", action="store_true", help="skip training and the learned-model row")
     p.add_argument("--epochs", type=int, default=3, help="training epochs for the learned model (default: 3)")
-    p.add_argument("--lookahead", type=int, default=8192, help="replay: pages issued ahead of the program (default: 8192)")
-    p.add_argument("--no-pack", action="store_true",
-                   help="skip the page-pack rows (userfaultfd pager streaming a sequential pack of the training runs' pages)")
-    p.add_argument("--pack-defer", type=int, default=None, metavar="PAGES",
-                   help="page pack: a fault on a pack page at most PAGES ahead of the loader waits for it (default 256)")
+    p.add_argument(
+        "--lookahead", type=int, default=8192, help="replay: pages issued ahead of the program (default: 8192)"
+    )
+    p.add_argument(
+        "--no-pack",
+        action="store_true",
+        help="skip the page-pack rows (userfaultfd pager streaming a sequential pack of the training runs' pages)",
+    )
+    p.add_argument(
+        "--pack-defer",
+        type=int,
+        default=None,
+        metavar="PAGES",
+        help="page pack: a fault on a pack page at most PAGES ahead of the loader waits for it (default 256)",
+    )
     add_json_flag(p)
 
 
@@ -75,11 +104,21 @@ def config_from_args(args: argparse.Namespace, out_default: str):
     if args.model and not Path(args.model).exists():
         raise PagecastError("no such model file", path=args.model)
     return BenchConfig(
-        out_dir=Path(args.out or out_default), weights=Path(args.weights) if args.weights else None,
-        size_mib=args.size_mib, tokens=args.tokens, train_prompts=train, test_prompt=args.prompt, runs=args.runs,
-        policies=tuple(policy_texts(args, DEFAULT_POLICIES)), model=Path(args.model) if args.model else None,
-        train_model=not args.no_learned, epochs=args.epochs, lookahead=args.lookahead, pack=not args.no_pack,
-        pack_defer=args.pack_defer, min_runs=args.min_runs,
+        out_dir=Path(args.out or out_default),
+        weights=Path(args.weights) if args.weights else None,
+        size_mib=args.size_mib,
+        tokens=args.tokens,
+        train_prompts=train,
+        test_prompt=args.prompt,
+        runs=args.runs,
+        policies=tuple(policy_texts(args, DEFAULT_POLICIES)),
+        model=Path(args.model) if args.model else None,
+        train_model=not args.no_learned,
+        epochs=args.epochs,
+        lookahead=args.lookahead,
+        pack=not args.no_pack,
+        pack_defer=args.pack_defer,
+        min_runs=args.min_runs,
     )
 
 
@@ -104,7 +143,17 @@ def print_report(report: dict, as_json: bool) -> None:
     if as_json:
         print_json(report)
         return
-    cols = ["strategy", "wall_s", "ttft_s", "tokens_per_s", "major_faults", "mib_read", "prefetched", "vs_best_kernel", "vs_warm"]
+    cols = [
+        "strategy",
+        "wall_s",
+        "ttft_s",
+        "tokens_per_s",
+        "major_faults",
+        "mib_read",
+        "prefetched",
+        "vs_best_kernel",
+        "vs_warm",
+    ]
     print(format_table(report["strategies"], cols))
     print()
     print(f"best kernel strategy: {report['best_kernel']}")
@@ -124,16 +173,18 @@ def print_report(report: dict, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.cli._common import progress
     from pagecast.bench.harness import run_bench
+    from pagecast.cli._common import progress
 
     cfg = config_from_args(args, "pagecast-bench")
     with progress(desc="bench", unit="step") as bar:
+
         def log(msg: str) -> None:
             bar.set_description_str(msg[:60])
             bar.update(1)
             if not sys.stderr.isatty():
                 print(f"pagecast bench: {msg}", file=sys.stderr)
+
         report = run_bench(cfg, log=log)
     print_report(report, args.json)
     return 0

@@ -35,15 +35,31 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     u = cs.add_parser("run", help="run a program with cuMemPrefetchAsync injected from a schedule or model")
     src = u.add_mutually_exclusive_group(required=True)
-    src.add_argument("--schedule", help="schedule (.parquet), or a predictions file (pagecast-prefetch 1 or AI4Mem's predictions CSV)")
-    src.add_argument("--model", help="trained model; its schedule is predicted from --trace (or from a recording made first)")
+    src.add_argument(
+        "--schedule",
+        help="schedule (.parquet), or a predictions file (pagecast-prefetch 1 or AI4Mem's predictions CSV)",
+    )
+    src.add_argument(
+        "--model", help="trained model; its schedule is predicted from --trace (or from a recording made first)"
+    )
     u.add_argument("--trace", help="with --model: a previous recording of the program to predict from")
     u.add_argument("--top-k", type=int, default=10, help="with --model: pages predicted per fault (default 10)")
-    u.add_argument("--out-dir", default="pagecast-cuda-run", help="predictions file, metrics, timeline (default ./pagecast-cuda-run)")
-    u.add_argument("--poll-ms", type=int, default=200, help="how often the injector checks the predictions file (default 200)")
-    u.add_argument("--repeat", action="store_true",
-                   help="prefetch the pages again before every kernel launch (programs that touch their data on the host between launches)")
-    u.add_argument("--record", action="store_true", help="also record the injected run with CUPTI (OUT_DIR/trace.parquet)")
+    u.add_argument(
+        "--out-dir",
+        default="pagecast-cuda-run",
+        help="predictions file, metrics, timeline (default ./pagecast-cuda-run)",
+    )
+    u.add_argument(
+        "--poll-ms", type=int, default=200, help="how often the injector checks the predictions file (default 200)"
+    )
+    u.add_argument(
+        "--repeat",
+        action="store_true",
+        help="prefetch the pages again before every kernel launch (programs that touch their data on the host between launches)",
+    )
+    u.add_argument(
+        "--record", action="store_true", help="also record the injected run with CUPTI (OUT_DIR/trace.parquet)"
+    )
     add_json_flag(u)
     u.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     u.set_defaults(func=_run)
@@ -103,9 +119,18 @@ def _record(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pagecast.cuda.injector import run_cuda
 
-    return run_cuda(_cmd(args), schedule=args.schedule, model=args.model, trace=args.trace, top_k=args.top_k,
-                    out_dir=args.out_dir, poll_ms=args.poll_ms, record=args.record, repeat=args.repeat,
-                    json_out=args.json)
+    return run_cuda(
+        _cmd(args),
+        schedule=args.schedule,
+        model=args.model,
+        trace=args.trace,
+        top_k=args.top_k,
+        out_dir=args.out_dir,
+        poll_ms=args.poll_ms,
+        record=args.record,
+        repeat=args.repeat,
+        json_out=args.json,
+    )
 
 
 def _convert(args: argparse.Namespace) -> int:

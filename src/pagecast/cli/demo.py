@@ -24,18 +24,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     add_bench_args(p, runs=5, size_mib=1024)
-    p.add_argument("--quick", action="store_true", help="smaller and faster: 256 MiB weights, 2 runs, 1 epoch, one classic policy")
-    p.add_argument("--no-plan", action="store_true",
-                   help="drop the planned row (pagecast plan on the training runs, then run --plan on the test prompt)")
+    p.add_argument(
+        "--quick", action="store_true", help="smaller and faster: 256 MiB weights, 2 runs, 1 epoch, one classic policy"
+    )
+    p.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="drop the planned row (pagecast plan on the training runs, then run --plan on the test prompt)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.cli._options import policy_texts
-    from pagecast.cli.bench import DEFAULT_POLICIES, config_from_args, print_report
-    from pagecast.bench.planned_rows import planned_rows
     from pagecast.bench import sparse_weights as wl
     from pagecast.bench.harness import RunRow, run_bench
+    from pagecast.bench.planned_rows import planned_rows
+    from pagecast.cli._options import policy_texts
+    from pagecast.cli.bench import DEFAULT_POLICIES, config_from_args, print_report
     from pagecast.live.sources import default_min_runs
 
     if args.quick:
@@ -45,16 +50,24 @@ def run(args: argparse.Namespace) -> int:
         args.policy = policy_texts(args, DEFAULT_POLICIES)[:1] or [""]
     cfg = config_from_args(args, "pagecast-demo")
     plan = not args.no_plan
-    n_steps = 6 + len(cfg.train_prompts) + (1 if cfg.pack else 0) + (1 if plan else 0) + cfg.runs * (
-        7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0) + (1 if plan else 0))
+    n_steps = (
+        6
+        + len(cfg.train_prompts)
+        + (1 if cfg.pack else 0)
+        + (1 if plan else 0)
+        + cfg.runs
+        * (7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0) + (1 if plan else 0))
+    )
     t0 = time.time()
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
     with progress(total=n_steps, desc="demo", unit="step", disable=False) as bar:
+
         def log(msg: str) -> None:
             bar.set_description_str(msg[:70])
             bar.update(1)
             if say:
                 say(msg)
+
         extra = None
         if plan:
             min_runs = cfg.min_runs if cfg.min_runs is not None else default_min_runs(len(cfg.train_prompts))
@@ -65,9 +78,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
         return 0
-    print(f"\npagecast demo: sparse inference over a {report['weights_mib']} MiB mmapped weights file, "
-          f"{cfg.tokens} tokens, prompt {cfg.test_prompt} (trained on prompts {', '.join(map(str, cfg.train_prompts))}); "
-          f"program wall time, median of {cfg.runs} cold runs:\n")
+    print(
+        f"\npagecast demo: sparse inference over a {report['weights_mib']} MiB mmapped weights file, "
+        f"{cfg.tokens} tokens, prompt {cfg.test_prompt} (trained on prompts {', '.join(map(str, cfg.train_prompts))}); "
+        f"program wall time, median of {cfg.runs} cold runs:\n"
+    )
     print_report(report, False)
     print(f"(demo took {time.time() - t0:.0f} s)")
     return 0

@@ -23,28 +23,57 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast estimate slow.parquet fast.parquet --fraction 0.1 --pages 0:0-256",
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW FAST trace pair, or one trace (cost model)")
-    p.add_argument("--pages", action="append", default=[], metavar="R:S-E",
-                   help="pages S..E-1 of region R are fast (repeatable)")
-    p.add_argument("--addr", action="append", default=[], metavar="LO-HI",
-                   help="virtual address range of the recorded run that is fast (repeatable)")
-    p.add_argument("--fraction", type=float, default=None, metavar="F",
-                   help="the hottest fraction F of touched pages (over the whole run) is fast")
-    p.add_argument("--window-mode", choices=["accesses", "phases"], default="accesses",
-                   help="match windows by demand-row count (default) or by KERNEL phase markers")
+    p.add_argument(
+        "--pages", action="append", default=[], metavar="R:S-E", help="pages S..E-1 of region R are fast (repeatable)"
+    )
+    p.add_argument(
+        "--addr",
+        action="append",
+        default=[],
+        metavar="LO-HI",
+        help="virtual address range of the recorded run that is fast (repeatable)",
+    )
+    p.add_argument(
+        "--fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        help="the hottest fraction F of touched pages (over the whole run) is fast",
+    )
+    p.add_argument(
+        "--window-mode",
+        choices=["accesses", "phases"],
+        default="accesses",
+        help="match windows by demand-row count (default) or by KERNEL phase markers",
+    )
     p.add_argument("--window", type=int, default=10_000, metavar="N", help="demand rows per window (default 10000)")
     p.add_argument("--slow-ns", type=float, default=100.0, help="single trace: slow tier ns per access (100)")
     p.add_argument("--fast-ns", type=float, default=30.0, help="single trace: fast tier ns per access (30)")
-    p.add_argument("--sample-period", type=float, default=None,
-                   help="single trace: accesses per trace row (default: trace metadata or 1)")
-    p.add_argument("--timestamps", choices=["compute", "slow"], default="compute",
-                   help="single trace: timestamps are compute time only (default) or an all-slow run")
+    p.add_argument(
+        "--sample-period",
+        type=float,
+        default=None,
+        help="single trace: accesses per trace row (default: trace metadata or 1)",
+    )
+    p.add_argument(
+        "--timestamps",
+        choices=["compute", "slow"],
+        default="compute",
+        help="single trace: timestamps are compute time only (default) or an all-slow run",
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from pagecast.gym.estimator import (CostModel, WindowConfig, Windows, load_demand, parse_address_range,
-                                        parse_page_range)
+    from pagecast.gym.estimator import (
+        CostModel,
+        WindowConfig,
+        Windows,
+        load_demand,
+        parse_address_range,
+        parse_page_range,
+    )
 
     if len(args.traces) > 2:
         raise PagecastError(f"give one trace or a slow/fast pair, not {len(args.traces)} traces")
@@ -90,12 +119,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(res)
         return 0
-    rows = [{"placement": "all-slow", "time_ms": slow / 1e6},
-            {"placement": "estimated", "time_ms": est / 1e6},
-            {"placement": "all-fast", "time_ms": fast / 1e6}]
+    rows = [
+        {"placement": "all-slow", "time_ms": slow / 1e6},
+        {"placement": "estimated", "time_ms": est / 1e6},
+        {"placement": "all-fast", "time_ms": fast / 1e6},
+    ]
     print(format_table(rows))
-    print(f"\n{res['fast_pages']:,} of {w.n_units:,} touched pages fast ({res['fast_bytes'] / 2**20:.2f} MiB), "
-          f"serving {100 * res['fast_access_share']:.1f}% of accesses; speedup {res['speedup_vs_slow']:.3f}x, "
-          f"{100 * res['share_of_possible_gain']:.1f}% of the all-fast gain; "
-          f"{w.n_windows} windows ({w.matched} matching, {w.info.get('mode')} mode)")
+    print(
+        f"\n{res['fast_pages']:,} of {w.n_units:,} touched pages fast ({res['fast_bytes'] / 2**20:.2f} MiB), "
+        f"serving {100 * res['fast_access_share']:.1f}% of accesses; speedup {res['speedup_vs_slow']:.3f}x, "
+        f"{100 * res['share_of_possible_gain']:.1f}% of the all-fast gain; "
+        f"{w.n_windows} windows ({w.matched} matching, {w.info.get('mode')} mode)"
+    )
     return 0

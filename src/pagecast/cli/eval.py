@@ -27,16 +27,37 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("trace")
-    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--prefetchers"],
-                      help="a prefetcher to compare; repeat the flag for several (a comma list works too when no option "
-                           "value contains a comma); the oracle is always the last row")
-    p.add_argument("--schedule", action="append", default=[], metavar="S.parquet", help="a schedule to evaluate (repeatable)")
-    p.add_argument("--model", action="append", default=[], metavar="M.pt", help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)")
-    p.add_argument("-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)")
-    p.add_argument("--horizon", type=int, default=None,
-                   help="H: the truth window is the next H demand events (default: the horizon the --model was trained "
-                        "with, else 10, pagecast train's default)")
-    p.add_argument("--capacity", default="50%", help="pages, bytes (64MiB) or percent of distinct pages (default %(default)s)")
+    add_policy_option(
+        p,
+        repeated=True,
+        default=DEFAULT_POLICIES,
+        deprecated=["--prefetchers"],
+        help="a prefetcher to compare; repeat the flag for several (a comma list works too when no option "
+        "value contains a comma); the oracle is always the last row",
+    )
+    p.add_argument(
+        "--schedule", action="append", default=[], metavar="S.parquet", help="a schedule to evaluate (repeatable)"
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="M.pt",
+        help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)",
+    )
+    p.add_argument(
+        "-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)"
+    )
+    p.add_argument(
+        "--horizon",
+        type=int,
+        default=None,
+        help="H: the truth window is the next H demand events (default: the horizon the --model was trained "
+        "with, else 10, pagecast train's default)",
+    )
+    p.add_argument(
+        "--capacity", default="50%", help="pages, bytes (64MiB) or percent of distinct pages (default %(default)s)"
+    )
     p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"])
     add_model_options(p)
     add_json_flag(p)
@@ -63,9 +84,9 @@ def _model_horizon(model: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
+    from pagecast.learn.ranking import ranking_metrics
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.bound import oracle_bound
-    from pagecast.learn.ranking import ranking_metrics
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
     from pagecast.trace.demand import read_demand
@@ -96,7 +117,9 @@ def main(args: argparse.Namespace) -> int:
     baseline = None
     bar = progress(len(cands), "eval", "policy")
     for c in cands:
-        cfg = SimConfig(capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args))
+        cfg = SimConfig(
+            capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args)
+        )
         # the oracle row is the best k up to 32: an upper bound at every capacity
         r = oracle_bound(trace, cfg) if c == "oracle" else simulate(trace, cfg, c)
         log = r.extra.pop("prefetch_log")
@@ -115,7 +138,9 @@ def main(args: argparse.Namespace) -> int:
             row[k.replace("_at_k", "@K")] = d.get(f"rank_{k}", float("nan"))
         rows.append(row)
     if args.json:
-        print_json({"trace": str(trace.path), "capacity_pages": cap, "k": args.k, "horizon": args.horizon, "results": full})
+        print_json(
+            {"trace": str(trace.path), "capacity_pages": cap, "k": args.k, "horizon": args.horizon, "results": full}
+        )
         return 0
     print(f"{trace.path}: capacity {cap:,} pages, eviction {args.eviction}, K={args.k}, H={args.horizon}")
     print(format_table(rows))

@@ -28,9 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     gs = p.add_subparsers(dest="gym_command", metavar="SUBCOMMAND")
 
-    g = gs.add_parser("gen", help="write slow/fast trace pairs of a program whose hot set moves (cost model)",
-                      description="Write NAME-SEED.slow.parquet / NAME-SEED.fast.parquet pairs. There is no two-tier "
-                                  "machine here: the pair comes from one access sequence timed with each tier's latency.")
+    g = gs.add_parser(
+        "gen",
+        help="write slow/fast trace pairs of a program whose hot set moves (cost model)",
+        description="Write NAME-SEED.slow.parquet / NAME-SEED.fast.parquet pairs. There is no two-tier "
+        "machine here: the pair comes from one access sequence timed with each tier's latency.",
+    )
     g.add_argument("out_dir", type=Path)
     g.add_argument("--seeds", default="0-7", help="seed list, e.g. 0-7 or 1,5,9 (default 0-7)")
     g.add_argument("--name", default="hotset")
@@ -39,22 +42,38 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--hot-fraction", type=float, default=0.125)
     g.add_argument("--hot-share", type=float, default=0.9)
     g.add_argument("--phase-accesses", type=int, default=40_000, help="accesses between hot set moves")
-    g.add_argument("--drift", type=float, default=0.0,
-                   help="pages per access the hot set slides within a phase (default 0: it only jumps)")
+    g.add_argument(
+        "--drift",
+        type=float,
+        default=0.0,
+        help="pages per access the hot set slides within a phase (default 0: it only jumps)",
+    )
     g.add_argument("--slow-ns", type=float, default=120.0)
     g.add_argument("--fast-ns", type=float, default=40.0)
     add_json_flag(g)
     g.set_defaults(func=run_gen)
 
-    t = gs.add_parser("train", help="train a PPO agent (stable-baselines3) on traces",
-                      description="Train PPO on the given traces (one trace per episode, picked at random) and "
-                                  "write the agent directory; --eval scores it on held-out traces afterwards.")
-    t.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs")
+    t = gs.add_parser(
+        "train",
+        help="train a PPO agent (stable-baselines3) on traces",
+        description="Train PPO on the given traces (one trace per episode, picked at random) and "
+        "write the agent directory; --eval scores it on held-out traces afterwards.",
+    )
+    t.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs",
+    )
     t.add_argument("-o", "--out", type=Path, required=True, help="agent directory to write (ppo.zip + config.json)")
     _env_args(t)
     t.add_argument("--timesteps", type=int, default=100_000, help="PPO environment steps (default 100000)")
-    t.add_argument("--arch", choices=ARCHS, default="chunkwise",
-                   help="the agent's network: chunkwise, a shared per-chunk network (default); mlp, SB3's MlpPolicy")
+    t.add_argument(
+        "--arch",
+        choices=ARCHS,
+        default="chunkwise",
+        help="the agent's network: chunkwise, a shared per-chunk network (default); mlp, SB3's MlpPolicy",
+    )
     add_deprecated_alias(t, "--policy", "--arch", "arch", choices=ARCHS)
     t.add_argument("--n-envs", type=int, default=4, help="environment copies stepped per rollout (4)")
     t.add_argument("--seed", type=int, default=0, help="seed of PPO and of the environments (0)")
@@ -62,13 +81,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(t)
     t.set_defaults(func=run_train)
 
-    e = gs.add_parser("eval", help="score baselines (and a trained agent) on traces; prints a table",
-                      description="Play every trace with each baseline (and --agent) and print estimated time "
-                                  "incl. migrations, speedup over all-slow and the share of the next-window "
-                                  "oracle's saving; the mean over traces unless --per-trace.")
-    e.add_argument("traces", nargs="+", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs")
+    e = gs.add_parser(
+        "eval",
+        help="score baselines (and a trained agent) on traces; prints a table",
+        description="Play every trace with each baseline (and --agent) and print estimated time "
+        "incl. migrations, speedup over all-slow and the share of the next-window "
+        "oracle's saving; the mean over traces unless --per-trace.",
+    )
+    e.add_argument(
+        "traces",
+        nargs="+",
+        metavar="TRACE",
+        help="SLOW.parquet,FAST.parquet pair, one trace (cost model), or a directory of *.slow/*.fast.parquet pairs",
+    )
     e.add_argument("--agent", type=Path, default=None, help="trained agent directory (its env settings are used)")
-    e.add_argument("--baselines", default=",".join(POLICIES), help=f"baselines to run, comma-separated (default {','.join(POLICIES)})")
+    e.add_argument(
+        "--baselines",
+        default=",".join(POLICIES),
+        help=f"baselines to run, comma-separated (default {','.join(POLICIES)})",
+    )
     add_deprecated_alias(e, "--policies", "--baselines", "baselines")
     e.add_argument("--per-trace", action="store_true", help="one row per trace and policy, not the mean")
     _env_args(e)
@@ -77,7 +108,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     pl = gs.add_parser("play", help="play one trace with one policy and render every window")
     pl.add_argument("trace", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair or one trace")
-    pl.add_argument("--baseline", default="hottest-last", choices=POLICIES, help="the placement baseline to play (default %(default)s)")
+    pl.add_argument(
+        "--baseline",
+        default="hottest-last",
+        choices=POLICIES,
+        help="the placement baseline to play (default %(default)s)",
+    )
     add_deprecated_alias(pl, "--policy", "--baseline", "baseline", choices=POLICIES)
     pl.add_argument("--every", type=int, default=1, help="render every N-th window")
     _env_args(pl)
@@ -90,11 +126,19 @@ def _env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--history", type=int, default=2, help="past windows in the observation (2)")
     p.add_argument("--capacity", type=float, default=0.125, help="fast tier size, fraction of touched pages (0.125)")
     p.add_argument("--window", type=int, default=10_000, help="demand rows per window (10000)")
-    p.add_argument("--window-mode", choices=["accesses", "phases"], default="accesses",
-                   help="windows of --window demand rows (default), or one window per phase/kernel")
+    p.add_argument(
+        "--window-mode",
+        choices=["accesses", "phases"],
+        default="accesses",
+        help="windows of --window demand rows (default), or one window per phase/kernel",
+    )
     p.add_argument("--migrate-ns-per-byte", type=float, default=0.1, help="migration cost, ns per byte (0.1 = 10 GB/s)")
-    p.add_argument("--action-mode", choices=["target", "delta"], default="target",
-                   help="target: MultiBinary wanted set (default); delta: keep/promote/demote per chunk")
+    p.add_argument(
+        "--action-mode",
+        choices=["target", "delta"],
+        default="target",
+        help="target: MultiBinary wanted set (default); delta: keep/promote/demote per chunk",
+    )
     p.add_argument("--slow-ns", type=float, default=100.0, help="single traces: slow tier ns per access")
     p.add_argument("--fast-ns", type=float, default=30.0, help="single traces: fast tier ns per access")
 
@@ -103,9 +147,15 @@ def _env_config(args: argparse.Namespace):
     from pagecast.gym.env import EnvConfig
     from pagecast.gym.estimator import CostModel, WindowConfig
 
-    return EnvConfig(n_chunks=args.chunks, history=args.history, capacity=args.capacity,
-                     migrate_ns_per_byte=args.migrate_ns_per_byte, action_mode=args.action_mode,
-                     window=WindowConfig(args.window_mode, args.window), cost=CostModel(args.slow_ns, args.fast_ns))
+    return EnvConfig(
+        n_chunks=args.chunks,
+        history=args.history,
+        capacity=args.capacity,
+        migrate_ns_per_byte=args.migrate_ns_per_byte,
+        action_mode=args.action_mode,
+        window=WindowConfig(args.window_mode, args.window),
+        cost=CostModel(args.slow_ns, args.fast_ns),
+    )
 
 
 def parse_trace_specs(items: list[str]) -> list[Any]:
@@ -148,18 +198,27 @@ def _seeds(text: str) -> list[int]:
 
 
 def run_gen(args: argparse.Namespace) -> int:
-    from pagecast.gym.tracegen import HotsetConfig, write_pair
     from pagecast.cli._common import progress
+    from pagecast.gym.tracegen import HotsetConfig, write_pair
 
     seeds = _seeds(args.seeds)
     written = []
     with progress(len(seeds), "traces", "pair") as bar:
         for s in seeds:
-            cfg = HotsetConfig(pages=args.pages, accesses=args.accesses, hot_fraction=args.hot_fraction,
-                               hot_share=args.hot_share, phase_accesses=args.phase_accesses, drift=args.drift,
-                               slow_ns=args.slow_ns, fast_ns=args.fast_ns, seed=s)
-            a, b = write_pair(cfg, args.out_dir / f"{args.name}-{s}.slow.parquet",
-                              args.out_dir / f"{args.name}-{s}.fast.parquet")
+            cfg = HotsetConfig(
+                pages=args.pages,
+                accesses=args.accesses,
+                hot_fraction=args.hot_fraction,
+                hot_share=args.hot_share,
+                phase_accesses=args.phase_accesses,
+                drift=args.drift,
+                slow_ns=args.slow_ns,
+                fast_ns=args.fast_ns,
+                seed=s,
+            )
+            a, b = write_pair(
+                cfg, args.out_dir / f"{args.name}-{s}.slow.parquet", args.out_dir / f"{args.name}-{s}.fast.parquet"
+            )
             written.append({"seed": s, "slow": str(a), "fast": str(b)})
             bar.update(1)
     if args.json:

@@ -10,9 +10,10 @@ from pagecast.errors import PagecastError
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "heatmap", help="plot time × page access heatmaps of a trace's busiest regions (PNG)",
+        "heatmap",
+        help="plot time × page access heatmaps of a trace's busiest regions (PNG)",
         description="Draw how often each page of a region was touched over time (log colour scale), one panel "
-                    "per region: the busiest regions by default, or those given with --region. Streams the trace.",
+        "per region: the busiest regions by default, or those given with --region. Streams the trace.",
     )
     p.add_argument("trace", help="trace file (.parquet)")
     p.add_argument("-o", "--output", required=True, help="image to write (.png, .svg, .pdf)")
@@ -37,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
             raise PagecastError(str(e)) from None
     if args.time_bins < 1 or args.page_bins < 1 or args.top < 1:
         raise PagecastError("--time-bins, --page-bins and --top must be positive")
-    cfg = HeatmapConfig(regions=args.region, top=args.top, time_bins=args.time_bins, page_bins=args.page_bins, kinds=kinds)
+    cfg = HeatmapConfig(
+        regions=args.region, top=args.top, time_bins=args.time_bins, page_bins=args.page_bins, kinds=kinds
+    )
     n = open_trace(args.trace).num_rows
     with progress(total=2 * n, desc="rows", unit="row") as bar:
         info = plot(args.trace, args.output, cfg, on_rows=bar.update)

@@ -10,16 +10,19 @@ from pagecast.cli._common import add_json_flag, format_table, print_json, progre
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "info", help="summarise a trace: event counts, regions, unique pages, duration, fault rate, file page sets",
+        "info",
+        help="summarise a trace: event counts, regions, unique pages, duration, fault rate, file page sets",
         description="Summarise a trace in one streaming pass (bounded memory): rows per event kind, "
-                    "the busiest regions with pages touched out of their length, unique pages, duration "
-                    "and fault rate; then per file the pages the run used (through mappings and read-family "
-                    "calls, from the page-set rows of `pagecast record`), their bytes and the fraction of the "
-                    "file they are. A --faults-only trace has only its faults to go by: the files table says so.",
+        "the busiest regions with pages touched out of their length, unique pages, duration "
+        "and fault rate; then per file the pages the run used (through mappings and read-family "
+        "calls, from the page-set rows of `pagecast record`), their bytes and the fraction of the "
+        "file they are. A --faults-only trace has only its faults to go by: the files table says so.",
     )
     p.add_argument("trace", help="trace file (.parquet)")
     p.add_argument("--top", type=int, default=20, help="regions to list, busiest first (default 20)")
-    p.add_argument("--files", type=int, default=30, help="files to list, most pages used first (default 30; --json: all)")
+    p.add_argument(
+        "--files", type=int, default=30, help="files to list, most pages used first (default 30; --json: all)"
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -50,10 +53,20 @@ def run(args: argparse.Namespace) -> int:
     if s.files:
         print()
         what = "page-set rows" if s.files_source == "pageset" else "fault rows only (a --faults-only trace)"
-        print(f"files: pages used by the run ({what}), {len(s.files)} files, "
-              f"{sum(f.pages_used for f in s.files)} pages")
-        rows = [{"file": f.file, "pages_used": f.pages_used, "bytes": f.bytes_used, "file_pages": f.file_pages,
-                 "used_pct": "-" if f.fraction is None else round(100 * f.fraction, 2), "mapped": f.mapped_pages,
-                 "read": f.read_pages} for f in s.files[:args.files]]
+        print(
+            f"files: pages used by the run ({what}), {len(s.files)} files, {sum(f.pages_used for f in s.files)} pages"
+        )
+        rows = [
+            {
+                "file": f.file,
+                "pages_used": f.pages_used,
+                "bytes": f.bytes_used,
+                "file_pages": f.file_pages,
+                "used_pct": "-" if f.fraction is None else round(100 * f.fraction, 2),
+                "mapped": f.mapped_pages,
+                "read": f.read_pages,
+            }
+            for f in s.files[: args.files]
+        ]
         print(format_table(rows))
     return 0

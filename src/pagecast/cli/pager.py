@@ -36,7 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD", help="the program and its arguments, after --")
     r.set_defaults(func=_run)
 
-    s = ps.add_parser("stats", help="summarise a pager trace", description="Counts per region of a trace written by `pager run -o`.")
+    s = ps.add_parser(
+        "stats", help="summarise a pager trace", description="Counts per region of a trace written by `pager run -o`."
+    )
     s.add_argument("trace")
     add_json_flag(s)
     s.set_defaults(func=_stats)
@@ -50,8 +52,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--trace", required=True, help="trace whose demand stream the schedule/predictor refers to")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--schedule", help="schedule file (Parquet)")
-    add_policy_option(src, deprecated=["--prefetcher"], list_defaults=False,
-                      help="a registered pagecast prefetcher, run offline over the trace (e.g. stride:degree=8)")
+    add_policy_option(
+        src,
+        deprecated=["--prefetcher"],
+        list_defaults=False,
+        help="a registered pagecast prefetcher, run offline over the trace (e.g. stride:degree=8)",
+    )
     t.add_argument("--region", type=int, default=0, help="region id in the trace (default 0)")
     t.add_argument("--file", help="data file the table is for (default: the region's path)")
     t.add_argument("-o", "--out", required=True)
@@ -70,24 +76,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("runs", nargs="+", help="traces of earlier runs (pagecast record / run -o) or schedule files")
     k.add_argument("--file", help="data file to pack (default: the file the first run took most faults on)")
     k.add_argument("-o", "--out", required=True, help="pack file to write")
-    k.add_argument("--min-runs", type=int, default=None, metavar="N",
-                   help="keep the pages at least N of the runs touched: a page one input alone used is usually "
-                        "that input's own (default: 2 with 4 or more runs, else 1)")
+    k.add_argument(
+        "--min-runs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep the pages at least N of the runs touched: a page one input alone used is usually "
+        "that input's own (default: 2 with 4 or more runs, else 1)",
+    )
     add_json_flag(k)
     k.set_defaults(func=_pack)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def _run_options(r: argparse.ArgumentParser) -> None:
-    r.add_argument("--policy", default="none",
-                   help="none, nextline[:N], stride[:N], sparse[:N] or table:FILE; N pages per batch, nextline and stride "
-                        "as in pagecast simulate (default none). Deprecated: next[:N], now nextline with before=0")
-    r.add_argument("--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)")
+    r.add_argument(
+        "--policy",
+        default="none",
+        help="none, nextline[:N], stride[:N], sparse[:N] or table:FILE; N pages per batch, nextline and stride "
+        "as in pagecast simulate (default none). Deprecated: next[:N], now nextline with before=0",
+    )
+    r.add_argument(
+        "--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)"
+    )
     r.add_argument("--learn", metavar="DIR", help="sparse policy: keep the learned page sets in DIR across runs")
     r.add_argument("-o", "--trace", metavar="T.parquet", help="write every served fault/prefetch/eviction as a trace")
     r.add_argument("--no-strict", action="store_true", help="if userfaultfd is unusable, run on ordinary mappings")
-    r.add_argument("--flush-ms", type=int, default=1000, metavar="MS",
-                   help="write dirty pages back every MS ms, bounding what a SIGKILL can lose (0: off; default 1000)")
+    r.add_argument(
+        "--flush-ms",
+        type=int,
+        default=1000,
+        metavar="MS",
+        help="write dirty pages back every MS ms, bounding what a SIGKILL can lose (0: off; default 1000)",
+    )
     add_json_flag(r)
 
 
@@ -124,7 +145,17 @@ def _run(args: argparse.Namespace) -> int:
     else:
         import sys
 
-        cols = ["path", "faults", "prefetched", "prefetch_hits", "evictions", "writebacks", "max_resident", "service_ns_p50", "service_ns_p99"]
+        cols = [
+            "path",
+            "faults",
+            "prefetched",
+            "prefetch_hits",
+            "evictions",
+            "writebacks",
+            "max_resident",
+            "service_ns_p50",
+            "service_ns_p99",
+        ]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
     from pagecast.live.loop import exit_status
@@ -133,8 +164,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _pack(args: argparse.Namespace) -> int:
-    from pagecast.pager.pack import pack_from_schedules
     from pagecast.live.sources import default_min_runs, load_replay
+    from pagecast.pager.pack import pack_from_schedules
 
     scheds = [load_replay(r) for r in args.runs]
     file = args.file
@@ -143,7 +174,9 @@ def _pack(args: argparse.Namespace) -> int:
         rows = {r.path: int(np.count_nonzero(s0.region == r.id)) for r in s0.regions
                 if r.kind == "file" and r.path and Path(r.path).exists()}  # fmt: skip
         if not rows or max(rows.values()) == 0:
-            raise PagecastError("no existing file with faults in the first run: name one with --file", path=args.runs[0])
+            raise PagecastError(
+                "no existing file with faults in the first run: name one with --file", path=args.runs[0]
+            )
         file = max(rows, key=rows.get)
     if not Path(file).exists():
         raise PagecastError("no such file to pack", path=file)
@@ -151,8 +184,14 @@ def _pack(args: argparse.Namespace) -> int:
     if not 1 <= min_runs <= len(scheds):
         raise PagecastError(f"--min-runs must be between 1 and the number of runs ({len(scheds)}), got {min_runs}")
     info = pack_from_schedules(scheds, file, args.out, min_runs)
-    out = {"pack": str(info.path), "file": info.source, "pages": info.npages, "bytes": info.nbytes, "runs": len(scheds),
-           "min_runs": min_runs}
+    out = {
+        "pack": str(info.path),
+        "file": info.source,
+        "pages": info.npages,
+        "bytes": info.nbytes,
+        "runs": len(scheds),
+        "min_runs": min_runs,
+    }
     if args.json:
         print_json(out)
     else:

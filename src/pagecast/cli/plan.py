@@ -11,50 +11,81 @@ from pagecast.cli._common import add_json_flag, format_table, print_json, progre
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "plan", help="learn a per-file prefetch plan from recordings, for `pagecast run --plan`",
+        "plan",
+        help="learn a per-file prefetch plan from recordings, for `pagecast run --plan`",
         description="Read recordings of the same program on different inputs (pagecast record) and write a plan: "
-                    "for every file the runs used, one candidate, chosen by predicted I/O time: nothing, "
-                    "nothing with read-ahead off (random advice, mapped files), warm the pages at least k runs "
-                    "used (every k is a candidate: hot pages; default or random advice for the rest), warm the "
-                    "whole file, or stream it. Each candidate is priced by an I/O cost model driven by the "
-                    "device's calibration (pagecast calibrate; a conservative built-in model otherwise) and its "
-                    "read_ahead_kb, and validated leave-one-run-out (plan on all runs but one, predict the one "
-                    "left out, average). A file gets 'nothing' unless the best candidate is predicted --margin "
-                    "faster. Then, run-wide: prefetching hidden behind the program's CPU time (--overlap) may "
-                    "upgrade files, and the small files the runs used may be warmed whole as a group when "
-                    "leave-one-run-out over the group says new inputs reuse them. Each file's identity "
-                    "(size, mtime, ctime, inode, device) is stored so a file changed since is skipped with a warning.",
+        "for every file the runs used, one candidate, chosen by predicted I/O time: nothing, "
+        "nothing with read-ahead off (random advice, mapped files), warm the pages at least k runs "
+        "used (every k is a candidate: hot pages; default or random advice for the rest), warm the "
+        "whole file, or stream it. Each candidate is priced by an I/O cost model driven by the "
+        "device's calibration (pagecast calibrate; a conservative built-in model otherwise) and its "
+        "read_ahead_kb, and validated leave-one-run-out (plan on all runs but one, predict the one "
+        "left out, average). A file gets 'nothing' unless the best candidate is predicted --margin "
+        "faster. Then, run-wide: prefetching hidden behind the program's CPU time (--overlap) may "
+        "upgrade files, and the small files the runs used may be warmed whole as a group when "
+        "leave-one-run-out over the group says new inputs reuse them. Each file's identity "
+        "(size, mtime, ctime, inode, device) is stored so a file changed since is skipped with a warning.",
         epilog="example: pagecast plan run1.parquet run2.parquet run3.parquet -o prog.plan --explain && "
-               "pagecast run --plan prog.plan -- ./prog args",
+        "pagecast run --plan prog.plan -- ./prog args",
     )
     p.add_argument("traces", nargs="*", help="recordings (.parquet) of the program")
     p.add_argument("-o", "--output", help="plan file to write")
     p.add_argument("--show", metavar="PLAN", help="print an existing plan instead (table; --json: the JSON view)")
-    p.add_argument("--min-runs", type=int, default=None,
-                   help="warm only pages used by at least this many recordings (default: every threshold is a "
-                        "candidate, chosen per file by leave-one-run-out)")
+    p.add_argument(
+        "--min-runs",
+        type=int,
+        default=None,
+        help="warm only pages used by at least this many recordings (default: every threshold is a "
+        "candidate, chosen per file by leave-one-run-out)",
+    )
     p.add_argument("--depth", type=int, default=2, help="reader threads = requests in flight while warming (default 2)")
     p.add_argument("--chunk-kib", type=int, default=1024, help="largest single read request in KiB (default 1024)")
-    p.add_argument("--margin", type=float, default=0.10,
-                   help="a candidate must be predicted this fraction faster than nothing to be chosen (default 0.10)")
-    p.add_argument("--overlap", type=float, default=0.5,
-                   help="share of the program's CPU time (measured from the recordings: their span less the "
-                        "modelled I/O) that prefetching may hide behind, one budget for the whole run (default 0.5; "
-                        "0: no credit, every file priced as if the program only waited on it)")
-    p.add_argument("--max-regret", type=float, default=0.2,
-                   help="a file upgraded on the strength of the CPU overlap must cost, priced with no overlap at "
-                        "all, at most this fraction more than without the upgrade (default 0.2): the bound on "
-                        "what a wrong CPU estimate can cost")
-    p.add_argument("--small-kib", type=int, default=1024,
-                   help="files up to this size form the group that may be warmed whole (default 1024)")
-    p.add_argument("--live-startup-ms", type=float, default=500.0,
-                   help="what starting pagecast's Python live machinery costs a run, charged once when the plan "
-                        "uses a page pack or a per-fault policy the native launcher cannot run (default 500)")
-    p.add_argument("--device-model", metavar="FILE|DIR",
-                   help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
-                        "default: the stored model of each file's device, else a conservative built-in one")
-    p.add_argument("--explain", action="store_true",
-                   help="print per file the candidates' predicted times, the choice and why (stderr)")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=0.10,
+        help="a candidate must be predicted this fraction faster than nothing to be chosen (default 0.10)",
+    )
+    p.add_argument(
+        "--overlap",
+        type=float,
+        default=0.5,
+        help="share of the program's CPU time (measured from the recordings: their span less the "
+        "modelled I/O) that prefetching may hide behind, one budget for the whole run (default 0.5; "
+        "0: no credit, every file priced as if the program only waited on it)",
+    )
+    p.add_argument(
+        "--max-regret",
+        type=float,
+        default=0.2,
+        help="a file upgraded on the strength of the CPU overlap must cost, priced with no overlap at "
+        "all, at most this fraction more than without the upgrade (default 0.2): the bound on "
+        "what a wrong CPU estimate can cost",
+    )
+    p.add_argument(
+        "--small-kib",
+        type=int,
+        default=1024,
+        help="files up to this size form the group that may be warmed whole (default 1024)",
+    )
+    p.add_argument(
+        "--live-startup-ms",
+        type=float,
+        default=500.0,
+        help="what starting pagecast's Python live machinery costs a run, charged once when the plan "
+        "uses a page pack or a per-fault policy the native launcher cannot run (default 500)",
+    )
+    p.add_argument(
+        "--device-model",
+        metavar="FILE|DIR",
+        help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
+        "default: the stored model of each file's device, else a conservative built-in one",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print per file the candidates' predicted times, the choice and why (stderr)",
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 

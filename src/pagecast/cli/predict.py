@@ -27,9 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write (.parquet)")
     p.add_argument("--top-k", type=int, default=10, help="pages predicted per event (default: 10)")
     p.add_argument("--csv", metavar="FILE", help="also export AI4Mem's predictions.csv layout")
-    p.add_argument("--backend", choices=("auto", "numba", "onnx", "onnx-int8", "torchscript", "eager"), default="auto",
-                   help="inference engine (default: auto = numba kernels for one-layer LSTMs, onnx otherwise; onnx-int8 = onnxruntime with int8 weights)")
-    p.add_argument("--threads", type=int, default=1, help="inference threads, 0 = all cores (default: 1, safe on a shared machine; on an idle one, 2 threads with the numba or onnx backend nearly double the throughput)")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "numba", "onnx", "onnx-int8", "torchscript", "eager"),
+        default="auto",
+        help="inference engine (default: auto = numba kernels for one-layer LSTMs, onnx otherwise; onnx-int8 = onnxruntime with int8 weights)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="inference threads, 0 = all cores (default: 1, safe on a shared machine; on an idle one, 2 threads with the numba or onnx backend nearly double the throughput)",
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -48,16 +57,22 @@ def run(args: argparse.Namespace) -> int:
         try:
             from pagecast.importers.ai4mem_predictions import write_predictions_csv as write_csv
         except ImportError:
-            raise PagecastError("--csv needs pagecast.importers.ai4mem_predictions, which this installation lacks") from None
+            raise PagecastError(
+                "--csv needs pagecast.importers.ai4mem_predictions, which this installation lacks"
+            ) from None
     set_threads(args.threads)
     t0 = time.perf_counter()
     trace = open_trace(args.trace)
     with progress(None, "predict", unit="ev") as bar:
         sched = predict_schedule(args.model, trace, top_k=args.top_k, backend=args.backend, progress=bar.update)
     write_schedule(args.output, sched)
-    out = {"schedule": args.output, "rows": len(sched), "events": sched.meta.get("stream_rows", 0),
-           "events_with_predictions": int(len(np.unique(sched.trigger))),
-           "seconds": time.perf_counter() - t0}
+    out = {
+        "schedule": args.output,
+        "rows": len(sched),
+        "events": sched.meta.get("stream_rows", 0),
+        "events_with_predictions": int(len(np.unique(sched.trigger))),
+        "seconds": time.perf_counter() - t0,
+    }
     if write_csv is not None:
         write_csv(sched, args.csv, trace.regions)
         out["csv"] = args.csv

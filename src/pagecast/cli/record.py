@@ -28,14 +28,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", required=True, help="trace file to write (.parquet)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--lackey", action="store_true",
-                      help="run under valgrind --tool=lackey --trace-mem=yes: every load/store, not only faults (slow, ~100x)")
-    mode.add_argument("--cuda", action="store_true", help="record CUDA managed-memory events (GPU faults, migrations) via CUPTI")
-    p.add_argument("--faults-only", action="store_true",
-                   help="record the page faults alone, as the kernel takes them (no shim, no read tracepoint, "
-                        "no page-set rows)")
-    p.add_argument("--ring-pages", type=int, default=4096,
-                   help="perf ring buffer pages per CPU (power of two; larger loses fewer samples under bursts)")
+    mode.add_argument(
+        "--lackey",
+        action="store_true",
+        help="run under valgrind --tool=lackey --trace-mem=yes: every load/store, not only faults (slow, ~100x)",
+    )
+    mode.add_argument(
+        "--cuda", action="store_true", help="record CUDA managed-memory events (GPU faults, migrations) via CUPTI"
+    )
+    p.add_argument(
+        "--faults-only",
+        action="store_true",
+        help="record the page faults alone, as the kernel takes them (no shim, no read tracepoint, no page-set rows)",
+    )
+    p.add_argument(
+        "--ring-pages",
+        type=int,
+        default=4096,
+        help="perf ring buffer pages per CPU (power of two; larger loses fewer samples under bursts)",
+    )
     p.add_argument("--instructions", action="store_true", help="with --lackey: also store instruction fetches")
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
@@ -64,14 +75,21 @@ def run(args: argparse.Namespace) -> int:
         from pagecast.collect.record import record_faults
 
         with progress(desc="faults", unit="f") as bar:
-            result = record_faults(cmd, args.output, stdout=prog_out, ring_pages=args.ring_pages, on_batch=bar.update,
-                                   pageset=not args.faults_only)
+            result = record_faults(
+                cmd,
+                args.output,
+                stdout=prog_out,
+                ring_pages=args.ring_pages,
+                on_batch=bar.update,
+                pageset=not args.faults_only,
+            )
     d = result.to_dict()
     if args.json:
         print_json(d)
     else:
-        rows = [{"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items()
-                if k != "warnings"]
+        rows = [
+            {"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items() if k != "warnings"
+        ]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)

@@ -9,12 +9,13 @@ from pagecast.cli._common import add_json_flag, print_json
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "recover", help="rebuild a trace from the journal (.partial) of a recording that was cut short",
+        "recover",
+        help="rebuild a trace from the journal (.partial) of a recording that was cut short",
         description="A recorder that dies (crash, kill -9, power loss) leaves T.parquet.partial, an Arrow IPC "
-                    "journal flushed at every row group, and T.parquet.partial.regions. This converts every "
-                    "complete, intact row group into T.parquet and says what it kept. Anything that is not a "
-                    "journal (a finished trace, a CSV, an empty file) is refused, and the journal is never "
-                    "written over.",
+        "journal flushed at every row group, and T.parquet.partial.regions. This converts every "
+        "complete, intact row group into T.parquet and says what it kept. Anything that is not a "
+        "journal (a finished trace, a CSV, an empty file) is refused, and the journal is never "
+        "written over.",
     )
     p.add_argument("journal", help="the .partial journal file")
     p.add_argument("-o", "--output", help="trace to write (default: the journal name without .partial)")

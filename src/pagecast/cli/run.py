@@ -33,43 +33,88 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
     src = p.add_mutually_exclusive_group()
-    add_policy_option(src, list_defaults=False, help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)")
+    add_policy_option(
+        src,
+        list_defaults=False,
+        help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)",
+    )
     src.add_argument("--model", help="learned model file (pagecast train) used per fault")
-    src.add_argument("--schedule", help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run")
-    src.add_argument("--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)")
-    src.add_argument("--plan", metavar="PLAN",
-                     help="plan file (pagecast plan): per file, the strategy learned from recordings. The program is "
-                          "exec'd by a native launcher within milliseconds and keeps its pid, stdio, signals and exit "
-                          "status; warm/stream prefetching runs beside it at low priority; pack and per-fault files "
-                          "go through the live machinery. A corrupt plan or a changed file costs one warning line")
-    p.add_argument("--plan-status", metavar="FILE",
-                   help="--plan: the prefetcher writes its report (pages issued, per-file status; JSON) to FILE when it stops")
-    p.add_argument("--pager", action="append", metavar="FILE:BUDGET",
-                   help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
-                        "prefetching with --policy; repeatable")
-    p.add_argument("--pack", action="append", metavar="PACK",
-                   help="page pack (pagecast pager pack): serve its file through the userfaultfd pager and stream the "
-                        "pack's pages into the program's mapping ahead of it (one sequential read instead of scattered "
-                        "faults); pages not in it fault as usual. A stale pack (file changed) is skipped with a "
-                        "warning. Repeatable; combine with --pager FILE:BUDGET to cap memory (default: the whole file)")
+    src.add_argument(
+        "--schedule",
+        help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run",
+    )
+    src.add_argument(
+        "--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)"
+    )
+    src.add_argument(
+        "--plan",
+        metavar="PLAN",
+        help="plan file (pagecast plan): per file, the strategy learned from recordings. The program is "
+        "exec'd by a native launcher within milliseconds and keeps its pid, stdio, signals and exit "
+        "status; warm/stream prefetching runs beside it at low priority; pack and per-fault files "
+        "go through the live machinery. A corrupt plan or a changed file costs one warning line",
+    )
+    p.add_argument(
+        "--plan-status",
+        metavar="FILE",
+        help="--plan: the prefetcher writes its report (pages issued, per-file status; JSON) to FILE when it stops",
+    )
+    p.add_argument(
+        "--pager",
+        action="append",
+        metavar="FILE:BUDGET",
+        help="serve FILE through the userfaultfd pager with a memory budget (e.g. weights.bin:256M), "
+        "prefetching with --policy; repeatable",
+    )
+    p.add_argument(
+        "--pack",
+        action="append",
+        metavar="PACK",
+        help="page pack (pagecast pager pack): serve its file through the userfaultfd pager and stream the "
+        "pack's pages into the program's mapping ahead of it (one sequential read instead of scattered "
+        "faults); pages not in it fault as usual. A stale pack (file changed) is skipped with a "
+        "warning. Repeatable; combine with --pager FILE:BUDGET to cap memory (default: the whole file)",
+    )
     p.add_argument("-o", "--output", help="trace file to write (faults + PREFETCH rows)")
-    p.add_argument("--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position")
-    p.add_argument("--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read")
+    p.add_argument(
+        "--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position"
+    )
+    p.add_argument(
+        "--gap", type=int, default=4, help="merge predicted pages at most this many pages apart into one read"
+    )
     p.add_argument("--threads", type=int, default=2, help="prefetch issuing threads")
     p.add_argument("--top-k", type=int, default=10, help="--model: pages predicted per fault")
-    p.add_argument("--no-throttle", action="store_true",
-                   help="--policy/--model: always issue every prediction; by default the pages issued per fault "
-                        "drop while few prefetched pages are used (accuracy < 0.40) and grow back above 0.75")
-    p.add_argument("--poll-ms", type=int, default=5, help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)")
-    p.add_argument("--no-anon", action="store_true",
-                   help="do not preload the shim that prefetches anonymous memory inside the program "
-                        "(madvise MADV_POPULATE_WRITE; on by default with a predictor)")
-    p.add_argument("--nice", type=int, default=10,
-                   help="niceness added to pagecast's daemon and collector while the program runs (root only; default 10). "
-                        "Use 0 for CPU-bound programs: a niced daemon then sees their faults too late to prefetch")
-    p.add_argument("--no-fast", action="store_true",
-                   help="replay, nextline and stride run natively inside the collector by default (fault -> fadvise "
-                        "in microseconds, file pages only); this forces the Python predictor process instead")
+    p.add_argument(
+        "--no-throttle",
+        action="store_true",
+        help="--policy/--model: always issue every prediction; by default the pages issued per fault "
+        "drop while few prefetched pages are used (accuracy < 0.40) and grow back above 0.75",
+    )
+    p.add_argument(
+        "--poll-ms",
+        type=int,
+        default=5,
+        help="collector poll period in ms: bounds the fault -> daemon delay; shorter costs more CPU (default: 5)",
+    )
+    p.add_argument(
+        "--no-anon",
+        action="store_true",
+        help="do not preload the shim that prefetches anonymous memory inside the program "
+        "(madvise MADV_POPULATE_WRITE; on by default with a predictor)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=10,
+        help="niceness added to pagecast's daemon and collector while the program runs (root only; default 10). "
+        "Use 0 for CPU-bound programs: a niced daemon then sees their faults too late to prefetch",
+    )
+    p.add_argument(
+        "--no-fast",
+        action="store_true",
+        help="replay, nextline and stride run natively inside the collector by default (fault -> fadvise "
+        "in microseconds, file pages only); this forces the Python predictor process instead",
+    )
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
@@ -102,13 +147,33 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         kind = "cuda"
     else:
         kind = next((k for k in ("schedule", "model", "policy") if getattr(args, k)), "none")
-    source = PredictionSource(kind, policy=args.policy, model=args.model, schedule=args.schedule, plan=args.plan,
-                              top_k=args.top_k, lookahead=args.lookahead, throttle=not args.no_throttle)
-    backends = Backends(anon=not args.no_anon, pager=_pager_specs(args), packs=list(args.pack or ()),
-                        fast=False if args.no_fast else None)
+    source = PredictionSource(
+        kind,
+        policy=args.policy,
+        model=args.model,
+        schedule=args.schedule,
+        plan=args.plan,
+        top_k=args.top_k,
+        lookahead=args.lookahead,
+        throttle=not args.no_throttle,
+    )
+    backends = Backends(
+        anon=not args.no_anon,
+        pager=_pager_specs(args),
+        packs=list(args.pack or ()),
+        fast=False if args.no_fast else None,
+    )
     tuning = LiveTuning(threads=args.threads, gap=args.gap, poll_ms=args.poll_ms, nice=args.nice)
-    return RunRequest(cmd, source, backends, Path(args.output) if args.output else None, args.json, tuning,
-                      cuda_out_dir=Path(args.out_dir), plan_status=args.plan_status)
+    return RunRequest(
+        cmd,
+        source,
+        backends,
+        Path(args.output) if args.output else None,
+        args.json,
+        tuning,
+        cuda_out_dir=Path(args.out_dir),
+        plan_status=args.plan_status,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,12 +20,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("trace", help="trace file (.parquet)")
-    p.add_argument("--capacity", default="50%", help="fast tier: pages (4096), bytes (64MiB) or percent of the trace's distinct pages (default %(default)s)")
-    p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"], help="eviction policy; min = Belady (default %(default)s)")
+    p.add_argument(
+        "--capacity",
+        default="50%",
+        help="fast tier: pages (4096), bytes (64MiB) or percent of the trace's distinct pages (default %(default)s)",
+    )
+    p.add_argument(
+        "--eviction",
+        default="lru",
+        choices=["lru", "fifo", "clock", "min"],
+        help="eviction policy; min = Belady (default %(default)s)",
+    )
     src = p.add_mutually_exclusive_group()
-    add_policy_option(src, default="none; with --uvm: tree", deprecated=["--prefetcher"],
-                      help="the prefetcher, e.g. stride:degree=8 or pagesucc:train=RUN1.parquet (with --uvm: tree or none)")
-    src.add_argument("--schedule", default=None, metavar="S.parquet", help="replay a schedule (a learned model's predictions)")
+    add_policy_option(
+        src,
+        default="none; with --uvm: tree",
+        deprecated=["--prefetcher"],
+        help="the prefetcher, e.g. stride:degree=8 or pagesucc:train=RUN1.parquet (with --uvm: tree or none)",
+    )
+    src.add_argument(
+        "--schedule", default=None, metavar="S.parquet", help="replay a schedule (a learned model's predictions)"
+    )
     add_model_options(p)
     add_json_flag(p)
     p.set_defaults(func=main)

@@ -30,16 +30,39 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("traces", nargs="+")
-    p.add_argument("--capacities", default="10%,25%,50%,100%", type=_csv_list, help="pages, bytes or percents (default %(default)s)")
+    p.add_argument(
+        "--capacities",
+        default="10%,25%,50%,100%",
+        type=_csv_list,
+        help="pages, bytes or percents (default %(default)s)",
+    )
     p.add_argument("--evictions", default="lru", type=_csv_list, help="from lru,fifo,clock,min (default %(default)s)")
-    add_policy_option(p, repeated=True, default=DEFAULT_POLICIES, deprecated=["--prefetchers"],
-                      help="a prefetcher of the grid; repeat the flag for several (a comma list works too when no option "
-                           "value contains a comma); with --uvm: tree, none")
-    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="local worker processes (default: all cores, %(default)s)")
-    p.add_argument("--ray", metavar="ADDRESS", default=None, help="run on an existing Ray cluster ('auto' or host:port)")
+    add_policy_option(
+        p,
+        repeated=True,
+        default=DEFAULT_POLICIES,
+        deprecated=["--prefetchers"],
+        help="a prefetcher of the grid; repeat the flag for several (a comma list works too when no option "
+        "value contains a comma); with --uvm: tree, none",
+    )
+    p.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="local worker processes (default: all cores, %(default)s)",
+    )
+    p.add_argument(
+        "--ray", metavar="ADDRESS", default=None, help="run on an existing Ray cluster ('auto' or host:port)"
+    )
     p.add_argument("--csv", metavar="OUT.csv", help="write all result columns as CSV")
     p.add_argument("--plot", metavar="OUT.png", help="plot --metric against capacity")
-    p.add_argument("--metric", default="faults", choices=["faults", "est_time_ns", "stall_ns", "bytes_in"], help="what --plot shows (default %(default)s)")
+    p.add_argument(
+        "--metric",
+        default="faults",
+        choices=["faults", "est_time_ns", "stall_ns", "bytes_in"],
+        help="what --plot shows (default %(default)s)",
+    )
     add_model_options(p)
     add_json_flag(p)
     p.set_defaults(func=main)

@@ -28,33 +28,90 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.pt)")
     p.add_argument("--model", choices=("lstm", "transformer"), default="lstm", help="architecture (default: lstm)")
     p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default: 20)")
-    p.add_argument("--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)")
-    p.add_argument("--seq-len", type=int, default=32, help="training window; inference context is seq_len/2..seq_len (default: 32)")
-    p.add_argument("--horizon", type=int, default=10, help="H: the multi-label head predicts pages of the next H events; keep H <= the top-k used at inference, or the ranking cannot prefer the nearest pages (default: 10)")
-    p.add_argument("--vocab", type=int, default=256, help="classes: the most frequent (region, delta) pairs + 'other' (default: 256)")
+    p.add_argument(
+        "--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)"
+    )
+    p.add_argument(
+        "--seq-len", type=int, default=32, help="training window; inference context is seq_len/2..seq_len (default: 32)"
+    )
+    p.add_argument(
+        "--horizon",
+        type=int,
+        default=10,
+        help="H: the multi-label head predicts pages of the next H events; keep H <= the top-k used at inference, or the ranking cannot prefer the nearest pages (default: 10)",
+    )
+    p.add_argument(
+        "--vocab",
+        type=int,
+        default=256,
+        help="classes: the most frequent (region, delta) pairs + 'other' (default: 256)",
+    )
     p.add_argument("--min-count", type=int, default=2, help="pairs seen fewer times are 'other' (default: 2)")
     p.add_argument("--embed", type=int, default=32, help="embedding width (LSTM) (default: 32)")
     p.add_argument("--hidden", type=int, default=48, help="LSTM hidden / Transformer width (default: 48)")
     p.add_argument("--layers", type=int, default=1, help="LSTM layers / Transformer blocks (default: 1)")
     p.add_argument("--heads", type=int, default=2, help="Transformer attention heads (default: 2)")
-    p.add_argument("--use-ip", type=int, default=0, metavar="BUCKETS", help="also feed the instruction pointer, hashed into BUCKETS (default: 0 = off)")
+    p.add_argument(
+        "--use-ip",
+        type=int,
+        default=0,
+        metavar="BUCKETS",
+        help="also feed the instruction pointer, hashed into BUCKETS (default: 0 = off)",
+    )
     p.add_argument("--batch", type=int, default=64, help="windows per training step (default: 64)")
     p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default: 3e-3)")
-    p.add_argument("--windows-per-epoch", type=int, default=8192, help="training windows drawn per epoch (a subset of a long trace, several passes over a short one); 0 = one pass (default: 8192)")
-    p.add_argument("--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)")
-    p.add_argument("--test-fraction", type=float, default=0.0, help="last fraction of each trace held out for the test metrics (default: 0)")
-    p.add_argument("--val-trace", action="append", default=[], metavar="TRACE", help="validate on another run instead (repeatable; split across runs)")
-    p.add_argument("--validation", choices=("auto", "time"), default="auto",
-                   help="auto: with two or more training traces, hold the last one out whole for validation and early "
-                        "stopping (leave-one-run-out: it predicts the next run); time: the last --val-fraction of each "
-                        "trace (default: auto)")
-    p.add_argument("--page-table", type=int, default=16, metavar="M",
-                   help="successors kept per (region, page) seen in training, merged with the delta head by a weight "
-                        "fitted on validation; 0 = deltas only (default: 16)")
+    p.add_argument(
+        "--windows-per-epoch",
+        type=int,
+        default=8192,
+        help="training windows drawn per epoch (a subset of a long trace, several passes over a short one); 0 = one pass (default: 8192)",
+    )
+    p.add_argument(
+        "--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)"
+    )
+    p.add_argument(
+        "--test-fraction",
+        type=float,
+        default=0.0,
+        help="last fraction of each trace held out for the test metrics (default: 0)",
+    )
+    p.add_argument(
+        "--val-trace",
+        action="append",
+        default=[],
+        metavar="TRACE",
+        help="validate on another run instead (repeatable; split across runs)",
+    )
+    p.add_argument(
+        "--validation",
+        choices=("auto", "time"),
+        default="auto",
+        help="auto: with two or more training traces, hold the last one out whole for validation and early "
+        "stopping (leave-one-run-out: it predicts the next run); time: the last --val-fraction of each "
+        "trace (default: auto)",
+    )
+    p.add_argument(
+        "--page-table",
+        type=int,
+        default=16,
+        metavar="M",
+        help="successors kept per (region, page) seen in training, merged with the delta head by a weight "
+        "fitted on validation; 0 = deltas only (default: 16)",
+    )
     p.add_argument("--top-k", type=int, default=10, help="k of the validation recall@k (default: 10)")
-    p.add_argument("--head", choices=("horizon", "next"), default="horizon", help="head that ranks pages at inference (default: horizon)")
+    p.add_argument(
+        "--head",
+        choices=("horizon", "next"),
+        default="horizon",
+        help="head that ranks pages at inference (default: horizon)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)",
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -71,23 +128,57 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("--vocab must be at least 2")
     t0 = time.perf_counter()
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
-    arch = Architecture(kind=args.model, embed=args.embed, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                        seq_len=args.seq_len)
-    tcfg = TrainConfig(epochs=args.epochs, patience=args.patience, batch=args.batch, lr=args.lr, seed=args.seed,
-                       threads=args.threads, windows_per_epoch=args.windows_per_epoch, top_k=args.top_k, head=args.head,
-                       page_table=args.page_table)
+    arch = Architecture(
+        kind=args.model,
+        embed=args.embed,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        seq_len=args.seq_len,
+    )
+    tcfg = TrainConfig(
+        epochs=args.epochs,
+        patience=args.patience,
+        batch=args.batch,
+        lr=args.lr,
+        seed=args.seed,
+        threads=args.threads,
+        windows_per_epoch=args.windows_per_epoch,
+        top_k=args.top_k,
+        head=args.head,
+        page_table=args.page_table,
+    )
     key = f"val_recall@{args.top_k}"
 
     def on_epoch(row: dict) -> None:
         if not args.json:
-            print(f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}  val loss {row['val_loss']:.3f}  "
-                  f"{key} {row[key]:.3f}  next acc {row['val_next_accuracy']:.3f}  ({row['seconds']:.1f} s)", file=sys.stderr)
+            print(
+                f"epoch {row['epoch']}: train loss {row['train_loss']:.3f}  val loss {row['val_loss']:.3f}  "
+                f"{key} {row[key]:.3f}  next acc {row['val_next_accuracy']:.3f}  ({row['seconds']:.1f} s)",
+                file=sys.stderr,
+            )
 
-    res = train_on_traces(args.traces, args.output, spec=spec, arch=arch, tcfg=tcfg, val_traces=args.val_trace,
-                          val_fraction=args.val_fraction, test_fraction=args.test_fraction, validation=args.validation,
-                          on_epoch=on_epoch, progress_factory=lambda n, d: progress(n, d, unit="win"))
-    out = {"model": args.output, "kind": args.model, "parameters": sum(p.numel() for p in res.model.parameters()),
-           "wall_seconds": time.perf_counter() - t0, **res.metrics, "history": res.history}
+    res = train_on_traces(
+        args.traces,
+        args.output,
+        spec=spec,
+        arch=arch,
+        tcfg=tcfg,
+        val_traces=args.val_trace,
+        val_fraction=args.val_fraction,
+        test_fraction=args.test_fraction,
+        validation=args.validation,
+        on_epoch=on_epoch,
+        progress_factory=lambda n, d: progress(n, d, unit="win"),
+    )
+    out = {
+        "model": args.output,
+        "kind": args.model,
+        "parameters": sum(p.numel() for p in res.model.parameters()),
+        "wall_seconds": time.perf_counter() - t0,
+        **res.metrics,
+        "history": res.history,
+    }
     if args.json:
         print_json(out)
     else:

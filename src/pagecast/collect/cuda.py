@@ -21,7 +21,9 @@ from typing import Any, Sequence
 from pagecast.errors import PagecastError
 
 
-def cuda_env(interposer: Path, out_dir: Path, cupti: Path | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+def cuda_env(
+    interposer: Path, out_dir: Path, cupti: Path | None = None, base: dict[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     pre = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{interposer}:{pre}" if pre else str(interposer)
@@ -59,8 +61,11 @@ def private_raw_dir(out: str | Path) -> Path:
     except FileExistsError:
         st = os.lstat(raw)
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise PagecastError("exists and is not a private directory of this user (a symlink, another user's "
-                                "or group/world-writable): remove it", path=raw) from None
+            raise PagecastError(
+                "exists and is not a private directory of this user (a symlink, another user's "
+                "or group/world-writable): remove it",
+                path=raw,
+            ) from None
     return raw
 
 
@@ -91,6 +96,7 @@ def record_cuda(cmd: Sequence[str], out: str | Path, json_out: bool = False) -> 
 
 # ---- the interposer's files ---------------------------------------------------------------
 
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a ``metrics.<pid>.csv``: name, count, total_ns, bytes, errors."""
     return _read_csv(path, {"name": str, "count": int, "total_ns": int, "bytes": int, "errors": int})
@@ -98,8 +104,20 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
 
 def read_timeline(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a ``timeline.<pid>.csv``: name, start_ns, duration_ns, bytes, direction, ptr, alloc, offset, result."""
-    return _read_csv(path, {"name": str, "start_ns": int, "duration_ns": int, "bytes": int, "direction": str,
-                            "ptr": lambda s: int(s, 16), "alloc": int, "offset": int, "result": int})
+    return _read_csv(
+        path,
+        {
+            "name": str,
+            "start_ns": int,
+            "duration_ns": int,
+            "bytes": int,
+            "direction": str,
+            "ptr": lambda s: int(s, 16),
+            "alloc": int,
+            "offset": int,
+            "result": int,
+        },
+    )
 
 
 def _read_csv(path: str | Path, types: dict[str, Any]) -> list[dict[str, Any]]:
@@ -140,7 +158,10 @@ def summarize_dir(raw_dir: str | Path) -> dict[str, Any]:
         rows = read_timeline(p)
         timeline["rows"] += len(rows)
         if rows:
-            timeline["span_ns"] = max(timeline["span_ns"], max(r["start_ns"] + r["duration_ns"] for r in rows) - min(r["start_ns"] for r in rows))
+            timeline["span_ns"] = max(
+                timeline["span_ns"],
+                max(r["start_ns"] + r["duration_ns"] for r in rows) - min(r["start_ns"] for r in rows),
+            )
         for r in rows:
             if r["direction"]:
                 d = timeline["bytes_by_direction"]
@@ -164,18 +185,33 @@ def print_summary(summary: dict[str, Any], json_out: bool) -> None:
         print_json(summary)
         return
     if "trace" in summary:
-        print(f"trace {summary['trace']}: {summary['rows']:,} rows, {summary['regions']} allocations, "
-              f"{summary['kernels']} kernels (program exit status {summary.get('exit_status')})")
+        print(
+            f"trace {summary['trace']}: {summary['rows']:,} rows, {summary['regions']} allocations, "
+            f"{summary['kernels']} kernels (program exit status {summary.get('exit_status')})"
+        )
         if summary["rows_by_kind"]:
             print(format_table([{"kind": k, "rows": v} for k, v in summary["rows_by_kind"].items()]))
     api = summary.get("api", summary)
     if api.get("apis"):
-        print(format_table([{"api": k, "calls": v["count"], "total_ms": v["total_ns"] / 1e6, "bytes": v["bytes"], "errors": v["errors"]}
-                            for k, v in sorted(api["apis"].items(), key=lambda kv: -kv[1]["total_ns"])]))
+        print(
+            format_table(
+                [
+                    {
+                        "api": k,
+                        "calls": v["count"],
+                        "total_ms": v["total_ns"] / 1e6,
+                        "bytes": v["bytes"],
+                        "errors": v["errors"],
+                    }
+                    for k, v in sorted(api["apis"].items(), key=lambda kv: -kv[1]["total_ns"])
+                ]
+            )
+        )
     for pid, st in api.get("injector", {}).items():
-        print(f"injector (pid {pid}): {st['chunks']} prefetch calls, {st['bytes']:,} bytes, {st['errors']} errors, "
-              f"skipped {st['skipped_freed']} freed / {st['skipped_no_alloc']} unallocated ranges, "
-              f"{st['pending_ranges']} never allocated, {st['loads_failed']} bad predictions files")
+        print(
+            f"injector (pid {pid}): {st['chunks']} prefetch calls, {st['bytes']:,} bytes, {st['errors']} errors, "
+            f"skipped {st['skipped_freed']} freed / {st['skipped_no_alloc']} unallocated ranges, "
+            f"{st['pending_ranges']} never allocated, {st['loads_failed']} bad predictions files"
+        )
     for m in api.get("messages", []):
         print(f"note: {m}", file=sys.stderr)
-

@@ -60,32 +60,55 @@ def find_toolkit() -> CudaToolkit:
         if not (inc / "cuda.h").exists():
             continue
         cupti_inc = cupti_lib = None
-        for ci, cl in ((inc, root / "lib64"), (inc, root / "lib"), (root / "extras/CUPTI/include", root / "extras/CUPTI/lib64")):
+        for ci, cl in (
+            (inc, root / "lib64"),
+            (inc, root / "lib"),
+            (root / "extras/CUPTI/include", root / "extras/CUPTI/lib64"),
+        ):
             if (ci / "cupti.h").exists() and any(cl.glob("libcupti.so*")):
                 cupti_inc, cupti_lib = ci, cl
                 break
         nvcc = root / "bin" / "nvcc"
-        return CudaToolkit(root, inc, cupti_inc, cupti_lib, nvcc if nvcc.exists() else (Path(shutil.which("nvcc")) if shutil.which("nvcc") else None))
+        return CudaToolkit(
+            root,
+            inc,
+            cupti_inc,
+            cupti_lib,
+            nvcc if nvcc.exists() else (Path(shutil.which("nvcc")) if shutil.which("nvcc") else None),
+        )
     raise PagecastError(
-        "no CUDA toolkit found (no cuda.h in " + ", ".join(dict.fromkeys(looked)) + "): install the CUDA toolkit or set CUDA_HOME"
+        "no CUDA toolkit found (no cuda.h in "
+        + ", ".join(dict.fromkeys(looked))
+        + "): install the CUDA toolkit or set CUDA_HOME"
     )
 
 
 def build_interposer(tk: CudaToolkit | None = None) -> Path:
     """libpagecast_cuda.so: the LD_PRELOAD interposer + prefetch injector."""
     tk = tk or find_toolkit()
-    return build("libpagecast_cuda", INTERPOSER_SOURCES, cflags=(*WARN, "-fvisibility=hidden"), include=[tk.include],
-                 ldflags=("-ldl", "-lpthread", "-lm"))
+    return build(
+        "libpagecast_cuda",
+        INTERPOSER_SOURCES,
+        cflags=(*WARN, "-fvisibility=hidden"),
+        include=[tk.include],
+        ldflags=("-ldl", "-lpthread", "-lm"),
+    )
 
 
 def build_cupti_collector(tk: CudaToolkit | None = None) -> Path:
     """libpagecast_cupti.so, loaded by the driver through CUDA_INJECTION64_PATH."""
     tk = tk or find_toolkit()
     if tk.cupti_include is None or tk.cupti_lib is None:
-        raise PagecastError(f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so): install the CUPTI component")
-    return build("libpagecast_cupti", ["cuda/cupti_collector.c"], cflags=(*WARN, "-fvisibility=hidden"),
-                 include=[tk.include, tk.cupti_include],
-                 ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"))
+        raise PagecastError(
+            f"the CUDA toolkit at {tk.root} has no CUPTI (cupti.h and libcupti.so): install the CUPTI component"
+        )
+    return build(
+        "libpagecast_cupti",
+        ["cuda/cupti_collector.c"],
+        cflags=(*WARN, "-fvisibility=hidden"),
+        include=[tk.include, tk.cupti_include],
+        ldflags=(f"-L{tk.cupti_lib}", "-lcupti", f"-Wl,-rpath,{tk.cupti_lib}", "-lpthread"),
+    )
 
 
 WORKLOADS = {"vector_add": "vector_add.cu", "oversub": "oversub.cu"}
@@ -111,8 +134,11 @@ def build_workloads(out_dir: Path | None = None, tk: CudaToolkit | None = None) 
             built[name] = out
             continue
         tmp = out.with_name(f".{name}.{os.getpid()}.tmp")
-        proc = subprocess.run([str(tk.nvcc), "-O2", "-Werror", "all-warnings", "-o", str(tmp), str(source)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [str(tk.nvcc), "-O2", "-Werror", "all-warnings", "-o", str(tmp), str(source)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]

@@ -37,8 +37,18 @@ from pagecast.trace import Kind, Region, TraceWriter
 from pagecast.trace.schema import FLAG_SUBKIND_SHIFT, FLAG_WRITE
 
 REC_DTYPE = np.dtype(
-    [("type", "u1"), ("subkind", "u1"), ("flags", "<u2"), ("stream", "<u4"), ("start", "<u8"), ("end", "<u8"),
-     ("address", "<u8"), ("value", "<u8"), ("src", "<u4"), ("dst", "<u4")]
+    [
+        ("type", "u1"),
+        ("subkind", "u1"),
+        ("flags", "<u2"),
+        ("stream", "<u4"),
+        ("start", "<u8"),
+        ("end", "<u8"),
+        ("address", "<u8"),
+        ("value", "<u8"),
+        ("src", "<u4"),
+        ("dst", "<u4"),
+    ]
 )
 # Mirrors struct pc_rec in native/cuda/pc_cupti_format.h (tests/test_binary_layouts.py).
 FORMAT_VERSION = 2
@@ -48,7 +58,16 @@ MAGIC = 0x50554350  # b"PCUP" as a little-endian u32, in the header record's dst
 REC_HEADER, REC_UM, REC_KERNEL, REC_MEMORY, REC_DROPPED = 0, 1, 2, 3, 4
 
 # CUpti_ActivityUnifiedMemoryCounterKind
-UM_HTOD, UM_DTOH, UM_CPU_FAULT, UM_GPU_FAULT, UM_THRASHING, UM_THROTTLING, UM_REMOTE_MAP, UM_DTOD = 1, 2, 3, 4, 5, 6, 7, 8
+UM_HTOD, UM_DTOH, UM_CPU_FAULT, UM_GPU_FAULT, UM_THRASHING, UM_THROTTLING, UM_REMOTE_MAP, UM_DTOD = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    8,
+)
 UM_TO_KIND = {
     UM_HTOD: Kind.MIGRATE_HTOD,
     UM_DTOH: Kind.MIGRATE_DTOH,
@@ -83,8 +102,11 @@ def check_header(first: np.ndarray, path: Path) -> None:
         raise PagecastError("not a pagecast CUPTI record stream (bad or missing header record)", path=path)
     version = int(first[0]["value"])
     if version not in READS_VERSIONS:
-        raise PagecastError(f"CUPTI record stream version {version} not supported (this pagecast reads "
-                            f"{READS_VERSIONS[0]}..{FORMAT_VERSION})", path=path)
+        raise PagecastError(
+            f"CUPTI record stream version {version} not supported (this pagecast reads "
+            f"{READS_VERSIONS[0]}..{FORMAT_VERSION})",
+            path=path,
+        )
     if version >= 2 and int(first[0]["dst"]) != MAGIC:
         raise PagecastError("not a pagecast CUPTI record stream (bad magic in the header record)", path=path)
 
@@ -100,7 +122,9 @@ def read_stream(path: str | Path, names_path: str | Path | None = None) -> Cupti
     bad = ~np.isin(recs["type"], (REC_HEADER, REC_UM, REC_KERNEL, REC_MEMORY, REC_DROPPED))
     if bad.any():
         i = int(np.argmax(bad))
-        raise PagecastError(f"record {i} (byte {i * REC_DTYPE.itemsize}) has unknown type {int(recs['type'][i])}", path=path)
+        raise PagecastError(
+            f"record {i} (byte {i * REC_DTYPE.itemsize}) has unknown type {int(recs['type'][i])}", path=path
+        )
     names: dict[int, str] = {}
     if names_path is None:
         guess = path.with_name(path.name.replace("cupti.", "kernels.", 1).replace(".bin", ".tsv"))
@@ -126,11 +150,25 @@ def _regions_from_memory(recs: np.ndarray) -> list[Region]:
     for r in mem:
         addr, op, mk = int(r["address"]), int(r["subkind"]), int(r["flags"])
         if op == MEMOP_ALLOC:
-            kind = "managed" if mk in (MEMKIND_MANAGED, MEMKIND_MANAGED_STATIC) else "device" if mk == MEMKIND_DEVICE else None
+            kind = (
+                "managed"
+                if mk in (MEMKIND_MANAGED, MEMKIND_MANAGED_STATIC)
+                else "device"
+                if mk == MEMKIND_DEVICE
+                else None
+            )
             if kind is None:
                 continue
-            reg = Region(len(regions), f"{kind}#{orders[kind]}", kind, base=addr, length=int(r["value"]),
-                         created_ns=int(r["start"]), device=int(r["src"]), order=orders[kind])
+            reg = Region(
+                len(regions),
+                f"{kind}#{orders[kind]}",
+                kind,
+                base=addr,
+                length=int(r["value"]),
+                created_ns=int(r["start"]),
+                device=int(r["src"]),
+                order=orders[kind],
+            )
             orders[kind] += 1
             regions.append(reg)
             live[addr] = reg
@@ -150,8 +188,17 @@ def read_allocs_csv(path: str | Path) -> list[dict[str, Any]]:
             raise PagecastError(f"not an allocation table (need columns {sorted(need)})", path=path, line=1)
         for lineno, row in enumerate(rd, 2):
             try:
-                out.append({"id": int(row["id"]), "kind": row["kind"], "order": int(row["order"]), "base": int(row["base"], 0),
-                            "size": int(row["size"]), "created_ns": int(row["created_ns"]), "freed_ns": int(row["freed_ns"])})
+                out.append(
+                    {
+                        "id": int(row["id"]),
+                        "kind": row["kind"],
+                        "order": int(row["order"]),
+                        "base": int(row["base"], 0),
+                        "size": int(row["size"]),
+                        "created_ns": int(row["created_ns"]),
+                        "freed_ns": int(row["freed_ns"]),
+                    }
+                )
             except (TypeError, ValueError):
                 raise PagecastError("bad allocation row", path=path, line=lineno) from None
             if out[-1]["kind"] not in ("managed", "device"):
@@ -163,13 +210,25 @@ def _regions_from_allocs(allocs: Sequence[dict[str, Any]], mono_to_cupti: int) -
     regions = []
     for a in sorted(allocs, key=lambda a: a["id"]):
         freed = a["freed_ns"] + mono_to_cupti if a["freed_ns"] >= 0 else -1
-        regions.append(Region(len(regions), f"{a['kind']}#{a['order']}", a["kind"], base=a["base"], length=a["size"],
-                              created_ns=a["created_ns"] + mono_to_cupti, freed_ns=freed, order=a["order"],
-                              extra={"alloc_id": a["id"]}))
+        regions.append(
+            Region(
+                len(regions),
+                f"{a['kind']}#{a['order']}",
+                a["kind"],
+                base=a["base"],
+                length=a["size"],
+                created_ns=a["created_ns"] + mono_to_cupti,
+                freed_ns=freed,
+                order=a["order"],
+                extra={"alloc_id": a["id"]},
+            )
+        )
     return regions
 
 
-def translate(addr: np.ndarray, t: np.ndarray, regions: Sequence[Region], page_shift: int = 12) -> tuple[np.ndarray, np.ndarray]:
+def translate(
+    addr: np.ndarray, t: np.ndarray, regions: Sequence[Region], page_shift: int = 12
+) -> tuple[np.ndarray, np.ndarray]:
     """(region, page) of each address at its time; region -1 and the raw page where none.
 
     A region covers [base, base+length) between created_ns and freed_ns. Addresses the
@@ -204,8 +263,12 @@ def translate(addr: np.ndarray, t: np.ndarray, regions: Sequence[Region], page_s
 
 
 def convert_stream(
-    stream: CuptiStream, out: str | Path, *, allocs: Sequence[dict[str, Any]] | None = None,
-    command: Sequence[str] | None = None, page_size: int = 4096,
+    stream: CuptiStream,
+    out: str | Path,
+    *,
+    allocs: Sequence[dict[str, Any]] | None = None,
+    command: Sequence[str] | None = None,
+    page_size: int = 4096,
 ) -> dict[str, Any]:
     """Write the trace; returns a summary (rows per kind, regions, kernels, dropped)."""
     recs = stream.records
@@ -254,16 +317,29 @@ def convert_stream(
         r.created_ns -= t0
         if r.freed_ns >= 0:
             r.freed_ns -= t0
-    meta = {"cupti_format": FORMAT_VERSION, "cupti_t0": t0, "allocations_from": alloc_source, "dropped_records": stream.dropped,
-            "skipped_dtod_records": skipped_dtod, "truncated_bytes": stream.truncated_bytes,
-            "causes": CAUSES, "access_types": ACCESS_TYPES}
+    meta = {
+        "cupti_format": FORMAT_VERSION,
+        "cupti_t0": t0,
+        "allocations_from": alloc_source,
+        "dropped_records": stream.dropped,
+        "skipped_dtod_records": skipped_dtod,
+        "truncated_bytes": stream.truncated_bytes,
+        "causes": CAUSES,
+        "access_types": ACCESS_TYPES,
+    }
     if command is not None:
         meta["command"] = list(command)
     with TraceWriter(out, regions=regions, source="cuda", page_size=page_size, meta=meta) as w:
         for i, k in enumerate(kern):
-            w.add_kernel(stream.kernel_names.get(int(k["value"]), f"kernel#{int(k['value'])}"), int(k["start"]) - t0,
-                         int(k["end"]) - t0, stream=int(k["stream"]), device=int(k["src"]), correlation=int(k["address"]),
-                         grid_x=int(k["dst"]))
+            w.add_kernel(
+                stream.kernel_names.get(int(k["value"]), f"kernel#{int(k['value'])}"),
+                int(k["start"]) - t0,
+                int(k["end"]) - t0,
+                stream=int(k["stream"]),
+                device=int(k["src"]),
+                correlation=int(k["address"]),
+                grid_x=int(k["dst"]),
+            )
         w.write(**{c: v[order] for c, v in cols.items()})
     kinds, counts = np.unique(cols["kind"], return_counts=True)
     return {
@@ -283,8 +359,11 @@ def convert_dir(raw_dir: str | Path, out: str | Path, *, command: Sequence[str] 
     raw_dir = Path(raw_dir)
     streams = sorted(raw_dir.glob("cupti.*.bin"), key=lambda p: p.stat().st_size, reverse=True)
     if not streams:
-        raise PagecastError("no CUPTI record stream (cupti.<pid>.bin): the program created no CUDA context, or no GPU/driver "
-                            "was available, or it did not exit normally", path=raw_dir)
+        raise PagecastError(
+            "no CUPTI record stream (cupti.<pid>.bin): the program created no CUDA context, or no GPU/driver "
+            "was available, or it did not exit normally",
+            path=raw_dir,
+        )
     bin_path = streams[0]
     pid = bin_path.name.split(".")[1]
     stream = read_stream(bin_path)
@@ -294,4 +373,3 @@ def convert_dir(raw_dir: str | Path, out: str | Path, *, command: Sequence[str] 
     summary["pid"] = int(pid)
     summary["other_processes"] = [int(p.name.split(".")[1]) for p in streams[1:]]
     return summary
-

@@ -59,25 +59,74 @@ SAMPLE_DTYPE = np.dtype(
     [("time", "<u8"), ("addr", "<u8"), ("ip", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("kind", "<u4"), ("pad", "<u4")]
 )
 MMAP_DTYPE = np.dtype(
-    [("time", "<u8"), ("addr", "<u8"), ("len", "<u8"), ("pgoff", "<u8"), ("ino", "<u8"),
-     ("pid", "<u4"), ("tid", "<u4"), ("prot", "<u4"), ("flags", "<u4"), ("maj", "<u4"), ("min", "<u4")]
+    [
+        ("time", "<u8"),
+        ("addr", "<u8"),
+        ("len", "<u8"),
+        ("pgoff", "<u8"),
+        ("ino", "<u8"),
+        ("pid", "<u4"),
+        ("tid", "<u4"),
+        ("prot", "<u4"),
+        ("flags", "<u4"),
+        ("maj", "<u4"),
+        ("min", "<u4"),
+    ]
 )
 FILE_USE_DTYPE = np.dtype(
-    [("time", "<u8"), ("ino", "<u8"), ("first", "<u8"), ("last", "<u8"), ("pid", "<u4"), ("tid", "<u4"),
-     ("dev", "<u4"), ("what", "<u4")]
+    [
+        ("time", "<u8"),
+        ("ino", "<u8"),
+        ("first", "<u8"),
+        ("last", "<u8"),
+        ("pid", "<u4"),
+        ("tid", "<u4"),
+        ("dev", "<u4"),
+        ("what", "<u4"),
+    ]
 )
-HELLO_DTYPE = np.dtype([("magic", "<u4"), ("version", "<u4"), ("t0", "<u8"), ("pid", "<u4"), ("nrings", "<u4"),
-                        ("exclude_kernel", "<u4"), ("ring_pages", "<u4")])
+HELLO_DTYPE = np.dtype(
+    [
+        ("magic", "<u4"),
+        ("version", "<u4"),
+        ("t0", "<u8"),
+        ("pid", "<u4"),
+        ("nrings", "<u4"),
+        ("exclude_kernel", "<u4"),
+        ("ring_pages", "<u4"),
+    ]
+)
 FORK_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("ppid", "<u4"), ("tid", "<u4"), ("ptid", "<u4")])
 EXEC_DTYPE = np.dtype([("time", "<u8"), ("pid", "<u4"), ("tid", "<u4")])
 LOST_DTYPE = np.dtype([("time", "<u8"), ("lost", "<u8")])
 EXIT_DTYPE = np.dtype([("status", "<i4"), ("code", "<i4"), ("time", "<u8"), ("lost", "<u8")])
 # one page whose read the fast path issued; times are CLOCK_MONOTONIC ns (t_fault 0: at start)
-ISSUED_DTYPE = np.dtype([("t_issue", "<u8"), ("t_fault", "<u8"), ("t_seen", "<u8"), ("t_submit", "<u8"),
-                         ("page", "<i8"), ("file", "<i4"), ("flags", "<u4")])
+ISSUED_DTYPE = np.dtype(
+    [
+        ("t_issue", "<u8"),
+        ("t_fault", "<u8"),
+        ("t_seen", "<u8"),
+        ("t_submit", "<u8"),
+        ("page", "<i8"),
+        ("file", "<i4"),
+        ("flags", "<u4"),
+    ]
+)
 FILE_FRAME_DTYPE = np.dtype([("index", "<i4"), ("tag", "<i4")])  # then the path
-FASTSTAT_FIELDS = ("faults", "unmapped_faults", "ranges", "range_pages", "fadvise_errors", "pages", "replay_cursor",
-                   "wakeups", "fadvise_ns", "handler_ns_p50", "handler_ns_p99", "handler_ns_max")
+FASTSTAT_FIELDS = (
+    "faults",
+    "unmapped_faults",
+    "ranges",
+    "range_pages",
+    "fadvise_errors",
+    "pages",
+    "replay_cursor",
+    "wakeups",
+    "fadvise_ns",
+    "handler_ns_p50",
+    "handler_ns_p99",
+    "handler_ns_max",
+)
 
 
 def pageset_shim() -> Path:
@@ -158,9 +207,20 @@ class FaultMonitor:
     >>> mon.returncode, mon.lost, mon.regions
     """
 
-    def __init__(self, cmd: Sequence[str], *, env: dict[str, str] | None = None, stdout: Any = None,
-                 stderr: Any = None, ring_pages: int = 4096, poll_ms: int = 20, fast: str | Path | None = None,
-                 fast_poll_ms: int = 1, fast_wake_minor: int = 0, pageset: bool = False):
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        ring_pages: int = 4096,
+        poll_ms: int = 20,
+        fast: str | Path | None = None,
+        fast_poll_ms: int = 1,
+        fast_wake_minor: int = 0,
+        pageset: bool = False,
+    ):
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]
@@ -228,9 +288,22 @@ class FaultMonitor:
             fast += self._pageset_args()
         try:
             self._proc = subprocess.Popen(
-                [str(binary), "--fd", str(w), "--ring-pages", str(self.ring_pages), "--poll-ms", str(self.poll_ms),
-                 *fast, "--", *self.cmd],
-                pass_fds=(w,), env=self.env, stdout=self.stdout, stderr=self.stderr,
+                [
+                    str(binary),
+                    "--fd",
+                    str(w),
+                    "--ring-pages",
+                    str(self.ring_pages),
+                    "--poll-ms",
+                    str(self.poll_ms),
+                    *fast,
+                    "--",
+                    *self.cmd,
+                ],
+                pass_fds=(w,),
+                env=self.env,
+                stdout=self.stdout,
+                stderr=self.stderr,
             )
         except OSError as e:
             os.close(r)
@@ -318,8 +391,8 @@ class FaultMonitor:
         ftype, flen = np.frombuffer(self._buf, dtype="<u4", count=2)
         if not self._fill(8 + int(flen)):
             return None
-        payload = bytes(self._buf[8:8 + flen])
-        del self._buf[:8 + flen]
+        payload = bytes(self._buf[8 : 8 + flen])
+        del self._buf[: 8 + flen]
         return int(ftype), payload
 
     def _frame_buffered(self) -> bool:
@@ -333,16 +406,16 @@ class FaultMonitor:
         if ftype == FR_SAMPLES:
             self._pending_samples.append(np.frombuffer(payload, dtype=SAMPLE_DTYPE))
         elif ftype == FR_MMAP:
-            m = np.frombuffer(payload[:MMAP_DTYPE.itemsize], dtype=MMAP_DTYPE)[0]
-            name = payload[MMAP_DTYPE.itemsize:].decode("utf-8", "surrogateescape")
+            m = np.frombuffer(payload[: MMAP_DTYPE.itemsize], dtype=MMAP_DTYPE)[0]
+            name = payload[MMAP_DTYPE.itemsize :].decode("utf-8", "surrogateescape")
             self._pending_events.append(_Event(int(m["time"]), "mmap", (m, name)))
         elif ftype == FR_FORK:
             f = np.frombuffer(payload, dtype=FORK_DTYPE)[0]
             if f["pid"] != f["ppid"]:  # a new process, not a thread
                 self._pending_events.append(_Event(int(f["time"]), "fork", (int(f["pid"]), int(f["ppid"]))))
         elif ftype == FR_EXEC:
-            e = np.frombuffer(payload[:EXEC_DTYPE.itemsize], dtype=EXEC_DTYPE)[0]
-            self._comm[int(e["pid"])] = payload[EXEC_DTYPE.itemsize:].decode("utf-8", "replace")
+            e = np.frombuffer(payload[: EXEC_DTYPE.itemsize], dtype=EXEC_DTYPE)[0]
+            self._comm[int(e["pid"])] = payload[EXEC_DTYPE.itemsize :].decode("utf-8", "replace")
             self._pending_events.append(_Event(int(e["time"]), "exec", int(e["pid"])))
         elif ftype == FR_LOST:
             self.lost += int(np.frombuffer(payload, dtype=LOST_DTYPE)[0]["lost"])
@@ -364,15 +437,17 @@ class FaultMonitor:
         elif ftype == FR_ISSUED:
             self.fast_issued.append(np.frombuffer(payload, dtype=ISSUED_DTYPE))
         elif ftype == FR_FILE:
-            ff = np.frombuffer(payload[:FILE_FRAME_DTYPE.itemsize], dtype=FILE_FRAME_DTYPE)[0]
-            path = payload[FILE_FRAME_DTYPE.itemsize:].decode("utf-8", "surrogateescape")
+            ff = np.frombuffer(payload[: FILE_FRAME_DTYPE.itemsize], dtype=FILE_FRAME_DTYPE)[0]
+            path = payload[FILE_FRAME_DTYPE.itemsize :].decode("utf-8", "surrogateescape")
             self.fast_files[int(ff["index"])] = (int(ff["tag"]), path)
         elif ftype == FR_READS:
             self._pending_uses.append(np.frombuffer(payload, dtype=FILE_USE_DTYPE))
         elif ftype == FR_NOTE:
             self.notes.append(payload.decode("utf-8", "replace"))
         elif ftype == FR_FASTSTAT:
-            self.fast_stats = dict(zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<i8").tolist()))  # cursor -1: none
+            self.fast_stats = dict(
+                zip(FASTSTAT_FIELDS, np.frombuffer(payload, dtype="<i8").tolist())
+            )  # cursor -1: none
         elif ftype == FR_ERROR:
             msg = payload.decode("utf-8", "replace")
             self.error = msg
@@ -389,12 +464,18 @@ class FaultMonitor:
         version = int(np.frombuffer(payload, "<u4", 1, 4)[0])
         if version != STREAM_VERSION:
             self.close()
-            raise PagecastError(f"fault collector stream version {version} not supported (this pagecast reads "
-                                f"{STREAM_VERSION}); rebuild the collector", path=where)
+            raise PagecastError(
+                f"fault collector stream version {version} not supported (this pagecast reads "
+                f"{STREAM_VERSION}); rebuild the collector",
+                path=where,
+            )
         if len(payload) != HELLO_DTYPE.itemsize:
             self.close()
-            raise PagecastError(f"malformed fault collector stream (first frame of {len(payload)} bytes, expected "
-                                f"{HELLO_DTYPE.itemsize})", path=where)
+            raise PagecastError(
+                f"malformed fault collector stream (first frame of {len(payload)} bytes, expected "
+                f"{HELLO_DTYPE.itemsize})",
+                path=where,
+            )
         return np.frombuffer(payload, dtype=HELLO_DTYPE)[0]
 
     # -- public stream -------------------------------------------------------------
@@ -414,8 +495,10 @@ class FaultMonitor:
         batch = self._release(None)
         if self._no_shim:
             names = ", ".join(sorted(set(self._no_shim.values())))
-            self.notes.append(f"{names}: ran without the page-set shim (static binary, or LD_PRELOAD removed): "
-                              "pages it mapped without a fault (fault-around, large folios) are missing")
+            self.notes.append(
+                f"{names}: ran without the page-set shim (static binary, or LD_PRELOAD removed): "
+                "pages it mapped without a fault (fault-around, large folios) are missing"
+            )
             self._no_shim.clear()
         if batch is not None and (len(batch) or (batch.uses is not None and len(batch.uses))):
             yield batch
@@ -501,8 +584,10 @@ class FaultMonitor:
             return None
         keys = (ready["dev"].astype(np.uint64) << np.uint64(32)) ^ ready["ino"]
         _, first_at, inv = np.unique(keys, return_index=True, return_inverse=True)
-        rids = np.array([self._inode_region(int(ready["dev"][i]), int(ready["ino"][i]), int(ready["pid"][i]))
-                         for i in first_at], np.int32)
+        rids = np.array(
+            [self._inode_region(int(ready["dev"][i]), int(ready["ino"][i]), int(ready["pid"][i])) for i in first_at],
+            np.int32,
+        )
         region = rids[inv]
         first = ready["first"].astype(np.int64)
         last = ready["last"].astype(np.int64)
@@ -511,9 +596,15 @@ class FaultMonitor:
         last = np.minimum(last, limit[inv])
         keep = last >= first
         t = ready["time"].astype(np.int64) - np.int64(self.t0_mono_ns)
-        return FileUseBatch(t_ns=np.maximum(t, 0)[keep], tid=ready["tid"].astype(np.int32)[keep],
-                            pid=ready["pid"].astype(np.int32)[keep], region=region[keep], first=first[keep],
-                            last=last[keep], mapped=(ready["what"] == 1)[keep])
+        return FileUseBatch(
+            t_ns=np.maximum(t, 0)[keep],
+            tid=ready["tid"].astype(np.int32)[keep],
+            pid=ready["pid"].astype(np.int32)[keep],
+            region=region[keep],
+            first=first[keep],
+            last=last[keep],
+            mapped=(ready["what"] == 1)[keep],
+        )
 
     def _last_page(self, rid: int, wanted: int) -> int:
         """Last page of the file now (re-read when a call reaches past the size last seen)."""
@@ -544,14 +635,23 @@ class FaultMonitor:
         if path is not None:
             return self._file_region(path, dev, ino, 0, 0)
         name = f"inode {dev >> 20}:{dev & 0xFFFFF}:{ino}"
-        r = self._new_region(name=name, kind="file", path=None, file_offset=0, base=0, length=0, created_ns=0,
-                             order=len(self._file_regions) + len(self._inode_regions))
+        r = self._new_region(
+            name=name,
+            kind="file",
+            path=None,
+            file_offset=0,
+            base=0,
+            length=0,
+            created_ns=0,
+            order=len(self._file_regions) + len(self._inode_regions),
+        )
         self._inode_regions[(dev, ino)] = r.id
         self._region_dev[r.id] = dev
         return r.id
 
-    def _file_region(self, path: str, dev: int, ino: int, start: int, length: int, pgoff: int = 0,
-                     t_rel: int = 0) -> int:
+    def _file_region(
+        self, path: str, dev: int, ino: int, start: int, length: int, pgoff: int = 0, t_rel: int = 0
+    ) -> int:
         """The region of file ``path`` (one per path; an inode seen before its name joins it)."""
         rid = self._file_regions.get(path)
         by_inode = self._inode_regions.get((dev, ino)) if ino else None
@@ -566,9 +666,16 @@ class FaultMonitor:
                 size = os.stat(path).st_size
             except OSError:
                 size = 0
-            r = self._new_region(name=os.path.basename(path), kind="file", path=path, file_offset=0,
-                                 base=start - pgoff, length=max(size, pgoff + length), created_ns=t_rel,
-                                 order=len(self._file_regions))
+            r = self._new_region(
+                name=os.path.basename(path),
+                kind="file",
+                path=path,
+                file_offset=0,
+                base=start - pgoff,
+                length=max(size, pgoff + length),
+                created_ns=t_rel,
+                order=len(self._file_regions),
+            )
             rid = r.id
             if path == self._shim_path:
                 r.extra["recorder"] = True  # the shim itself: part of the recorder, not of the run
@@ -664,8 +771,14 @@ class FaultMonitor:
             return
         if name == "[heap]":
             if proc.heap < 0:
-                r = self._new_region(name="[heap]", kind="heap", base=start, length=length, created_ns=t_rel,
-                                     order=sum(1 for x in self.regions if x.kind == "heap"))
+                r = self._new_region(
+                    name="[heap]",
+                    kind="heap",
+                    base=start,
+                    length=length,
+                    created_ns=t_rel,
+                    order=sum(1 for x in self.regions if x.kind == "heap"),
+                )
                 proc.heap = r.id
             r = self.regions[proc.heap]
             if end - r.base > r.length:
@@ -675,16 +788,28 @@ class FaultMonitor:
             return
         if name == "[stack]":
             if proc.stack < 0:
-                r = self._new_region(name="[stack]", kind="stack", base=start, length=length, created_ns=t_rel,
-                                     order=sum(1 for x in self.regions if x.kind == "stack"))
+                r = self._new_region(
+                    name="[stack]",
+                    kind="stack",
+                    base=start,
+                    length=length,
+                    created_ns=t_rel,
+                    order=sum(1 for x in self.regions if x.kind == "stack"),
+                )
                 proc.stack = r.id
             r = self.regions[proc.stack]
             proc.rmap.add(start, end, r.id, max(start - r.base, 0) // PAGE_SIZE)
             return
         kind = "anon" if name in ("", "//anon") or name.startswith("[anon") or name.startswith("/dev/zero") else "other"
-        r = self._new_region(name=name or "//anon", kind=kind, base=start, length=length, created_ns=t_rel,
-                             order=self._anon_order if kind == "anon" else -1,
-                             extra={"prot": int(m["prot"]), "flags": int(m["flags"])})
+        r = self._new_region(
+            name=name or "//anon",
+            kind=kind,
+            base=start,
+            length=length,
+            created_ns=t_rel,
+            order=self._anon_order if kind == "anon" else -1,
+            extra={"prot": int(m["prot"]), "flags": int(m["flags"])},
+        )
         if kind == "anon":
             self._anon_order += 1
         proc.rmap.add(start, end, r.id, 0)
@@ -716,12 +841,15 @@ def read_all(cmd: Sequence[str], **kw: Any) -> tuple[FaultBatch, FaultMonitor]:
     if parts:
         cols = {f: np.concatenate([getattr(b, f) for b in parts]) for f in fields}
     else:
-        cols = {f: np.empty(0, d) for f, d in zip(fields, (np.int64, np.int32, np.int32, np.uint64, np.uint64,
-                                                            np.uint8, np.int32, np.int64))}
+        cols = {
+            f: np.empty(0, d)
+            for f, d in zip(fields, (np.int64, np.int32, np.int32, np.uint64, np.uint64, np.uint8, np.int32, np.int64))
+        }
     uses = [b.uses for b in parts if b.uses is not None]
     if uses:
-        cols["uses"] = FileUseBatch(**{f: np.concatenate([getattr(r, f) for r in uses])
-                                       for f in FileUseBatch.__dataclass_fields__})
+        cols["uses"] = FileUseBatch(
+            **{f: np.concatenate([getattr(r, f) for r in uses]) for f in FileUseBatch.__dataclass_fields__}
+        )
     elif mon.pageset:
         cols["uses"] = FileUseBatch.empty()
     return FaultBatch(**cols), mon

@@ -43,7 +43,9 @@ def valgrind_escape(path: Path) -> str:
     return str(path).replace("%", "%%")
 
 
-def record_lackey(cmd: Sequence[str], out: str | Path, *, stdout: Any = None, instructions: bool = False) -> LackeyResult:
+def record_lackey(
+    cmd: Sequence[str], out: str | Path, *, stdout: Any = None, instructions: bool = False
+) -> LackeyResult:
     cmd = [str(c) for c in cmd]
     valgrind = shutil.which("valgrind")
     if valgrind is None:
@@ -56,14 +58,23 @@ def record_lackey(cmd: Sequence[str], out: str | Path, *, stdout: Any = None, in
     private = Path(tempfile.mkdtemp(prefix=".pagecast-lackey-", dir=out.parent))
     log = private / "lackey.log"
     try:
-        proc = subprocess.run([valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={valgrind_escape(log)}", *cmd],
-                              stdout=stdout)
+        proc = subprocess.run(
+            [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={valgrind_escape(log)}", *cmd], stdout=stdout
+        )
         if not log.exists():
             raise PagecastError(f"valgrind exited with status {proc.returncode} and wrote no lackey log", path=out)
         stats = import_trace(log, out, instructions=instructions, source="lackey", meta={"command": cmd})
     finally:
         shutil.rmtree(private, ignore_errors=True)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-    return LackeyResult(trace=str(out), command=cmd, exit_status=code, rows=stats["rows"],
-                        instructions=stats["instructions"], loads=stats["loads"], stores=stats["stores"],
-                        regions=stats["regions"], duration_s=round(time.monotonic() - start, 3))
+    return LackeyResult(
+        trace=str(out),
+        command=cmd,
+        exit_status=code,
+        rows=stats["rows"],
+        instructions=stats["instructions"],
+        loads=stats["loads"],
+        stores=stats["stores"],
+        regions=stats["regions"],
+        duration_s=round(time.monotonic() - start, 3),
+    )

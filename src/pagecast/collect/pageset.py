@@ -31,7 +31,7 @@ class FirstUse:
         if seen is None or len(seen) < need:
             grown = np.zeros(max(need, 2 * len(seen) if seen is not None else need), bool)
             if seen is not None:
-                grown[:len(seen)] = seen
+                grown[: len(seen)] = seen
             self._seen[region] = seen = grown
         return seen
 
@@ -69,8 +69,14 @@ class Rows:
         return len(self.t_ns)
 
     def columns(self) -> dict[str, np.ndarray]:
-        return {"t_ns": self.t_ns, "region": self.region, "page": self.page, "kind": self.kind, "tid": self.tid,
-                "ip": self.ip}
+        return {
+            "t_ns": self.t_ns,
+            "region": self.region,
+            "page": self.page,
+            "kind": self.kind,
+            "tid": self.tid,
+            "ip": self.ip,
+        }
 
 
 def expand_ranges(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,28 +103,54 @@ class PageSetRows:
         parts = [Rows(batch.t_ns, batch.region, batch.page, batch.kind, batch.tid, batch.ip)]
         ok = np.append(from_samples, False)  # index -1: no region
         fsel = np.flatnonzero(ok[np.minimum(batch.region, len(from_samples))])
-        m_t, m_reg, m_page, m_tid, m_ip = (batch.t_ns[fsel], batch.region[fsel], batch.page[fsel], batch.tid[fsel],
-                                           batch.ip[fsel])
+        m_t, m_reg, m_page, m_tid, m_ip = (
+            batch.t_ns[fsel],
+            batch.region[fsel],
+            batch.page[fsel],
+            batch.tid[fsel],
+            batch.ip[fsel],
+        )
         uses: FileUseBatch | None = batch.uses
         if uses is not None and len(uses):
             mp = uses.mapped  # one page each
-            m_t, m_reg, m_page = (np.concatenate([m_t, uses.t_ns[mp]]), np.concatenate([m_reg, uses.region[mp]]),
-                                  np.concatenate([m_page, uses.first[mp]]))
-            m_tid, m_ip = np.concatenate([m_tid, uses.tid[mp]]), np.concatenate([m_ip, np.zeros(int(mp.sum()), np.uint64)])
+            m_t, m_reg, m_page = (
+                np.concatenate([m_t, uses.t_ns[mp]]),
+                np.concatenate([m_reg, uses.region[mp]]),
+                np.concatenate([m_page, uses.first[mp]]),
+            )
+            m_tid, m_ip = (
+                np.concatenate([m_tid, uses.tid[mp]]),
+                np.concatenate([m_ip, np.zeros(int(mp.sum()), np.uint64)]),
+            )
         if len(m_t):
             order = np.argsort(m_t, kind="stable")
             take = order[self.mapped.take(m_reg[order], m_page[order])]
-            parts.append(Rows(m_t[take], m_reg[take], m_page[take], np.full(len(take), Kind.FILE_MAPPED, np.uint8),
-                              m_tid[take], m_ip[take]))
+            parts.append(
+                Rows(
+                    m_t[take],
+                    m_reg[take],
+                    m_page[take],
+                    np.full(len(take), Kind.FILE_MAPPED, np.uint8),
+                    m_tid[take],
+                    m_ip[take],
+                )
+            )
         if uses is not None and len(uses) and not uses.mapped.all():
             rd = ~uses.mapped
             rep, pages = expand_ranges(uses.first[rd], uses.last[rd])
             region = uses.region[rd][rep]
             take = self.read.take(region, pages)
             src = rep[take]
-            parts.append(Rows(uses.t_ns[rd][src], region[take], pages[take],
-                              np.full(len(take), Kind.FILE_READ, np.uint8), uses.tid[rd][src],
-                              np.zeros(len(take), np.uint64)))
+            parts.append(
+                Rows(
+                    uses.t_ns[rd][src],
+                    region[take],
+                    pages[take],
+                    np.full(len(take), Kind.FILE_READ, np.uint8),
+                    uses.tid[rd][src],
+                    np.zeros(len(take), np.uint64),
+                )
+            )
         if len(parts) == 1:
             return parts[0]
         cols = {f: np.concatenate([getattr(p, f) for p in parts]) for f in Rows.__dataclass_fields__}

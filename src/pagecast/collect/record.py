@@ -87,8 +87,14 @@ def record_faults(
                 if pages is not None:
                     writer.write(**pages.rows(batch, mon.page_set_fault_regions()).columns())
                 else:
-                    writer.write(t_ns=batch.t_ns, region=batch.region, page=batch.page, kind=batch.kind,
-                                 tid=batch.tid, ip=batch.ip)
+                    writer.write(
+                        t_ns=batch.t_ns,
+                        region=batch.region,
+                        page=batch.page,
+                        kind=batch.kind,
+                        tid=batch.tid,
+                        ip=batch.ip,
+                    )
                 nmaj = int(np.count_nonzero(batch.kind == Kind.FAULT_MAJOR))
                 major += nmaj
                 minor += len(batch) - nmaj
@@ -98,15 +104,23 @@ def record_faults(
                 writer.add_region(mon.regions[len(writer.regions)])
             for rid in mon.take_changed_regions():
                 writer.update_region(rid)
-            writer.meta.update({
-                "exit_status": exit_status(mon.returncode or 0),
-                "lost": mon.lost,
-                "faults": major + minor,
-                "user_faults_only": mon.exclude_kernel,
-                "collector": "perf_event_open page-faults (maj+min), sample_period=1",
-                "pageset": {"mapped": pageset, "reads": mon.reads_on, "fault_tracepoint": mon.fault_tp_on,
-                            "warnings": mon.notes} if pageset else None,
-            })
+            writer.meta.update(
+                {
+                    "exit_status": exit_status(mon.returncode or 0),
+                    "lost": mon.lost,
+                    "faults": major + minor,
+                    "user_faults_only": mon.exclude_kernel,
+                    "collector": "perf_event_open page-faults (maj+min), sample_period=1",
+                    "pageset": {
+                        "mapped": pageset,
+                        "reads": mon.reads_on,
+                        "fault_tracepoint": mon.fault_tp_on,
+                        "warnings": mon.notes,
+                    }
+                    if pageset
+                    else None,
+                }
+            )
         except PagecastError:
             # The program never ran (or the collector failed): nothing worth recovering.
             writer.abort()
@@ -121,11 +135,19 @@ def record_faults(
         signal.signal(signal.SIGINT, old)
         mon.close()
     return RecordResult(
-        trace=str(out), command=cmd, exit_status=exit_status(mon.returncode or 0), faults=major + minor,
-        major=major, minor=minor, lost=mon.lost, regions=len(mon.regions),
+        trace=str(out),
+        command=cmd,
+        exit_status=exit_status(mon.returncode or 0),
+        faults=major + minor,
+        major=major,
+        minor=minor,
+        lost=mon.lost,
+        regions=len(mon.regions),
         duration_s=round(time.monotonic() - start, 3),
         recorder_peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         user_faults_only=mon.exclude_kernel,
-        pageset=pageset, file_pages_mapped=pages.mapped.pages if pages else 0,
-        file_pages_read=pages.read.pages if pages else 0, warnings=list(mon.notes),
+        pageset=pageset,
+        file_pages_mapped=pages.mapped.pages if pages else 0,
+        file_pages_read=pages.read.pages if pages else 0,
+        warnings=list(mon.notes),
     )

@@ -29,8 +29,17 @@ from pagecast.trace.schedule import Schedule, read_schedule
 from pagecast.util.atomic import atomic_output
 
 PREFETCH_KINDS = ("managed", "device")
-RAW_PATTERNS = ("metrics.*.csv", "timeline.*.csv", "allocs.*.csv", "injector.*.json", "messages.*.log", "session.*.json",
-                "cupti.*.bin", "kernels.*.tsv", "*.tmp")
+RAW_PATTERNS = (
+    "metrics.*.csv",
+    "timeline.*.csv",
+    "allocs.*.csv",
+    "injector.*.json",
+    "messages.*.log",
+    "session.*.json",
+    "cupti.*.bin",
+    "kernels.*.tsv",
+    "*.tmp",
+)
 
 
 def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = None) -> tuple[list[str], dict[str, int]]:
@@ -54,7 +63,10 @@ def schedule_to_lines(schedule: Schedule, regions: Sequence[Region] | None = Non
     rid, page, score = s.region[valid], s.page[valid], s.score[valid]
     _, first = np.unique(page_keys(rid, page), return_index=True)
     first.sort()
-    lines = [f"{kinds[r]} {orders[r]} {p} {sc:.4g}" for r, p, sc in zip(rid[first].tolist(), page[first].tolist(), score[first].tolist())]
+    lines = [
+        f"{kinds[r]} {orders[r]} {p} {sc:.4g}"
+        for r, p, sc in zip(rid[first].tolist(), page[first].tolist(), score[first].tolist())
+    ]
     stats = {"schedule_rows": int(len(s)), "pages": len(lines), "dropped_not_gpu": int(np.count_nonzero(~valid))}
     return lines, stats
 
@@ -77,15 +89,28 @@ def replay_schedule(trace: str | Path) -> Schedule:
     _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
     n = len(first)
-    return Schedule(np.zeros(n), t_ns[first], region[first], page[first], np.ones(n), regions=t.regions,
-                    meta={"kind": "replay", "from": str(trace)})
+    return Schedule(
+        np.zeros(n),
+        t_ns[first],
+        region[first],
+        page[first],
+        np.ones(n),
+        regions=t.regions,
+        meta={"kind": "replay", "from": str(trace)},
+    )
 
 
-def write_prefetch_file(schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None) -> dict[str, int]:
+def write_prefetch_file(
+    schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None
+) -> dict[str, int]:
     """Write the injector's predictions file atomically (the injector reloads on rename)."""
     lines, stats = schedule_to_lines(schedule, regions)
     with atomic_output(path) as tmp:
-        tmp.write_text("pagecast-prefetch 1\n# <kind> <allocation order> <page> <score>\n" + "\n".join(lines) + ("\n" if lines else ""))
+        tmp.write_text(
+            "pagecast-prefetch 1\n# <kind> <allocation order> <page> <score>\n"
+            + "\n".join(lines)
+            + ("\n" if lines else "")
+        )
     return stats
 
 
@@ -123,8 +148,18 @@ def run_cuda(
     """
     from pagecast.collect.cuda import print_summary
 
-    rc, summary = run_cuda_summary(cmd, schedule=schedule, model=model, out_dir=out_dir, trace=trace, top_k=top_k,
-                                   poll_ms=poll_ms, record=record, repeat=repeat, json_out=json_out)
+    rc, summary = run_cuda_summary(
+        cmd,
+        schedule=schedule,
+        model=model,
+        out_dir=out_dir,
+        trace=trace,
+        top_k=top_k,
+        poll_ms=poll_ms,
+        record=record,
+        repeat=repeat,
+        json_out=json_out,
+    )
     print_summary(summary, json_out)
     return rc
 
@@ -188,7 +223,12 @@ def run_cuda_summary(
     if repeat:
         env["PREFETCH_REPEAT"] = "1"
     rc = run_program(cmd, env, quiet_stdout=json_out)
-    summary: dict[str, Any] = {"exit_status": rc, "predictions_file": str(predictions), **info, "api": summarize_dir(raw)}
+    summary: dict[str, Any] = {
+        "exit_status": rc,
+        "predictions_file": str(predictions),
+        **info,
+        "api": summarize_dir(raw),
+    }
     if record:
         from pagecast.collect.cupti_records import convert_dir
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gymnasium
 
-from pagecast.gym.estimator import CostModel, WindowConfig, Windows, load_demand
 from pagecast.gym.env import EnvConfig, TieredPlacementEnv
+from pagecast.gym.estimator import CostModel, WindowConfig, Windows, load_demand
 
 ENV_ID = "pagecast/TieredPlacement-v0"
 

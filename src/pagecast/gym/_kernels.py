@@ -42,8 +42,16 @@ def window_counts(bounds: np.ndarray, unit: np.ndarray, n_units: int):
 
 
 @njit(cache=True, nogil=True)
-def place_and_score(target: np.ndarray, resident: np.ndarray, chunk_pages: np.ndarray, capacity: int,
-                    num_row: np.ndarray, den: float, t_slow: float, t_fast: float):
+def place_and_score(
+    target: np.ndarray,
+    resident: np.ndarray,
+    chunk_pages: np.ndarray,
+    capacity: int,
+    num_row: np.ndarray,
+    den: float,
+    t_slow: float,
+    t_fast: float,
+):
     """Apply a wanted placement under the capacity rule (resident chunks first, then chunk
     order) in place on ``resident``; return (window time, pages moved, rejected, fast pages)."""
     C = len(target)
@@ -77,8 +85,16 @@ def place_and_score(target: np.ndarray, resident: np.ndarray, chunk_pages: np.nd
 
 
 @njit(cache=True, nogil=True)
-def fill_obs(out: np.ndarray, hist: np.ndarray, t: int, history: int, resident: np.ndarray,
-             chunk_pages: np.ndarray, capacity: int, n_windows: int) -> None:
+def fill_obs(
+    out: np.ndarray,
+    hist: np.ndarray,
+    t: int,
+    history: int,
+    resident: np.ndarray,
+    chunk_pages: np.ndarray,
+    capacity: int,
+    n_windows: int,
+) -> None:
     C = len(resident)
     k = 0
     for h in range(history):  # most recent window first: hist row t+H-1 holds window t-1

@@ -57,8 +57,15 @@ def preload(specs: Sequence[Any], cfg: EnvConfig) -> list[Windows]:
     return [load_windows(s, cfg.window, cfg.cost) for s in specs]
 
 
-def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOConfig, *, verbose: int = 0,
-          progress: bool = False) -> Path:
+def train(
+    specs: Sequence[Any],
+    out_dir: str | Path,
+    cfg: EnvConfig,
+    ppo: PPOConfig,
+    *,
+    verbose: int = 0,
+    progress: bool = False,
+) -> Path:
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -87,16 +94,28 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
         from pagecast.gym.policy import ChunkwisePolicy
 
         policy: Any = ChunkwisePolicy
-        kwargs: dict[str, Any] = {"features_extractor_kwargs": {"n_chunks": cfg.n_chunks, "history": cfg.history,
-                                                                "hidden": ppo.hidden},
-                                  "request_prob": min(max(cfg.capacity, 0.02), 0.5)}
+        kwargs: dict[str, Any] = {
+            "features_extractor_kwargs": {"n_chunks": cfg.n_chunks, "history": cfg.history, "hidden": ppo.hidden},
+            "request_prob": min(max(cfg.capacity, 0.02), 0.5),
+        }
     elif ppo.policy == "mlp":
         policy, kwargs = "MlpPolicy", {"net_arch": list(ppo.net)}
     else:
         raise PagecastError(f"unknown policy {ppo.policy!r} (chunkwise, mlp)")
-    model = PPO(policy, venv, n_steps=ppo.n_steps, batch_size=ppo.batch_size, n_epochs=ppo.n_epochs,
-                learning_rate=ppo.learning_rate, gamma=ppo.gamma, ent_coef=ppo.ent_coef, seed=ppo.seed,
-                policy_kwargs=kwargs, device="cpu", verbose=verbose)
+    model = PPO(
+        policy,
+        venv,
+        n_steps=ppo.n_steps,
+        batch_size=ppo.batch_size,
+        n_epochs=ppo.n_epochs,
+        learning_rate=ppo.learning_rate,
+        gamma=ppo.gamma,
+        ent_coef=ppo.ent_coef,
+        seed=ppo.seed,
+        policy_kwargs=kwargs,
+        device="cpu",
+        verbose=verbose,
+    )
     # SB3's default logger makes an empty /tmp/SB3-<date> directory on every training run
     model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose else []))
     model.learn(total_timesteps=ppo.timesteps, callback=_Progress())
@@ -106,8 +125,11 @@ def train(specs: Sequence[Any], out_dir: str | Path, cfg: EnvConfig, ppo: PPOCon
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         model.save(str(tmp / "ppo.zip"))
-        meta = {"env": config_to_dict(cfg), "ppo": dataclasses.asdict(ppo),
-                "train_traces": [_spec_str(s) for s in specs]}
+        meta = {
+            "env": config_to_dict(cfg),
+            "ppo": dataclasses.asdict(ppo),
+            "train_traces": [_spec_str(s) for s in specs],
+        }
         (tmp / "config.json").write_text(json.dumps(meta, indent=2))
         if out.exists():
             shutil.rmtree(out)
@@ -132,8 +154,9 @@ def load_agent(agent_dir: str | Path) -> tuple[Any, EnvConfig]:
     return PPO.load(str(d / "ppo.zip"), device="cpu"), cfg
 
 
-def evaluate(specs: Sequence[Any], cfg: EnvConfig, *, model: Any = None,
-             policies: Sequence[str] = tuple(BASELINES)) -> list[dict[str, Any]]:
+def evaluate(
+    specs: Sequence[Any], cfg: EnvConfig, *, model: Any = None, policies: Sequence[str] = tuple(BASELINES)
+) -> list[dict[str, Any]]:
     """One row per (trace, policy): estimated time incl. migrations and its ratios."""
     env = TieredPlacementEnv(preload(specs, cfg), cfg)
     rows: list[dict[str, Any]] = []
@@ -156,8 +179,9 @@ def evaluate(specs: Sequence[Any], cfg: EnvConfig, *, model: Any = None,
     return rows
 
 
-def _row(trace: str, policy: str, total: float, mig: float, moved: int, slow: float, fast: float,
-         oracle: float | None) -> dict[str, Any]:
+def _row(
+    trace: str, policy: str, total: float, mig: float, moved: int, slow: float, fast: float, oracle: float | None
+) -> dict[str, Any]:
     gain = slow - total
     return {
         "trace": trace,
@@ -176,9 +200,16 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for p in dict.fromkeys(r["policy"] for r in rows):
         sel = [r for r in rows if r["policy"] == p]
-        out.append({"policy": p, "traces": len(sel),
-                    **{k: float(np.mean([r[k] for r in sel])) for k in
-                       ("time_ms", "migration_ms", "speedup_vs_slow", "of_oracle_gain")}})
+        out.append(
+            {
+                "policy": p,
+                "traces": len(sel),
+                **{
+                    k: float(np.mean([r[k] for r in sel]))
+                    for k in ("time_ms", "migration_ms", "speedup_vs_slow", "of_oracle_gain")
+                },
+            }
+        )
     return out
 
 

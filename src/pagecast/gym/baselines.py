@@ -63,8 +63,13 @@ def to_action(env: TieredPlacementEnv, target: np.ndarray) -> np.ndarray:
     return np.where(target & ~env.resident, 1, np.where(env.resident & ~target, 2, 0)).astype(np.int64)
 
 
-def run_episode(env: TieredPlacementEnv, policy: Policy | None = None, *, trace: int = 0,
-                predict: Callable[[np.ndarray], Any] | None = None) -> dict[str, Any]:
+def run_episode(
+    env: TieredPlacementEnv,
+    policy: Policy | None = None,
+    *,
+    trace: int = 0,
+    predict: Callable[[np.ndarray], Any] | None = None,
+) -> dict[str, Any]:
     """Play one whole trace; ``policy`` gives targets, or ``predict`` gives raw env actions."""
     obs, _ = env.reset(options={"trace": trace})
     total_reward = 0.0

@@ -112,15 +112,27 @@ def prepare_episode(w: Windows, cfg: EnvConfig, name: str = "") -> Episode:
     hist = np.vstack([np.zeros((cfg.history, cfg.n_chunks), np.float32), norm])
     cap = cfg.capacity_pages if cfg.capacity_pages is not None else int(cfg.capacity * pages.sum())
     scale = cfg.reward_scale_ns or float(w.t_slow.mean()) or 1.0
-    return Episode(name, w.t_slow.astype(np.float64), w.t_fast.astype(np.float64), num, den, counts, hist,
-                   cw.unit_pages.astype(np.int64), int(cap), w.page_size, scale)
+    return Episode(
+        name,
+        w.t_slow.astype(np.float64),
+        w.t_fast.astype(np.float64),
+        num,
+        den,
+        counts,
+        hist,
+        cw.unit_pages.astype(np.int64),
+        int(cap),
+        w.page_size,
+        scale,
+    )
 
 
 class TieredPlacementEnv(gym.Env):
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
-    def __init__(self, traces: Sequence[Any], config: EnvConfig | None = None, render_mode: str | None = None,
-                 **overrides: Any):
+    def __init__(
+        self, traces: Sequence[Any], config: EnvConfig | None = None, render_mode: str | None = None, **overrides: Any
+    ):
         cfg = config or EnvConfig()
         if overrides:
             cfg = EnvConfig(**{**cfg.__dict__, **overrides})
@@ -148,15 +160,20 @@ class TieredPlacementEnv(gym.Env):
         C = self.cfg.n_chunks
         self.t = 0
         self.resident = np.zeros(C, dtype=bool)
-        self.totals = {"estimated_ns": 0.0, "migration_ns": 0.0, "all_slow_ns": 0.0, "all_fast_ns": 0.0,
-                       "bytes_moved": 0, "rejected": 0}
+        self.totals = {
+            "estimated_ns": 0.0,
+            "migration_ns": 0.0,
+            "all_slow_ns": 0.0,
+            "all_fast_ns": 0.0,
+            "bytes_moved": 0,
+            "rejected": 0,
+        }
         self.last_info: dict[str, Any] = {}
 
     def _obs(self) -> np.ndarray:
         ep = self.ep
         out = np.empty(self._obs_len, dtype=np.float32)
-        fill_obs(out, ep.hist, self.t, self.cfg.history, self.resident, ep.chunk_pages, ep.capacity_pages,
-                 ep.n_windows)
+        fill_obs(out, ep.hist, self.t, self.cfg.history, self.resident, ep.chunk_pages, ep.capacity_pages, ep.n_windows)
         return out
 
     # -- API -------------------------------------------------------------------------
@@ -186,8 +203,15 @@ class TieredPlacementEnv(gym.Env):
         t = self.t
         ts, tf = ep.ts_list[t], ep.tf_list[t]
         est_ns, pages_moved, rejected, fast_pages = place_and_score(
-            self.target_from_action(action), self.resident, ep.chunk_pages, ep.capacity_pages, ep.num[t],
-            ep.den_list[t], ts, tf)
+            self.target_from_action(action),
+            self.resident,
+            ep.chunk_pages,
+            ep.capacity_pages,
+            ep.num[t],
+            ep.den_list[t],
+            ts,
+            tf,
+        )
         bytes_moved = pages_moved * ep.page_size
         mig_ns = bytes_moved * self.cfg.migrate_ns_per_byte
         reward = -(est_ns + mig_ns) / ep.scale
@@ -198,9 +222,17 @@ class TieredPlacementEnv(gym.Env):
         tot["all_fast_ns"] += tf
         tot["bytes_moved"] += bytes_moved
         tot["rejected"] += rejected
-        info = {"window": t, "estimated_ns": est_ns, "migration_ns": mig_ns, "bytes_moved": bytes_moved,
-                "pages_moved": pages_moved, "rejected": rejected, "all_slow_ns": ts, "all_fast_ns": tf,
-                "fast_pages": fast_pages}
+        info = {
+            "window": t,
+            "estimated_ns": est_ns,
+            "migration_ns": mig_ns,
+            "bytes_moved": bytes_moved,
+            "pages_moved": pages_moved,
+            "rejected": rejected,
+            "all_slow_ns": ts,
+            "all_fast_ns": tf,
+            "fast_pages": fast_pages,
+        }
         self.t += 1
         self.last_info = info
         terminated = self.t >= ep.n_windows

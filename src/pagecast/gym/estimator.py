@@ -60,7 +60,6 @@ from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 
 
-
 def page_key(region: np.ndarray | int, page: np.ndarray | int) -> np.ndarray | int:
     # a page beyond 2**PAGE_BITS (a raw kernel address) aliases instead of changing the region
     return page_keys(region, np.asarray(page, dtype=np.int64) & PAGE_MASK)
@@ -250,8 +249,9 @@ class Windows:
         )
 
     @classmethod
-    def from_pair(cls, slow: Demand | Trace | str | Path, fast: Demand | Trace | str | Path,
-                  cfg: WindowConfig | None = None) -> "Windows":
+    def from_pair(
+        cls, slow: Demand | Trace | str | Path, fast: Demand | Trace | str | Path, cfg: WindowConfig | None = None
+    ) -> "Windows":
         cfg = cfg or WindowConfig()
         ds = slow if isinstance(slow, Demand) else load_demand(slow)
         df = fast if isinstance(fast, Demand) else load_demand(fast, times_only=True)
@@ -271,13 +271,22 @@ class Windows:
             if len(bf) != len(bs):
                 raise PagecastError(
                     f"phase windows do not match: {len(bs) - 1} phases in the slow trace, "
-                    f"{len(bf) - 1} in the fast trace", path=df.path)
-        return cls._build(ds, bs, _window_spans(ds.t_ns, bs), _window_spans(df.t_ns, bf), matched=matched,
-                          info={"mode": "pair", "window": cfg.mode, "slow": str(ds.path), "fast": str(df.path)})
+                    f"{len(bf) - 1} in the fast trace",
+                    path=df.path,
+                )
+        return cls._build(
+            ds,
+            bs,
+            _window_spans(ds.t_ns, bs),
+            _window_spans(df.t_ns, bf),
+            matched=matched,
+            info={"mode": "pair", "window": cfg.mode, "slow": str(ds.path), "fast": str(df.path)},
+        )
 
     @classmethod
-    def from_single(cls, trace: Demand | Trace | str | Path, cfg: WindowConfig | None = None,
-                    cost: CostModel | None = None) -> "Windows":
+    def from_single(
+        cls, trace: Demand | Trace | str | Path, cfg: WindowConfig | None = None, cost: CostModel | None = None
+    ) -> "Windows":
         cfg = cfg or WindowConfig()
         cost = cost or CostModel()
         d = trace if isinstance(trace, Demand) else load_demand(trace)
@@ -290,10 +299,24 @@ class Windows:
             t_slow, t_fast = span + acc * cost.slow_ns, span + acc * cost.fast_ns
         else:
             t_slow, t_fast = span, np.maximum(span - acc * (cost.slow_ns - cost.fast_ns), 0.0)
-        return cls._build(d, b, t_slow, t_fast, matched="cost-model",
-                          info={"mode": "single", "window": cfg.mode, "trace": str(d.path),
-                                "cost": {"slow_ns": cost.slow_ns, "fast_ns": cost.fast_ns,
-                                         "sample_period": cost.sample_period, "timestamps": cost.timestamps}})
+        return cls._build(
+            d,
+            b,
+            t_slow,
+            t_fast,
+            matched="cost-model",
+            info={
+                "mode": "single",
+                "window": cfg.mode,
+                "trace": str(d.path),
+                "cost": {
+                    "slow_ns": cost.slow_ns,
+                    "fast_ns": cost.fast_ns,
+                    "sample_period": cost.sample_period,
+                    "timestamps": cost.timestamps,
+                },
+            },
+        )
 
     # -- shape ---------------------------------------------------------------------
     @property
@@ -324,9 +347,20 @@ class Windows:
         first = np.full(n_groups, -1, dtype=np.int64)
         # units are in key order, so the last write per group must be its smallest key: write reversed
         first[g[::-1]] = self.unit_keys[::-1]
-        return Windows(self.t_slow, self.t_fast, self.n, cell // n_groups, cell % n_groups,
-                       dense[cell].astype(np.int64), first, pages, self.page_size, self.regions, self.matched,
-                       dict(self.info, groups=n_groups))
+        return Windows(
+            self.t_slow,
+            self.t_fast,
+            self.n,
+            cell // n_groups,
+            cell % n_groups,
+            dense[cell].astype(np.int64),
+            first,
+            pages,
+            self.page_size,
+            self.regions,
+            self.matched,
+            dict(self.info, groups=n_groups),
+        )
 
     def dense_counts(self, dtype: Any = np.float32) -> np.ndarray:
         """(windows × units) access counts; for chunked windows where this is small."""

@@ -28,8 +28,9 @@ class ChunkwiseExtractor(BaseFeaturesExtractor):
     def __init__(self, observation_space: spaces.Box, n_chunks: int, history: int, hidden: int = 32):
         super().__init__(observation_space, features_dim=n_chunks * hidden)
         if observation_space.shape != (history * n_chunks + n_chunks + 3,):
-            raise ValueError(f"observation shape {observation_space.shape} does not match "
-                             f"{n_chunks} chunks × {history} windows")
+            raise ValueError(
+                f"observation shape {observation_space.shape} does not match {n_chunks} chunks × {history} windows"
+            )
         self.n_chunks, self.history, self.hidden = n_chunks, history, hidden
         self.phi = nn.Sequential(nn.Linear(history + 4, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
         self.rho = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU())
@@ -59,8 +60,15 @@ class PerChunkHead(nn.Module):
 
 
 class ChunkwisePolicy(ActorCriticPolicy):
-    def __init__(self, observation_space: spaces.Space, action_space: spaces.Space, lr_schedule: Any,
-                 *args: Any, request_prob: float | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Any,
+        *args: Any,
+        request_prob: float | None = None,
+        **kwargs: Any,
+    ):
         # set before the parent's __init__, which calls _build
         object.__setattr__(self, "_request_prob", request_prob)
         kwargs.setdefault("features_extractor_class", ChunkwiseExtractor)

@@ -73,8 +73,12 @@ def write_pair(cfg: HotsetConfig, slow_path: str | Path, fast_path: str | Path) 
         noise = np.random.default_rng([cfg.seed, salt]).normal(1.0, cfg.jitter, size=len(gaps)).clip(0.5, 1.5)
         t = np.cumsum((gaps + mem_ns) * noise).astype(np.int64)
         region = Region(0, "hotset#0", "anon", base=0x7F0000000000, length=cfg.pages * 4096, order=0)
-        meta = {"generator": "moving-hotset", "tier": tier, "params": asdict(cfg),
-                "command": "pagecast gym gen (cost-model pair, no two-tier machine)"}
+        meta = {
+            "generator": "moving-hotset",
+            "tier": tier,
+            "params": asdict(cfg),
+            "command": "pagecast gym gen (cost-model pair, no two-tier machine)",
+        }
         with TraceWriter(path, regions=[region], source="gen:moving-hotset", meta=meta) as w:
             for i in range(0, len(page), _BATCH):
                 sl = slice(i, i + _BATCH)

@@ -49,8 +49,9 @@ class AddressClusters:
             start = int(run[0]) << self.granule_shift
             # the top granule of the address space ends at 2^64, which uint64 cannot hold
             end = min((int(run[-1]) + 1) << self.granule_shift, (1 << 64) - 1)
-            r = Region(id=i, name=f"{name}{i}", kind=kind, base=start, length=end - start,
-                       page_size=self.page_size, order=i)
+            r = Region(
+                id=i, name=f"{name}{i}", kind=kind, base=start, length=end - start, page_size=self.page_size, order=i
+            )
             self.regions.append(r)
             self._map.add(start, end, i, 0)
         return self.regions

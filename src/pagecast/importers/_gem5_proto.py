@@ -69,7 +69,9 @@ def messages() -> SimpleNamespace:
         f.options.packed = False  # the bodies carry one unpacked value per field
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
-    return SimpleNamespace(**{
-        n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"pagecast_gem5.{n}"))
-        for n in ("PacketHeader", "Packet", "PacketBatch", "PacketColumns")
-    })
+    return SimpleNamespace(
+        **{
+            n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"pagecast_gem5.{n}"))
+            for n in ("PacketHeader", "Packet", "PacketBatch", "PacketColumns")
+        }
+    )

@@ -40,7 +40,9 @@ class Lines:
         return len(self.starts)
 
 
-def line_blocks(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None) -> Iterator[tuple[bytes, int]]:
+def line_blocks(
+    f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None] | None = None
+) -> Iterator[tuple[bytes, int]]:
     """(bytes of whole lines, 1-based number of their first line); a last line without a
     newline comes as it is."""
     carry, line_no = b"", 1
@@ -57,7 +59,7 @@ def line_blocks(f: BinaryIO, block: int = BLOCK, on_bytes: Callable[[int], None]
         if cut < 0:
             carry = data
             continue
-        carry = data[cut + 1:]
+        carry = data[cut + 1 :]
         yield data[: cut + 1], line_no
         line_no += data.count(b"\n", 0, cut + 1)
 
@@ -106,12 +108,13 @@ def parse_uint(buf: np.ndarray, start: np.ndarray, stop: np.ndarray, base: int) 
 def fail_at(path: str | Path, lines: Lines, bad_mask: np.ndarray, what: str) -> None:
     """Raise a one-line error for the first bad line of a block."""
     i = int(np.flatnonzero(bad_mask)[0])
-    text = bytes(lines.buf[lines.starts[i]:lines.ends[i]][:60]).decode("utf-8", "replace")
+    text = bytes(lines.buf[lines.starts[i] : lines.ends[i]][:60]).decode("utf-8", "replace")
     raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
 
 
-def split_fields(path: str | Path, lines: Lines, idx: np.ndarray, nfields: int, sep: int = ord(","),
-                 what: str = "row") -> tuple[np.ndarray, np.ndarray]:
+def split_fields(
+    path: str | Path, lines: Lines, idx: np.ndarray, nfields: int, sep: int = ord(","), what: str = "row"
+) -> tuple[np.ndarray, np.ndarray]:
     """Field bounds of lines ``idx`` that must have exactly ``nfields`` fields.
 
     Returns (starts, stops), each shaped (nfields, len(idx)). Consecutive separators
@@ -161,7 +164,9 @@ def parse_float(buf: np.ndarray, start: np.ndarray, stop: np.ndarray, width: int
 def strip_bounds(buf: np.ndarray, start: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Trim spaces/tabs around fields (vectorised, up to 8 on each side)."""
     for _ in range(8):
-        ws = (start < stop) & ((buf[np.minimum(start, len(buf) - 1)] == 32) | (buf[np.minimum(start, len(buf) - 1)] == 9))
+        ws = (start < stop) & (
+            (buf[np.minimum(start, len(buf) - 1)] == 32) | (buf[np.minimum(start, len(buf) - 1)] == 9)
+        )
         if not ws.any():
             break
         start = start + ws
@@ -193,6 +198,6 @@ def cycles_to_ns(cycles: np.ndarray, cpu_ghz: float | None, path: str | Path) ->
     if not cpu_ghz:
         return cycles.astype(np.int64)
     t = cycles / cpu_ghz
-    if len(t) and not t.max() < 2.0 ** 63:
+    if len(t) and not t.max() < 2.0**63:
         raise PagecastError(f"times do not fit in 64-bit nanoseconds at --cpu-ghz {cpu_ghz:g}", path=path)
     return t.astype(np.int64)

@@ -59,8 +59,9 @@ def find_frames(buf, pos, tag, max_len, starts, lengths):  # pragma: no cover - 
     return k, pos, OK, pos
 
 
-def frames(buf: np.ndarray, pos: int = 0, *, tag: int = 0, max_frames: int = 1 << 20,
-           max_len: int = 1 << 20) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+def frames(
+    buf: np.ndarray, pos: int = 0, *, tag: int = 0, max_frames: int = 1 << 20, max_len: int = 1 << 20
+) -> tuple[np.ndarray, np.ndarray, int, int, int]:
     """Python wrapper: (starts, lengths, next offset, status, problem offset)."""
     starts = np.empty(max_frames, np.int64)
     lengths = np.empty(max_frames, np.int64)

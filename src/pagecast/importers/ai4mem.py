@@ -69,8 +69,11 @@ def _uvm_rows(path: Path, lines: Lines, idx: np.ndarray) -> dict[str, np.ndarray
     c = c[:7]
     name = _field(buf, c[0] + 1, c[1])
     last = len(buf) - 1
-    has0x = ((c[2] - c[1] >= 3) & (buf[np.minimum(c[1] + 1, last)] == ord("0"))
-             & ((buf[np.minimum(c[1] + 2, last)] | 0x20) == ord("x")))
+    has0x = (
+        (c[2] - c[1] >= 3)
+        & (buf[np.minimum(c[1] + 1, last)] == ord("0"))
+        & ((buf[np.minimum(c[1] + 2, last)] | 0x20) == ord("x"))
+    )
     addr, ok_a = parse_uint(buf, c[1] + 3, c[2], 16)
     _check(path, lines, idx, has0x & ok_a, "bad Address (want 0x... hex)")
     start, ok_t = parse_uint(buf, c[2] + 1, c[3], 10)
@@ -82,7 +85,7 @@ def _uvm_rows(path: Path, lines: Lines, idx: np.ndarray) -> dict[str, np.ndarray
 def _check(path: Path, lines: Lines, idx: np.ndarray, ok: np.ndarray, what: str) -> None:
     if not ok.all():
         i = int(idx[np.flatnonzero(~ok)[0]])
-        text = bytes(lines.buf[lines.starts[i]:lines.ends[i]][:80]).decode("utf-8", "replace")
+        text = bytes(lines.buf[lines.starts[i] : lines.ends[i]][:80]).decode("utf-8", "replace")
         raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
 
 
@@ -106,7 +109,7 @@ def parse_kernel_row(text: str, path: Path, line: int) -> dict[str, Any]:
     fields = text.split(",")
     # the first pair (start, end) directly followed by its own duration (times below 2^63 ns)
     for i in range(2, len(fields) - 2):
-        a, b, d = (f.strip() for f in fields[i:i + 3])
+        a, b, d = (f.strip() for f in fields[i : i + 3])
         if _is_time(a) and _is_time(b) and _is_time(d) and int(b) - int(a) == int(d) and int(b) >= int(a):
             break
     else:
@@ -117,11 +120,19 @@ def parse_kernel_row(text: str, path: Path, line: int) -> dict[str, Any]:
     name = ",".join(fields[1:k]).strip()
     if not name:
         raise PagecastError("KERNEL row without a name", path=path, line=line)
-    return {"name": name, "start_ns": int(fields[i]), "end_ns": int(fields[i + 1]),
-            "pre": [f.strip() for f in fields[k:i]], "post": [f.strip() for f in fields[i + 3:]], "line": line}
+    return {
+        "name": name,
+        "start_ns": int(fields[i]),
+        "end_ns": int(fields[i + 1]),
+        "pre": [f.strip() for f in fields[k:i]],
+        "post": [f.strip() for f in fields[i + 3 :]],
+        "line": line,
+    }
 
 
-def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
+def read_csv(
+    path: str | Path, on_bytes: Callable[[int], None] | None = None
+) -> tuple[dict[str, np.ndarray], list[dict[str, Any]], int]:
     """Parse the file: UVM columns, kernel rows, number of snapshots."""
     path = check_readable(path)
     try:
@@ -144,19 +155,19 @@ def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) ->
             is_header = np.zeros(len(s), bool)
             cand = np.flatnonzero(first == ord("C"))
             for i in cand:
-                if bytes(buf[s[i]:e[i]]).startswith(HEADER):
+                if bytes(buf[s[i] : e[i]]).startswith(HEADER):
                     is_header[i] = True
             blank = n == 0
             bad = ~(is_uvm | is_kernel | is_comment | is_header | blank)
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                text = bytes(buf[s[i]:e[i]][:80]).decode("utf-8", "replace")
+                text = bytes(buf[s[i] : e[i]][:80]).decode("utf-8", "replace")
                 raise PagecastError(f"not an AI4Mem collector row: {text!r}", path=path, line=lines.first_line + i)
             saw_header |= bool(is_header.any())
             # snapshot index of each line: comments that are snapshot markers start a new one
             marks = is_comment.copy()
             for i in np.flatnonzero(is_comment):
-                marks[i] = b"snapshot" in bytes(buf[s[i]:e[i]])
+                marks[i] = b"snapshot" in bytes(buf[s[i] : e[i]])
             snap = snapshots + np.cumsum(marks)
             snapshots += int(marks.sum())
             uidx = np.flatnonzero(is_uvm)
@@ -165,7 +176,7 @@ def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) ->
                 parts.append(part)
                 snap_of_part.append(snap[uidx])
             for i in np.flatnonzero(is_kernel):
-                text = bytes(buf[s[i]:e[i]]).decode("utf-8", "replace")
+                text = bytes(buf[s[i] : e[i]]).decode("utf-8", "replace")
                 kr = parse_kernel_row(text, path, lines.first_line + int(i))
                 kr["snapshot"] = int(snap[i])
                 kernels.append(kr)
@@ -175,13 +186,25 @@ def read_csv(path: str | Path, on_bytes: Callable[[int], None] | None = None) ->
         cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
         cols["snapshot"] = np.concatenate(snap_of_part)
     else:
-        cols = {"name": np.empty(0, f"S{_W}"), "addr": np.empty(0, np.uint64), "start": np.empty(0, np.int64),
-                "phys": np.empty(0, f"S{_W}"), "line": np.empty(0, np.int64), "snapshot": np.empty(0, np.int64)}
+        cols = {
+            "name": np.empty(0, f"S{_W}"),
+            "addr": np.empty(0, np.uint64),
+            "start": np.empty(0, np.int64),
+            "phys": np.empty(0, f"S{_W}"),
+            "line": np.empty(0, np.int64),
+            "snapshot": np.empty(0, np.int64),
+        }
     return cols, kernels, snapshots
 
 
-def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_size: int = 4096,
-                 on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_trace(
+    src: str | Path,
+    out: str | Path,
+    *,
+    dedupe: bool = True,
+    page_size: int = 4096,
+    on_bytes: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     src = Path(src)
     cols, kernels, snapshots = read_csv(src, on_bytes)
     names, name_inv = np.unique(cols["name"], return_inverse=True)
@@ -189,8 +212,12 @@ def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_
     for j, nm in enumerate(names):
         if nm not in EVENT_KINDS:
             line = int(cols["line"][np.flatnonzero(name_inv == j)[0]])
-            raise PagecastError(f"unknown UVM event {nm.decode(errors='replace')!r} "
-                                f"(known: {', '.join(k.decode() for k in EVENT_KINDS)})", path=src, line=line)
+            raise PagecastError(
+                f"unknown UVM event {nm.decode(errors='replace')!r} "
+                f"(known: {', '.join(k.decode() for k in EVENT_KINDS)})",
+                path=src,
+                line=line,
+            )
         kind_of_name[j] = EVENT_KINDS[nm]
     kind = kind_of_name[name_inv]
     addr, start = cols["addr"], cols["start"]
@@ -222,7 +249,12 @@ def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_
         r.device = 0
     region, page = clusters.translate(addr) if len(addr) else (np.empty(0, np.int32), np.empty(0, np.int64))
     kstart = np.array([k["start_ns"] for k in kernels], np.int64)
-    t0 = int(min(start.min() if len(start) else np.iinfo(np.int64).max, kstart.min() if len(kstart) else np.iinfo(np.int64).max))
+    t0 = int(
+        min(
+            start.min() if len(start) else np.iinfo(np.int64).max,
+            kstart.min() if len(kstart) else np.iinfo(np.int64).max,
+        )
+    )
     if t0 == np.iinfo(np.int64).max:
         t0 = 0
     korder = np.argsort(kstart, kind="stable")
@@ -238,15 +270,36 @@ def import_trace(src: str | Path, out: str | Path, *, dedupe: bool = True, page_
     all_flags = np.concatenate([codes, np.zeros(len(kstart), np.uint8)])
     all_ip = np.concatenate([np.zeros(len(kind), np.uint64), np.arange(len(kstart), dtype=np.uint64)])
     order = np.argsort(t, kind="stable")
-    meta = {"t0_ns": t0, "ai4mem_file": str(src), "snapshots": snapshots, "duplicates_dropped": duplicates,
-            "host_phys_info": [p.decode(errors="replace") for p in phys_names],
-            "flags_subkind": "1 + index into host_phys_info",
-            "region_heuristic": "runs of touched 2 MiB granules"}
+    meta = {
+        "t0_ns": t0,
+        "ai4mem_file": str(src),
+        "snapshots": snapshots,
+        "duplicates_dropped": duplicates,
+        "host_phys_info": [p.decode(errors="replace") for p in phys_names],
+        "flags_subkind": "1 + index into host_phys_info",
+        "region_heuristic": "runs of touched 2 MiB granules",
+    }
     with TraceWriter(out, regions=regions, source="import:ai4mem", page_size=page_size, meta=meta) as w:
         for k in kernels:
-            w.add_kernel(k["name"], k["start_ns"] - t0, k["end_ns"] - t0, fields_before=k["pre"], fields_after=k["post"])
-        w.write(t_ns=t[order], region=all_region[order], page=all_page[order], kind=all_kind[order],
-                flags=all_flags[order], ip=all_ip[order], bytes=all_bytes[order])
+            w.add_kernel(
+                k["name"], k["start_ns"] - t0, k["end_ns"] - t0, fields_before=k["pre"], fields_after=k["post"]
+            )
+        w.write(
+            t_ns=t[order],
+            region=all_region[order],
+            page=all_page[order],
+            kind=all_kind[order],
+            flags=all_flags[order],
+            ip=all_ip[order],
+            bytes=all_bytes[order],
+        )
     counts = {Kind(k).name: int(c) for k, c in zip(*np.unique(all_kind, return_counts=True))}
-    return {"trace": str(out), "rows": int(len(t)), "kinds": counts, "regions": len(regions), "kernels": len(kernels),
-            "snapshots": snapshots, "duplicates_dropped": duplicates}
+    return {
+        "trace": str(out),
+        "rows": int(len(t)),
+        "kinds": counts,
+        "regions": len(regions),
+        "kernels": len(kernels),
+        "snapshots": snapshots,
+        "duplicates_dropped": duplicates,
+    }

@@ -20,8 +20,8 @@ import numpy as np
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._text import INT64_MAX, iter_lines, parse_float, parse_uint, split_fields, strip_bounds
-from pagecast.trace.regions import Region, RegionMap
 from pagecast.trace.demand import read_demand_columns
+from pagecast.trace.regions import Region, RegionMap
 from pagecast.trace.schedule import Schedule
 from pagecast.util.atomic import atomic_output
 
@@ -44,12 +44,15 @@ def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = No
             idx = np.flatnonzero(lines.ends > lines.starts)
             if layout is None and len(idx):
                 i0 = int(idx[0])
-                head = bytes(lines.buf[lines.starts[i0]:lines.ends[i0]]).decode("utf-8", "replace")
+                head = bytes(lines.buf[lines.starts[i0] : lines.ends[i0]]).decode("utf-8", "replace")
                 key = tuple(h.strip().lower() for h in head.split(","))
                 if key not in HEADERS:
                     raise PagecastError(
                         f"unknown predictions header {head!r} (want trigger_time_ns,page_addr,page_idx,score "
-                        "or Timestamp_ns,Prefetch_Address,Confidence)", path=path, line=lines.first_line + i0)
+                        "or Timestamp_ns,Prefetch_Address,Confidence)",
+                        path=path,
+                        line=lines.first_line + i0,
+                    )
                 layout = (len(key), HEADERS[key])
                 idx = idx[1:]
             if not len(idx):
@@ -59,19 +62,24 @@ def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = No
             st, sp = strip_bounds(lines.buf, st, sp)
             t, ok_t = parse_uint(lines.buf, st[ti], sp[ti], 10)
             last = len(lines.buf) - 1
-            hex_ok = ((sp[ai] - st[ai] >= 2) & (lines.buf[st[ai]] == ord("0"))
-                      & ((lines.buf[np.minimum(st[ai] + 1, last)] | 0x20) == ord("x")))
+            hex_ok = (
+                (sp[ai] - st[ai] >= 2)
+                & (lines.buf[st[ai]] == ord("0"))
+                & ((lines.buf[np.minimum(st[ai] + 1, last)] | 0x20) == ord("x"))
+            )
             addr, ok_a = parse_uint(lines.buf, st[ai] + 2, sp[ai], 16)
             score, ok_s = parse_float(lines.buf, st[si], sp[si])
             with np.errstate(over="ignore"):
                 score = score.astype(np.float32)
-            checks = ((ok_t & (t <= INT64_MAX), "bad time (a decimal below 2^63)"),
-                      (hex_ok & ok_a, "bad address (want 0x... hex)"),
-                      (ok_s & np.isfinite(score), "bad score (want a finite number)"))
+            checks = (
+                (ok_t & (t <= INT64_MAX), "bad time (a decimal below 2^63)"),
+                (hex_ok & ok_a, "bad address (want 0x... hex)"),
+                (ok_s & np.isfinite(score), "bad score (want a finite number)"),
+            )
             for ok, what in checks:
                 if not ok.all():
                     i = int(idx[np.flatnonzero(~ok)[0]])
-                    text = bytes(lines.buf[lines.starts[i]:lines.ends[i]]).decode("utf-8", "replace")
+                    text = bytes(lines.buf[lines.starts[i] : lines.ends[i]]).decode("utf-8", "replace")
                     raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
             cols["t"].append(t.astype(np.int64))
             cols["addr"].append(addr)
@@ -82,9 +90,15 @@ def read_predictions_csv(path: str | Path, regions: Sequence[Region] | None = No
     addr = np.concatenate(cols["addr"]) if cols["addr"] else np.empty(0, np.uint64)
     score = np.concatenate(cols["score"]) if cols["score"] else np.empty(0, np.float32)
     region, page = _translate(addr, regions or [])
-    return Schedule(trigger=np.full(len(t), -1, np.int64), t_ns=t, region=region, page=page, score=score,
-                    regions=list(regions or []), meta={"source": "ai4mem-predictions", "file": str(path),
-                                                        "time_base": "as in the file"})
+    return Schedule(
+        trigger=np.full(len(t), -1, np.int64),
+        t_ns=t,
+        region=region,
+        page=page,
+        score=score,
+        regions=list(regions or []),
+        meta={"source": "ai4mem-predictions", "file": str(path), "time_base": "as in the file"},
+    )
 
 
 def _translate(addr: np.ndarray, regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
@@ -113,8 +127,15 @@ def attach_triggers(schedule: Schedule, trace: Any) -> Schedule:
         addr = np.where(schedule.region < 0, schedule.page << 12, 0).astype(np.uint64)
         region, page = _translate(addr, trace.regions)
     keep = trig >= 0
-    return Schedule(trigger=trig[keep], t_ns=t[keep], region=region[keep], page=page[keep], score=schedule.score[keep],
-                    regions=list(regions), meta={**schedule.meta, "time_base": "trace", "dropped_before_start": int((~keep).sum())})
+    return Schedule(
+        trigger=trig[keep],
+        t_ns=t[keep],
+        region=region[keep],
+        page=page[keep],
+        score=schedule.score[keep],
+        regions=list(regions),
+        meta={**schedule.meta, "time_base": "trace", "dropped_before_start": int((~keep).sum())},
+    )
 
 
 def write_predictions_csv(schedule: Schedule, path: str | Path, regions: Sequence[Region]) -> Path:
@@ -129,8 +150,10 @@ def write_predictions_csv(schedule: Schedule, path: str | Path, regions: Sequenc
     r = schedule.region.astype(np.int64)
     addr = base[r] + schedule.page.astype(np.uint64) * psize[r] if len(r) else np.empty(0, np.uint64)
     lines = ["trigger_time_ns,page_addr,page_idx,score"]
-    lines += [f"{t},0x{a:x},{p},{s:.6g}" for t, a, p, s in zip(schedule.t_ns.tolist(), addr.tolist(),
-                                                               schedule.page.tolist(), schedule.score.tolist())]
+    lines += [
+        f"{t},0x{a:x},{p},{s:.6g}"
+        for t, a, p, s in zip(schedule.t_ns.tolist(), addr.tolist(), schedule.page.tolist(), schedule.score.tolist())
+    ]
     with atomic_output(path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
     return path

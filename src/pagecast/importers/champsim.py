@@ -20,7 +20,16 @@ import numpy as np
 
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._cluster import AddressClusters
-from pagecast.importers._text import INT64_MAX, Lines, check_cpu_ghz, cycles_to_ns, iter_lines, parse_uint, split_fields, strip_bounds
+from pagecast.importers._text import (
+    INT64_MAX,
+    Lines,
+    check_cpu_ghz,
+    cycles_to_ns,
+    iter_lines,
+    parse_uint,
+    split_fields,
+    strip_bounds,
+)
 from pagecast.trace.reader import Trace
 from pagecast.trace.regions import RegionMap
 from pagecast.trace.schedule import Schedule
@@ -37,7 +46,7 @@ def _hex(lines: Lines, st: np.ndarray, sp: np.ndarray) -> tuple[np.ndarray, np.n
 def _bad(path: Path, lines: Lines, idx: np.ndarray, ok: np.ndarray, what: str) -> None:
     if not ok.all():
         i = int(idx[np.flatnonzero(~ok)[0]])
-        text = bytes(lines.buf[lines.starts[i]:lines.ends[i]][:80]).decode("utf-8", "replace")
+        text = bytes(lines.buf[lines.starts[i] : lines.ends[i]][:80]).decode("utf-8", "replace")
         raise PagecastError(f"{what}: {text!r}", path=path, line=lines.first_line + i)
 
 
@@ -53,7 +62,9 @@ def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) 
     path = Path(path)
     with _open(path) as f:
         for lines in iter_lines(f, on_bytes=on_bytes):
-            idx = np.flatnonzero((lines.ends > lines.starts) & (lines.buf[np.minimum(lines.starts, len(lines.buf) - 1)] != ord("#")))
+            idx = np.flatnonzero(
+                (lines.ends > lines.starts) & (lines.buf[np.minimum(lines.starts, len(lines.buf) - 1)] != ord("#"))
+            )
             if not len(idx):
                 continue
             st, sp = split_fields(path, lines, idx, 5, what="load trace row (instr_id, cycle, load_addr, pc, llc_hit)")
@@ -71,8 +82,9 @@ def iter_loads(path: str | Path, on_bytes: Callable[[int], None] | None = None) 
             yield {"instr_id": iid, "cycle": cyc, "addr": addr, "pc": pc, "hit": hit}
 
 
-def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = None,
-                 on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_trace(
+    src: str | Path, out: str | Path, *, cpu_ghz: float | None = None, on_bytes: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     src = Path(src)
     cpu_ghz = check_cpu_ghz(cpu_ghz)
     clusters = AddressClusters()
@@ -90,8 +102,14 @@ def import_trace(src: str | Path, out: str | Path, *, cpu_ghz: float | None = No
         for b in iter_loads(src, on_bytes):
             t = cycles_to_ns(b["cycle"] - np.uint64(c0), cpu_ghz, src)
             region, page = clusters.translate(b["addr"])
-            w.write(t_ns=t, region=region, page=page, kind=int(Kind.ACCESS), ip=b["pc"],
-                    flags=(b["hit"].astype(np.uint8) << FLAG_SUBKIND_SHIFT))
+            w.write(
+                t_ns=t,
+                region=region,
+                page=page,
+                kind=int(Kind.ACCESS),
+                ip=b["pc"],
+                flags=(b["hit"].astype(np.uint8) << FLAG_SUBKIND_SHIFT),
+            )
     return {"trace": str(out), "rows": n, "regions": len(regions), "sorted_by_time": w.sorted}
 
 
@@ -129,6 +147,12 @@ def read_prefetch_file(path: str | Path, trace: Trace, loads: str | Path) -> Sch
         raise PagecastError("load trace instr_ids are not increasing", path=loads)
     keep = trig >= 0
     region, page = rm.translate(paddr[keep])
-    return Schedule(trigger=trig[keep], t_ns=t[trig[keep]], region=region, page=page,
-                    score=np.ones(int(keep.sum()), np.float32), regions=list(trace.regions),
-                    meta={"source": "champsim-prefetch", "file": str(path), "dropped_before_first_load": int((~keep).sum())})
+    return Schedule(
+        trigger=trig[keep],
+        t_ns=t[trig[keep]],
+        region=region,
+        page=page,
+        score=np.ones(int(keep.sum()), np.float32),
+        regions=list(trace.regions),
+        meta={"source": "champsim-prefetch", "file": str(path), "dropped_before_first_load": int((~keep).sum())},
+    )

@@ -50,8 +50,10 @@ PAGE_SHIFT = 12
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 CHUNK = 1 << 16
-NOT_DAMO = ("not a damo record (want JSON or zlib-compressed JSON; perf-script and perf.data "
-            "records can be converted with `damo convert_record_format json_compressed`)")
+NOT_DAMO = (
+    "not a damo record (want JSON or zlib-compressed JSON; perf-script and perf.data "
+    "records can be converted with `damo convert_record_format json_compressed`)"
+)
 
 
 class _Stream:
@@ -131,8 +133,11 @@ class _Stream:
             raise self._fail(f"not UTF-8 at byte {self.pos + e.start}{self.where}") from None
         k = len(out) - 1
         nl_before_last = out.count(b"\n", 0, k)
-        self.last = (self.pos + k, self.lines + nl_before_last,
-                     self.line_start if not nl_before_last else self.pos + out.rfind(b"\n", 0, k) + 1)
+        self.last = (
+            self.pos + k,
+            self.lines + nl_before_last,
+            self.line_start if not nl_before_last else self.pos + out.rfind(b"\n", 0, k) + 1,
+        )
         self.lines += out.count(b"\n")
         nl = out.rfind(b"\n")
         if nl >= 0:
@@ -254,8 +259,9 @@ def _records(path: Path, events: Iterator[tuple[str, Any]]) -> list[_Record]:
         walk_map(0)
         if out is None:
             if seen_wrapper:
-                raise PagecastError("damo_record_ver 1 document without damo_records.damon_records.record_list",
-                                    path=path)
+                raise PagecastError(
+                    "damo_record_ver 1 document without damo_records.damon_records.record_list", path=path
+                )
             raise PagecastError("not a damo record: want a JSON list of records", path=path)
         records = out
     elif ev == "start_array":
@@ -308,7 +314,9 @@ def _num(v: Any, where: str, what: str, path: Path) -> int:
         return v
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    if isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value():  # ijson: numbers with a fraction or exponent
+    if (
+        isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value()
+    ):  # ijson: numbers with a fraction or exponent
         return int(v)
     if isinstance(v, str):
         t = v.replace(",", "").strip()
@@ -383,9 +391,17 @@ def _regions(lo: np.ndarray, hi: np.ndarray, target: int, target_id: Any, first_
     for i, (f, l) in enumerate(zip(lo.tolist(), hi.tolist())):
         base = f << GRANULE_SHIFT
         end = (l + 1) << GRANULE_SHIFT
-        regions.append(Region(id=first_id + i, name=f"target{target}.range{i}", kind="anon", base=base,
-                              length=end - base, order=first_id + i,
-                              extra={"damon_target": target, "damon_target_id": str(target_id)}))
+        regions.append(
+            Region(
+                id=first_id + i,
+                name=f"target{target}.range{i}",
+                kind="anon",
+                base=base,
+                length=end - base,
+                order=first_id + i,
+                extra={"damon_target": target, "damon_target_id": str(target_id)},
+            )
+        )
     return regions
 
 
@@ -407,10 +423,16 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
                 m.add(r.base, r.base + r.length, r.id, 0)
         maps.append(m)
     intervals = [r.intervals for r in records]
-    meta = {"time_unit": "ns", "t0_ns": t0, "damo_file": str(src), "damo_format": ftype,
-            "damo_targets": [str(r.target_id) for r in records],
-            "damo_intervals": intervals if any(v is not None for v in intervals) else None,
-            "region_heuristic": "union of DAMON ranges per target, 2 MiB granules", "range_rows": True}
+    meta = {
+        "time_unit": "ns",
+        "t0_ns": t0,
+        "damo_file": str(src),
+        "damo_format": ftype,
+        "damo_targets": [str(r.target_id) for r in records],
+        "damo_intervals": intervals if any(v is not None for v in intervals) else None,
+        "region_heuristic": "union of DAMON ranges per target, 2 MiB granules",
+        "range_rows": True,
+    }
     snapshots = accessed = 0
     # several targets: their snapshots interleaved in time order (stable: file order on ties)
     order = sorted(((s[0], i, k) for i, snaps in enumerate(parsed) for k, s in enumerate(snaps)), key=lambda x: x[0])
@@ -423,10 +445,23 @@ def import_trace(src: str | Path, out: str | Path, *, on_bytes: Callable[[int], 
             region, page = maps[i].translate(st)
             pages = (en - st + np.uint64((1 << PAGE_SHIFT) - 1)) >> np.uint64(PAGE_SHIFT)
             hot = acc > 0
-            w.write(t_ns=np.full(len(st), t - t0, np.int64), region=region, page=page,
-                    kind=np.where(hot, int(Kind.RANGE_ACCESSED), int(Kind.RANGE_IDLE)).astype(np.uint8),
-                    ip=pages, tid=np.minimum(acc, INT32_MAX).astype(np.int32))
+            w.write(
+                t_ns=np.full(len(st), t - t0, np.int64),
+                region=region,
+                page=page,
+                kind=np.where(hot, int(Kind.RANGE_ACCESSED), int(Kind.RANGE_IDLE)).astype(np.uint8),
+                ip=pages,
+                tid=np.minimum(acc, INT32_MAX).astype(np.int32),
+            )
             snapshots += 1
             accessed += int(hot.sum())
-    return {"trace": str(out), "rows": nrows, "snapshots": snapshots, "targets": len(records),
-            "regions": len(regions), "accessed_rows": accessed, "format": ftype, "sorted_by_time": w.sorted}
+    return {
+        "trace": str(out),
+        "rows": nrows,
+        "snapshots": snapshots,
+        "targets": len(records),
+        "regions": len(regions),
+        "accessed_rows": accessed,
+        "format": ftype,
+        "sorted_by_time": w.sorted,
+    }

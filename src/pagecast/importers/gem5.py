@@ -56,13 +56,34 @@ MEM_CMDS = (
     "WriteError FunctionalReadError FunctionalWriteError PrintReq FlushReq InvalidateReq InvalidateResp HTMReq "
     "HTMReqResp HTMAbort TlbiExtSync"
 ).split()
-_WRITES = {"WriteReq", "WritebackDirty", "WritebackClean", "WriteClean", "WriteLineReq", "StoreCondReq",
-           "StoreCondFailReq", "LockedRMWWriteReq", "SwapReq"}
+_WRITES = {
+    "WriteReq",
+    "WritebackDirty",
+    "WritebackClean",
+    "WriteClean",
+    "WriteLineReq",
+    "StoreCondReq",
+    "StoreCondFailReq",
+    "LockedRMWWriteReq",
+    "SwapReq",
+}
 _SUB_PREFETCH = {"SoftPFReq", "SoftPFExReq", "HardPFReq", "SoftPFResp", "HardPFResp"}
 _SUB_WRITEBACK = {"WritebackDirty", "WritebackClean", "WriteClean", "CleanEvict"}
-_SUB_OTHER = {"CleanSharedReq", "CleanSharedResp", "CleanInvalidReq", "CleanInvalidResp", "MemFenceReq",
-              "MemSyncReq", "MemSyncResp", "MemFenceResp", "FlushReq", "InvalidateReq", "InvalidateResp",
-              "PrintReq", "TlbiExtSync"}
+_SUB_OTHER = {
+    "CleanSharedReq",
+    "CleanSharedResp",
+    "CleanInvalidReq",
+    "CleanInvalidResp",
+    "MemFenceReq",
+    "MemSyncReq",
+    "MemSyncResp",
+    "MemFenceResp",
+    "FlushReq",
+    "InvalidateReq",
+    "InvalidateResp",
+    "PrintReq",
+    "TlbiExtSync",
+}
 
 
 def _cmd_flags() -> np.ndarray:
@@ -125,7 +146,9 @@ def _read_blocks(path: Path, on_bytes: Callable[[int], None] | None) -> Iterator
             try:
                 b = stream.read(BLOCK)
             except EOFError:
-                raise PagecastError("truncated gzip stream (the file ends before the gzip end marker)", path=path) from None
+                raise PagecastError(
+                    "truncated gzip stream (the file ends before the gzip end marker)", path=path
+                ) from None
             except (gzip.BadGzipFile, zlib.error, OSError) as e:
                 raise PagecastError(f"corrupt gzip stream: {e}", path=path) from None
             if not b:
@@ -148,7 +171,9 @@ def _header(path: Path, data: bytes) -> Header:
     return Header(h.obj_id, h.ver, h.tick_freq, {e.key: e.value for e in h.id_strings})
 
 
-def _decode_batch(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, first: int) -> dict[str, np.ndarray]:
+def _decode_batch(
+    path: Path, buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, first: int
+) -> dict[str, np.ndarray]:
     """Packets framed by (starts, lengths) in ``buf`` → columns. ``first``: number of the first packet (1-based)."""
     M = messages()
     n = len(starts)
@@ -157,7 +182,7 @@ def _decode_batch(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: np.n
     prefix[1:] = (starts + lengths)[:-1]
     prefix[0] = 0  # callers frame ``buf`` from its first byte
     end = int(starts[-1] + lengths[-1])
-    seg = buf[prefix[0]:end]
+    seg = buf[prefix[0] : end]
     tagged = np.insert(seg, prefix - prefix[0], 0x0A)  # key of `repeated Packet packet = 1`
     try:
         batch = M.PacketBatch.FromString(tagged.tobytes())
@@ -194,7 +219,7 @@ def _raise_first_bad(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: n
     M = messages()
     for i, (s, n) in enumerate(zip(starts.tolist(), lengths.tolist())):
         try:
-            p = M.Packet.FromString(buf[s:s + n].tobytes())
+            p = M.Packet.FromString(buf[s : s + n].tobytes())
         except DecodeError as e:
             raise PagecastError(f"packet {first + i}: not a gem5 Packet message ({e})", path=path) from None
         if not p.IsInitialized():
@@ -202,8 +227,9 @@ def _raise_first_bad(path: Path, buf: np.ndarray, starts: np.ndarray, lengths: n
     raise PagecastError(f"packets {first}..{first + len(starts) - 1}: undecodable batch", path=path)
 
 
-def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None,
-                 batch: int | None = None) -> tuple[Header, Iterator[dict[str, np.ndarray]]]:
+def iter_packets(
+    path: str | Path, on_bytes: Callable[[int], None] | None = None, batch: int | None = None
+) -> tuple[Header, Iterator[dict[str, np.ndarray]]]:
     """(header, iterator of column batches of up to ``batch`` packets). The header is read before returning."""
     path = Path(path)
     batch = batch or BATCH
@@ -226,8 +252,8 @@ def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None
         hs, hl, _, status, _ = vf.frames(buf, 4, max_frames=1, max_len=MAX_MESSAGE)
     if not len(hs):
         raise PagecastError("header: bad varint length", path=path)
-    header = _header(path, carry[hs[0]:hs[0] + hl[0]])
-    rest = carry[int(hs[0] + hl[0]):]
+    header = _header(path, carry[hs[0] : hs[0] + hl[0]])
+    rest = carry[int(hs[0] + hl[0]) :]
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         done = 0
@@ -248,11 +274,13 @@ def iter_packets(path: str | Path, on_bytes: Callable[[int], None] | None = None
             buf = np.frombuffer(pending, np.uint8)
             st, ln, nxt, status, where = vf.frames(buf, 0, max_frames=batch, max_len=MAX_MESSAGE)
             if status == vf.BAD_VARINT:
-                raise PagecastError(f"packet {done + len(st) + 1} (byte {offset + where} of the stream): bad varint length",
-                                    path=path)
+                raise PagecastError(
+                    f"packet {done + len(st) + 1} (byte {offset + where} of the stream): bad varint length", path=path
+                )
             if status == vf.TRUNCATED and exhausted:
-                raise PagecastError(f"packet {done + len(st) + 1} (byte {offset + where} of the stream): truncated record",
-                                    path=path)
+                raise PagecastError(
+                    f"packet {done + len(st) + 1} (byte {offset + where} of the stream): truncated record", path=path
+                )
             if len(st):
                 yield _decode_batch(path, buf, st, ln, done + 1)
                 done += len(st)
@@ -274,8 +302,13 @@ def tick_to_ns(ticks: np.ndarray, t0: int, freq: int) -> np.ndarray:
     return (d.astype(np.float64) * (1e9 / freq)).astype(np.int64)
 
 
-def import_trace(src: str | Path, out: str | Path, *, stats: dict[str, Any] | None = None,
-                 on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_trace(
+    src: str | Path,
+    out: str | Path,
+    *,
+    stats: dict[str, Any] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Import a packet trace; ``stats``: a ``gem5_stats`` summary to keep in the metadata."""
     src = Path(src)
     clusters = AddressClusters()
@@ -289,9 +322,15 @@ def import_trace(src: str | Path, out: str | Path, *, stats: dict[str, Any] | No
     if n == 0:
         raise PagecastError("no packets after the header", path=src)
     regions = clusters.build(kind="anon", name="range")
-    meta: dict[str, Any] = {"time_unit": "ns", "t0_tick": t0, "tick_freq": header.tick_freq, "gem5_file": str(src),
-                            "gem5_obj_id": header.obj_id, "gem5_trace_version": header.ver,
-                            "gem5_id_strings": {str(k): v for k, v in header.id_strings.items()}}
+    meta: dict[str, Any] = {
+        "time_unit": "ns",
+        "t0_tick": t0,
+        "tick_freq": header.tick_freq,
+        "gem5_file": str(src),
+        "gem5_obj_id": header.obj_id,
+        "gem5_trace_version": header.ver,
+        "gem5_id_strings": {str(k): v for k, v in header.id_strings.items()},
+    }
     if stats is not None:
         meta["gem5_stats"] = stats
     cmd_counts = np.zeros(256, np.int64)
@@ -301,9 +340,23 @@ def import_trace(src: str | Path, out: str | Path, *, stats: dict[str, Any] | No
             cmd = np.minimum(b["cmd"], 255).astype(np.int64)
             cmd_counts += np.bincount(cmd, minlength=256)
             region, page = clusters.translate(b["addr"])
-            w.write(t_ns=tick_to_ns(b["tick"], t0, header.tick_freq), region=region, page=page, kind=int(Kind.ACCESS),
-                    flags=CMD_FLAGS[cmd], ip=b["pc"], bytes=np.minimum(b["size"], 0xFFFFFFFF).astype(np.uint32))
+            w.write(
+                t_ns=tick_to_ns(b["tick"], t0, header.tick_freq),
+                region=region,
+                page=page,
+                kind=int(Kind.ACCESS),
+                flags=CMD_FLAGS[cmd],
+                ip=b["pc"],
+                bytes=np.minimum(b["size"], 0xFFFFFFFF).astype(np.uint32),
+            )
         cmds = {(MEM_CMDS[i] if i < len(MEM_CMDS) else f"cmd{i}"): int(c) for i, c in enumerate(cmd_counts) if c}
         w.meta["gem5_commands"] = cmds
-    return {"trace": str(out), "rows": n, "regions": len(regions), "tick_freq": header.tick_freq, "t0_tick": t0,
-            "commands": cmds, "sorted_by_time": w.sorted}
+    return {
+        "trace": str(out),
+        "rows": n,
+        "regions": len(regions),
+        "tick_freq": header.tick_freq,
+        "t0_tick": t0,
+        "commands": cmds,
+        "sorted_by_time": w.sorted,
+    }

@@ -93,8 +93,9 @@ def _fail(path: Path, block: bytes, first_line: int, rx: re.Pattern[bytes], inde
     raise PagecastError(f"{what}: {text!r}", path=path, line=line)
 
 
-def iter_accesses(path: str | Path, address: str = "virtual",
-                  on_bytes: Callable[[int], None] | None = None) -> Iterator[dict[str, np.ndarray]]:
+def iter_accesses(
+    path: str | Path, address: str = "virtual", on_bytes: Callable[[int], None] | None = None
+) -> Iterator[dict[str, np.ndarray]]:
     path = Path(path)
     rx = PATTERNS[address]
     for block, first in _blocks(path, on_bytes):
@@ -124,8 +125,15 @@ def iter_accesses(path: str | Path, address: str = "virtual",
         yield {"tick": tick, "tid": (ids[0] << 16) | (ids[1] << 8) | ids[2], "addr": addr, "write": write}
 
 
-def import_trace(src: str | Path, out: str | Path, *, address: str = "virtual", tick_freq: int = 10**12,
-                 stats: dict[str, Any] | None = None, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_trace(
+    src: str | Path,
+    out: str | Path,
+    *,
+    address: str = "virtual",
+    tick_freq: int = 10**12,
+    stats: dict[str, Any] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     src = Path(src)
     if address not in PATTERNS:
         raise PagecastError(f"address must be one of {sorted(PATTERNS)}, not {address!r}")
@@ -142,16 +150,34 @@ def import_trace(src: str | Path, out: str | Path, *, address: str = "virtual", 
         flag = "GPUTLB" if address == "virtual" else "GPUPort"
         raise PagecastError(f"no per-access lines of the GPU model (run gem5 with --debug-flags={flag})", path=src)
     regions = clusters.build(kind="anon", name="range")
-    meta: dict[str, Any] = {"time_unit": "ns", "t0_tick": t0, "tick_freq": tick_freq, "gem5_file": str(src),
-                            "gem5_debug_addresses": address, "tid_encoding": "(CU << 16) | (SIMD << 8) | wavefront slot"}
+    meta: dict[str, Any] = {
+        "time_unit": "ns",
+        "t0_tick": t0,
+        "tick_freq": tick_freq,
+        "gem5_file": str(src),
+        "gem5_debug_addresses": address,
+        "tid_encoding": "(CU << 16) | (SIMD << 8) | wavefront slot",
+    }
     if stats is not None:
         meta["gem5_stats"] = stats
     writes = 0
     with TraceWriter(out, regions=regions, source="import:gem5-gpu-debug", meta=meta) as w:
         for b in iter_accesses(src, address, on_bytes):
             region, page = clusters.translate(b["addr"])
-            w.write(t_ns=tick_to_ns(b["tick"], t0, tick_freq), region=region, page=page, kind=int(Kind.ACCESS),
-                    flags=np.where(b["write"], FLAG_WRITE, 0).astype(np.uint8), tid=b["tid"])
+            w.write(
+                t_ns=tick_to_ns(b["tick"], t0, tick_freq),
+                region=region,
+                page=page,
+                kind=int(Kind.ACCESS),
+                flags=np.where(b["write"], FLAG_WRITE, 0).astype(np.uint8),
+                tid=b["tid"],
+            )
             writes += int(b["write"].sum())
-    return {"trace": str(out), "rows": n, "writes": writes, "compute_units": len(cus), "regions": len(regions),
-            "sorted_by_time": w.sorted}
+    return {
+        "trace": str(out),
+        "rows": n,
+        "writes": writes,
+        "compute_units": len(cus),
+        "regions": len(regions),
+        "sorted_by_time": w.sorted,
+    }

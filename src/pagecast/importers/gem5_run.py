@@ -65,13 +65,24 @@ def import_stats_only(src: str | Path, out: str | Path) -> dict[str, Any]:
     summary = gem5_stats.summarize(src)
     with TraceWriter(out, source="import:gem5-stats", meta={"gem5_stats": summary, "time_unit": "ns"}):
         pass
-    return {"trace": str(out), "rows": 0, "stats_dumps": len(summary["dumps"]),
-            "statistics": sum(d["stats"] for d in summary["dumps"])}
+    return {
+        "trace": str(out),
+        "rows": 0,
+        "stats_dumps": len(summary["dumps"]),
+        "statistics": sum(d["stats"] for d in summary["dumps"]),
+    }
 
 
-def import_run(src: str | Path, out: str | Path, *, stats: str | Path | None = None, stats_only: bool = False,
-               address: str = "virtual", tick_freq: int = 10**12,
-               on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_run(
+    src: str | Path,
+    out: str | Path,
+    *,
+    stats: str | Path | None = None,
+    stats_only: bool = False,
+    address: str = "virtual",
+    tick_freq: int = 10**12,
+    on_bytes: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     src = Path(src)
     kind = detect(src)
     if stats_only:
@@ -82,8 +93,9 @@ def import_run(src: str | Path, out: str | Path, *, stats: str | Path | None = N
     if kind == "packets":
         info = gem5.import_trace(src, out, stats=summary, on_bytes=on_bytes)
     else:
-        info = gem5_gpu_debug.import_trace(src, out, address=address, tick_freq=tick_freq, stats=summary,
-                                           on_bytes=on_bytes)
+        info = gem5_gpu_debug.import_trace(
+            src, out, address=address, tick_freq=tick_freq, stats=summary, on_bytes=on_bytes
+        )
     info["input"] = "packet trace" if kind == "packets" else f"GPU debug trace ({address} addresses)"
     if summary:
         info["stats_dumps"] = len(summary["dumps"])

@@ -31,19 +31,41 @@ from pagecast.errors import PagecastError
 BEGIN = "---------- Begin Simulation Statistics ----------"
 END_PREFIX = "---------- End Simulation Statistics"
 
-GLOBAL = ("simSeconds", "sim_seconds", "simTicks", "sim_ticks", "simFreq", "sim_freq", "simInsts", "sim_insts",
-          "simOps", "sim_ops", "hostSeconds", "host_seconds", "finalTick", "final_tick")
+GLOBAL = (
+    "simSeconds",
+    "sim_seconds",
+    "simTicks",
+    "sim_ticks",
+    "simFreq",
+    "sim_freq",
+    "simInsts",
+    "sim_insts",
+    "simOps",
+    "sim_ops",
+    "hostSeconds",
+    "host_seconds",
+    "finalTick",
+    "final_tick",
+)
 
 # group → pattern on the stat's full name (matched with re.search)
 GROUPS: dict[str, re.Pattern[str]] = {
-    "l1_hits": re.compile(r"tcp_cntrl\d+\.(L1cache\.(m_)?demand_(hits|misses|accesses)$"
-                          r"|coalescer\.gpu_tcp_(ld|st)_hits$)"),
-    "coalescing": re.compile(r"coalescer\d*\.(coalescedAccesses|uncoalescedAccesses|coalesced_accesses"
-                             r"|uncoalesced_accesses)$"),
-    "lds_bank_conflicts": re.compile(r"\.(ldsBankConflictDist|lds_bank_conflicts)::(samples|mean|total)$"
-                                     r"|\.(ldsBankAccesses|lds_bank_access_cnt)$"),
-    "alu_utilization": re.compile(r"CUs?\d+\.(vALUUtilization|numALUInstsExecuted|num_alu_insts_executed|vALUInsts"
-                                  r"|sALUInsts|instCyclesVALU|threadCyclesVALU|totalCycles|num_total_cycles)$"),
+    "l1_hits": re.compile(
+        r"tcp_cntrl\d+\.(L1cache\.(m_)?demand_(hits|misses|accesses)$"
+        r"|coalescer\.gpu_tcp_(ld|st)_hits$)"
+    ),
+    "coalescing": re.compile(
+        r"coalescer\d*\.(coalescedAccesses|uncoalescedAccesses|coalesced_accesses"
+        r"|uncoalesced_accesses)$"
+    ),
+    "lds_bank_conflicts": re.compile(
+        r"\.(ldsBankConflictDist|lds_bank_conflicts)::(samples|mean|total)$"
+        r"|\.(ldsBankAccesses|lds_bank_access_cnt)$"
+    ),
+    "alu_utilization": re.compile(
+        r"CUs?\d+\.(vALUUtilization|numALUInstsExecuted|num_alu_insts_executed|vALUInsts"
+        r"|sALUInsts|instCyclesVALU|threadCyclesVALU|totalCycles|num_total_cycles)$"
+    ),
 }
 MAX_PER_GROUP = 256  # a 120-CU GPU has ~100 stats per group; the summary must stay small
 
@@ -81,8 +103,9 @@ def parse_stats(path: str | Path) -> list[dict[str, float | int | None]]:
                 raise PagecastError(f"unknown separator line: {s[:60]!r}", path=path, line=no)
             continue
         if cur is None:
-            raise PagecastError(f"statistic outside a Begin/End Simulation Statistics block: {s[:60]!r}",
-                                path=path, line=no)
+            raise PagecastError(
+                f"statistic outside a Begin/End Simulation Statistics block: {s[:60]!r}", path=path, line=no
+            )
         fields = s.split("#", 1)[0].split()
         if len(fields) < 2:
             raise PagecastError(f"statistic without a value: {s[:60]!r}", path=path, line=no)

@@ -66,8 +66,15 @@ def _blocks(path: Path, on_bytes: Callable[[int], None] | None = None) -> Iterat
             yield _parse(path, lines)
 
 
-def import_trace(src: str | Path, out: str | Path, *, instructions: bool = False, source: str = "import:lackey",
-                 meta: dict[str, Any] | None = None, on_bytes: Callable[[int], None] | None = None) -> dict[str, Any]:
+def import_trace(
+    src: str | Path,
+    out: str | Path,
+    *,
+    instructions: bool = False,
+    source: str = "import:lackey",
+    meta: dict[str, Any] | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
     """Import ``src``; ``on_bytes`` sees bytes read (the file is read twice)."""
     src, out = Path(src), Path(out)
     clusters = AddressClusters()
@@ -77,7 +84,9 @@ def import_trace(src: str | Path, out: str | Path, *, instructions: bool = False
         clusters.add(sel)
         records += len(b["addr"])
     if records == 0:
-        raise PagecastError("no lackey --trace-mem records (was valgrind run with --tool=lackey --trace-mem=yes?)", path=src)
+        raise PagecastError(
+            "no lackey --trace-mem records (was valgrind run with --tool=lackey --trace-mem=yes?)", path=src
+        )
     regions = clusters.build(kind="anon", name="range")
     info = {"time_unit": "instructions", "lackey_file": str(src)}
     info.update(meta or {})
@@ -95,10 +104,22 @@ def import_trace(src: str | Path, out: str | Path, *, instructions: bool = False
             op = b["op"][keep]
             flags = np.where((op == _S) | (op == _M), FLAG_WRITE, 0).astype(np.uint8)
             flags |= np.where(instr[keep], FLAG_EXEC, 0).astype(np.uint8)
-            w.write(t_ns=t[keep].astype(np.int64), region=region, page=page, kind=int(Kind.ACCESS), flags=flags,
-                    bytes=b["size"][keep].astype(np.uint32))
+            w.write(
+                t_ns=t[keep].astype(np.int64),
+                region=region,
+                page=page,
+                kind=int(Kind.ACCESS),
+                flags=flags,
+                bytes=b["size"][keep].astype(np.uint32),
+            )
             rows += int(keep.sum())
             loads += int(np.count_nonzero((op == _L) | (op == _M)))
             stores += int(np.count_nonzero((op == _S) | (op == _M)))
-    return {"trace": str(out), "rows": rows, "instructions": icount, "loads": loads, "stores": stores,
-            "regions": len(regions)}
+    return {
+        "trace": str(out),
+        "rows": rows,
+        "instructions": icount,
+        "loads": loads,
+        "stores": stores,
+        "regions": len(regions),
+    }

@@ -52,9 +52,9 @@ def _batches(path: Path) -> Iterator[dict[str, np.ndarray]]:
             if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
                 raise PagecastError(f"column {c} is {col.type}, want a number", path=path)
             out[c] = col.to_numpy(zero_copy_only=False)
-        _check_range(path, row, out["Timestamp"], "Timestamp", 0, 2.0 ** 63)
-        _check_range(path, row, out["Vaddr"], "Vaddr", 0, 2.0 ** 64)
-        _check_range(path, row, out["Phase"], "Phase", -2.0 ** 63, 2.0 ** 63)
+        _check_range(path, row, out["Timestamp"], "Timestamp", 0, 2.0**63)
+        _check_range(path, row, out["Vaddr"], "Vaddr", 0, 2.0**64)
+        _check_range(path, row, out["Phase"], "Phase", -(2.0**63), 2.0**63)
         row += b.num_rows
         yield out
 
@@ -64,12 +64,14 @@ def _check_range(path: Path, row: int, v: np.ndarray, name: str, lo: float, hi: 
     if v.dtype.kind == "f":
         bad = ~(np.isfinite(v) & (v >= lo) & (v < hi))
     elif v.dtype.kind == "u":
-        bad = v >= np.uint64(min(hi, 2.0 ** 64 - 1)) if hi < 2.0 ** 64 else np.zeros(len(v), bool)
+        bad = v >= np.uint64(min(hi, 2.0**64 - 1)) if hi < 2.0**64 else np.zeros(len(v), bool)
     else:
         bad = v < lo
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise PagecastError(f"{name} {v[i]} is out of range (want {lo:g} <= {name} < {hi:g})", path=path, line=row + i + 1)
+        raise PagecastError(
+            f"{name} {v[i]} is out of range (want {lo:g} <= {name} < {hi:g})", path=path, line=row + i + 1
+        )
 
 
 def _short(e: Exception) -> str:

@@ -36,8 +36,9 @@ def _native_dir() -> str:
 def _stamp_dirs(native: str) -> list[str]:
     # Same places as pagecast.util.native.build_dir, in its order of preference.
     env = os.environ.get("PAGECAST_BUILD_DIR")
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                         "pagecast", "native")
+    cache = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "pagecast", "native"
+    )
     if env:
         return [env, cache]
     if native == _installed_native_dir():

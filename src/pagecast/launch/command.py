@@ -71,4 +71,3 @@ def exec_if_planned(args: list[str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(launcher, launcher_argv(launcher, *parsed))
-

@@ -114,8 +114,13 @@ def _cuda(req: RunRequest, warn: Warn) -> RunReport:
     except ImportError as e:
         raise PagecastError(f"CUDA live prefetching is not available in this build ({e})") from None
     t0 = time.monotonic()
-    rc, summary = run_cuda_summary(list(req.argv), schedule=req.source.schedule, model=req.source.model,
-                                   out_dir=req.cuda_out_dir, json_out=req.json)
+    rc, summary = run_cuda_summary(
+        list(req.argv),
+        schedule=req.source.schedule,
+        model=req.source.model,
+        out_dir=req.cuda_out_dir,
+        json_out=req.json,
+    )
     return _report(req, "cuda", int(rc), time.monotonic() - t0, cuda=summary)
 
 
@@ -142,8 +147,14 @@ def _pager(req: RunRequest, warn: Warn) -> RunReport:
     t0 = time.monotonic()
     res = run_pager(req.argv, specs, policy=req.source.policy or "none", trace_out=req.output,
                     packs=[i.path for i in usable], stdout=2 if req.json else None)  # fmt: skip
-    return _report(req, "pager", res.returncode, time.monotonic() - t0, trace=str(res.trace) if res.trace else None,
-                   pager={"regions": res.stats})
+    return _report(
+        req,
+        "pager",
+        res.returncode,
+        time.monotonic() - t0,
+        trace=str(res.trace) if res.trace else None,
+        pager={"regions": res.stats},
+    )
 
 
 def _live(req: RunRequest, warn: Warn) -> RunReport:
@@ -169,9 +180,18 @@ def _live(req: RunRequest, warn: Warn) -> RunReport:
     else:
         spec = SourceSpec()
     t = req.tuning
-    cfg = LiveConfig(list(req.argv), spec, Path(req.output) if req.output else None, threads=t.threads, gap=t.gap,
-                     poll_ms=t.poll_ms, stdout=2 if req.json else None, anon=req.backends.anon, nice=t.nice,
-                     fast=req.backends.fast)
+    cfg = LiveConfig(
+        list(req.argv),
+        spec,
+        Path(req.output) if req.output else None,
+        threads=t.threads,
+        gap=t.gap,
+        poll_ms=t.poll_ms,
+        stdout=2 if req.json else None,
+        anon=req.backends.anon,
+        nice=t.nice,
+        fast=req.backends.fast,
+    )
     res = run_live(cfg)
     if res.warning:
         warn(f"pagecast run: warning: {res.warning}")

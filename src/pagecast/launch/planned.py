@@ -208,8 +208,19 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
     for f in status.get("files", []):
         if f.get("status") in ("handed-over", "live") and f["path"] in skipped:
             why = skipped[f["path"]]
-            f["status"], f["detail"] = ("warmed", why[len("warmed:"):]) if why.startswith("warmed:") else ("not-run", why)
+            f["status"], f["detail"] = (
+                ("warmed", why[len("warmed:") :]) if why.startswith("warmed:") else ("not-run", why)
+            )
         elif f.get("status") == "handed-over":
             f["status"] = "live"
-    return {"mode": "plan", "plan": plan, "plan_error": None, "returncode": rc, "exit_status": _exit_status(rc),
-            "wall_s": wall, "prefetch": status.get("prefetch"), "files": status.get("files", []), "live": live}
+    return {
+        "mode": "plan",
+        "plan": plan,
+        "plan_error": None,
+        "returncode": rc,
+        "exit_status": _exit_status(rc),
+        "wall_s": wall,
+        "prefetch": status.get("prefetch"),
+        "files": status.get("files", []),
+        "live": live,
+    }

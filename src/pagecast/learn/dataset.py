@@ -78,7 +78,14 @@ class DemandStream:
         return DemandStream(self.t_ns[e], self.region[e], self.page[e], self.ip[e], self.regions, self.path)
 
     def slice(self, start: int, stop: int) -> "DemandStream":
-        return DemandStream(self.t_ns[start:stop], self.region[start:stop], self.page[start:stop], self.ip[start:stop], self.regions, self.path)
+        return DemandStream(
+            self.t_ns[start:stop],
+            self.region[start:stop],
+            self.page[start:stop],
+            self.ip[start:stop],
+            self.regions,
+            self.path,
+        )
 
 
 def read_demand(trace: Trace | str | Path | DemandStream, batch_rows: int = 1 << 20) -> DemandStream:
@@ -245,8 +252,16 @@ def horizon_keys(slots: np.ndarray, page: np.ndarray, n_slots: int, horizon: int
 
 @numba.njit(cache=True)
 def decode_pages(
-    slot: np.ndarray, page: np.ndarray, start: int, top: np.ndarray, cls_slot: np.ndarray, cls_delta: np.ndarray,
-    last: np.ndarray, seen: np.ndarray, top_k: int, limit: np.ndarray,
+    slot: np.ndarray,
+    page: np.ndarray,
+    start: int,
+    top: np.ndarray,
+    cls_slot: np.ndarray,
+    cls_delta: np.ndarray,
+    last: np.ndarray,
+    seen: np.ndarray,
+    top_k: int,
+    limit: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Turn ranked class predictions into pages, causally, one block of events at a time.
 
@@ -374,15 +389,23 @@ def ip_buckets(ip: np.ndarray, n_buckets: int) -> np.ndarray:
     return np.where(np.asarray(ip) == 0, 0, h).astype(np.int64)
 
 
-def encode_inputs(stream: DemandStream, table: RegionTable, vocab: Vocabulary, n_ip: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def encode_inputs(
+    stream: DemandStream, table: RegionTable, vocab: Vocabulary, n_ip: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     slots = table.slots(stream)
     ik = input_keys(slots, stream.page, table.unknown)
     toks = vocab.encode(ik, generic_keys(ik))
     return toks, slots.astype(np.int64), ip_buckets(stream.ip, n_ip)
 
 
-def encode_stream(stream: DemandStream, table: RegionTable, vocab: Vocabulary, horizon: int, n_ip: int,
-                  hkeys: np.ndarray | None = None) -> EncodedStream:
+def encode_stream(
+    stream: DemandStream,
+    table: RegionTable,
+    vocab: Vocabulary,
+    horizon: int,
+    n_ip: int,
+    hkeys: np.ndarray | None = None,
+) -> EncodedStream:
     toks, slots, ips = encode_inputs(stream, table, vocab, n_ip)
     if hkeys is None:
         hkeys = horizon_keys(slots, stream.page, table.unknown, horizon)
@@ -455,7 +478,11 @@ def prepare(
         raise PagecastError("no training traces")
     if validation not in ("auto", "time"):
         raise PagecastError(f"unknown validation mode {validation!r} (auto or time)")
-    mode = "other runs" if val_streams else ("leave-one-run-out" if validation == "auto" and len(train_streams) >= 2 else "time")
+    mode = (
+        "other runs"
+        if val_streams
+        else ("leave-one-run-out" if validation == "auto" and len(train_streams) >= 2 else "time")
+    )
     if mode == "leave-one-run-out":
         train_streams, val_streams = list(train_streams[:-1]), [train_streams[-1]]
     table = RegionTable()

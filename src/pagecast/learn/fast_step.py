@@ -62,8 +62,18 @@ def _exp_neg(z, out, bits):
         t = min(max(z[r], np.float32(-87.0)), np.float32(88.0)) * np.float32(1.4426950408889634)
         n = np.floor(t + np.float32(0.5))
         u = (t - n) * np.float32(0.6931471805599453)
-        p = np.float32(1.0) + u * (np.float32(1.0) + u * (np.float32(0.5) + u * (np.float32(1.0 / 6) + u * (
-            np.float32(1.0 / 24) + u * (np.float32(1.0 / 120) + u * np.float32(1.0 / 720))))))
+        p = np.float32(1.0) + u * (
+            np.float32(1.0)
+            + u
+            * (
+                np.float32(0.5)
+                + u
+                * (
+                    np.float32(1.0 / 6)
+                    + u * (np.float32(1.0 / 24) + u * (np.float32(1.0 / 120) + u * np.float32(1.0 / 720)))
+                )
+            )
+        )
         bits[r] = (np.int32(n) + np.int32(127)) << 23
         out[r] = p * two[r]
 
@@ -370,8 +380,15 @@ class LSTMKernel:
     k: int
 
     @classmethod
-    def build(cls, model: DeltaLSTM, head: str, k: int, keys: np.ndarray | None = None,
-              cls_slot: np.ndarray | None = None, cls_delta: np.ndarray | None = None) -> "LSTMKernel":
+    def build(
+        cls,
+        model: DeltaLSTM,
+        head: str,
+        k: int,
+        keys: np.ndarray | None = None,
+        cls_slot: np.ndarray | None = None,
+        cls_delta: np.ndarray | None = None,
+    ) -> "LSTMKernel":
         if model.cfg.layers != 1:
             raise ValueError("the numba kernels support one LSTM layer")
         sd = {n: p.detach().to(torch.float64).numpy() for n, p in model.state_dict().items()}
@@ -386,10 +403,20 @@ class LSTMKernel:
         n_cls, hid = w_out.shape[0], model.cfg.hidden
         if keys is None:
             keys, cls_slot, cls_delta = np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64)
-        mi, io = _pack([np.asarray(keys, np.int64), np.asarray(cls_slot, np.int64), np.asarray(cls_delta, np.int64)],
-                       np.int64, _MI_HEADER)
-        mi[[_H, _NCLS, _NSLOTS, _K, _SOFTMAX, _CHUNK, _NIP]] = [hid, n_cls, model.cfg.n_slots, k, head != "horizon",
-                                                                model.cfg.chunk, p_ip.shape[0]]
+        mi, io = _pack(
+            [np.asarray(keys, np.int64), np.asarray(cls_slot, np.int64), np.asarray(cls_delta, np.int64)],
+            np.int64,
+            _MI_HEADER,
+        )
+        mi[[_H, _NCLS, _NSLOTS, _K, _SOFTMAX, _CHUNK, _NIP]] = [
+            hid,
+            n_cls,
+            model.cfg.n_slots,
+            k,
+            head != "horizon",
+            model.cfg.chunk,
+            p_ip.shape[0],
+        ]
         mi[[_O_PTOK, _O_PSLOT, _O_PIP, _O_WHH, _O_WOUT, _O_BOUT]] = fo
         mi[[_O_KEYS, _O_CSLOT, _O_CDELTA, _NKEYS]] = io + [len(keys)]
         return cls(wf, mi, hid, n_cls, k)
@@ -398,18 +425,32 @@ class LSTMKernel:
         """The float32 state array of ``observe_kernel``: h, c, gates, logits, top-k scores."""
         return np.zeros((4 + G_SCRATCH) * self.hidden + 3 * self.n_classes + self.k, np.float32)
 
-    def run_state(self, lut: np.ndarray, slot_to_region: np.ndarray, region_pages: np.ndarray, n_slots: int,
-                  top_k: int) -> np.ndarray:
+    def run_state(
+        self, lut: np.ndarray, slot_to_region: np.ndarray, region_pages: np.ndarray, n_slots: int, top_k: int
+    ) -> np.ndarray:
         """The int64 run array of ``observe_kernel`` for one stream (after ``reset``)."""
-        parts = [np.asarray(lut, np.int64), np.asarray(slot_to_region, np.int64), np.asarray(region_pages, np.int64),
-                 np.zeros(n_slots, np.int64), np.zeros(n_slots, np.int64), np.zeros(2 * top_k + self.k, np.int64)]
+        parts = [
+            np.asarray(lut, np.int64),
+            np.asarray(slot_to_region, np.int64),
+            np.asarray(region_pages, np.int64),
+            np.zeros(n_slots, np.int64),
+            np.zeros(n_slots, np.int64),
+            np.zeros(2 * top_k + self.k, np.int64),
+        ]
         ri, o = _pack(parts, np.int64, _RI_HEADER)
         ri[[_R_I, _R_TOPK, _R_NLUT]] = [0, top_k, len(lut)]
         ri[[_R_LUT, _R_S2R, _R_RPAGES, _R_LAST, _R_SEEN, _R_OUT]] = o
         return ri
 
-    def score_stream(self, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, threads: int = 1,
-                     block: int = 1 << 16, sub: int = 2048) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    def score_stream(
+        self,
+        tokens: np.ndarray,
+        slots: np.ndarray,
+        ips: np.ndarray,
+        threads: int = 1,
+        block: int = 1 << 16,
+        sub: int = 2048,
+    ) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
         """(start, scores, classes) per block of events, in order; memory bounded by ``block``.
 
         ``sub`` (rounded to a multiple of 2C): events per parallel work item; each replays C

@@ -21,8 +21,8 @@ import numpy as np
 from pagecast.learn.dataset import EncodedStream, decode_pages
 from pagecast.learn.pagetable import PageTable, mix_block, page_keys
 from pagecast.learn.predict import _candidates, forget, score_stream
-from pagecast.learn.train import LoadedModel
 from pagecast.learn.ranking import ranking_metrics
+from pagecast.learn.train import LoadedModel
 
 LAMBDAS = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 11))
 PRIOR_LAMBDA = 0.1
@@ -30,7 +30,7 @@ MAX_FIT_EVENTS = 200_000  # per validation part: enough to choose λ, bounded co
 
 
 def build_table(parts: Sequence[tuple[EncodedStream, range]], n_slots: int, horizon: int, max_succ: int) -> PageTable:
-    keys = [page_keys(enc.slots[r.start:r.stop], enc.pages[r.start:r.stop], n_slots) for enc, r in parts]
+    keys = [page_keys(enc.slots[r.start : r.stop], enc.pages[r.start : r.stop], n_slots) for enc, r in parts]
     return PageTable.build(keys, horizon, max_succ)
 
 
@@ -54,8 +54,9 @@ def _delta_candidates(lm: LoadedModel, enc: EncodedStream, stop: int, top_k: int
     return tuple(np.concatenate([q[i] for q in parts]) for i in range(4))
 
 
-def fit_mix(lm: LoadedModel, table: PageTable, val: Sequence[tuple[EncodedStream, range]], top_k: int,
-            horizon: int) -> tuple[float, dict[float, float]]:
+def fit_mix(
+    lm: LoadedModel, table: PageTable, val: Sequence[tuple[EncodedStream, range]], top_k: int, horizon: int
+) -> tuple[float, dict[float, float]]:
     """(best λ, validation recall@top_k per λ). Ties go to the smaller λ (the delta model);
     when every λ scores the same, ``PRIOR_LAMBDA``."""
     if len(table) == 0 or not val:
@@ -93,10 +94,26 @@ def _accumulate(lm: LoadedModel, table: PageTable, val, top_k: int, horizon: int
         rids = np.where(slots < n_slots, slots, -1)
         truth = {"region": rids, "page": pages}
         for lam in LAMBDAS:
-            cnt, reg, pg, score = mix_block(ok[sl], s[sl], p[sl], sc[sl], keys, rids, pages, table.keys, table.succ,
-                                            table.prob, ident, big, lam, top_k)
+            cnt, reg, pg, score = mix_block(
+                ok[sl],
+                s[sl],
+                p[sl],
+                sc[sl],
+                keys,
+                rids,
+                pages,
+                table.keys,
+                table.succ,
+                table.prob,
+                ident,
+                big,
+                lam,
+                top_k,
+            )
             rows, cols = np.nonzero(np.arange(top_k)[None, :] < cnt[:, None])
-            m = ranking_metrics((rows, reg[rows, cols], pg[rows, cols], score[rows, cols]), truth, k=top_k, horizon=horizon)
+            m = ranking_metrics(
+                (rows, reg[rows, cols], pg[rows, cols], score[rows, cols]), truth, k=top_k, horizon=horizon
+            )
             n_ev = stop - r.start
             # an event without predictions counts as zero recall
             hits[lam][0] += m["recall_at_k"] * m["triggers"] if m["triggers"] else 0.0

@@ -64,7 +64,13 @@ class DeltaLSTM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = _Embed(cfg, cfg.embed)
-        self.lstm = nn.LSTM(cfg.embed, cfg.hidden, num_layers=cfg.layers, batch_first=True, dropout=cfg.dropout if cfg.layers > 1 else 0.0)
+        self.lstm = nn.LSTM(
+            cfg.embed,
+            cfg.hidden,
+            num_layers=cfg.layers,
+            batch_first=True,
+            dropout=cfg.dropout if cfg.layers > 1 else 0.0,
+        )
         self.next_head = nn.Linear(cfg.hidden, cfg.n_classes)
         self.horizon_head = nn.Linear(cfg.hidden, cfg.n_classes)
 

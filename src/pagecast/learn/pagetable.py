@@ -21,7 +21,8 @@ from typing import Sequence
 import numba
 import numpy as np
 
-from pagecast.trace.keys import PAGE_BITS, PAGE_MASK as _PAGE_MASK  # key = slot << PAGE_BITS | page (slots, not regions)
+from pagecast.trace.keys import PAGE_BITS  # key = slot << PAGE_BITS | page (slots, not regions)
+from pagecast.trace.keys import PAGE_MASK as _PAGE_MASK
 
 STEP_DISCOUNT = 0.05
 
@@ -105,7 +106,7 @@ class PageTable:
         dst = np.concatenate(dsts)
         uniq, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
         u = len(uniq)
-        si, di = inv[: len(src)], inv[len(src):]
+        si, di = inv[: len(src)], inv[len(src) :]
         pair, pair_inv, counts = np.unique(si.astype(np.int64) * u + di, return_inverse=True, return_counts=True)
         mean_step = np.bincount(pair_inv, weights=np.concatenate(steps), minlength=len(pair)) / counts
         ps, pd = pair // u, pair % u
@@ -134,18 +135,41 @@ class PageTable:
     def to_blob(self) -> dict:
         import torch
 
-        return {"keys": torch.from_numpy(self.keys.copy()), "succ": torch.from_numpy(self.succ.copy()),
-                "prob": torch.from_numpy(self.prob.copy())}
+        return {
+            "keys": torch.from_numpy(self.keys.copy()),
+            "succ": torch.from_numpy(self.succ.copy()),
+            "prob": torch.from_numpy(self.prob.copy()),
+        }
 
     @classmethod
     def from_blob(cls, blob: dict) -> "PageTable":
-        return cls(blob["keys"].numpy().astype(np.int64), blob["succ"].numpy().astype(np.int64),
-                   blob["prob"].numpy().astype(np.float32))
+        return cls(
+            blob["keys"].numpy().astype(np.int64),
+            blob["succ"].numpy().astype(np.int64),
+            blob["prob"].numpy().astype(np.float32),
+        )
 
 
 @numba.njit(cache=True)
-def mix_row(d_reg, d_page, d_score, nd, key, t_keys, t_succ, t_prob, s2r, rpages, cur_rid, cur_page, lam, top_k,
-            o_reg, o_page, o_score) -> int:
+def mix_row(
+    d_reg,
+    d_page,
+    d_score,
+    nd,
+    key,
+    t_keys,
+    t_succ,
+    t_prob,
+    s2r,
+    rpages,
+    cur_rid,
+    cur_page,
+    lam,
+    top_k,
+    o_reg,
+    o_page,
+    o_score,
+) -> int:
     """Merge one event's delta candidates (region, page, score; best first) with the table's
     successors of ``key`` into the ``top_k`` pages of highest (1 − λ)·p_delta + λ·p_table.
 
@@ -228,7 +252,9 @@ def mix_block(ok, d_reg, d_page, d_score, keys, rids, pages, t_keys, t_succ, t_p
                 dp[nd] = d_page[r, j]
                 ds[nd] = d_score[r, j]
                 nd += 1
-        n = mix_row(dr, dp, ds, nd, keys[r], t_keys, t_succ, t_prob, s2r, rpages, rids[r], pages[r], lam, top_k, br, bp, bs)
+        n = mix_row(
+            dr, dp, ds, nd, keys[r], t_keys, t_succ, t_prob, s2r, rpages, rids[r], pages[r], lam, top_k, br, bp, bs
+        )
         cnt[r] = n
         for j in range(n):
             o_reg[r, j] = br[j]

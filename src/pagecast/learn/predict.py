@@ -65,6 +65,8 @@ def lstm_kernel(lm: LoadedModel, k: int):
         cs, cd = lm.vocab.class_slots_deltas()
         _CACHE[key] = LSTMKernel.build(lm.model, lm.train_config.head, k, lm.vocab.keys, cs, cd)
     return _CACHE[key]
+
+
 EXTRA_CANDIDATES = 16  # ranked classes beyond top_k, as some decode to no usable page
 
 
@@ -93,15 +95,30 @@ def _quantized(graph: bytes) -> bytes:
         return dst.read_bytes()
 
 
-def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], outs: Sequence[str], dynamic: dict,
-                  threads: int, int8: bool = False):
+def _onnx_session(
+    module: torch.nn.Module,
+    args: tuple,
+    names: Sequence[str],
+    outs: Sequence[str],
+    dynamic: dict,
+    threads: int,
+    int8: bool = False,
+):
     import onnxruntime as ort
 
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, args, buf, dynamo=False, input_names=list(names), output_names=list(outs),
-                          dynamic_axes=dynamic, opset_version=17)
+        torch.onnx.export(
+            module,
+            args,
+            buf,
+            dynamo=False,
+            input_names=list(names),
+            output_names=list(outs),
+            dynamic_axes=dynamic,
+            opset_version=17,
+        )
     graph = _quantized(buf.getvalue()) if int8 else buf.getvalue()
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -112,8 +129,15 @@ def _onnx_session(module: torch.nn.Module, args: tuple, names: Sequence[str], ou
     return ort.InferenceSession(graph, so, providers=["CPUExecutionProvider"])
 
 
-def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names: Sequence[str], outs: Sequence[str],
-                dynamic: dict, backend: str, threads: int = 0) -> Callable[..., tuple[np.ndarray, ...]]:
+def make_runner(
+    module: torch.nn.Module,
+    example: tuple[np.ndarray, ...],
+    names: Sequence[str],
+    outs: Sequence[str],
+    dynamic: dict,
+    backend: str,
+    threads: int = 0,
+) -> Callable[..., tuple[np.ndarray, ...]]:
     """A function numpy inputs → numpy outputs for ``module`` on the chosen backend.
 
     ``threads`` (onnx): intra-op threads, 0 = torch's current setting.
@@ -121,7 +145,9 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
     module.eval()
     targs = tuple(torch.from_numpy(a) for a in example)
     if backend in ("onnx", "onnx-int8"):
-        sess = _onnx_session(module, targs, names, outs, dynamic, threads or torch.get_num_threads(), backend == "onnx-int8")
+        sess = _onnx_session(
+            module, targs, names, outs, dynamic, threads or torch.get_num_threads(), backend == "onnx-int8"
+        )
         run = sess.run
         # Inputs the graph does not read (ips when the model ignores ip) are pruned by the exporter.
         used = {i.name for i in sess.get_inputs()}
@@ -130,6 +156,7 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
 
         def f(*arrays):
             return tuple(run(None, {n: arrays[j] for n, j in zip(kept, keep)}))
+
         return f
     if backend == "torchscript":
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
@@ -145,6 +172,7 @@ def make_runner(module: torch.nn.Module, example: tuple[np.ndarray, ...], names:
         with torch.no_grad():
             res = mod(*(torch.from_numpy(a) for a in arrays))
         return tuple(r.numpy() for r in res)
+
     return g
 
 
@@ -176,8 +204,15 @@ def seq_runner(lm: LoadedModel, k: int, backend: str, skip: int = 0):
     if key not in _CACHE:
         ex = tuple(np.zeros((2, lm.config.seq_len), np.int64) for _ in range(3))
         dyn = {n: {0: "batch", 1: "time"} for n in ("tokens", "slots", "ips", "scores", "classes")}
-        _CACHE[key] = make_runner(SeqScorer(lm.model, lm.train_config.head, k, skip), ex, ("tokens", "slots", "ips"),
-                                  ("scores", "classes"), dyn, backend, threads=1 if onnx else 0)
+        _CACHE[key] = make_runner(
+            SeqScorer(lm.model, lm.train_config.head, k, skip),
+            ex,
+            ("tokens", "slots", "ips"),
+            ("scores", "classes"),
+            dyn,
+            backend,
+            threads=1 if onnx else 0,
+        )
     return _CACHE[key]
 
 
@@ -188,13 +223,27 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
         if cfg.kind == "lstm":
             z = np.zeros((cfg.layers, 2, cfg.hidden), np.float32)
             ex = (np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int64), z, z, np.zeros(1, np.int64))
-            _CACHE[key] = make_runner(LSTMStep(lm.model, lm.train_config.head, k), ex, ("token", "slot", "ip", "h", "c", "sel"),
-                                      ("scores", "classes", "h_out", "c_out"), {}, backend, threads=1)
+            _CACHE[key] = make_runner(
+                LSTMStep(lm.model, lm.train_config.head, k),
+                ex,
+                ("token", "slot", "ip", "h", "c", "sel"),
+                ("scores", "classes", "h_out", "c_out"),
+                {},
+                backend,
+                threads=1,
+            )
         else:
             ex = tuple(np.zeros((1, cfg.seq_len), np.int64) for _ in range(3))
             dyn = {n: {1: "time"} for n in ("tokens", "slots", "ips")}
-            _CACHE[key] = make_runner(LastScorer(lm.model, lm.train_config.head, k), ex, ("tokens", "slots", "ips"),
-                                      ("scores", "classes"), dyn, backend, threads=1)
+            _CACHE[key] = make_runner(
+                LastScorer(lm.model, lm.train_config.head, k),
+                ex,
+                ("tokens", "slots", "ips"),
+                ("scores", "classes"),
+                dyn,
+                backend,
+                threads=1,
+            )
     return _CACHE[key]
 
 
@@ -202,9 +251,17 @@ def step_runner(lm: LoadedModel, k: int, backend: str):
 # Batched, causal scoring of a whole stream
 
 
-def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np.ndarray, k: int, *,
-                 backend: str = "auto", batch_windows: int = 512,
-                 on_block: Callable[[int, np.ndarray, np.ndarray], None]) -> None:
+def score_stream(
+    lm: LoadedModel,
+    tokens: np.ndarray,
+    slots: np.ndarray,
+    ips: np.ndarray,
+    k: int,
+    *,
+    backend: str = "auto",
+    batch_windows: int = 512,
+    on_block: Callable[[int, np.ndarray, np.ndarray], None],
+) -> None:
     """Run the model over the stream in context-rule windows; ``on_block(start, scores, classes)``
     receives (m, k) arrays for events start … start+m−1, in order.
 
@@ -262,9 +319,16 @@ def score_stream(lm: LoadedModel, tokens: np.ndarray, slots: np.ndarray, ips: np
         on_block(start, sc.reshape(-1, k)[:m], cl.reshape(-1, k)[:m])
 
 
-def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | Path | DemandStream, *, top_k: int = 10,
-                     backend: str = "auto", progress: Callable[[int], None] | None = None,
-                     batch_windows: int = 512, events: np.ndarray | None = None) -> Schedule:
+def predict_schedule(
+    model_path: str | Path | LoadedModel,
+    trace: Trace | str | Path | DemandStream,
+    *,
+    top_k: int = 10,
+    backend: str = "auto",
+    progress: Callable[[int], None] | None = None,
+    batch_windows: int = 512,
+    events: np.ndarray | None = None,
+) -> Schedule:
     """The model's top-k pages after every demand event of ``trace``, causally.
 
     ``batch_windows``: windows of 2C events per graph call (graph backends; numba ignores it).
@@ -286,7 +350,10 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
     cls_slot, cls_delta = lm.vocab.class_slots_deltas()
     n_slots = lm.table.unknown
     slot_to_region = _slot_to_region(lm, stream.regions)
-    region_pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in stream.regions] + [np.iinfo(np.int64).max], np.int64)
+    region_pages = np.array(
+        [r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in stream.regions] + [np.iinfo(np.int64).max],
+        np.int64,
+    )
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
     slots32 = slots.astype(np.int32)
@@ -300,8 +367,9 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         rids = stream.region.astype(np.int64)
 
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
-        ok, rank, s, p = decode_pages(slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k,
-                                      slot_limit)
+        ok, rank, s, p = decode_pages(
+            slots32, stream.page, start, classes.astype(np.int64), cls_slot, cls_delta, last, seen, top_k, slot_limit
+        )
         reg = slot_to_region[s]
         ok &= reg >= 0
         ok &= p < region_pages[reg]
@@ -309,9 +377,22 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         if mix is not None:
             tab, lam = mix
             stop = start + len(scores)
-            cnt, reg, p, sc = mix_block(ok, reg.astype(np.int64), p, sc, own_keys[start:stop], rids[start:stop],
-                                        stream.page[start:stop], tab.keys, tab.succ, tab.prob, slot_to_region.astype(np.int64),
-                                        region_pages, lam, top_k)
+            cnt, reg, p, sc = mix_block(
+                ok,
+                reg.astype(np.int64),
+                p,
+                sc,
+                own_keys[start:stop],
+                rids[start:stop],
+                stream.page[start:stop],
+                tab.keys,
+                tab.succ,
+                tab.prob,
+                slot_to_region.astype(np.int64),
+                region_pages,
+                lam,
+                top_k,
+            )
             ok = np.arange(top_k)[None, :] < cnt[:, None]
         rows, cols = np.nonzero(ok)
         out["trigger"].append((start + rows).astype(np.int64))
@@ -329,10 +410,20 @@ def predict_schedule(model_path: str | Path | LoadedModel, trace: Trace | str | 
         t_ns = stream.t_ns[trig]
         if events is not None:
             trig = np.asarray(events, np.int64)[trig]
-        sched = Schedule(trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"]))
+        sched = Schedule(
+            trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"])
+        )
     sched.regions = list(stream.regions)
-    sched.meta = {"source": "pagecast.learn", "model": str(lm.path), "kind": lm.config.kind, "top_k": top_k,
-                  "head": lm.train_config.head, "stream_rows": len(whole), "events_shown": len(stream), "page_mix": float(mix[1]) if mix else 0.0}
+    sched.meta = {
+        "source": "pagecast.learn",
+        "model": str(lm.path),
+        "kind": lm.config.kind,
+        "top_k": top_k,
+        "head": lm.train_config.head,
+        "stream_rows": len(whole),
+        "events_shown": len(stream),
+        "page_mix": float(mix[1]) if mix else 0.0,
+    }
     return sched
 
 

@@ -61,7 +61,9 @@ def window_distinct(ids: np.ndarray, horizon: int) -> np.ndarray:
     return np.cumsum(diff)[:n]
 
 
-def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int = 10, horizon: int = 64) -> dict[str, float]:
+def ranking_metrics(
+    schedule_or_predictions: PredictionRows, trace: Any, k: int = 10, horizon: int = 64
+) -> dict[str, float]:
     """precision@K, recall@K, mAP and micro-F1 of predictions against ``trace``."""
     if k < 1 or horizon < 1:
         raise ValueError("k and horizon must be positive")
@@ -77,7 +79,9 @@ def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int 
     if len(trig):
         pair_order = np.lexsort((np.arange(len(trig)), key, trig))
         dup = np.zeros(len(trig), bool)
-        dup[pair_order[1:]] = (trig[pair_order[1:]] == trig[pair_order[:-1]]) & (key[pair_order[1:]] == key[pair_order[:-1]])
+        dup[pair_order[1:]] = (trig[pair_order[1:]] == trig[pair_order[:-1]]) & (
+            key[pair_order[1:]] == key[pair_order[:-1]]
+        )
         first = ~dup
     trig, key = trig[first], key[first]
     starts = np.flatnonzero(np.r_[True, trig[1:] != trig[:-1]]) if len(trig) else np.zeros(0, np.int64)
@@ -111,7 +115,11 @@ def ranking_metrics(schedule_or_predictions: PredictionRows, trace: Any, k: int 
     # Every event with a non-empty truth counts; one without predictions scores zero.
     n_scored = int((truth > 0).sum())
     out = {
-        "k": k, "horizon": horizon, "events": n, "triggers": int(valid.sum()), "events_scored": n_scored,
+        "k": k,
+        "horizon": horizon,
+        "events": n,
+        "triggers": int(valid.sum()),
+        "events_scored": n_scored,
         "event_coverage": float(valid.sum() / n_scored) if n_scored else float("nan"),
         "precision_at_k": float(np.sum(hits[valid] / k) / n_scored) if n_scored else float("nan"),
         "recall_at_k": float(np.sum(hits[valid] / t_size[valid]) / n_scored) if n_scored else float("nan"),

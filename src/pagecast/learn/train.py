@@ -100,7 +100,9 @@ def _loss(model, batch, cfg: TrainConfig):
     next_logits, hor_logits = model(tok, slot, ip)
     ce = F.cross_entropy(next_logits.reshape(-1, next_logits.shape[-1]), nxt.reshape(-1), ignore_index=-100)
     # Sum over classes (positives are sparse among ~1000 classes), mean over positions.
-    bce = F.binary_cross_entropy_with_logits(hor_logits[..., 1:], target[..., 1:], reduction="sum") / (tok.shape[0] * tok.shape[1])
+    bce = F.binary_cross_entropy_with_logits(hor_logits[..., 1:], target[..., 1:], reduction="sum") / (
+        tok.shape[0] * tok.shape[1]
+    )
     return cfg.next_weight * ce + cfg.horizon_weight * bce, next_logits, hor_logits
 
 
@@ -201,7 +203,12 @@ def train_model(
         if bar is not None:
             bar.close()
         vm = evaluate(model, val[0], val[1], mcfg, tcfg)
-        row = {"epoch": epoch, "train_loss": run_loss / max(steps, 1), **{f"val_{k}": v for k, v in vm.items()}, "seconds": time.perf_counter() - t0}
+        row = {
+            "epoch": epoch,
+            "train_loss": run_loss / max(steps, 1),
+            **{f"val_{k}": v for k, v in vm.items()},
+            "seconds": time.perf_counter() - t0,
+        }
         history.append(row)
         if on_epoch:
             on_epoch(row)
@@ -215,8 +222,12 @@ def train_model(
                 break
     model.load_state_dict(best_state)
     model.eval()
-    metrics: dict[str, Any] = {"epochs_run": len(history), "best_epoch": max(history, key=lambda r: (r[f"val_{key}"], -r["val_loss"]))["epoch"],
-                               "train_seconds": time.perf_counter() - t0, "train_windows": int(len(starts))}
+    metrics: dict[str, Any] = {
+        "epochs_run": len(history),
+        "best_epoch": max(history, key=lambda r: (r[f"val_{key}"], -r["val_loss"]))["epoch"],
+        "train_seconds": time.perf_counter() - t0,
+        "train_windows": int(len(starts)),
+    }
     metrics.update({f"val_{k}": v for k, v in evaluate(model, val[0], val[1], mcfg, tcfg).items()})
     if data.test:
         tflat, tstarts = _concat(data.test, mcfg.seq_len, mcfg.horizon, mcfg.seq_len) or (None, np.empty(0))
@@ -236,16 +247,23 @@ def _attach_page_table(result: TrainResult, data: PreparedData, tcfg: TrainConfi
     t0 = time.perf_counter()
     mcfg = result.model_config
     table = build_table(data.train, data.table.unknown, mcfg.horizon, tcfg.page_table)
-    parts = data.val or [(enc, range(max(r.start, r.stop - max(1, (r.stop - r.start) // 10)), r.stop)) for enc, r in data.train]
+    parts = data.val or [
+        (enc, range(max(r.start, r.stop - max(1, (r.stop - r.start) // 10)), r.stop)) for enc, r in data.train
+    ]
     lm = LoadedModel(result.model, mcfg, DatasetSpec(horizon=mcfg.horizon), tcfg, data.table, data.vocab, {}, [], {})
     lam, recall = fit_mix(lm, table, parts, tcfg.top_k, mcfg.horizon)
     if data.stats.get("validation") in ("leave-one-run-out", "other runs") and lam > 0:
         # λ was judged on a run the table had not seen; the table the model keeps knows them all
         table = build_table(list(data.train) + list(data.val), data.table.unknown, mcfg.horizon, tcfg.page_table)
     result.page_table, result.mix = table, lam
-    result.metrics.update({"page_table_keys": len(table), "page_mix": lam,
-                           "val_mix_recall": {str(k): v for k, v in recall.items()},
-                           "page_table_seconds": time.perf_counter() - t0})
+    result.metrics.update(
+        {
+            "page_table_keys": len(table),
+            "page_mix": lam,
+            "val_mix_recall": {str(k): v for k, v in recall.items()},
+            "page_table_seconds": time.perf_counter() - t0,
+        }
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -277,7 +295,14 @@ def model_digest(blob: dict) -> str:
     return h.hexdigest()
 
 
-def save_model(path: str | Path, result: TrainResult, data: PreparedData, spec: DatasetSpec, tcfg: TrainConfig, extra: dict | None = None) -> Path:
+def save_model(
+    path: str | Path,
+    result: TrainResult,
+    data: PreparedData,
+    spec: DatasetSpec,
+    tcfg: TrainConfig,
+    extra: dict | None = None,
+) -> Path:
     blob = {
         "format": MODEL_FORMAT,
         "version": MODEL_VERSION,
@@ -333,13 +358,35 @@ def train_on_traces(
     spec = spec or DatasetSpec()
     arch = arch or Architecture()
     tcfg = tcfg or TrainConfig()
-    data = prepare([read_demand(t) for t in traces], spec, val_fraction=val_fraction, test_fraction=test_fraction,
-                   val_streams=[read_demand(t) for t in val_traces], validation=validation)
-    mcfg = ModelConfig(kind=arch.kind, n_classes=len(data.vocab), n_slots=data.table.unknown, n_ip=spec.ip_buckets,
-                       embed=arch.embed, hidden=arch.hidden, layers=arch.layers, heads=arch.heads,
-                       seq_len=arch.seq_len, horizon=spec.horizon)
+    data = prepare(
+        [read_demand(t) for t in traces],
+        spec,
+        val_fraction=val_fraction,
+        test_fraction=test_fraction,
+        val_streams=[read_demand(t) for t in val_traces],
+        validation=validation,
+    )
+    mcfg = ModelConfig(
+        kind=arch.kind,
+        n_classes=len(data.vocab),
+        n_slots=data.table.unknown,
+        n_ip=spec.ip_buckets,
+        embed=arch.embed,
+        hidden=arch.hidden,
+        layers=arch.layers,
+        heads=arch.heads,
+        seq_len=arch.seq_len,
+        horizon=spec.horizon,
+    )
     res = train_model(data, mcfg, tcfg, on_epoch=on_epoch, progress_factory=progress_factory)
-    save_model(out, res, data, spec, tcfg, extra={"traces": [str(t) for t in traces], "val_traces": [str(t) for t in val_traces]})
+    save_model(
+        out,
+        res,
+        data,
+        spec,
+        tcfg,
+        extra={"traces": [str(t) for t in traces], "val_traces": [str(t) for t in val_traces]},
+    )
     return res
 
 
@@ -377,7 +424,9 @@ def load_model(path: str | Path) -> LoadedModel:
     except (TypeError, ValueError):
         raise PagecastError("corrupt model file (bad version)", path=path) from None
     if version > MODEL_VERSION:
-        raise PagecastError(f"model file version {version} is newer than this pagecast reads ({MODEL_VERSION})", path=path)
+        raise PagecastError(
+            f"model file version {version} is newer than this pagecast reads ({MODEL_VERSION})", path=path
+        )
     # Files from before digests have none; any other file must match its digest.
     if MODEL_DIGEST in blob and blob[MODEL_DIGEST] != model_digest(blob):
         raise PagecastError("corrupt model file (contents do not match the file's SHA-256 digest)", path=path)
@@ -394,14 +443,22 @@ def load_model(path: str | Path) -> LoadedModel:
             table = PageTable.from_blob(blob["page_table"])
         mix = float(json.loads(blob.get("page_mix", "0")))
         loaded = LoadedModel(
-            model, cfg, spec, tcfg,
+            model,
+            cfg,
+            spec,
+            tcfg,
             RegionTable.from_list(json.loads(blob["regions"])),
             Vocabulary(blob["vocab_keys"].numpy().astype(np.int64)),
-            json.loads(blob["metrics"]), json.loads(blob["history"]), json.loads(blob.get("extra", "{}")), str(path),
-            table, mix,
+            json.loads(blob["metrics"]),
+            json.loads(blob["history"]),
+            json.loads(blob.get("extra", "{}")),
+            str(path),
+            table,
+            mix,
         )
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError, OverflowError) as e:
-        raise PagecastError(f"corrupt model file ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})",
-                            path=path) from None
+        raise PagecastError(
+            f"corrupt model file ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})", path=path
+        ) from None
     model.eval()
     return loaded

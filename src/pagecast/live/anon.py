@@ -64,10 +64,10 @@ def preload_blocker(cmd: Sequence[str], env: dict[str, str]) -> str | None:
             is64, little = head[4] == 2, head[5] == 1
             e = "<" if little else ">"
             if is64:
-                phoff, = struct.unpack_from(e + "Q", head, 32)
+                (phoff,) = struct.unpack_from(e + "Q", head, 32)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 54)
             else:
-                phoff, = struct.unpack_from(e + "I", head, 28)
+                (phoff,) = struct.unpack_from(e + "I", head, 28)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
@@ -149,8 +149,14 @@ class AnonInjector:
         return np.isin(region, np.fromiter(self._regions, np.int64, len(self._regions)))
 
     def submit(self, region: np.ndarray, page: np.ndarray, t_fault: np.ndarray, t_seen: np.ndarray) -> None:
-        base = np.asarray([self._regions[int(r)].base for r in region], np.int64) if len(region) else np.empty(0, np.int64)
-        npg = np.asarray([self._regions[int(r)].pages for r in region], np.int64) if len(region) else np.empty(0, np.int64)
+        base = (
+            np.asarray([self._regions[int(r)].base for r in region], np.int64) if len(region) else np.empty(0, np.int64)
+        )
+        npg = (
+            np.asarray([self._regions[int(r)].pages for r in region], np.int64)
+            if len(region)
+            else np.empty(0, np.int64)
+        )
         ok = (page >= 0) & (page < npg) & (base > 0)
         self.unmapped += int((~ok).sum())
         region, page, t_fault, t_seen, base = region[ok], page[ok], t_fault[ok], t_seen[ok], base[ok]
@@ -232,7 +238,7 @@ class AnonInjector:
                 if len(acks) < len(counts):
                     break
                 self._inflight.get_nowait()
-                mine, acks = acks[:len(counts)], acks[len(counts):]
+                mine, acks = acks[: len(counts)], acks[len(counts) :]
                 ok = mine[:, 1] == 0
                 keep = np.repeat(ok, counts)
                 with self._lock:
@@ -240,9 +246,16 @@ class AnonInjector:
                     self.errors += int((~ok).sum())
                     self.pages += int(npages[ok].sum())
                     if keep.any():
-                        self._done.append(Issued(np.repeat(mine[:, 0] - self.t0, counts)[keep], region[keep].astype(np.int32),
-                                                 page[keep].astype(np.int64), t_fault[keep], t_seen[keep],
-                                                 np.full(int(keep.sum()), t_sub, np.int64)))
+                        self._done.append(
+                            Issued(
+                                np.repeat(mine[:, 0] - self.t0, counts)[keep],
+                                region[keep].astype(np.int32),
+                                page[keep].astype(np.int64),
+                                t_fault[keep],
+                                t_seen[keep],
+                                np.full(int(keep.sum()), t_sub, np.int64),
+                            )
+                        )
 
     def take(self) -> list[Issued]:
         with self._lock:
@@ -260,10 +273,18 @@ class AnonInjector:
         self._listener.close()
 
     def stats(self) -> dict:
-        return {"state": "on" if self._conn is not None else "off", "reason": None if self._conn is not None else
-                "the shim did not connect (it could not load, or the program exited first)",
-                "mode": self.mode, "pid": self.pid, "ranges": self.ranges, "pages_populated": self.pages,
-                "errors": self.errors, "unmapped": self.unmapped}
+        return {
+            "state": "on" if self._conn is not None else "off",
+            "reason": None
+            if self._conn is not None
+            else "the shim did not connect (it could not load, or the program exited first)",
+            "mode": self.mode,
+            "pid": self.pid,
+            "ranges": self.ranges,
+            "pages_populated": self.pages,
+            "errors": self.errors,
+            "unmapped": self.unmapped,
+        }
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes | None:

@@ -65,8 +65,7 @@ class FastPathState:
     dropped_batches: int = 0
 
 
-def write_config(spec: SourceSpec, gap: int, anon: bool = True,
-                 directory: str | None = None) -> tuple[Path, str] | str:
+def write_config(spec: SourceSpec, gap: int, anon: bool = True, directory: str | None = None) -> tuple[Path, str] | str:
     """Write the fast path's config for ``spec`` to a temp file: (path, mode), or the
     reason why this predictor (or this schedule) stays on the Python path."""
     mode = fast_mode(spec)

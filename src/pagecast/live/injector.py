@@ -42,7 +42,9 @@ class Issued:
     t_submit: np.ndarray  # int64: when the predictor handed the page to the injector
 
 
-def merge_ranges(region: np.ndarray, page: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def merge_ranges(
+    region: np.ndarray, page: np.ndarray, gap: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Split an ordered page list into ranges: (range start index, region, first page, npages).
 
     A new range starts where the region changes or the next page is not 1..gap+1 pages
@@ -96,7 +98,10 @@ class FileInjector:
         self.ranges = 0
         self.range_pages = 0
         _lib()  # build/load before the program starts, not at its first fault
-        self._threads = [threading.Thread(target=self._work, name=f"pagecast-inject-{i}", daemon=True) for i in range(max(1, threads))]
+        self._threads = [
+            threading.Thread(target=self._work, name=f"pagecast-inject-{i}", daemon=True)
+            for i in range(max(1, threads))
+        ]
         for t in self._threads:
             t.start()
 
@@ -134,8 +139,19 @@ class FileInjector:
         for c in range(0, len(starts), CHUNK_RANGES):
             sl = slice(c, min(c + CHUNK_RANGES, len(starts)))
             lo, hi = int(bounds[sl.start]), int(bounds[sl.stop])
-            self._q.put((rreg[sl], first[sl], npages[sl], bounds[sl.start:sl.stop + 1] - lo,
-                         region[lo:hi], page[lo:hi], t_fault[lo:hi], t_seen[lo:hi], t_sub))
+            self._q.put(
+                (
+                    rreg[sl],
+                    first[sl],
+                    npages[sl],
+                    bounds[sl.start : sl.stop + 1] - lo,
+                    region[lo:hi],
+                    page[lo:hi],
+                    t_fault[lo:hi],
+                    t_seen[lo:hi],
+                    t_sub,
+                )
+            )
 
     def _work(self) -> None:
         while True:
@@ -155,8 +171,16 @@ class FileInjector:
                 self.errors += int(errors)
                 self.ranges += len(rreg)
                 self.range_pages += int(npages.sum())
-                self._done.append(Issued(t_issue, region.astype(np.int32), page.astype(np.int64), t_fault, t_seen,
-                                         np.full(len(page), t_sub, np.int64)))
+                self._done.append(
+                    Issued(
+                        t_issue,
+                        region.astype(np.int32),
+                        page.astype(np.int64),
+                        t_fault,
+                        t_seen,
+                        np.full(len(page), t_sub, np.int64),
+                    )
+                )
             self._q.task_done()
 
     def take(self) -> list[Issued]:

@@ -97,7 +97,9 @@ class LiveResult:
     prefetch_useless: int  # prefetched pages never faulted on afterwards
     prefetch_at_start: int  # of prefetch_pages: issued by file path as the program started (replay)
     latency_submit_us: dict[str, float | None]  # daemon received the fault → predictor handed pages to the injector
-    latency_seen_us: dict[str, float | None]  # daemon received the fault → first prefetch issued (incl. queueing behind earlier reads)
+    latency_seen_us: dict[
+        str, float | None
+    ]  # daemon received the fault → first prefetch issued (incl. queueing behind earlier reads)
     latency_fault_us: dict[str, float | None]  # fault happened → first prefetch issued (adds collector delay)
     predictor_alive: bool
     predictor_error: str | None
@@ -129,8 +131,12 @@ def _percentiles(x: np.ndarray) -> dict[str, float]:
     if not len(x):
         return {"n": 0, "p50": None, "p99": None, "max": None}
     us = x / 1e3
-    return {"n": int(len(x)), "p50": round(float(np.percentile(us, 50)), 1), "p99": round(float(np.percentile(us, 99)), 1),
-            "max": round(float(us.max()), 1)}
+    return {
+        "n": int(len(x)),
+        "p50": round(float(np.percentile(us, 50)), 1),
+        "p99": round(float(np.percentile(us, 99)), 1),
+        "max": round(float(us.max()), 1),
+    }
 
 
 class _PredictorLost(Exception):
@@ -155,8 +161,12 @@ class _Predictor:
         ctx = mp.get_context("fork")
         self._in_r, self._in_w = ctx.Pipe(duplex=False)
         self._out_r, self._out_w = ctx.Pipe(duplex=False)
-        self.proc = ctx.Process(target=worker_main, args=(spec, self._in_r, self._out_w, threads, gap, anon_listener),
-                                name="pagecast-predictor", daemon=True)
+        self.proc = ctx.Process(
+            target=worker_main,
+            args=(spec, self._in_r, self._out_w, threads, gap, anon_listener),
+            name="pagecast-predictor",
+            daemon=True,
+        )
         self.proc.start()
         self._in_r.close()
         self._out_w.close()
@@ -184,10 +194,14 @@ class _Predictor:
             hung = self.proc.is_alive()
             self.close()
             if hung:
-                raise _PredictorLost(f"the predictor process (pid {pid}) did not finish loading {self.name} in "
-                                     f"{READY_TIMEOUT_S:.0f} s and was stopped")
-            raise _PredictorLost(f"the predictor process (pid {pid}) died while loading {self.name} "
-                                 f"({_how_it_ended(self.proc.exitcode)})")
+                raise _PredictorLost(
+                    f"the predictor process (pid {pid}) did not finish loading {self.name} in "
+                    f"{READY_TIMEOUT_S:.0f} s and was stopped"
+                )
+            raise _PredictorLost(
+                f"the predictor process (pid {pid}) died while loading {self.name} "
+                f"({_how_it_ended(self.proc.exitcode)})"
+            )
         if msg[0] == "error":
             self.close()
             raise PagecastError(msg[1])
@@ -235,8 +249,10 @@ class _Predictor:
     def warning(self) -> str | None:
         if self.alive:
             return None
-        return (f"the predictor process (pid {self.proc.pid}) died mid-run ({self.error}): prefetching stopped; "
-                "the program ran to completion unprefetched")
+        return (
+            f"the predictor process (pid {self.proc.pid}) died mid-run ({self.error}): prefetching stopped; "
+            "the program ran to completion unprefetched"
+        )
 
     def close(self) -> None:
         if self.proc.is_alive():
@@ -293,8 +309,9 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
         channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
     session.worker_pid = predictor.proc.pid if predictor else None
     cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
-    mon = FaultMonitor(cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
-                       poll_ms=cfg.poll_ms)
+    mon = FaultMonitor(
+        cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages, poll_ms=cfg.poll_ms
+    )
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     t_start = time.monotonic()
@@ -344,8 +361,10 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     res = _summarise(cfg, mon, predictor, faults, issued, returncode, wall, anon_off)
     if collector_error is not None:
         res.collector_alive, res.collector_error = False, collector_error
-        res.warning = (f"the fault collector (pid {mon.collector_pid}) died mid-run ({collector_error}): prefetching "
-                       "and recording stopped; the program ran to completion unprefetched")
+        res.warning = (
+            f"the fault collector (pid {mon.collector_pid}) died mid-run ({collector_error}): prefetching "
+            "and recording stopped; the program ran to completion unprefetched"
+        )
     elif lost_at_start:
         res.predictor_alive, res.predictor_error, res.warning = False, lost_at_start, lost_at_start
     elif predictor:
@@ -364,17 +383,24 @@ def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
     return _how_it_ended(mon.collector_returncode), _wait_orphan(mon.pid, reaper)
 
 
-def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path,
-              mode: str) -> LiveResult:
+def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path, mode: str) -> LiveResult:
     """The native fast path: the collector predicts and issues; this process records."""
     from pagecast.live.fastpath import FastPathState, issued_from_monitor
 
     session = LiveSession()
     state = FastPathState(cfg.source.label())
     cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
-    mon = FaultMonitor(cfg.cmd, env=cfg.env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages,
-                       poll_ms=cfg.fast_report_ms, fast=config, fast_poll_ms=cfg.fast_poll_ms,
-                       fast_wake_minor=cfg.fast_wake_minor)
+    mon = FaultMonitor(
+        cfg.cmd,
+        env=cfg.env,
+        stdout=cfg.stdout,
+        stderr=cfg.stderr,
+        ring_pages=cfg.ring_pages,
+        poll_ms=cfg.fast_report_ms,
+        fast=config,
+        fast_poll_ms=cfg.fast_poll_ms,
+        fast_wake_minor=cfg.fast_wake_minor,
+    )
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     reniced: list[tuple[int, int]] = []
@@ -415,13 +441,23 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
     fast = {"state": "on", "mode": mode, **(mon.fast_stats or {})}
     if mon.fast_stats is None:
         fast["state"] = "died"
-    res = _summarise(cfg, mon, state, faults, issued, returncode, wall,  # type: ignore[arg-type]
-                     {"state": "off", "reason": "native fast path: file pages only (--no-fast for the shim)"})
+    res = _summarise(
+        cfg,
+        mon,
+        state,
+        faults,
+        issued,
+        returncode,
+        wall,  # type: ignore[arg-type]
+        {"state": "off", "reason": "native fast path: file pages only (--no-fast for the shim)"},
+    )
     res.fast_path = fast
     if not state.alive:
         res.collector_alive, res.collector_error = False, how
-        res.warning = (f"the fault collector (pid {mon.collector_pid}) died mid-run ({how}): prefetching (native fast "
-                       "path) and recording stopped; the program ran to completion unprefetched")
+        res.warning = (
+            f"the fault collector (pid {mon.collector_pid}) died mid-run ({how}): prefetching (native fast "
+            "path) and recording stopped; the program ran to completion unprefetched"
+        )
     return res
 
 
@@ -489,8 +525,16 @@ def _anon_setup(cfg: LiveConfig) -> tuple[dict[str, str] | None, Any, dict[str, 
     return channel.env(base, shim), channel, {}
 
 
-def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None, faults: dict[str, np.ndarray],
-               issued: Sequence[Issued], returncode: int, wall: float, anon_off: dict[str, Any] | None = None) -> LiveResult:
+def _summarise(
+    cfg: LiveConfig,
+    mon: FaultMonitor,
+    predictor: _Predictor | None,
+    faults: dict[str, np.ndarray],
+    issued: Sequence[Issued],
+    returncode: int,
+    wall: float,
+    anon_off: dict[str, Any] | None = None,
+) -> LiveResult:
     f_t = faults["t_ns"].astype(np.int64)
     f_kind = faults["kind"].astype(np.uint8)
     f_key = page_keys(faults["region"], faults["page"]) if len(f_t) else np.empty(0, np.int64)
@@ -534,22 +578,42 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
 
     n_major = int(np.count_nonzero(f_kind == Kind.FAULT_MAJOR))
     result = LiveResult(
-        command=list(cfg.cmd), predictor=predictor.name if predictor else "none", returncode=returncode,
-        wall_s=round(wall, 4), faults_major=n_major, faults_minor=int(len(f_t) - n_major),
-        prefetch_pages=int(len(p_t)), prefetch_used=int(used.sum()), prefetch_late=int(late.sum()),
-        prefetch_useless=int(useless.sum()), prefetch_at_start=int(pre.sum()), latency_submit_us=_percentiles(lat_sub), latency_seen_us=_percentiles(lat_seen),
-        latency_fault_us=_percentiles(lat_fault), predictor_alive=bool(predictor.alive) if predictor else True,
-        predictor_error=predictor.error if predictor else None, lost=int(mon.lost), trace=None,
+        command=list(cfg.cmd),
+        predictor=predictor.name if predictor else "none",
+        returncode=returncode,
+        wall_s=round(wall, 4),
+        faults_major=n_major,
+        faults_minor=int(len(f_t) - n_major),
+        prefetch_pages=int(len(p_t)),
+        prefetch_used=int(used.sum()),
+        prefetch_late=int(late.sum()),
+        prefetch_useless=int(useless.sum()),
+        prefetch_at_start=int(pre.sum()),
+        latency_submit_us=_percentiles(lat_sub),
+        latency_seen_us=_percentiles(lat_seen),
+        latency_fault_us=_percentiles(lat_fault),
+        predictor_alive=bool(predictor.alive) if predictor else True,
+        predictor_error=predictor.error if predictor else None,
+        lost=int(mon.lost),
+        trace=None,
         worker=dict(predictor.stats, dropped_batches=predictor.dropped_batches) if predictor else {},
-        anon_prefetch=anon_off or (predictor.stats.get("anon") if predictor and predictor.stats.get("anon")
-                                   else {"state": "off", "reason": "the predictor ended before reporting"}),
+        anon_prefetch=anon_off
+        or (
+            predictor.stats.get("anon")
+            if predictor and predictor.stats.get("anon")
+            else {"state": "off", "reason": "the predictor ended before reporting"}
+        ),
     )
     if cfg.trace_out is not None:
         t_all = np.concatenate([f_t, p_t])
         order_all = np.argsort(t_all, kind="stable")
         n_p = len(p_t)
-        w = TraceWriter(cfg.trace_out, regions=list(mon.regions), source="live",
-                        meta={"command": list(cfg.cmd), "predictor": result.predictor, "live": _meta(result)})
+        w = TraceWriter(
+            cfg.trace_out,
+            regions=list(mon.regions),
+            source="live",
+            meta={"command": list(cfg.cmd), "predictor": result.predictor, "live": _meta(result)},
+        )
         try:
             w.write(
                 t_ns=t_all[order_all],
@@ -569,8 +633,9 @@ def _summarise(cfg: LiveConfig, mon: FaultMonitor, predictor: _Predictor | None,
     return result
 
 
-def _renice_self_and_collector(mon: FaultMonitor, inc: int, extra_pids: Sequence[int] = (),
-                               collector: bool = True, only_collector: bool = False) -> list[tuple[int, int]]:
+def _renice_self_and_collector(
+    mon: FaultMonitor, inc: int, extra_pids: Sequence[int] = (), collector: bool = True, only_collector: bool = False
+) -> list[tuple[int, int]]:
     """Add ``inc`` to the niceness of every thread of this process (unless ``only_collector``)
     and of the collector process (if ``collector``): +10 lowers the recording daemon's
     priority; the fast path raises the collector's with a negative ``inc``.

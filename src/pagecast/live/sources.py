@@ -29,6 +29,7 @@ from pagecast.trace.regions import Region, match_regions
 from pagecast.trace.schedule import Schedule
 from pagecast.trace.schema import Kind
 
+
 @dataclass
 class Predictions:
     """Pages to prefetch, best/earliest first, with the batch index of the fault that caused them."""
@@ -129,8 +130,15 @@ def schedule_from_trace(trace: Trace | str) -> Schedule:
     pos = np.flatnonzero(sel)  # trigger = position in the demand stream, as schedules define it
     _, first = np.unique(page_keys(region, page), return_index=True)
     first.sort()
-    return Schedule(np.maximum(pos[first] - 1, 0), t[first], region[first], page[first],
-                    np.ones(len(first), np.float32), regions=list(tr.regions), meta={"source": "replay", "trace": str(tr.path)})
+    return Schedule(
+        np.maximum(pos[first] - 1, 0),
+        t[first],
+        region[first],
+        page[first],
+        np.ones(len(first), np.float32),
+        regions=list(tr.regions),
+        meta={"source": "replay", "trace": str(tr.path)},
+    )
 
 
 def default_min_runs(n_runs: int) -> int:
@@ -177,8 +185,15 @@ def merge_schedules(schedules: Sequence[Schedule], min_runs: int = 1) -> Schedul
     n = len(keep)
     trig = np.round(f[keep] * max(int(base.trigger.max()) if len(base) else 0, 0)).astype(np.int64)
     score = (support[inv[keep]] / len(schedules)).astype(np.float32)
-    return Schedule(trig, np.zeros(n, np.int64), r[keep], p[keep], score, regions=list(base.regions),
-                    meta={"source": "replay", "merged_runs": len(schedules), "min_runs": min_runs})
+    return Schedule(
+        trig,
+        np.zeros(n, np.int64),
+        r[keep],
+        p[keep],
+        score,
+        regions=list(base.regions),
+        meta={"source": "replay", "merged_runs": len(schedules), "min_runs": min_runs},
+    )
 
 
 def load_replay(path: str | Path) -> Schedule:
@@ -257,7 +272,9 @@ class ReplaySource(Source):
         self._pre_upto = self._issued_upto = hi
         self._sent[rows] = True
         enc = {int(-2 - k): v for k, v in paths.items()}
-        return Predictions(np.full(len(rows), -1, np.int64), encode_old(self._s_region_old[rows]), self._s_page[rows]), enc
+        return Predictions(
+            np.full(len(rows), -1, np.int64), encode_old(self._s_region_old[rows]), self._s_page[rows]
+        ), enc
 
     def take_pending(self) -> Predictions:
         if not self._pending:

@@ -133,9 +133,15 @@ class Throttle:
         self._idle_faults = 0
 
     def stats(self) -> dict:
-        return {"degree": self.degree if self.degree < self.cfg.max_degree else "all", "issued": self.issued,
-                "dropped": self.dropped, "used": self.used, "late": self.late, "windows": len(self.windows),
-                "accuracy_by_window": [w[1] for w in self.windows[:64]]}
+        return {
+            "degree": self.degree if self.degree < self.cfg.max_degree else "all",
+            "issued": self.issued,
+            "dropped": self.dropped,
+            "used": self.used,
+            "late": self.late,
+            "windows": len(self.windows),
+            "accuracy_by_window": [w[1] for w in self.windows[:64]],
+        }
 
 
 def rank_within_cause(cause: np.ndarray) -> np.ndarray:

@@ -79,8 +79,9 @@ def _name_process(name: bytes) -> None:
         pass
 
 
-def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, threads: int, gap: int,
-                anon_listener=None) -> None:
+def worker_main(
+    spec: SourceSpec, conn_in: Connection, conn_out: Connection, threads: int, gap: int, anon_listener=None
+) -> None:
     import sys
 
     sys.setswitchinterval(0.0005)  # hand the GIL over quickly: fault batches must not wait
@@ -178,14 +179,20 @@ def worker_main(spec: SourceSpec, conn_in: Connection, conn_out: Connection, thr
             if anon is not None:
                 anon.close()
             flush(force=True)
-        stats = {"faults_seen": faults,
-                 "predict_us_per_fault_p50": float(np.percentile(predict_ns, 50) / 1e3) if predict_ns else None,
-                 "predict_us_per_fault_p99": float(np.percentile(predict_ns, 99) / 1e3) if predict_ns else None,
-                 "pipe_transit_us_p50": float(np.percentile(transit_ns, 50) / 1e3) if transit_ns else None,
-                 "pipe_transit_us_p99": float(np.percentile(transit_ns, 99) / 1e3) if transit_ns else None}
+        stats = {
+            "faults_seen": faults,
+            "predict_us_per_fault_p50": float(np.percentile(predict_ns, 50) / 1e3) if predict_ns else None,
+            "predict_us_per_fault_p99": float(np.percentile(predict_ns, 99) / 1e3) if predict_ns else None,
+            "pipe_transit_us_p50": float(np.percentile(transit_ns, 50) / 1e3) if transit_ns else None,
+            "pipe_transit_us_p99": float(np.percentile(transit_ns, 99) / 1e3) if transit_ns else None,
+        }
         if injector is not None:
-            stats.update(skipped_non_file=injector.skipped, fadvise_errors=injector.errors, ranges=injector.ranges,
-                         range_pages=injector.range_pages)
+            stats.update(
+                skipped_non_file=injector.skipped,
+                fadvise_errors=injector.errors,
+                ranges=injector.ranges,
+                range_pages=injector.range_pages,
+            )
         if anon is not None:
             stats["anon"] = anon.stats()
         if throttle is not None:

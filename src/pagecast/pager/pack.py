@@ -46,8 +46,21 @@ BLOCK_PAGES = 64  # 256 KiB: the checksum granule, and the loader's first (laten
 # The header's fields before the path, mirrored from pgr_pack_header in native/pager/pager.h
 # (tests/test_binary_layouts.py compares the two).
 HEADER_FIXED = struct.Struct("<8sIIQQQQQqqQQQ")
-HEADER_FIELDS = ("magic", "version", "page_size", "npages", "block_pages", "index_offset", "data_offset", "src_size",
-                 "src_mtime_ns", "src_ctime_ns", "src_ino", "src_dev", "index_sum")
+HEADER_FIELDS = (
+    "magic",
+    "version",
+    "page_size",
+    "npages",
+    "block_pages",
+    "index_offset",
+    "data_offset",
+    "src_size",
+    "src_mtime_ns",
+    "src_ctime_ns",
+    "src_ino",
+    "src_dev",
+    "index_sum",
+)
 _SUM_KEY = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -161,7 +174,9 @@ def read_pack(path: str | Path) -> PackInfo:
                     or doff != _data_offset(n, bp):  # fmt: skip
                 raise PagecastError(f"malformed page pack header (page size {ps})", path=path)
             if size != doff + n * ps:
-                raise PagecastError(f"truncated or padded page pack: {size} bytes, the header says {doff + n * ps}", path=path)
+                raise PagecastError(
+                    f"truncated or padded page pack: {size} bytes, the header says {doff + n * ps}", path=path
+                )
             nblocks = -(-n // bp)
             index = np.frombuffer(f.read(8 * (n + nblocks)), np.uint64)
     except OSError as e:
@@ -196,8 +211,9 @@ def pages_from_schedule(schedule: Schedule, source: str | Path, page_size: int =
     return pages[np.argsort(rows, kind="stable")]
 
 
-def pack_from_schedules(schedules: Sequence[Schedule], source: str | Path, out: str | Path,
-                        min_runs: int = 1) -> PackInfo:
+def pack_from_schedules(
+    schedules: Sequence[Schedule], source: str | Path, out: str | Path, min_runs: int = 1
+) -> PackInfo:
     """One pack from the merged first-use order of several runs' schedules, keeping pages
     that at least ``min_runs`` of them touched (see ``merge_schedules``)."""
     from pagecast.live.sources import merge_schedules

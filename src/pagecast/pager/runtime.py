@@ -51,10 +51,23 @@ POLICY_SYNTAX = "none, nextline[:N], stride[:N], sparse[:N], table:FILE (depreca
 LOG_HEADER = 4096
 LOG_MAGIC = b"PGCLOG1\0"
 LOG_VERSION = 1
-LOG_HEADER_DTYPE = np.dtype([("magic", "S8"), ("version", "<u4"), ("page_size", "<u4"), ("file_offset", "<u8"),
-                             ("length", "<u8"), ("t0_ns", "<i8"), ("pid", "<i4"), ("policy", "<i4"),
-                             ("budget_pages", "<u8"), ("path", "S%d" % (LOG_HEADER - 56))])
-LOG_RECORD = np.dtype([("t_ns", "<i8"), ("page", "<i8"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u2"), ("tid", "<i4")])
+LOG_HEADER_DTYPE = np.dtype(
+    [
+        ("magic", "S8"),
+        ("version", "<u4"),
+        ("page_size", "<u4"),
+        ("file_offset", "<u8"),
+        ("length", "<u8"),
+        ("t0_ns", "<i8"),
+        ("pid", "<i4"),
+        ("policy", "<i4"),
+        ("budget_pages", "<u8"),
+        ("path", "S%d" % (LOG_HEADER - 56)),
+    ]
+)
+LOG_RECORD = np.dtype(
+    [("t_ns", "<i8"), ("page", "<i8"), ("kind", "u1"), ("flags", "u1"), ("pad", "<u2"), ("tid", "<i4")]
+)
 TABLE_VERSION = 1
 TABLE_MAGIC = b"PGCTAB%d\0" % TABLE_VERSION  # "PGCTAB", the version as one ASCII digit, NUL
 TABLE_HEADER_DTYPE = np.dtype([("magic", "S8"), ("npages", "<u8")])
@@ -89,8 +102,12 @@ _PACK_FIELDS = ["pack_pages", "pack_installed", "pack_skipped", "pack_bytes_read
 
 
 class _Stats(ctypes.Structure):
-    _fields_ = ([(n, ctypes.c_uint64) for n in _STAT_FIELDS] + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
-                + [(n, ctypes.c_uint64) for n in _PACK_FIELDS] + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)])
+    _fields_ = (
+        [(n, ctypes.c_uint64) for n in _STAT_FIELDS]
+        + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
+        + [(n, ctypes.c_uint64) for n in _PACK_FIELDS]
+        + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)]
+    )
 
 
 _LIB: ctypes.CDLL | None = None
@@ -124,7 +141,12 @@ def _lib() -> ctypes.CDLL:
         lib.pgr_probe.restype = ctypes.c_int
         lib.pgr_last_error.restype = ctypes.c_char_p
         lib.pgr_table_check.restype = ctypes.c_int
-        lib.pgr_table_check.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p, ctypes.c_size_t]
+        lib.pgr_table_check.argtypes = [
+            ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_uint64),
+            ctypes.c_char_p,
+            ctypes.c_size_t,
+        ]
         _LIB = lib
     return _LIB
 
@@ -343,7 +365,9 @@ class PagedRegion:
         self._log_fd = -1
         if log is not None:
             try:
-                self._log_fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                self._log_fd = os.open(
+                    str(log), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o644
+                )
             except OSError as e:
                 raise PagecastError(f"cannot write fault log: {e.strerror}", path=log) from None
         cfg = _Config(
@@ -452,7 +476,9 @@ class PagedRegion:
             self._log_fd = -1
         self._final = _stats_from(st, samples)
         if rc != 0:
-            raise PagecastError("pager: write-back at close failed (see stderr); the region stays mapped", path=self.path)
+            raise PagecastError(
+                "pager: write-back at close failed (see stderr); the region stays mapped", path=self.path
+            )
         return self._final
 
     def _check(self) -> None:
@@ -493,7 +519,9 @@ class PrefetchTable:
         return self.pages[self.offsets[page] : self.offsets[page + 1]]
 
     @classmethod
-    def from_pairs(cls, npages: int, trigger_pages: np.ndarray, pages: np.ndarray, score: np.ndarray | None = None) -> "PrefetchTable":
+    def from_pairs(
+        cls, npages: int, trigger_pages: np.ndarray, pages: np.ndarray, score: np.ndarray | None = None
+    ) -> "PrefetchTable":
         """Group (trigger page, page) pairs; duplicates merged, higher score first."""
         tp = np.asarray(trigger_pages, np.int64)
         pg = np.asarray(pages, np.int64)
@@ -584,7 +612,9 @@ def table_from_prefetcher(prefetcher, trace, region: int, npages: int) -> Prefet
                 trig.append(p)
                 out.append(q)
                 rank.append(-i)
-    return PrefetchTable.from_pairs(npages, np.array(trig, np.int64), np.array(out, np.int64), np.array(rank, np.float64))
+    return PrefetchTable.from_pairs(
+        npages, np.array(trig, np.int64), np.array(out, np.int64), np.array(rank, np.float64)
+    )
 
 
 # ---- fault logs → traces ------------------------------------------------------------
@@ -611,16 +641,29 @@ def read_fault_log(path: str | Path) -> FaultLog:
         raise PagecastError("not a pager fault log (bad magic or short header)", path=path)
     h = np.frombuffer(raw, LOG_HEADER_DTYPE, 1)[0]
     if int(h["version"]) != LOG_VERSION:
-        raise PagecastError(f"pager fault log version {int(h['version'])} not supported (this pagecast reads "
-                            f"{LOG_VERSION})", path=path)
+        raise PagecastError(
+            f"pager fault log version {int(h['version'])} not supported (this pagecast reads {LOG_VERSION})", path=path
+        )
     file = bytes(h["path"]).split(b"\0", 1)[0].decode(errors="replace")
     nrec = (len(raw) - LOG_HEADER) // LOG_RECORD.itemsize
     recs = np.frombuffer(raw, LOG_RECORD, nrec, LOG_HEADER)
-    return FaultLog(str(path), file, int(h["page_size"]), int(h["file_offset"]), int(h["length"]), int(h["t0_ns"]),
-                    int(h["pid"]), int(h["policy"]), int(h["budget_pages"]), recs)
+    return FaultLog(
+        str(path),
+        file,
+        int(h["page_size"]),
+        int(h["file_offset"]),
+        int(h["length"]),
+        int(h["t0_ns"]),
+        int(h["pid"]),
+        int(h["policy"]),
+        int(h["budget_pages"]),
+        recs,
+    )
 
 
-def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Sequence[str] = (), meta: dict | None = None) -> Path:
+def logs_to_trace(
+    logs: Sequence[str | Path], out: str | Path, *, command: Sequence[str] = (), meta: dict | None = None
+) -> Path:
     """Merge pager logs (one per mapping) into one trace: FAULT, PREFETCH and EVICT rows,
     one region per file (page = file page), ordered by time."""
     from pagecast.trace.writer import TraceWriter
@@ -639,7 +682,16 @@ def logs_to_trace(logs: Sequence[str | Path], out: str | Path, *, command: Seque
             regions[lg.file] = reg
         reg.length = max(reg.length, end)
         r = lg.records
-        chunks.append((r["t_ns"] + (lg.t0_ns - t_base), np.full(len(r), reg.id, np.int32), r["page"], r["kind"], r["flags"], r["tid"]))
+        chunks.append(
+            (
+                r["t_ns"] + (lg.t0_ns - t_base),
+                np.full(len(r), reg.id, np.int32),
+                r["page"],
+                r["kind"],
+                r["flags"],
+                r["tid"],
+            )
+        )
     cols = [np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0) for i in range(6)]
     order = np.argsort(cols[0], kind="stable")
     page_size = parsed[0].page_size if parsed else PAGE_SIZE
@@ -744,10 +796,14 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         logs = sorted((tdp / "log").glob("*.pglog"), key=lambda p: [int(x) for x in p.name.split(".")[1:3]])
         trace = None
         if trace_out is not None:
-            trace = logs_to_trace(logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]})
+            trace = logs_to_trace(
+                logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
+            )
         return PagerRun(proc.returncode, stats, trace)
 
 
-def run_with_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str = "none", trace_out: str | Path | None = None) -> int:
+def run_with_pager(
+    cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str = "none", trace_out: str | Path | None = None
+) -> int:
     """Run an unmodified program with the given files on the pager; returns its exit status."""
     return run_pager(cmd, specs, policy=policy, trace_out=trace_out).returncode

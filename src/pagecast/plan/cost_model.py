@@ -55,10 +55,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from pagecast.plan.format import PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.plan.format import PAGE_SIZE
 from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, DeviceModel, read_ahead_kb_of
-
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,9 @@ def device_costs_for(path: str, dev: int) -> DeviceCosts:
     try:
         m = load_model(model_path(os.path.dirname(path) or "."))
     except (PagecastError, OSError):
-        return DeviceCosts(BUILTIN.seq_bytes_per_s, BUILTIN.iops_by_depth, ra, "built-in (no `pagecast calibrate` model)")
+        return DeviceCosts(
+            BUILTIN.seq_bytes_per_s, BUILTIN.iops_by_depth, ra, "built-in (no `pagecast calibrate` model)"
+        )
     rr = tuple(sorted((r.queue_depth, r.iops) for r in m.random_reads if r.iops > 0))
     if not rr or m.seq_read_bytes_per_s <= 0:
         return DeviceCosts(BUILTIN.seq_bytes_per_s, BUILTIN.iops_by_depth, ra, "built-in (calibration incomplete)")
@@ -114,8 +115,14 @@ def from_model(m: DeviceModel, read_ahead_kb: int, source: str) -> DeviceCosts:
     ra_fill = m.fill("readaround")
     per_page = ra_fill.ns_per_page_batched / 1e9 if ra_fill and ra_fill.ns_per_page_batched else None
     pager = m.fill("pager")
-    return DeviceCosts(m.seq_read_bytes_per_s, rr, read_ahead_kb, source, per_page,
-                       pager.ns_p50 / 1e9 if pager and pager.ns_p50 else None)
+    return DeviceCosts(
+        m.seq_read_bytes_per_s,
+        rr,
+        read_ahead_kb,
+        source,
+        per_page,
+        pager.ns_p50 / 1e9 if pager and pager.ns_p50 else None,
+    )
 
 
 @dataclass(frozen=True)

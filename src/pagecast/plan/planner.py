@@ -47,10 +47,23 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.plan.cost_model import (CostParams, DeviceCosts, Prediction, device_costs_for, predict, predict_extent,
-                                      predict_pack)  # fmt: skip
-from pagecast.plan.format import (DEFAULT_CHUNK_KIB, DEFAULT_DEPTH, PAGE_SIZE, FileIdentity,
-                                  FilePlan, PlanDoc)  # fmt: skip
+from pagecast.plan.cost_model import (
+    CostParams,
+    DeviceCosts,
+    Prediction,
+    device_costs_for,
+    predict,
+    predict_extent,
+    predict_pack,  # fmt: skip
+)
+from pagecast.plan.format import (
+    DEFAULT_CHUNK_KIB,
+    DEFAULT_DEPTH,
+    PAGE_SIZE,
+    FileIdentity,
+    FilePlan,  # fmt: skip
+    PlanDoc,
+)
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_identity
 from pagecast.trace.pageset import read_page_sets
 
@@ -98,7 +111,8 @@ class FileChoice:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(self).items()} | {
-            "predicted_s": {k: round(v, 6) for k, v in self.predicted_s.items()}}
+            "predicted_s": {k: round(v, 6) for k, v in self.predicted_s.items()}
+        }
 
 
 def shared_pages(runs: Sequence[np.ndarray], k: int, file_pages: int) -> np.ndarray:
@@ -356,8 +370,14 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
             if c not in allowed:
                 continue
             pre, prog = _mean_split(preds)
-            if pre > cur_pre and prog < cur_prog and pre + prog <= (1.0 + max_regret) * min(cur_pre + cur_prog, nothing):
-                offers.append(((cur_prog - prog) / (pre - cur_pre), p, c, pre - cur_pre, prog, cur_pre + cur_prog, nothing))
+            if (
+                pre > cur_pre
+                and prog < cur_prog
+                and pre + prog <= (1.0 + max_regret) * min(cur_pre + cur_prog, nothing)
+            ):
+                offers.append(
+                    ((cur_prog - prog) / (pre - cur_pre), p, c, pre - cur_pre, prog, cur_pre + cur_prog, nothing)
+                )
     out: dict[str, tuple[str, str]] = {}
     for _, p, c, extra, prog, cur, nothing in sorted(offers, key=lambda o: -o[0]):
         if p.path in out or left <= 0:
@@ -368,8 +388,10 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
             vs = f"nothing {nothing * 1e3:.1f} ms"
             if p.chosen != "nothing":
                 vs = f"{p.chosen} {cur * 1e3:.1f} ms, {vs}"
-            why = (f"{c} predicted {credited * 1e3:.1f} ms with {min(extra, left) * 1e3:.1f} ms of its prefetching "
-                   f"hidden behind the program's CPU time, vs {vs}")
+            why = (
+                f"{c} predicted {credited * 1e3:.1f} ms with {min(extra, left) * 1e3:.1f} ms of its prefetching "
+                f"hidden behind the program's CPU time, vs {vs}"
+            )
             out[p.path] = (c, why)
             left -= extra
     return out, max(0.0, left)
@@ -409,8 +431,10 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
     saving = sum(g for _, g in offers.values())
     if base <= 0 or base - saving + startup > (1.0 - cfg.margin) * base:
         return None
-    why = (f"live candidates save {saving * 1e3:.1f} ms of the run's predicted {base * 1e3:.1f} ms over "
-           f"{len(offers)} files, {startup * 1e3:.0f} ms of live start-up included")
+    why = (
+        f"live candidates save {saving * 1e3:.1f} ms of the run's predicted {base * 1e3:.1f} ms over "
+        f"{len(offers)} files, {startup * 1e3:.0f} ms of live start-up included"
+    )
     return {path: c for path, (c, _) in offers.items()}, why
 
 
@@ -448,9 +472,11 @@ def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig
     if base <= 0 or group > (1.0 - cfg.margin) * base:
         return None
     paths = [p.path for p in small if any(p.runs_used)]
-    return paths, (f"{SMALL_FILES}: the {len(paths)} files up to {cfg.small_kib} KiB the runs used, warmed whole, "
-                   f"predicted {group * 1e3:.1f} ms vs {base * 1e3:.1f} ms for their per-file choices "
-                   f"(leave-one-run-out over the group, {credit_s * 1e3:.0f} ms of CPU time to hide behind)")
+    return paths, (
+        f"{SMALL_FILES}: the {len(paths)} files up to {cfg.small_kib} KiB the runs used, warmed whole, "
+        f"predicted {group * 1e3:.1f} ms vs {base * 1e3:.1f} ms for their per-file choices "
+        f"(leave-one-run-out over the group, {credit_s * 1e3:.0f} ms of CPU time to hide behind)"
+    )
 
 
 def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),

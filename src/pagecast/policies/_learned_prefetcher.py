@@ -52,7 +52,10 @@ class LearnedPrefetcher(Prefetcher):
         lm = self.lm
         self.regions = list(regions)
         self._s2r = _slot_to_region(lm, self.regions).astype(np.int64)
-        self._rp = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions] + [np.iinfo(np.int64).max], np.int64)
+        self._rp = np.array(
+            [r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions] + [np.iinfo(np.int64).max],
+            np.int64,
+        )
         self._lut = lm.table.lut_for(self.regions).tolist()
         self._slot_to_region = _slot_to_region(lm, self.regions).tolist()
         self._region_pages = [r.pages if r.pages > 0 else None for r in self.regions]
@@ -76,8 +79,9 @@ class LearnedPrefetcher(Prefetcher):
 
             pages = np.array([r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in self.regions], np.int64)
             kern = self._kern
-            self._ri = kern.run_state(lm.table.lut_for(self.regions), _slot_to_region(lm, self.regions), pages,
-                                      self._n_slots, self.top_k)
+            self._ri = kern.run_state(
+                lm.table.lut_for(self.regions), _slot_to_region(lm, self.regions), pages, self._n_slots, self.top_k
+            )
             self._out = int(self._ri[_R_OUT])  # where the kernel writes (region, page) pairs
             self._score_at = (4 + G_SCRATCH) * cfg.hidden + 3 * cfg.n_classes  # top-k scores in the float state
             self._st = kern.scratch()
@@ -102,7 +106,9 @@ class LearnedPrefetcher(Prefetcher):
         if slot < self._n_slots:
             if self._seen[slot]:
                 d = page - self._last[slot] + _DELTA_OFFSET
-                tok = self._class_of.get((slot << _DELTA_BITS) | d, 0) or self._class_of.get((GENERIC_SLOT << _DELTA_BITS) | d, 0)
+                tok = self._class_of.get((slot << _DELTA_BITS) | d, 0) or self._class_of.get(
+                    (GENERIC_SLOT << _DELTA_BITS) | d, 0
+                )
             self._last[slot] = page
             self._seen[slot] = True
         i = self._i
@@ -120,7 +126,9 @@ class LearnedPrefetcher(Prefetcher):
             sel = 0 if b == 0 or (b - 1) % 2 == 0 else 1
             self._tok2[:] = tok
             self._slot2[:] = slot
-            scores, classes, self._h, self._cst = self._run(self._tok2, self._slot2, self._ip, self._h, self._cst, self._sel[sel])
+            scores, classes, self._h, self._cst = self._run(
+                self._tok2, self._slot2, self._ip, self._h, self._cst, self._sel[sel]
+            )
         else:
             start = max(0, (b - 1) * c)
             self._toks.append(tok)
@@ -136,20 +144,42 @@ class LearnedPrefetcher(Prefetcher):
         picked: list[int] = []
         pairs = self._decode(classes.tolist(), slot, page, picked)
         sc = np.asarray(scores, np.float32).reshape(-1)[picked]
-        return self._mixed(np.array([r for r, _ in pairs], np.int64), np.array([p for _, p in pairs], np.int64), sc, region, page)
+        return self._mixed(
+            np.array([r for r, _ in pairs], np.int64), np.array([p for _, p in pairs], np.int64), sc, region, page
+        )
 
-    def _mixed(self, regs: np.ndarray, pages: np.ndarray, scores: np.ndarray, region: int, page: int) -> list[tuple[int, int]]:
+    def _mixed(
+        self, regs: np.ndarray, pages: np.ndarray, scores: np.ndarray, region: int, page: int
+    ) -> list[tuple[int, int]]:
         """The delta pages merged with the page table's successors of (region, page) (``mix_row``)."""
         tab, lam = self._mix
         lut = self._lut
         slot = lut[region + 1] if -1 <= region < len(lut) - 1 else self._n_slots
         key = (slot << PAGE_BITS) | page if slot < self._n_slots and 0 <= page < (1 << PAGE_BITS) else -1
-        n = mix_row(np.ascontiguousarray(regs, np.int64), np.ascontiguousarray(pages, np.int64),
-                    np.ascontiguousarray(scores, np.float32), len(pages), key, tab.keys, tab.succ, tab.prob, self._s2r,
-                    self._rp, region, page, lam, self.top_k, self._mr, self._mp, self._ms)
+        n = mix_row(
+            np.ascontiguousarray(regs, np.int64),
+            np.ascontiguousarray(pages, np.int64),
+            np.ascontiguousarray(scores, np.float32),
+            len(pages),
+            key,
+            tab.keys,
+            tab.succ,
+            tab.prob,
+            self._s2r,
+            self._rp,
+            region,
+            page,
+            lam,
+            self.top_k,
+            self._mr,
+            self._mp,
+            self._ms,
+        )
         return list(zip(self._mr[:n].tolist(), self._mp[:n].tolist()))
 
-    def _decode(self, classes: list[int], slot: int, page: int, picked: list[int] | None = None) -> list[tuple[int, int]]:
+    def _decode(
+        self, classes: list[int], slot: int, page: int, picked: list[int] | None = None
+    ) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         for q, cls in enumerate(classes):
             if cls <= 0:

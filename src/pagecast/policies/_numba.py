@@ -44,8 +44,9 @@ def emit(out_r: np.ndarray, out_p: np.ndarray, n: int, region: int, page: int, r
 
 
 @njit(cache=True)
-def emit_run(out_r: np.ndarray, out_p: np.ndarray, n: int, region: int, page: int, step: int, count: int,
-             rpages: np.ndarray) -> int:
+def emit_run(
+    out_r: np.ndarray, out_p: np.ndarray, n: int, region: int, page: int, step: int, count: int, rpages: np.ndarray
+) -> int:
     """Append page + step, page + 2*step, ... (count pages, those inside the region)."""
     for k in range(1, count + 1):
         n = emit(out_r, out_p, n, region, page + k * step, rpages)
@@ -83,5 +84,15 @@ class NumbaPrefetcher(Prefetcher):
         self._state = self.init_state(len(regions))
 
     def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
-        n = type(self).nb_observe(self._state, self._params, self._rpages, int(t_ns), int(region), int(page), bool(hit), self._out_r, self._out_p)
+        n = type(self).nb_observe(
+            self._state,
+            self._params,
+            self._rpages,
+            int(t_ns),
+            int(region),
+            int(page),
+            bool(hit),
+            self._out_r,
+            self._out_p,
+        )
         return [(int(self._out_r[j]), int(self._out_p[j])) for j in range(n)]

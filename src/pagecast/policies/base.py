@@ -101,8 +101,9 @@ def _check_native(name: str, native_id: int | None, native: Sequence[str]) -> tu
     return native
 
 
-def register_prefetcher(name: str, *, native_id: int | None = None, native: Sequence[str] = (),
-                        summary: str = "") -> Callable[[Callable[..., Prefetcher]], Callable[..., Prefetcher]]:
+def register_prefetcher(
+    name: str, *, native_id: int | None = None, native: Sequence[str] = (), summary: str = ""
+) -> Callable[[Callable[..., Prefetcher]], Callable[..., Prefetcher]]:
     """Class or factory decorator: register ``name`` (and, optionally, its C implementations)."""
     nat = _check_native(name, native_id, native)
 
@@ -217,8 +218,12 @@ def render_ids_header() -> str:
     ]
     for name, nid in sorted(native_ids().items(), key=lambda kv: kv[1]):
         lines.append(f"    PC_POLICY_{name.upper()} = {nid},")
-    lines += ["};", "", "/* Canonical names, indexed by id (NULL: no policy has that id). */",
-              "static const char *const pc_policy_names[] = {"]
+    lines += [
+        "};",
+        "",
+        "/* Canonical names, indexed by id (NULL: no policy has that id). */",
+        "static const char *const pc_policy_names[] = {",
+    ]
     ids = native_ids()
     top = max(ids.values(), default=-1)
     by_id = {v: k for k, v in ids.items()}
@@ -226,4 +231,3 @@ def render_ids_header() -> str:
         lines.append("    " + (f'"{by_id[i]}"' if i in by_id else "NULL") + ",")
     lines += ["};", f"#define PC_POLICY_COUNT {top + 1}", "", "#endif", ""]
     return "\n".join(lines)
-

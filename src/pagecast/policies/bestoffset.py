@@ -20,7 +20,9 @@ from pagecast.policies.base import register_prefetcher
 from pagecast.trace.keys import make_key
 
 # Michaud's list: offsets up to 64 whose prime factors are 2, 3 and 5.
-OFFSETS = np.array([1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, 18, 20, 24, 25, 27, 30, 32, 36, 40, 45, 48, 50, 54, 60, 64], np.int64)
+OFFSETS = np.array(
+    [1, 2, 3, 4, 5, 6, 8, 9, 10, 12, 15, 16, 18, 20, 24, 25, 27, 30, 32, 36, 40, 45, 48, 50, 54, 60, 64], np.int64
+)
 RR_SIZE = 256
 # state: [test_idx, round, best, on, scores[len(OFFSETS)], rr[RR_SIZE]]
 _HDR = 4
@@ -75,7 +77,12 @@ class BestOffset(NumbaPrefetcher):
     def __init__(self, degree: int = 1, round_max: int = 100, score_max: int = 31, bad_score: int = 1):
         if not 1 <= degree <= MAX_PREFETCH:
             raise ValueError(f"bestoffset degree must be 1..{MAX_PREFETCH}")
-        self.degree, self.round_max, self.score_max, self.bad_score = int(degree), int(round_max), int(score_max), int(bad_score)
+        self.degree, self.round_max, self.score_max, self.bad_score = (
+            int(degree),
+            int(round_max),
+            int(score_max),
+            int(bad_score),
+        )
         super().__init__()
 
     def params(self) -> np.ndarray:

@@ -24,7 +24,9 @@ from pagecast.trace.regions import Region
 class Oracle(Prefetcher):
     name = "oracle"
 
-    def __init__(self, k: int = 32, lookahead: int = 1 << 16, stream: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
+    def __init__(
+        self, k: int = 32, lookahead: int = 1 << 16, stream: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    ):
         if not 1 <= k <= MAX_PREFETCH:
             raise ValueError(f"oracle k must be 1..{MAX_PREFETCH}")
         self.k, self.lookahead = int(k), int(lookahead)

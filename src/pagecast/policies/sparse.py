@@ -11,5 +11,10 @@ from __future__ import annotations
 
 from pagecast.policies.base import register_native_policy
 
-register_native_policy("sparse", native_id=3, native=("pager",), module=__name__,
-                       summary="next N pages of the learned page set above the fault (BowerAccess)")
+register_native_policy(
+    "sparse",
+    native_id=3,
+    native=("pager",),
+    module=__name__,
+    summary="next N pages of the learned page set above the fault (BowerAccess)",
+)

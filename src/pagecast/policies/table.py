@@ -10,5 +10,10 @@ from __future__ import annotations
 
 from pagecast.policies.base import register_native_policy
 
-register_native_policy("table", native_id=4, native=("pager",), module=__name__,
-                       summary="fault at page p -> the pages a table built offline lists for p")
+register_native_policy(
+    "table",
+    native_id=4,
+    native=("pager",),
+    module=__name__,
+    summary="fault at page p -> the pages a table built offline lists for p",
+)

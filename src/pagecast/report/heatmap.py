@@ -45,7 +45,9 @@ class RegionGrid:
 
 
 @numba.njit(cache=True, nogil=True)
-def _scan(region, page, t, kind, npages, is_range, kind_ok, nreg, rows, pmin, pmax, trange):  # pragma: no cover - jitted
+def _scan(
+    region, page, t, kind, npages, is_range, kind_ok, nreg, rows, pmin, pmax, trange
+):  # pragma: no cover - jitted
     """Pass 1: rows, page range per region and the time span of rows that will be drawn."""
     for i in range(len(region)):
         r = region[i]
@@ -65,8 +67,9 @@ def _scan(region, page, t, kind, npages, is_range, kind_ok, nreg, rows, pmin, pm
 
 
 @numba.njit(cache=True, nogil=True)
-def _bin(region, page, t, kind, npages, weight, is_range, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins,
-         total):  # pragma: no cover
+def _bin(
+    region, page, t, kind, npages, weight, is_range, kind_ok, slot, lo, width, pbins, off, tmin, span, tbins, total
+):  # pragma: no cover
     """Pass 2: count each drawn row into its region's (page bin, time bin) cell."""
     nreg = len(slot)
     for i in range(len(region)):
@@ -80,8 +83,9 @@ def _bin(region, page, t, kind, npages, weight, is_range, kind_ok, slot, lo, wid
         if tb >= tbins:
             tb = tbins - 1
         if is_range[kind[i]]:
-            _spread(page[i] - lo[s], max(np.int64(npages[i]), 1), weight[i], pbins[s], width[s],
-                    total, off[s] + tb, tbins)
+            _spread(
+                page[i] - lo[s], max(np.int64(npages[i]), 1), weight[i], pbins[s], width[s], total, off[s] + tb, tbins
+            )
             continue
         pb = (page[i] - lo[s]) * pbins[s] // width[s]
         if pb >= pbins[s]:
@@ -110,7 +114,9 @@ def _spread(first, n, w, pbins, width, total, base, tbins):  # pragma: no cover 
         b += 1
 
 
-def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None) -> tuple[list[RegionGrid], int, int]:
+def compute(
+    t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None = None
+) -> tuple[list[RegionGrid], int, int]:
     nreg = len(t.regions)
     kind_ok = np.ones(256, np.bool_)
     if cfg.kinds is not None:
@@ -153,17 +159,35 @@ def compute(t: Trace, cfg: HeatmapConfig, on_rows: Callable[[int], None] | None 
     # float: range rows add fractions (mean access count over a bin); other rows add 1
     total = np.zeros(int(off[-1]), np.float64)
     for b in t.iter_batches(cols, cfg.batch_rows):
-        _bin(b["region"], b["page"], b["t_ns"], b["kind"], b["ip"], b["tid"].astype(np.float64), is_range, kind_ok,
-             slot, lo, width, pbins, off, tmin, span, cfg.time_bins, total)
+        _bin(
+            b["region"],
+            b["page"],
+            b["t_ns"],
+            b["kind"],
+            b["ip"],
+            b["tid"].astype(np.float64),
+            is_range,
+            kind_ok,
+            slot,
+            lo,
+            width,
+            pbins,
+            off,
+            tmin,
+            span,
+            cfg.time_bins,
+            total,
+        )
         if on_rows:
             on_rows(len(b["t_ns"]))
     for i, rid in enumerate(chosen):
-        grids[rid].grid = total[off[i]:off[i + 1]].reshape(grids[rid].grid.shape)
+        grids[rid].grid = total[off[i] : off[i + 1]].reshape(grids[rid].grid.shape)
     return [grids[r] for r in chosen], tmin, tmax
 
 
-def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,
-         on_rows: Callable[[int], None] | None = None) -> dict:
+def plot(
+    path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None, on_rows: Callable[[int], None] | None = None
+) -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,9 +205,15 @@ def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,
         vmax = max(float(g.grid.max()), 1.0)
         pos = g.grid[g.grid > 0]
         vmin = min(1.0, float(pos.min())) if len(pos) else 1.0  # range rows can average below one access
-        im = ax.imshow(data, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis",
-                       norm=LogNorm(vmin=vmin, vmax=max(vmax, 2 * vmin)),
-                       extent=(0, (tmax - tmin) / scale, g.page_lo, g.page_hi))
+        im = ax.imshow(
+            data,
+            aspect="auto",
+            origin="lower",
+            interpolation="nearest",
+            cmap="viridis",
+            norm=LogNorm(vmin=vmin, vmax=max(vmax, 2 * vmin)),
+            extent=(0, (tmax - tmin) / scale, g.page_lo, g.page_hi),
+        )
         ax.set_facecolor("white")
         r = t.regions[g.region]
         ax.set_title(f"region {g.region} {g.name} ({r.kind}, {r.pages} pages)", fontsize=9)
@@ -195,8 +225,13 @@ def plot(path: str | Path, out: str | Path, cfg: HeatmapConfig | None = None,
     with atomic_output(out) as tmp:
         fig.savefig(tmp, dpi=110, format=Path(out).suffix.lstrip(".") or "png")
     plt.close(fig)
-    return {"output": str(out), "regions": [g.region for g in grids], "time_bins": cfg.time_bins,
-            "page_bins": cfg.page_bins, "events": int(sum(int(g.grid.sum()) for g in grids))}
+    return {
+        "output": str(out),
+        "regions": [g.region for g in grids],
+        "time_bins": cfg.time_bins,
+        "page_bins": cfg.page_bins,
+        "events": int(sum(int(g.grid.sum()) for g in grids)),
+    }
 
 
 KIND_NAMES = {k.name.lower(): int(k) for k in Kind}

@@ -17,8 +17,19 @@ BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counti
 
 
 # metadata keys `pagecast info` shows (gem5_stats: the summary of the run's stats.txt)
-_META_SHOWN = ("command", "exit_status", "lost", "page_size", "time_unit", "recorder", "tick_freq", "gem5_commands",
-               "gem5_stats", "damo_format", "damo_intervals")
+_META_SHOWN = (
+    "command",
+    "exit_status",
+    "lost",
+    "page_size",
+    "time_unit",
+    "recorder",
+    "tick_freq",
+    "gem5_commands",
+    "gem5_stats",
+    "damo_format",
+    "damo_intervals",
+)
 
 
 @dataclass
@@ -60,8 +71,15 @@ class TraceSummary:
         return asdict(self)
 
 
-def _mark_ranges(seen: np.ndarray, offsets: np.ndarray, reg: np.ndarray, page: np.ndarray, npages: np.ndarray,
-                 lim: np.ndarray, sel: np.ndarray) -> None:
+def _mark_ranges(
+    seen: np.ndarray,
+    offsets: np.ndarray,
+    reg: np.ndarray,
+    page: np.ndarray,
+    npages: np.ndarray,
+    lim: np.ndarray,
+    sel: np.ndarray,
+) -> None:
     """seen[offset + page : offset + min(page + npages, length)] = True for the selected rows."""
     if not sel.any():
         return
@@ -73,8 +91,13 @@ def _mark_ranges(seen: np.ndarray, offsets: np.ndarray, reg: np.ndarray, page: n
     seen |= np.cumsum(edge[:-1]) > 0
 
 
-def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: int = 1 << 21,
-              on_rows: Callable[[int], None] | None = None) -> TraceSummary:
+def summarize(
+    path_or_trace: str | Path | Trace,
+    *,
+    top: int = 20,
+    batch_rows: int = 1 << 21,
+    on_rows: Callable[[int], None] | None = None,
+) -> TraceSummary:
     t = path_or_trace if isinstance(path_or_trace, Trace) else open_trace(path_or_trace)
     kind_counts = np.zeros(256, np.int64)
     nreg = len(t.regions)
@@ -144,15 +167,36 @@ def summarize(path_or_trace: str | Path | Trace, *, top: int = 20, batch_rows: i
             break
         r = t.regions[rid]
         u = int(per_region_unique[rid + 1])
-        regs.append(RegionSummary(id=int(rid), name=r.name, kind=r.kind, rows=int(region_rows[rid + 1]),
-                                  unique_pages=u, length_pages=r.pages,
-                                  touched_pct=round(100.0 * u / r.pages, 2) if r.pages else None))
+        regs.append(
+            RegionSummary(
+                id=int(rid),
+                name=r.name,
+                kind=r.kind,
+                rows=int(region_rows[rid + 1]),
+                unique_pages=u,
+                length_pages=r.pages,
+                touched_pct=round(100.0 * u / r.pages, 2) if r.pages else None,
+            )
+        )
     return TraceSummary(
-        path=str(t.path), source=t.source, format_version=t.version, rows=t.num_rows, row_groups=t.num_row_groups,
-        kinds=kinds, regions=nreg, unique_pages=int(per_region_unique.sum()), unmapped_rows=int(region_rows[0]),
-        duration_s=round(duration, 6) if duration is not None else None, time_unit=unit, span=int(span), faults=faults,
+        path=str(t.path),
+        source=t.source,
+        format_version=t.version,
+        rows=t.num_rows,
+        row_groups=t.num_row_groups,
+        kinds=kinds,
+        regions=nreg,
+        unique_pages=int(per_region_unique.sum()),
+        unmapped_rows=int(region_rows[0]),
+        duration_s=round(duration, 6) if duration is not None else None,
+        time_unit=unit,
+        span=int(span),
+        faults=faults,
         fault_rate_per_s=round(faults / duration, 1) if duration else None,
-        demand_rows=demand, bytes_moved=nbytes,
+        demand_rows=demand,
+        bytes_moved=nbytes,
         meta={k: v for k, v in t.meta.items() if k in _META_SHOWN},
-        top_regions=regs, files=files, files_source=files_source,
+        top_regions=regs,
+        files=files,
+        files_source=files_source,
     )

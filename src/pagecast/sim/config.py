@@ -11,6 +11,7 @@ from pagecast.constants import MAX_PREFETCH, PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.sizes import is_size, parse_size
 
+
 def parse_capacity(text: str | int, page_size: int = PAGE_SIZE) -> int:
     """'64MiB' / '2g' (the size grammar of util/sizes.py) → pages; a bare number ('4096',
     '4096p', '4096 pages') is pages."""

@@ -21,13 +21,17 @@ a time, each ``xfer_ns``) and arrive ``link_latency_ns`` after their transfer en
 
 from __future__ import annotations
 
-import numpy as np
 from numba import njit
 
-from pagecast.sim.kernels import FIRST_KIND, KINDS, SLOTS, slot  # first: loads the policies (they configure the jit cache)
 from pagecast.constants import MAX_PREFETCH
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
+from pagecast.sim.kernels import (  # loads the policies (each configures the jit cache itself)
+    FIRST_KIND,
+    KINDS,
+    SLOTS,
+    slot,
+)
 
 # --- per-page state --------------------------------------------------------------
 # st[id] = stamp << STAMP_SHIFT | flags. The stamp (LRU/FIFO) is the one of the page's
@@ -40,15 +44,58 @@ FLAG_MASK = (1 << STAMP_SHIFT) - 1
 CLEAR_ON_EVICT = ~(RES | PF | DIRTY | REF)
 
 # --- globals g[...] ---------------------------------------------------------------
-(G_NRES, G_NSLOTS, G_HEAD, G_TAIL, G_HAND, G_NOW, G_LAST_T, G_T0, G_LINK, G_HEAPN, G_SCHED, G_LOGN, G_POS,
- G_LASTHIT, G_STARTED,
- C_ACCESSES, C_HITS, C_FAULTS, C_LATE, C_PF_ISSUED, C_PF_USEFUL, C_PF_USELESS, C_PF_REDUNDANT, C_PF_SKIPPED,
- C_BYTES_IN, C_BYTES_OUT, C_STALL, C_EVICTIONS, C_OBSERVED, C_LATE_NS, G_DISTINCT, G_STAMP) = range(32)
+(
+    G_NRES,
+    G_NSLOTS,
+    G_HEAD,
+    G_TAIL,
+    G_HAND,
+    G_NOW,
+    G_LAST_T,
+    G_T0,
+    G_LINK,
+    G_HEAPN,
+    G_SCHED,
+    G_LOGN,
+    G_POS,
+    G_LASTHIT,
+    G_STARTED,
+    C_ACCESSES,
+    C_HITS,
+    C_FAULTS,
+    C_LATE,
+    C_PF_ISSUED,
+    C_PF_USEFUL,
+    C_PF_USELESS,
+    C_PF_REDUNDANT,
+    C_PF_SKIPPED,
+    C_BYTES_IN,
+    C_BYTES_OUT,
+    C_STALL,
+    C_EVICTIONS,
+    C_OBSERVED,
+    C_LATE_NS,
+    G_DISTINCT,
+    G_STAMP,
+) = range(32)
 N_GLOBALS = 32
 
 # --- config cfg[...] ----------------------------------------------------------------
-(K_CAP, K_PAGE, K_FAULT_NS, K_LINK_LAT, K_XFER_NS, K_EVICT, K_PF, K_MAXPF, K_ORACLE_K, K_LOOKAHEAD, K_LOG,
- K_NDENSE, K_SCHED_ALL) = range(13)
+(
+    K_CAP,
+    K_PAGE,
+    K_FAULT_NS,
+    K_LINK_LAT,
+    K_XFER_NS,
+    K_EVICT,
+    K_PF,
+    K_MAXPF,
+    K_ORACLE_K,
+    K_LOOKAHEAD,
+    K_LOG,
+    K_NDENSE,
+    K_SCHED_ALL,
+) = range(13)
 N_CFG = 13
 
 EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
@@ -60,7 +107,24 @@ PF_NONE, PF_ORACLE, PF_SCHEDULE, PF_PYTHON = range(4)
 NUMBA_KINDS = KINDS
 if FIRST_KIND != 16 or SLOTS != 16:
     raise RuntimeError("the kernel slot chain in engine.run is written for kinds 16..31")
-(SLOT0, SLOT1, SLOT2, SLOT3, SLOT4, SLOT5, SLOT6, SLOT7, SLOT8, SLOT9, SLOT10, SLOT11, SLOT12, SLOT13, SLOT14, SLOT15) = (slot(i) for i in range(SLOTS))
+(
+    SLOT0,
+    SLOT1,
+    SLOT2,
+    SLOT3,
+    SLOT4,
+    SLOT5,
+    SLOT6,
+    SLOT7,
+    SLOT8,
+    SLOT9,
+    SLOT10,
+    SLOT11,
+    SLOT12,
+    SLOT13,
+    SLOT14,
+    SLOT15,
+) = (slot(i) for i in range(SLOTS))
 
 DONE, NEED_GROW, PAUSE = 0, 1, 2
 NIL = -1
@@ -341,8 +405,37 @@ def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, by
 
 
 @njit(cache=True)
-def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids, wr, reg, pg, nextuse, n_rows, i0,
-        base, pstate, pparams, rpages, out_r, out_p, stamp, sched, logs):
+def run(
+    g,
+    cfg,
+    htab,
+    hkey,
+    doff,
+    dlen,
+    st,
+    arr,
+    pos,
+    nxt,
+    frames,
+    heap,
+    t,
+    ids,
+    wr,
+    reg,
+    pg,
+    nextuse,
+    n_rows,
+    i0,
+    base,
+    pstate,
+    pparams,
+    rpages,
+    out_r,
+    out_p,
+    stamp,
+    sched,
+    logs,
+):
     """Play rows ``i0..n_rows-1`` (``ids`` may extend past ``n_rows``: oracle lookahead)."""
     ev = cfg[K_EVICT]
     kind = cfg[K_PF]
@@ -370,8 +463,11 @@ def run(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, t, ids,
         if check:
             # room for this row's new ids, log entries, and queue entries for the pages
             # it may make resident (the queue follows the resident pages: simulate.py)
-            if (not room(g, htab, hkey, MAX_PF + 1) or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])
-                    or 2 * min(cfg[K_CAP], g[G_NRES] + MAX_PF + 1) + 2 * MAX_PF + 16 > qlen):
+            if (
+                not room(g, htab, hkey, MAX_PF + 1)
+                or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])
+                or 2 * min(cfg[K_CAP], g[G_NRES] + MAX_PF + 1) + 2 * MAX_PF + 16 > qlen
+            ):
                 g[G_POS] = i
                 _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
                 return NEED_GROW

@@ -36,7 +36,9 @@ def no_kernel(pstate, pparams, rpages, t_ns, region, page, hit, out_r, out_p):
 
 KERNELS: list[tuple[str, Callable]] = compiled_kernels()
 if len(KERNELS) > SLOTS:
-    raise PagecastError(f"{len(KERNELS)} compiled policies but {SLOTS} kernel slots: add slots in sim/kernels.py and sim/engine.py")
+    raise PagecastError(
+        f"{len(KERNELS)} compiled policies but {SLOTS} kernel slots: add slots in sim/kernels.py and sim/engine.py"
+    )
 KINDS: dict[str, int] = {name: FIRST_KIND + i for i, (name, _) in enumerate(KERNELS)}
 
 

@@ -23,8 +23,9 @@ from pagecast.trace.schedule import Schedule
 TOP_KS = (1, 2, 4, 10, 16, 32)
 
 
-def choose_top_k(model: str | Path | LoadedModel, run: str | Path, capacity: int | str,
-                 ks: tuple[int, ...] = TOP_KS) -> tuple[int, dict[int, int]]:
+def choose_top_k(
+    model: str | Path | LoadedModel, run: str | Path, capacity: int | str, ks: tuple[int, ...] = TOP_KS
+) -> tuple[int, dict[int, int]]:
     """(best k, faults per k with 0 = no prefetching) on ``run`` at ``capacity``
     (pages, bytes or percent of ``run``'s distinct pages). Ties go to the smaller k."""
     cap = resolve_capacity(capacity, run)
@@ -37,8 +38,9 @@ def choose_top_k(model: str | Path | LoadedModel, run: str | Path, capacity: int
     return best, faults
 
 
-def schedule_with_budget(model: str | Path | LoadedModel, trace: str | Path, top_k: int,
-                         events: np.ndarray | None = None) -> Schedule:
+def schedule_with_budget(
+    model: str | Path | LoadedModel, trace: str | Path, top_k: int, events: np.ndarray | None = None
+) -> Schedule:
     """``predict_schedule`` with ``top_k`` pages per prediction; k = 0 gives an empty schedule."""
     if top_k <= 0:
         s = Schedule.empty()

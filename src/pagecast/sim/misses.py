@@ -72,4 +72,3 @@ def has_accesses(trace: Trace | str | Path) -> bool:
         if np.any(cols["kind"] == int(Kind.ACCESS)):
             return True
     return False
-

@@ -22,8 +22,8 @@ from pagecast.policies.oracle import Oracle
 from pagecast.policies.spec import parse_policy_spec
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.kernels import kind_of
 from pagecast.sim.hashtab import grown, new_table
+from pagecast.sim.kernels import kind_of
 from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.keys import split_keys
 from pagecast.trace.reader import Trace
@@ -64,8 +64,13 @@ class _State:
         self.ndense = int(self.dlen.sum())
         cfg[E.K_NDENSE] = self.ndense
         ev, kind = int(cfg[E.K_EVICT]), int(cfg[E.K_PF])
-        self.uses = {"st": True, "arr": kind != E.PF_NONE, "pos": ev in (E.EV_CLOCK, E.EV_MIN),
-                     "nxt": ev == E.EV_MIN, "stamp": kind == E.PF_ORACLE}
+        self.uses = {
+            "st": True,
+            "arr": kind != E.PF_NONE,
+            "pos": ev in (E.EV_CLOCK, E.EV_MIN),
+            "nxt": ev == E.EV_MIN,
+            "stamp": kind == E.PF_ORACLE,
+        }
         self.g = np.zeros(E.N_GLOBALS, np.int64)
         nh = 1024
         self.htab = new_table(nh)
@@ -209,8 +214,13 @@ def _resolve(prefetcher: PrefetcherSpec, config: SimConfig, engine: str) -> tupl
     return (E.PF_PYTHON if kind is None else kind), prefetcher
 
 
-def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None, prefetcher: PrefetcherSpec = "none",
-             *, engine: str = "auto") -> SimResult:
+def simulate(
+    trace_or_path: Trace | str | Path,
+    config: SimConfig | None = None,
+    prefetcher: PrefetcherSpec = "none",
+    *,
+    engine: str = "auto",
+) -> SimResult:
     """Simulate ``prefetcher`` (a name, a Prefetcher, or a Schedule) on a trace.
 
     ``engine="python"`` calls a Prefetcher's per-event ``observe`` instead of its compiled
@@ -271,7 +281,7 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
             ids = cur_ids
             if lookahead and nxt_ids is not None:
                 ids = np.concatenate([cur_ids, nxt_ids[:lookahead]])
-            nextuse = nextuse_all[base: base + n] if nextuse_all is not None else empty
+            nextuse = nextuse_all[base : base + n] if nextuse_all is not None else empty
             # at most one page made resident per row by demand; ``run`` asks for more
             # room before each row's prefetches
             st.reserve(n)
@@ -295,16 +305,56 @@ def simulate(trace_or_path: Trace | str | Path, config: SimConfig | None = None,
     return res
 
 
-def _run_general(st: _State, cfg: np.ndarray, pobj, cur: dict[str, np.ndarray], ids: np.ndarray, nextuse: np.ndarray,
-                 n: int, base: int, pstate: np.ndarray, pparams: np.ndarray, rpages: np.ndarray, sched: np.ndarray) -> None:
+def _run_general(
+    st: _State,
+    cfg: np.ndarray,
+    pobj,
+    cur: dict[str, np.ndarray],
+    ids: np.ndarray,
+    nextuse: np.ndarray,
+    n: int,
+    base: int,
+    pstate: np.ndarray,
+    pparams: np.ndarray,
+    rpages: np.ndarray,
+    sched: np.ndarray,
+) -> None:
     """One chunk through ``engine.run``: grow tables and ask a Python prefetcher as it asks."""
     out_r = np.zeros(MAX_PREFETCH, np.int64)
     out_p = np.zeros(MAX_PREFETCH, np.int64)
     i0 = 0
     while True:
-        status = E.run(st.g, cfg, st.htab, st.hkey, st.doff, st.dlen, st.st, st.arr, st.pos, st.nxt, st.frames,
-                       st.heap, cur["t"], ids, cur["write"], cur["region"], cur["page"], nextuse, n, i0, base,
-                       pstate, pparams, rpages, out_r, out_p, st.stamp, sched, st.logs)
+        status = E.run(
+            st.g,
+            cfg,
+            st.htab,
+            st.hkey,
+            st.doff,
+            st.dlen,
+            st.st,
+            st.arr,
+            st.pos,
+            st.nxt,
+            st.frames,
+            st.heap,
+            cur["t"],
+            ids,
+            cur["write"],
+            cur["region"],
+            cur["page"],
+            nextuse,
+            n,
+            i0,
+            base,
+            pstate,
+            pparams,
+            rpages,
+            out_r,
+            out_p,
+            st.stamp,
+            sched,
+            st.logs,
+        )
         i0 = int(st.g[E.G_POS])
         if status == E.DONE:
             break
@@ -315,8 +365,24 @@ def _run_general(st: _State, cfg: np.ndarray, pobj, cur: dict[str, np.ndarray], 
         reqs = pobj.observe(int(cur["t"][i]), int(cur["region"][i]), int(cur["page"][i]), bool(st.g[E.G_LASTHIT]))
         if reqs:
             arr = np.asarray(reqs, np.int64).reshape(-1, 2)
-            E.issue_pages(st.g, cfg, st.htab, st.hkey, st.doff, st.dlen, st.st, st.arr, st.pos, st.nxt,
-                          st.frames, st.heap, arr[:, 0].copy(), arr[:, 1].copy(), base + i, st.logs)
+            E.issue_pages(
+                st.g,
+                cfg,
+                st.htab,
+                st.hkey,
+                st.doff,
+                st.dlen,
+                st.st,
+                st.arr,
+                st.pos,
+                st.nxt,
+                st.frames,
+                st.heap,
+                arr[:, 0].copy(),
+                arr[:, 1].copy(),
+                base + i,
+                st.logs,
+            )
         i0 = i + 1
 
 
@@ -330,8 +396,10 @@ def _ids(st: _State, chunk: dict[str, np.ndarray]) -> np.ndarray:
             return ids
         if i < 0:
             row = -1 - i
-            raise PagecastError(f"demand row has page {int(chunk['page'][row])} of region {int(chunk['region'][row])}, "
-                                "which cannot be simulated (negative page or region < -1)")
+            raise PagecastError(
+                f"demand row has page {int(chunk['page'][row])} of region {int(chunk['region'][row])}, "
+                "which cannot be simulated (negative page or region < -1)"
+            )
         st.ensure(max(1024, int(st.g[E.G_NSLOTS])))  # grow geometrically
 
 
@@ -344,7 +412,7 @@ def _next_use_pass(trace: Trace, st: _State) -> tuple[np.ndarray, str]:
         n = len(chunk["t"])
         if mm is None:
             mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(max(start + n, 1),))
-        E.next_use_backward(st.nxt, _ids(st, chunk), start, mm[start: start + n])
+        E.next_use_backward(st.nxt, _ids(st, chunk), start, mm[start : start + n])
     if mm is None:
         mm = np.memmap(path, dtype=np.int64, mode="w+", shape=(1,))
     return mm, path
@@ -355,15 +423,30 @@ def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _St
     compute = int(g[E.G_LAST_T] - g[E.G_T0]) if g[E.G_STARTED] else 0
     stall = int(g[E.C_STALL])
     return SimResult(
-        trace=str(trace.path), prefetcher=prefetcher_label(prefetcher), eviction=config.eviction.lower(),
-        capacity_pages=int(st.cfg[E.K_CAP]), page_size=page_size,
-        accesses=int(g[E.C_ACCESSES]), hits=int(g[E.C_HITS]), faults=int(g[E.C_FAULTS]), late=int(g[E.C_LATE]),
-        prefetches=int(g[E.C_PF_ISSUED]), useful=int(g[E.C_PF_USEFUL]), useless=int(g[E.C_PF_USELESS]),
+        trace=str(trace.path),
+        prefetcher=prefetcher_label(prefetcher),
+        eviction=config.eviction.lower(),
+        capacity_pages=int(st.cfg[E.K_CAP]),
+        page_size=page_size,
+        accesses=int(g[E.C_ACCESSES]),
+        hits=int(g[E.C_HITS]),
+        faults=int(g[E.C_FAULTS]),
+        late=int(g[E.C_LATE]),
+        prefetches=int(g[E.C_PF_ISSUED]),
+        useful=int(g[E.C_PF_USEFUL]),
+        useless=int(g[E.C_PF_USELESS]),
         # every prefetch sets PF on a page not resident; a use (useful) or an eviction (useless) clears it
         unused_at_end=int(g[E.C_PF_ISSUED] - g[E.C_PF_USEFUL] - g[E.C_PF_USELESS]),
-        redundant=int(g[E.C_PF_REDUNDANT]), skipped=int(g[E.C_PF_SKIPPED]), evictions=int(g[E.C_EVICTIONS]),
-        bytes_in=int(g[E.C_BYTES_IN]), bytes_out=int(g[E.C_BYTES_OUT]), stall_ns=stall, late_ns=int(g[E.C_LATE_NS]),
-        compute_ns=compute, est_time_ns=compute + stall, distinct_pages=int(g[E.G_DISTINCT]),
+        redundant=int(g[E.C_PF_REDUNDANT]),
+        skipped=int(g[E.C_PF_SKIPPED]),
+        evictions=int(g[E.C_EVICTIONS]),
+        bytes_in=int(g[E.C_BYTES_IN]),
+        bytes_out=int(g[E.C_BYTES_OUT]),
+        stall_ns=stall,
+        late_ns=int(g[E.C_LATE_NS]),
+        compute_ns=compute,
+        est_time_ns=compute + stall,
+        distinct_pages=int(g[E.G_DISTINCT]),
     )
 
 
@@ -379,7 +462,9 @@ def count_distinct(trace_or_path: Trace | str | Path, chunk_rows: int = 1 << 20)
     return distinct
 
 
-def resolve_capacity(spec: str | int, trace_or_path: Trace | str | Path, page_size: int | None = None, _cache: dict | None = None) -> int:
+def resolve_capacity(
+    spec: str | int, trace_or_path: Trace | str | Path, page_size: int | None = None, _cache: dict | None = None
+) -> int:
     """Pages for '4096', '64MiB' or '25%' (of the trace's distinct pages)."""
     trace = as_trace(trace_or_path)
     ps = int(page_size or trace.page_size)

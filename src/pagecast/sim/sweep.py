@@ -25,8 +25,14 @@ class Job:
     options: tuple = ()  # SimConfig overrides as (name, value) pairs
 
 
-def grid(traces: Sequence[str], capacities: Sequence[str], evictions: Sequence[str], prefetchers: Sequence[str], uvm: bool = False,
-         options: dict[str, Any] | None = None) -> list[Job]:
+def grid(
+    traces: Sequence[str],
+    capacities: Sequence[str],
+    evictions: Sequence[str],
+    prefetchers: Sequence[str],
+    uvm: bool = False,
+    options: dict[str, Any] | None = None,
+) -> list[Job]:
     opts = tuple(sorted((options or {}).items()))
     return [Job(t, str(c), e, p, uvm, opts) for t in traces for c in capacities for e in evictions for p in prefetchers]
 
@@ -45,7 +51,9 @@ def run_job(job: Job) -> dict[str, Any]:
     return row
 
 
-def run_local(jobs: Sequence[Job], workers: int | None = None, on_done: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+def run_local(
+    jobs: Sequence[Job], workers: int | None = None, on_done: Callable[[], None] | None = None
+) -> list[dict[str, Any]]:
     workers = workers or os.cpu_count() or 1
     if workers == 1 or len(jobs) == 1:
         out = []

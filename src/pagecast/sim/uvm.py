@@ -46,12 +46,41 @@ NIL = -1
 B_KEY, B_LO, B_HI, B_NRES, B_CHUNK, B_PREV, B_NEXT, B_INBATCH, B_FAULTS = range(9)
 N_BFIELDS = 9
 # globals
-(U_NBLOCKS, U_USED, U_HEAD, U_TAIL, U_NOW, U_LAST_T, U_T0, U_STARTED, U_OPEN, U_BSTART, U_NF, U_NB, U_BATCHID,
- C_ACC, C_HITS, C_FAULTS, C_DUP, C_BATCHES, C_FPAGES, C_PF, C_USEFUL, C_USELESS, C_BIN, C_BOUT, C_STALL, C_EVICT,
- C_COPIES, C_DISTINCT) = range(28)
+(
+    U_NBLOCKS,
+    U_USED,
+    U_HEAD,
+    U_TAIL,
+    U_NOW,
+    U_LAST_T,
+    U_T0,
+    U_STARTED,
+    U_OPEN,
+    U_BSTART,
+    U_NF,
+    U_NB,
+    U_BATCHID,
+    C_ACC,
+    C_HITS,
+    C_FAULTS,
+    C_DUP,
+    C_BATCHES,
+    C_FPAGES,
+    C_PF,
+    C_USEFUL,
+    C_USELESS,
+    C_BIN,
+    C_BOUT,
+    C_STALL,
+    C_EVICT,
+    C_COPIES,
+    C_DISTINCT,
+) = range(28)
 N_U = 32
 # config
-(Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = range(11)
+(Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = (
+    range(11)
+)
 N_Q = 12
 # page state flags of the page-array ``tree_prefetch`` (the simulator itself keeps bit maps, below)
 P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
@@ -503,7 +532,9 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         i = 0
         n = len(cur["t"])
         while i < n:
-            i = run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None)
+            i = run_uvm(
+                u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None
+            )
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
@@ -517,17 +548,36 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         cur = nxt
     compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
     res = SimResult(
-        trace=str(trace.path), prefetcher="tree" if q[Q_ENABLE] else "none", eviction="uvm-fifo-2MiB",
-        capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK, page_size=4096,
-        accesses=int(u[C_ACC]), hits=int(u[C_HITS]), faults=int(u[C_FAULTS]), prefetches=int(u[C_PF]),
-        useful=int(u[C_USEFUL]), useless=int(u[C_USELESS]), evictions=int(u[C_EVICT]), bytes_in=int(u[C_BIN]),
-        bytes_out=int(u[C_BOUT]), stall_ns=int(u[C_STALL]), compute_ns=compute, est_time_ns=compute + int(u[C_STALL]),
-        distinct_pages=int(u[C_DISTINCT]), fault_batches=int(u[C_BATCHES]),
+        trace=str(trace.path),
+        prefetcher="tree" if q[Q_ENABLE] else "none",
+        eviction="uvm-fifo-2MiB",
+        capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK,
+        page_size=4096,
+        accesses=int(u[C_ACC]),
+        hits=int(u[C_HITS]),
+        faults=int(u[C_FAULTS]),
+        prefetches=int(u[C_PF]),
+        useful=int(u[C_USEFUL]),
+        useless=int(u[C_USELESS]),
+        evictions=int(u[C_EVICT]),
+        bytes_in=int(u[C_BIN]),
+        bytes_out=int(u[C_BOUT]),
+        stall_ns=int(u[C_STALL]),
+        compute_ns=compute,
+        est_time_ns=compute + int(u[C_STALL]),
+        distinct_pages=int(u[C_DISTINCT]),
+        fault_batches=int(u[C_BATCHES]),
     )
     nb = int(u[U_NBLOCKS])
     res.unused_at_end = int(np.unpackbits((W[:nb, W_RES] & W[:nb, W_PF]).view(np.uint8)).sum())
-    res.extra.update(duplicate_faults=int(u[C_DUP]), faulted_pages=int(u[C_FPAGES]), copies=int(u[C_COPIES]),
-                     chunks=int(q[Q_CHUNKS]), va_blocks=nb, uvm_params=config.uvm_params.__dict__.copy(),
-                     read_cpu_s=read_clock.cpu_s)
+    res.extra.update(
+        duplicate_faults=int(u[C_DUP]),
+        faulted_pages=int(u[C_FPAGES]),
+        copies=int(u[C_COPIES]),
+        chunks=int(q[Q_CHUNKS]),
+        va_blocks=nb,
+        uvm_params=config.uvm_params.__dict__.copy(),
+        read_cpu_s=read_clock.cpu_s,
+    )
     res.wall_s = time.perf_counter() - t_start
     return res

@@ -4,6 +4,9 @@ A trace is one Parquet file: the accesses table (one row per event, ordered by t
 the regions list and file metadata in the Parquet key-value metadata.
 """
 
+from pagecast.trace.reader import Trace, open_trace
+from pagecast.trace.regions import Region, RegionMap, match_regions, region_key
+from pagecast.trace.schedule import Schedule, read_schedule, write_schedule
 from pagecast.trace.schema import (
     ACCESS_SCHEMA,
     COLUMNS,
@@ -11,10 +14,7 @@ from pagecast.trace.schema import (
     FORMAT_VERSION,
     Kind,
 )
-from pagecast.trace.regions import Region, RegionMap, match_regions, region_key
 from pagecast.trace.writer import TraceWriter, recover_partial
-from pagecast.trace.reader import Trace, open_trace
-from pagecast.trace.schedule import Schedule, read_schedule, write_schedule
 
 __all__ = [
     "ACCESS_SCHEMA",

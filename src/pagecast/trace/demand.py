@@ -61,7 +61,10 @@ def read_demand_columns(trace: Trace, columns: Sequence[str], batch_rows: int = 
 
 def demand_counts(trace: Trace) -> list[int]:
     """Demand rows per row group (for readers that walk row groups, e.g. backwards)."""
-    return [int(np.count_nonzero(_IS_DEMAND[trace.read_row_group(rg, ["kind"])["kind"]])) for rg in range(trace.num_row_groups)]
+    return [
+        int(np.count_nonzero(_IS_DEMAND[trace.read_row_group(rg, ["kind"])["kind"]]))
+        for rg in range(trace.num_row_groups)
+    ]
 
 
 # ---- the demand stream as the simulator and the metrics take it -----------------

@@ -117,8 +117,16 @@ def file_usage(sets: PageSets) -> list[FileUsage]:
         r = sets.regions[key]
         n = len(pages)
         size = r.pages
-        rows.append(FileUsage(file=key, pages_used=n, bytes_used=n * r.page_size, file_pages=size,
-                              fraction=round(n / size, 4) if size else None, mapped_pages=sets.mapped[key],
-                              read_pages=sets.read[key]))
+        rows.append(
+            FileUsage(
+                file=key,
+                pages_used=n,
+                bytes_used=n * r.page_size,
+                file_pages=size,
+                fraction=round(n / size, 4) if size else None,
+                mapped_pages=sets.mapped[key],
+                read_pages=sets.read[key],
+            )
+        )
     rows.sort(key=lambda u: (-u.pages_used, u.file))
     return rows

@@ -15,8 +15,16 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.trace._arrow import to_numpy
 from pagecast.trace.regions import Region, regions_from_json
-from pagecast.trace.schema import metadata_checksum_ok
-from pagecast.trace.schema import ACCESS_SCHEMA, COLUMNS, FORMAT_VERSION, META_INFO, META_KERNELS, META_REGIONS, META_VERSION
+from pagecast.trace.schema import (
+    ACCESS_SCHEMA,
+    COLUMNS,
+    FORMAT_VERSION,
+    META_INFO,
+    META_KERNELS,
+    META_REGIONS,
+    META_VERSION,
+    metadata_checksum_ok,
+)
 
 
 class Trace:
@@ -53,7 +61,9 @@ class Trace:
         missing = [c for c in COLUMNS if c not in names]
         if missing:
             raise PagecastError(f"trace lacks columns {missing}", path=self.path)
-        wrong = [f"{c} is {schema.field(c).type}" for c in COLUMNS if schema.field(c).type != ACCESS_SCHEMA.field(c).type]
+        wrong = [
+            f"{c} is {schema.field(c).type}" for c in COLUMNS if schema.field(c).type != ACCESS_SCHEMA.field(c).type
+        ]
         if wrong:
             raise PagecastError(f"trace columns of the wrong type ({', '.join(wrong)})", path=self.path)
         if not metadata_checksum_ok(kv):
@@ -96,7 +106,9 @@ class Trace:
             raise ValueError(f"unknown trace columns: {bad}")
         return cols
 
-    def iter_batches(self, columns: Sequence[str] | None = None, batch_rows: int = 1 << 20) -> Iterator[dict[str, np.ndarray]]:
+    def iter_batches(
+        self, columns: Sequence[str] | None = None, batch_rows: int = 1 << 20
+    ) -> Iterator[dict[str, np.ndarray]]:
         """Yield dicts of numpy columns, ``batch_rows`` rows at a time (bounded memory)."""
         cols = self._columns(columns)
         # Row group by row group: pyarrow's ParquetFile.iter_batches (26.0) keeps ~4 MB of

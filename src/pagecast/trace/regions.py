@@ -64,16 +64,24 @@ class Region:
         return region
 
 
-_INT_FIELDS = {"id": 0, "file_offset": 0, "base": 0, "length": 0, "page_size": 1, "created_ns": None,
-               "freed_ns": -1, "device": -1, "order": -1}  # field → smallest valid value (None: any)
+_INT_FIELDS = {
+    "id": 0,
+    "file_offset": 0,
+    "base": 0,
+    "length": 0,
+    "page_size": 1,
+    "created_ns": None,
+    "freed_ns": -1,
+    "device": -1,
+    "order": -1,
+}  # field → smallest valid value (None: any)
 _I64 = 1 << 63
 
 
 def _field_ok(name: str, v: Any) -> bool:
     if name in _INT_FIELDS:
         lo = _INT_FIELDS[name]
-        return (isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < 2 * _I64
-                and (lo is None or v >= lo))
+        return isinstance(v, int) and not isinstance(v, bool) and -_I64 <= v < 2 * _I64 and (lo is None or v >= lo)
     if name in ("name", "kind"):
         return isinstance(v, str)
     if name == "path":

@@ -76,18 +76,31 @@ class Schedule:
         lut_keys = np.array(sorted(mapping), dtype=np.int64)
         lut_vals = np.array([mapping[k] for k in lut_keys], dtype=np.int32)
         pos = np.searchsorted(lut_keys, self.region)
-        ok = (pos < len(lut_keys)) & (lut_keys[np.minimum(pos, len(lut_keys) - 1)] == self.region) if len(lut_keys) else np.zeros(len(self), bool)
-        new_region = lut_vals[np.minimum(pos, max(len(lut_keys) - 1, 0))][ok] if len(lut_keys) else np.empty(0, np.int32)
-        return Schedule(self.trigger[ok], self.t_ns[ok], new_region, self.page[ok], self.score[ok], meta=dict(self.meta))
+        ok = (
+            (pos < len(lut_keys)) & (lut_keys[np.minimum(pos, len(lut_keys) - 1)] == self.region)
+            if len(lut_keys)
+            else np.zeros(len(self), bool)
+        )
+        new_region = (
+            lut_vals[np.minimum(pos, max(len(lut_keys) - 1, 0))][ok] if len(lut_keys) else np.empty(0, np.int32)
+        )
+        return Schedule(
+            self.trigger[ok], self.t_ns[ok], new_region, self.page[ok], self.score[ok], meta=dict(self.meta)
+        )
 
 
-def write_schedule(path: str | Path, schedule: Schedule, regions: Sequence[Region] | None = None, meta: dict[str, Any] | None = None) -> Path:
+def write_schedule(
+    path: str | Path, schedule: Schedule, regions: Sequence[Region] | None = None, meta: dict[str, Any] | None = None
+) -> Path:
     path = Path(path)
     s = schedule.sorted()
     table = pa.table({c: getattr(s, c) for c in SCHEDULE_COLUMNS}, schema=SCHEDULE_SCHEMA)
     info = dict(schedule.meta)
     info.update(meta or {})
-    kv = {META_SCHEDULE: json.dumps(info).encode(), META_SCHEDULE_REGIONS: regions_to_json(list(regions if regions is not None else schedule.regions)).encode()}
+    kv = {
+        META_SCHEDULE: json.dumps(info).encode(),
+        META_SCHEDULE_REGIONS: regions_to_json(list(regions if regions is not None else schedule.regions)).encode(),
+    }
     kv[META_CHECKSUM] = metadata_checksum(kv)
     table = table.replace_schema_metadata(kv)
     with atomic_output(path) as tmp:
@@ -111,7 +124,11 @@ def read_schedule(path: str | Path) -> Schedule:
     missing = [c for c in SCHEDULE_COLUMNS if c not in names]
     if missing:
         raise PagecastError(f"schedule lacks columns {missing}", path=path)
-    wrong = [f"{c} is {schema.field(c).type}" for c in SCHEDULE_COLUMNS if schema.field(c).type != SCHEDULE_SCHEMA.field(c).type]
+    wrong = [
+        f"{c} is {schema.field(c).type}"
+        for c in SCHEDULE_COLUMNS
+        if schema.field(c).type != SCHEDULE_SCHEMA.field(c).type
+    ]
     if wrong:
         raise PagecastError(f"schedule columns of the wrong type ({', '.join(wrong)})", path=path)
     if not metadata_checksum_ok(kv):

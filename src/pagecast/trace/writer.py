@@ -118,7 +118,9 @@ def _create_journal(partial: Path):
             except FileExistsError:
                 raise PagecastError(
                     "exists already: the journal of an interrupted recording (`pagecast recover` it) or a file "
-                    "in the way; remove it to record here", path=p) from None
+                    "in the way; remove it to record here",
+                    path=p,
+                ) from None
             created.append(p)
             # unbuffered journal: each flushed batch is in the kernel at once (survives kill -9)
             files.append(os.fdopen(fd, "w") if p == regions_path else os.fdopen(fd, "wb", buffering=0))
@@ -197,9 +199,15 @@ class TraceWriter:
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
             else:
                 self._tmp = temp_path_for(self.path)
-                self._pq = pq.ParquetWriter(str(self._tmp), ACCESS_SCHEMA, compression=compression,
-                                            use_dictionary=False, column_encoding=COLUMN_ENCODING,
-                                            write_statistics=STATISTICS_COLUMNS, write_page_checksum=True)
+                self._pq = pq.ParquetWriter(
+                    str(self._tmp),
+                    ACCESS_SCHEMA,
+                    compression=compression,
+                    use_dictionary=False,
+                    column_encoding=COLUMN_ENCODING,
+                    write_statistics=STATISTICS_COLUMNS,
+                    write_page_checksum=True,
+                )
                 # one worker and at most one row group queued: bounded memory, ordered groups
                 self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagecast-trace-encoder")
         except OSError as e:
@@ -267,7 +275,7 @@ class TraceWriter:
             else:
                 slot = self._slot()
                 for name, c in columns.items():
-                    slot[name][self._staged:self._staged + take] = c.data if c.scalar else c.data[pos:pos + take]
+                    slot[name][self._staged : self._staged + take] = c.data if c.scalar else c.data[pos : pos + take]
                 self._staged += take
                 if self._staged == self.row_group_rows:
                     self._flush_staged()
@@ -306,10 +314,10 @@ class TraceWriter:
             if c.scalar:
                 group[name] = np.full(rows, c.data, COLUMNS[name])
             elif c.owned or self._journal:  # the journal writes synchronously: nothing outlives this call
-                group[name] = c.data[pos:pos + rows]
+                group[name] = c.data[pos : pos + rows]
             else:
                 dst = self._slot()[name][:rows]
-                np.copyto(dst, c.data[pos:pos + rows])
+                np.copyto(dst, c.data[pos : pos + rows])
                 group[name] = dst
                 used_slot = True
         self._emit(group, rows, used_slot)
@@ -321,7 +329,9 @@ class TraceWriter:
             self._emit({c: slot[c][:rows] for c in COLUMNS}, rows, True)
 
     def _emit(self, group: dict[str, np.ndarray], rows: int, used_slot: bool) -> None:
-        batch = pa.record_batch([to_arrow(group[c], ACCESS_SCHEMA.field(c).type) for c in COLUMNS], schema=ACCESS_SCHEMA)
+        batch = pa.record_batch(
+            [to_arrow(group[c], ACCESS_SCHEMA.field(c).type) for c in COLUMNS], schema=ACCESS_SCHEMA
+        )
         if self._journal:
             self._ipc.write_batch(batch, custom_metadata={JOURNAL_BATCH_CRC: batch_checksum(batch)})
             self._sink.flush()
@@ -449,7 +459,9 @@ def _read_regions_journal(path: Path) -> tuple[list[Region], dict[str, Any], boo
                 continue
             r = Region.from_dict(d)
         except (ValueError, TypeError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise PagecastError(f"not a regions journal line ({str(e).splitlines()[0][:100]})", path=path, line=no) from None
+            raise PagecastError(
+                f"not a regions journal line ({str(e).splitlines()[0][:100]})", path=path, line=no
+            ) from None
         regions[r.id] = r
     if sorted(regions) != list(range(len(regions))):
         raise PagecastError("region ids are not 0, 1, 2, ... (damaged regions journal)", path=path)
@@ -482,7 +494,12 @@ def _open_journal(partial: Path) -> tuple[Any, ipc.RecordBatchStreamReader]:
 
 
 def _journal_to_parquet(
-    partial: Path, out: Path, regions: Sequence[Region], meta: dict[str, Any], kernels: list, compression: str,
+    partial: Path,
+    out: Path,
+    regions: Sequence[Region],
+    meta: dict[str, Any],
+    kernels: list,
+    compression: str,
     row_group_rows: int = DEFAULT_ROW_GROUP,
 ) -> JournalCopy:
     """Copy every complete, intact record batch of an IPC journal into a Parquet trace."""
@@ -573,8 +590,17 @@ def recover_partial(partial: str | Path, out: str | Path | None = None) -> Recov
     regions, meta, found = _read_regions_journal(regions_path)
     meta["recovered_from"] = str(partial)
     copy = _journal_to_parquet(partial, out, regions, meta, [], COMPRESSION)
-    return Recovery(trace=str(out), journal=str(partial), rows=copy.rows, batches=copy.batches, regions=len(regions),
-                    regions_journal=found, truncated=copy.stopped is not None, stopped=copy.stopped, journal_bytes=size)
+    return Recovery(
+        trace=str(out),
+        journal=str(partial),
+        rows=copy.rows,
+        batches=copy.batches,
+        regions=len(regions),
+        regions_journal=found,
+        truncated=copy.stopped is not None,
+        stopped=copy.stopped,
+        journal_bytes=size,
+    )
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -602,6 +628,7 @@ def _column(v: Any, dt: np.dtype, copy: bool) -> _Column:
     if a.ndim != 1:
         raise ValueError(f"trace columns are 1-D (got shape {a.shape})")
     # A dtype conversion or a Python sequence produced a fresh array nobody else holds.
-    owned = not copy or isinstance(v, (list, tuple, range)) or (
-        isinstance(v, np.ndarray) and not np.may_share_memory(a, v))
+    owned = (
+        not copy or isinstance(v, (list, tuple, range)) or (isinstance(v, np.ndarray) and not np.may_share_memory(a, v))
+    )
     return _Column(a, False, owned)

@@ -60,7 +60,7 @@ def remove_stale_temps(path: str | Path) -> int:
             for entry in it:
                 if not entry.name.startswith(prefix):
                     continue
-                m = _TEMP_TAIL.fullmatch(entry.name[len(prefix):])
+                m = _TEMP_TAIL.fullmatch(entry.name[len(prefix) :])
                 if m and not _pid_alive(int(m.group(1))) and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)

@@ -70,8 +70,10 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     cells = [[fmt(r.get(c, "")) for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     numeric = [all(isinstance(r.get(c), (int, float)) for r in rows) for c in cols]
+
     def line(vals: Iterable[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
+
     out = [line(cols), line("-" * w for w in widths)]
     out += [line(row) for row in cells]
     return "\n".join(out)
@@ -81,4 +83,6 @@ def progress(total: int | None = None, desc: str = "", unit: str = "it", disable
     """A progress bar on stderr, hidden when stderr is not a terminal unless forced."""
     if disable is None:
         disable = not sys.stderr.isatty()
-    return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, file=sys.stderr, dynamic_ncols=True)
+    return tqdm(
+        total=total, desc=desc, unit=unit, unit_scale=True, disable=disable, file=sys.stderr, dynamic_ncols=True
+    )
