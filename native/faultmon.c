@@ -90,21 +90,18 @@ static size_t sbuf_n;
 static struct fm_read rbuf[RBUF_CAP];
 static size_t rbuf_n;
 
-uint64_t fm_now_ns(void)
-{
+uint64_t fm_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void write_all(const void *p, size_t n)
-{
+static void write_all(const void *p, size_t n) {
     const char *c = p;
     while (n) {
         ssize_t w = write(out_fd, c, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
+            if (errno == EINTR) continue;
             _exit(126); /* reader gone: nothing left to report to */
         }
         c += w;
@@ -114,20 +111,16 @@ static void write_all(const void *p, size_t n)
 
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 
-void fm_frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen)
-{
+void fm_frame(uint32_t type, const void *a, uint32_t alen, const void *b, uint32_t blen) {
     uint32_t hdr[2] = {type, alen + blen};
     pthread_mutex_lock(&out_mu);
     write_all(hdr, sizeof hdr);
-    if (alen)
-        write_all(a, alen);
-    if (blen)
-        write_all(b, blen);
+    if (alen) write_all(a, alen);
+    if (blen) write_all(b, blen);
     pthread_mutex_unlock(&out_mu);
 }
 
-static void flush_samples(void)
-{
+static void flush_samples(void) {
     if (sbuf_n) {
         fm_frame(FR_SAMPLES, sbuf, (uint32_t)(sbuf_n * sizeof sbuf[0]), NULL, 0);
         sbuf_n = 0;
@@ -138,8 +131,7 @@ static void flush_samples(void)
     }
 }
 
-void fm_fail(const char *fmt, ...)
-{
+void fm_fail(const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -147,18 +139,15 @@ void fm_fail(const char *fmt, ...)
     va_end(ap);
     flush_samples();
     fm_frame(FR_ERROR, msg, (uint32_t)strlen(msg), NULL, 0);
-    if (out_fd != 2)
-        fprintf(stderr, "faultmon: %s\n", msg);
+    if (out_fd != 2) fprintf(stderr, "faultmon: %s\n", msg);
     exit(126);
 }
 
-static int perf_open(struct perf_event_attr *a, pid_t pid, int cpu)
-{
+static int perf_open(struct perf_event_attr *a, pid_t pid, int cpu) {
     return (int)syscall(SYS_perf_event_open, a, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
 }
 
-static void fill_attr(struct perf_event_attr *a, uint64_t config, int leader, int exclude_kernel)
-{
+static void fill_attr(struct perf_event_attr *a, uint64_t config, int leader, int exclude_kernel) {
     memset(a, 0, sizeof *a);
     a->type = PERF_TYPE_SOFTWARE;
     a->size = sizeof *a;
@@ -198,8 +187,7 @@ static void fill_attr(struct perf_event_attr *a, uint64_t config, int leader, in
 }
 
 /* Copy len bytes at ring offset off (may wrap). */
-static void ring_copy(struct ring *r, uint64_t off, void *dst, size_t len)
-{
+static void ring_copy(struct ring *r, uint64_t off, void *dst, size_t len) {
     char *data = (char *)r->base + 4096;
     size_t pos = (size_t)(off % r->data_size);
     size_t first = r->data_size - pos;
@@ -211,142 +199,132 @@ static void ring_copy(struct ring *r, uint64_t off, void *dst, size_t len)
     }
 }
 
-static void handle_record(struct ring *r, const struct perf_event_header *h, const char *rec)
-{
+static void handle_record(struct ring *r, const struct perf_event_header *h, const char *rec) {
     const char *p = rec + sizeof *h;
     /* sample_id trailer with our sample_type: {pid, tid}, time, identifier */
     const char *trailer = rec + h->size - 24;
     uint64_t ttime;
     memcpy(&ttime, trailer + 8, 8);
     switch (h->type) {
-    case PERF_RECORD_SAMPLE: {
-        uint64_t id, ip, time, addr;
-        uint32_t pt[2];
-        memcpy(&id, p, 8);
-        memcpy(&ip, p + 8, 8);
-        memcpy(pt, p + 16, 8);
-        memcpy(&time, p + 24, 8);
-        memcpy(&addr, p + 32, 8);
-        int tp = -1;
-        for (int k = 0; k < NTP; k++)
-            if (r->fd_tp[k] >= 0 && id == r->id_tp[k])
-                tp = k;
-        if (tp >= 0) {
-            /* p + 40: u32 raw size, then the tracepoint's record */
-            uint32_t rsz;
-            memcpy(&rsz, p + 40, 4);
-            const char *raw = p + 44;
-            const unsigned *off = tp_off[tp];
-            unsigned need = 0;
-            for (int k = 0; k < 4; k++)
-                if (off[k] + (k == 1 ? 4u : 8u) > need)
-                    need = off[k] + (k == 1 ? 4u : 8u);
-            if (rsz < need || 44 + rsz + sizeof *h > h->size)
+        case PERF_RECORD_SAMPLE: {
+            uint64_t id, ip, time, addr;
+            uint32_t pt[2];
+            memcpy(&id, p, 8);
+            memcpy(&ip, p + 8, 8);
+            memcpy(pt, p + 16, 8);
+            memcpy(&time, p + 24, 8);
+            memcpy(&addr, p + 32, 8);
+            int tp = -1;
+            for (int k = 0; k < NTP; k++)
+                if (r->fd_tp[k] >= 0 && id == r->id_tp[k]) tp = k;
+            if (tp >= 0) {
+                /* p + 40: u32 raw size, then the tracepoint's record */
+                uint32_t rsz;
+                memcpy(&rsz, p + 40, 4);
+                const char *raw = p + 44;
+                const unsigned *off = tp_off[tp];
+                unsigned need = 0;
+                for (int k = 0; k < 4; k++)
+                    if (off[k] + (k == 1 ? 4u : 8u) > need) need = off[k] + (k == 1 ? 4u : 8u);
+                if (rsz < need || 44 + rsz + sizeof *h > h->size) break;
+                struct fm_read *rd = &rbuf[rbuf_n++];
+                memcpy(&rd->ino, raw + off[0], 8);
+                memcpy(&rd->dev, raw + off[1], 4);
+                memcpy(&rd->first, raw + off[2], 8);
+                memcpy(&rd->last, raw + off[3], 8);
+                rd->time = time;
+                rd->pid = pt[0];
+                rd->tid = pt[1];
+                rd->what = (uint32_t)tp;
+                if (rbuf_n == RBUF_CAP) flush_samples();
                 break;
-            struct fm_read *rd = &rbuf[rbuf_n++];
-            memcpy(&rd->ino, raw + off[0], 8);
-            memcpy(&rd->dev, raw + off[1], 4);
-            memcpy(&rd->first, raw + off[2], 8);
-            memcpy(&rd->last, raw + off[3], 8);
-            rd->time = time;
-            rd->pid = pt[0];
-            rd->tid = pt[1];
-            rd->what = (uint32_t)tp;
-            if (rbuf_n == RBUF_CAP)
-                flush_samples();
+            }
+            struct fm_sample *s = &sbuf[sbuf_n++];
+            s->time = time;
+            s->addr = addr;
+            s->ip = ip;
+            s->pid = pt[0];
+            s->tid = pt[1];
+            s->kind = id == r->id_maj ? 2 : 1;
+            s->pad = 0;
+            if (fast) fp_on_fault(time, pt[0], addr, s->kind == 2, seen_ns);
+            if (sbuf_n == SBUF_CAP) flush_samples();
             break;
         }
-        struct fm_sample *s = &sbuf[sbuf_n++];
-        s->time = time;
-        s->addr = addr;
-        s->ip = ip;
-        s->pid = pt[0];
-        s->tid = pt[1];
-        s->kind = id == r->id_maj ? 2 : 1;
-        s->pad = 0;
-        if (fast)
-            fp_on_fault(time, pt[0], addr, s->kind == 2, seen_ns);
-        if (sbuf_n == SBUF_CAP)
+        case PERF_RECORD_MMAP2: {
+            struct fm_mmap m;
+            uint32_t pt[2];
+            memcpy(pt, p, 8);
+            memcpy(&m.addr, p + 8, 8);
+            memcpy(&m.len, p + 16, 8);
+            memcpy(&m.pgoff, p + 24, 8);
+            uint32_t mm[2];
+            memcpy(mm, p + 32, 8);
+            memcpy(&m.ino, p + 40, 8);
+            /* p+48: ino_generation */
+            memcpy(&m.prot, p + 56, 4);
+            memcpy(&m.flags, p + 60, 4);
+            const char *name = p + 64;
+            size_t maxn = (size_t)(trailer - name);
+            size_t n = strnlen(name, maxn);
+            m.time = ttime;
+            m.pid = pt[0];
+            m.tid = pt[1];
+            m.maj = mm[0];
+            m.min = mm[1];
+            if (h->misc & PERF_RECORD_MISC_MMAP_BUILD_ID) {
+                m.maj = m.min = 0;
+                m.ino = 0;
+            }
+            flush_samples(); /* keep samples and maps in ring order */
+            fm_frame(FR_MMAP, &m, sizeof m, name, (uint32_t)n);
+            break;
+        }
+        case PERF_RECORD_FORK: {
+            uint32_t v[4];
+            memcpy(v, p, 16);
+            uint64_t t;
+            memcpy(&t, p + 16, 8);
+            struct fm_fork f = {t, v[0], v[1], v[2], v[3]};
             flush_samples();
-        break;
-    }
-    case PERF_RECORD_MMAP2: {
-        struct fm_mmap m;
-        uint32_t pt[2];
-        memcpy(pt, p, 8);
-        memcpy(&m.addr, p + 8, 8);
-        memcpy(&m.len, p + 16, 8);
-        memcpy(&m.pgoff, p + 24, 8);
-        uint32_t mm[2];
-        memcpy(mm, p + 32, 8);
-        memcpy(&m.ino, p + 40, 8);
-        /* p+48: ino_generation */
-        memcpy(&m.prot, p + 56, 4);
-        memcpy(&m.flags, p + 60, 4);
-        const char *name = p + 64;
-        size_t maxn = (size_t)(trailer - name);
-        size_t n = strnlen(name, maxn);
-        m.time = ttime;
-        m.pid = pt[0];
-        m.tid = pt[1];
-        m.maj = mm[0];
-        m.min = mm[1];
-        if (h->misc & PERF_RECORD_MISC_MMAP_BUILD_ID) {
-            m.maj = m.min = 0;
-            m.ino = 0;
-        }
-        flush_samples(); /* keep samples and maps in ring order */
-        fm_frame(FR_MMAP, &m, sizeof m, name, (uint32_t)n);
-        break;
-    }
-    case PERF_RECORD_FORK: {
-        uint32_t v[4];
-        memcpy(v, p, 16);
-        uint64_t t;
-        memcpy(&t, p + 16, 8);
-        struct fm_fork f = {t, v[0], v[1], v[2], v[3]};
-        flush_samples();
-        fm_frame(FR_FORK, &f, sizeof f, NULL, 0);
-        break;
-    }
-    case PERF_RECORD_COMM: {
-        if (!(h->misc & PERF_RECORD_MISC_COMM_EXEC))
+            fm_frame(FR_FORK, &f, sizeof f, NULL, 0);
             break;
-        uint32_t pt[2];
-        memcpy(pt, p, 8);
-        const char *name = p + 8;
-        size_t n = strnlen(name, (size_t)(trailer - name));
-        struct fm_exec e = {ttime, pt[0], pt[1]};
-        flush_samples();
-        fm_frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
-        break;
-    }
-    case PERF_RECORD_LOST: {
-        uint64_t lost;
-        memcpy(&lost, p + 8, 8);
-        lost_total += lost;
-        struct fm_lost l = {ttime, lost};
-        flush_samples();
-        fm_frame(FR_LOST, &l, sizeof l, NULL, 0);
-        break;
-    }
-    default:
-        break;
+        }
+        case PERF_RECORD_COMM: {
+            if (!(h->misc & PERF_RECORD_MISC_COMM_EXEC)) break;
+            uint32_t pt[2];
+            memcpy(pt, p, 8);
+            const char *name = p + 8;
+            size_t n = strnlen(name, (size_t)(trailer - name));
+            struct fm_exec e = {ttime, pt[0], pt[1]};
+            flush_samples();
+            fm_frame(FR_EXEC, &e, sizeof e, name, (uint32_t)n);
+            break;
+        }
+        case PERF_RECORD_LOST: {
+            uint64_t lost;
+            memcpy(&lost, p + 8, 8);
+            lost_total += lost;
+            struct fm_lost l = {ttime, lost};
+            flush_samples();
+            fm_frame(FR_LOST, &l, sizeof l, NULL, 0);
+            break;
+        }
+        default:
+            break;
     }
 }
 
 /* Fast path: hand the side-band records in [tail, head) to it before any sample of any
  * ring is drained, so a fault on another CPU's ring right after an mmap finds its mapping
  * (rings are not ordered with each other). */
-static void prescan(struct ring *r, uint64_t head)
-{
+static void prescan(struct ring *r, uint64_t head) {
     struct perf_event_mmap_page *meta = r->base;
     static char rec[65536];
     for (uint64_t tail = meta->data_tail; tail < head;) {
         struct perf_event_header h;
         ring_copy(r, tail, &h, sizeof h);
-        if (h.size < sizeof h)
-            fm_fail("corrupt perf ring record (size %u)", h.size);
+        if (h.size < sizeof h) fm_fail("corrupt perf ring record (size %u)", h.size);
         if (h.type != PERF_RECORD_SAMPLE && h.size >= sizeof h + 24) {
             ring_copy(r, tail, rec, h.size);
             const char *p = rec + sizeof h;
@@ -358,8 +336,7 @@ static void prescan(struct ring *r, uint64_t head)
                 memcpy(&len, p + 16, 8);
                 memcpy(&pgoff, p + 24, 8);
                 memcpy(&ino, p + 40, 8);
-                if (h.misc & PERF_RECORD_MISC_MMAP_BUILD_ID)
-                    ino = 1; /* no inode given: a path still names a file */
+                if (h.misc & PERF_RECORD_MISC_MMAP_BUILD_ID) ino = 1; /* no inode given: a path still names a file */
                 const char *name = p + 64;
                 const char *trailer = rec + h.size - 24;
                 fp_on_mmap(v[0], addr, len, pgoff, ino, name, strnlen(name, (size_t)(trailer - name)));
@@ -373,51 +350,42 @@ static void prescan(struct ring *r, uint64_t head)
     }
 }
 
-static void drain(struct ring *r, uint64_t head)
-{
+static void drain(struct ring *r, uint64_t head) {
     struct perf_event_mmap_page *meta = r->base;
     uint64_t tail = meta->data_tail;
     static char rec[65536];
     while (tail < head) {
         struct perf_event_header h;
         ring_copy(r, tail, &h, sizeof h);
-        if (h.size < sizeof h)
-            fm_fail("corrupt perf ring record (size %u)", h.size);
+        if (h.size < sizeof h) fm_fail("corrupt perf ring record (size %u)", h.size);
         ring_copy(r, tail, rec, h.size);
-        if (h.size >= sizeof h + 24 || h.type == PERF_RECORD_SAMPLE)
-            handle_record(r, &h, rec);
+        if (h.size >= sizeof h + 24 || h.type == PERF_RECORD_SAMPLE) handle_record(r, &h, rec);
         tail += h.size;
     }
     __atomic_store_n(&meta->data_tail, tail, __ATOMIC_RELEASE);
 }
 
-static void drain_pass(void)
-{
+static void drain_pass(void) {
     uint64_t heads[nrings];
     seen_ns = fm_now_ns();
     for (int i = 0; i < nrings; i++)
         heads[i] = __atomic_load_n(&((struct perf_event_mmap_page *)rings[i].base)->data_head, __ATOMIC_ACQUIRE);
     if (fast)
-        for (int i = 0; i < nrings; i++)
-            prescan(&rings[i], heads[i]);
-    for (int i = 0; i < nrings; i++)
-        drain(&rings[i], heads[i]);
+        for (int i = 0; i < nrings; i++) prescan(&rings[i], heads[i]);
+    for (int i = 0; i < nrings; i++) drain(&rings[i], heads[i]);
 }
 
-static void drain_all(void)
-{
+static void drain_all(void) {
     /* Anything written after this moment is newer than it, minus the short gap between
      * a sample's timestamp and its write into the ring: keep a margin. */
     uint64_t mark = fm_now_ns() - 2000000ull;
     drain_pass();
     flush_samples();
-    if (fast)
-        fp_flush();
+    if (fast) fp_flush();
     fm_frame(FR_WATERMARK, &mark, sizeof mark, NULL, 0);
 }
 
-static void note(const char *fmt, ...)
-{
+static void note(const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -426,8 +394,7 @@ static void note(const char *fmt, ...)
     fm_frame(FR_NOTE, msg, (uint32_t)strlen(msg), NULL, 0);
 }
 
-static void drop_tracepoint(int tp)
-{
+static void drop_tracepoint(int tp) {
     for (int k = 0; k < nrings; k++)
         if (rings[k].fd_tp[tp] >= 0) {
             close(rings[k].fd_tp[tp]);
@@ -438,8 +405,7 @@ static void drop_tracepoint(int tp)
 
 /* A filemap tracepoint, into the ring of the fault events on the same CPU. Not fatal:
  * without it the recording still has every fault. */
-static void open_tracepoint(int tp, struct ring *r, pid_t child, int cpu, int exclude_kernel)
-{
+static void open_tracepoint(int tp, struct ring *r, pid_t child, int cpu, int exclude_kernel) {
     if (exclude_kernel) {
         note("%s not used: kernel samples are not permitted (kernel.perf_event_paranoid)", tp_name[tp]);
         drop_tracepoint(tp);
@@ -477,14 +443,11 @@ static void open_tracepoint(int tp, struct ring *r, pid_t child, int cpu, int ex
     }
 }
 
-static void open_rings(pid_t child, int *exclude_kernel)
-{
+static void open_rings(pid_t child, int *exclude_kernel) {
     long ncpu = sysconf(_SC_NPROCESSORS_CONF);
-    if (ncpu < 1)
-        ncpu = 1;
+    if (ncpu < 1) ncpu = 1;
     rings = calloc((size_t)ncpu, sizeof *rings);
-    if (!rings)
-        fm_fail("out of memory");
+    if (!rings) fm_fail("out of memory");
     *exclude_kernel = 0;
     for (int cpu = 0; cpu < ncpu; cpu++) {
         struct perf_event_attr a;
@@ -499,19 +462,17 @@ static void open_rings(pid_t child, int *exclude_kernel)
             break;
         }
         if (fd < 0) {
-            if (errno == ENODEV || errno == EINVAL)
-                continue; /* offline CPU */
+            if (errno == ENODEV || errno == EINVAL) continue; /* offline CPU */
             if (errno == EACCES || errno == EPERM) {
                 int lvl = -1;
                 FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
                 if (f) {
-                    if (fscanf(f, "%d", &lvl) != 1)
-                        lvl = -1;
+                    if (fscanf(f, "%d", &lvl) != 1) lvl = -1;
                     fclose(f);
                 }
                 fm_fail("perf_event_open not permitted (%s; kernel.perf_event_paranoid=%d): run as root, "
-                     "or `sysctl kernel.perf_event_paranoid=1`, or grant CAP_PERFMON",
-                     strerror(errno), lvl);
+                        "or `sysctl kernel.perf_event_paranoid=1`, or grant CAP_PERFMON",
+                        strerror(errno), lvl);
             }
             if (errno == ENOENT || errno == ENOSYS)
                 fm_fail("perf_event_open unavailable (%s): kernel built without perf events?", strerror(errno));
@@ -521,16 +482,13 @@ static void open_rings(pid_t child, int *exclude_kernel)
         r->fd_maj = fd;
         fill_attr(&a, PERF_COUNT_SW_PAGE_FAULTS_MIN, 0, *exclude_kernel);
         r->fd_min = perf_open(&a, child, cpu);
-        if (r->fd_min < 0)
-            fm_fail("perf_event_open (minor faults) failed on cpu %d: %s", cpu, strerror(errno));
+        if (r->fd_min < 0) fm_fail("perf_event_open (minor faults) failed on cpu %d: %s", cpu, strerror(errno));
         size_t pages = ring_pages;
         for (;;) {
             r->base = mmap(NULL, (pages + 1) * 4096, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd_maj, 0);
-            if (r->base != MAP_FAILED)
-                break;
+            if (r->base != MAP_FAILED) break;
             /* unprivileged users are limited by perf_event_mlock_kb: shrink */
-            if (errno != EPERM || pages <= 8)
-                fm_fail("cannot map perf ring buffer: %s", strerror(errno));
+            if (errno != EPERM || pages <= 8) fm_fail("cannot map perf ring buffer: %s", strerror(errno));
             pages /= 2;
         }
         r->data_size = pages * 4096;
@@ -540,19 +498,16 @@ static void open_rings(pid_t child, int *exclude_kernel)
             fm_fail("PERF_EVENT_IOC_ID: %s", strerror(errno));
         for (int k = 0; k < NTP; k++) {
             r->fd_tp[k] = -1;
-            if (tp_id[k])
-                open_tracepoint(k, r, child, cpu, *exclude_kernel);
+            if (tp_id[k]) open_tracepoint(k, r, child, cpu, *exclude_kernel);
         }
         nrings++;
     }
-    if (!nrings)
-        fm_fail("perf_event_open found no usable CPU");
+    if (!nrings) fm_fail("perf_event_open found no usable CPU");
 }
 
 /* Can the page-set shim arm a file mapping here? The same steps on one page of our own
  * executable; the shim itself stays silent (it must never disturb the program). */
-static void probe_uffd_wp(void)
-{
+static void probe_uffd_wp(void) {
     const char *why = NULL;
     int err = 0;
     int u = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
@@ -578,8 +533,7 @@ static void probe_uffd_wp(void)
                 }
                 munmap(p, 4096);
             }
-            if (fd >= 0)
-                close(fd);
+            if (fd >= 0) close(fd);
         }
         close(u);
     }
@@ -589,15 +543,15 @@ static void probe_uffd_wp(void)
              why, strerror(err));
 }
 
-static void usage(void)
-{
-    fprintf(stderr, "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:INO:DEV:INDEX:LAST]... "
-                    "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
+static void usage(void) {
+    fprintf(
+        stderr,
+        "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:INO:DEV:INDEX:LAST]... "
+        "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
     exit(126);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int poll_ms = 20, fast_poll_ms = 1;
     const char *fast_config = NULL;
     const char *preload = NULL;
@@ -617,8 +571,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--file-tp") && i + 1 < argc) {
             unsigned long long id;
             unsigned k, o[4];
-            if (sscanf(argv[++i], "%u:%llu:%u:%u:%u:%u", &k, &id, &o[0], &o[1], &o[2], &o[3]) != 6 || k >= NTP)
-                usage();
+            if (sscanf(argv[++i], "%u:%llu:%u:%u:%u:%u", &k, &id, &o[0], &o[1], &o[2], &o[3]) != 6 || k >= NTP) usage();
             tp_id[k] = id;
             memcpy(tp_off[k], o, sizeof o);
         } else if (!strcmp(argv[i], "--fast") && i + 1 < argc) {
@@ -632,29 +585,23 @@ int main(int argc, char **argv)
             usage();
         }
     }
-    if (i >= argc)
-        usage();
-    if (ring_pages & (ring_pages - 1))
-        fm_fail("--ring-pages must be a power of two");
+    if (i >= argc) usage();
+    if (ring_pages & (ring_pages - 1)) fm_fail("--ring-pages must be a power of two");
     char **cmd = argv + i;
     signal(SIGPIPE, SIG_IGN);
     /* A larger pipe absorbs the reader's scheduling hiccups before the rings must. */
     (void)fcntl(out_fd, F_SETPIPE_SZ, 1 << 20);
 
     int go[2], execerr[2];
-    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(execerr, O_CLOEXEC) < 0)
-        fm_fail("pipe: %s", strerror(errno));
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(execerr, O_CLOEXEC) < 0) fm_fail("pipe: %s", strerror(errno));
     pid_t child = fork();
-    if (child < 0)
-        fm_fail("fork: %s", strerror(errno));
+    if (child < 0) fm_fail("fork: %s", strerror(errno));
     if (child == 0) {
         char c;
         close(go[1]);
         close(execerr[0]);
-        if (out_fd > 2)
-            close(out_fd);
-        if (read(go[0], &c, 1) != 1)
-            _exit(127); /* parent gave up */
+        if (out_fd > 2) close(out_fd);
+        if (read(go[0], &c, 1) != 1) _exit(127); /* parent gave up */
         signal(SIGPIPE, SIG_DFL);
         if (preload) {
             const char *old = getenv("LD_PRELOAD");
@@ -670,8 +617,7 @@ int main(int argc, char **argv)
         }
         execvp(cmd[0], cmd);
         int e = errno;
-        if (write(execerr[1], &e, sizeof e) < 0)
-            _exit(127);
+        if (write(execerr[1], &e, sizeof e) < 0) _exit(127);
         _exit(127);
     }
     close(go[0]);
@@ -681,17 +627,19 @@ int main(int argc, char **argv)
 
     int exclude_kernel = 0;
     open_rings(child, &exclude_kernel);
-    if (preload)
-        probe_uffd_wp();
+    if (preload) probe_uffd_wp();
 
     uint64_t t0 = fm_now_ns();
-    struct fm_hello hello = {FM_STREAM_MAGIC, FM_STREAM_VERSION, t0, (uint32_t)child, (uint32_t)nrings,
-                             (uint32_t)exclude_kernel, (uint32_t)(rings[0].data_size / 4096)};
+    struct fm_hello hello = {FM_STREAM_MAGIC,
+                             FM_STREAM_VERSION,
+                             t0,
+                             (uint32_t)child,
+                             (uint32_t)nrings,
+                             (uint32_t)exclude_kernel,
+                             (uint32_t)(rings[0].data_size / 4096)};
     fm_frame(FR_HELLO, &hello, sizeof hello, NULL, 0);
-    if (fast)
-        fp_load(fast_config); /* before the program runs: a bad file is an error, not a slow run */
-    if (write(go[1], "g", 1) != 1)
-        fm_fail("cannot start the command: %s", strerror(errno));
+    if (fast) fp_load(fast_config); /* before the program runs: a bad file is an error, not a slow run */
+    if (write(go[1], "g", 1) != 1) fm_fail("cannot start the command: %s", strerror(errno));
     close(go[1]);
     int e = 0;
     ssize_t n = read(execerr[0], &e, sizeof e);
@@ -700,8 +648,7 @@ int main(int argc, char **argv)
         waitpid(child, NULL, 0);
         fm_fail("cannot run %s: %s", cmd[0], strerror(e));
     }
-    if (fast)
-        fp_start();
+    if (fast) fp_start();
 
     struct pollfd *pfd = calloc((size_t)nrings, sizeof *pfd);
     for (int k = 0; k < nrings; k++) {
@@ -712,10 +659,8 @@ int main(int argc, char **argv)
     uint64_t next_report = fm_now_ns() + (uint64_t)poll_ms * 1000000ull;
     for (;;) {
         pid_t w = waitpid(child, &status, WNOHANG);
-        if (w == child)
-            break;
-        if (w < 0 && errno != EINTR)
-            fm_fail("waitpid: %s", strerror(errno));
+        if (w == child) break;
+        if (w < 0 && errno != EINTR) fm_fail("waitpid: %s", strerror(errno));
         if (!fast) {
             poll(pfd, (nfds_t)nrings, poll_ms);
             drain_all();
@@ -729,13 +674,11 @@ int main(int argc, char **argv)
             continue;
         }
         int wait_ms = (int)((next_report - now + 999999) / 1000000);
-        if (poll(pfd, (nfds_t)nrings, wait_ms < fast_poll_ms ? wait_ms : fast_poll_ms) > 0)
-            wakeups++;
+        if (poll(pfd, (nfds_t)nrings, wait_ms < fast_poll_ms ? wait_ms : fast_poll_ms) > 0) wakeups++;
         drain_pass();
     }
     drain_all();
-    if (fast)
-        fp_finish(wakeups);
+    if (fast) fp_finish(wakeups);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     struct fm_exit ex = {status, code, fm_now_ns(), lost_total};
     fm_frame(FR_EXIT, &ex, sizeof ex, NULL, 0);

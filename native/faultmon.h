@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#define FM_STREAM_MAGIC 0x4d544c46u /* "FLTM" read as little-endian bytes */
+#define FM_STREAM_MAGIC   0x4d544c46u /* "FLTM" read as little-endian bytes */
 #define FM_STREAM_VERSION 1u
 
 enum {
@@ -42,7 +42,7 @@ struct fm_read {
     uint64_t ino;
     uint64_t first, last; /* page indices, inclusive: what the call asked for (may pass EOF) */
     uint32_t pid, tid;
-    uint32_t dev; /* the kernel's dev_t: major << 20 | minor */
+    uint32_t dev;  /* the kernel's dev_t: major << 20 | minor */
     uint32_t what; /* 0 read-family call, 1 fault on a file mapping */
 };
 

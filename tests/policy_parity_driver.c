@@ -11,8 +11,7 @@
 
 #include "policy/pc_policy.h"
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: %s ID P0 P1 LIMIT...\n", argv[0]);
         return 2;
@@ -22,8 +21,7 @@ int main(int argc, char **argv)
     int nreg = argc - 4;
     int64_t *limit = calloc((size_t)nreg, sizeof *limit);
     pc_stride_state *st = calloc((size_t)nreg, sizeof *st);
-    if (!limit || !st)
-        return 1;
+    if (!limit || !st) return 1;
     for (int i = 0; i < nreg; i++) {
         limit[i] = atoll(argv[4 + i]);
         pc_stride_init(&st[i]);
@@ -38,21 +36,20 @@ int main(int argc, char **argv)
         }
         size_t n;
         switch (id) {
-        case PC_POLICY_NONE:
-            n = 0;
-            break;
-        case PC_POLICY_NEXTLINE:
-            n = pc_nextline_step(page, hit, p0, p1, limit[region], out, PC_MAX_PREFETCH);
-            break;
-        case PC_POLICY_STRIDE:
-            n = pc_stride_step(&st[region], page, p0, p1, limit[region], out, PC_MAX_PREFETCH);
-            break;
-        default:
-            fprintf(stderr, "policy id %d has no shared C step in pc_policy.h\n", id);
-            return 3;
+            case PC_POLICY_NONE:
+                n = 0;
+                break;
+            case PC_POLICY_NEXTLINE:
+                n = pc_nextline_step(page, hit, p0, p1, limit[region], out, PC_MAX_PREFETCH);
+                break;
+            case PC_POLICY_STRIDE:
+                n = pc_stride_step(&st[region], page, p0, p1, limit[region], out, PC_MAX_PREFETCH);
+                break;
+            default:
+                fprintf(stderr, "policy id %d has no shared C step in pc_policy.h\n", id);
+                return 3;
         }
-        for (size_t i = 0; i < n; i++)
-            printf(i ? " %lld" : "%lld", (long long)out[i]);
+        for (size_t i = 0; i < n; i++) printf(i ? " %lld" : "%lld", (long long)out[i]);
         printf("\n");
     }
     return 0;

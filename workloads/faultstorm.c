@@ -9,8 +9,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc != 3) {
         fprintf(stderr, "usage: faultstorm MIB ROUNDS\n");
         return 2;

@@ -14,8 +14,8 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -24,28 +24,23 @@
 
 #define PAGE 4096
 
-static void *touch_anon(long n)
-{
-    if (n <= 0)
-        return NULL;
+static void *touch_anon(long n) {
+    if (n <= 0) return NULL;
     char *p = mmap(NULL, (size_t)n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         perror("touchpages: mmap anon");
         exit(1);
     }
-    for (long i = 0; i < n; i++)
-        p[i * PAGE] = (char)i;
+    for (long i = 0; i < n; i++) p[i * PAGE] = (char)i;
     return p;
 }
 
-static void *thread_main(void *arg)
-{
+static void *thread_main(void *arg) {
     touch_anon((long)(intptr_t)arg);
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: touchpages FILE PAGES [--anon N] [--thread N] [--exit CODE]\n");
         return 2;
@@ -96,8 +91,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "touchpages: pthread_create failed\n");
         return 2;
     }
-    if (thread_pages > 0)
-        pthread_join(th, NULL);
+    if (thread_pages > 0) pthread_join(th, NULL);
     printf("%lu\n", sum);
     return code;
 }

@@ -78,10 +78,17 @@ static uint32_t fdinfo[FD_TRACKED];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int parse_advice(const char *a, int *f, int *m) {
-    if (!strcmp(a, "random") || !strcmp(a, "r")) { *f = POSIX_FADV_RANDOM; *m = MADV_RANDOM; }
-    else if (!strcmp(a, "sequential") || !strcmp(a, "s")) { *f = POSIX_FADV_SEQUENTIAL; *m = MADV_SEQUENTIAL; }
-    else if (!strcmp(a, "normal") || !strcmp(a, "n")) { *f = POSIX_FADV_NORMAL; *m = MADV_NORMAL; }
-    else return -1;
+    if (!strcmp(a, "random") || !strcmp(a, "r")) {
+        *f = POSIX_FADV_RANDOM;
+        *m = MADV_RANDOM;
+    } else if (!strcmp(a, "sequential") || !strcmp(a, "s")) {
+        *f = POSIX_FADV_SEQUENTIAL;
+        *m = MADV_SEQUENTIAL;
+    } else if (!strcmp(a, "normal") || !strcmp(a, "n")) {
+        *f = POSIX_FADV_NORMAL;
+        *m = MADV_NORMAL;
+    } else
+        return -1;
     return 0;
 }
 
@@ -116,7 +123,8 @@ static void parse_extents(const char *list) {
     for (const char *p = list; *p;) {
         unsigned long long dev, ino;
         long long np, deg, maxp;
-        if (sscanf(p, "%llu:%llu:%lld:%lld:%lld", &dev, &ino, &np, &deg, &maxp) == 5 && np >= 0 && deg > 0 && maxp > 0) {
+        if (sscanf(p, "%llu:%llu:%lld:%lld:%lld", &dev, &ino, &np, &deg, &maxp) == 5 && np >= 0 && deg > 0 &&
+            maxp > 0) {
             struct extent_file *e = &extents[nextents++];
             e->dev = (dev_t)dev;
             e->ino = (ino_t)ino;
@@ -151,7 +159,10 @@ static void attach_feedback(const char *path) {
 static void init_once(void) {
     int saved = errno;
     const char *a = getenv("PAGECAST_ADVICE");
-    if (!a || parse_advice(a, &fadv, &madv) < 0) { fadv = -2; madv = -2; }
+    if (!a || parse_advice(a, &fadv, &madv) < 0) {
+        fadv = -2;
+        madv = -2;
+    }
     const char *list = getenv("PAGECAST_ADVICE_FILES");
     if (list && *list) parse_files(list);
     list = getenv("PAGECAST_EXTENT_FILES");
@@ -161,9 +172,13 @@ static void init_once(void) {
     errno = saved;
 }
 
-static void init_advice(void) { pthread_once(&once, init_once); }
+static void init_advice(void) {
+    pthread_once(&once, init_once);
+}
 
-static int per_file(void) { return nfiles || nextents || seg; }
+static int per_file(void) {
+    return nfiles || nextents || seg;
+}
 
 /* The advice for this file: its own entry, else the global one (-2: none). */
 static void advice_for(const struct stat *st, int *f, int *m) {
@@ -232,8 +247,10 @@ static void feedback_read(struct pcf_file *f, int64_t first, int64_t last) {
     for (int64_t p = first; p <= last; p++) {
         unsigned char bit = (unsigned char)(1u << (p & 7));
         if (__atomic_fetch_or(&seen[p >> 3], bit, __ATOMIC_RELAXED) & bit) continue;
-        if (pcf_test(planned, p)) in++;
-        else out++;
+        if (pcf_test(planned, p))
+            in++;
+        else
+            out++;
     }
     __atomic_fetch_add(&f->reads, 1, __ATOMIC_RELAXED);
     if (in) __atomic_fetch_add(&f->pages_in, in, __ATOMIC_RELAXED);
@@ -244,8 +261,7 @@ static void feedback_read(struct pcf_file *f, int64_t first, int64_t last) {
 static void extent_read(int fd, struct extent_file *e, int64_t first, int64_t last) {
     int64_t size = e->npages;
     if (size <= 0 || size > e->max_pages) return;
-    while (__atomic_test_and_set(&e->lock, __ATOMIC_ACQUIRE))
-        ;
+    while (__atomic_test_and_set(&e->lock, __ATOMIC_ACQUIRE));
     if (e->start < 0) {
         e->start = first % size;
         e->done = 1; /* the page read itself */
@@ -281,14 +297,19 @@ static off_t position_after(int fd, ssize_t r) {
     return end < r ? -1 : end - r;
 }
 
-#define NEXT(name) static __typeof__(name) *real; if (!real) real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+#define NEXT(name)                                                                                                     \
+    static __typeof__(name) *real;                                                                                     \
+    if (!real) real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
 
 static mode_t mode_arg(int flags, va_list ap) {
     return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
 }
 
 int open(const char *path, int flags, ...) {
-    va_list ap; va_start(ap, flags); mode_t m = mode_arg(flags, ap); va_end(ap);
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
     NEXT(open);
     int fd = real(path, flags, m);
     advise_fd(fd);
@@ -296,7 +317,10 @@ int open(const char *path, int flags, ...) {
 }
 
 int open64(const char *path, int flags, ...) {
-    va_list ap; va_start(ap, flags); mode_t m = mode_arg(flags, ap); va_end(ap);
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
     NEXT(open64);
     int fd = real(path, flags, m);
     advise_fd(fd);
@@ -304,7 +328,10 @@ int open64(const char *path, int flags, ...) {
 }
 
 int openat(int dir, const char *path, int flags, ...) {
-    va_list ap; va_start(ap, flags); mode_t m = mode_arg(flags, ap); va_end(ap);
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
     NEXT(openat);
     int fd = real(dir, path, flags, m);
     advise_fd(fd);
@@ -312,7 +339,10 @@ int openat(int dir, const char *path, int flags, ...) {
 }
 
 int openat64(int dir, const char *path, int flags, ...) {
-    va_list ap; va_start(ap, flags); mode_t m = mode_arg(flags, ap); va_end(ap);
+    va_list ap;
+    va_start(ap, flags);
+    mode_t m = mode_arg(flags, ap);
+    va_end(ap);
     NEXT(openat64);
     int fd = real(dir, path, flags, m);
     advise_fd(fd);
@@ -329,7 +359,8 @@ int close(int fd) {
  * one, opens its input and dup2()s it onto fd 0). */
 static int copy_info(int from, int to) {
     if (to >= 0 && to < FD_TRACKED)
-        __atomic_store_n(&fdinfo[to], from >= 0 && from < FD_TRACKED ? __atomic_load_n(&fdinfo[from], __ATOMIC_RELAXED) : 0,
+        __atomic_store_n(&fdinfo[to],
+                         from >= 0 && from < FD_TRACKED ? __atomic_load_n(&fdinfo[from], __ATOMIC_RELAXED) : 0,
                          __ATOMIC_RELAXED);
     return to;
 }

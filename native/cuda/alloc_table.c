@@ -13,14 +13,16 @@
 #include "pc_internal.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pc_alloc *all;   /* index == id */
+static struct pc_alloc *all; /* index == id */
 static size_t n_all, cap_all;
-static int64_t *live;          /* ids of live allocations, sorted by base */
+static int64_t *live; /* ids of live allocations, sorted by base */
 static size_t n_live, cap_live;
 static int32_t next_order[2];
 static uint64_t generation; /* bumped on every change, read without the lock */
 
-uint64_t pc_alloc_generation(void) { return __atomic_load_n(&generation, __ATOMIC_ACQUIRE); }
+uint64_t pc_alloc_generation(void) {
+    return __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -38,16 +40,24 @@ static size_t upper_bound(uint64_t addr) {
     size_t lo = 0, hi = n_live;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (all[live[mid]].base <= addr) lo = mid + 1;
-        else hi = mid;
+        if (all[live[mid]].base <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
 
 /* Hold the lock across fork() so a child never inherits it locked by another thread. */
-static void lock_table(void) { pthread_mutex_lock(&lock); }
-static void unlock_table(void) { pthread_mutex_unlock(&lock); }
-__attribute__((constructor)) static void register_atfork(void) { pthread_atfork(lock_table, unlock_table, unlock_table); }
+static void lock_table(void) {
+    pthread_mutex_lock(&lock);
+}
+static void unlock_table(void) {
+    pthread_mutex_unlock(&lock);
+}
+__attribute__((constructor)) static void register_atfork(void) {
+    pthread_atfork(lock_table, unlock_table, unlock_table);
+}
 
 int64_t pc_alloc_add(uint64_t base, uint64_t size, int kind) {
     int64_t id = -1;

@@ -24,7 +24,7 @@
 #include "pc_cupti_format.h"
 
 #define BUF_SIZE (8u << 20)
-#define ALIGN 8
+#define ALIGN    8
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *out, *names;
@@ -102,48 +102,48 @@ static void convert(const CUpti_Activity *rec) {
     struct pc_rec o;
     memset(&o, 0, sizeof o);
     switch (rec->kind) {
-    case CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER: {
-        const CUpti_ActivityUnifiedMemoryCounter3 *u = (const CUpti_ActivityUnifiedMemoryCounter3 *)rec;
-        o.type = PC_REC_UM;
-        o.subkind = (uint8_t)u->counterKind;
-        o.flags = (uint16_t)u->flags;
-        o.stream = u->streamId;
-        o.start = u->start;
-        o.end = u->end;
-        o.address = u->address;
-        o.value = u->value;
-        o.src = u->srcId;
-        o.dst = u->dstId;
-        break;
-    }
-    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-    case CUPTI_ACTIVITY_KIND_KERNEL: {
-        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
-        o.type = PC_REC_KERNEL;
-        o.stream = k->streamId;
-        o.start = k->start;
-        o.end = k->end;
-        o.address = k->correlationId;
-        o.value = name_id(k->name);
-        o.src = k->deviceId;
-        o.dst = (uint32_t)k->gridX;
-        break;
-    }
-    case CUPTI_ACTIVITY_KIND_MEMORY2: {
-        const CUpti_ActivityMemory4 *m = (const CUpti_ActivityMemory4 *)rec;
-        o.type = PC_REC_MEMORY;
-        o.subkind = (uint8_t)m->memoryOperationType;
-        o.flags = (uint16_t)m->memoryKind;
-        o.stream = m->streamId;
-        o.start = m->timestamp;
-        o.address = m->address;
-        o.value = m->bytes;
-        o.src = m->deviceId;
-        o.dst = m->processId;
-        break;
-    }
-    default:
-        return;
+        case CUPTI_ACTIVITY_KIND_UNIFIED_MEMORY_COUNTER: {
+            const CUpti_ActivityUnifiedMemoryCounter3 *u = (const CUpti_ActivityUnifiedMemoryCounter3 *)rec;
+            o.type = PC_REC_UM;
+            o.subkind = (uint8_t)u->counterKind;
+            o.flags = (uint16_t)u->flags;
+            o.stream = u->streamId;
+            o.start = u->start;
+            o.end = u->end;
+            o.address = u->address;
+            o.value = u->value;
+            o.src = u->srcId;
+            o.dst = u->dstId;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        case CUPTI_ACTIVITY_KIND_KERNEL: {
+            const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+            o.type = PC_REC_KERNEL;
+            o.stream = k->streamId;
+            o.start = k->start;
+            o.end = k->end;
+            o.address = k->correlationId;
+            o.value = name_id(k->name);
+            o.src = k->deviceId;
+            o.dst = (uint32_t)k->gridX;
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMORY2: {
+            const CUpti_ActivityMemory4 *m = (const CUpti_ActivityMemory4 *)rec;
+            o.type = PC_REC_MEMORY;
+            o.subkind = (uint8_t)m->memoryOperationType;
+            o.flags = (uint16_t)m->memoryKind;
+            o.stream = m->streamId;
+            o.start = m->timestamp;
+            o.address = m->address;
+            o.value = m->bytes;
+            o.src = m->deviceId;
+            o.dst = m->processId;
+            break;
+        }
+        default:
+            return;
     }
     emit(&o);
 }
@@ -216,7 +216,8 @@ static int enable_um_counters(void) {
         int ok = 0;
         for (int i = 0; i < N; i++) {
             CUptiResult ri = cuptiActivityConfigureUnifiedMemoryCounter(&cfg[i], 1);
-            if (ri == CUPTI_SUCCESS) ok++;
+            if (ri == CUPTI_SUCCESS)
+                ok++;
             else {
                 char what[96];
                 snprintf(what, sizeof what, "unified-memory counter kind %d unavailable", (int)kinds[i]);

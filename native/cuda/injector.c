@@ -29,16 +29,16 @@
 #include "pc_internal.h"
 
 #undef cuMemPrefetchAsync
-#define PAGE_SHIFT 12
+#define PAGE_SHIFT    12
 #define SLOT_PREFETCH 60 /* metrics slot of our own prefetches (interposer uses < 32) */
 #define KIND_ABSOLUTE (-1)
 
 struct range {
-    int kind;         /* PC_ALLOC_MANAGED / PC_ALLOC_DEVICE, or KIND_ABSOLUTE */
-    int32_t order;    /* allocation order among its kind (unused for absolute) */
-    uint64_t page;    /* first page (relative, or absolute address >> 12) */
+    int kind;      /* PC_ALLOC_MANAGED / PC_ALLOC_DEVICE, or KIND_ABSOLUTE */
+    int32_t order; /* allocation order among its kind (unused for absolute) */
+    uint64_t page; /* first page (relative, or absolute address >> 12) */
     uint64_t npages;
-    size_t line;      /* first file line naming one of its pages: issue priority */
+    size_t line; /* first file line naming one of its pages: issue priority */
 };
 
 struct entry {
@@ -121,7 +121,8 @@ static int parse_double(const char *s, double *out) {
 static int split(char *s, char sep, char **f, int max) {
     int n = 0;
     while (n < max) {
-        if (!sep) while (isspace((unsigned char)*s)) s++;
+        if (!sep)
+            while (isspace((unsigned char)*s)) s++;
         if (!*s && (!sep || n > 0)) break;
         f[n++] = s;
         char *e = sep ? strchr(s, sep) : s + strcspn(s, " \t");
@@ -178,7 +179,8 @@ static int parse_file(const char *path, struct range **out, size_t *n_out, char 
             if (col_addr < 0) {
                 snprintf(err, errlen,
                          "%s:%zu: not a predictions file (expected a 'pagecast-prefetch 1' line or a CSV header "
-                         "with page_addr or Prefetch_Address)", path, lineno);
+                         "with page_addr or Prefetch_Address)",
+                         path, lineno);
                 rc = -1;
                 break;
             }
@@ -196,8 +198,10 @@ static int parse_file(const char *path, struct range **out, size_t *n_out, char 
                 rc = -1;
                 break;
             }
-            if (strcmp(fld[0], "managed") == 0) x.kind = PC_ALLOC_MANAGED;
-            else if (strcmp(fld[0], "device") == 0) x.kind = PC_ALLOC_DEVICE;
+            if (strcmp(fld[0], "managed") == 0)
+                x.kind = PC_ALLOC_MANAGED;
+            else if (strcmp(fld[0], "device") == 0)
+                x.kind = PC_ALLOC_DEVICE;
             else {
                 snprintf(err, errlen, "%s:%zu: unknown allocation kind '%.32s'", path, lineno, fld[0]);
                 rc = -1;

@@ -25,14 +25,39 @@
 #define MISSING CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND
 
 enum slot {
-    S_ALLOC_MANAGED, S_ALLOC, S_FREE,
-    S_LAUNCH, S_LAUNCH_PTSZ,
-    S_HTOD, S_HTOD_PTDS, S_DTOH, S_DTOH_PTDS, S_DTOD, S_DTOD_PTDS, S_MEMCPY, S_MEMCPY_PTDS,
-    S_HTOD_ASYNC, S_HTOD_ASYNC_PTSZ, S_DTOH_ASYNC, S_DTOH_ASYNC_PTSZ, S_DTOD_ASYNC, S_DTOD_ASYNC_PTSZ,
-    S_MEMCPY_ASYNC, S_MEMCPY_ASYNC_PTSZ,
-    S_PREFETCH, S_PREFETCH_PTSZ, S_PREFETCH_V2, S_PREFETCH_V2_PTSZ,
-    S_GPA, S_GPA_V2,
-    S_LAUNCH_EX, S_LAUNCH_EX_PTSZ, S_ALLOC_ASYNC, S_ALLOC_ASYNC_PTSZ, S_FREE_ASYNC, S_FREE_ASYNC_PTSZ,
+    S_ALLOC_MANAGED,
+    S_ALLOC,
+    S_FREE,
+    S_LAUNCH,
+    S_LAUNCH_PTSZ,
+    S_HTOD,
+    S_HTOD_PTDS,
+    S_DTOH,
+    S_DTOH_PTDS,
+    S_DTOD,
+    S_DTOD_PTDS,
+    S_MEMCPY,
+    S_MEMCPY_PTDS,
+    S_HTOD_ASYNC,
+    S_HTOD_ASYNC_PTSZ,
+    S_DTOH_ASYNC,
+    S_DTOH_ASYNC_PTSZ,
+    S_DTOD_ASYNC,
+    S_DTOD_ASYNC_PTSZ,
+    S_MEMCPY_ASYNC,
+    S_MEMCPY_ASYNC_PTSZ,
+    S_PREFETCH,
+    S_PREFETCH_PTSZ,
+    S_PREFETCH_V2,
+    S_PREFETCH_V2_PTSZ,
+    S_GPA,
+    S_GPA_V2,
+    S_LAUNCH_EX,
+    S_LAUNCH_EX_PTSZ,
+    S_ALLOC_ASYNC,
+    S_ALLOC_ASYNC_PTSZ,
+    S_FREE_ASYNC,
+    S_FREE_ASYNC_PTSZ,
     S_COUNT
 };
 
@@ -160,7 +185,8 @@ typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
 typedef CUresult (*gpa_v1_fn)(const char *, void **, int, cuuint64_t);
 typedef CUresult (*gpa_v2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
-#define LOG(s, t0, bytes, dir, ptr, r) pc_log_call((s), hooks[s].export_name, (t0), pc_now_ns() - (t0), (bytes), (dir), (ptr), (int)(r))
+#define LOG(s, t0, bytes, dir, ptr, r)                                                                                 \
+    pc_log_call((s), hooks[s].export_name, (t0), pc_now_ns() - (t0), (bytes), (dir), (ptr), (int)(r))
 
 /* The pointer exists only after the call returns (AI4Mem's interposer read it before). */
 static CUresult after_alloc(int s, int64_t t0, CUresult r, const CUdeviceptr *dptr, size_t size, int kind) {
@@ -252,27 +278,27 @@ static int infer_dir(uint64_t dst, uint64_t src, uint64_t *ptr) {
     return s ? (d ? PC_DIR_DTOD : PC_DIR_DTOH) : (d ? PC_DIR_HTOD : PC_DIR_HTOH);
 }
 
-#define COPY_SYNC(NAME, SLOT, FT, DT, ST, CALLPTR, DIR)                       \
-    PC_EXPORT CUresult NAME(DT dst, ST src, size_t n) {                       \
-        FT f = (FT)real(SLOT);                                                \
-        if (!f) return MISSING;                                               \
-        int64_t t0 = pc_now_ns();                                             \
-        CUresult r = f(dst, src, n);                                          \
-        uint64_t ptr = (uint64_t)(CALLPTR);                                   \
-        int dir = (DIR);                                                      \
-        LOG(SLOT, t0, n, dir, ptr, r);                                        \
-        return r;                                                             \
+#define COPY_SYNC(NAME, SLOT, FT, DT, ST, CALLPTR, DIR)                                                                \
+    PC_EXPORT CUresult NAME(DT dst, ST src, size_t n) {                                                                \
+        FT f = (FT)real(SLOT);                                                                                         \
+        if (!f) return MISSING;                                                                                        \
+        int64_t t0 = pc_now_ns();                                                                                      \
+        CUresult r = f(dst, src, n);                                                                                   \
+        uint64_t ptr = (uint64_t)(CALLPTR);                                                                            \
+        int dir = (DIR);                                                                                               \
+        LOG(SLOT, t0, n, dir, ptr, r);                                                                                 \
+        return r;                                                                                                      \
     }
-#define COPY_ASYNC(NAME, SLOT, FT, DT, ST, CALLPTR, DIR)                      \
-    PC_EXPORT CUresult NAME(DT dst, ST src, size_t n, CUstream stream) {      \
-        FT f = (FT)real(SLOT);                                                \
-        if (!f) return MISSING;                                               \
-        int64_t t0 = pc_now_ns();                                             \
-        CUresult r = f(dst, src, n, stream);                                  \
-        uint64_t ptr = (uint64_t)(CALLPTR);                                   \
-        int dir = (DIR);                                                      \
-        LOG(SLOT, t0, n, dir, ptr, r);                                        \
-        return r;                                                             \
+#define COPY_ASYNC(NAME, SLOT, FT, DT, ST, CALLPTR, DIR)                                                               \
+    PC_EXPORT CUresult NAME(DT dst, ST src, size_t n, CUstream stream) {                                               \
+        FT f = (FT)real(SLOT);                                                                                         \
+        if (!f) return MISSING;                                                                                        \
+        int64_t t0 = pc_now_ns();                                                                                      \
+        CUresult r = f(dst, src, n, stream);                                                                           \
+        uint64_t ptr = (uint64_t)(CALLPTR);                                                                            \
+        int dir = (DIR);                                                                                               \
+        LOG(SLOT, t0, n, dir, ptr, r);                                                                                 \
+        return r;                                                                                                      \
     }
 
 COPY_SYNC(cuMemcpyHtoD_v2, S_HTOD, htod_fn, CUdeviceptr, const void *, dst, PC_DIR_HTOD)
@@ -296,8 +322,12 @@ COPY_ASYNC(cuMemcpyAsync_ptsz, S_MEMCPY_ASYNC_PTSZ, dtod_async_fn, CUdeviceptr, 
 PC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags) {
     return do_alloc_managed(S_ALLOC_MANAGED, dptr, size, flags);
 }
-PC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) { return do_alloc(S_ALLOC, dptr, size); }
-PC_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) { return do_free(S_FREE, ptr); }
+PC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size) {
+    return do_alloc(S_ALLOC, dptr, size);
+}
+PC_EXPORT CUresult cuMemFree_v2(CUdeviceptr ptr) {
+    return do_free(S_FREE, ptr);
+}
 
 PC_EXPORT CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                                   unsigned bz, unsigned shmem, CUstream st, void **params, void **extra) {
@@ -320,8 +350,12 @@ PC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream st) 
 PC_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream st) {
     return do_alloc_async(S_ALLOC_ASYNC_PTSZ, dptr, size, st);
 }
-PC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream st) { return do_free_async(S_FREE_ASYNC, ptr, st); }
-PC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) { return do_free_async(S_FREE_ASYNC_PTSZ, ptr, st); }
+PC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream st) {
+    return do_free_async(S_FREE_ASYNC, ptr, st);
+}
+PC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) {
+    return do_free_async(S_FREE_ASYNC_PTSZ, ptr, st);
+}
 
 static CUresult do_prefetch_v1(int s, CUdeviceptr p, size_t n, CUdevice dev, CUstream st) {
     prefetch_v1_fn f = (prefetch_v1_fn)real(s);
@@ -397,7 +431,8 @@ PC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int versi
     if (!f) return MISSING;
     int64_t t0 = pc_now_ns();
     CUresult r = f(symbol, pfn, version, flags, status);
-    if (r == CUDA_SUCCESS && (!status || *status == CU_GET_PROC_ADDRESS_SUCCESS)) substitute(symbol, pfn, version, flags);
+    if (r == CUDA_SUCCESS && (!status || *status == CU_GET_PROC_ADDRESS_SUCCESS))
+        substitute(symbol, pfn, version, flags);
     LOG(S_GPA_V2, t0, 0, PC_DIR_NONE, 0, r);
     return r;
 }

@@ -37,8 +37,12 @@ int64_t pc_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-const char *pc_out_dir(void) { return enabled ? out_dir : NULL; }
-int pc_log_enabled(void) { return enabled; }
+const char *pc_out_dir(void) {
+    return enabled ? out_dir : NULL;
+}
+int pc_log_enabled(void) {
+    return enabled;
+}
 
 static void path_for(char *buf, size_t n, const char *stem, const char *ext) {
     snprintf(buf, n, "%s/%s.%d.%s", out_dir, stem, (int)getpid(), ext);
@@ -65,7 +69,9 @@ static void before_fork(void) {
     pthread_mutex_lock(&tl_lock);
     if (timeline) fflush(timeline);
 }
-static void parent_after_fork(void) { pthread_mutex_unlock(&tl_lock); }
+static void parent_after_fork(void) {
+    pthread_mutex_unlock(&tl_lock);
+}
 static void child_after_fork(void) {
     pthread_mutex_unlock(&tl_lock);
     if (timeline) fclose(timeline);

@@ -9,7 +9,7 @@
 
 /* Version 1 had no magic; version 2 puts PC_CUPTI_MAGIC in the header record's dst. */
 #define PC_CUPTI_FORMAT_VERSION 2
-#define PC_CUPTI_MAGIC 0x50554350u /* "PCUP" read as little-endian bytes */
+#define PC_CUPTI_MAGIC          0x50554350u /* "PCUP" read as little-endian bytes */
 
 enum pc_rec_type {
     PC_REC_HEADER = 0,  /* start = CUPTI timestamp, end = CLOCK_MONOTONIC, address = CLOCK_REALTIME
@@ -23,10 +23,10 @@ enum pc_rec_type {
 
 struct pc_rec {
     uint8_t type;
-    uint8_t subkind;  /* UM: counter kind; MEMORY: operation type (1 alloc, 2 release) */
-    uint16_t flags;   /* UM: access type (faults) or migration cause (transfers); MEMORY: memory kind */
-    uint32_t stream;  /* UM, KERNEL: stream id */
-    uint64_t start;   /* CUPTI timestamps, ns */
+    uint8_t subkind; /* UM: counter kind; MEMORY: operation type (1 alloc, 2 release) */
+    uint16_t flags;  /* UM: access type (faults) or migration cause (transfers); MEMORY: memory kind */
+    uint32_t stream; /* UM, KERNEL: stream id */
+    uint64_t start;  /* CUPTI timestamps, ns */
     uint64_t end;
     uint64_t address; /* UM, MEMORY: address; KERNEL: correlation id */
     uint64_t value;   /* UM: bytes or count; KERNEL: name id; MEMORY: bytes */

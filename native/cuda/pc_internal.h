@@ -19,9 +19,9 @@ int64_t pc_now_ns(void); /* CLOCK_MONOTONIC */
 enum pc_alloc_kind { PC_ALLOC_DEVICE = 0, PC_ALLOC_MANAGED = 1 };
 
 struct pc_alloc {
-    int64_t id;      /* creation order over all allocations of the process */
-    int32_t kind;    /* enum pc_alloc_kind */
-    int32_t order;   /* creation order among allocations of the same kind */
+    int64_t id;    /* creation order over all allocations of the process */
+    int32_t kind;  /* enum pc_alloc_kind */
+    int32_t order; /* creation order among allocations of the same kind */
     uint64_t base;
     uint64_t size;
     int64_t created_ns;

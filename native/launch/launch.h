@@ -19,78 +19,78 @@ enum pcl_advice { PCL_ADV_DEFAULT, PCL_ADV_RANDOM, PCL_ADV_SEQUENTIAL, PCL_NADVI
 
 /* What happened to one file: reported in the status JSON. */
 enum pcl_status {
-	PCL_ST_NOTHING,     /* plan says nothing to do */
-	PCL_ST_PENDING,     /* to be prefetched */
-	PCL_ST_WARMED,      /* every planned request issued */
-	PCL_ST_STOPPED,     /* the program exited first: some requests not issued */
-	PCL_ST_STALE,       /* identity differs from the recording */
-	PCL_ST_MISSING,     /* cannot open */
-	PCL_ST_HANDED_OVER, /* pack / per-fault: run by the Python live machinery */
-	PCL_ST_UNAVAILABLE, /* pack / per-fault without the Python machinery */
-	PCL_ST_ERROR,       /* an I/O error while prefetching */
-	PCL_ST_NATIVE,      /* per-fault `extent`: run inside the program by the advice shim */
-	PCL_ST_CANCELLED,   /* live feedback: the program's reads were not in the plan; rest not issued */
+    PCL_ST_NOTHING,     /* plan says nothing to do */
+    PCL_ST_PENDING,     /* to be prefetched */
+    PCL_ST_WARMED,      /* every planned request issued */
+    PCL_ST_STOPPED,     /* the program exited first: some requests not issued */
+    PCL_ST_STALE,       /* identity differs from the recording */
+    PCL_ST_MISSING,     /* cannot open */
+    PCL_ST_HANDED_OVER, /* pack / per-fault: run by the Python live machinery */
+    PCL_ST_UNAVAILABLE, /* pack / per-fault without the Python machinery */
+    PCL_ST_ERROR,       /* an I/O error while prefetching */
+    PCL_ST_NATIVE,      /* per-fault `extent`: run inside the program by the advice shim */
+    PCL_ST_CANCELLED,   /* live feedback: the program's reads were not in the plan; rest not issued */
 };
 
 /* Live feedback on a warm/stream file (launch/feedback.h): where its decision stands. */
 enum pcl_feedback {
-	PCL_FB_NONE,      /* not a prefetched file */
-	PCL_FB_OFF,       /* no feedback: disabled, or no shim */
-	PCL_FB_WAITING,   /* first batch issued; the rest waits for the program's reads */
-	PCL_FB_PAYING,    /* enough of the program's reads were in the plan: go on */
-	PCL_FB_CANCELLED, /* too few were: the rest is not issued */
-	PCL_FB_MAPPED,    /* the program maps the file: its faults are not seen, not judged */
-	PCL_FB_ELF,       /* an ELF file: the loader maps it with calls the shim cannot see */
-	PCL_NFEEDBACK
+    PCL_FB_NONE,      /* not a prefetched file */
+    PCL_FB_OFF,       /* no feedback: disabled, or no shim */
+    PCL_FB_WAITING,   /* first batch issued; the rest waits for the program's reads */
+    PCL_FB_PAYING,    /* enough of the program's reads were in the plan: go on */
+    PCL_FB_CANCELLED, /* too few were: the rest is not issued */
+    PCL_FB_MAPPED,    /* the program maps the file: its faults are not seen, not judged */
+    PCL_FB_ELF,       /* an ELF file: the loader maps it with calls the shim cannot see */
+    PCL_NFEEDBACK
 };
 
 /* Feedback parameters (PAGECAST_PLAN_FEEDBACK=MIN:RATIO:BATCH or off). */
 struct pcl_feedback_cfg {
-	int on;
-	int64_t min_sample; /* distinct pages the program must have read from a file to judge it */
-	double min_ratio;   /* of those, the share inside the plan below which the file stops */
-	int64_t batch;      /* pages of a file issued before any judgement */
+    int on;
+    int64_t min_sample; /* distinct pages the program must have read from a file to judge it */
+    double min_ratio;   /* of those, the share inside the plan below which the file stops */
+    int64_t batch;      /* pages of a file issued before any judgement */
 };
 
 struct pcl_file {
-	char *path;
-	uint64_t size, ino, dev;
-	int64_t mtime_ns, ctime_ns;
-	enum pcl_strategy strategy;
-	enum pcl_advice advice;
-	int advice_ok; /* advice != default and the file is the recorded one: the shim applies it */
-	int depth;
-	int64_t chunk_kib;
-	double gain_ms;
-	char *arg;
-	char *reason;
-	int64_t nranges;
-	int64_t (*ranges)[2]; /* first page, npages */
-	/* filled in by the launcher and the prefetcher */
-	int fd;
-	enum pcl_status status;
-	char detail[160];
-	int64_t pages_planned;
-	int64_t pages_issued;  /* atomically updated by reader threads */
-	int64_t errors;
-	/* native per-fault `extent` (launch/feedback.h has the rest of the shim's side) */
-	int64_t ext_degree, ext_max_pages;
-	/* live feedback */
-	int fb_slot; /* index in the feedback segment, -1: none */
-	enum pcl_feedback fb;
-	int elf_checked;
-	int64_t pages_used, pages_outside; /* from the shim, at the end: distinct pages read in / out of the plan */
-	int64_t req_lo, req_hi, req_next, req_gate; /* this file's requests; those from req_gate on wait for a verdict */
+    char *path;
+    uint64_t size, ino, dev;
+    int64_t mtime_ns, ctime_ns;
+    enum pcl_strategy strategy;
+    enum pcl_advice advice;
+    int advice_ok; /* advice != default and the file is the recorded one: the shim applies it */
+    int depth;
+    int64_t chunk_kib;
+    double gain_ms;
+    char *arg;
+    char *reason;
+    int64_t nranges;
+    int64_t (*ranges)[2]; /* first page, npages */
+    /* filled in by the launcher and the prefetcher */
+    int fd;
+    enum pcl_status status;
+    char detail[160];
+    int64_t pages_planned;
+    int64_t pages_issued; /* atomically updated by reader threads */
+    int64_t errors;
+    /* native per-fault `extent` (launch/feedback.h has the rest of the shim's side) */
+    int64_t ext_degree, ext_max_pages;
+    /* live feedback */
+    int fb_slot; /* index in the feedback segment, -1: none */
+    enum pcl_feedback fb;
+    int elf_checked;
+    int64_t pages_used, pages_outside; /* from the shim, at the end: distinct pages read in / out of the plan */
+    int64_t req_lo, req_hi, req_next, req_gate; /* this file's requests; those from req_gate on wait for a verdict */
 };
 
 struct pcl_plan {
-	int nfiles;
-	struct pcl_file *files;
-	struct pcl_feedback_cfg fbcfg;
-	struct pcf_header *fb; /* the feedback segment, or NULL */
-	size_t fb_size;
-	char fb_path[4096];
-	int wait_exit; /* the prefetcher reports after the program exits (the used counts are final) */
+    int nfiles;
+    struct pcl_file *files;
+    struct pcl_feedback_cfg fbcfg;
+    struct pcf_header *fb; /* the feedback segment, or NULL */
+    size_t fb_size;
+    char fb_path[4096];
+    int wait_exit; /* the prefetcher reports after the program exits (the used counts are final) */
 };
 
 extern const char *const pcl_strategy_names[PCL_NSTRATEGIES];

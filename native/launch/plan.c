@@ -16,356 +16,312 @@
 
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
 const char *const pcl_advice_names[PCL_NADVICES] = {"default", "random", "sequential"};
-const char *const pcl_status_names[] = {"nothing", "pending", "warmed", "stopped", "stale",
-					"missing", "handed-over", "unavailable", "error", "native", "cancelled"};
-const char *const pcl_feedback_names[PCL_NFEEDBACK] = {"none", "off", "waiting", "paying", "cancelled", "mapped", "elf"};
+const char *const pcl_status_names[] = {"nothing",     "pending",     "warmed", "stopped", "stale",    "missing",
+                                        "handed-over", "unavailable", "error",  "native",  "cancelled"};
+const char *const pcl_feedback_names[PCL_NFEEDBACK] = {"none",      "off",    "waiting", "paying",
+                                                       "cancelled", "mapped", "elf"};
 
-static uint32_t crc32_ieee(const unsigned char *p, size_t n)
-{
-	static uint32_t table[256];
-	if (!table[1]) {
-		for (uint32_t i = 0; i < 256; i++) {
-			uint32_t c = i;
-			for (int k = 0; k < 8; k++)
-				c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-			table[i] = c;
-		}
-	}
-	uint32_t c = 0xFFFFFFFFu;
-	for (size_t i = 0; i < n; i++)
-		c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
-	return c ^ 0xFFFFFFFFu;
+static uint32_t crc32_ieee(const unsigned char *p, size_t n) {
+    static uint32_t table[256];
+    if (!table[1]) {
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    }
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) c = table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
 }
 
-static int hexval(int c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	return -1;
+static int hexval(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
 }
 
 /* Percent-decode a field in place ("-" is the empty string). */
-static int unescape(char *s)
-{
-	if (s[0] == '-' && s[1] == 0) {
-		s[0] = 0;
-		return 0;
-	}
-	char *w = s;
-	for (char *r = s; *r; r++) {
-		if (*r == '%') {
-			int a = hexval(r[1]), b = a < 0 ? -1 : hexval(r[2]);
-			if (b < 0)
-				return -1;
-			*w++ = (char)(a * 16 + b);
-			r += 2;
-		} else {
-			*w++ = *r;
-		}
-	}
-	*w = 0;
-	return 0;
+static int unescape(char *s) {
+    if (s[0] == '-' && s[1] == 0) {
+        s[0] = 0;
+        return 0;
+    }
+    char *w = s;
+    for (char *r = s; *r; r++) {
+        if (*r == '%') {
+            int a = hexval(r[1]), b = a < 0 ? -1 : hexval(r[2]);
+            if (b < 0) return -1;
+            *w++ = (char)(a * 16 + b);
+            r += 2;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = 0;
+    return 0;
 }
 
-static int parse_i64(const char *s, int64_t *out)
-{
-	char *end;
-	errno = 0;
-	long long v = strtoll(s, &end, 10);
-	if (errno || end == s || *end)
-		return -1;
-	*out = v;
-	return 0;
+static int parse_i64(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end) return -1;
+    *out = v;
+    return 0;
 }
 
 /* Split line (NUL-terminated, modified) at single spaces into at most max fields. */
-static int split(char *line, char **f, int max)
-{
-	int n = 0;
-	for (char *p = line;;) {
-		if (n == max)
-			return max + 1;
-		f[n++] = p;
-		char *sp = strchr(p, ' ');
-		if (!sp)
-			return n;
-		*sp = 0;
-		p = sp + 1;
-	}
+static int split(char *line, char **f, int max) {
+    int n = 0;
+    for (char *p = line;;) {
+        if (n == max) return max + 1;
+        f[n++] = p;
+        char *sp = strchr(p, ' ');
+        if (!sp) return n;
+        *sp = 0;
+        p = sp + 1;
+    }
 }
 
-static int read_all(const char *path, char **buf, size_t *len, char *err, size_t errlen)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
-		return -1;
-	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "not a regular file");
-		close(fd);
-		return -1;
-	}
-	*buf = malloc((size_t)st.st_size + 1);
-	size_t got = 0;
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(fd);
-	(*buf)[got] = 0;
-	*len = got;
-	return 0;
+static int read_all(const char *path, char **buf, size_t *len, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "not a regular file");
+        close(fd);
+        return -1;
+    }
+    *buf = malloc((size_t)st.st_size + 1);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, *buf + got, (size_t)st.st_size - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    (*buf)[got] = 0;
+    *len = got;
+    return 0;
 }
 
-#define FAIL(...)                                          \
-	do {                                               \
-		snprintf(err, errlen, __VA_ARGS__);        \
-		goto fail;                                 \
-	} while (0)
+#define FAIL(...)                                                                                                      \
+    do {                                                                                                               \
+        snprintf(err, errlen, __VA_ARGS__);                                                                            \
+        goto fail;                                                                                                     \
+    } while (0)
 
-int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen)
-{
-	char *buf;
-	size_t len;
-	memset(plan, 0, sizeof *plan);
-	if (read_all(path, &buf, &len, err, errlen) < 0)
-		return -1;
-	static const char magic[] = "PAGECAST-PLAN ";
-	if (len < sizeof magic - 1 || memcmp(buf, magic, sizeof magic - 1) != 0)
-		FAIL("not a usable plan: bad magic (expected 'PAGECAST-PLAN' on the first line)");
-	char *nl = memchr(buf, '\n', len);
-	if (!nl)
-		FAIL("not a usable plan: truncated (no end line)");
-	*nl = 0;
-	int64_t version;
-	if (parse_i64(buf + sizeof magic - 1, &version) < 0)
-		FAIL("not a usable plan: bad version field");
-	if (version != 1 && version != 2)
-		FAIL("not a usable plan: plan format version %lld, this launcher reads versions 1..2", (long long)version);
-	/* version 2 adds ADVICE before NRANGES */
-	const int nfields = version == 1 ? 14 : 15;
-	*nl = '\n';
-	if (memchr(buf, 0, len))
-		FAIL("not a usable plan: NUL bytes");
-	/* the end line: the last line starting after a newline */
-	if (len < 2 || buf[len - 1] != '\n')
-		FAIL("not a usable plan: truncated (no end line)");
-	char *end = NULL;
-	for (char *p = buf + len - 2; p >= buf; p--)
-		if (*p == '\n') {
-			end = p + 1;
-			break;
-		}
-	if (!end || strncmp(end, "end ", 4) != 0)
-		FAIL("not a usable plan: truncated (no end line)");
-	unsigned long long nfiles_end;
-	unsigned int want;
-	if (sscanf(end, "end %llu %8x\n", &nfiles_end, &want) != 2)
-		FAIL("not a usable plan: malformed end line");
-	if (crc32_ieee((unsigned char *)buf, (size_t)(end - buf)) != want)
-		FAIL("not a usable plan: checksum mismatch (truncated or corrupted)");
-	end[-1] = 0;
+int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen) {
+    char *buf;
+    size_t len;
+    memset(plan, 0, sizeof *plan);
+    if (read_all(path, &buf, &len, err, errlen) < 0) return -1;
+    static const char magic[] = "PAGECAST-PLAN ";
+    if (len < sizeof magic - 1 || memcmp(buf, magic, sizeof magic - 1) != 0)
+        FAIL("not a usable plan: bad magic (expected 'PAGECAST-PLAN' on the first line)");
+    char *nl = memchr(buf, '\n', len);
+    if (!nl) FAIL("not a usable plan: truncated (no end line)");
+    *nl = 0;
+    int64_t version;
+    if (parse_i64(buf + sizeof magic - 1, &version) < 0) FAIL("not a usable plan: bad version field");
+    if (version != 1 && version != 2)
+        FAIL("not a usable plan: plan format version %lld, this launcher reads versions 1..2", (long long)version);
+    /* version 2 adds ADVICE before NRANGES */
+    const int nfields = version == 1 ? 14 : 15;
+    *nl = '\n';
+    if (memchr(buf, 0, len)) FAIL("not a usable plan: NUL bytes");
+    /* the end line: the last line starting after a newline */
+    if (len < 2 || buf[len - 1] != '\n') FAIL("not a usable plan: truncated (no end line)");
+    char *end = NULL;
+    for (char *p = buf + len - 2; p >= buf; p--)
+        if (*p == '\n') {
+            end = p + 1;
+            break;
+        }
+    if (!end || strncmp(end, "end ", 4) != 0) FAIL("not a usable plan: truncated (no end line)");
+    unsigned long long nfiles_end;
+    unsigned int want;
+    if (sscanf(end, "end %llu %8x\n", &nfiles_end, &want) != 2) FAIL("not a usable plan: malformed end line");
+    if (crc32_ieee((unsigned char *)buf, (size_t)(end - buf)) != want)
+        FAIL("not a usable plan: checksum mismatch (truncated or corrupted)");
+    end[-1] = 0;
 
-	/* count file records to size the array */
-	int cap = 0;
-	for (char *p = nl + 1; p && p < end; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-		if (strncmp(p, "file ", 5) == 0)
-			cap++;
-	plan->files = calloc(cap ? cap : 1, sizeof *plan->files);
-	char *line = nl + 1;
-	int lineno = 2;
-	while (line < end) {
-		char *next = strchr(line, '\n');
-		if (next)
-			*next = 0;
-		char *f[16];
-		if (split(line, f, nfields) != nfields || strcmp(f[0], "file") != 0)
-			FAIL("not a usable plan: line %d: expected a 'file' record with %d fields", lineno, nfields);
-		struct pcl_file *pf = &plan->files[plan->nfiles];
-		int64_t v[5], depth, chunk, nr;
-		for (int i = 0; i < 5; i++)
-			if (parse_i64(f[2 + i], &v[i]) < 0)
-				FAIL("not a usable plan: line %d: bad identity field", lineno);
-		pf->size = (uint64_t)v[0];
-		pf->mtime_ns = v[1];
-		pf->ctime_ns = v[2];
-		pf->ino = (uint64_t)v[3];
-		pf->dev = (uint64_t)v[4];
-		int s;
-		for (s = 0; s < PCL_NSTRATEGIES; s++)
-			if (strcmp(f[7], pcl_strategy_names[s]) == 0)
-				break;
-		if (s == PCL_NSTRATEGIES)
-			FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
-		pf->strategy = (enum pcl_strategy)s;
-		pf->advice = PCL_ADV_DEFAULT;
-		if (nfields == 15) {
-			int a;
-			for (a = 0; a < PCL_NADVICES; a++)
-				if (strcmp(f[13], pcl_advice_names[a]) == 0)
-					break;
-			if (a == PCL_NADVICES)
-				FAIL("not a usable plan: line %d: unknown advice '%.40s'", lineno, f[13]);
-			pf->advice = (enum pcl_advice)a;
-		}
-		if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 || chunk > (1 << 20) ||
-		    parse_i64(f[nfields - 1], &nr) < 0 || nr < 0)
-			FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
-		pf->depth = (int)depth;
-		pf->chunk_kib = chunk;
-		pf->gain_ms = strtod(f[10], NULL);
-		if (unescape(f[1]) < 0 || unescape(f[11]) < 0 || unescape(f[12]) < 0)
-			FAIL("not a usable plan: line %d: bad %%-escape", lineno);
-		pf->path = f[1];
-		pf->arg = f[11];
-		pf->reason = f[12];
-		pf->fd = -1;
-		pf->fb_slot = -1;
-		/* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
+    /* count file records to size the array */
+    int cap = 0;
+    for (char *p = nl + 1; p && p < end; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, "file ", 5) == 0) cap++;
+    plan->files = calloc(cap ? cap : 1, sizeof *plan->files);
+    char *line = nl + 1;
+    int lineno = 2;
+    while (line < end) {
+        char *next = strchr(line, '\n');
+        if (next) *next = 0;
+        char *f[16];
+        if (split(line, f, nfields) != nfields || strcmp(f[0], "file") != 0)
+            FAIL("not a usable plan: line %d: expected a 'file' record with %d fields", lineno, nfields);
+        struct pcl_file *pf = &plan->files[plan->nfiles];
+        int64_t v[5], depth, chunk, nr;
+        for (int i = 0; i < 5; i++)
+            if (parse_i64(f[2 + i], &v[i]) < 0) FAIL("not a usable plan: line %d: bad identity field", lineno);
+        pf->size = (uint64_t)v[0];
+        pf->mtime_ns = v[1];
+        pf->ctime_ns = v[2];
+        pf->ino = (uint64_t)v[3];
+        pf->dev = (uint64_t)v[4];
+        int s;
+        for (s = 0; s < PCL_NSTRATEGIES; s++)
+            if (strcmp(f[7], pcl_strategy_names[s]) == 0) break;
+        if (s == PCL_NSTRATEGIES) FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
+        pf->strategy = (enum pcl_strategy)s;
+        pf->advice = PCL_ADV_DEFAULT;
+        if (nfields == 15) {
+            int a;
+            for (a = 0; a < PCL_NADVICES; a++)
+                if (strcmp(f[13], pcl_advice_names[a]) == 0) break;
+            if (a == PCL_NADVICES) FAIL("not a usable plan: line %d: unknown advice '%.40s'", lineno, f[13]);
+            pf->advice = (enum pcl_advice)a;
+        }
+        if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 ||
+            chunk > (1 << 20) || parse_i64(f[nfields - 1], &nr) < 0 || nr < 0)
+            FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
+        pf->depth = (int)depth;
+        pf->chunk_kib = chunk;
+        pf->gain_ms = strtod(f[10], NULL);
+        if (unescape(f[1]) < 0 || unescape(f[11]) < 0 || unescape(f[12]) < 0)
+            FAIL("not a usable plan: line %d: bad %%-escape", lineno);
+        pf->path = f[1];
+        pf->arg = f[11];
+        pf->reason = f[12];
+        pf->fd = -1;
+        pf->fb_slot = -1;
+        /* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
 		 * honest, and would overflow the allocation below */
-		if (nr > (end - line) / 6 + 1)
-			FAIL("not a usable plan: line %d: range count %lld runs past the end", lineno, (long long)nr);
-		pf->nranges = nr;
-		pf->ranges = malloc((size_t)(nr ? nr : 1) * sizeof *pf->ranges);
-		if (!pf->ranges)
-			FAIL("not a usable plan: line %d: out of memory for %lld ranges", lineno, (long long)nr);
-		int64_t prev_end = -1;
-		for (int64_t j = 0; j < nr; j++) {
-			line = next ? next + 1 : end;
-			lineno++;
-			if (line >= end)
-				FAIL("not a usable plan: line %d: range count runs past the end", lineno);
-			next = strchr(line, '\n');
-			if (next)
-				*next = 0;
-			char *r[4];
-			int64_t a, n;
-			if (split(line, r, 3) != 3 || strcmp(r[0], "r") != 0 || parse_i64(r[1], &a) < 0 || parse_i64(r[2], &n) < 0 ||
-			    a < 0 || n < 1 || a < prev_end || n > INT64_MAX - a)
-				FAIL("not a usable plan: line %d: expected a range 'r FIRST NPAGES' in file order", lineno);
-			pf->ranges[j][0] = a;
-			pf->ranges[j][1] = n;
-			pf->pages_planned += n;
-			prev_end = a + n;
-		}
-		plan->nfiles++;
-		line = next ? next + 1 : end;
-		lineno++;
-	}
-	if ((unsigned long long)plan->nfiles != nfiles_end)
-		FAIL("not a usable plan: end line says %llu files, found %d", nfiles_end, plan->nfiles);
-	/* buf stays allocated: the file records point into it */
-	return 0;
+        if (nr > (end - line) / 6 + 1)
+            FAIL("not a usable plan: line %d: range count %lld runs past the end", lineno, (long long)nr);
+        pf->nranges = nr;
+        pf->ranges = malloc((size_t)(nr ? nr : 1) * sizeof *pf->ranges);
+        if (!pf->ranges) FAIL("not a usable plan: line %d: out of memory for %lld ranges", lineno, (long long)nr);
+        int64_t prev_end = -1;
+        for (int64_t j = 0; j < nr; j++) {
+            line = next ? next + 1 : end;
+            lineno++;
+            if (line >= end) FAIL("not a usable plan: line %d: range count runs past the end", lineno);
+            next = strchr(line, '\n');
+            if (next) *next = 0;
+            char *r[4];
+            int64_t a, n;
+            if (split(line, r, 3) != 3 || strcmp(r[0], "r") != 0 || parse_i64(r[1], &a) < 0 ||
+                parse_i64(r[2], &n) < 0 || a < 0 || n < 1 || a < prev_end || n > INT64_MAX - a)
+                FAIL("not a usable plan: line %d: expected a range 'r FIRST NPAGES' in file order", lineno);
+            pf->ranges[j][0] = a;
+            pf->ranges[j][1] = n;
+            pf->pages_planned += n;
+            prev_end = a + n;
+        }
+        plan->nfiles++;
+        line = next ? next + 1 : end;
+        lineno++;
+    }
+    if ((unsigned long long)plan->nfiles != nfiles_end)
+        FAIL("not a usable plan: end line says %llu files, found %d", nfiles_end, plan->nfiles);
+    /* buf stays allocated: the file records point into it */
+    return 0;
 fail:
-	free(buf);
-	memset(plan, 0, sizeof *plan);
-	return -1;
+    free(buf);
+    memset(plan, 0, sizeof *plan);
+    return -1;
 }
 
-static void warn(const struct pcl_file *f, const char *what)
-{
-	fprintf(stderr, "pagecast run: warning: %s: %s\n", f->path, what);
+static void warn(const struct pcl_file *f, const char *what) {
+    fprintf(stderr, "pagecast run: warning: %s: %s\n", f->path, what);
 }
 
 /* A per-fault spec the shim runs natively: `extent` with optional degree=N, max_pages=N
  * (the defaults of src/pagecast/policies/extent.py). Anything else: 0, handed over. */
-static int native_extent(struct pcl_file *f)
-{
-	const char *a = f->arg;
-	if (strncmp(a, "extent", 6) != 0 || (a[6] && a[6] != ':'))
-		return 0;
-	int64_t degree = 16, max_pages = 512;
-	char buf[256];
-	snprintf(buf, sizeof buf, "%s", a[6] ? a + 7 : "");
-	for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(kv, '=');
-		int64_t v;
-		if (!eq || parse_i64(eq + 1, &v) < 0)
-			return 0;
-		*eq = 0;
-		if (strcmp(kv, "degree") == 0 && v >= 1 && v <= 1 << 20)
-			degree = v;
-		else if (strcmp(kv, "max_pages") == 0 && v >= 1)
-			max_pages = v;
-		else
-			return 0;
-	}
-	f->ext_degree = degree;
-	f->ext_max_pages = max_pages;
-	return 1;
+static int native_extent(struct pcl_file *f) {
+    const char *a = f->arg;
+    if (strncmp(a, "extent", 6) != 0 || (a[6] && a[6] != ':')) return 0;
+    int64_t degree = 16, max_pages = 512;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", a[6] ? a + 7 : "");
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int64_t v;
+        if (!eq || parse_i64(eq + 1, &v) < 0) return 0;
+        *eq = 0;
+        if (strcmp(kv, "degree") == 0 && v >= 1 && v <= 1 << 20)
+            degree = v;
+        else if (strcmp(kv, "max_pages") == 0 && v >= 1)
+            max_pages = v;
+        else
+            return 0;
+    }
+    f->ext_degree = degree;
+    f->ext_max_pages = max_pages;
+    return 1;
 }
 
-int pcl_plan_open(struct pcl_plan *plan)
-{
-	int native = 0;
-	for (int i = 0; i < plan->nfiles; i++) {
-		struct pcl_file *f = &plan->files[i];
-		int no_prefetch = f->strategy == PCL_NOTHING || (f->strategy == PCL_WARM && f->nranges == 0);
-		if (no_prefetch && f->advice == PCL_ADV_DEFAULT) {
-			f->status = PCL_ST_NOTHING;
-			continue;
-		}
-		int fd = open(f->path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			f->status = PCL_ST_MISSING;
-			snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done", strerror(errno),
-				 no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
-			warn(f, f->detail);
-			continue;
-		}
-		struct stat st;
-		if (fstat(fd, &st) < 0) {
-			close(fd);
-			f->status = PCL_ST_MISSING;
-			snprintf(f->detail, sizeof f->detail, "cannot stat (%s)", strerror(errno));
-			warn(f, f->detail);
-			continue;
-		}
-		char diff[64] = "";
-		if ((uint64_t)st.st_size != f->size)
-			strcat(diff, "/size");
-		if ((int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != f->mtime_ns)
-			strcat(diff, "/mtime");
-		if ((int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec != f->ctime_ns)
-			strcat(diff, "/ctime");
-		if ((uint64_t)st.st_ino != f->ino)
-			strcat(diff, "/inode");
-		if ((uint64_t)st.st_dev != f->dev)
-			strcat(diff, "/device");
-		if (diff[0]) {
-			close(fd);
-			f->status = PCL_ST_STALE;
-			snprintf(f->detail, sizeof f->detail, "changed since it was recorded (%s differ%s); %s skipped", diff + 1,
-				 strchr(diff + 1, '/') ? "" : "s", no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
-			warn(f, f->detail);
-			continue;
-		}
-		/* the advice follows the identity check: a replaced file gets the kernel's default */
-		f->advice_ok = f->advice != PCL_ADV_DEFAULT;
-		if (no_prefetch) {
-			close(fd);
-			f->status = PCL_ST_NOTHING;
-			continue;
-		}
-		if (f->strategy == PCL_PER_FAULT && native_extent(f)) {
-			/* the shim acts on the program's own reads: nothing for the launcher to issue */
-			close(fd);
-			f->status = PCL_ST_NATIVE;
-			snprintf(f->detail, sizeof f->detail, "%s on the program's read()/pread() calls (advice shim)", f->arg);
-			continue;
-		}
-		f->fd = fd;
-		f->status = PCL_ST_PENDING;
-		if (f->strategy == PCL_WARM || f->strategy == PCL_STREAM)
-			native++;
-	}
-	return native;
+int pcl_plan_open(struct pcl_plan *plan) {
+    int native = 0;
+    for (int i = 0; i < plan->nfiles; i++) {
+        struct pcl_file *f = &plan->files[i];
+        int no_prefetch = f->strategy == PCL_NOTHING || (f->strategy == PCL_WARM && f->nranges == 0);
+        if (no_prefetch && f->advice == PCL_ADV_DEFAULT) {
+            f->status = PCL_ST_NOTHING;
+            continue;
+        }
+        int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            f->status = PCL_ST_MISSING;
+            snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done", strerror(errno),
+                     no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
+            warn(f, f->detail);
+            continue;
+        }
+        struct stat st;
+        if (fstat(fd, &st) < 0) {
+            close(fd);
+            f->status = PCL_ST_MISSING;
+            snprintf(f->detail, sizeof f->detail, "cannot stat (%s)", strerror(errno));
+            warn(f, f->detail);
+            continue;
+        }
+        char diff[64] = "";
+        if ((uint64_t)st.st_size != f->size) strcat(diff, "/size");
+        if ((int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != f->mtime_ns) strcat(diff, "/mtime");
+        if ((int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec != f->ctime_ns) strcat(diff, "/ctime");
+        if ((uint64_t)st.st_ino != f->ino) strcat(diff, "/inode");
+        if ((uint64_t)st.st_dev != f->dev) strcat(diff, "/device");
+        if (diff[0]) {
+            close(fd);
+            f->status = PCL_ST_STALE;
+            snprintf(f->detail, sizeof f->detail, "changed since it was recorded (%s differ%s); %s skipped", diff + 1,
+                     strchr(diff + 1, '/') ? "" : "s", no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
+            warn(f, f->detail);
+            continue;
+        }
+        /* the advice follows the identity check: a replaced file gets the kernel's default */
+        f->advice_ok = f->advice != PCL_ADV_DEFAULT;
+        if (no_prefetch) {
+            close(fd);
+            f->status = PCL_ST_NOTHING;
+            continue;
+        }
+        if (f->strategy == PCL_PER_FAULT && native_extent(f)) {
+            /* the shim acts on the program's own reads: nothing for the launcher to issue */
+            close(fd);
+            f->status = PCL_ST_NATIVE;
+            snprintf(f->detail, sizeof f->detail, "%s on the program's read()/pread() calls (advice shim)", f->arg);
+            continue;
+        }
+        f->fd = fd;
+        f->status = PCL_ST_PENDING;
+        if (f->strategy == PCL_WARM || f->strategy == PCL_STREAM) native++;
+    }
+    return native;
 }

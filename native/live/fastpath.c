@@ -49,7 +49,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define PAGE_SHIFT 12
+#define PAGE_SHIFT   12
 #define MAX_PREFETCH PC_MAX_PREFETCH
 
 /* Schedule replay is not a policy of the registry: a mode above every policy id. */
@@ -58,7 +58,7 @@
 struct file {
     char *path;
     int fd;
-    int32_t tag; /* the schedule's region id, -1 for files found at run time */
+    int32_t tag;   /* the schedule's region id, -1 for files found at run time */
     int64_t pages; /* 0: unknown */
     pc_stride_state stride;
 };
@@ -106,31 +106,24 @@ static size_t nhandler, cap_handler;
 static pthread_t start_thread;
 static int start_running;
 
-static void *xrealloc(void *p, size_t n)
-{
+static void *xrealloc(void *p, size_t n) {
     void *q = realloc(p, n ? n : 1);
-    if (!q)
-        fm_fail("fast path: out of memory");
+    if (!q) fm_fail("fast path: out of memory");
     return q;
 }
 
-int fp_enabled(void)
-{
+int fp_enabled(void) {
     return mode != 0;
 }
 
-static int is_file_mapping(const char *name, uint64_t ino)
-{
+static int is_file_mapping(const char *name, uint64_t ino) {
     /* as pagecast.collect.faultmon: files by path; SysV/memfd are shared anonymous memory */
-    if (name[0] != '/' || ino == 0)
-        return 0;
-    if (!strncmp(name, "/dev/zero", 9) || !strncmp(name, "/SYSV", 5) || !strncmp(name, "/memfd:", 7))
-        return 0;
+    if (name[0] != '/' || ino == 0) return 0;
+    if (!strncmp(name, "/dev/zero", 9) || !strncmp(name, "/SYSV", 5) || !strncmp(name, "/memfd:", 7)) return 0;
     return 1;
 }
 
-static int add_file(const char *path, size_t n, int32_t tag, int open_it)
-{
+static int add_file(const char *path, size_t n, int32_t tag, int open_it) {
     struct file nf = {.tag = tag, .fd = -1};
     pc_stride_init(&nf.stride);
     nf.path = xrealloc(NULL, n + 1);
@@ -139,8 +132,7 @@ static int add_file(const char *path, size_t n, int32_t tag, int open_it)
     if (open_it) {
         nf.fd = open(nf.path, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (nf.fd >= 0 && fstat(nf.fd, &st) == 0)
-            nf.pages = (st.st_size + 4095) >> PAGE_SHIFT;
+        if (nf.fd >= 0 && fstat(nf.fd, &st) == 0) nf.pages = (st.st_size + 4095) >> PAGE_SHIFT;
     }
     /* under the lock: the start-up thread reads files[] (file_fd) while we may move it */
     pthread_mutex_lock(&mu);
@@ -156,62 +148,49 @@ static int add_file(const char *path, size_t n, int32_t tag, int open_it)
     return idx;
 }
 
-static int file_fd(int32_t file)
-{
+static int file_fd(int32_t file) {
     pthread_mutex_lock(&mu);
     int fd = files[file].fd;
     pthread_mutex_unlock(&mu);
     return fd;
 }
 
-static int find_file(const char *path, size_t n)
-{
+static int find_file(const char *path, size_t n) {
     for (int i = 0; i < nfiles; i++)
-        if (!strncmp(files[i].path, path, n) && files[i].path[n] == 0)
-            return i;
+        if (!strncmp(files[i].path, path, n) && files[i].path[n] == 0) return i;
     return -1;
 }
 
-static void hash_put(uint64_t key, int64_t row)
-{
+static void hash_put(uint64_t key, int64_t row) {
     uint64_t h = (key * 0x9E3779B97F4A7C15ull) & hmask;
-    while (hkeys[h] && hkeys[h] != key)
-        h = (h + 1) & hmask;
+    while (hkeys[h] && hkeys[h] != key) h = (h + 1) & hmask;
     if (!hkeys[h]) { /* the first row of a page wins: where the earlier run first needed it */
         hkeys[h] = key;
         hrows[h] = row;
     }
 }
 
-static int64_t hash_get(uint64_t key)
-{
-    if (!hkeys)
-        return -1;
+static int64_t hash_get(uint64_t key) {
+    if (!hkeys) return -1;
     uint64_t h = (key * 0x9E3779B97F4A7C15ull) & hmask;
     while (hkeys[h]) {
-        if (hkeys[h] == key)
-            return hrows[h];
+        if (hkeys[h] == key) return hrows[h];
         h = (h + 1) & hmask;
     }
     return -1;
 }
 
-static uint64_t page_key(int32_t file, int64_t page)
-{
+static uint64_t page_key(int32_t file, int64_t page) {
     return ((uint64_t)(file + 1) << 40) | (uint64_t)page;
 }
 
-static void read_exact(FILE *f, void *p, size_t n, const char *path, const char *what)
-{
-    if (n && fread(p, 1, n, f) != n)
-        fm_fail("%s: truncated fast-path config (reading %s)", path, what);
+static void read_exact(FILE *f, void *p, size_t n, const char *path, const char *what) {
+    if (n && fread(p, 1, n, f) != n) fm_fail("%s: truncated fast-path config (reading %s)", path, what);
 }
 
-void fp_load(const char *path)
-{
+void fp_load(const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        fm_fail("%s: cannot open fast-path config: %s", path, strerror(errno));
+    if (!f) fm_fail("%s: cannot open fast-path config: %s", path, strerror(errno));
     struct fp_config_head h;
     read_exact(f, h.magic, 8, path, "magic");
     if (memcmp(h.magic, FP_CONFIG_MAGIC, 6) || h.magic[6] < '0' || h.magic[6] > '9' || h.magic[7])
@@ -230,8 +209,9 @@ void fp_load(const char *path)
     gap = par[1];
     p0 = par[2];
     p1 = par[3];
-    if (lookahead < 0 || gap < 0 || (mode == PC_POLICY_NEXTLINE && !(p1 >= 1 && p1 <= MAX_PREFETCH + 1 && p0 >= 0 && p0 < p1))
-        || (mode == PC_POLICY_STRIDE && !(p0 >= 1 && p0 <= MAX_PREFETCH)))
+    if (lookahead < 0 || gap < 0 ||
+        (mode == PC_POLICY_NEXTLINE && !(p1 >= 1 && p1 <= MAX_PREFETCH + 1 && p0 >= 0 && p0 < p1)) ||
+        (mode == PC_POLICY_STRIDE && !(p0 >= 1 && p0 <= MAX_PREFETCH)))
         fm_fail("%s: fast-path parameters out of range", path);
     for (uint32_t i = 0; i < hdr[1]; i++) {
         uint32_t len;
@@ -239,8 +219,7 @@ void fp_load(const char *path)
         char buf[4096];
         read_exact(f, &len, 4, path, "file name length");
         read_exact(f, &tag, 4, path, "file tag");
-        if (len == 0 || len >= sizeof buf)
-            fm_fail("%s: bad file name length %u", path, len);
+        if (len == 0 || len >= sizeof buf) fm_fail("%s: bad file name length %u", path, len);
         read_exact(f, buf, len, path, "file name");
         add_file(buf, len, tag, 1);
     }
@@ -252,32 +231,26 @@ void fp_load(const char *path)
     fclose(f);
     if (mode == FP_MODE_REPLAY) {
         uint64_t size = 16;
-        while (size < 2 * n)
-            size <<= 1;
+        while (size < 2 * n) size <<= 1;
         hmask = size - 1;
         hkeys = calloc(size, sizeof *hkeys);
         hrows = calloc(size, sizeof *hrows);
-        if (!hkeys || !hrows)
-            fm_fail("fast path: out of memory");
+        if (!hkeys || !hrows) fm_fail("fast path: out of memory");
         for (int64_t r = 0; r < nrows; r++) {
             if (row_file[r] >= nfiles || row_page[r] < 0 || row_page[r] >= (1ll << 40))
                 fm_fail("%s: row %lld names file %d / page %lld out of range", path, (long long)r, row_file[r],
                         (long long)row_page[r]);
-            if (row_file[r] >= 0)
-                hash_put(page_key(row_file[r], row_page[r]), r);
+            if (row_file[r] >= 0) hash_put(page_key(row_file[r], row_page[r]), r);
         }
     }
 }
 
 /* -- address space per process ------------------------------------------------------- */
 
-static struct proc *get_proc(uint32_t pid, int create)
-{
+static struct proc *get_proc(uint32_t pid, int create) {
     for (int i = 0; i < nprocs; i++)
-        if (procs[i].pid == pid)
-            return &procs[i];
-    if (!create)
-        return NULL;
+        if (procs[i].pid == pid) return &procs[i];
+    if (!create) return NULL;
     if (nprocs == cap_procs) {
         cap_procs = cap_procs ? 2 * cap_procs : 8;
         procs = xrealloc(procs, (size_t)cap_procs * sizeof *procs);
@@ -288,8 +261,7 @@ static struct proc *get_proc(uint32_t pid, int create)
     return p;
 }
 
-static void push_map(struct proc *p, struct map m)
-{
+static void push_map(struct proc *p, struct map m) {
     if (p->n == p->cap) {
         p->cap = p->cap ? 2 * p->cap : 64;
         p->maps = xrealloc(p->maps, (size_t)p->cap * sizeof *p->maps);
@@ -299,34 +271,28 @@ static void push_map(struct proc *p, struct map m)
 
 /* A newer mapping replaces whatever it overlaps (perf reports mmap, not munmap: exact
  * for every fault that can happen, since a fault only hits mapped memory). */
-static void add_map(struct proc *p, uint64_t start, uint64_t end, int32_t file, int64_t first_page)
-{
+static void add_map(struct proc *p, uint64_t start, uint64_t end, int32_t file, int64_t first_page) {
     int n = p->n;
     for (int i = 0; i < n; i++) {
         struct map m = p->maps[i];
-        if (m.end <= start || m.start >= end)
-            continue;
+        if (m.end <= start || m.start >= end) continue;
         p->maps[i].end = m.start; /* emptied; the parts outside the new one are re-added */
-        if (m.start < start)
-            push_map(p, (struct map){m.start, start, m.file, m.first_page});
+        if (m.start < start) push_map(p, (struct map){m.start, start, m.file, m.first_page});
         if (m.end > end)
             push_map(p, (struct map){end, m.end, m.file, m.first_page + (int64_t)((end - m.start) >> PAGE_SHIFT)});
     }
     int k = 0; /* drop emptied entries */
     for (int i = 0; i < p->n; i++)
-        if (p->maps[i].end > p->maps[i].start)
-            p->maps[k++] = p->maps[i];
+        if (p->maps[i].end > p->maps[i].start) p->maps[k++] = p->maps[i];
     p->n = k;
     push_map(p, (struct map){start, end, file, first_page});
 }
 
-void fp_on_mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, uint64_t ino, const char *name, size_t n)
-{
+void fp_on_mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, uint64_t ino, const char *name, size_t n) {
     struct proc *p = get_proc(pid, 1);
     int32_t file = -1;
     char path[4096];
-    if (n >= sizeof path)
-        n = sizeof path - 1;
+    if (n >= sizeof path) n = sizeof path - 1;
     memcpy(path, name, n);
     path[n] = 0;
     if (is_file_mapping(path, ino)) {
@@ -337,38 +303,31 @@ void fp_on_mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, uint6
     add_map(p, addr, addr + len, file, (int64_t)(pgoff >> PAGE_SHIFT));
 }
 
-void fp_on_fork(uint32_t pid, uint32_t ppid)
-{
-    if (pid == ppid || get_proc(pid, 0))
-        return;
+void fp_on_fork(uint32_t pid, uint32_t ppid) {
+    if (pid == ppid || get_proc(pid, 0)) return;
     struct proc *parent = get_proc(ppid, 0);
     int pn = parent ? parent->n : 0;
     struct map *copy = pn ? xrealloc(NULL, (size_t)pn * sizeof *copy) : NULL;
-    if (pn)
-        memcpy(copy, parent->maps, (size_t)pn * sizeof *copy);
+    if (pn) memcpy(copy, parent->maps, (size_t)pn * sizeof *copy);
     struct proc *c = get_proc(pid, 1); /* may move procs[]: parent pointer not used after */
     c->maps = copy;
     c->n = c->cap = pn;
 }
 
-void fp_on_exec(uint32_t pid)
-{
+void fp_on_exec(uint32_t pid) {
     struct proc *p = get_proc(pid, 1);
     p->n = 0;
 }
 
-static int translate(uint32_t pid, uint64_t addr, int32_t *file, int64_t *page)
-{
+static int translate(uint32_t pid, uint64_t addr, int32_t *file, int64_t *page) {
     static int last = -1; /* an index: procs[] moves when it grows */
     struct proc *p = last >= 0 && last < nprocs && procs[last].pid == pid ? &procs[last] : get_proc(pid, 0);
-    if (!p)
-        return 0;
+    if (!p) return 0;
     last = (int)(p - procs);
     for (int i = p->n - 1; i >= 0; i--) {
         struct map *m = &p->maps[i];
         if (addr >= m->start && addr < m->end) {
-            if (m->file < 0)
-                return 0;
+            if (m->file < 0) return 0;
             *file = m->file;
             *page = m->first_page + (int64_t)((addr - m->start) >> PAGE_SHIFT);
             return 1;
@@ -380,8 +339,7 @@ static int translate(uint32_t pid, uint64_t addr, int32_t *file, int64_t *page)
 /* -- issuing ---------------------------------------------------------------------------- */
 
 static void record(const struct page_ref *refs, size_t n, uint64_t t_issue, uint64_t t_fault, uint64_t t_seen,
-                   uint64_t t_submit, uint32_t flags)
-{
+                   uint64_t t_submit, uint32_t flags) {
     pthread_mutex_lock(&mu);
     if (nout + n > cap_out) {
         cap_out = (nout + n) * 2 + 1024;
@@ -393,21 +351,19 @@ static void record(const struct page_ref *refs, size_t n, uint64_t t_issue, uint
 }
 
 /* Issue pages in the given order, merging runs of pages at most `gap` apart. */
-static void issue(const struct page_ref *refs, size_t n, uint64_t t_fault, uint64_t t_seen, uint32_t flags)
-{
+static void issue(const struct page_ref *refs, size_t n, uint64_t t_fault, uint64_t t_seen, uint32_t flags) {
     uint64_t t_submit = fm_now_ns();
     uint64_t ranges = 0, range_pages = 0, errors = 0, fadvise_ns = 0;
     size_t i = 0;
     while (i < n) {
         size_t j = i + 1;
-        while (j < n && refs[j].file == refs[i].file && refs[j].page - refs[j - 1].page >= 1
-               && refs[j].page - refs[j - 1].page <= gap + 1)
+        while (j < n && refs[j].file == refs[i].file && refs[j].page - refs[j - 1].page >= 1 &&
+               refs[j].page - refs[j - 1].page <= gap + 1)
             j++;
         int64_t first = refs[i].page, npages = refs[j - 1].page - first + 1;
         int fd = file_fd(refs[i].file);
         uint64_t t_issue = fm_now_ns();
-        if (fd < 0 || posix_fadvise(fd, first << PAGE_SHIFT, npages << PAGE_SHIFT, POSIX_FADV_WILLNEED) != 0)
-            errors++;
+        if (fd < 0 || posix_fadvise(fd, first << PAGE_SHIFT, npages << PAGE_SHIFT, POSIX_FADV_WILLNEED) != 0) errors++;
         fadvise_ns += fm_now_ns() - t_issue;
         record(refs + i, j - i, t_issue, t_fault, t_seen, t_submit, flags);
         ranges++;
@@ -424,35 +380,28 @@ static void issue(const struct page_ref *refs, size_t n, uint64_t t_fault, uint6
 }
 
 /* Rows [lo, hi) of the schedule that name a file, in order. */
-static void issue_rows(int64_t lo, int64_t hi, uint64_t t_fault, uint64_t t_seen, uint32_t flags)
-{
+static void issue_rows(int64_t lo, int64_t hi, uint64_t t_fault, uint64_t t_seen, uint32_t flags) {
     static struct page_ref stackbuf[512]; /* the fault path's usual case, main thread only */
     size_t cnt = (size_t)(hi - lo);
     struct page_ref *refs = cnt <= 512 && !flags ? stackbuf : calloc(cnt ? cnt : 1, sizeof *refs);
-    if (!refs)
-        fm_fail("fast path: out of memory");
+    if (!refs) fm_fail("fast path: out of memory");
     size_t n = 0;
     for (int64_t r = lo; r < hi; r++)
-        if (row_file[r] >= 0)
-            refs[n++] = (struct page_ref){row_file[r], row_page[r]};
+        if (row_file[r] >= 0) refs[n++] = (struct page_ref){row_file[r], row_page[r]};
     issue(refs, n, t_fault, t_seen, flags);
-    if (refs != stackbuf)
-        free(refs);
+    if (refs != stackbuf) free(refs);
 }
 
 static int64_t start_upto; /* end of the start window: fixed before the thread starts */
 
-static void *start_wave(void *arg)
-{
+static void *start_wave(void *arg) {
     (void)arg;
     issue_rows(0, start_upto, 0, 0, 1);
     return NULL;
 }
 
-void fp_start(void)
-{
-    if (mode != FP_MODE_REPLAY)
-        return;
+void fp_start(void) {
+    if (mode != FP_MODE_REPLAY) return;
     issued_upto = start_upto = lookahead < nrows ? lookahead : nrows; /* faults continue from here */
     /* a thread of its own: the first fault must not wait behind the start-up burst */
     if (issued_upto > 0 && pthread_create(&start_thread, NULL, start_wave, NULL) == 0)
@@ -461,16 +410,14 @@ void fp_start(void)
         start_wave(NULL);
 }
 
-static int cmp_ref(const void *a, const void *b)
-{
+static int cmp_ref(const void *a, const void *b) {
     const struct page_ref *x = a, *y = b;
     return (x->page > y->page) - (x->page < y->page);
 }
 
 static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen);
 
-void fp_on_fault(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen)
-{
+void fp_on_fault(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen) {
     uint64_t t = fm_now_ns();
     predict(t_fault, pid, addr, major, t_seen);
     if (nhandler == cap_handler) {
@@ -481,14 +428,12 @@ void fp_on_fault(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint6
     handler_ns[nhandler++] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
 }
 
-static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen)
-{
+static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen) {
     int32_t file = -1;
     int64_t page = 0;
     int known = translate(pid, addr, &file, &page);
     st_faults++;
-    if (!known)
-        st_unmapped++;
+    if (!known) st_unmapped++;
     if (mode == FP_MODE_REPLAY) {
         int64_t pos = known ? hash_get(page_key(file, page)) : -1;
         if (pos >= 0 && cursor < pos && pos <= cursor + lookahead)
@@ -502,8 +447,7 @@ static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, ui
         }
         return;
     }
-    if (!known)
-        return;
+    if (!known) return;
     int64_t pages[MAX_PREFETCH];
     struct page_ref refs[MAX_PREFETCH];
     size_t n;
@@ -512,22 +456,18 @@ static void predict(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, ui
         n = pc_nextline_step(page, !major, p0, p1, f->pages, pages, MAX_PREFETCH);
     else
         n = pc_stride_step(&f->stride, page, p0, p1, f->pages, pages, MAX_PREFETCH);
-    for (size_t i = 0; i < n; i++)
-        refs[i] = (struct page_ref){file, pages[i]};
+    for (size_t i = 0; i < n; i++) refs[i] = (struct page_ref){file, pages[i]};
     if (mode == PC_POLICY_NEXTLINE) /* ascending: the window merges into two reads instead of one per page */
         qsort(refs, n, sizeof *refs, cmp_ref);
-    if (n)
-        issue(refs, n, t_fault, t_seen, 0);
+    if (n) issue(refs, n, t_fault, t_seen, 0);
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
+static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
-void fp_flush(void)
-{
+void fp_flush(void) {
     pthread_mutex_lock(&mu);
     struct fp_issued *o = out;
     size_t n = nout;
@@ -541,8 +481,7 @@ void fp_flush(void)
     free(o);
 }
 
-void fp_finish(uint64_t wakeups)
-{
+void fp_finish(uint64_t wakeups) {
     if (start_running) {
         pthread_join(start_thread, NULL);
         start_running = 0;
@@ -551,10 +490,19 @@ void fp_finish(uint64_t wakeups)
     qsort(handler_ns, nhandler, sizeof *handler_ns, cmp_u32);
     uint64_t h50 = nhandler ? handler_ns[nhandler / 2] : 0, h99 = nhandler ? handler_ns[nhandler * 99 / 100] : 0;
     uint64_t hmax = nhandler ? handler_ns[nhandler - 1] : 0;
-    uint64_t st[FP_NSTATS] = {st_faults, st_unmapped, st_ranges, st_range_pages, st_errors, st_pages, (uint64_t)cursor, wakeups,
-                       st_fadvise_ns, h50, h99, hmax};
+    uint64_t st[FP_NSTATS] = {st_faults,
+                              st_unmapped,
+                              st_ranges,
+                              st_range_pages,
+                              st_errors,
+                              st_pages,
+                              (uint64_t)cursor,
+                              wakeups,
+                              st_fadvise_ns,
+                              h50,
+                              h99,
+                              hmax};
     fm_frame(FR_FASTSTAT, st, sizeof st, NULL, 0);
     for (int i = 0; i < nfiles; i++)
-        if (files[i].fd >= 0)
-            close(files[i].fd);
+        if (files[i].fd >= 0) close(files[i].fd);
 }

@@ -35,7 +35,7 @@ struct fp_file_frame {
 
 /* The fast-path config file (pagecast.live.fastpath writes it): this header, then
  * nfiles x {u32 len, i32 tag, path bytes}, i32 row_file[nrows], i64 row_page[nrows]. */
-#define FP_CONFIG_MAGIC "PCFAST" /* then the version as one ASCII digit and a NUL */
+#define FP_CONFIG_MAGIC   "PCFAST" /* then the version as one ASCII digit and a NUL */
 #define FP_CONFIG_VERSION 1
 struct fp_config_head {
     char magic[8];
@@ -51,12 +51,12 @@ uint64_t fm_now_ns(void);
 
 int fp_enabled(void);
 void fp_load(const char *config_path); /* fails through fm_fail on a bad file */
-void fp_start(void);                    /* after the program was released: initial wave */
+void fp_start(void);                   /* after the program was released: initial wave */
 void fp_on_mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, uint64_t ino, const char *name, size_t n);
 void fp_on_fork(uint32_t pid, uint32_t ppid);
 void fp_on_exec(uint32_t pid);
 void fp_on_fault(uint64_t t_fault, uint32_t pid, uint64_t addr, int major, uint64_t t_seen);
-void fp_flush(void);  /* emit the issued records gathered so far */
+void fp_flush(void);              /* emit the issued records gathered so far */
 void fp_finish(uint64_t wakeups); /* wait for the initial wave, flush, emit the statistics */
 
 #endif

@@ -29,8 +29,8 @@ uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords) {
     return h;
 }
 
-#define PACK_READ_BLOCKS 8   /* blocks per read after the first (PAGECAST_PAGER_PACK_CHUNK): 2 MiB */
-#define PACK_LOCK_PAGES 16   /* pages claimed per hold of the region lock: faults interleave */
+#define PACK_READ_BLOCKS 8  /* blocks per read after the first (PAGECAST_PAGER_PACK_CHUNK): 2 MiB */
+#define PACK_LOCK_PAGES  16 /* pages claimed per hold of the region lock: faults interleave */
 
 /* Chunk c of the pack: [start, end) positions. Chunk 0 is one block (latency), then
  * k->chunk blocks each; boundaries are block-aligned (checksums are per block). */
@@ -57,7 +57,7 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
         pthread_mutex_lock(&r->mu);
         for (; j < end && nc < PACK_LOCK_PAGES; j++) {
             int64_t p = k->rpage[j];
-            if (p < 0) continue; /* outside the region */
+            if (p < 0) continue;                     /* outside the region */
             if (r->pack_pos[p] == -2 - (int32_t)j) { /* the program faulted it in before the loader came */
                 r->st.pack_skipped++;
                 continue;
@@ -110,12 +110,15 @@ static int pack_install(pgr_region *r, uint64_t i, uint64_t end, const uint8_t *
         if (r->st.resident > r->st.max_resident) r->st.max_resident = r->st.resident;
         log_flush(r);
         pthread_mutex_unlock(&r->mu);
-        const char *why = err ? "UFFDIO_COPY failed" : full ? "memory budget full" : hook ? "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)" : NULL;
+        const char *why = err    ? "UFFDIO_COPY failed"
+                          : full ? "memory budget full"
+                          : hook ? "stopped early (test hook PAGECAST_PAGER_PACK_STOP_AFTER)"
+                                 : NULL;
         if (why) {
             pthread_mutex_lock(&r->mu);
             if (!k->why[0])
-                snprintf(k->why, sizeof k->why, "%s%s%s after %llu pages", why, err ? ": " : "", err ? strerror(err) : "",
-                         (unsigned long long)r->st.pack_installed);
+                snprintf(k->why, sizeof k->why, "%s%s%s after %llu pages", why, err ? ": " : "",
+                         err ? strerror(err) : "", (unsigned long long)r->st.pack_installed);
             pthread_mutex_unlock(&r->mu);
             return -1;
         }
@@ -137,7 +140,8 @@ static void pack_thread_end(pgr_region *r, const char *why) {
     }
     pthread_mutex_unlock(&r->mu);
     if (!last) return;
-    if (k->why[0]) fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", k->path, k->why, r->path);
+    if (k->why[0])
+        fprintf(stderr, "pagecast pager: page pack %s: %s; the rest is served from %s\n", k->path, k->why, r->path);
     uint64_t one = 1;
     if (write(r->pack_efd, &one, sizeof one) < 0) { /* the handler also checks the state after each batch */
     }
@@ -244,12 +248,13 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     uint64_t idx_bytes = (h.npages + nblocks) * 8;
     uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
     if (h.version != PGR_PACK_VERSION) {
-        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version, PGR_PACK_VERSION);
+        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version,
+                PGR_PACK_VERSION);
         close(fd);
         return -1;
     }
-    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) ||
-        h.npages > (1ull << 31) - 1 || h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
+    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) || h.npages > (1ull << 31) - 1 ||
+        h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
         set_err("page pack %s: malformed header (page size %u)", pack_path, h.page_size);
         close(fd);
         return -1;
@@ -260,9 +265,10 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         close(fd);
         return -1;
     }
-    if ((uint64_t)cur.st_size != h.src_size || (int64_t)cur.st_mtim.tv_sec * 1000000000LL + cur.st_mtim.tv_nsec != h.src_mtime_ns ||
-        (int64_t)cur.st_ctim.tv_sec * 1000000000LL + cur.st_ctim.tv_nsec != h.src_ctime_ns || (uint64_t)cur.st_ino != h.src_ino ||
-        (uint64_t)cur.st_dev != h.src_dev) {
+    if ((uint64_t)cur.st_size != h.src_size ||
+        (int64_t)cur.st_mtim.tv_sec * 1000000000LL + cur.st_mtim.tv_nsec != h.src_mtime_ns ||
+        (int64_t)cur.st_ctim.tv_sec * 1000000000LL + cur.st_ctim.tv_nsec != h.src_ctime_ns ||
+        (uint64_t)cur.st_ino != h.src_ino || (uint64_t)cur.st_dev != h.src_dev) {
         set_err("page pack %s is stale: %s changed since the pack was built (size/mtime/ctime/inode differ); ignored",
                 pack_path, r->path);
         close(fd);

@@ -16,9 +16,9 @@ extern "C" {
  *   index: i64 file_page[npages] (first-use order), u64 block_sum[ceil(npages/block_pages)];
  *   data at data_offset: the pages' bytes in the same order.
  * Sums: pgr_pack_sum over 64-bit words. The file is exactly data_offset + npages*page_size. */
-#define PGR_PACK_MAGIC "PGCPACK1"
+#define PGR_PACK_MAGIC   "PGCPACK1"
 #define PGR_PACK_VERSION 1
-#define PGR_PACK_HEADER 4096
+#define PGR_PACK_HEADER  4096
 uint64_t pgr_pack_sum(const uint64_t *w, uint64_t nwords);
 
 /* The header as laid out on disk (PGR_PACK_HEADER bytes; mirrored by pagecast.pager.pack's

@@ -50,7 +50,6 @@
 #define UFFD_USER_MODE_ONLY 1
 #endif
 
-
 /* Raw syscalls: when built into the LD_PRELOAD shim, mmap/munmap resolve to the shim's. */
 static void *sys_mmap(void *addr, size_t len, int prot, int flags) {
     long r = syscall(SYS_mmap, addr, len, prot, flags, -1, 0);
@@ -61,11 +60,15 @@ static void *sys_mmap(void *addr, size_t len, int prot, int flags) {
     return (void *)r;
 }
 
-static int sys_munmap(void *addr, size_t len) { return (int)syscall(SYS_munmap, addr, len); }
+static int sys_munmap(void *addr, size_t len) {
+    return (int)syscall(SYS_munmap, addr, len);
+}
 
 static __thread char g_err[512];
 
-const char *pgr_last_error(void) { return g_err; }
+const char *pgr_last_error(void) {
+    return g_err;
+}
 
 void set_err(const char *fmt, ...) {
     va_list ap;
@@ -84,8 +87,7 @@ int64_t now_ns(void) {
  * running and the stats carry the count. */
 static void handler_error(pgr_region *r, const char *what, int err) {
     r->st.errors++;
-    if (r->st.errors <= 3)
-        fprintf(stderr, "pagecast pager: %s: %s: %s\n", r->path, what, strerror(err));
+    if (r->st.errors <= 3) fprintf(stderr, "pagecast pager: %s: %s: %s\n", r->path, what, strerror(err));
 }
 
 static int uffd_create(int *features_out, char *why, size_t whylen) {
@@ -202,8 +204,9 @@ static int wp_range(pgr_region *r, uint64_t page, uint64_t n, int protect) {
     return 0;
 }
 
-
-static uint8_t *twin(pgr_region *r, uint64_t p) { return r->twins + (uint64_t)r->slot[p] * r->ps; }
+static uint8_t *twin(pgr_region *r, uint64_t p) {
+    return r->twins + (uint64_t)r->slot[p] * r->ps;
+}
 
 /* Page p is about to become dirty: keep its bytes as they are now (src) to diff against. */
 static void twin_set(pgr_region *r, uint64_t p, const uint8_t *src) {
@@ -398,38 +401,38 @@ static uint64_t stride_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t m
 static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
     uint64_t n = 0;
     switch (r->cfg.policy) {
-    case PC_POLICY_NEXTLINE: {
-        int64_t window = (r->cfg.depth > 0 ? r->cfg.depth : 0) + 1;
-        int64_t before = r->cfg.before < 0 ? window / 2 : r->cfg.before < window ? r->cfg.before : window - 1;
-        n = pc_nextline_step((int64_t)p, 0, before, window, (int64_t)r->npages, out, max);
-        break;
-    }
-    case PC_POLICY_STRIDE:
-        n = stride_pages(r, p, out, max);
-        break;
-    case PC_POLICY_SPARSE: {
-        /* The learned set in increasing order (the workload is monotone): next N members. */
-        r->learned[p >> 6] |= 1ull << (p & 63);
-        uint64_t q = p + 1;
-        while (q < r->npages && n < max) {
-            uint64_t w = r->learned[q >> 6] >> (q & 63);
-            if (!w) {
-                q = (q | 63) + 1;
-                continue;
-            }
-            q += (uint64_t)__builtin_ctzll(w);
-            if (q >= r->npages) break;
-            out[n++] = (int64_t)q;
-            q++;
+        case PC_POLICY_NEXTLINE: {
+            int64_t window = (r->cfg.depth > 0 ? r->cfg.depth : 0) + 1;
+            int64_t before = r->cfg.before < 0 ? window / 2 : r->cfg.before < window ? r->cfg.before : window - 1;
+            n = pc_nextline_step((int64_t)p, 0, before, window, (int64_t)r->npages, out, max);
+            break;
         }
-        break;
-    }
-    case PC_POLICY_TABLE:
-        if (r->tab_off)
-            for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
-        break;
-    default:
-        break;
+        case PC_POLICY_STRIDE:
+            n = stride_pages(r, p, out, max);
+            break;
+        case PC_POLICY_SPARSE: {
+            /* The learned set in increasing order (the workload is monotone): next N members. */
+            r->learned[p >> 6] |= 1ull << (p & 63);
+            uint64_t q = p + 1;
+            while (q < r->npages && n < max) {
+                uint64_t w = r->learned[q >> 6] >> (q & 63);
+                if (!w) {
+                    q = (q | 63) + 1;
+                    continue;
+                }
+                q += (uint64_t)__builtin_ctzll(w);
+                if (q >= r->npages) break;
+                out[n++] = (int64_t)q;
+                q++;
+            }
+            break;
+        }
+        case PC_POLICY_TABLE:
+            if (r->tab_off)
+                for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
+            break;
+        default:
+            break;
     }
     return n;
 }
@@ -527,21 +530,25 @@ static void start_io(pgr_region *r, uint64_t p, uint64_t n) {
             continue;
         }
         if (a >= 0)
-            posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)a * r->ps), (off_t)((uint64_t)(b - a + 1) * r->ps), POSIX_FADV_WILLNEED);
+            posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)a * r->ps), (off_t)((uint64_t)(b - a + 1) * r->ps),
+                          POSIX_FADV_WILLNEED);
         a = b = q;
     }
     if (a >= 0)
-        posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)a * r->ps), (off_t)((uint64_t)(b - a + 1) * r->ps), POSIX_FADV_WILLNEED);
+        posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)a * r->ps), (off_t)((uint64_t)(b - a + 1) * r->ps),
+                      POSIX_FADV_WILLNEED);
     for (uint64_t k = i; k < n; k++) {
         int64_t q = r->batch[k];
         if (q - hi <= IO_GAP) {
             hi = q;
             continue;
         }
-        posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)lo * r->ps), (off_t)((uint64_t)(hi - lo + 1) * r->ps), POSIX_FADV_WILLNEED);
+        posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)lo * r->ps), (off_t)((uint64_t)(hi - lo + 1) * r->ps),
+                      POSIX_FADV_WILLNEED);
         lo = hi = q;
     }
-    posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)lo * r->ps), (off_t)((uint64_t)(hi - lo + 1) * r->ps), POSIX_FADV_WILLNEED);
+    posix_fadvise(r->fd, (off_t)(r->file_offset + (uint64_t)lo * r->ps), (off_t)((uint64_t)(hi - lo + 1) * r->ps),
+                  POSIX_FADV_WILLNEED);
 }
 
 /* Read-ahead of the window after the batch (pages only, into the page cache): its I/O
@@ -598,8 +605,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
      * a second UFFDIO_COPY would fail with EEXIST. */
     int loading = r->pack && r->st.pack_state == PGR_PACK_RUNNING;
     if (loading && r->ndfr < r->dfrcap &&
-        ((r->state[p] & ST_PIN) ||
-         (r->pack_pos[p] >= 0 && (uint64_t)r->pack_pos[p] < r->pack->hi + r->pack->defer))) {
+        ((r->state[p] & ST_PIN) || (r->pack_pos[p] >= 0 && (uint64_t)r->pack_pos[p] < r->pack->hi + r->pack->defer))) {
         r->dfr[r->ndfr++] = (struct deferred){(int64_t)p, write, tid};
         r->st.pack_deferred++;
         log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_PACK, tid);
@@ -779,7 +785,8 @@ static void *handler_main(void *arg) {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
     struct uffd_msg msgs[MAXMSG];
-    struct pollfd pf[3] = {{.fd = r->uffd, .events = POLLIN}, {.fd = r->stop_pipe[0], .events = POLLIN},
+    struct pollfd pf[3] = {{.fd = r->uffd, .events = POLLIN},
+                           {.fd = r->stop_pipe[0], .events = POLLIN},
                            {.fd = r->pack_efd, .events = POLLIN}};
     /* Periodic write-back bounds what a SIGKILL can lose (the kernel's dirty_expire does
      * the same for page-cache pages, which survive the process anyway). */
@@ -850,7 +857,6 @@ static void *handler_main(void *arg) {
     return NULL;
 }
 
-
 /* The page-pack loader (pgr_pack_start) is in pack.c. */
 
 int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
@@ -871,8 +877,8 @@ static int load_learned(pgr_region *r) {
     if (fd < 0) return errno == ENOENT ? 0 : -1;
     char magic[8];
     uint64_t np = 0;
-    int ok = read(fd, magic, 8) == 8 && memcmp(magic, "PGCBITS1", 8) == 0 && read(fd, &np, 8) == 8 &&
-             np == r->npages && read(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
+    int ok = read(fd, magic, 8) == 8 && memcmp(magic, "PGCBITS1", 8) == 0 && read(fd, &np, 8) == 8 && np == r->npages &&
+             read(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
     close(fd);
     if (!ok) memset(r->learned, 0, r->nwords * 8);
     return ok ? 0 : -1;
@@ -896,7 +902,6 @@ int pgr_save_learned(pgr_region *r, const char *path) {
     }
     return 0;
 }
-
 
 static void free_region(pgr_region *r) {
     pack_free(r->pack);
@@ -985,7 +990,8 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         /* Without write-protect nothing stops a thread writing a page between its
          * write-back and its drop at eviction: that write would be lost. Refused instead. */
         set_err("%s: userfaultfd write-protect is unavailable here (Linux >= 5.7 has it): a writable shared "
-                "mapping could lose writes at eviction", path);
+                "mapping could lose writes at eviction",
+                path);
         errno = EOPNOTSUPP;
         goto fail;
     }
@@ -1070,23 +1076,24 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     }
     r->thr_started = 1;
     return r;
-fail: {
-    int e = errno ? errno : EINVAL;
-    if (r->base) sys_munmap(r->base, r->len);
-    if (r->fd >= 0) close(r->fd);
-    if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
-    if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
-    if (r->pack_efd >= 0) close(r->pack_efd);
-    close(uffd);
-    pthread_mutex_destroy(&r->mu);
-    free_region(r);
-    errno = e;
-    return NULL;
-}
+fail:
+    {
+        int e = errno ? errno : EINVAL;
+        if (r->base) sys_munmap(r->base, r->len);
+        if (r->fd >= 0) close(r->fd);
+        if (r->stop_pipe[0] >= 0) close(r->stop_pipe[0]);
+        if (r->stop_pipe[1] >= 0) close(r->stop_pipe[1]);
+        if (r->pack_efd >= 0) close(r->pack_efd);
+        close(uffd);
+        pthread_mutex_destroy(&r->mu);
+        free_region(r);
+        errno = e;
+        return NULL;
+    }
 }
 
-pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg, void *addr,
-                     int fixed, int prot) {
+pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg, void *addr, int fixed,
+                     int prot) {
     int wb = cfg ? cfg->writeback : 0;
     int fd = open(path, (wb ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0) {
@@ -1102,8 +1109,12 @@ pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const p
     return r;
 }
 
-void *pgr_base(pgr_region *r) { return r->base; }
-uint64_t pgr_length(pgr_region *r) { return r->len; }
+void *pgr_base(pgr_region *r) {
+    return r->base;
+}
+uint64_t pgr_length(pgr_region *r) {
+    return r->len;
+}
 
 /* In a forked child the region's lock may be held by a thread that stayed in the parent,
  * and its memory is not mapped (MADV_DONTFORK): every call but pgr_close refuses. */
@@ -1175,8 +1186,7 @@ int pgr_close(pgr_region *r, pgr_stats *final_stats) {
     /* Handler stopped: nothing else changes state. Write every dirty page back. */
     for (uint64_t p = 0; p < r->npages; p++) {
         if ((r->state[p] & ST_RES) && needs_writeback(r, p) && write_back(r, p, 0) < 0) {
-            if (!rc)
-                fprintf(stderr, "pagecast pager: %s: write-back at close failed: %s\n", r->path, strerror(errno));
+            if (!rc) fprintf(stderr, "pagecast pager: %s: write-back at close failed: %s\n", r->path, strerror(errno));
             rc = -1;
         }
     }
@@ -1225,8 +1235,8 @@ static int table_valid(const uint64_t *offsets, const int64_t *pages, uint64_t n
     }
     for (uint64_t i = 0; i < npages; i++)
         if (offsets[i + 1] < offsets[i] || offsets[i + 1] > npages_listed) {
-            snprintf(why, whylen, "offset %llu (%llu) is out of order or past the %llu listed pages", (unsigned long long)i + 1,
-                     (unsigned long long)offsets[i + 1], (unsigned long long)npages_listed);
+            snprintf(why, whylen, "offset %llu (%llu) is out of order or past the %llu listed pages",
+                     (unsigned long long)i + 1, (unsigned long long)offsets[i + 1], (unsigned long long)npages_listed);
             return 0;
         }
     for (uint64_t i = 0; i < offsets[npages]; i++)
@@ -1299,11 +1309,16 @@ static int table_read(const char *path, table_file *t) {
     const char *why = NULL;
     char whybuf[200];
     uint8_t *raw = NULL;
-    if (!S_ISREG(sb.st_mode)) why = "not a regular file";
-    else if (size < 16 + 16 + 2) why = "too short to be a pager table";
-    else if (size > (1ull << 40)) why = "larger than 1 TiB";
-    else if (!(raw = malloc(size))) why = "out of memory";
-    else if (pread_full(fd, raw, size, 0) < 0) why = "read failed";
+    if (!S_ISREG(sb.st_mode))
+        why = "not a regular file";
+    else if (size < 16 + 16 + 2)
+        why = "too short to be a pager table";
+    else if (size > (1ull << 40))
+        why = "larger than 1 TiB";
+    else if (!(raw = malloc(size)))
+        why = "out of memory";
+    else if (pread_full(fd, raw, size, 0) < 0)
+        why = "read failed";
     else if (memcmp(raw, PGR_TABLE_MAGIC, 6) != 0 || raw[6] < '0' || raw[6] > '9' || raw[7] != 0)
         why = "not a pager table file (bad magic)";
     else if (raw[6] != '0' + PGR_TABLE_VERSION) {
@@ -1320,7 +1335,8 @@ static int table_read(const char *path, table_file *t) {
     if (!why) {
         pages_at = 16 + 8 * (np + 1);
         t->off = malloc((np + 1) * 8);
-        if (!t->off) why = "out of memory";
+        if (!t->off)
+            why = "out of memory";
         else {
             memcpy(t->off, raw + 16, (np + 1) * 8);
             total = t->off[np];
@@ -1329,7 +1345,8 @@ static int table_read(const char *path, table_file *t) {
     }
     if (!why) {
         t->pages = malloc((total ? total : 1) * 8);
-        if (!t->pages) why = "out of memory";
+        if (!t->pages)
+            why = "out of memory";
         else {
             memcpy(t->pages, raw + pages_at, total * 8);
             if (!table_valid(t->off, t->pages, np, total, whybuf, sizeof whybuf)) why = whybuf;
@@ -1338,10 +1355,14 @@ static int table_read(const char *path, table_file *t) {
     if (!why) {
         uint64_t at = pages_at + total * 8, rem = size - at;
         const uint8_t *nul = rem ? memchr(raw + at, 0, rem) : NULL;
-        if (!nul || rem < 2) why = "no NUL-terminated data file path after the entries (truncated?)";
-        else if ((uint64_t)(nul - raw) != size - 1) why = "bytes after the data file path (padded?)";
-        else if (rem > PATH_MAX) why = "data file path longer than PATH_MAX";
-        else memcpy(t->src, raw + at, rem);
+        if (!nul || rem < 2)
+            why = "no NUL-terminated data file path after the entries (truncated?)";
+        else if ((uint64_t)(nul - raw) != size - 1)
+            why = "bytes after the data file path (padded?)";
+        else if (rem > PATH_MAX)
+            why = "data file path longer than PATH_MAX";
+        else
+            memcpy(t->src, raw + at, rem);
     }
     free(raw);
     if (why) {
@@ -1376,8 +1397,8 @@ int pgr_table_load(pgr_region *r, const char *path) {
         return 1;
     }
     if (t.npages != r->npages) {
-        set_err("pager table %s covers %llu pages, the mapping of %s has %llu", path, (unsigned long long)t.npages, r->path,
-                (unsigned long long)r->npages);
+        set_err("pager table %s covers %llu pages, the mapping of %s has %llu", path, (unsigned long long)t.npages,
+                r->path, (unsigned long long)r->npages);
         free(t.off);
         free(t.pages);
         return -1;

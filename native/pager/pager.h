@@ -21,9 +21,9 @@ extern "C" {
 
 /* Binary fault log: a 4096-byte header, then fixed 24-byte records appended with one
  * write() per served fault (so a crash loses at most a torn last record). */
-#define PGR_LOG_MAGIC "PGCLOG1"
+#define PGR_LOG_MAGIC   "PGCLOG1"
 #define PGR_LOG_VERSION 1
-#define PGR_LOG_HEADER 4096
+#define PGR_LOG_HEADER  4096
 enum { PGR_REC_FAULT = 8, PGR_REC_PREFETCH = 6, PGR_REC_EVICT = 7 }; /* = pagecast Kind */
 enum {
     PGR_RF_WRITE = 1,      /* write fault */
@@ -56,24 +56,24 @@ typedef struct pgr_log_rec {
 } pgr_log_rec;
 
 typedef struct pgr_config {
-    uint64_t budget_pages;   /* resident-page budget (>= 1) */
-    int policy;              /* PC_POLICY_* */
-    int depth;               /* pages per prefetch batch (N) */
-    int writeback;           /* 1: MAP_SHARED semantics (write dirty pages back); 0: private */
-    int log_fd;              /* >= 0: append fault records here (header written by pgr_open) */
-    int on_eof_sigbus;       /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
-    const char *learn_path;  /* sparse policy: load/save the learned page set here (may be NULL) */
-    int flush_ms;            /* > 0: write dirty pages back every flush_ms (bounds SIGKILL loss) */
-    int before;              /* nextline: pages below the fault (window = depth + 1); < 0: window / 2 */
-    int min_conf;            /* stride: confidence needed to prefetch (policies/stride.py) */
+    uint64_t budget_pages;  /* resident-page budget (>= 1) */
+    int policy;             /* PC_POLICY_* */
+    int depth;              /* pages per prefetch batch (N) */
+    int writeback;          /* 1: MAP_SHARED semantics (write dirty pages back); 0: private */
+    int log_fd;             /* >= 0: append fault records here (header written by pgr_open) */
+    int on_eof_sigbus;      /* fault beyond a shrunk file: 1 SIGBUS the thread (kernel-like), 0 zeros */
+    const char *learn_path; /* sparse policy: load/save the learned page set here (may be NULL) */
+    int flush_ms;           /* > 0: write dirty pages back every flush_ms (bounds SIGKILL loss) */
+    int before;             /* nextline: pages below the fault (window = depth + 1); < 0: window / 2 */
+    int min_conf;           /* stride: confidence needed to prefetch (policies/stride.py) */
 } pgr_config;
 
 typedef struct pgr_stats {
-    uint64_t faults;          /* missing faults served (demand) */
-    uint64_t wp_faults;       /* first writes to clean resident pages */
-    uint64_t late_faults;     /* faults on pages already resident when served */
-    uint64_t prefetched;      /* pages mapped by prefetch batches */
-    uint64_t prefetch_hits;   /* prefetched pages later seen accessed: user space sees writes only (docs/pager.md) */
+    uint64_t faults;        /* missing faults served (demand) */
+    uint64_t wp_faults;     /* first writes to clean resident pages */
+    uint64_t late_faults;   /* faults on pages already resident when served */
+    uint64_t prefetched;    /* pages mapped by prefetch batches */
+    uint64_t prefetch_hits; /* prefetched pages later seen accessed: user space sees writes only (docs/pager.md) */
     uint64_t prefetch_evicted_untouched; /* prefetched pages evicted with no observed access */
     uint64_t evictions;
     uint64_t writebacks;
@@ -81,12 +81,12 @@ typedef struct pgr_stats {
     uint64_t eof_faults;            /* faults past the end of a shrunk file */
     uint64_t resident;
     uint64_t max_resident;
-    uint64_t copy_ioctls;     /* UFFDIO_COPY calls (a contiguous run is one call) */
+    uint64_t copy_ioctls; /* UFFDIO_COPY calls (a contiguous run is one call) */
     uint64_t bytes_read;
     uint64_t service_ns_total;
-    uint64_t nsamples;        /* entries valid in the service-time sample ring */
-    int32_t errors;           /* handler errors (first message in pgr_last_error) */
-    int32_t wp_enabled;       /* dirty tracking by write-protect (else every page is written back) */
+    uint64_t nsamples;  /* entries valid in the service-time sample ring */
+    int32_t errors;     /* handler errors (first message in pgr_last_error) */
+    int32_t wp_enabled; /* dirty tracking by write-protect (else every page is written back) */
     /* page pack (pgr_pack_start): a learned cold start streamed from one sequential file */
     uint64_t pack_pages;      /* pages of the pack inside this region */
     uint64_t pack_installed;  /* pages the loader mapped (UFFDIO_COPY) */
@@ -103,7 +103,7 @@ enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOP
 /* Prefetch table file (pgr_table_check): "PGCTAB" + the version as one ASCII digit + NUL,
  * u64 npages, u64 offsets[npages+1], i64 pages[offsets[npages]], then the path of the data
  * file it was built for, NUL-terminated, ending the file. */
-#define PGR_TABLE_MAGIC "PGCTAB"
+#define PGR_TABLE_MAGIC   "PGCTAB"
 #define PGR_TABLE_VERSION 1
 typedef struct pgr_table_header {
     char magic[8];
@@ -116,11 +116,11 @@ typedef struct pgr_region pgr_region;
  * region. `addr`/`fixed` place it like mmap's hint / MAP_FIXED, `prot` as mmap's (PROT_*
  * bits; 0 is PROT_NONE). NULL on failure, with
  * errno set and a one-line reason in pgr_last_error(). */
-pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
-                     void *addr, int fixed, int prot);
+pgr_region *pgr_open(const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg, void *addr, int fixed,
+                     int prot);
 /* As pgr_open but serves an already opened descriptor (the shim's case). */
-pgr_region *pgr_open_fd(int fd, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
-                        void *addr, int fixed, int prot);
+pgr_region *pgr_open_fd(int fd, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg, void *addr,
+                        int fixed, int prot);
 void *pgr_base(pgr_region *r);
 uint64_t pgr_length(pgr_region *r);
 /* Write back every dirty page now (the region stays usable). Returns pages written or -1. */

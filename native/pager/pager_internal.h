@@ -14,14 +14,14 @@
 
 #define PGR_HIDDEN __attribute__((visibility("hidden")))
 
-#define ST_RES 1u
+#define ST_RES   1u
 #define ST_DIRTY 2u
-#define ST_REF 4u
-#define ST_PF 8u   /* prefetched, no access observed yet */
-#define ST_PIN 16u /* part of the batch being installed: not a victim */
+#define ST_REF   4u
+#define ST_PF    8u  /* prefetched, no access observed yet */
+#define ST_PIN   16u /* part of the batch being installed: not a victim */
 
 #define NSAMPLES (1u << 20)
-#define MAXMSG 64
+#define MAXMSG   64
 
 struct pgr_region {
     uint8_t *base;
@@ -45,10 +45,10 @@ struct pgr_region {
     uint64_t *tab_off;
     int64_t *tab_pages;
     pc_stride_state stride; /* stride policy */
-    uint8_t *buf;     /* staging for one batch */
-    uint8_t *dbuf;    /* staging for the demanded page */
-    int64_t *batch;   /* pages of the current batch */
-    pgr_log_rec *log; /* records of the current batch */
+    uint8_t *buf;           /* staging for one batch */
+    uint8_t *dbuf;          /* staging for the demanded page */
+    int64_t *batch;         /* pages of the current batch */
+    pgr_log_rec *log;       /* records of the current batch */
     uint64_t nlog, logcap;
     uint32_t *samples;
     int64_t t0;
@@ -57,12 +57,12 @@ struct pgr_region {
     int shrink_warned;
     pgr_stats st;
     /* page pack (pgr_pack_start) */
-    int pack_efd;         /* the loader's end-of-stream signal to the handler */
+    int pack_efd; /* the loader's end-of-stream signal to the handler */
     struct pgr_pack *pack;
     int32_t *pack_pos;    /* region page -> its position j in the pack; -2-j once mapped (by anyone); -1 not in it */
     struct deferred *dfr; /* faults waiting for the loader */
     uint64_t ndfr, dfrcap;
-    int miss_io;          /* demand reads in flight (futex): loaders hold their next read meanwhile */
+    int miss_io; /* demand reads in flight (futex): loaders hold their next read meanwhile */
     /* Write-back regions: the page as it was when it became dirty ("twin", one per ring
      * slot), so a write-back writes only the bytes the program changed and never
      * overwrites what another writer put in the file meanwhile. */
@@ -81,19 +81,19 @@ struct deferred {
 
 struct pgr_pack {
     int fd;
-    int dfd;         /* the same file opened O_DIRECT (-1: not supported here, read through the page cache) */
+    int dfd; /* the same file opened O_DIRECT (-1: not supported here, read through the page cache) */
     uint64_t n, block, data_off, nblocks, chunk; /* chunk: blocks per read after the first */
-    int64_t *rpage;  /* pack position -> region page, -1 outside the region */
-    uint64_t *sums;  /* per block */
+    int64_t *rpage;                              /* pack position -> region page, -1 outside the region */
+    uint64_t *sums;                              /* per block */
     uint8_t *buf[PACK_MAX_THREADS];
     uint64_t next_chunk; /* chunks are claimed in order by the loader threads (atomic) */
-    uint64_t hi;     /* end of the furthest chunk claimed (under r->mu) */
-    uint64_t claimed; /* pages claimed for installing so far (under r->mu; stop_after) */
+    uint64_t hi;         /* end of the furthest chunk claimed (under r->mu) */
+    uint64_t claimed;    /* pages claimed for installing so far (under r->mu; stop_after) */
     uint64_t defer, stop_after;
-    int stop;        /* set by pgr_close or by a thread that failed: the others stop too */
+    int stop; /* set by pgr_close or by a thread that failed: the others stop too */
     int nthreads, live;
     pthread_t thr[PACK_MAX_THREADS];
-    char why[200];   /* first failure */
+    char why[200]; /* first failure */
     char path[PATH_MAX];
 };
 

@@ -62,7 +62,7 @@
 #endif
 
 #define MAXSPEC 16
-#define MAXREG 64
+#define MAXREG  64
 
 typedef struct {
     char path[PATH_MAX];
@@ -133,11 +133,28 @@ static uint64_t parse_size(const char *s, int *pages, int *ok) {
     *pages = 0;
     int shift = 0;
     switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 'p': case 'P': *pages = 1; end++; break;
-    default: break;
+        case 'k':
+        case 'K':
+            shift = 10;
+            end++;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            end++;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            end++;
+            break;
+        case 'p':
+        case 'P':
+            *pages = 1;
+            end++;
+            break;
+        default:
+            break;
     }
     if (shift && v > (ULLONG_MAX >> shift)) *ok = 0; /* 2^64 bytes or more */
     v <<= shift;
@@ -166,8 +183,12 @@ static const char *policy_env(int *policy, int *next_alias) {
     return p;
 }
 
-static void atfork_prepare(void) { pthread_mutex_lock(&g_mu); }
-static void atfork_parent(void) { pthread_mutex_unlock(&g_mu); }
+static void atfork_prepare(void) {
+    pthread_mutex_lock(&g_mu);
+}
+static void atfork_parent(void) {
+    pthread_mutex_unlock(&g_mu);
+}
 
 /* The child has none of the regions: their memory is MADV_DONTFORK, their threads and maybe
  * the owner of a lock stayed in the parent. Forget them (never write back the parent's
@@ -191,7 +212,9 @@ __attribute__((constructor)) static void shim_init(void) {
         int pages = 0, ok = 0;
         uint64_t v = colon ? parse_size(colon + 1, &pages, &ok) : 0;
         if (!colon || !ok || v == 0) {
-            fprintf(stderr, "pagecast pager: PAGECAST_PAGER entry '%s' is not FILE:BUDGET (e.g. weights.bin:1M, below 2^64 bytes)%s\n",
+            fprintf(stderr,
+                    "pagecast pager: PAGECAST_PAGER entry '%s' is not FILE:BUDGET (e.g. weights.bin:1M, below 2^64 "
+                    "bytes)%s\n",
                     tok, strict_mode() ? "; strict mode: not running the program unpaged" : "");
             if (strict_mode()) real__exit(2);
             continue;
@@ -204,7 +227,9 @@ __attribute__((constructor)) static void shim_init(void) {
     }
     int pol, next_alias;
     const char *bad = policy_env(&pol, &next_alias);
-    if (bad) fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, nextline, stride, sparse, table)\n", bad);
+    if (bad)
+        fprintf(stderr, "pagecast pager: unknown PAGECAST_PAGER_POLICY '%s' (none, nextline, stride, sparse, table)\n",
+                bad);
 }
 
 static spec_t *match(int fd) {
@@ -264,12 +289,15 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     char fdlink[64];
     snprintf(fdlink, sizeof fdlink, "/proc/self/fd/%d", fd);
     ssize_t pl = readlink(fdlink, path, sizeof path - 1);
-    if (pl < 0) snprintf(path, sizeof path, "%s", s->path);
-    else path[pl] = 0;
+    if (pl < 0)
+        snprintf(path, sizeof path, "%s", s->path);
+    else
+        path[pl] = 0;
 
     pgr_config cfg = {0};
     long ps = sysconf(_SC_PAGESIZE);
-    cfg.budget_pages = s->budget_pages ? s->budget_pages : s->budget_bytes / (uint64_t)ps + (s->budget_bytes % (uint64_t)ps != 0);
+    cfg.budget_pages =
+        s->budget_pages ? s->budget_pages : s->budget_bytes / (uint64_t)ps + (s->budget_bytes % (uint64_t)ps != 0);
     int next_alias;
     policy_env(&cfg.policy, &next_alias);
     const char *d = getenv("PAGECAST_PAGER_DEPTH");
@@ -375,12 +403,11 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             "\"errors\": %d, \"wp_enabled\": %d, \"pack_pages\": %llu, \"pack_installed\": %llu, "
             "\"pack_skipped\": %llu, \"pack_bytes_read\": %llu, \"pack_deferred\": %llu, \"pack_done_ns\": %llu, "
             "\"pack_state\": %d, \"close_ok\": %s}\n",
-            esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults,
-            (unsigned long long)s->late_faults, (unsigned long long)s->prefetched,
-            (unsigned long long)s->prefetch_hits, (unsigned long long)s->prefetch_evicted_untouched,
-            (unsigned long long)s->evictions, (unsigned long long)s->writebacks,
-            (unsigned long long)s->writeback_skipped_eof, (unsigned long long)s->eof_faults,
-            (unsigned long long)s->max_resident, (unsigned long long)s->copy_ioctls,
+            esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults, (unsigned long long)s->late_faults,
+            (unsigned long long)s->prefetched, (unsigned long long)s->prefetch_hits,
+            (unsigned long long)s->prefetch_evicted_untouched, (unsigned long long)s->evictions,
+            (unsigned long long)s->writebacks, (unsigned long long)s->writeback_skipped_eof,
+            (unsigned long long)s->eof_faults, (unsigned long long)s->max_resident, (unsigned long long)s->copy_ioctls,
             (unsigned long long)s->bytes_read, (unsigned long long)s->service_ns_total, (unsigned long long)p50,
             (unsigned long long)p99, s->errors, s->wp_enabled, (unsigned long long)s->pack_pages,
             (unsigned long long)s->pack_installed, (unsigned long long)s->pack_skipped,
@@ -408,16 +435,18 @@ static void close_all(void) {
     pthread_mutex_unlock(&g_mu);
 }
 
-__attribute__((destructor)) static void shim_fini(void) { close_all(); }
+__attribute__((destructor)) static void shim_fini(void) {
+    close_all();
+}
 
 /* A signal whose default action ends the process skips exit handlers; with the kernel's
  * MAP_SHARED the written data would survive in the page cache, so write back first, then
  * die of the same signal. Every such signal (man 7 signal: action Term or Core, and the
  * real-time ones) except SIGKILL, which cannot be caught. Installed only where the program
  * keeps the default action; a handler the program installs later replaces it. */
-static const int g_fatal[] = {SIGHUP,  SIGINT,  SIGQUIT,   SIGILL,  SIGTRAP,   SIGABRT, SIGBUS,  SIGFPE,
-                              SIGUSR1, SIGSEGV, SIGUSR2,   SIGPIPE, SIGALRM,   SIGTERM, SIGSTKFLT, SIGXCPU,
-                              SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,    SIGSYS};
+static const int g_fatal[] = {SIGHUP,  SIGINT,    SIGQUIT, SIGILL,  SIGTRAP, SIGABRT, SIGBUS,    SIGFPE,
+                              SIGUSR1, SIGSEGV,   SIGUSR2, SIGPIPE, SIGALRM, SIGTERM, SIGSTKFLT, SIGXCPU,
+                              SIGXFSZ, SIGVTALRM, SIGPROF, SIGIO,   SIGPWR,  SIGSYS};
 
 static void on_fatal(int sig) {
     for (int i = 0; i < MAXREG; i++)
@@ -449,8 +478,8 @@ static void install_fatal_handlers(void) {
 static live_t *conflicting(dev_t dev, ino_t ino, uint64_t off, size_t len, int writable, const live_t *self) {
     for (int i = 0; i < MAXREG; i++) {
         live_t *l = &g_live[i];
-        if (l != self && l->r && l->dev == dev && l->ino == ino && (l->writable || writable) && off < l->foff + l->len &&
-            l->foff < off + len)
+        if (l != self && l->r && l->dev == dev && l->ino == ino && (l->writable || writable) &&
+            off < l->foff + l->len && l->foff < off + len)
             return l;
     }
     return NULL;
@@ -465,7 +494,9 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
         pthread_mutex_lock(&g_mu);
         live_t *l = overlapping(addr, len, 0);
         if (l)
-            fprintf(stderr, "pagecast pager: %s: mmap(MAP_FIXED) over a paged region refused (EINVAL); munmap it first\n", l->path);
+            fprintf(stderr,
+                    "pagecast pager: %s: mmap(MAP_FIXED) over a paged region refused (EINVAL); munmap it first\n",
+                    l->path);
         pthread_mutex_unlock(&g_mu);
         if (l) {
             errno = EINVAL;
@@ -477,13 +508,17 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
         /* A writable private mapping's changes must live as long as the mapping, but an
          * evicted page is re-read from the file: such mappings stay with the kernel. */
         if (s && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)) {
-            fprintf(stderr, "pagecast pager: %s: writable MAP_PRIVATE mapping left to the kernel (evicting it would lose private changes)\n", s->path);
+            fprintf(stderr,
+                    "pagecast pager: %s: writable MAP_PRIVATE mapping left to the kernel (evicting it would lose "
+                    "private changes)\n",
+                    s->path);
             s = NULL;
         }
         if (s) {
             /* The kernel's own checks first (access mode against prot, append-only,
              * noexec, seals, flags): a mapping it refuses is refused the same way. */
-            void *probe = real_mmap(NULL, len, prot, flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
+            void *probe = real_mmap(NULL, len, prot,
+                                    flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
             if (probe == MAP_FAILED) return MAP_FAILED;
             real_munmap(probe, len);
             struct stat sb;
@@ -494,7 +529,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
                 fprintf(stderr,
                         "pagecast pager: %s: bytes %llu-%llu are already mapped by the pager%s; a second mapping would "
                         "not see the first one's writes: mmap refused (EBUSY)\n",
-                        l->path, (unsigned long long)off, (unsigned long long)off + len - 1, l->writable ? " writable" : "");
+                        l->path, (unsigned long long)off, (unsigned long long)off + len - 1,
+                        l->writable ? " writable" : "");
             pthread_mutex_unlock(&g_mu);
             if (l) {
                 errno = EBUSY;
@@ -524,8 +560,10 @@ void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...) {
         live_t *l = overlapping(old, old_size ? old_size : 1, 0);
         if (!l && (flags & MREMAP_FIXED)) l = overlapping(new_addr, new_size, 0);
         if (l)
-            fprintf(stderr, "pagecast pager: %s: mremap of a paged region refused (EINVAL): the pager cannot move or "
-                            "resize it; munmap and mmap it again\n", l->path);
+            fprintf(stderr,
+                    "pagecast pager: %s: mremap of a paged region refused (EINVAL): the pager cannot move or "
+                    "resize it; munmap and mmap it again\n",
+                    l->path);
         pthread_mutex_unlock(&g_mu);
         if (l) {
             errno = EINVAL;
@@ -606,8 +644,10 @@ int mprotect(void *addr, size_t len, int prot) {
         l = overlapping(a, len, 0);
         live_t *other = l ? conflicting(l->dev, l->ino, l->foff, l->len, 1, l) : NULL;
         if (other) {
-            fprintf(stderr, "pagecast pager: %s: PROT_WRITE refused: another paged mapping of the same bytes would not "
-                            "see the writes\n", l->path);
+            fprintf(stderr,
+                    "pagecast pager: %s: PROT_WRITE refused: another paged mapping of the same bytes would not "
+                    "see the writes\n",
+                    l->path);
             pthread_mutex_unlock(&g_mu);
             errno = EACCES;
             return -1;
@@ -629,4 +669,6 @@ void _exit(int status) {
     __builtin_unreachable();
 }
 
-void _Exit(int status) { _exit(status); }
+void _Exit(int status) {
+    _exit(status);
+}

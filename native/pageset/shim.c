@@ -75,14 +75,12 @@ static FILE *(*real_fopen)(const char *, const char *);
 static FILE *(*real_fopen64)(const char *, const char *);
 static FILE *(*real_freopen)(const char *, const char *, FILE *);
 
-#define RESOLVE(var, name)                                  \
-    do {                                                    \
-        if (!(var))                                         \
-            *(void **)&(var) = dlsym(RTLD_NEXT, name);      \
+#define RESOLVE(var, name)                                                                                             \
+    do {                                                                                                               \
+        if (!(var)) *(void **)&(var) = dlsym(RTLD_NEXT, name);                                                         \
     } while (0)
 
-static void resolve_all(void)
-{
+static void resolve_all(void) {
     RESOLVE(real_mmap, "mmap");
     RESOLVE(real_mremap, "mremap");
     RESOLVE(real_dlopen, "dlopen");
@@ -103,11 +101,9 @@ static void resolve_all(void)
 
 /* A fresh userfaultfd, moved to a high descriptor so programs that expect the lowest
  * free numbers (shells, fd-passing code) see the numbers they would see without us. */
-static int new_uffd(void)
-{
+static int new_uffd(void) {
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
-    if (fd < 0)
-        return -1;
+    if (fd < 0) return -1;
     struct uffdio_api api = {.api = UFFD_API, .features = UFFD_FEATURE_WP_ASYNC};
     if (ioctl(fd, UFFDIO_API, &api) < 0) {
         close(fd);
@@ -121,10 +117,8 @@ static int new_uffd(void)
     return fd;
 }
 
-static void watch(void *addr, size_t len)
-{
-    if (uffd_failed || !len)
-        return;
+static void watch(void *addr, size_t len) {
+    if (uffd_failed || !len) return;
     uintptr_t start = (uintptr_t)addr & ~(PAGE - 1);
     uintptr_t end = ((uintptr_t)addr + len + PAGE - 1) & ~(PAGE - 1);
     if (uffd < 0) {
@@ -139,8 +133,7 @@ static void watch(void *addr, size_t len)
     (void)ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
-static void watch_line(char *line)
-{
+static void watch_line(char *line) {
     unsigned long lo, hi, ino;
     char perms[8];
     int pathpos = 0;
@@ -153,17 +146,14 @@ static void watch_line(char *line)
  * buffer: this also runs in a forked child of a multi-threaded parent, and a large static
  * buffer would give the shim a .bss mapping of its own, an anonymous region that would
  * shift the numbering of the program's anonymous regions (their identity across runs). */
-static void watch_all(void)
-{
+static void watch_all(void) {
     char buf[8192];
     int fd = (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
+    if (fd < 0) return;
     size_t n = 0;
     for (;;) {
         ssize_t k = read(fd, buf + n, sizeof buf - 1 - n);
-        if (k <= 0)
-            break;
+        if (k <= 0) break;
         n += (size_t)k;
         buf[n] = 0;
         char *line = buf, *nl;
@@ -174,8 +164,7 @@ static void watch_all(void)
         }
         n = (size_t)(buf + n - line);
         memmove(buf, line, n);
-        if (n == sizeof buf - 1)
-            n = 0; /* a line longer than the buffer: drop it */
+        if (n == sizeof buf - 1) n = 0; /* a line longer than the buffer: drop it */
     }
     if (n) {
         buf[n] = 0;
@@ -184,41 +173,34 @@ static void watch_all(void)
     close(fd);
 }
 
-static int regular_fd(int fd)
-{
+static int regular_fd(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
 }
 
 /* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
-static void announce(int fd)
-{
+static void announce(int fd) {
     int saved = errno; /* the program's open succeeded: leave errno as it was */
     if (regular_fd(fd)) {
         void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, 0);
-        if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096)
-            syscall(SYS_munmap, p, PAGE);
+        if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096) syscall(SYS_munmap, p, PAGE);
     }
     errno = saved;
 }
 
-static void before_fork(void)
-{
+static void before_fork(void) {
     pthread_mutex_lock(&mu);
 }
 
-static void after_fork_parent(void)
-{
+static void after_fork_parent(void) {
     pthread_mutex_unlock(&mu);
 }
 
-static void after_fork_child(void)
-{
+static void after_fork_child(void) {
     pthread_mutex_unlock(&mu);
     /* A forked child keeps no userfaultfd registration (no UFFD_FEATURE_EVENT_FORK): arm
      * its own copy of the mappings. */
-    if (uffd >= 0)
-        close(uffd);
+    if (uffd >= 0) close(uffd);
     uffd = -1;
     uffd_failed = 0;
     pthread_mutex_lock(&mu);
@@ -226,8 +208,7 @@ static void after_fork_child(void)
     pthread_mutex_unlock(&mu);
 }
 
-__attribute__((constructor)) static void pageset_init(void)
-{
+__attribute__((constructor)) static void pageset_init(void) {
     resolve_all();
     pthread_mutex_lock(&mu);
     watch_all();
@@ -235,14 +216,12 @@ __attribute__((constructor)) static void pageset_init(void)
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-static int read_only_fd(int fd)
-{
+static int read_only_fd(int fd) {
     int fl = fcntl(fd, F_GETFL);
     return fl >= 0 && (fl & O_ACCMODE) == O_RDONLY;
 }
 
-static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
+static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     RESOLVE(real_mmap, "mmap");
     int file = !(flags & MAP_ANONYMOUS) && regular_fd(fd);
     if (file && (flags & MAP_TYPE) == MAP_SHARED && !(prot & PROT_WRITE) && read_only_fd(fd))
@@ -258,18 +237,15 @@ static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
     return p;
 }
 
-void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     return do_mmap(addr, len, prot, flags, fd, off);
 }
 
-void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     return do_mmap(addr, len, prot, flags, fd, off);
 }
 
-void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
-{
+void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
     RESOLVE(real_mremap, "mremap");
     void *want = NULL;
     if (flags & MREMAP_FIXED) {
@@ -288,8 +264,7 @@ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...)
     return p;
 }
 
-void *dlopen(const char *file, int mode)
-{
+void *dlopen(const char *file, int mode) {
     RESOLVE(real_dlopen, "dlopen");
     void *h = real_dlopen(file, mode);
     if (h && file) {
@@ -300,8 +275,7 @@ void *dlopen(const char *file, int mode)
     return h;
 }
 
-void *dlmopen(Lmid_t lmid, const char *file, int mode)
-{
+void *dlmopen(Lmid_t lmid, const char *file, int mode) {
     RESOLVE(real_dlmopen, "dlmopen");
     void *h = real_dlmopen(lmid, file, mode);
     if (h && file) {
@@ -312,31 +286,25 @@ void *dlmopen(Lmid_t lmid, const char *file, int mode)
     return h;
 }
 
-static int needs_mode(int flags)
-{
+static int needs_mode(int flags) {
     return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE;
 }
 
-static mode_t mode_arg(int flags, va_list ap)
-{
+static mode_t mode_arg(int flags, va_list ap) {
     return needs_mode(flags) ? (mode_t)va_arg(ap, int) : 0;
 }
 
 /* If the next library lacks a variant (an older libc), the system call does the same. */
-static int sys_open(int dir, const char *path, int flags, mode_t mode)
-{
+static int sys_open(int dir, const char *path, int flags, mode_t mode) {
     return (int)syscall(SYS_openat, dir, path, flags, mode);
 }
 
-static int opened(int fd)
-{
-    if (fd >= 0)
-        announce(fd);
+static int opened(int fd) {
+    if (fd >= 0) announce(fd);
     return fd;
 }
 
-int open(const char *path, int flags, ...)
-{
+int open(const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t m = mode_arg(flags, ap);
@@ -345,8 +313,7 @@ int open(const char *path, int flags, ...)
     return opened(real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
 }
 
-int open64(const char *path, int flags, ...)
-{
+int open64(const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t m = mode_arg(flags, ap);
@@ -355,8 +322,7 @@ int open64(const char *path, int flags, ...)
     return opened(real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
 }
 
-int openat(int dir, const char *path, int flags, ...)
-{
+int openat(int dir, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t m = mode_arg(flags, ap);
@@ -365,8 +331,7 @@ int openat(int dir, const char *path, int flags, ...)
     return opened(real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
 }
 
-int openat64(int dir, const char *path, int flags, ...)
-{
+int openat64(int dir, const char *path, int flags, ...) {
     va_list ap;
     va_start(ap, flags);
     mode_t m = mode_arg(flags, ap);
@@ -375,57 +340,47 @@ int openat64(int dir, const char *path, int flags, ...)
     return opened(real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
 }
 
-int __open_2(const char *path, int flags)
-{
+int __open_2(const char *path, int flags) {
     RESOLVE(real_open_2, "__open_2");
     return opened(real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
 }
 
-int __open64_2(const char *path, int flags)
-{
+int __open64_2(const char *path, int flags) {
     RESOLVE(real_open64_2, "__open64_2");
     return opened(real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
 }
 
-int __openat_2(int dir, const char *path, int flags)
-{
+int __openat_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat_2, "__openat_2");
     return opened(real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
 }
 
-int __openat64_2(int dir, const char *path, int flags)
-{
+int __openat64_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat64_2, "__openat64_2");
     return opened(real_openat64_2 ? real_openat64_2(dir, path, flags) : sys_open(dir, path, flags | O_LARGEFILE, 0));
 }
 
-int creat(const char *path, mode_t mode)
-{
+int creat(const char *path, mode_t mode) {
     RESOLVE(real_creat, "creat");
     return opened(real_creat ? real_creat(path, mode) : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
 }
 
-static FILE *fopened(FILE *f)
-{
-    if (f)
-        announce(fileno(f));
+static FILE *fopened(FILE *f) {
+    if (f) announce(fileno(f));
     return f;
 }
 
-FILE *fopen(const char *path, const char *mode)
-{
+FILE *fopen(const char *path, const char *mode) {
     RESOLVE(real_fopen, "fopen");
     return fopened(real_fopen(path, mode));
 }
 
-FILE *fopen64(const char *path, const char *mode)
-{
+FILE *fopen64(const char *path, const char *mode) {
     RESOLVE(real_fopen64, "fopen64");
     return fopened(real_fopen64(path, mode));
 }
 
-FILE *freopen(const char *path, const char *mode, FILE *f)
-{
+FILE *freopen(const char *path, const char *mode, FILE *f) {
     RESOLVE(real_freopen, "freopen");
     return fopened(real_freopen(path, mode, f));
 }

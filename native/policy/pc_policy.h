@@ -20,10 +20,8 @@
 
 #define PC_MAX_PREFETCH 64 /* pages one event may ask for, as pagecast.policies._numba.MAX_PREFETCH */
 
-static inline size_t pc_emit(int64_t *out, size_t n, size_t max, int64_t page, int64_t limit)
-{
-    if (n >= max || page < 0 || (limit > 0 && page >= limit))
-        return n;
+static inline size_t pc_emit(int64_t *out, size_t n, size_t max, int64_t page, int64_t limit) {
+    if (n >= max || page < 0 || (limit > 0 && page >= limit)) return n;
     out[n] = page;
     return n + 1;
 }
@@ -31,17 +29,13 @@ static inline size_t pc_emit(int64_t *out, size_t n, size_t max, int64_t page, i
 /* nextline (policies/nextline.py): on a miss, `before` pages below the fault and
  * window - before - 1 above, nearest first (the page above before the one below). */
 static inline size_t pc_nextline_step(int64_t page, int hit, int64_t before, int64_t window, int64_t limit,
-                                      int64_t *out, size_t max)
-{
-    if (hit)
-        return 0;
+                                      int64_t *out, size_t max) {
+    if (hit) return 0;
     int64_t after = window - before - 1;
     size_t n = 0;
     for (int64_t d = 1; d <= (before > after ? before : after); d++) {
-        if (d <= after)
-            n = pc_emit(out, n, max, page + d, limit);
-        if (d <= before)
-            n = pc_emit(out, n, max, page - d, limit);
+        if (d <= after) n = pc_emit(out, n, max, page + d, limit);
+        if (d <= before) n = pc_emit(out, n, max, page - d, limit);
     }
     return n;
 }
@@ -53,16 +47,14 @@ typedef struct pc_stride_state {
     int64_t last, stride, conf;
 } pc_stride_state;
 
-static inline void pc_stride_init(pc_stride_state *s)
-{
+static inline void pc_stride_init(pc_stride_state *s) {
     s->last = -1;
     s->stride = 0;
     s->conf = 0;
 }
 
 static inline size_t pc_stride_step(pc_stride_state *s, int64_t page, int64_t degree, int64_t min_conf, int64_t limit,
-                                    int64_t *out, size_t max)
-{
+                                    int64_t *out, size_t max) {
     if (s->last >= 0) {
         int64_t d = page - s->last;
         if (d != 0 && d == s->stride)
@@ -75,8 +67,7 @@ static inline size_t pc_stride_step(pc_stride_state *s, int64_t page, int64_t de
     s->last = page;
     size_t n = 0;
     if (s->stride != 0 && s->conf >= min_conf)
-        for (int64_t k = 1; k <= degree; k++)
-            n = pc_emit(out, n, max, page + k * s->stride, limit);
+        for (int64_t k = 1; k <= degree; k++) n = pc_emit(out, n, max, page + k * s->stride, limit);
     return n;
 }
 

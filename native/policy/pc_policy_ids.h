@@ -18,11 +18,7 @@ enum pc_policy_id {
 
 /* Canonical names, indexed by id (NULL: no policy has that id). */
 static const char *const pc_policy_names[] = {
-    "none",
-    "nextline",
-    "stride",
-    "sparse",
-    "table",
+    "none", "nextline", "stride", "sparse", "table",
 };
 #define PC_POLICY_COUNT 5
 

@@ -47,7 +47,9 @@ static uint64_t splitmix(uint64_t &s) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: %s stream|strided|gather [--factor F] [--size-mb M] [--iters K] [--stride P] [--seed S]\n", argv[0]);
+        std::fprintf(stderr,
+                     "usage: %s stream|strided|gather [--factor F] [--size-mb M] [--iters K] [--stride P] [--seed S]\n",
+                     argv[0]);
         return 2;
     }
     const char *pattern = argv[1];
@@ -56,11 +58,16 @@ int main(int argc, char **argv) {
     int iters = 3;
     uint64_t seed = 1;
     for (int i = 2; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--factor")) factor = std::atof(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--size-mb")) size_mb = std::strtoull(argv[i + 1], nullptr, 10);
-        else if (!std::strcmp(argv[i], "--iters")) iters = std::atoi(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--stride")) stride = std::strtoull(argv[i + 1], nullptr, 10);
-        else if (!std::strcmp(argv[i], "--seed")) seed = std::strtoull(argv[i + 1], nullptr, 10);
+        if (!std::strcmp(argv[i], "--factor"))
+            factor = std::atof(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--size-mb"))
+            size_mb = std::strtoull(argv[i + 1], nullptr, 10);
+        else if (!std::strcmp(argv[i], "--iters"))
+            iters = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--stride"))
+            stride = std::strtoull(argv[i + 1], nullptr, 10);
+        else if (!std::strcmp(argv[i], "--seed"))
+            seed = std::strtoull(argv[i + 1], nullptr, 10);
         else {
             std::fprintf(stderr, "unknown option %s\n", argv[i]);
             return 2;
@@ -81,7 +88,7 @@ int main(int argc, char **argv) {
     size_t n = bytes / sizeof(uint32_t), pages = bytes / 4096;
     uint32_t *data;
     CHECK(cudaMallocManaged(&data, bytes));
-    std::memset(data, 0, bytes);  // first touch on the host: every page starts on the CPU
+    std::memset(data, 0, bytes); // first touch on the host: every page starts on the CPU
 
     uint64_t *idx = nullptr;
     unsigned long long *sum = nullptr;
@@ -101,16 +108,20 @@ int main(int argc, char **argv) {
     CHECK(cudaEventCreate(&t1));
     CHECK(cudaEventRecord(t0));
     for (int it = 0; it < iters; it++) {
-        if (!std::strcmp(pattern, "stream")) stream_kernel<<<256, 256>>>(data, n);
-        else if (!std::strcmp(pattern, "strided")) strided_kernel<<<256, 256>>>(data, pages, stride, size_t(it) % stride);
-        else gather_kernel<<<256, 256>>>(data, idx, m, sum);
+        if (!std::strcmp(pattern, "stream"))
+            stream_kernel<<<256, 256>>>(data, n);
+        else if (!std::strcmp(pattern, "strided"))
+            strided_kernel<<<256, 256>>>(data, pages, stride, size_t(it) % stride);
+        else
+            gather_kernel<<<256, 256>>>(data, idx, m, sum);
         CHECK(cudaGetLastError());
     }
     CHECK(cudaEventRecord(t1));
     CHECK(cudaEventSynchronize(t1));
     float ms = 0;
     CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    std::printf("oversub pattern=%s bytes=%zu gpu_total=%zu iterations=%d kernel_ms=%.3f\n", pattern, bytes, total_b, iters, ms);
+    std::printf("oversub pattern=%s bytes=%zu gpu_total=%zu iterations=%d kernel_ms=%.3f\n", pattern, bytes, total_b,
+                iters, ms);
     if (idx) CHECK(cudaFree(idx));
     if (sum) CHECK(cudaFree(sum));
     CHECK(cudaFree(data));

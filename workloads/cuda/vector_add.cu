@@ -28,7 +28,7 @@ int main(int argc, char **argv) {
     CHECK(cudaEventCreate(&t1));
     float total_ms = 0;
     for (int it = 0; it < iters; it++) {
-        for (int i = 0; i < n; i++) {  // host writes: pages migrate back to the CPU
+        for (int i = 0; i < n; i++) { // host writes: pages migrate back to the CPU
             a[i] = float(i);
             b[i] = float(it);
         }

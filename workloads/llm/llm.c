@@ -71,23 +71,38 @@ int main(int argc, char **argv) {
     int quiet = 0, timing = 0, random_adv = 0, opt;
     while ((opt = getopt(argc, argv, "n:p:g:r:m:qtR")) != -1) {
         switch (opt) {
-        case 'n': npages = atol(optarg); break;
-        case 'p': npl = parse_list(optarg, &pages); break;
-        case 'g': {
-            unsigned long long seed = strtoull(optarg, NULL, 10);
-            const char *c = strchr(optarg, ':');
-            npl = -1 - (c ? atol(c + 1) : 100);
-            (void)seed;
-            break;
-        }
-        case 'r': passes = atol(optarg); break;
-        case 'm': mode = optarg; break;
-        case 'q': quiet = 1; break;
-        case 't': timing = 1; break;
-        case 'R': random_adv = 1; break;
-        default:
-            fprintf(stderr, "usage: llm [-n NPAGES] [-p LIST] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write] [-q] [-t] [-R] [FILE]\n");
-            return 2;
+            case 'n':
+                npages = atol(optarg);
+                break;
+            case 'p':
+                npl = parse_list(optarg, &pages);
+                break;
+            case 'g': {
+                unsigned long long seed = strtoull(optarg, NULL, 10);
+                const char *c = strchr(optarg, ':');
+                npl = -1 - (c ? atol(c + 1) : 100);
+                (void)seed;
+                break;
+            }
+            case 'r':
+                passes = atol(optarg);
+                break;
+            case 'm':
+                mode = optarg;
+                break;
+            case 'q':
+                quiet = 1;
+                break;
+            case 't':
+                timing = 1;
+                break;
+            case 'R':
+                random_adv = 1;
+                break;
+            default:
+                fprintf(stderr, "usage: llm [-n NPAGES] [-p LIST] [-g SEED:PERMILLE] [-r PASSES] [-m seed|read|write] "
+                                "[-q] [-t] [-R] [FILE]\n");
+                return 2;
         }
     }
     if (npl < 0) { /* -g: needs npages, which may come after it */

@@ -33,7 +33,9 @@
 
 #define PAGE 4096
 
-static uint8_t pattern(long p, long o) { return (uint8_t)(p * 31 + o * 7 + 1); }
+static uint8_t pattern(long p, long o) {
+    return (uint8_t)(p * 31 + o * 7 + 1);
+}
 
 static void write_range(uint8_t *m, long npages, long lo, long hi) {
     for (long p = 0; p < npages; p++)
@@ -164,8 +166,10 @@ static int do_readtwice(const char *file, long npages) {
         return 3;
     }
     printf("both mapped, %s\n", memcmp(a, b, len) == 0 ? "same bytes" : "different bytes");
-    if (mprotect(a, len, PROT_READ | PROT_WRITE) < 0) printf("mprotect refused: %s\n", strerror(errno));
-    else printf("mprotect done\n");
+    if (mprotect(a, len, PROT_READ | PROT_WRITE) < 0)
+        printf("mprotect refused: %s\n", strerror(errno));
+    else
+        printf("mprotect done\n");
     return 0;
 }
 

@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
         for (long t = 0; t < g_threads; t++)
             if (g_map[p * (PAGE / 8) + 1 + t] != g_tally[p * g_threads + t]) mismatch++;
     FILE *out = fopen(argv[6], "wb");
-    if (!out || fwrite(g_tally, sizeof(uint64_t), (size_t)(g_npages * g_threads), out) != (size_t)(g_npages * g_threads)) {
+    if (!out ||
+        fwrite(g_tally, sizeof(uint64_t), (size_t)(g_npages * g_threads), out) != (size_t)(g_npages * g_threads)) {
         perror("writing tallies");
         return 2;
     }

@@ -5,7 +5,7 @@
  * knows what each record must become in the trace. */
 #include "../cupti_collector.c"
 
-#define BASE 0x7f0000000000ULL
+#define BASE     0x7f0000000000ULL
 #define DEV_BASE 0x7f1000000000ULL
 
 static void um(CUpti_ActivityUnifiedMemoryCounterKind kind, uint64_t addr, uint64_t value, uint32_t flags, uint64_t t,
@@ -83,8 +83,8 @@ int main(void) {
     mem(CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION, CUPTI_ACTIVITY_MEMORY_KIND_MANAGED, BASE, 4u << 20, 4100);
     um(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT, BASE + 4096, 1,
        CUPTI_ACTIVITY_UNIFIED_MEMORY_ACCESS_TYPE_READ, 4200, 9);
-    um(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT, 0x1000, 1, CUPTI_ACTIVITY_UNIFIED_MEMORY_ACCESS_TYPE_READ,
-       4300, 9);
+    um(CUPTI_ACTIVITY_UNIFIED_MEMORY_COUNTER_KIND_GPU_PAGE_FAULT, 0x1000, 1,
+       CUPTI_ACTIVITY_UNIFIED_MEMORY_ACCESS_TYPE_READ, 4300, 9);
     CUpti_Activity other = {.kind = CUPTI_ACTIVITY_KIND_DRIVER};
     convert(&other); /* kinds the collector does not enable are ignored */
     dropped = 3;

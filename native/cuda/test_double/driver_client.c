@@ -21,12 +21,12 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cuda.h>
 
@@ -98,9 +98,12 @@ static void resolve(void *h, const char *mode) {
         void *p = NULL;
         CUresult r = CUDA_SUCCESS;
         CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
-        if (g1) r = g1(entries[i].base, &p, entries[i].version, flags);
-        else if (g2) r = g2(entries[i].base, &p, entries[i].version, flags, &st);
-        else p = dlsym(h, entries[i].export_name);
+        if (g1)
+            r = g1(entries[i].base, &p, entries[i].version, flags);
+        else if (g2)
+            r = g2(entries[i].base, &p, entries[i].version, flags, &st);
+        else
+            p = dlsym(h, entries[i].export_name);
         *entries[i].slot = p;
         Dl_info info;
         const char *lib = p && dladdr(p, &info) && info.dli_fname ? info.dli_fname : "?";
@@ -108,7 +111,9 @@ static void resolve(void *h, const char *mode) {
     }
 }
 
-static CUdeviceptr at(int idx, size_t off) { return ptrs[idx] + off; }
+static CUdeviceptr at(int idx, size_t off) {
+    return ptrs[idx] + off;
+}
 
 static void *worker(void *arg) {
     int k = *(int *)arg;
@@ -134,15 +139,15 @@ int main(int argc, char **argv) {
     }
     static char host[1 << 22];
     for (size_t i = 0; i < sizeof host; i++) host[i] = (char)i;
-    int (*translate)(uint64_t, int64_t *, uint64_t *) = (int (*)(uint64_t, int64_t *, uint64_t *))dlsym(
-        RTLD_DEFAULT, "pagecast_cuda_translate");
+    int (*translate)(uint64_t, int64_t *, uint64_t *) =
+        (int (*)(uint64_t, int64_t *, uint64_t *))dlsym(RTLD_DEFAULT, "pagecast_cuda_translate");
     for (int i = 1; i < argc; i++) {
         const char *op = argv[i];
 #define ARG(k) strtoull(argv[i + (k)], NULL, 0)
-#define NEED(n)                                                         \
-    if (i + (n) >= argc) {                                              \
-        fprintf(stderr, "driver_client: %s needs %d arguments\n", op, n); \
-        return 2;                                                       \
+#define NEED(n)                                                                                                        \
+    if (i + (n) >= argc) {                                                                                             \
+        fprintf(stderr, "driver_client: %s needs %d arguments\n", op, n);                                              \
+        return 2;                                                                                                      \
     }
         CUresult r = CUDA_SUCCESS;
         if (strcmp(op, "resolve") == 0) {
@@ -154,7 +159,9 @@ int main(int argc, char **argv) {
             NEED(1);
             size_t size = ARG(1);
             CUdeviceptr p = 0;
-            r = op[0] == 'm' ? api.managed(&p, size, 1) : op[0] == 'd' ? api.alloc(&p, size) : api.alloc_async(&p, size, NULL);
+            r = op[0] == 'm'   ? api.managed(&p, size, 1)
+                : op[0] == 'd' ? api.alloc(&p, size)
+                               : api.alloc_async(&p, size, NULL);
             if (r == CUDA_SUCCESS) {
                 ptrs[n_ptrs] = p;
                 sizes[n_ptrs] = size;
@@ -169,11 +176,13 @@ int main(int argc, char **argv) {
             i += 1;
         } else if (strcmp(op, "htod") == 0 || strcmp(op, "htod_async") == 0) {
             NEED(3);
-            r = op[4] ? api.htod_async(at(ARG(1), ARG(2)), host, ARG(3), NULL) : api.htod(at(ARG(1), ARG(2)), host, ARG(3));
+            r = op[4] ? api.htod_async(at(ARG(1), ARG(2)), host, ARG(3), NULL)
+                      : api.htod(at(ARG(1), ARG(2)), host, ARG(3));
             i += 3;
         } else if (strcmp(op, "dtoh") == 0 || strcmp(op, "dtoh_async") == 0) {
             NEED(3);
-            r = op[4] ? api.dtoh_async(host, at(ARG(1), ARG(2)), ARG(3), NULL) : api.dtoh(host, at(ARG(1), ARG(2)), ARG(3));
+            r = op[4] ? api.dtoh_async(host, at(ARG(1), ARG(2)), ARG(3), NULL)
+                      : api.dtoh(host, at(ARG(1), ARG(2)), ARG(3));
             i += 3;
         } else if (strcmp(op, "dtod") == 0 || strcmp(op, "memcpy") == 0 || strcmp(op, "memcpy_async") == 0) {
             NEED(5);
@@ -188,7 +197,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(op, "launch") == 0) {
             r = api.launch(NULL, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
         } else if (strcmp(op, "launch_ex") == 0) {
-            CUlaunchConfig cfg = {.gridDimX = 8, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1, .blockDimZ = 1};
+            CUlaunchConfig cfg = {
+                .gridDimX = 8, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1, .blockDimZ = 1};
             r = api.launch_ex(&cfg, NULL, NULL, NULL);
         } else if (strcmp(op, "launches") == 0) {
             NEED(1);

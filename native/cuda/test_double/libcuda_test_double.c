@@ -164,39 +164,85 @@ EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream st) {
           r == CUDA_SUCCESS ? (unsigned long long)*dptr : 0ULL, (void *)st, (int)r);
     return r;
 }
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream st) { return cuMemAllocAsync(dptr, size, st); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream st) {
+    return cuMemAllocAsync(dptr, size, st);
+}
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr ptr, CUstream st) {
     (void)st;
     return cuMemFree_v2(ptr);
 }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) { return cuMemFreeAsync(ptr, st); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr ptr, CUstream st) {
+    return cuMemFreeAsync(ptr, st);
+}
 
 static CUresult copy(const char *name, uint64_t dst, uint64_t src, size_t n, int dst_dev, int src_dev) {
     CUresult r = CUDA_SUCCESS;
-    if ((dst_dev && !valid_range(dst, n, 0)) || (src_dev && !valid_range(src, n, 0))) r = CUDA_ERROR_INVALID_VALUE;
-    else memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    if ((dst_dev && !valid_range(dst, n, 0)) || (src_dev && !valid_range(src, n, 0)))
+        r = CUDA_ERROR_INVALID_VALUE;
+    else
+        memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
     logf_("%s dst=0x%llx src=0x%llx bytes=%zu result=%d", name, (unsigned long long)dst, (unsigned long long)src, n,
           (int)r);
     return r;
 }
 
 #define U(p) ((uint64_t)(uintptr_t)(p))
-EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) { return copy("cuMemcpyHtoD_v2", d, U(s), n, 1, 0); }
-EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) { return copy("cuMemcpyHtoD_v2_ptds", d, U(s), n, 1, 0); }
-EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) { return copy("cuMemcpyDtoH_v2", U(d), s, n, 0, 1); }
-EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) { return copy("cuMemcpyDtoH_v2_ptds", U(d), s, n, 0, 1); }
-EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy("cuMemcpyDtoD_v2", d, s, n, 1, 1); }
-EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy("cuMemcpyDtoD_v2_ptds", d, s, n, 1, 1); }
-EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy("cuMemcpy", d, s, n, 0, 0); }
-EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) { return copy("cuMemcpy_ptds", d, s, n, 0, 0); }
-EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyHtoDAsync_v2", d, U(s), n, 1, 0); }
-EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyHtoDAsync_v2_ptsz", d, U(s), n, 1, 0); }
-EXPORT CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyDtoHAsync_v2", U(d), s, n, 0, 1); }
-EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyDtoHAsync_v2_ptsz", U(d), s, n, 0, 1); }
-EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyDtoDAsync_v2", d, s, n, 1, 1); }
-EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyDtoDAsync_v2_ptsz", d, s, n, 1, 1); }
-EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyAsync", d, s, n, 0, 0); }
-EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { (void)st; return copy("cuMemcpyAsync_ptsz", d, s, n, 0, 0); }
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *s, size_t n) {
+    return copy("cuMemcpyHtoD_v2", d, U(s), n, 1, 0);
+}
+EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr d, const void *s, size_t n) {
+    return copy("cuMemcpyHtoD_v2_ptds", d, U(s), n, 1, 0);
+}
+EXPORT CUresult cuMemcpyDtoH_v2(void *d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpyDtoH_v2", U(d), s, n, 0, 1);
+}
+EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpyDtoH_v2_ptds", U(d), s, n, 0, 1);
+}
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpyDtoD_v2", d, s, n, 1, 1);
+}
+EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpyDtoD_v2_ptds", d, s, n, 1, 1);
+}
+EXPORT CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpy", d, s, n, 0, 0);
+}
+EXPORT CUresult cuMemcpy_ptds(CUdeviceptr d, CUdeviceptr s, size_t n) {
+    return copy("cuMemcpy_ptds", d, s, n, 0, 0);
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyHtoDAsync_v2", d, U(s), n, 1, 0);
+}
+EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyHtoDAsync_v2_ptsz", d, U(s), n, 1, 0);
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyDtoHAsync_v2", U(d), s, n, 0, 1);
+}
+EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyDtoHAsync_v2_ptsz", U(d), s, n, 0, 1);
+}
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyDtoDAsync_v2", d, s, n, 1, 1);
+}
+EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyDtoDAsync_v2_ptsz", d, s, n, 1, 1);
+}
+EXPORT CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyAsync", d, s, n, 0, 0);
+}
+EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+    (void)st;
+    return copy("cuMemcpyAsync_ptsz", d, s, n, 0, 0);
+}
 
 static CUresult prefetch(const char *name, CUdeviceptr p, size_t n, int loc_type, int loc_id, unsigned flags,
                          CUstream st) {
@@ -207,16 +253,19 @@ static CUresult prefetch(const char *name, CUdeviceptr p, size_t n, int loc_type
 }
 /* v8000 ABI: a device ordinal, CU_DEVICE_CPU (-1) for the host. */
 EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t n, CUdevice dev, CUstream st) {
-    return prefetch("cuMemPrefetchAsync", p, n, dev == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, dev, 0, st);
+    return prefetch("cuMemPrefetchAsync", p, n,
+                    dev == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, dev, 0, st);
 }
 EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr p, size_t n, CUdevice dev, CUstream st) {
-    return prefetch("cuMemPrefetchAsync_ptsz", p, n, dev == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, dev, 0, st);
+    return prefetch("cuMemPrefetchAsync_ptsz", p, n,
+                    dev == CU_DEVICE_CPU ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE, dev, 0, st);
 }
 /* v12020 ABI: a CUmemLocation and flags. */
 EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream st) {
     return prefetch("cuMemPrefetchAsync_v2", p, n, loc.type, loc.id, flags, st);
 }
-EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags, CUstream st) {
+EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr p, size_t n, CUmemLocation loc, unsigned int flags,
+                                           CUstream st) {
     return prefetch("cuMemPrefetchAsync_v2_ptsz", p, n, loc.type, loc.id, flags, st);
 }
 
@@ -309,7 +358,8 @@ static CUdriverProcAddressQueryResult lookup(const char *symbol, void **pfn, int
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     CUdriverProcAddressQueryResult s = lookup(symbol, pfn, version, flags);
-    logf_("cuGetProcAddress symbol=%s version=%d flags=%llu status=%d", symbol, version, (unsigned long long)flags, (int)s);
+    logf_("cuGetProcAddress symbol=%s version=%d flags=%llu status=%d", symbol, version, (unsigned long long)flags,
+          (int)s);
     return s == CU_GET_PROC_ADDRESS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
