@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 enum pc_policy_id {
     PC_POLICY_NONE = 0,
     PC_POLICY_NEXTLINE = 1,
@@ -18,8 +19,13 @@ enum pc_policy_id {
 
 /* Canonical names, indexed by id (NULL: no policy has that id). */
 static const char *const pc_policy_names[] = {
-    "none", "nextline", "stride", "sparse", "table",
+    "none",
+    "nextline",
+    "stride",
+    "sparse",
+    "table",
 };
 #define PC_POLICY_COUNT 5
+/* clang-format on */
 
 #endif

@@ -96,12 +96,25 @@ class Context:
     cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
 
     def pagecast(self, *args: str) -> list[str]:
-        """argv of a pagecast command (this interpreter, this package)."""
-        return [sys.executable, "-m", "pagecast", *args]
+        """argv of a pagecast command as a user types it: the ``pagecast`` script (this
+        package's ``bin/pagecast`` in a checkout, else the one installed beside this
+        interpreter) run by this interpreter; ``python -m pagecast`` when there is none."""
+        return [sys.executable, *pagecast_script(), *args]
 
     @property
     def argv(self) -> list[str]:
         return list(self.case.heldout.argv)
+
+
+def pagecast_script() -> list[str]:
+    """The ``pagecast`` command's script, or ``-m pagecast``. ``python -m`` costs more than
+    the script (runpy, the CLI package) before ``run --plan`` reaches its fast path."""
+    here = Path(__file__).resolve().parents[3] / "bin" / "pagecast"  # a checkout: src/pagecast/bench/
+    installed = Path(sys.executable).parent / "pagecast"
+    for script in (here, installed):
+        if script.is_file():
+            return [str(script)]
+    return ["-m", "pagecast"]
 
 
 @dataclass

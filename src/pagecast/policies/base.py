@@ -214,6 +214,7 @@ def render_ids_header() -> str:
         "",
         "#include <stddef.h>",
         "",
+        "/* clang-format off */",
         "enum pc_policy_id {",
     ]
     for name, nid in sorted(native_ids().items(), key=lambda kv: kv[1]):
@@ -229,5 +230,5 @@ def render_ids_header() -> str:
     by_id = {v: k for k, v in ids.items()}
     for i in range(top + 1):
         lines.append("    " + (f'"{by_id[i]}"' if i in by_id else "NULL") + ",")
-    lines += ["};", f"#define PC_POLICY_COUNT {top + 1}", "", "#endif", ""]
+    lines += ["};", f"#define PC_POLICY_COUNT {top + 1}", "/* clang-format on */", "", "#endif", ""]
     return "\n".join(lines)
