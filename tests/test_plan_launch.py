@@ -238,7 +238,7 @@ def _wait_json(path: Path, timeout: float = 10.0) -> dict:
 
 def _resident_after(path: Path, want: np.ndarray, timeout: float = 60.0) -> np.ndarray:
     # WILLNEED queues the reads; they land shortly after the prefetcher reports. The
-    # prefetcher runs in the idle I/O class, which a busy disk (the rest of the suite
+    # prefetcher runs at nice 10 and the lowest best-effort I/O priority, which a busy disk (the suite
     # compiling and reading) can hold back for seconds: wait for the pages, not a time.
     end = time.monotonic() + timeout
     while True:
