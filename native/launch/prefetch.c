@@ -91,10 +91,7 @@ static int prefetched(const struct pcl_file *f) {
 
 static int is_elf(int fd) {
     char m[4];
-    return pread(fd, m, 4, 0) == 4 && memcmp(m,
-                                             "\x7f"
-                                             "ELF",
-                                             4) == 0;
+    return pread(fd, m, 4, 0) == 4 && memcmp(m, "\177ELF", 4) == 0;
 }
 
 /* Update a file's feedback state from the shim's counts (under the job lock). */
