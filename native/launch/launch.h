@@ -35,7 +35,7 @@ enum pcl_status {
 /* Live feedback on a warm/stream file (launch/feedback.h): where its decision stands. */
 enum pcl_feedback {
     PCL_FB_NONE,      /* not a prefetched file */
-    PCL_FB_OFF,       /* no feedback: disabled, or no shim */
+    PCL_FB_OFF,       /* no feedback: disabled, no shim, or the file's plan fits in the first batch */
     PCL_FB_WAITING,   /* first batch issued; the rest waits for the program's reads */
     PCL_FB_PAYING,    /* enough of the program's reads were in the plan: go on */
     PCL_FB_CANCELLED, /* too few were: the rest is not issued */

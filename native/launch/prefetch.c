@@ -116,6 +116,29 @@ static void judge(struct pcl_plan *plan, struct pcl_file *f) {
     f->fb = (double)in < plan->fbcfg.min_ratio * (double)(in + out) ? PCL_FB_CANCELLED : PCL_FB_PAYING;
 }
 
+/* The launcher checked the file's identity with stat() before the program started and
+ * left opening it to the prefetcher, off the program's path. Open it now and check that
+ * it is still the file the launcher saw; on failure the file's requests are skipped. */
+static int open_planned(struct pcl_file *f) {
+    if (f->fd >= 0) return 1;
+    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        snprintf(f->detail, sizeof f->detail, "cannot open (%s)", strerror(errno));
+        if (fd >= 0) close(fd);
+        f->status = PCL_ST_MISSING;
+        return 0;
+    }
+    if ((uint64_t)st.st_ino != f->ino || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_size != f->size) {
+        close(fd);
+        snprintf(f->detail, sizeof f->detail, "replaced while the program started; not prefetched");
+        f->status = PCL_ST_STALE;
+        return 0;
+    }
+    f->fd = fd;
+    return 1;
+}
+
 /* The next request to issue: 1 (in *out), 0 (only waiting files are left), -1 (none left). */
 static int next_request(struct job *j, int64_t *out) {
     struct pcl_plan *plan = j->plan;
@@ -124,6 +147,7 @@ static int next_request(struct job *j, int64_t *out) {
     for (int i = 0; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
         if (!prefetched(f) || f->req_next >= f->req_hi || f->fb == PCL_FB_CANCELLED) continue;
+        if (!open_planned(f)) continue; /* no longer prefetched(): skipped from now on */
         if (f->req_next >= f->req_gate) {
             judge(plan, f);
             if (f->fb == PCL_FB_CANCELLED) continue;
@@ -299,8 +323,13 @@ int pcl_feedback_setup(struct pcl_plan *plan) {
         struct pcl_file *f = &plan->files[i];
         if (!prefetched(f)) continue;
         f->fb = PCL_FB_OFF;
-        int64_t npages = (int64_t)((f->size + PAGE - 1) / PAGE);
-        if (!c->on || npages == 0) continue;
+        int64_t npages = (int64_t)((f->size + PAGE - 1) / PAGE), planned = 0;
+        if (f->strategy == PCL_STREAM && f->nranges == 0) planned = npages;
+        for (int64_t k = 0; k < f->nranges; k++) planned += f->ranges[k][1];
+        /* a file whose plan fits in the first batch is issued whole before any verdict:
+         * judging it could stop nothing, and every file judged costs the program the
+         * shim's bookkeeping on its reads (git's 700 small objects: ~1.5 ms of a 70 ms run) */
+        if (!c->on || npages == 0 || planned <= c->batch) continue;
         n++;
         size += sizeof(struct pcf_file) + 2 * (size_t)((npages + 63) / 64 * 8);
     }
