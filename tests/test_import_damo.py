@@ -25,6 +25,7 @@ from pagecast.errors import PagecastError
 from pagecast.importers import damo
 from pagecast.report.heatmap import HeatmapConfig, compute
 from pagecast.trace import Kind, open_trace
+from train_support import TINY_TRAIN
 
 REAL = Path(__file__).parent / "data" / "damo" / "damon.data.json_compressed"
 
@@ -188,26 +189,7 @@ def test_damo_record_through_pipeline(tmp_path, capsys):
     assert cli_main(["heatmap", str(tr), "-o", str(tmp_path / "h.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] > 0 and (tmp_path / "h.png").stat().st_size > 1000
     m = tmp_path / "m.pt"
-    assert (
-        cli_main(
-            [
-                "train",
-                str(tr),
-                "-o",
-                str(m),
-                "--epochs",
-                "1",
-                "--windows-per-epoch",
-                "256",
-                "--horizon",
-                "8",
-                "--vocab",
-                "64",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert cli_main(["train", str(tr), "-o", str(m), *TINY_TRAIN]) == 0
     assert m.exists()
 
 

@@ -20,6 +20,7 @@ from pagecast.importers import gem5, gem5_gpu_debug, gem5_run, gem5_stats
 from pagecast.importers._gem5_proto import messages
 from pagecast.trace import open_trace
 from pagecast.trace.schema import FLAG_WRITE
+from train_support import TINY_TRAIN
 
 DATA = Path(__file__).parent / "data" / "gem5"
 MB2 = 2 << 20
@@ -445,26 +446,7 @@ def test_gem5_trace_simulates_heatmaps_and_trains(tmp_path, capsys):
     assert cli_main(["heatmap", str(tr), "-o", str(tmp_path / "h.png"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["events"] == 6000
     m = tmp_path / "m.pt"
-    assert (
-        cli_main(
-            [
-                "train",
-                str(tr),
-                "-o",
-                str(m),
-                "--epochs",
-                "1",
-                "--windows-per-epoch",
-                "256",
-                "--horizon",
-                "8",
-                "--vocab",
-                "64",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert cli_main(["train", str(tr), "-o", str(m), *TINY_TRAIN]) == 0
     assert m.exists()
 
 

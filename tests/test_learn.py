@@ -33,6 +33,7 @@ from pagecast.learn.synthetic import PatternSpec, generate, write_pattern_trace
 from pagecast.learn.train import TrainConfig, load_model, save_model, train_model
 from pagecast.policies.learned import load_predictor
 from pagecast.trace import Kind, Region, TraceWriter
+from train_support import TINY_TRAIN
 
 H = 10
 
@@ -318,26 +319,7 @@ def test_training_is_reproducible(pattern):
 def test_cli_train_predict_and_errors(pattern, tmp_path, capsys):
     _, path = pattern
     m = tmp_path / "m.pt"
-    assert (
-        cli_main(
-            [
-                "train",
-                str(path),
-                "-o",
-                str(m),
-                "--epochs",
-                "1",
-                "--windows-per-epoch",
-                "256",
-                "--horizon",
-                "8",
-                "--vocab",
-                "64",
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert cli_main(["train", str(path), "-o", str(m), *TINY_TRAIN]) == 0
     out = capsys.readouterr().out
     assert '"val_recall@10"' in out and m.exists()
     s = tmp_path / "s.parquet"
