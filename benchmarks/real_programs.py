@@ -25,7 +25,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from tqdm import tqdm
 
@@ -288,11 +288,16 @@ def weights_file(cache: Path, quick: bool) -> Path:
     return path
 
 
-def safetensors_case(cache: Path, quick: bool) -> Case:
+def _safetensors(case: str) -> Any:
     try:
         import safetensors
     except ImportError:
-        raise PagecastError("the safetensors case needs safetensors (pip install safetensors)") from None
+        raise PagecastError(f"the {case} case needs safetensors (pip install safetensors)") from None
+    return safetensors
+
+
+def safetensors_case(cache: Path, quick: bool) -> Case:
+    safetensors = _safetensors("safetensors")
     w = weights_file(cache, quick)
     per = "8" if quick else "48"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_READ, str(w), str(seed), per])  # noqa: E731
@@ -308,10 +313,7 @@ def safetensors_case(cache: Path, quick: bool) -> Case:
 
 
 def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
-    try:
-        import safetensors
-    except ImportError:
-        raise PagecastError("the safetensors-zipf case needs safetensors (pip install safetensors)") from None
+    safetensors = _safetensors("safetensors-zipf")
     w = weights_file(cache, quick)
     tokens = "800" if quick else "4608"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SAFETENSORS_ZIPF_READ, str(w), str(seed), tokens])  # noqa: E731
