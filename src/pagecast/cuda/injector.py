@@ -123,43 +123,15 @@ def _load_schedule(schedule: Schedule | str | Path) -> Schedule | Path:
     return read_schedule(path)
 
 
-def run_cuda(
-    cmd: Sequence[str],
-    *,
-    schedule: Schedule | str | Path | None = None,
-    model: str | Path | None = None,
-    out_dir: str | Path,
-    trace: str | Path | None = None,
-    top_k: int = 10,
-    poll_ms: int = 200,
-    record: bool = False,
-    repeat: bool = False,
-    json_out: bool = False,
-) -> int:
+def run_cuda(cmd: Sequence[str], *, json_out: bool = False, **options: Any) -> int:
     """Run ``cmd`` with the prefetch injector, print its summary; returns the program's exit status.
 
-    ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
-    reads directly (``pagecast-prefetch 1`` or AI4Mem's predictions.csv). ``model``:
-    a trained model; its schedule is predicted from ``trace`` (a previous recording of the
-    same program), or, without one, from a recording made first (``record_cuda``).
-    With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
-    ``repeat=True`` the pages are prefetched again before every kernel launch.
-    Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
+    ``options`` are ``run_cuda_summary``'s (schedule, model, out_dir, trace, top_k,
+    poll_ms, record, repeat), which documents them.
     """
     from pagecast.collect.cuda import print_summary
 
-    rc, summary = run_cuda_summary(
-        cmd,
-        schedule=schedule,
-        model=model,
-        out_dir=out_dir,
-        trace=trace,
-        top_k=top_k,
-        poll_ms=poll_ms,
-        record=record,
-        repeat=repeat,
-        json_out=json_out,
-    )
+    rc, summary = run_cuda_summary(cmd, json_out=json_out, **options)
     print_summary(summary, json_out)
     return rc
 
@@ -177,8 +149,17 @@ def run_cuda_summary(
     repeat: bool = False,
     json_out: bool = False,
 ) -> tuple[int, dict[str, Any]]:
-    """``run_cuda`` without printing: (the program's exit status, the summary).
-    ``json_out``: the program's stdout goes to stderr."""
+    """Run ``cmd`` with the prefetch injector: (the program's exit status, the summary).
+
+    ``schedule``: a Schedule, a schedule Parquet file, or a predictions file the injector
+    reads directly (``pagecast-prefetch 1`` or AI4Mem's predictions.csv). ``model``:
+    a trained model; its schedule is predicted from ``trace`` (a previous recording of the
+    same program), or, without one, from a recording made first (``record_cuda``).
+    With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
+    ``repeat=True`` the pages are prefetched again before every kernel launch.
+    ``json_out``: the program's stdout goes to stderr.
+    Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
+    """
     from pagecast.collect.cuda import cuda_env, run_program, summarize_dir
     from pagecast.collect.cuda_native import build_cupti_collector, build_interposer, find_toolkit
 
