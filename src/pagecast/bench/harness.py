@@ -225,69 +225,34 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         if model is None:
             learned_note = "learned model skipped: pagecast.learn is not available in this build"
     strategies: list[tuple[str, Callable[[int], RunRow]]] = []
+
+    def plain(name: str, advice: str, warm: bool = False) -> None:
+        strategies.append((name, lambda r: _plain(cfg, weights, advice, name, r, warm=warm)))
+
+    def live(name: str, spec: SourceSpec) -> None:
+        strategies.append((name, lambda r: _live(cfg, weights, spec, name, r)))
+
+    def pager(name: str, pack: Path | None) -> None:
+        strategies.append((name, lambda r: _pager(cfg, weights, pack, name, r)))
+
     for adv in KERNEL:
-        strategies.append((KERNEL_LABEL[adv], lambda r, a=adv: _plain(cfg, weights, a, KERNEL_LABEL[a], r)))
-    # the collector and daemon alone: what watching the faults costs the program
-    strategies.append(
-        ("pagecast: monitor only", lambda r: _live(cfg, weights, SourceSpec(), "pagecast: monitor only", r))
-    )
+        plain(KERNEL_LABEL[adv], adv)
+    live("pagecast: monitor only", SourceSpec())  # the collector and daemon alone: what watching costs
     for pol in cfg.policies:
-        name = f"pagecast: {pol}"
         ps = parse_policy_spec(pol)
-        strategies.append(
-            (name, lambda r, p=ps, n=name: _live(cfg, weights, SourceSpec("policy", p.name, options=p.options), n, r))
-        )
-    strategies.append(
-        (
-            "pagecast: schedule replay",
-            lambda r: _live(
-                cfg,
-                weights,
-                SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead),
-                "pagecast: schedule replay",
-                r,
-            ),
-        )
-    )
+        live(f"pagecast: {pol}", SourceSpec("policy", ps.name, options=ps.options))
+    live("pagecast: schedule replay", SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead))
     if model is not None:
-        strategies.append(
-            (
-                "pagecast: learned model",
-                lambda r: _live(cfg, weights, SourceSpec("model", "model", str(model)), "pagecast: learned model", r),
-            )
-        )
+        live("pagecast: learned model", SourceSpec("model", "model", str(model)))
     if pack_path is not None:
-        strategies.append(
-            ("pagecast: pager, no pack", lambda r: _pager(cfg, weights, None, "pagecast: pager, no pack", r))
-        )
-        strategies.append(
-            (
-                "pagecast: page pack (replay)",
-                lambda r: _pager(cfg, weights, pack_path, "pagecast: page pack (replay)", r),
-            )
-        )
+        pager("pagecast: pager, no pack", None)
+        pager("pagecast: page pack (replay)", pack_path)
     if extra_rows is not None:
         strategies.extend(extra_rows(traces, weights))
-    strategies.append(
-        (
-            "oracle (this run's pages)",
-            lambda r: _live(
-                cfg,
-                weights,
-                SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead),
-                "oracle (this run's pages)",
-                r,
-            ),
-        )
-    )
+    live("oracle (this run's pages)", SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead))
     if oracle_pack is not None:
-        strategies.append(
-            (
-                "oracle page pack (this run's pages)",
-                lambda r: _pager(cfg, weights, oracle_pack, "oracle page pack (this run's pages)", r),
-            )
-        )
-    strategies.append(("warm cache", lambda r: _plain(cfg, weights, "normal", "warm cache", r, warm=True)))
+        pager("oracle page pack (this run's pages)", oracle_pack)
+    plain("warm cache", "normal", warm=True)
 
     rows: list[RunRow] = []
     lat: dict[str, list[dict]] = {}
