@@ -8,6 +8,9 @@ medians and the difference to bare. ``--launcher PATH`` times another build (e.g
 commit's ``native/build/pagecast-launch-*``) in the same rounds, as the "before".
 
     PYTHONPATH=src python benchmarks/launch_many_files.py [--files 750] [--rounds 25] [--launcher OLD] [--json]
+
+``--plan PLAN -- PROG ARGS`` times that plan in front of that program instead (e.g. a plan
+from ``pagecast plan`` and the program it was made for, its files already cached).
 """
 
 from __future__ import annotations
@@ -54,11 +57,18 @@ def main() -> int:
         "--launcher", action="append", default=[], metavar="PATH", help="another launcher build to time too"
     )
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--plan", help="time this plan instead of one of --files standard-library files")
+    ap.add_argument("prog", nargs="*", help="with --plan: the program (after --) to run under it")
     args = ap.parse_args()
+    if bool(args.plan) != bool(args.prog):
+        ap.error("--plan and a program (after --) go together")
     launchers = {"launcher": launcher_path(), **{f"launcher {Path(p).name}": p for p in args.launcher}}
     with tempfile.TemporaryDirectory() as tmp:
-        plan = str(many_file_plan(stdlib_files(args.files), Path(tmp) / "many.plan"))
-        programs = {"true": ["true"], "ls -la /usr/lib": ["ls", "-la", "/usr/lib"]}
+        if args.plan:
+            plan, programs = args.plan, {" ".join(args.prog)[:40]: args.prog}
+        else:
+            plan = str(many_file_plan(stdlib_files(args.files), Path(tmp) / "many.plan"))
+            programs = {"true": ["true"], "ls -la /usr/lib": ["ls", "-la", "/usr/lib"]}
         times: dict[str, dict[str, list[float]]] = {p: {} for p in programs}
         for _ in range(args.rounds):
             for pname, argv in programs.items():
@@ -71,12 +81,23 @@ def main() -> int:
         for p, ts in times.items()
     }  # fmt: skip
     if args.json:
-        print(json.dumps({"files": args.files, "rounds": args.rounds, "results": result}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "plan": args.plan,
+                    "files": None if args.plan else args.files,
+                    "rounds": args.rounds,
+                    "results": result,
+                },
+                indent=2,
+            )
+        )
         return 0
-    print(f"plan of {args.files} files warmed whole, warm cache, {args.rounds} interleaved rounds (medians)")
+    what = args.plan or f"a plan of {args.files} files warmed whole"
+    print(f"{what}, warm cache, {args.rounds} interleaved rounds (medians)")
     for p, vs in result.items():
         for v, r in vs.items():
-            print(f"  {p:18s} {v:40s} {r['median_ms']:7.2f} ms  {r['added_ms']:+7.2f} ms over bare")
+            print(f"  {p:40s} {v:40s} {r['median_ms']:7.2f} ms  {r['added_ms']:+7.2f} ms over bare")
     return 0
 
 
