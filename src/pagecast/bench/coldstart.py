@@ -27,7 +27,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,8 @@ import numpy as np
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
-from pagecast.util.pagecache import drop_file
+from pagecast.util.pagecache import make_cold
+from pagecast.util.process import run_blocking
 
 PAGE = PAGE_SIZE
 KINDS = ("kernel", "pagecast", "oracle", "warm")
@@ -249,16 +249,6 @@ def regular_files(paths: Iterable[str | Path]) -> list[Path]:
         elif p.is_file():
             seen[p.resolve()] = None
     return list(seen)
-
-
-def make_cold(files: Sequence[Path], sync: bool = False) -> None:
-    """DONTNEED each file. Inputs are read-only, so no write-back first unless ``sync``
-    (``prepare`` syncs once, before the first recording)."""
-    for f in files:
-        try:
-            drop_file(f, sync=sync)
-        except OSError:
-            pass  # unreadable or vanished: nothing of it can be cached for us to drop
 
 
 def cached_bytes(files: Sequence[Path]) -> int:
@@ -477,28 +467,6 @@ def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
     return out
 
 
-def _run_blocking(argv: Sequence[str], env: dict[str, str], cwd: Any, err: Any, timeout: float) -> subprocess.Popen:
-    """Run to completion with a blocking wait. ``subprocess.run(timeout=...)`` polls the
-    child with sleeps of up to 50 ms, which rounds every wall time up to that grain; here a
-    timer kills the child on timeout and ``wait()`` returns the moment it exits."""
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-    expired = threading.Event()
-
-    def kill() -> None:
-        expired.set()
-        proc.kill()
-
-    timer = threading.Timer(timeout, kill)
-    timer.start()
-    try:
-        proc.wait()
-    finally:
-        timer.cancel()
-    if expired.is_set():
-        raise subprocess.TimeoutExpired(list(argv), timeout)
-    return proc
-
-
 def timed_run(
     case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int, timeout: float
 ) -> RunRow:
@@ -513,7 +481,7 @@ def timed_run(
         t0 = time.perf_counter()
         if launch.pre:
             launch.pre()
-        proc = _run_blocking(launch.argv, _env(env), case.cwd, err, timeout)
+        proc = run_blocking(launch.argv, _env(env), case.cwd, err, timeout)
         wall = time.perf_counter() - t0
         s1 = device_sectors_read(dev)
         if proc.returncode != 0:

@@ -82,6 +82,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: the stored model of each file's device, else a conservative built-in one",
     )
     p.add_argument(
+        "--measure",
+        action="store_true",
+        help="then choose by measured time: RUNS EVERY RECORDED COMMAND AGAIN, --rounds x candidates times "
+        "per recording (use it only for commands that are safe to repeat: read-only, no side effects), each "
+        "from a cold page cache (posix_fadvise DONTNEED on the files the recordings used), through the "
+        "native launcher, in the recording's working directory, with this command's environment. "
+        "Candidates: the predicted plan and plans doing exactly what the kernel's strategies do (default, "
+        "random and sequential read-ahead advice, WILLNEED of every file). The plan written is the fastest "
+        "one only if it beats default and every simpler kernel plan by more than the measured noise, else "
+        "the fastest kernel plan that does (default when none does)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="with --measure: cold runs of every (recording, candidate) pair, interleaved (default 3)",
+    )
+    p.add_argument(
         "--explain",
         action="store_true",
         help="print per file the candidates' predicted times, the choice and why (stderr)",
@@ -150,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.traces or not args.output:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
 
+    if args.rounds is not None and (not args.measure or args.rounds < 1):
+        raise PagecastError("--rounds goes with --measure and must be at least 1")
+    args.rounds = args.rounds or 3
+    recordings = _recordings_to_measure(args.traces) if args.measure else None
+
     from pagecast.pager.pack import build_pack
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
@@ -159,11 +182,22 @@ def run(args: argparse.Namespace) -> int:
                         device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
+    measured = None
+    if recordings is not None:
+        doc, measured = _measure(args, doc, recordings)
     write_plan(args.output, doc)
     if args.explain:
         explain(choices)
+        if measured is not None:
+            print("\n".join([*measured.table(), f"chosen: {measured.chosen}: {measured.why}"]), file=sys.stderr)
     if args.json:
-        print_json({"plan": args.output, **doc.to_dict(), "choices": [c.to_dict() for c in choices]})
+        out = {"plan": args.output, **doc.to_dict(), "choices": [c.to_dict() for c in choices]}
+        if measured is not None:
+            out["measured"] = measured.to_dict()
+        print_json(out)
+    elif measured is not None:
+        print("\n".join(measured.table()))
+        print(f"{args.output}: {len(doc.files)} files, the {measured.chosen} plan: {measured.why}")
     else:
         counts: dict[str, int] = {}
         for c in choices:
@@ -171,3 +205,44 @@ def run(args: argparse.Namespace) -> int:
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         print(f"{args.output}: {len(doc.files)} files ({summary or 'none'})")
     return 0
+
+
+def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F821 - imported lazily
+    """Each recording's command and working directory, checked before any planning is done."""
+    import os
+
+    from pagecast.plan.measure import recordings_of
+
+    recs = recordings_of(traces)
+    old = [r for r in recs if not r.cwd_recorded]
+    if old:
+        print(f"pagecast plan: {len(old)} of {len(recs)} recordings store no working directory (recorded by an "
+              f"older pagecast): their commands run in the current one, {os.getcwd()}", file=sys.stderr)  # fmt: skip
+    return recs
+
+
+def _measure(args: argparse.Namespace, predicted, recordings) -> tuple:
+    """Time the predicted plan and the kernel-equivalent plans; return the plan to write and the measurement."""
+    from pagecast.launch.binary import launcher_path
+    from pagecast.launch.command import launcher_argv
+    from pagecast.plan.kernel_plans import kernel_plans
+    from pagecast.plan.measure import PREDICTED, MeasureConfig, measure, runs_needed
+
+    candidates = {**kernel_plans(args.traces), PREDICTED: predicted}
+    launcher = launcher_path()
+    cold = [f.path for f in candidates["default"].files]
+    with progress(total=runs_needed(candidates, len(recordings), args.rounds), desc="measured runs", unit="run") as bar:
+        cfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
+                            on_run=lambda _c: bar.update(1))  # fmt: skip
+        measured = measure(candidates, recordings, cold, cfg)
+    chosen = candidates[measured.chosen]
+    if measured.chosen != PREDICTED:
+        for f in predicted.files:  # page packs the planner wrote for a plan not kept
+            if f.strategy == "pack" and f.arg:
+                Path(f.arg).unlink(missing_ok=True)
+    tot = measured.totals()
+    summary = (f"measured by pagecast plan --measure: the {measured.chosen} plan, {tot[measured.chosen]:.3f} s vs "
+               f"default {tot['default']:.3f} s over {len(recordings)} recordings, noise {measured.noise:.1%}")  # fmt: skip
+    for f in chosen.files:
+        f.reason = f"{f.reason}; {summary}" if f.reason else summary
+    return chosen, measured

@@ -26,6 +26,7 @@ when CUPTI gave none). ``tid`` is the CUDA stream id.
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -329,6 +330,7 @@ def convert_stream(
     }
     if command is not None:
         meta["command"] = list(command)
+        meta["cwd"] = os.getcwd()  # the command ran here (cuda record, the injector): as pagecast record stores it
     with TraceWriter(out, regions=regions, source="cuda", page_size=page_size, meta=meta) as w:
         for i, k in enumerate(kern):
             w.add_kernel(

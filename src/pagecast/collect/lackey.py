@@ -10,6 +10,7 @@ redirect valgrind's writes; ``%`` in its path is escaped because valgrind expand
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -63,7 +64,9 @@ def record_lackey(
         )
         if not log.exists():
             raise PagecastError(f"valgrind exited with status {proc.returncode} and wrote no lackey log", path=out)
-        stats = import_trace(log, out, instructions=instructions, source="lackey", meta={"command": cmd})
+        stats = import_trace(
+            log, out, instructions=instructions, source="lackey", meta={"command": cmd, "cwd": os.getcwd()}
+        )
     finally:
         shutil.rmtree(private, ignore_errors=True)
     code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode

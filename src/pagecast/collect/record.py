@@ -13,6 +13,7 @@ a journal that ``pagecast recover`` turns into a trace.
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import time
@@ -76,7 +77,9 @@ def record_faults(
     old = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         # The output must be writable before the program starts, not after it ran.
-        writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd})
+        # the working directory with the command: a relative path in it means nothing without
+        # one, and `pagecast plan --measure` runs the command again exactly as it was recorded
+        writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd, "cwd": os.getcwd()})
         try:
             mon.start()
             for batch in mon.batches():

@@ -612,7 +612,7 @@ def _summarise(
             cfg.trace_out,
             regions=list(mon.regions),
             source="live",
-            meta={"command": list(cfg.cmd), "predictor": result.predictor, "live": _meta(result)},
+            meta={"command": list(cfg.cmd), "cwd": os.getcwd(), "predictor": result.predictor, "live": _meta(result)},
         )
         try:
             w.write(

@@ -695,7 +695,7 @@ def logs_to_trace(
     cols = [np.concatenate([c[i] for c in chunks]) if chunks else np.empty(0) for i in range(6)]
     order = np.argsort(cols[0], kind="stable")
     page_size = parsed[0].page_size if parsed else PAGE_SIZE
-    info = {"command": list(command), "pager_policy": sorted({lg.policy for lg in parsed})}
+    info = {"command": list(command), "cwd": os.getcwd(), "pager_policy": sorted({lg.policy for lg in parsed})}
     info.update(meta or {})
     w = TraceWriter(out, regions=list(regions.values()), meta=info, page_size=page_size, source="pager")
     try:

@@ -38,7 +38,6 @@ Two run-wide steps follow, both priced on the same folds:
 from __future__ import annotations
 
 import math
-import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,11 +59,10 @@ from pagecast.plan.format import (
     DEFAULT_CHUNK_KIB,
     DEFAULT_DEPTH,
     PAGE_SIZE,
-    FileIdentity,
     FilePlan,  # fmt: skip
     PlanDoc,
 )
-from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_identity
+from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files
 from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
@@ -493,36 +491,27 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
-    idents: dict[str, FileIdentity] = {}
     for t in traces:
         ps = read_page_sets(t)
         for key, m in ps.mapped.items():
             mapped_pages[key] = mapped_pages.get(key, 0) + m
             read_pages[key] = read_pages.get(key, 0) + ps.read[key]
-        idents.update(recorded_identity(t))
-    newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
     doc, choices = PlanDoc(), []
     priced: list[_Priced] = []
     io_per_run = np.zeros(n)
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
-    for path in sorted({p for run in per_run for p in run}):
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # gone: nothing to plan
-        if not os.path.isfile(path):
-            continue
-        ident = idents.get(path) or FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-        fp = FilePlan(path, ident, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
+    for rf in recorded_files(traces, per_run):
+        path = rf.path
+        fp = FilePlan(path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
         doc.files.append(fp)
-        if path not in idents and st.st_mtime_ns > newest_trace_ns:
+        if rf.modified:
             fp.reason = "file modified after the recordings were written: its recorded pages may not apply"
             choices.append(FileChoice(path, "nothing", fp.reason))
             continue
-        npages = -(-st.st_size // PAGE_SIZE)
+        npages = rf.pages
         runs = [run.get(path, np.empty(0, np.int64)) for run in per_run]
         mapped = mapped_pages.get(path, 0) >= read_pages.get(path, 0)
-        dev = cfg.device or device_costs_for(path, st.st_dev)
+        dev = cfg.device or device_costs_for(path, rf.dev)
         pricing = price_folds(runs, npages, mapped, dev, cfg)
         predicted = pricing.mean()
         chosen, why = choose(predicted, cfg.margin)

@@ -81,6 +81,43 @@ def recorded_identity(trace_path: str | Path) -> dict[str, FileIdentity]:
     return out
 
 
+@dataclass(frozen=True)
+class RecordedFile:
+    """A file the recordings used that a plan can name: it exists now and is a regular file."""
+
+    path: str
+    identity: FileIdentity  # as recorded when the recorder stored it, else as the file is now
+    size: int  # now
+    dev: int  # now: the device whose read-ahead setting applies
+    modified: bool  # changed after the recordings were written, and no identity was recorded
+
+    @property
+    def pages(self) -> int:
+        return -(-self.size // PAGE_SIZE)
+
+
+def recorded_files(traces: Sequence[str | Path], per_run: Sequence[dict[str, np.ndarray]]) -> list[RecordedFile]:
+    """Every file some run used (``per_run``: ``file_pages`` of each trace), in path order,
+    with the identity a plan stores for it. Files gone since, or no longer regular files,
+    are left out: there is nothing to plan for them."""
+    idents: dict[str, FileIdentity] = {}
+    for t in traces:
+        idents.update(recorded_identity(t))
+    newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
+    out = []
+    for path in sorted({p for run in per_run for p in run}):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not os.path.isfile(path):
+            continue
+        ident = idents.get(path) or FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+        modified = path not in idents and st.st_mtime_ns > newest_trace_ns
+        out.append(RecordedFile(path, ident, st.st_size, st.st_dev, modified))
+    return out
+
+
 def merge_ranges(pages: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique pages → maximal runs of consecutive pages as (first, count)."""
     p = np.asarray(pages, np.int64)
@@ -101,27 +138,17 @@ def plan_from_recordings(traces: Sequence[str | Path], cfg: PlanConfig = PlanCon
     if not 1 <= k <= n:
         raise PagecastError(f"--min-runs {k} is outside 1..{n} (the number of recordings)")
     per_run = [file_pages(t, on_rows) for t in traces]
-    idents: dict[str, FileIdentity] = {}
-    for t in traces:
-        idents.update(recorded_identity(t))
-    newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
     doc = PlanDoc()
-    for path in sorted({p for run in per_run for p in run}):
+    for rf in recorded_files(traces, per_run):
+        path = rf.path
         used = [run[path] for run in per_run if path in run]
-        try:
-            st = os.stat(path)
-        except OSError:
-            continue  # gone: nothing to plan (reported by --explain as absent)
-        if not os.path.isfile(path):
-            continue
-        ident = idents.get(path) or FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
-        fp = FilePlan(path, ident, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
-        if path not in idents and st.st_mtime_ns > newest_trace_ns:
+        fp = FilePlan(path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
+        if rf.modified:
             fp.reason = "file modified after the recordings were written: its recorded pages may not apply"
             doc.files.append(fp)
             continue
         pages, counts = np.unique(np.concatenate(used), return_counts=True)
-        shared = pages[(counts >= k) & (pages >= 0) & (pages * PAGE_SIZE < st.st_size)]
+        shared = pages[(counts >= k) & (pages >= 0) & (pages * PAGE_SIZE < rf.size)]
         if len(shared) == 0:
             fp.reason = f"no page used by >= {k} of {n} runs ({len(used)} runs used the file)"
         else:

@@ -19,6 +19,7 @@ BITMAP_MAX_PAGES = 1 << 30  # 1 GiB of bitmap at most; beyond, sort-based counti
 # metadata keys `pagecast info` shows (gem5_stats: the summary of the run's stats.txt)
 _META_SHOWN = (
     "command",
+    "cwd",
     "exit_status",
     "lost",
     "page_size",

@@ -89,6 +89,27 @@ def read_ahead_kb_of(dev: int) -> int:
         return DEFAULT_READ_AHEAD_KB
 
 
+def max_sectors_kb_of(dev: int) -> int | None:
+    """The largest single request the block device ``dev`` takes (its queue's max_sectors_kb;
+    a partition's is its disk's), or None when it has no block queue (tmpfs, network)."""
+    base = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for q in (base / "queue", base / ".." / "queue"):
+        try:
+            return int((q / "max_sectors_kb").read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def willneed_window_kb(dev: int) -> int:
+    """How much one ``posix_fadvise(fd, off, 0, WILLNEED)`` reads from ``off`` on device ``dev``.
+
+    The kernel clamps a forced read-ahead (force_page_cache_ra) to the larger of the
+    device's read-ahead window and its largest request, so WILLNEED of a whole file reads
+    its first read_ahead_kb (8 MiB on a disk set to 8192), not the file."""
+    return max(read_ahead_kb_of(dev), max_sectors_kb_of(dev) or 0)
+
+
 def device_of(path: str | Path) -> str:
     st = os.stat(path)
     return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,3 +60,15 @@ def resident(path: str | Path) -> "np.ndarray":
             libc.munmap(addr, size)
     finally:
         os.close(fd)
+
+
+def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
+    """DONTNEED each file, skipping those that cannot be opened (nothing of them to drop).
+
+    Inputs of a measured run are read-only, so no write-back first unless ``sync`` (a file
+    just written has dirty pages, which DONTNEED leaves cached: sync once, after writing)."""
+    for f in files:
+        try:
+            drop_file(f, sync=sync)
+        except OSError:
+            pass

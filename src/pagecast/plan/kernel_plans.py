@@ -1,0 +1,73 @@
+"""Plans that do exactly what the kernel's own strategies do, for the files the recordings used.
+
+``pagecast plan --measure`` times the predicted plan against these, all through the same
+launcher, so a plan is kept only when it beats what a user gets from the kernel without
+pagecast. Each names the same files as the predicted plan (``recorded_files``: every file
+some run used that still exists, with the identity the planner stores):
+
+    default      every file ``nothing``: the kernel's read-ahead as it is
+    random       every file ``nothing`` with advice ``random`` (read-ahead off, through
+                 the launcher's advice shim, on the program's own opens and mappings)
+    sequential   every file ``nothing`` with advice ``sequential`` (read-ahead doubled)
+    willneed     every file ``warm`` over pages [0, min(file pages, W)): what
+                 ``posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)`` reads. The kernel clamps
+                 one WILLNEED to W pages from its start (the larger of the device's
+                 read_ahead_kb and its largest request: ``willneed_window_kb``), so "WILLNEED
+                 the whole file" reads the first 8 MiB of a file on a disk set to 8192 KiB,
+                 not the file. One request per file (chunk = W, one thread), as one call is.
+
+The willneed plan is issued the way today's plan format issues warm ranges: by the
+launcher's prefetcher, beside the program at low priority.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pagecast.constants import PAGE_SIZE
+from pagecast.errors import PagecastError
+from pagecast.plan.format import FilePlan, PlanDoc
+from pagecast.plan.shared_pages import RecordedFile, file_pages, recorded_files
+from pagecast.util.device_model import willneed_window_kb
+
+KERNEL_CANDIDATES = ("default", "random", "sequential", "willneed")
+# the plan the launcher reads caps one request at 1 GiB (format._check)
+_MAX_CHUNK_KIB = 1 << 20
+
+
+def willneed_ranges(file_pages: int, window_kb: int) -> list[tuple[int, int]]:
+    """The pages one WILLNEED of the whole file reads: [0, min(file pages, window))."""
+    n = min(file_pages, max(1, window_kb * 1024 // PAGE_SIZE))
+    return [(0, n)] if n > 0 else []
+
+
+def kernel_plan(name: str, files: Sequence[RecordedFile],
+                window_kb: Callable[[int], int] = willneed_window_kb) -> PlanDoc:  # fmt: skip
+    """The plan doing what the kernel strategy ``name`` does (``KERNEL_CANDIDATES``) to ``files``;
+    ``window_kb(st_dev)`` is what one WILLNEED reads on that device."""
+    if name not in KERNEL_CANDIDATES:
+        raise PagecastError(f"unknown kernel strategy {name!r} (valid: {', '.join(KERNEL_CANDIDATES)})")
+    doc = PlanDoc()
+    for rf in files:
+        fp = FilePlan(rf.path, rf.identity, reason=f"kernel-equivalent plan {name!r}")
+        if name in ("random", "sequential"):
+            fp.advice = name
+        elif name == "willneed":
+            kb = window_kb(rf.dev)
+            fp.ranges = willneed_ranges(rf.pages, kb)
+            if fp.ranges:
+                fp.strategy, fp.depth = "warm", 1
+                fp.chunk_kib = min(_MAX_CHUNK_KIB, max(4, kb))
+                fp.reason += f": WILLNEED of the whole file reads its first {kb} KiB"
+        doc.files.append(fp)
+    return doc
+
+
+def kernel_plans(traces: Sequence[str | Path], on_rows: Callable[[int], None] | None = None,
+                 window_kb: Callable[[int], int] = willneed_window_kb) -> dict[str, PlanDoc]:  # fmt: skip
+    """Every kernel-equivalent plan for the files the recordings ``traces`` used."""
+    if not traces:
+        raise PagecastError("no recordings given")
+    files = recorded_files(traces, [file_pages(t, on_rows) for t in traces])
+    return {name: kernel_plan(name, files, window_kb) for name in KERNEL_CANDIDATES}

@@ -1,0 +1,268 @@
+"""The measured stage of ``pagecast plan --measure``: run the recorded commands again, cold,
+under each candidate plan, and keep the fastest only when it clearly is.
+
+The planner chooses per file by *predicted* I/O time, and the model can be wrong for a
+whole program (on real programs a plan predicted to gain measured 0.84-0.91x the kernel's
+best strategy: BENCHMARKS.md). So the predicted plan is timed against plans that do
+exactly what the kernel's strategies do (``pagecast.plan.kernel_plans``), on the
+recordings' own commands:
+
+- Each recording's command (its argv, run in its recorded working directory) is run
+  through the native launcher with each candidate plan: ``LAUNCHER --restore-signals
+  PLAN -- ARGV`` as ``pagecast run --plan`` does, stdin and stdout on /dev/null. Wall time
+  from spawn to exit.
+- Every run starts cold: ``posix_fadvise(DONTNEED)`` on every file the recordings used,
+  the plan files and any page pack, one file at a time (nothing global is touched).
+- Interleaved: each round runs every (recording, candidate) pair, the candidates in an
+  order rotated by round and recording, so load that comes and goes falls on all of them.
+- A candidate's time is the sum over recordings of the median of its runs.
+- Noise: for each (candidate, recording), half the spread of its runs (max - min) / 2
+  relative to their median; the noise is the median of those, at least ``min_noise``
+  (2 %). One round measures no spread: the floor applies.
+- Choice: candidates are taken fastest first; one is chosen when it is faster by more
+  than the noise than ``default`` and than every simpler kernel candidate (simplicity:
+  ``default``; then the advice-only ``random`` and ``sequential``; then the WILLNEED
+  plans; then the predicted plan). ``default`` needs nothing, so a plan never stays
+  that does not beat the kernel by more than was measured to be noise.
+
+Identical candidate plans (the predicted plan is often ``nothing`` everywhere, which is
+``default``) are run once and the times shared.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from pagecast.errors import PagecastError, one_line
+from pagecast.plan.format import PlanDoc, encode_plan, write_plan
+from pagecast.trace import open_trace
+from pagecast.util.pagecache import make_cold
+from pagecast.util.process import run_blocking
+
+PREDICTED = "predicted"
+# simplicity levels: a candidate must beat every kernel candidate of a lower level
+_LEVEL = {"default": 0, "random": 1, "sequential": 1, "willneed": 2, "willneed-beside": 2}
+KERNEL = tuple(_LEVEL)
+
+
+def level(candidate: str) -> int:
+    return _LEVEL.get(candidate, max(_LEVEL.values()) + 1)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """What runs a recording again: its trace, command and working directory."""
+
+    trace: str
+    argv: list[str]
+    cwd: str
+    cwd_recorded: bool  # False: an older recording without one, run in the current directory
+
+
+def recordings_of(traces: Sequence[str | Path]) -> list[Recording]:
+    """The command and working directory each recording stores; one-line errors otherwise."""
+    out = []
+    for t in traces:
+        meta = open_trace(t).meta
+        cmd = meta.get("command")
+        if not isinstance(cmd, list) or not cmd or not all(isinstance(c, str) for c in cmd):
+            raise PagecastError("the recording stores no command to run again (record it with pagecast record)", path=t)
+        cwd = meta.get("cwd")
+        if cwd is None:
+            out.append(Recording(str(t), cmd, os.getcwd(), False))
+            continue
+        if not isinstance(cwd, str) or not os.path.isdir(cwd):
+            raise PagecastError(f"the recorded working directory {cwd!r} does not exist: cannot run {cmd[0]} again",
+                                path=t)  # fmt: skip
+        out.append(Recording(str(t), cmd, cwd, True))
+    return out
+
+
+@dataclass
+class MeasureConfig:
+    # (plan file, program argv) -> the command running the program under that plan
+    launch_argv: Callable[[str, list[str]], list[str]]
+    rounds: int = 3
+    min_noise: float = 0.02
+    timeout_s: float = 600.0
+    on_run: Callable[[str], None] | None = None  # called after every run (progress)
+
+
+@dataclass
+class Measured:
+    """Wall times per candidate and recording, and the choice made from them."""
+
+    candidates: list[str]  # simplest first
+    recordings: list[str]
+    runs: dict[str, dict[str, list[float]]]  # candidate -> recording -> seconds, in run order
+    same_as: dict[str, str] = field(default_factory=dict)  # candidate -> the identical candidate measured
+    rounds: int = 0
+    noise: float = 0.0
+    chosen: str = "default"
+    why: str = ""
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        return {c: {r: float(statistics.median(xs)) for r, xs in by.items()} for c, by in self.runs.items()}
+
+    def totals(self) -> dict[str, float]:
+        return {c: sum(m.values()) for c, m in self.medians().items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        med, tot = self.medians(), self.totals()
+        return {
+            "rounds": self.rounds,
+            "noise": round(self.noise, 4),
+            "chosen": self.chosen,
+            "why": self.why,
+            "recordings": self.recordings,
+            "candidates": [
+                {
+                    "name": c,
+                    "same_as": self.same_as.get(c),
+                    "median_s": {r: round(v, 6) for r, v in med[c].items()},
+                    "runs_s": {r: [round(x, 6) for x in xs] for r, xs in self.runs[c].items()},
+                    "total_s": round(tot[c], 6),
+                    "vs_default": round(tot["default"] / tot[c], 4) if tot.get(c) else None,
+                }
+                for c in self.candidates
+            ],
+        }
+
+    def table(self) -> list[str]:
+        """One line per candidate: total, per-recording medians, ratio to default."""
+        med, tot = self.medians(), self.totals()
+        names = [Path(r).name for r in self.recordings]
+        lines = [f"measured wall s (median of {self.rounds} cold runs each; noise {self.noise:.1%}):"]
+        for c in sorted(self.candidates, key=lambda c: (tot[c], level(c))):
+            per = ", ".join(f"{n} {med[c][r]:.3f}" for n, r in zip(names, self.recordings))
+            same = f" (the same plan as {self.same_as[c]})" if c in self.same_as else ""
+            mark = " <- chosen" if c == self.chosen else ""
+            lines.append(f"  {c}: {tot[c]:.3f} s = {per}; {tot['default'] / tot[c]:.2f}x default{same}{mark}")
+        return lines
+
+
+def noise_of(runs: dict[str, dict[str, list[float]]], floor: float) -> float:
+    """Median over (candidate, recording) of half the spread of its runs relative to their
+    median, at least ``floor`` (one run each: no spread measured, the floor)."""
+    spreads = [
+        (max(xs) - min(xs)) / 2 / statistics.median(xs)
+        for by in runs.values()
+        for xs in by.values()
+        if len(xs) > 1 and statistics.median(xs) > 0
+    ]
+    return max(floor, float(statistics.median(spreads)) if spreads else 0.0)
+
+
+def choose_measured(totals: dict[str, float], noise: float) -> tuple[str, str]:
+    """The fastest candidate that beats ``default`` and every simpler kernel candidate by
+    more than ``noise`` (a fraction); ``default`` otherwise. Returns (candidate, why)."""
+    base = totals["default"]
+    order = sorted(totals, key=lambda c: (totals[c], level(c)))
+    passed_over: list[str] = []
+    for c in order:
+        if c == "default":
+            if not passed_over:
+                return c, f"default (the kernel's read-ahead, no plan) is measured fastest ({base:.3f} s)"
+            return c, (
+                f"no candidate is faster than default ({base:.3f} s) and every simpler kernel plan by more than "
+                f"the noise ({noise:.1%}): " + "; ".join(passed_over)
+            )
+        rivals = [s for s in totals if s in KERNEL and level(s) < level(c)]
+        close = [s for s in rivals if not totals[c] < (1.0 - noise) * totals[s]]
+        if not close:
+            best = min(rivals, key=lambda s: totals[s])
+            return c, (
+                f"{c} measured {totals[c]:.3f} s, {1 - totals[c] / base:.1%} below default {base:.3f} s and "
+                f"{1 - totals[c] / totals[best]:.1%} below the best simpler kernel plan ({best} {totals[best]:.3f} s), "
+                f"more than the noise ({noise:.1%})"
+            )
+        near = min(close, key=lambda s: totals[s])
+        passed_over.append(f"{c} {totals[c]:.3f} s is not more than the noise below {near} {totals[near]:.3f} s")
+    raise AssertionError("default is always a candidate")
+
+
+def _argv_tail(argv: list[str]) -> str:
+    return one_line(" ".join(argv))[:200]
+
+
+def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig) -> float:
+    import time
+
+    make_cold(cold)
+    argv = cfg.launch_argv(str(plan), rec.argv)
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        try:
+            proc = run_blocking(argv, dict(os.environ), rec.cwd, err, cfg.timeout_s)
+        except subprocess.TimeoutExpired:
+            raise PagecastError(f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) did not finish within {cfg.timeout_s:.0f} s "
+                                f"under the {cand} plan", path=rec.trace) from None  # fmt: skip
+        except OSError as e:
+            raise PagecastError(f"cannot run `{_argv_tail(rec.argv)}` ({e.strerror})", path=rec.trace) from None
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+            status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
+            raise PagecastError(
+                f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) exited with {status} under the {cand} plan"
+                + (f": {one_line(tail)[:200]}" if tail else "")
+                + "; --measure needs commands that succeed when run again",
+                path=rec.trace,
+            )
+    return wall
+
+
+def measure(candidates: dict[str, PlanDoc], recordings: Sequence[Recording], cold_files: Sequence[str | Path],
+            cfg: MeasureConfig) -> Measured:  # fmt: skip
+    """Time every candidate plan on every recording's command, cold, interleaved; choose."""
+    if "default" not in candidates:
+        raise PagecastError("the measured candidates must include 'default' (the kernel's own behaviour)")
+    if cfg.rounds < 1:
+        raise PagecastError("--rounds must be at least 1")
+    names = sorted(candidates, key=lambda c: (level(c), list(candidates).index(c)))
+    work = Path(tempfile.mkdtemp(prefix="pagecast-measure-"))
+    try:
+        plan_of: dict[str, Path] = {}
+        same_as: dict[str, str] = {}
+        by_bytes: dict[bytes, str] = {}
+        for c in names:
+            data = encode_plan(candidates[c])
+            if data in by_bytes:
+                same_as[c] = by_bytes[data]
+                continue
+            by_bytes[data] = c
+            plan_of[c] = work / f"{c}.plan"
+            write_plan(plan_of[c], candidates[c])
+        packs = [f.arg for d in candidates.values() for f in d.files if f.strategy == "pack" and f.arg]
+        cold = [str(p) for p in [*cold_files, *plan_of.values(), *packs]]
+        make_cold(cold, sync=True)  # once with write-back: plans and packs were just written
+        measured = list(plan_of)
+        runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in measured}
+        for rnd in range(cfg.rounds):
+            for i, rec in enumerate(recordings):
+                k = (rnd + i) % len(measured)
+                for c in measured[k:] + measured[:k]:
+                    runs[c][rec.trace].append(_run_once(rec, c, plan_of[c], cold, cfg))
+                    if cfg.on_run:
+                        cfg.on_run(c)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for c, s in same_as.items():
+        runs[c] = runs[s]
+    out = Measured(names, [r.trace for r in recordings], runs, same_as, cfg.rounds)
+    out.noise = noise_of({c: runs[c] for c in measured}, cfg.min_noise)
+    out.chosen, out.why = choose_measured(out.totals(), out.noise)
+    return out
+
+
+def runs_needed(candidates: dict[str, PlanDoc], recordings: int, rounds: int) -> int:
+    """How many runs ``measure`` makes (identical plans are run once)."""
+    return len({encode_plan(d) for d in candidates.values()}) * recordings * rounds
