@@ -1,0 +1,273 @@
+"""`pagecast plan --measure`: the recorded commands run again, cold, under the predicted plan
+and the kernel-equivalent plans, through the real launcher; the kernel-equivalent plans'
+exact contents; the choice rule on given numbers; the one-line errors. No timed assertion:
+which candidate wins on this machine is not asserted, only that each was measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pagecast.cli import main as cli_main
+from pagecast.plan.format import FileIdentity, read_plan
+from pagecast.plan.kernel_plans import KERNEL_CANDIDATES, kernel_plan, kernel_plans, willneed_ranges
+from pagecast.plan.measure import choose_measured, noise_of
+from pagecast.plan.shared_pages import RecordedFile
+from pagecast.trace import open_trace
+from pagecast.trace.regions import Region
+from pagecast.trace.schema import Kind
+from pagecast.trace.writer import TraceWriter
+from pagecast.util.pagecache import drop_file, resident
+from perf_support import needs_perf
+
+# reads the pages named on the command line from a file named relative to the working directory
+READER = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfor p in sys.argv[2].split(','):\n    os.pread(fd, 4096, int(p) * 4096)\n"
+CANDIDATES = {*KERNEL_CANDIDATES, "predicted"}
+
+
+def _data(d: Path, pages: int = 64) -> Path:
+    p = d / "data.bin"
+    p.write_bytes(np.random.default_rng(3).integers(0, 256, pages * 4096, dtype=np.uint8).tobytes())
+    return p
+
+
+def _json(capsys, argv: list[str]) -> dict:
+    capsys.readouterr()
+    assert cli_main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _err(capsys, argv: list[str]) -> str:
+    capsys.readouterr()
+    assert cli_main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def _written_trace(path: Path, data: Path, pages: list[int], meta: dict) -> Path:
+    """A recording as the recorder writes it, without perf: one file region, its read pages."""
+    region = Region(0, str(data), kind="file", path=str(data), length=data.stat().st_size)
+    with TraceWriter(path, regions=[region], meta=meta) as w:
+        n = len(pages)
+        w.write(t_ns=np.arange(n), region=np.zeros(n, np.int32), page=np.array(pages),
+                kind=np.full(n, int(Kind.FILE_READ), np.uint8))  # fmt: skip
+    return path
+
+
+# ---- recordings keep their working directory ----------------------------------------------
+
+
+@needs_perf
+@pytest.mark.perf
+def test_record_stores_the_working_directory(tmp_path, monkeypatch, capsys):
+    _data(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["record", "-o", "r.parquet", "--", sys.executable, "-c", READER, "data.bin", "0"]) == 0
+    meta = open_trace(tmp_path / "r.parquet").meta
+    assert meta["cwd"] == str(tmp_path) and meta["command"][-2:] == ["data.bin", "0"]
+
+
+# ---- the measured stage on real recordings ------------------------------------------------
+
+
+@needs_perf
+@pytest.mark.perf
+def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch, capsys):
+    data = _data(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the command names data.bin relative to here
+    traces = []
+    for i, pages in enumerate(["0,1,2,40", "0,1,2,50"]):
+        drop_file(data)
+        t = tmp_path / f"r{i}.parquet"
+        assert cli_main(["record", "-o", str(t), "--", sys.executable, "-c", READER, "data.bin", pages]) == 0
+        traces.append(str(t))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the commands must run in their recorded directory, not this one
+    out = tmp_path / "m.plan"
+    rep = _json(capsys, ["plan", *traces, "-o", str(out), "--measure", "--rounds", "1", "--json"])
+    m = rep["measured"]
+    assert {c["name"] for c in m["candidates"]} == CANDIDATES
+    for c in m["candidates"]:
+        assert set(c["median_s"]) == set(traces) and all(v > 0 for v in c["median_s"].values())
+        assert c["total_s"] == pytest.approx(sum(c["median_s"].values()), abs=1e-5)
+        assert all(len(r) == 1 for r in c["runs_s"].values())
+    assert m["rounds"] == 1 and m["noise"] == 0.02  # one round: no spread measured, the floor
+    assert m["chosen"] in CANDIDATES and m["why"]
+    # the plan written is the chosen candidate, and --show reads it
+    doc = read_plan(out)
+    if m["chosen"] != "predicted":
+        want = kernel_plans(traces)[m["chosen"]]
+        assert [(f.path, f.strategy, f.advice, f.ranges) for f in doc.files] == [
+            (f.path, f.strategy, f.advice, f.ranges) for f in want.files
+        ]
+    assert str(data) in {f.path for f in doc.files}
+    assert all("measured by pagecast plan --measure" in f.reason for f in doc.files)
+    shown = _json(capsys, ["plan", "--show", str(out), "--json"])
+    assert [f["path"] for f in shown["files"]] == [f.path for f in doc.files]
+
+
+# ---- kernel-equivalent plans --------------------------------------------------------------
+
+
+def _window_kb(dev: int) -> int:
+    """What one WILLNEED reads, from sysfs, computed here independently of the code under test."""
+    ra = int(Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read_text())
+    base = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    for q in (base / "queue" / "max_sectors_kb", base.parent / os.readlink(base) / ".." / "queue" / "max_sectors_kb"):
+        if q.exists():
+            return max(ra, int(q.read_text()))
+    return ra
+
+
+def test_kernel_plans_exact_contents(tmp_path):
+    small = _data(tmp_path, 3)
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(5000 * 4096 + 100)  # 5001 pages: more than one WILLNEED window on most disks
+    gone = tmp_path / "gone.bin"
+    gone.write_bytes(b"x")
+    t1 = tmp_path / "a.parquet"
+    region = [Region(i, str(p), kind="file", path=str(p), length=p.stat().st_size) for i, p in
+              enumerate([small, big, gone])]  # fmt: skip
+    with TraceWriter(t1, regions=region, meta={"command": ["true"]}) as w:
+        w.write(t_ns=np.arange(3), region=np.array([0, 1, 2], np.int32), page=np.array([1, 4000, 0]),
+                kind=np.full(3, int(Kind.FILE_MAPPED), np.uint8))  # fmt: skip
+    t2 = _written_trace(tmp_path / "b.parquet", small, [2], {"command": ["true"]})
+    gone.unlink()  # a file gone since the recording: nothing to plan
+    plans = kernel_plans([t1, t2])
+    assert list(plans) == list(KERNEL_CANDIDATES)
+    want_paths = sorted([str(small), str(big)])
+    for name, doc in plans.items():
+        assert [f.path for f in doc.files] == want_paths
+        for f in doc.files:
+            st = os.stat(f.path)
+            assert (f.identity.size, f.identity.ino, f.identity.dev) == (st.st_size, st.st_ino, st.st_dev)
+    assert all(f.strategy == "nothing" and f.advice == "default" and not f.ranges for f in plans["default"].files)
+    for adv in ("random", "sequential"):
+        assert all(f.strategy == "nothing" and f.advice == adv and not f.ranges for f in plans[adv].files)
+    w = _window_kb(os.stat(big).st_dev) // 4
+    by = {f.path: f for f in plans["willneed"].files}
+    assert by[str(small)].ranges == [(0, 3)] and by[str(big)].ranges == [(0, min(5001, w))]
+    assert all(f.strategy == "warm" and f.advice == "default" and f.depth == 1 for f in by.values())
+    # one request per file, as one fadvise call
+    assert all(f.chunk_kib * 1024 // 4096 >= f.pages for f in by.values())
+
+
+def test_willneed_plan_reads_what_one_willneed_reads(tmp_path):
+    """The kernel's side of the equivalence: WILLNEED(fd, 0, 0) on a cold file makes exactly
+    the willneed plan's range resident (mincore)."""
+    big = tmp_path / "big.bin"
+    npages = 3 * 2048 + 5
+    big.write_bytes(np.random.default_rng(1).integers(0, 256, npages * 4096, dtype=np.uint8).tobytes())
+    drop_file(big)
+    st = os.stat(big)
+    rf = RecordedFile(str(big), FileIdentity.of(big), st.st_size, st.st_dev, False)
+    ((first, n),) = kernel_plan("willneed", [rf]).files[0].ranges
+    fd = os.open(big, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    finally:
+        os.close(fd)
+    want = np.zeros(npages, bool)
+    want[first : first + n] = True
+    for _ in range(200):  # the reads are queued; pages join the cache as they are submitted
+        r = resident(big)
+        if r.sum() >= n:
+            break
+        time.sleep(0.01)
+    assert np.array_equal(resident(big), want)
+
+
+def test_willneed_ranges_clamp_to_the_window_and_the_file():
+    assert willneed_ranges(10, 8192) == [(0, 10)]
+    assert willneed_ranges(5000, 8192) == [(0, 2048)]
+    assert willneed_ranges(5000, 128) == [(0, 32)]
+    assert willneed_ranges(0, 8192) == []
+
+
+# ---- the choice rule ----------------------------------------------------------------------
+
+
+def test_choice_needs_more_than_the_noise_over_default_and_simpler_kernel_plans():
+    t = {"default": 1.0, "random": 0.99, "sequential": 1.05, "willneed": 0.90, "predicted": 0.89}
+    # predicted is fastest but within 2 % of willneed: willneed, 10 % below default
+    assert choose_measured(t, 0.02)[0] == "willneed"
+    assert choose_measured(t | {"predicted": 0.85}, 0.02)[0] == "predicted"
+    # willneed within the noise of default: random (1 % below) is not beyond it either: default
+    assert choose_measured(t | {"willneed": 0.985, "predicted": 0.98}, 0.02)[0] == "default"
+    # a noisier measurement raises the bar: 0.85 is 5.6 % below willneed, willneed 10 % below default
+    assert choose_measured(t | {"predicted": 0.85}, 0.05)[0] == "predicted"
+    assert choose_measured(t | {"predicted": 0.85}, 0.06)[0] == "willneed"
+    assert choose_measured(t | {"predicted": 0.85}, 0.10)[0] == "default"
+    # a plan must beat a simpler kernel plan that is faster than default, too
+    assert choose_measured({"default": 1.0, "random": 0.80, "predicted": 0.79}, 0.02)[0] == "random"
+    assert choose_measured({"default": 1.0, "random": 1.2, "predicted": 1.1}, 0.02)[0] == "default"
+    # equal totals: the simpler one is taken first
+    assert choose_measured({"default": 1.0, "random": 1.0, "predicted": 1.0}, 0.02)[0] == "default"
+
+
+def test_noise_is_the_median_half_spread_relative_to_the_median():
+    runs = {"default": {"a": [1.0, 1.2, 1.1], "b": [2.0, 2.0, 2.0]}, "random": {"a": [0.9, 1.0, 1.1]}}
+    # half spreads / medians: 0.1/1.1, 0, 0.1/1.0 -> median 0.1/1.1
+    assert noise_of(runs, 0.02) == pytest.approx(0.1 / 1.1)
+    assert noise_of(runs, 0.2) == 0.2
+    assert noise_of({"default": {"a": [1.0]}}, 0.02) == 0.02
+
+
+# ---- errors, one line each, and older recordings ------------------------------------------
+
+
+def test_a_recording_without_a_command_is_one_line(tmp_path, capsys):
+    data = _data(tmp_path)
+    t = _written_trace(tmp_path / "nocmd.parquet", data, [0, 1], {})
+    err = _err(capsys, ["plan", str(t), "-o", str(tmp_path / "x.plan"), "--measure"])
+    assert str(t) in err and "stores no command" in err
+    assert not (tmp_path / "x.plan").exists()
+
+
+def test_a_missing_working_directory_is_one_line(tmp_path, capsys):
+    data = _data(tmp_path)
+    cwd = tmp_path / "was-here"
+    t = _written_trace(tmp_path / "r.parquet", data, [0], {"command": ["true"], "cwd": str(cwd)})
+    err = _err(capsys, ["plan", str(t), "-o", str(tmp_path / "x.plan"), "--measure"])
+    assert str(t) in err and str(cwd) in err and "does not exist" in err
+
+
+def test_a_command_that_fails_when_run_again_is_one_line(tmp_path, capsys):
+    data = _data(tmp_path)
+    cmd = [sys.executable, "-c", "import sys; open(sys.argv[1], 'rb').read(4096); sys.exit(3)", str(data)]
+    t = _written_trace(tmp_path / "r.parquet", data, [0], {"command": cmd, "cwd": str(tmp_path)})
+    err = _err(capsys, ["plan", str(t), "-o", str(tmp_path / "x.plan"), "--measure", "--rounds", "1"])
+    assert str(t) in err and "exited with status 3" in err and "sys.exit(3)" in err
+    assert not (tmp_path / "x.plan").exists()
+
+
+def test_rounds_without_measure_is_refused(tmp_path, capsys):
+    t = _written_trace(tmp_path / "r.parquet", _data(tmp_path), [0], {"command": ["true"]})
+    assert "--rounds goes with --measure" in _err(capsys, ["plan", str(t), "-o", str(tmp_path / "x"), "--rounds", "2"])
+
+
+def test_an_older_recording_without_cwd_runs_here_and_says_so_once(tmp_path, monkeypatch, capsys):
+    data = _data(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    cmd = [sys.executable, "-c", READER, "data.bin", "0,5"]  # relative: only runs from tmp_path
+    traces = [str(_written_trace(tmp_path / f"old{i}.parquet", data, [0, 5], {"command": cmd})) for i in range(2)]
+    out = tmp_path / "old.plan"
+    capsys.readouterr()
+    assert cli_main(["plan", *traces, "-o", str(out), "--measure", "--rounds", "1", "--json"]) == 0
+    cap = capsys.readouterr()
+    notes = [ln for ln in cap.err.splitlines() if "store no working directory" in ln]
+    assert len(notes) == 1 and "2 of 2 recordings" in notes[0] and str(tmp_path) in notes[0]
+    m = json.loads(cap.out)["measured"]
+    assert {c["name"] for c in m["candidates"]} == CANDIDATES
+    # the predicted plan here is data.bin warm or nothing; either way every candidate ran on both
+    assert all(set(c["median_s"]) == set(traces) for c in m["candidates"])
+    assert read_plan(out).files[0].path == str(data)
