@@ -368,8 +368,9 @@ def main(argv: list[str] | None = None) -> int:
         "--strategies",
         choices=("all", "plan"),
         default="all",
-        help="all (default) or plan: only the kernel's strategies, the two --plan rows, the oracle and "
-        "warm cache (the other pagecast run rows each add 0.5-1.5 s of start-up per run)",
+        help="all (default) or plan: only the kernel's strategies, the --plan rows (predicted, through the "
+        "launcher binary, measured), the oracle and warm cache (the other pagecast run rows each add 0.5-1.5 s "
+        "of start-up per run)",
     )
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]

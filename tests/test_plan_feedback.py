@@ -275,3 +275,38 @@ def test_reads_through_a_dup2_copy_are_counted(tmp_path, cold_file):
     fr = json.loads(r.stdout)["files"][0]
     assert r.returncode == 0
     assert (fr["status"], fr["pages_issued"], fr["pages_used"], fr["pages_outside"]) == ("cancelled", 1024, 0, 100)
+
+
+# READER's pages of argv[1], then every file argv[3:] read whole; prints a checksum, exits 5
+READ_PAGES_AND_FILES = r"""
+import os, sys, zlib
+fd = os.open(sys.argv[1], os.O_RDONLY)
+a, b = map(int, sys.argv[2].split("-"))
+data = b"".join(os.pread(fd, 8, p * 4096) for p in range(a, b + 1))
+for path in sys.argv[3:]:
+    with open(path, "rb") as f:
+        data += f.read()
+print(zlib.crc32(data))
+sys.exit(5)
+"""
+
+
+def test_feedback_beside_many_small_warm_files(tmp_path, cold_file):
+    """Only files planned beyond the first batch get a feedback slot, however many small
+    warm files the plan has besides (the segment was once sized for the judged files and
+    filled with all of them, and the program crashed in the shim reading its bitmaps)."""
+    small = [cold_file(1) for _ in range(100)]
+    g = cold_file(2048)
+    plan = tmp_path / "many.plan"
+    files = [FilePlan(str(f), FileIdentity.of(f), "warm", [(0, 1)]) for f in small]
+    write_plan(plan, PlanDoc([*files, FilePlan(str(g), FileIdentity.of(g), "warm", [(0, 1536)], advice="random")]))
+    cmd = [sys.executable, "-c", READ_PAGES_AND_FILES, str(g), "100-163", *map(str, small)]
+    bare = subprocess.run(cmd, capture_output=True, text=True)
+    planned = _planned(plan, cmd)
+    assert bare.returncode == 5
+    assert (planned.returncode, planned.stdout, planned.stderr) == (5, bare.stdout, bare.stderr)
+    r = _planned(plan, cmd, json_report=True)
+    assert r.returncode == 5
+    by = {f["path"]: f for f in json.loads(r.stdout)["files"]}
+    assert (by[str(g)]["pages_used"], by[str(g)]["pages_outside"]) == (64, 0) and by[str(g)]["feedback"] != "off"
+    assert all(by[str(f)]["feedback"] == "off" and by[str(f)]["status"] == "warmed" for f in small)

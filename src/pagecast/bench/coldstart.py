@@ -22,6 +22,7 @@ recording) with WILLNEED, in file order as merged ranges, timed as part of the r
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -364,6 +365,36 @@ def _plan(ctx: Context) -> None:
         ctx.artifacts.setdefault("notes", []).append(f"no plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
 
 
+def _measured_plan(ctx: Context) -> None:
+    """``pagecast plan --measure``: the training inputs' commands are run again, cold, under the
+    predicted plan and the kernel-equivalent plans, and the measured-fastest is kept."""
+    out = ctx.work / "measured.plan"
+    proc = subprocess.run(
+        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json"),
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode == 0:
+        ctx.artifacts["measured_plan"] = out
+        ctx.cold_artifacts.append(out)
+        m = json.loads(proc.stdout)["measured"]
+        totals = ", ".join(
+            f"{c['name']} {c['total_s']:.3f}" for c in sorted(m["candidates"], key=lambda c: c["total_s"])
+        )
+        ctx.artifacts.setdefault("notes", []).append(
+            f"measured plan: {m['chosen']} (training runs' medians summed, s: {totals}; noise {m['noise']:.1%})"
+        )
+    else:
+        ctx.artifacts.setdefault("notes", []).append(
+            f"no measured plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
+
+
+def _run_measured_plan(ctx: Context) -> Launch | None:
+    plan = ctx.artifacts.get("measured_plan")
+    return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
+
+
 def _run_plan(ctx: Context) -> Launch | None:
     plan = ctx.artifacts.get("plan")
     return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
@@ -417,6 +448,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --pack (training runs)", "pagecast", _run_pack, train=_packs),
         Strategy("pagecast run --plan (training runs)", "pagecast", _run_plan, train=_plan),
         Strategy("pagecast-launch PLAN (the launcher binary, no Python in front)", "pagecast", _run_plan_native),
+        Strategy("pagecast run --plan, measured (training runs)", "pagecast", _run_measured_plan, train=_measured_plan),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]
