@@ -36,7 +36,15 @@ if (
     sys.path.insert(0, str(REPO / "src"))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
 
-from pagecast.bench.coldstart import Case, Config, Input, default_strategies, format_case, run_case  # noqa: E402
+from pagecast.bench.coldstart import (  # noqa: E402
+    Case,
+    Config,
+    Input,
+    default_strategies,
+    format_case,
+    format_recurrence,
+    run_case,
+)
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
 
@@ -89,8 +97,18 @@ def sqlite_db(cache: Path, quick: bool) -> Path:
     return path
 
 
-def sqlite_case(mmap: bool) -> Callable[[Path, bool], Case]:
-    def make(cache: Path, quick: bool) -> Case:
+HELDOUT_SEED = 7
+
+
+def train_seeds(n: int) -> list[int]:
+    """The training inputs' seeds of the seeded cases: 1, 2, 3, ... skipping the held-out seed."""
+    if n < 2:
+        raise PagecastError(f"--train-runs {n}: at least two training inputs are needed")
+    return [s for s in range(1, n + 2) if s != HELDOUT_SEED][:n]
+
+
+def sqlite_case(mmap: bool) -> Callable[..., Case]:
+    def make(cache: Path, quick: bool, train_runs: int = 3) -> Case:
         db = sqlite_db(cache, quick)
         n = "500" if quick else "3000"
         size = str(1 << 30) if mmap else "0"
@@ -100,8 +118,8 @@ def sqlite_case(mmap: bool) -> Callable[[Path, bool], Case]:
             f"sqlite-{'mmap' if mmap else 'read'}",
             f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), {mode}: {n} indexed lookups + one "
             f"range scan over a {db.stat().st_size >> 20} MiB database",
-            [inp(1), inp(2), inp(3)],
-            inp(7),
+            [inp(s) for s in train_seeds(train_runs)],
+            inp(HELDOUT_SEED),
             [db],
             mmap_files=[db] if mmap else [],
         )
@@ -143,7 +161,7 @@ print(total)
 """
 
 
-def sqlite_zipf_case(cache: Path, quick: bool) -> Case:
+def sqlite_zipf_case(cache: Path, quick: bool, train_runs: int = 3) -> Case:
     db = sqlite_db(cache, quick)
     n = "500" if quick else "3000"
     inp = lambda seed: Input(f"seed {seed}", [PY, "-c", SQLITE_ZIPF_QUERY, str(db), "0", str(seed), n])  # noqa: E731
@@ -152,8 +170,8 @@ def sqlite_zipf_case(cache: Path, quick: bool) -> Case:
         f"SQLite {sqlite3.sqlite_version} (Python sqlite3 module), ordinary reads: {n} point "
         f"reads with YCSB-style scrambled Zipfian keys (exponent 0.99) over a {db.stat().st_size >> 20} MiB "
         "database",
-        [inp(1), inp(2), inp(3)],
-        inp(7),
+        [inp(s) for s in train_seeds(train_runs)],
+        inp(HELDOUT_SEED),
         [db],
         note="skewed keys as in YCSB's default workloads: hot keys recur across inputs, cold ones do not",
     )
@@ -296,7 +314,7 @@ def _safetensors(case: str) -> Any:
     return safetensors
 
 
-def safetensors_case(cache: Path, quick: bool) -> Case:
+def safetensors_case(cache: Path, quick: bool, train_runs: int = 3) -> Case:
     safetensors = _safetensors("safetensors")
     w = weights_file(cache, quick)
     per = "8" if quick else "48"
@@ -305,14 +323,14 @@ def safetensors_case(cache: Path, quick: bool) -> Case:
         "safetensors",
         f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap), {per} "
         f"sparse rows per tensor from a {w.stat().st_size >> 20} MiB file",
-        [inp(1), inp(2), inp(3)],
-        inp(7),
+        [inp(s) for s in train_seeds(train_runs)],
+        inp(HELDOUT_SEED),
         [w, Path(safetensors.__file__).parent],
         mmap_files=[w],
     )
 
 
-def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
+def safetensors_zipf_case(cache: Path, quick: bool, train_runs: int = 3) -> Case:
     safetensors = _safetensors("safetensors-zipf")
     w = weights_file(cache, quick)
     tokens = "800" if quick else "4608"
@@ -322,15 +340,15 @@ def safetensors_zipf_case(cache: Path, quick: bool) -> Case:
         f"safetensors {safetensors.__version__} safe_open(framework='numpy') (mmap): "
         f"embedding lookups of {tokens} Zipf-distributed tokens (exponent 1.0) in a "
         f"{w.stat().st_size >> 20} MiB table, token ids scattered",
-        [inp(1), inp(2), inp(3)],
-        inp(7),
+        [inp(s) for s in train_seeds(train_runs)],
+        inp(HELDOUT_SEED),
         [w, Path(safetensors.__file__).parent],
         mmap_files=[w],
         note="skewed rows as in real token streams: frequent tokens' rows recur across inputs",
     )
 
 
-CASES: dict[str, Callable[[Path, bool], Case]] = {
+CASES: dict[str, Callable[..., Case]] = {
     "sqlite-mmap": sqlite_case(True),
     "sqlite-read": sqlite_case(False),
     "python-import": import_case,
@@ -340,6 +358,8 @@ CASES: dict[str, Callable[[Path, bool], Case]] = {
     "sqlite-zipf": sqlite_zipf_case,
     "safetensors-zipf": safetensors_zipf_case,
 }
+# cases whose inputs are seeds: --train-runs applies to them (the others have fixed inputs)
+SEEDED = ("sqlite-mmap", "sqlite-read", "safetensors", "sqlite-zipf", "safetensors-zipf")
 
 
 # --------------------------------------------------------------------------- main
@@ -372,11 +392,27 @@ def main(argv: list[str] | None = None) -> int:
         "launcher binary, measured), the oracle and warm cache (the other pagecast run rows each add 0.5-1.5 s "
         "of start-up per run)",
     )
+    ap.add_argument(
+        "--train-runs",
+        type=int,
+        default=3,
+        help="training inputs (seeds 1, 2, ... skipping the held-out seed 7) of the seeded cases "
+        f"({', '.join(SEEDED)}); default 3. The other cases have fixed inputs",
+    )
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
     if unknown:
         print(f"real_programs: unknown case(s) {', '.join(unknown)} (valid: {', '.join(CASES)})", file=sys.stderr)
+        return 2
+    fixed = [n for n in names if n not in SEEDED]
+    if args.train_runs != 3 and fixed:
+        print(f"real_programs: --train-runs applies to seeded cases only, not {', '.join(fixed)}", file=sys.stderr)
+        return 2
+    if args.train_runs < 2:
+        print(
+            f"real_programs: --train-runs {args.train_runs}: at least two training inputs are needed", file=sys.stderr
+        )
         return 2
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
     cache = cache_dir() / "realbench"
@@ -393,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             log = lambda s: tqdm.write(s, file=sys.stderr)  # noqa: E731
             log(f"{name}: preparing data")
-            case = CASES[name](cache, args.quick)
+            case = CASES[name](cache, args.quick, **({"train_runs": args.train_runs} if name in SEEDED else {}))
             bar = tqdm(total=None, desc=name, unit="run", file=sys.stderr, leave=False)
 
             def progress(msg: str, bar=bar) -> None:
@@ -411,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"cold per run; median of {rounds}\n"
                 )
                 print(format_case(res))
-                for n in [res["note"], *res["notes"]] + (
+                for n in [res["note"], format_recurrence(res["recurrence"]), *res["notes"]] + (
                     [f"not applicable: {', '.join(res['skipped'])}"] if res["skipped"] else []
                 ):
                     if n:

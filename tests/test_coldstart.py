@@ -173,3 +173,35 @@ def test_advice_shim_turns_read_ahead_off(tmp_path, how):
         resident[advice] = np.nonzero(resident_pages(f))[0].tolist()
     assert resident["random"] == [page]
     assert page in resident["default"] and len(resident["default"]) > 1
+
+
+def test_train_seeds_skip_the_heldout_seed(capsys):
+    rp = _real_programs()
+    assert rp.train_seeds(3) == [1, 2, 3]
+    assert rp.train_seeds(9) == [1, 2, 3, 4, 5, 6, 8, 9, 10]
+    assert rp.HELDOUT_SEED not in rp.train_seeds(20) and len(rp.train_seeds(20)) == 20
+    assert rp.main(["--cases", "sqlite-read,git", "--train-runs", "6"]) == 2
+    assert capsys.readouterr().err.strip() == "real_programs: --train-runs applies to seeded cases only, not git"
+    assert rp.main(["--cases", "sqlite-read", "--train-runs", "1"]) == 2
+    assert "at least two training inputs" in capsys.readouterr().err
+
+
+def test_recurrence_counts_pages_by_number_of_runs():
+    f, other = "/data/db", "/lib/x.so"
+    train = [
+        {f: np.array([1, 2, 3, 9]), other: np.arange(100)},
+        {f: np.array([2, 3, 4])},
+        {f: np.array([3, 4, 5])},
+    ]
+    held = {f: np.array([3, 4, 5, 6, 7, 8, 2, 3]), other: np.arange(3)}  # the data file: most pages (7)
+    r = cs.recurrence(train, held)
+    assert r["file"] == f and r["heldout_pages"] == 7 and r["train_runs"] == 3
+    # k=1: {1,2,3,4,5,9} ∩ held = {2,3,4,5}; k=2: {2,3,4} all used; k=3: {3}
+    assert r["by_k"] == [
+        {"k": 1, "warmed": 6, "hits": 4},
+        {"k": 2, "warmed": 3, "hits": 3},
+        {"k": 3, "warmed": 1, "hits": 1},
+    ]
+    line = cs.format_recurrence(r)
+    assert "k=1: 4 of 6 (57%)" in line and "k=3: 1 of 1 (14%)" in line
+    assert cs.recurrence(train, {}) == {} and cs.format_recurrence({}) == ""

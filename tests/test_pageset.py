@@ -343,3 +343,19 @@ def test_file_opened_past_the_shim_is_named_by_inode(data_dir, tmp_path):
     sets = file_page_sets(tmp_path / "t.parquet")
     assert sets[str(f)].tolist() == [3]
     assert not [k for k in sets if k.startswith("inode ")]
+
+
+def test_recorder_shim_is_not_part_of_the_run(tmp_path):
+    """The page-set shim the recorder preloads is mapped into the program, so its pages
+    fault like a library's; neither the page sets nor the planner's file pages name it."""
+    from pagecast.collect.faultmon import pageset_shim
+    from pagecast.plan.shared_pages import file_pages
+
+    res = record_faults([sys.executable, "-c", "import json"], tmp_path / "t.parquet")
+    assert res.exit_status == 0
+    shim = os.path.realpath(pageset_shim())
+    regions = [r for r in open_trace(tmp_path / "t.parquet").regions if r.path and os.path.realpath(r.path) == shim]
+    assert regions and all(r.extra.get("recorder") for r in regions)  # recorded, and marked as the recorder's
+    assert shim not in {os.path.realpath(p) for p in file_page_sets(tmp_path / "t.parquet")}
+    assert shim not in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}
+    assert os.path.realpath(sys.executable) in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}

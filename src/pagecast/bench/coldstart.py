@@ -192,6 +192,34 @@ def union_page_sets(sets: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarr
     return {p: np.unique(np.concatenate(v)) for p, v in acc.items()}
 
 
+def recurrence(train_sets: Sequence[dict[str, np.ndarray]], heldout: dict[str, np.ndarray]) -> dict[str, Any]:
+    """What recurs across inputs, for the file the held-out run used most pages of (the data
+    file in every case here): for each k, the pages at least k training runs used, and how
+    many of them the held-out run used. No plan built from these recordings can know more:
+    ``hits`` bounds a warm plan's useful work, ``warmed - hits`` is what it reads in vain."""
+    if not heldout:
+        return {}
+    path = max(heldout, key=lambda p: len(heldout[p]))
+    held = np.unique(heldout[path])
+    runs = [np.unique(s[path]) for s in train_sets if path in s]
+    rows = []
+    if runs:
+        pages, counts = np.unique(np.concatenate(runs), return_counts=True)
+        for k in range(1, len(train_sets) + 1):
+            sel = pages[counts >= k]
+            rows.append({"k": k, "warmed": int(len(sel)), "hits": int(len(np.intersect1d(sel, held)))})
+    return {"file": path, "heldout_pages": int(len(held)), "train_runs": len(train_sets), "by_k": rows}
+
+
+def format_recurrence(r: dict[str, Any]) -> str:
+    if not r:
+        return ""
+    n = max(r["heldout_pages"], 1)
+    ks = "; ".join(f"k={x['k']}: {x['hits']:,} of {x['warmed']:,} ({x['hits'] / n:.0%})" for x in r["by_k"])
+    return (f"recurrence in {r['file']} ({r['heldout_pages']:,} held-out pages; pages used by >= k of "
+            f"{r['train_runs']} training runs, and how many the held-out run used): {ks or 'none used'}")  # fmt: skip
+
+
 def page_ranges(pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct pages as maximal runs of consecutive pages: (first page, count)."""
     p = np.unique(np.asarray(pages, np.int64))
@@ -540,6 +568,7 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     touched = [p for s in [*train_sets, oracle] for p in s]
     files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
     ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle)
+    ctx.artifacts["recurrence"] = recurrence(train_sets, oracle)
     for s in cfg.strategies or default_strategies():
         if s.train:
             s.train(ctx)
@@ -583,6 +612,7 @@ def run_case(
         "page_set_source": page_set_source(),
         "skipped": skipped,
         "notes": ctx.artifacts.get("notes", []),
+        "recurrence": ctx.artifacts.get("recurrence", {}),
         "strategies": summary,
         "runs": [r.__dict__ for r in rows],
     }

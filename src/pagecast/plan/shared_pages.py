@@ -46,7 +46,7 @@ def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = N
     is_file = np.zeros(nreg + 1, bool)  # last slot: rows with region -1
     base = np.zeros(nreg + 1, np.int64)
     for r in t.regions:
-        if r.kind == "file" and r.path:
+        if r.kind == "file" and r.path and not r.extra.get("recorder"):  # the recorder's shim: not the run's
             is_file[r.id] = True
             base[r.id] = r.file_offset // PAGE_SIZE
     parts: dict[int, list[np.ndarray]] = {}

@@ -37,7 +37,8 @@ def file_key(region: Region) -> str:
 
 def read_page_sets(path_or_trace: str | Path | Trace, batch_rows: int = 1 << 21) -> PageSets:
     t = path_or_trace if isinstance(path_or_trace, Trace) else open_trace(path_or_trace)
-    files = [r for r in t.regions if r.kind == "file"]
+    # the recorder's own shim is mapped into the program but is not part of the run
+    files = [r for r in t.regions if r.kind == "file" and not r.extra.get("recorder")]
     nreg = len(t.regions)
     is_file = np.zeros(nreg + 1, bool)
     is_file[[r.id for r in files]] = True
