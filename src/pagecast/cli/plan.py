@@ -234,15 +234,24 @@ def _measure(args: argparse.Namespace, predicted, recordings) -> tuple:
     with progress(total=runs_needed(candidates, len(recordings), args.rounds), desc="measured runs", unit="run") as bar:
         cfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
                             on_run=lambda _c: bar.update(1))  # fmt: skip
-        measured = measure(candidates, recordings, cold, cfg)
+        try:
+            measured = measure(candidates, recordings, cold, cfg)
+        except BaseException:
+            _remove_packs(predicted)
+            raise
     chosen = candidates[measured.chosen]
     if measured.chosen != PREDICTED:
-        for f in predicted.files:  # page packs the planner wrote for a plan not kept
-            if f.strategy == "pack" and f.arg:
-                Path(f.arg).unlink(missing_ok=True)
+        _remove_packs(predicted)
     tot = measured.totals()
     summary = (f"measured by pagecast plan --measure: the {measured.chosen} plan, {tot[measured.chosen]:.3f} s vs "
                f"default {tot['default']:.3f} s over {len(recordings)} recordings, noise {measured.noise:.1%}")  # fmt: skip
     for f in chosen.files:
         f.reason = f"{f.reason}; {summary}" if f.reason else summary
     return chosen, measured
+
+
+def _remove_packs(doc) -> None:
+    """Page packs the planner wrote for a plan that is not kept."""
+    for f in doc.files:
+        if f.strategy == "pack" and f.arg:
+            Path(f.arg).unlink(missing_ok=True)
