@@ -388,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         "--strategies",
         choices=("all", "plan"),
         default="all",
-        help="all (default) or plan: only the kernel's strategies, the --plan rows (predicted, through the "
-        "launcher binary, measured), the oracle and warm cache (the other pagecast run rows each add 0.5-1.5 s "
+        help="all (default) or plan: only the kernel's strategies, the --plan rows (the predicted and the "
+        "measured plan, each through pagecast run and the launcher binary), the oracle and warm cache (the other pagecast run rows each add 0.5-1.5 s "
         "of start-up per run)",
     )
     ap.add_argument(

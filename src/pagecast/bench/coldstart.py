@@ -423,6 +423,14 @@ def _run_measured_plan(ctx: Context) -> Launch | None:
     return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
 
 
+def _run_measured_plan_native(ctx: Context) -> Launch | None:
+    """The measured plan through the launcher binary: the plan's effect without Python in front."""
+    from pagecast.launch.binary import launcher_path
+
+    plan = ctx.artifacts.get("measured_plan")
+    return Launch([launcher_path(), "--restore-signals", str(plan), "--", *ctx.argv]) if plan else None
+
+
 def _run_plan(ctx: Context) -> Launch | None:
     plan = ctx.artifacts.get("plan")
     return Launch(ctx.pagecast("run", "--plan", str(plan), "--", *ctx.argv)) if plan else None
@@ -477,6 +485,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast run --plan (training runs)", "pagecast", _run_plan, train=_plan),
         Strategy("pagecast-launch PLAN (the launcher binary, no Python in front)", "pagecast", _run_plan_native),
         Strategy("pagecast run --plan, measured (training runs)", "pagecast", _run_measured_plan, train=_measured_plan),
+        Strategy("pagecast-launch measured PLAN (the launcher binary)", "pagecast", _run_measured_plan_native),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]
