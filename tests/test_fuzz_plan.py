@@ -48,7 +48,7 @@ def seed_plan(tmp_path_factory) -> tuple[bytes, Path]:
                  gain_ms=1.5, reason="shared by 3 of 3 runs"),
         FilePlan(str(other), FileIdentity.of(other), "stream", [], depth=1),
         FilePlan(str(f), FileIdentity.of(f), "nothing", [], reason="no page shared"),
-    ])  # fmt: skip
+    ], note="a plan option (version 3): mutated too")  # fmt: skip
     yield encode_plan(doc), f
     f.unlink(missing_ok=True)
 

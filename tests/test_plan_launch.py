@@ -88,7 +88,7 @@ def _corruptions(good: bytes) -> dict[str, bytes]:
     return {
         "truncated": good[: len(good) * 2 // 3],
         "bad magic": b"PAGECAST-PLAM" + good[13:],
-        "wrong version": good.replace(b"PAGECAST-PLAN 2", b"PAGECAST-PLAN 3", 1),
+        "wrong version": good.replace(b"PAGECAST-PLAN 3", b"PAGECAST-PLAN 4", 1),
         "garbage": bytes(np.random.default_rng(3).integers(0, 256, 500, dtype=np.uint8)),
         "bit flip": bytes(flipped),
         "empty": b"",

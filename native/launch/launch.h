@@ -83,7 +83,12 @@ struct pcl_file {
     int64_t req_lo, req_hi, req_next, req_gate; /* this file's requests; those from req_gate on wait for a verdict */
 };
 
+/* When the plan's warm requests are issued (plan option `issue`, version 3). */
+enum pcl_issue { PCL_ISSUE_BESIDE, PCL_ISSUE_BEFORE, PCL_NISSUES };
+
 struct pcl_plan {
+    enum pcl_issue issue;
+    char *note; /* plan option `note`: informative, never acted on */
     int nfiles;
     struct pcl_file *files;
     struct pcl_feedback_cfg fbcfg;
@@ -91,12 +96,15 @@ struct pcl_plan {
     size_t fb_size;
     char fb_path[4096];
     int wait_exit; /* the prefetcher reports after the program exits (the used counts are final) */
+    /* issue before: what the launcher itself issued before exec (added to the report) */
+    int64_t before_requests, before_ns;
 };
 
 extern const char *const pcl_strategy_names[PCL_NSTRATEGIES];
 extern const char *const pcl_status_names[];
 extern const char *const pcl_advice_names[PCL_NADVICES];
 extern const char *const pcl_feedback_names[PCL_NFEEDBACK];
+extern const char *const pcl_issue_names[PCL_NISSUES];
 
 /* Parse the plan at path. On failure returns -1 and writes a one-line reason to err. */
 int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen);
@@ -105,6 +113,13 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
  * one warning line per file that cannot be prefetched. Returns the number of files left
  * with native work (warm/stream). */
 int pcl_plan_open(struct pcl_plan *plan);
+
+/* `issue before`: issue every pending warm file's requests now, in this process, with
+ * posix_fadvise(WILLNEED), synchronously, in plan order, one call per CHUNK_KIB of a range;
+ * each file is opened after the identity check and closed afterwards. The files become
+ * warmed (or error/stale/missing) and are left out of the prefetcher. Returns the number of
+ * files still left to the prefetcher (stream). */
+int pcl_issue_before(struct pcl_plan *plan);
 
 /* Create the feedback segment for the pending warm/stream files (not for --prefetch-only:
  * no program reads). Returns 0, or -1 with feedback off (one warning if it could not be made). */

@@ -18,6 +18,7 @@ const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "str
 const char *const pcl_advice_names[PCL_NADVICES] = {"default", "random", "sequential"};
 const char *const pcl_status_names[] = {"nothing",     "pending",     "warmed", "stopped", "stale",    "missing",
                                         "handed-over", "unavailable", "error",  "native",  "cancelled"};
+const char *const pcl_issue_names[PCL_NISSUES] = {"beside", "before"};
 const char *const pcl_feedback_names[PCL_NFEEDBACK] = {"none",      "off",    "waiting", "paying",
                                                        "cancelled", "mapped", "elf"};
 
@@ -129,8 +130,8 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
     *nl = 0;
     int64_t version;
     if (parse_i64(buf + sizeof magic - 1, &version) < 0) FAIL("not a usable plan: bad version field");
-    if (version != 1 && version != 2)
-        FAIL("not a usable plan: plan format version %lld, this launcher reads versions 1..2", (long long)version);
+    if (version < 1 || version > 3)
+        FAIL("not a usable plan: plan format version %lld, this launcher reads versions 1..3", (long long)version);
     /* version 2 adds ADVICE before NRANGES */
     const int nfields = version == 1 ? 14 : 15;
     *nl = '\n';
@@ -158,6 +159,33 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
     plan->files = calloc(cap ? cap : 1, sizeof *plan->files);
     char *line = nl + 1;
     int lineno = 2;
+    /* version 3: plan options before the first file record. An unknown key refuses the
+     * plan: it was written by a newer pagecast, and half of its intent is worse than none. */
+    for (int seen = 0; version >= 3 && line < end && strncmp(line, "opt ", 4) == 0; lineno++) {
+        char *next = strchr(line, '\n');
+        if (next) *next = 0;
+        char *o[4];
+        if (split(line, o, 3) != 3) FAIL("not a usable plan: line %d: expected an option 'opt KEY VALUE'", lineno);
+        int key = strcmp(o[1], "issue") == 0 ? 1 : strcmp(o[1], "note") == 0 ? 2 : 0;
+        if (!key)
+            FAIL("not a usable plan: line %d: unknown option '%.40s' (this launcher knows issue, note; written by a "
+                 "newer pagecast?)",
+                 lineno, o[1]);
+        if (seen & key) FAIL("not a usable plan: line %d: option '%s' given twice", lineno, o[1]);
+        seen |= key;
+        if (unescape(o[2]) < 0) FAIL("not a usable plan: line %d: bad %%-escape in option '%s'", lineno, o[1]);
+        if (key == 2) {
+            plan->note = o[2];
+        } else {
+            int k;
+            for (k = 0; k < PCL_NISSUES; k++)
+                if (strcmp(o[2], pcl_issue_names[k]) == 0) break;
+            if (k == PCL_NISSUES)
+                FAIL("not a usable plan: line %d: unknown issue option '%.40s' (valid: beside, before)", lineno, o[2]);
+            plan->issue = (enum pcl_issue)k;
+        }
+        line = next ? next + 1 : end;
+    }
     while (line < end) {
         char *next = strchr(line, '\n');
         if (next) *next = 0;

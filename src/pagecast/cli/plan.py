@@ -118,6 +118,9 @@ def show(path: str, as_json: bool) -> int:
     rows = [{"file": f.path, "strategy": f.strategy, "advice": f.advice, "pages": f.pages, "ranges": len(f.ranges),
              "depth": f.depth, "arg": f.arg or "-", "reason": f.reason} for f in doc.files]  # fmt: skip
     print(format_table(rows) if rows else f"{path}: a plan with no files")
+    print(f"issue: {doc.issue} ({'before the program starts' if doc.issue == 'before' else 'beside the program'})")
+    if doc.note:
+        print(f"note: {doc.note}")
     return 0
 
 

@@ -5,7 +5,8 @@ launcher (``native/launch/launch.c``, which must parse it in microseconds withou
 library) and by Python (``--json``, the hand-over to the live machinery, tests). So the
 encoding is line-based ASCII text, one record per line, fields separated by one space:
 
-    PAGECAST-PLAN 2
+    PAGECAST-PLAN 3
+    opt KEY VALUE                  (version 3: plan-level options, before the first file record)
     file PATH SIZE MTIME_NS CTIME_NS INO DEV STRATEGY DEPTH CHUNK_KIB GAIN_MS ARG REASON ADVICE NRANGES
     r FIRST_PAGE NPAGES            (NRANGES lines: page ranges, in file order, not overlapping)
     ...
@@ -26,6 +27,16 @@ encoding is line-based ASCII text, one record per line, fields separated by one 
   fields, no ADVICE) are still read, with ``default`` advice.
 - Ranges are in pages of ``PAGE_SIZE`` bytes (file offset // 4096). ``stream`` without
   ranges reads the whole file.
+- Options (version 3, ``OPTIONS``): ``opt issue beside|before`` — when the launcher
+  issues the plan's ``warm`` requests: ``beside`` the program (default: from a
+  low-priority prefetcher process while the program runs) or ``before`` it (the launcher
+  itself, synchronously, at the caller's priority, before it execs the program: what the
+  kernel strategy "WILLNEED every file before start" does); ``opt note TEXT`` — free text,
+  informative (e.g. the measured comparison that chose the plan; VALUE percent-encoded like
+  the other text fields). A line is written only for a value that is not the default. An
+  unknown key refuses the plan as a whole in both readers: a plan written by a newer
+  pagecast must not be half-applied by an older launcher (the program still runs, without
+  it, after one warning line naming the key). Versions 1 and 2 have no options.
 - CHECKSUM is the CRC-32 (zlib's) of every byte before the ``end`` line, 8 hex digits:
   a truncated, edited or garbled plan is refused as a whole (one line) instead of being
   half-applied.
@@ -52,12 +63,16 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 
 MAGIC = "PAGECAST-PLAN"
-VERSION = 2
-READS_VERSIONS = (1, 2)
+VERSION = 3
+READS_VERSIONS = (1, 2, 3)
 STRATEGIES = ("nothing", "warm", "stream", "pack", "per-fault")
 # Strategies the native launcher runs itself; the others need the live machinery in Python.
 NATIVE_STRATEGIES = ("nothing", "warm", "stream")
 ADVICES = ("default", "random", "sequential")
+# Plan-level options (version 3): key -> its default. ``issue``: when warm requests are
+# issued (ISSUES); ``note``: free text, informative.
+OPTIONS = {"issue": "beside", "note": ""}
+ISSUES = ("beside", "before")
 DEFAULT_DEPTH = 2
 DEFAULT_CHUNK_KIB = 1024
 
@@ -110,9 +125,12 @@ class FilePlan:
 @dataclass
 class PlanDoc:
     files: list[FilePlan] = field(default_factory=list)
+    issue: str = "beside"  # warm requests issued beside the program, or before it starts (ISSUES)
+    note: str = ""  # free text, informative (shown by `pagecast plan --show`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": MAGIC, "version": VERSION, "page_size": PAGE_SIZE, "files": [f.to_dict() for f in self.files]}
+        return {"format": MAGIC, "version": VERSION, "page_size": PAGE_SIZE, "issue": self.issue, "note": self.note,
+                "files": [f.to_dict() for f in self.files]}  # fmt: skip
 
 
 def checksum(data: bytes) -> int:
@@ -160,8 +178,18 @@ def _check(fp: FilePlan) -> None:
         raise PagecastError(f"{fp.path}: strategy {fp.strategy} needs an argument (pack file or policy)")
 
 
+def _check_issue(issue: str) -> None:
+    if issue not in ISSUES:
+        raise PagecastError(f"unknown issue option {issue!r} (valid: {', '.join(ISSUES)})")
+
+
 def encode_plan(doc: PlanDoc) -> bytes:
+    _check_issue(doc.issue)
     lines = [f"{MAGIC} {VERSION}"]
+    if doc.issue != OPTIONS["issue"]:
+        lines.append(f"opt issue {doc.issue}")
+    if doc.note:
+        lines.append(f"opt note {encode_text(doc.note)}")
     for fp in doc.files:
         _check(fp)
         i = fp.identity
@@ -212,7 +240,7 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
         raise bad("non-ASCII bytes") from None
     lines = text.split("\n")[1:-1]
     doc = PlanDoc()
-    i = 0
+    i = _read_options(doc, lines, bad) if version >= 3 else 0
     while i < len(lines):
         lineno = i + 2
         f = lines[i].split(" ")
@@ -244,6 +272,35 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
     if nfiles != len(doc.files):
         raise bad(f"end line says {nfiles} files, found {len(doc.files)}")
     return doc
+
+
+def _read_options(doc: PlanDoc, lines: list[str], bad: Any) -> int:
+    """Apply the ``opt`` lines at the top of ``lines`` to ``doc``; returns the first other line's index."""
+    seen: set[str] = set()
+    i = 0
+    while i < len(lines) and lines[i].startswith("opt "):
+        f = lines[i].split(" ")
+        if len(f) != 3:
+            raise bad("expected an option 'opt KEY VALUE'", i + 2)
+        key = f[1]
+        if key not in OPTIONS:
+            raise bad(f"unknown option {key!r} (this pagecast knows {', '.join(OPTIONS)}; written by a newer one?)",
+                      i + 2)  # fmt: skip
+        if key in seen:
+            raise bad(f"option {key!r} given twice", i + 2)
+        seen.add(key)
+        try:
+            value = decode_text(f[2])
+        except (ValueError, UnicodeDecodeError):
+            raise bad(f"bad %-escape in option {key!r}", i + 2) from None
+        if key == "issue":
+            try:
+                _check_issue(value)
+            except PagecastError as e:
+                raise bad(str(e), i + 2) from None
+        setattr(doc, key, value)
+        i += 1
+    return i
 
 
 def read_plan(path: str | Path) -> PlanDoc:
