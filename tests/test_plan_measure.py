@@ -105,13 +105,20 @@ def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch,
     doc = read_plan(out)
     if m["chosen"] != "predicted":
         want = kernel_plans(traces)[m["chosen"]]
+        assert doc.issue == want.issue
         assert [(f.path, f.strategy, f.advice, f.ranges) for f in doc.files] == [
             (f.path, f.strategy, f.advice, f.ranges) for f in want.files
         ]
     assert str(data) in {f.path for f in doc.files}
-    assert all("measured by pagecast plan --measure" in f.reason for f in doc.files)
+    # the plan keeps the measurement: every candidate's total and the choice
+    assert doc.note.startswith("pagecast plan --measure over 2 recordings")
+    assert all(f"  {c['name']}: {c['total_s']:.3f} s" in doc.note for c in m["candidates"])
+    assert f"chosen: {m['chosen']}: {m['why']}" in doc.note
     shown = _json(capsys, ["plan", "--show", str(out), "--json"])
-    assert [f["path"] for f in shown["files"]] == [f.path for f in doc.files]
+    assert [f["path"] for f in shown["files"]] == [f.path for f in doc.files] and shown["note"] == doc.note
+    capsys.readouterr()
+    assert cli_main(["plan", "--show", str(out)]) == 0
+    assert "note: pagecast plan --measure over 2 recordings" in capsys.readouterr().out
 
 
 # ---- kernel-equivalent plans --------------------------------------------------------------
@@ -154,11 +161,14 @@ def test_kernel_plans_exact_contents(tmp_path):
     for adv in ("random", "sequential"):
         assert all(f.strategy == "nothing" and f.advice == adv and not f.ranges for f in plans[adv].files)
     w = _window_kb(os.stat(big).st_dev) // 4
-    by = {f.path: f for f in plans["willneed"].files}
-    assert by[str(small)].ranges == [(0, 3)] and by[str(big)].ranges == [(0, min(5001, w))]
-    assert all(f.strategy == "warm" and f.advice == "default" and f.depth == 1 for f in by.values())
-    # one request per file, as one fadvise call
-    assert all(f.chunk_kib * 1024 // 4096 >= f.pages for f in by.values())
+    for name in ("willneed", "willneed-beside"):
+        by = {f.path: f for f in plans[name].files}
+        assert by[str(small)].ranges == [(0, 3)] and by[str(big)].ranges == [(0, min(5001, w))]
+        assert all(f.strategy == "warm" and f.advice == "default" and f.depth == 1 for f in by.values())
+        # one request per file, as one fadvise call
+        assert all(f.chunk_kib * 1024 // 4096 >= f.pages for f in by.values())
+    # WILLNEED before the program starts, as the kernel strategy; the other plans beside it
+    assert {n: d.issue for n, d in plans.items()} == {n: "before" if n == "willneed" else "beside" for n in plans}
 
 
 def test_willneed_plan_reads_what_one_willneed_reads(tmp_path):

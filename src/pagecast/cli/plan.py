@@ -89,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "from a cold page cache (posix_fadvise DONTNEED on the files the recordings used), through the "
         "native launcher, in the recording's working directory, with this command's environment. "
         "Candidates: the predicted plan and plans doing exactly what the kernel's strategies do (default, "
-        "random and sequential read-ahead advice, WILLNEED of every file). The plan written is the fastest "
+        "random and sequential read-ahead advice, WILLNEED of every file before the program starts, and the "
+        "same WILLNEED beside it). The plan written is the fastest "
         "one only if it beats default and every simpler kernel plan by more than the measured noise, else "
         "the fastest kernel plan that does (default when none does)",
     )
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     if args.explain:
         explain(choices)
         if measured is not None:
-            print("\n".join([*measured.table(), f"chosen: {measured.chosen}: {measured.why}"]), file=sys.stderr)
+            print(measured.note(), file=sys.stderr)
     if args.json:
         out = {"plan": args.output, **doc.to_dict(), "choices": [c.to_dict() for c in choices]}
         if measured is not None:
@@ -245,11 +246,7 @@ def _measure(args: argparse.Namespace, predicted, recordings) -> tuple:
     chosen = candidates[measured.chosen]
     if measured.chosen != PREDICTED:
         _remove_packs(predicted)
-    tot = measured.totals()
-    summary = (f"measured by pagecast plan --measure: the {measured.chosen} plan, {tot[measured.chosen]:.3f} s vs "
-               f"default {tot['default']:.3f} s over {len(recordings)} recordings, noise {measured.noise:.1%}")  # fmt: skip
-    for f in chosen.files:
-        f.reason = f"{f.reason}; {summary}" if f.reason else summary
+    chosen.note = f"pagecast plan --measure over {len(recordings)} recordings: " + measured.note()
     return chosen, measured
 
 

@@ -9,15 +9,18 @@ some run used that still exists, with the identity the planner stores):
     random       every file ``nothing`` with advice ``random`` (read-ahead off, through
                  the launcher's advice shim, on the program's own opens and mappings)
     sequential   every file ``nothing`` with advice ``sequential`` (read-ahead doubled)
-    willneed     every file ``warm`` over pages [0, min(file pages, W)): what
-                 ``posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)`` reads. The kernel clamps
-                 one WILLNEED to W pages from its start (the larger of the device's
-                 read_ahead_kb and its largest request: ``willneed_window_kb``), so "WILLNEED
-                 the whole file" reads the first 8 MiB of a file on a disk set to 8192 KiB,
-                 not the file. One request per file (chunk = W, one thread), as one call is.
-
-The willneed plan is issued the way today's plan format issues warm ranges: by the
-launcher's prefetcher, beside the program at low priority.
+    willneed     every file ``warm`` over pages [0, min(file pages, W)), issued ``before``
+                 the program starts (plan option ``issue before``: the launcher calls
+                 WILLNEED itself, synchronously, then execs the program): what
+                 ``posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED)`` on every file before the
+                 program does. The kernel clamps one WILLNEED to W pages from its start (the
+                 larger of the device's read_ahead_kb and its largest request:
+                 ``willneed_window_kb``), so "WILLNEED the whole file" reads the first 8 MiB
+                 of a file on a disk set to 8192 KiB, not the file. One request per file
+                 (chunk = W, one thread), as one call is.
+    willneed-beside  the same ranges issued ``beside`` the program by the launcher's
+                 low-priority prefetcher (how every other warm plan is issued): the
+                 program starts at once and the reads overlap it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pagecast.plan.format import FilePlan, PlanDoc
 from pagecast.plan.shared_pages import RecordedFile, file_pages, recorded_files
 from pagecast.util.device_model import willneed_window_kb
 
-KERNEL_CANDIDATES = ("default", "random", "sequential", "willneed")
+KERNEL_CANDIDATES = ("default", "random", "sequential", "willneed", "willneed-beside")
 # the plan the launcher reads caps one request at 1 GiB (format._check)
 _MAX_CHUNK_KIB = 1 << 20
 
@@ -48,12 +51,12 @@ def kernel_plan(name: str, files: Sequence[RecordedFile],
     ``window_kb(st_dev)`` is what one WILLNEED reads on that device."""
     if name not in KERNEL_CANDIDATES:
         raise PagecastError(f"unknown kernel strategy {name!r} (valid: {', '.join(KERNEL_CANDIDATES)})")
-    doc = PlanDoc()
+    doc = PlanDoc(issue="before" if name == "willneed" else "beside")
     for rf in files:
         fp = FilePlan(rf.path, rf.identity, reason=f"kernel-equivalent plan {name!r}")
         if name in ("random", "sequential"):
             fp.advice = name
-        elif name == "willneed":
+        elif name.startswith("willneed"):
             kb = window_kb(rf.dev)
             fp.ranges = willneed_ranges(rf.pages, kb)
             if fp.ranges:

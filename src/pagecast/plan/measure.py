@@ -22,7 +22,7 @@ recordings' own commands:
 - Choice: candidates are taken fastest first; one is chosen when it is faster by more
   than the noise than ``default`` and than every simpler kernel candidate (simplicity:
   ``default``; then the advice-only ``random`` and ``sequential``; then the WILLNEED
-  plans; then the predicted plan). ``default`` needs nothing, so a plan never stays
+  plans, ``willneed`` before the program and ``willneed-beside``; then the predicted plan). ``default`` needs nothing, so a plan never stays
   that does not beat the kernel by more than was measured to be noise.
 
 Identical candidate plans (the predicted plan is often ``nothing`` everywhere, which is
@@ -134,6 +134,10 @@ class Measured:
                 for c in self.candidates
             ],
         }
+
+    def note(self) -> str:
+        """What the plan file keeps of the measurement (its ``note``): the table and the choice."""
+        return "\n".join([*self.table(), f"chosen: {self.chosen}: {self.why}"])
 
     def table(self) -> list[str]:
         """One line per candidate: total, per-recording medians, ratio to default."""
