@@ -9,8 +9,8 @@ recordings' own commands:
 
 - Each recording's command (its argv, run in its recorded working directory) is run
   through the native launcher with each candidate plan: ``LAUNCHER --restore-signals
-  PLAN -- ARGV`` as ``pagecast run --plan`` does, stdin and stdout on /dev/null. Wall time
-  from spawn to exit.
+  PLAN -- ARGV`` as ``pagecast run --plan`` does, stdin and stdout on /dev/null (stderr
+  kept aside for an error message). Wall time from spawn to exit.
 - Every run starts cold: ``posix_fadvise(DONTNEED)`` on every file the recordings used,
   the plan files and any page pack, one file at a time (nothing global is touched).
 - Interleaved: each round runs every (recording, candidate) pair, the candidates in an
@@ -22,8 +22,9 @@ recordings' own commands:
 - Choice: candidates are taken fastest first; one is chosen when it is faster by more
   than the noise than ``default`` and than every simpler kernel candidate (simplicity:
   ``default``; then the advice-only ``random`` and ``sequential``; then the WILLNEED
-  plans, ``willneed`` before the program and ``willneed-beside``; then the predicted plan). ``default`` needs nothing, so a plan never stays
-  that does not beat the kernel by more than was measured to be noise.
+  plans, ``willneed`` before the program and ``willneed-beside``; then the predicted
+  plan). ``default`` needs nothing, so a plan never stays that does not beat the kernel
+  by more than was measured to be noise.
 
 Identical candidate plans (the predicted plan is often ``nothing`` everywhere, which is
 ``default``) are run once and the times shared.
@@ -36,6 +37,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -197,8 +199,8 @@ def _argv_tail(argv: list[str]) -> str:
 
 
 def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig) -> float:
-    import time
-
+    """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit. Its
+    stderr goes to a temporary file, so a failure can be reported with its last line."""
     make_cold(cold)
     argv = cfg.launch_argv(str(plan), rec.argv)
     with tempfile.TemporaryFile() as err:
