@@ -110,14 +110,16 @@ class BuildScriptsWithFront(build_scripts):
 
 
 class BdistWheelForFront(bdist_wheel):
-    """A wheel with the compiled front is for this platform; its Python code stays version-neutral."""
-
-    def finalize_options(self) -> None:
-        super().finalize_options()
-        self.root_is_pure = False
+    """A wheel with the compiled front is for this platform (``py3-none-PLAT``); its files stay where
+    a pure wheel has them."""
 
     def get_tag(self) -> tuple[str, str, str]:
-        return ("py3", "none", super().get_tag()[2])
+        pure, self.root_is_pure = self.root_is_pure, False
+        try:
+            plat = super().get_tag()[2]  # setuptools' own rule for a platform wheel's tag
+        finally:
+            self.root_is_pure = pure
+        return ("py3", "none", plat)
 
 
 setup(

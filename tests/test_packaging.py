@@ -8,6 +8,7 @@ a directory outside any checkout with no PYTHONPATH: the package must carry the 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from pagecast.launch.front import MAGIC, source_id
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.trace import open_trace
 from perf_support import needs_perf
 
@@ -79,7 +82,7 @@ def installed(tmp_path_factory) -> dict:
     assert where.returncode == 0 and where.stdout.startswith(str(venv)), (
         f"the installed wheel does not import from the venv:\n{inst.stdout}\n{inst.stderr}\n{where.stdout}{where.stderr}"
     )
-    return {"wheel": wheel, "venv": venv, "py": py, "env": env, "cwd": work, "cache": tmp / "cache"}
+    return {"wheel": wheel, "venv": venv, "py": py, "env": env, "cwd": work, "cache": tmp / "cache", "copy": copy}
 
 
 def test_wheel_carries_every_native_and_workload_source(installed):
@@ -130,3 +133,167 @@ def test_installed_cli_records_a_real_program(installed, tmp_path):
     rid = [r.id for r in t.regions if r.kind == "file" and r.path == str(data)]
     cols = t.read(["region", "page"])
     assert len(rid) == 1 and {0, 2, 5, 9} <= set(cols["page"][cols["region"] == rid[0]].tolist())
+
+
+# ---- the native `pagecast` front (native/front/front.c, pagecast.launch.front) ----------------
+
+# Set for every run below: any Python interpreter that starts prints "import time:" lines on stderr.
+PY_TRACE = {"PYTHONPROFILEIMPORTTIME": "1"}
+PROG = ["sh", "-c", 'printf "<%s>\\n" "$@"; echo err >&2; exit 3', "sh", "a b", "'q\"\\", "new\nline", "", "*"]
+
+
+def _front(installed) -> dict:
+    venv, cache = installed["venv"], installed["cache"] / "pagecast" / "native"
+    native = _run([installed["py"], "-c", "import pagecast.util.native as n; print(n.native_dir())"],
+                  cwd=installed["cwd"], env=installed["env"]).stdout.strip()  # fmt: skip
+    fid = source_id(native)
+    return {"cmd": venv / "bin" / "pagecast", "pointer": cache / f"pagecast-front-{fid}", "id": fid, "native": native}
+
+
+def _plan_for(tmp_path: Path, prog: str) -> Path:
+    out = tmp_path / "nothing.plan"
+    exe = shutil.which(prog)
+    write_plan(out, PlanDoc([FilePlan(exe, FileIdentity.of(exe), "nothing", reason="test")]))
+    return out
+
+
+def _go(installed, argv: list, extra_env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    env = {**installed["env"], **PY_TRACE, **(extra_env or {})}
+    return subprocess.run([str(a) for a in argv], cwd=installed["cwd"], env=env, capture_output=True, **kw)
+
+
+def _python_started(p: subprocess.CompletedProcess) -> bool:
+    return b"import time:" in p.stderr
+
+
+def test_wheel_carries_the_native_front_and_the_python_command(installed):
+    """The wheel is tagged for this platform (it holds a binary); the front has the id of the
+    sources it ships baked in; `pagecast-python` got this venv's interpreter from pip."""
+    wheel = zipfile.ZipFile(installed["wheel"])
+    assert installed["wheel"].name.startswith("pagecast-0.1.0-py3-none-linux_")
+    front = wheel.read("pagecast-0.1.0.data/scripts/pagecast")
+    assert front[:4] == b"\x7fELF"
+    assert source_id(str(installed["copy"] / "native")).encode() + b"\0" in front
+    entry = (installed["venv"] / "bin" / "pagecast-python").read_text()
+    assert entry.split("\n")[0] == f"#!{installed['venv'] / 'bin' / 'python'}"
+    assert (installed["venv"] / "bin" / "pagecast").read_bytes() == front
+
+
+def test_editable_build_bakes_no_id(installed, tmp_path):
+    """An editable install's sources change under it: its front never reads a pointer."""
+    out = tmp_path / "ed"
+    out.mkdir()
+    code = f"import setuptools.build_meta as b; print(b.build_editable({str(out)!r}))"
+    name = _run([sys.executable, "-c", code], cwd=installed["copy"]).stdout.strip().split("\n")[-1]
+    front = zipfile.ZipFile(out / name).read("pagecast-0.1.0.data/scripts/pagecast")
+    # built with the id "editable", the compiler drops the whole pointer path: not even its file name is left
+    assert front[:4] == b"\x7fELF" and b"pagecast-front-" not in front
+    assert b"pagecast-front-" in zipfile.ZipFile(installed["wheel"]).read("pagecast-0.1.0.data/scripts/pagecast")
+
+
+def test_front_runs_the_launcher_with_no_python_once_pointed(installed, tmp_path):
+    f = _front(installed)
+    f["pointer"].unlink(missing_ok=True)
+    plan = _plan_for(tmp_path, "sh")
+    bare = _go(installed, PROG)
+    assert bare.returncode == 3 and not _python_started(bare)
+    # first run: no pointer, so the Python command runs it and writes the pointer
+    first = _go(installed, [f["cmd"], "run", "--plan", plan, "--", *PROG])
+    assert _python_started(first) and (first.returncode, first.stdout) == (3, bare.stdout)
+    lines = f["pointer"].read_text().split("\n")
+    assert lines[0] == MAGIC and lines[2] == f["native"] and Path(lines[1]).is_file()
+    assert lines[1].startswith(str(installed["cache"]))
+    # from then on no Python process between the command and the program: same output, status
+    for argv in (["run", "--plan", plan, "--", *PROG], ["run", f"--plan={plan}", "--", *PROG]):
+        again = _go(installed, [f["cmd"], *argv])
+        assert (again.returncode, again.stdout, again.stderr) == (3, bare.stdout, bare.stderr)
+    st = tmp_path / "status.json"
+    rep = _go(installed, [f["cmd"], "run", "--json", "--plan", plan, "--plan-status", st, "--", *PROG])
+    assert not _python_started(rep) and rep.returncode == 3
+    assert json.loads(rep.stdout)["exit_status"] == 3 and rep.stderr.startswith(bare.stdout)
+    # everything else still goes to Python
+    for argv, status in ((["--help"], 0), (["no-such-command"], 2), (["run", "--plan", plan, "--"], 2)):
+        p = _go(installed, [f["cmd"], *argv])
+        assert _python_started(p) and p.returncode == status, (argv, p.stderr[-300:])
+
+
+def test_front_passes_environment_and_signal_dispositions_untouched(installed, tmp_path):
+    """What a shell in front would change (names that are not identifiers, bash's exported
+    functions, IFS, PPID, a stale PWD, the order) reaches the program exactly as given."""
+    f = _front(installed)
+    plan = _plan_for(tmp_path, "env")
+    _go(installed, [f["cmd"], "run", "--plan", plan, "--", "true"])  # (re)writes the pointer
+    odd = {
+        "f()": "x",
+        "a.b-c": "1",
+        "BASH_FUNC_g%%": "() {  echo hi\n}",
+        "IFS": ":",
+        "PPID": "1",
+        "PWD": "/nowhere",
+        "ZZ": "last",
+    }
+    argv = ["env", "-0"]
+    bare = _go(installed, argv, odd)
+    via = _go(installed, [f["cmd"], "run", "--plan", plan, "--", *argv], odd)
+    assert (via.returncode, via.stdout, via.stderr) == (0, bare.stdout, b"")
+    assert b"\0f()=x\0" in bare.stdout and b"BASH_FUNC_g%%=() {  echo hi\n}\0" in bare.stdout
+    # a caller that ignores SIGPIPE and SIGXFSZ (this Python, restore_signals=False): kept, as for the bare program
+    sig = ["grep", "-E", "^Sig(Ign|Blk)", "/proc/self/status"]
+    plan = _plan_for(tmp_path, "grep")
+    bare = _go(installed, sig, restore_signals=False)
+    via = _go(installed, [f["cmd"], "run", "--plan", plan, "--", *sig], restore_signals=False)
+    assert (via.returncode, via.stdout) == (0, bare.stdout) and not _python_started(via)
+    kill = ["sh", "-c", "kill -TERM $$"]
+    plan = _plan_for(tmp_path, "sh")
+    assert (
+        _go(installed, [f["cmd"], "run", "--plan", plan, "--", *kill]).returncode
+        == -15
+        == _go(installed, kill).returncode
+    )
+
+
+def test_front_falls_back_to_python_on_a_pointer_it_cannot_trust(installed, tmp_path):
+    f = _front(installed)
+    plan = _plan_for(tmp_path, "sh")
+    argv = [f["cmd"], "run", "--plan", plan, "--", "sh", "-c", "echo ok; exit 4"]
+
+    def run(expect_python: bool) -> None:
+        p = _go(installed, argv)
+        assert (p.returncode, p.stdout, _python_started(p)) == (4, b"ok\n", expect_python), p.stderr[-500:]
+
+    run(False) if f["pointer"].exists() else (run(True), run(False))
+    good = f["pointer"].read_text()
+    lines = good.split("\n")
+    # a pointer for another id (another installation's sources) is not this front's
+    f["pointer"].unlink()
+    other = f["pointer"].with_name("pagecast-front-" + "0" * 32)
+    other.write_text(good)
+    run(True)
+    assert f["pointer"].read_text() == good  # written again by the Python side
+    run(False)
+    # a launcher that is gone, a listed source whose size or mtime differs, a truncated pointer
+    broken = [
+        "\n".join([lines[0], str(tmp_path / "gone"), *lines[2:]]),
+        "\n".join([*lines[:3], "1 " + lines[3].split(" ", 1)[1], *lines[4:]]),
+        "\n".join(lines[:3]) + "\n",
+        good.replace(MAGIC, "pagecast-front 0"),
+    ]
+    for text in broken:
+        f["pointer"].write_text(text)
+        run(True)
+        assert f["pointer"].read_text() == good
+    # an installed source edited in place: the front's id no longer describes it, so it never
+    # uses a launcher again until the sources are the ones it was built with
+    src = Path(f["native"]) / "launch" / "launch.c"
+    original = src.read_bytes()
+    try:
+        src.write_bytes(original + b"/* edited */\n")
+        run(True)
+        run(True)  # the Python side does not point the front at a launcher of other sources
+        assert f["pointer"].read_text() == good
+    finally:
+        src.write_bytes(original)
+    run(True)  # same content again, new mtime: checked, pointer rewritten
+    run(False)
+    assert f["pointer"].read_text() != good and not other.read_text() == f["pointer"].read_text()
+    other.unlink()
