@@ -24,7 +24,6 @@ import subprocess
 from pathlib import Path
 
 from setuptools import setup
-from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
@@ -109,19 +108,29 @@ class BuildScriptsWithFront(build_scripts):
         return True
 
 
-class BdistWheelForFront(bdist_wheel):
-    """A wheel with the compiled front is for this platform (``py3-none-PLAT``); its files stay where
-    a pure wheel has them."""
+def bdist_wheel_for_front() -> type | None:
+    """bdist_wheel whose wheel, holding the compiled front, is for this platform (``py3-none-PLAT``),
+    its files where a pure wheel has them. None before setuptools 70.1 (no bdist_wheel of its own;
+    pyproject.toml asks for more, but ``pip --no-build-isolation`` takes what is installed)."""
+    try:
+        from setuptools.command.bdist_wheel import bdist_wheel
+    except ImportError:
+        return None
 
-    def get_tag(self) -> tuple[str, str, str]:
-        pure, self.root_is_pure = self.root_is_pure, False
-        try:
-            plat = super().get_tag()[2]  # setuptools' own rule for a platform wheel's tag
-        finally:
-            self.root_is_pure = pure
-        return ("py3", "none", plat)
+    class BdistWheelForFront(bdist_wheel):
+        def get_tag(self) -> tuple[str, str, str]:
+            pure, self.root_is_pure = self.root_is_pure, False
+            try:
+                plat = super().get_tag()[2]  # setuptools' own rule for a platform wheel's tag
+            finally:
+                self.root_is_pure = pure
+            return ("py3", "none", plat)
+
+    return BdistWheelForFront
 
 
-setup(
-    cmdclass={"build_py": BuildPyWithNative, "build_scripts": BuildScriptsWithFront, "bdist_wheel": BdistWheelForFront}
-)
+cmdclass: dict[str, type] = {"build_py": BuildPyWithNative, "build_scripts": BuildScriptsWithFront}
+wheel_cmd = bdist_wheel_for_front()
+if wheel_cmd is not None:
+    cmdclass["bdist_wheel"] = wheel_cmd
+setup(cmdclass=cmdclass)
