@@ -297,3 +297,42 @@ def test_front_falls_back_to_python_on_a_pointer_it_cannot_trust(installed, tmp_
     run(False)
     assert f["pointer"].read_text() != good and not other.read_text() == f["pointer"].read_text()
     other.unlink()
+
+
+def test_front_takes_exactly_the_command_lines_the_python_fast_path_takes(installed, tmp_path):
+    """front.c's parser against pagecast.launch.command.planned_argv, the reference."""
+    from pagecast.launch.command import planned_argv
+
+    f = _front(installed)
+    plan = str(_plan_for(tmp_path, "true"))
+    _go(installed, [f["cmd"], "run", "--plan", plan, "--", "true"])  # (re)writes the pointer
+    st = str(tmp_path / "st.json")
+    cases = [
+        ["run", "--plan", plan, "--", "true"],
+        ["run", "--json", "--plan", plan, "--", "true"],
+        ["run", "--plan", plan, "--plan-status", st, "--json", "--", "true"],
+        ["run", f"--plan-status={st}", f"--plan={plan}", "--", "true", "x"],
+        ["run", "--plan-status=", f"--plan={plan}", "--", "true"],
+        ["run", "--plan", plan, "--", "--", "true"],
+        ["run", "--plan=", "--", "true"],
+        ["run", "--plan", "--", "true"],
+        ["run", "--plan", plan, "--"],
+        ["run", "--plan", plan, "true"],
+        ["run", "--plan", plan, "--policy", "nextline", "--", "true"],
+        ["run", "-h", "--plan", plan, "--", "true"],
+        ["run", "--plan", plan, "--plan-status", "--", "true"],
+        ["run", "--jsonx", "--plan", plan, "--", "true"],
+        ["--plan", plan, "run", "--", "true"],
+        ["plan", "--plan", plan, "--", "true"],
+    ]
+    for args in cases:
+        p = _go(installed, [f["cmd"], *args])
+        assert _python_started(p) == (planned_argv(args) is None), (args, p.returncode, p.stderr[-300:])
+    # the Python side's own conditions: these go to Python whatever the command line
+    for extra in (
+        {"PAGECAST_NATIVE_DIR": f["native"]},
+        {"PAGECAST_PLAN_HANDOVER": "-"},
+        {"HOME": "", "XDG_CACHE_HOME": ""},
+    ):
+        p = _go(installed, [f["cmd"], *cases[0]], extra)
+        assert _python_started(p), extra
