@@ -70,6 +70,7 @@ class BuildScriptsWithFront(build_scripts):
     editable_mode = False  # setuptools' editable_wheel (PEP 660) sets it on every build command that has it
 
     def run(self) -> None:
+        self.force = True  # build_dir/pagecast may be last build's front, "newer" than bin/pagecast
         super().run()  # bin/pagecast -> build_dir/pagecast, its #! line made `#!python` for a wheel
         built = Path(self.build_dir)
         entry = built / "pagecast-python"

@@ -191,6 +191,16 @@ def test_editable_build_bakes_no_id(installed, tmp_path):
     assert b"pagecast-front-" in zipfile.ZipFile(installed["wheel"]).read("pagecast-0.1.0.data/scripts/pagecast")
 
 
+def test_without_a_compiler_pagecast_is_the_python_command(installed, tmp_path):
+    out = tmp_path / "scripts"
+    env = {**os.environ, "CC": "no-such-cc"}
+    cmd = [sys.executable, "setup.py", "-q", "build_scripts", "--build-dir", out, "-e", "python"]
+    p = _run(cmd, cwd=installed["copy"], env=env)
+    assert "no native `pagecast` front" in p.stderr
+    entry = (out / "pagecast-python").read_bytes()
+    assert entry.startswith(b"#!python\n") and (out / "pagecast").read_bytes() == entry
+
+
 def test_front_runs_the_launcher_with_no_python_once_pointed(installed, tmp_path):
     f = _front(installed)
     f["pointer"].unlink(missing_ok=True)
