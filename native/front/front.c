@@ -148,22 +148,40 @@ static int launcher_of(char *launcher, size_t size) {
     return ok && access(launcher, X_OK) == 0;
 }
 
-/* Where this program really is (a symlink to it, as pipx makes, is followed). */
-static int entry_path(char *entry, size_t size) {
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 0;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
+/* The directory this program is in: /proc/self/exe (a symlink to it, as pipx makes, is
+ * followed); without /proc, argv[0] as the caller's exec found it (a bare name: on PATH). */
+static int self_dir(const char *arg0, char *dir, size_t size) {
+    ssize_t n = readlink("/proc/self/exe", dir, size - 1);
+    if (n > 0) {
+        dir[n] = '\0';
+    } else if (strchr(arg0, '/')) {
+        if (snprintf(dir, size, "%s", arg0) >= (int)size) return 0;
+    } else {
+        const char *path = getenv("PATH");
+        int found = 0;
+        while (path && *path && !found) {
+            size_t len = strcspn(path, ":");
+            found =
+                len > 0 && snprintf(dir, size, "%.*s/%s", (int)len, path, arg0) < (int)size && access(dir, X_OK) == 0;
+            path += len + (path[len] == ':');
+        }
+        if (!found) return 0;
+    }
+    char *slash = strrchr(dir, '/');
     if (!slash) return 0;
     *slash = '\0';
-    return snprintf(entry, size, "%s/%s", self, PYTHON_ENTRY) < (int)size;
+    return 1;
+}
+
+static int entry_path(const char *arg0, char *entry, size_t size) {
+    char dir[PATH_MAX];
+    return self_dir(arg0, dir, sizeof dir) && snprintf(entry, size, "%s/%s", dir, PYTHON_ENTRY) < (int)size;
 }
 
 int main(int argc, char **argv) {
     char entry[PATH_MAX];
-    if (!entry_path(entry, sizeof entry)) {
-        fprintf(stderr, "pagecast: cannot find where this command is installed (/proc/self/exe)\n");
+    if (argc < 1 || !entry_path(argv[0], entry, sizeof entry)) {
+        fprintf(stderr, "pagecast: cannot find where this command is installed (no /proc/self/exe)\n");
         return 127;
     }
     struct planned p;

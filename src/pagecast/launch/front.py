@@ -70,13 +70,13 @@ def write_pointer(front_id: str) -> str | None:
     sources), not from the quicker stamp check."""
     from pagecast.launch import binary
 
-    native = binary._installed_native_dir()
+    native = binary.installed_native_dir()
     path = pointer_path(front_id)
     if (
         path is None
         or os.environ.get("PAGECAST_NATIVE_DIR")
         or os.environ.get("PAGECAST_BUILD_DIR")
-        or binary._native_dir() != native
+        or binary.native_dir() != native
     ):
         return None
     files = source_files(native)
