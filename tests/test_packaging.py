@@ -346,3 +346,23 @@ def test_front_takes_exactly_the_command_lines_the_python_fast_path_takes(instal
     ):
         p = _go(installed, [f["cmd"], *cases[0]], extra)
         assert _python_started(p), extra
+
+
+@needs_perf
+def test_front_hands_a_per_fault_plan_to_this_installs_python(installed, tmp_path):
+    """The front names pagecast-python's interpreter to the launcher (`--python`): a plan with a
+    per-fault file is handed over to the live machinery of this very install."""
+    f = _front(installed)
+    data = tmp_path / "data.bin"
+    data.write_bytes(os.urandom(16 * 4096))
+    plan = tmp_path / "pf.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(data), FileIdentity.of(data), "per-fault", arg="nextline")]))
+    _go(installed, [f["cmd"], "run", "--plan", _plan_for(tmp_path, "true"), "--", "true"])  # (re)writes the pointer
+    cmd = ["sh", "-c", 'cat "$1" > /dev/null; echo done; exit 3', "sh", data]
+    r = _go(installed, [f["cmd"], "run", "--plan", plan, "--json", "--", *cmd], {"PYTHONVERBOSE": "1"}, text=True)
+    assert r.returncode == 3 and "cannot start" not in r.stderr, r.stderr[-800:]
+    rep = json.loads(r.stdout)
+    assert rep["exit_status"] == 3 and rep["files"][0]["status"] == "live" and "done" in r.stderr
+    # the hand-over's interpreter loaded pagecast from this install (PYTHONVERBOSE names the files)
+    loaded = [ln for ln in r.stderr.splitlines() if ln.startswith("# code object from") and "/pagecast/" in ln]
+    assert loaded and all(str(installed["venv"]) in ln for ln in loaded), loaded[:3]
