@@ -4,6 +4,9 @@ From a clean copy of the repository's files a wheel is built (what `pip install 
 installed into a new virtualenv that reuses this interpreter's dependencies, and run from
 a directory outside any checkout with no PYTHONPATH: the package must carry the C sources
 (native/, workloads/) and compile them into the user's cache, not into site-packages.
+Its `pagecast` command is the native front (native/front/front.c): checked here to run a
+planned program with no Python process in front of it, exactly as the bare program runs,
+and to hand everything else, and every pointer it cannot trust, to `pagecast-python`.
 """
 
 from __future__ import annotations

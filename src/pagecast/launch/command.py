@@ -52,6 +52,8 @@ def planned_argv(args: list[str]) -> tuple[str, bool, str | None, list[str]] | N
 
 
 def launcher_argv(launcher: str, plan: str, as_json: bool, status: str | None, prog: list[str]) -> list[str]:
+    # native/front/front.c builds the same argv (without --restore-signals: it ignores no signal)
+    # and accepts exactly what planned_argv accepts: change them together
     argv = [launcher, "--restore-signals", "--python", sys.executable]  # Python ignores SIGPIPE: undo it
     if as_json:
         argv.append("--wait")
