@@ -224,6 +224,13 @@ def test_front_runs_the_launcher_with_no_python_once_pointed(installed, tmp_path
     rep = _go(installed, [f["cmd"], "run", "--json", "--plan", plan, "--plan-status", st, "--", *PROG])
     assert not _python_started(rep) and rep.returncode == 3
     assert json.loads(rep.stdout)["exit_status"] == 3 and rep.stderr.startswith(bare.stdout)
+    # a corrupt plan: one warning from the launcher, and the program runs as it would bare
+    bad = tmp_path / "bad.plan"
+    bad.write_text("not a plan\n")
+    p = _go(installed, [f["cmd"], "run", "--plan", bad, "--", *PROG])
+    assert not _python_started(p) and (p.returncode, p.stdout) == (3, bare.stdout)
+    warning, rest = p.stderr.split(b"\n", 1)
+    assert b"warning" in warning and str(bad).encode() in warning and rest == bare.stderr
     # everything else still goes to Python
     for argv, status in ((["--help"], 0), (["no-such-command"], 2), (["run", "--plan", plan, "--"], 2)):
         p = _go(installed, [f["cmd"], *argv])
