@@ -18,7 +18,7 @@
  * arguments, signal dispositions and mask on untouched, so the launcher is asked not to
  * reset SIGPIPE/SIGXFSZ (the Python side must: Python ignores both).
  *
- * The pointer (${XDG_CACHE_HOME:-$HOME/.cache}/pagecast/native/pagecast-front-ID) is trusted
+ * The pointer (${XDG_CACHE_HOME:-$HOME/.cache}/pagecast/native/pagecast-front-ID-DIRHASH) is trusted
  * only while every source file it lists still has the size and mtime it had when the
  * Python side checked that the launcher was built from them.
  */
@@ -112,8 +112,17 @@ static int python_of(const char *entry, char *py, size_t size) {
     return access(py, X_OK) == 0;
 }
 
+/* This installation's pointer key: the id and an FNV-1a hash of the directory the front is
+ * in, so two installations of the same sources never use each other's pointer (pagecast.launch.front's
+ * pointer_key computes the same). */
+static void pointer_key(const char *dir, char *key, size_t size) {
+    unsigned long long h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *c = (const unsigned char *)dir; *c; c++) h = (h ^ *c) * 0x100000001b3ULL;
+    snprintf(key, size, "%s-%016llx", PAGECAST_FRONT_ID, h);
+}
+
 /* The launcher a valid pointer names; 0 if there is none, or a listed source changed. */
-static int launcher_of(char *launcher, size_t size) {
+static int launcher_of(const char *key, char *launcher, size_t size) {
     const char *base = getenv("XDG_CACHE_HOME");
     const char *suffix = "";
     if (!base || !*base) {
@@ -122,8 +131,7 @@ static int launcher_of(char *launcher, size_t size) {
     }
     if (!base || base[0] != '/') return 0;
     char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s%s/pagecast/native/pagecast-front-%s", base, suffix, PAGECAST_FRONT_ID) >=
-        (int)sizeof path)
+    if (snprintf(path, sizeof path, "%s%s/pagecast/native/pagecast-front-%s", base, suffix, key) >= (int)sizeof path)
         return 0;
     FILE *f = fopen(path, "re");
     if (!f) return 0;
@@ -173,23 +181,20 @@ static int self_dir(const char *arg0, char *dir, size_t size) {
     return 1;
 }
 
-static int entry_path(const char *arg0, char *entry, size_t size) {
-    char dir[PATH_MAX];
-    return self_dir(arg0, dir, sizeof dir) && snprintf(entry, size, "%s/%s", dir, PYTHON_ENTRY) < (int)size;
-}
-
 int main(int argc, char **argv) {
-    char entry[PATH_MAX];
-    if (argc < 1 || !entry_path(argv[0], entry, sizeof entry)) {
+    char dir[PATH_MAX], entry[PATH_MAX + 32], key[128];
+    if (argc < 1 || !self_dir(argv[0], dir, sizeof dir)) {
         fprintf(stderr, "pagecast: cannot find where this command is installed (no /proc/self/exe)\n");
         return 127;
     }
+    snprintf(entry, sizeof entry, "%s/%s", dir, PYTHON_ENTRY);
+    pointer_key(dir, key, sizeof key);
     struct planned p;
     /* the same conditions as the Python side's fast path, plus a usable id */
     if (valid_id(PAGECAST_FRONT_ID) && planned_argv(argc, argv, &p) && !set_env("PAGECAST_PLAN_HANDOVER") &&
         !set_env("PAGECAST_NATIVE_DIR") && !set_env("PAGECAST_BUILD_DIR")) {
         char launcher[PATH_MAX], py[PATH_MAX];
-        if (launcher_of(launcher, sizeof launcher) && python_of(entry, py, sizeof py)) {
+        if (launcher_of(key, launcher, sizeof launcher) && python_of(entry, py, sizeof py)) {
             int n = argc - p.prog;
             char **av = calloc((size_t)n + 10, sizeof *av);
             if (av) {
@@ -209,7 +214,7 @@ int main(int argc, char **argv) {
                 free(av); /* not executable after all: the Python side sorts it out */
             }
         }
-        setenv(HINT_ENV, PAGECAST_FRONT_ID, 1); /* ask the Python side to (re)write the pointer */
+        setenv(HINT_ENV, key, 1); /* ask the Python side to (re)write the pointer */
     }
     argv[0] = entry;
     execv(entry, argv);

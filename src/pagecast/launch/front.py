@@ -8,9 +8,11 @@ pointer file names, with no Python in between; without a valid pointer it runs
 ``write_pointer``, which checks that the installed sources are the ones the id names and
 that the launcher is built from them before it writes the pointer.
 
-Pointer (``$XDG_CACHE_HOME/pagecast/native/pagecast-front-ID``, else ``~/.cache/...``):
-a magic line, the launcher, the native source directory, then ``SIZE MTIME_NS PATH`` per
-source file; the front trusts it only while every listed file still matches. An editable
+Pointer (``$XDG_CACHE_HOME/pagecast/native/pagecast-front-KEY``, else ``~/.cache/...``;
+KEY is ``pointer_key``: the id and a hash of the front's directory, so two installations of
+the same sources never share one): a magic line, the launcher, the native source directory,
+then ``SIZE MTIME_NS PATH`` per source file; the front trusts it only while every listed
+file still matches. An editable
 install (sources that change under it) is built with the id ``editable`` and never reads a
 pointer: it always takes the Python path.
 
@@ -50,30 +52,42 @@ def source_id(native: str) -> str:
     return h.hexdigest()[:32]
 
 
-def pointer_path(front_id: str) -> str | None:
-    """The pointer file for ``front_id`` (the rule front.c follows), or None without a usable home."""
+def pointer_key(front_id: str, front_dir: str) -> str:
+    """front.c's key for the front in ``front_dir`` (its real directory): ``ID-FNV1A64(dir)``."""
+    h = 0xCBF29CE484222325
+    for byte in os.fsencode(front_dir):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{front_id}-{h:016x}"
+
+
+def pointer_path(key: str) -> str | None:
+    """The pointer file for ``key`` (the rule front.c follows), or None without a usable home."""
     base = os.environ.get("XDG_CACHE_HOME") or ""
     if not base:
         home = os.environ.get("HOME") or ""
         base = os.path.join(home, ".cache") if home else ""
     if not base.startswith("/"):
         return None
-    return os.path.join(base, "pagecast", "native", f"pagecast-front-{front_id}")
+    return os.path.join(base, "pagecast", "native", f"pagecast-front-{key}")
 
 
-def write_pointer(front_id: str) -> str | None:
-    """Point the installed front at the launcher, if it is entitled to one; the launcher or None.
+def write_pointer(key: str) -> str | None:
+    """Point the installed front that asked (``key``, from ``PAGECAST_FRONT_ID``) at the launcher,
+    if it is entitled to one; the launcher or None.
 
-    Only for a regular install whose shipped sources still hash to ``front_id``, and never
+    Only for a regular install whose shipped sources still hash to the key's id, and never
     under ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then).
     The launcher comes from ``build_launcher`` (content-addressed: built from exactly these
     sources), not from the quicker stamp check."""
     from pagecast.launch import binary
 
     native = binary.installed_native_dir()
-    path = pointer_path(front_id)
+    front_id, _, where = key.partition("-")
+    path = pointer_path(key)
     if (
-        path is None
+        len(where) != 16
+        or not all(c in "0123456789abcdef" for c in where)
+        or path is None
         or os.environ.get("PAGECAST_NATIVE_DIR")
         or os.environ.get("PAGECAST_BUILD_DIR")
         or binary.native_dir() != native
