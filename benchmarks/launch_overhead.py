@@ -5,7 +5,13 @@ Runs, interleaved round by round (so machine load hits every variant alike):
 - bare: the program itself;
 - launcher only: the native launcher with a plan that has nothing to do (its own cost);
 - run --plan, nothing: `pagecast run --plan` through the repository's `bin/pagecast`
-  (the script pip installs as the `pagecast` command), plan with nothing to do;
+  (the Python command: an editable install's `pagecast` hands every command to it), plan
+  with nothing to do;
+- installed front / installed pagecast-python: a regular install built here (a wheel of
+  this checkout's files in a new virtualenv, as tests/test_packaging.py does; a few seconds
+  before the rounds): `pagecast run --plan` through its `pagecast`, the native front
+  (native/front/front.c, no Python once its pointer is written, which the warm-up run
+  does), and through its `pagecast-python`, the Python command of the same install;
 - run --plan, pip entry point: the same through the console script pip generated for
   the previous `[project.scripts]` entry `pagecast.cli:main` (with its `import re`): the
   "before" of this change;
@@ -22,7 +28,7 @@ linked program with a few libraries that reads a directory). Prints the median w
 to bare (target: run --plan with nothing to do ≤ 20 ms over bare), in wall time and in
 CPU time (which machine load inflates much less than wall time).
 
-    PYTHONPATH=src python benchmarks/launch_overhead.py [--rounds 30] [--json]
+    PYTHONPATH=src python benchmarks/launch_overhead.py [--rounds 30] [--json] [--no-install]
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -71,6 +78,31 @@ def _plans(d: Path, prog: str, data: Path) -> tuple[Path, Path]:
     return nothing, warm
 
 
+def _install(d: Path) -> Path | None:
+    """A regular install of this checkout's files in a new virtualenv under ``d``; its bin/ or None."""
+    root = Path(__file__).resolve().parents[1]
+    ls = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                        capture_output=True)  # fmt: skip
+    if ls.returncode != 0:
+        print("not a git checkout: no installed variants", file=sys.stderr)
+        return None
+    copy = d / "src"
+    for rel in filter(None, ls.stdout.decode().split("\0")):
+        if (root / rel).is_file():
+            (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / rel, copy / rel)
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(d), str(copy)], **quiet)  # fmt: skip
+    venv = d / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], **quiet)
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          text=True, **quiet).stdout.strip()  # fmt: skip
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # this interpreter's packages
+    wheel = next(d.glob("pagecast-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", "--no-index", str(wheel)], **quiet)  # fmt: skip
+    return venv / "bin"
+
+
 def _time(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall seconds and CPU seconds (user + sys of the process and its waited-for children;
     the detached prefetcher is not among them). CPU time barely moves with machine load,
@@ -89,6 +121,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=30, help="runs of each variant (interleaved); default 30")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-install", action="store_true", help="skip the installed variants (no wheel built)")
     args = ap.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
@@ -101,6 +134,8 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="pagecast-launch-") as td:
         d = Path(td)
+        env["XDG_CACHE_HOME"] = str(d / "cache")  # the install's launcher and pointer (a checkout builds in native/)
+        bindir = None if args.no_install else _install(d / "install")
         script = d / "pagecast"
         script.write_text(SCRIPT.read_text())
         old_script = d / "pagecast-old"
@@ -124,16 +159,34 @@ def main() -> None:
                     *prog,
                 ],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
+                **(
+                    {
+                        "installed front": [str(bindir / "pagecast"), "run", "--plan", str(nothing), "--", *prog],
+                        "installed pagecast-python": [
+                            str(bindir / "pagecast-python"),
+                            "run",
+                            "--plan",
+                            str(nothing),
+                            "--",
+                            *prog,
+                        ],
+                    }
+                    if bindir
+                    else {}
+                ),
                 "python -S -c pass": [sys.executable, "-S", "-c", "pass"],
                 "python -c pass": [sys.executable, "-c", "pass"],
                 "python -c 'import re'": [sys.executable, "-c", "import re"],
             }
             times: dict[str, list[tuple[float, float]]] = {k: [] for k in variants}
-            for cmd in variants.values():  # warm up caches and the launcher build
-                _time(cmd, env)
+            # an install runs its own package, not this checkout's (PYTHONPATH would take precedence)
+            installed_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            envs = {k: installed_env if k.startswith("installed") else env for k in variants}
+            for k, cmd in variants.items():  # warm up caches, the launcher builds and the front's pointer
+                _time(cmd, envs[k])
             for _ in range(args.rounds):
                 for k, cmd in variants.items():
-                    times[k].append(_time(cmd, env))
+                    times[k].append(_time(cmd, envs[k]))
             results[label] = {
                 k: {
                     "wall_ms": statistics.median(w for w, _ in v) * 1e3,
@@ -152,6 +205,10 @@ def main() -> None:
         for k, v in med.items():
             w, c = v["wall_ms"], v["cpu_ms"]
             print(f"  {k:28s} {w:9.2f} {w - bw:+9.2f} {c:8.2f} {c - bc:+9.2f}")
+        if "installed front" in med:
+            front, py = med["installed front"]["wall_ms"] - bw, med["installed pagecast-python"]["wall_ms"] - bw
+            print(f"  installed front over bare: {front:+.2f} ms wall, against {py:+.2f} ms through the same "
+                  f"install's pagecast-python (baseline): {py / max(front, 1e-3):.1f}x less")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -97,10 +97,10 @@ class Context:
     cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
 
     def pagecast(self, *args: str) -> list[str]:
-        """argv of a pagecast command as a user types it: the ``pagecast`` script (this
-        package's ``bin/pagecast`` in a checkout, else the one installed beside this
-        interpreter) run by this interpreter; ``python -m pagecast`` when there is none."""
-        return [sys.executable, *pagecast_script(), *args]
+        """argv of a pagecast command as a user types it: this checkout's ``bin/pagecast`` run by
+        this interpreter, else the ``pagecast`` installed beside this interpreter (a regular
+        install's native front, or the Python script); ``python -m pagecast`` when there is none."""
+        return [*pagecast_script(), *args]
 
     @property
     def argv(self) -> list[str]:
@@ -108,14 +108,15 @@ class Context:
 
 
 def pagecast_script() -> list[str]:
-    """The ``pagecast`` command's script, or ``-m pagecast``. ``python -m`` costs more than
-    the script (runpy, the CLI package) before ``run --plan`` reaches its fast path."""
+    """The argv prefix of the ``pagecast`` command (see ``Context.pagecast``). ``python -m``
+    costs more than the script (runpy, the CLI package) before ``run --plan`` reaches its fast path."""
     here = Path(__file__).resolve().parents[3] / "bin" / "pagecast"  # a checkout: src/pagecast/bench/
+    if here.is_file():
+        return [sys.executable, str(here)]
     installed = Path(sys.executable).parent / "pagecast"
-    for script in (here, installed):
-        if script.is_file():
-            return [str(script)]
-    return ["-m", "pagecast"]
+    if installed.is_file():
+        return [str(installed)]  # executable as installed (a binary, or a script with its #! line)
+    return [sys.executable, "-m", "pagecast"]
 
 
 @dataclass

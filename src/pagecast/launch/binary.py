@@ -17,16 +17,16 @@ SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
 
 
-def _installed_native_dir() -> str:
+def installed_native_dir() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_native", "native")
 
 
-def _native_dir() -> str:
+def native_dir() -> str:
     # Same rule as pagecast.util.native.native_dir, without importing pathlib (start-up cost).
     env = os.environ.get("PAGECAST_NATIVE_DIR")
     if env:
         return env
-    installed = _installed_native_dir()
+    installed = installed_native_dir()
     if os.path.isdir(installed):
         return installed
     here = os.path.dirname(os.path.abspath(__file__))
@@ -41,7 +41,7 @@ def _stamp_dirs(native: str) -> list[str]:
     )
     if env:
         return [env, cache]
-    if native == _installed_native_dir():
+    if native == installed_native_dir():
         return [cache]
     return [os.path.join(native, "build"), cache]
 
@@ -56,7 +56,7 @@ def _signature(native: str) -> str:
 
 def launcher_path() -> str:
     """Path of the launcher binary; builds it if the sources changed since the last build."""
-    native = _native_dir()
+    native = native_dir()
     try:
         sig = _signature(native)
     except OSError:
@@ -84,7 +84,7 @@ def build_launcher() -> str:
     with open(shim, "rb") as src, open(tmp_shim, "wb") as dst:
         dst.write(src.read())
     os.replace(tmp_shim, beside)  # a program already running keeps its mapping of the old one
-    native = _native_dir()
+    native = native_dir()
     try:
         sig = _signature(native)
     except OSError:

@@ -7,12 +7,17 @@ argparse or any subcommand): a ``run --plan`` command line in its simple form
 launcher with ``os.execv``, so the interpreter's start-up is the only Python cost in front
 of the program. Any other form (``--help``, other options, a missing program) returns and
 goes through the full parser, which handles it or prints a proper error.
+
+A regular install's ``pagecast`` is the native front (``pagecast.launch.front``), which
+takes this path itself without Python once a pointer names the launcher; when it has none
+it sets ``PAGECAST_FRONT_ID`` and this module writes the pointer for the next run.
 """
 
 import os
 import sys
 
 HANDOVER_ENV = "PAGECAST_PLAN_HANDOVER"
+FRONT_HINT_ENV = "PAGECAST_FRONT_ID"  # pagecast.launch.front.HINT_ENV, without importing it here
 
 
 def planned_argv(args: list[str]) -> tuple[str, bool, str | None, list[str]] | None:
@@ -47,6 +52,8 @@ def planned_argv(args: list[str]) -> tuple[str, bool, str | None, list[str]] | N
 
 
 def launcher_argv(launcher: str, plan: str, as_json: bool, status: str | None, prog: list[str]) -> list[str]:
+    # native/front/front.c builds the same argv (without --restore-signals: it ignores no signal)
+    # and accepts exactly what planned_argv accepts: change them together
     argv = [launcher, "--restore-signals", "--python", sys.executable]  # Python ignores SIGPIPE: undo it
     if as_json:
         argv.append("--wait")
@@ -57,6 +64,7 @@ def launcher_argv(launcher: str, plan: str, as_json: bool, status: str | None, p
 
 def exec_if_planned(args: list[str]) -> None:
     """Replace this process with the launcher for a simple ``run --plan``; else return."""
+    front_id = os.environ.pop(FRONT_HINT_ENV, None)  # never passed on to the program
     if os.environ.get(HANDOVER_ENV):
         return  # the launcher handed a pack/per-fault plan back to Python
     parsed = planned_argv(args)
@@ -68,6 +76,13 @@ def exec_if_planned(args: list[str]) -> None:
         launcher = launcher_path()
     except Exception:  # noqa: BLE001 - no compiler etc.: the full path reports it in one line
         return
+    if front_id:
+        from pagecast.launch.front import write_pointer
+
+        try:
+            launcher = write_pointer(front_id) or launcher
+        except Exception:  # noqa: BLE001 - the pointer only saves the next run some time
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(launcher, launcher_argv(launcher, *parsed))

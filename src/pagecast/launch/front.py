@@ -1,0 +1,118 @@
+"""The native ``pagecast`` command of a regular install (``native/front/front.c``) and its pointer file.
+
+setup.py compiles the front when the package is built, with ``source_id`` of the native
+sources the package ships baked in, and installs it as ``pagecast`` beside
+``pagecast-python`` (``bin/pagecast``). For a simple ``run --plan`` it execs the launcher a
+pointer file names, with no Python in between; without a valid pointer it runs
+``pagecast-python`` with ``PAGECAST_FRONT_ID`` set, and ``exec_if_planned`` calls
+``write_pointer``, which checks that the installed sources are the ones the id names and
+that the launcher is built from them before it writes the pointer.
+
+Pointer (``$XDG_CACHE_HOME/pagecast/native/pagecast-front-KEY``, else ``~/.cache/...``;
+KEY is ``pointer_key``: the id and a hash of the front's directory, so two installations of
+the same sources never share one): a magic line, the launcher, the native source directory,
+then ``SIZE MTIME_NS PATH`` per source file; the front trusts it only while every listed
+file still matches. An editable
+install (sources that change under it) is built with the id ``editable`` and never reads a
+pointer: it always takes the Python path.
+
+Only ``os`` at import: this module is on the start-up path of ``pagecast run --plan``.
+"""
+
+import os
+
+HINT_ENV = "PAGECAST_FRONT_ID"
+MAGIC = "pagecast-front 1"  # front.c's POINTER_MAGIC: change both with the pointer's format
+SOURCE = "front/front.c"
+SUFFIXES = (".c", ".h", ".cu", ".cuh")
+SKIP_DIRS = {"build", "__pycache__"}
+
+
+def source_files(native: str) -> list[str]:
+    """The C sources under ``native`` (relative, sorted): what the id and the pointer cover."""
+    found = []
+    for root, dirs, files in os.walk(native):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in files:
+            if name.endswith(SUFFIXES):
+                found.append(os.path.relpath(os.path.join(root, name), native))
+    return sorted(found)
+
+
+def source_id(native: str) -> str:
+    """Content hash of the native sources: what an installed front was built with."""
+    import hashlib
+
+    h = hashlib.sha256(MAGIC.encode())
+    for rel in source_files(native):
+        with open(os.path.join(native, rel), "rb") as f:
+            data = f.read()
+        h.update(f"\0{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def pointer_key(front_id: str, front_dir: str) -> str:
+    """front.c's key for the front in ``front_dir`` (its real directory): ``ID-FNV1A64(dir)``."""
+    h = 0xCBF29CE484222325
+    for byte in os.fsencode(front_dir):
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{front_id}-{h:016x}"
+
+
+def pointer_path(key: str) -> str | None:
+    """The pointer file for ``key`` (the rule front.c follows), or None without a usable home."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    if not base:
+        home = os.environ.get("HOME") or ""
+        base = os.path.join(home, ".cache") if home else ""
+    if not base.startswith("/"):
+        return None
+    return os.path.join(base, "pagecast", "native", f"pagecast-front-{key}")
+
+
+def write_pointer(key: str) -> str | None:
+    """Point the installed front that asked (``key``, from ``PAGECAST_FRONT_ID``) at the launcher,
+    if it is entitled to one; the launcher or None.
+
+    Only for a regular install whose shipped sources still hash to the key's id, and never
+    under ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then).
+    The launcher comes from ``build_launcher`` (content-addressed: built from exactly these
+    sources), not from the quicker stamp check."""
+    from pagecast.launch import binary
+
+    native = binary.installed_native_dir()
+    front_id, _, where = key.partition("-")
+    path = pointer_path(key)
+    if (
+        len(where) != 16
+        or not all(c in "0123456789abcdef" for c in where)
+        or path is None
+        or os.environ.get("PAGECAST_NATIVE_DIR")
+        or os.environ.get("PAGECAST_BUILD_DIR")
+        or binary.native_dir() != native
+    ):
+        return None
+    files = source_files(native)
+    before = [os.stat(os.path.join(native, rel)) for rel in files]
+    if not files or source_id(native) != front_id:
+        return None
+    launcher = binary.build_launcher()
+    after = [os.stat(os.path.join(native, rel)) for rel in files]
+    lines = [MAGIC, launcher, native]
+    lines += [f"{st.st_size} {st.st_mtime_ns} {rel}" for st, rel in zip(after, files)]
+    same = all((a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns) for a, b in zip(before, after))
+    if not same or not launcher.startswith("/") or any("\n" in line for line in lines):
+        return launcher  # changed while we looked, or a path a line cannot hold: no pointer
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return launcher
