@@ -188,12 +188,15 @@ def test_willneed_plan_reads_what_one_willneed_reads(tmp_path):
         os.close(fd)
     want = np.zeros(npages, bool)
     want[first : first + n] = True
-    for _ in range(200):  # the reads are queued; pages join the cache as they are submitted
-        r = resident(big)
-        if r.sum() >= n:
+    # the reads are queued and pages join the cache as they are submitted; the union of what
+    # was seen, because the host may evict untouched pages again within a second
+    seen = np.zeros(npages, bool)
+    for _ in range(200):
+        seen |= resident(big)
+        if seen[want].all():
             break
         time.sleep(0.01)
-    assert np.array_equal(resident(big), want)
+    assert np.array_equal(seen, want)
 
 
 def test_willneed_ranges_clamp_to_the_window_and_the_file():
