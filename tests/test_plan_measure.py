@@ -28,7 +28,7 @@ from perf_support import needs_perf
 
 # reads the pages named on the command line from a file named relative to the working directory
 READER = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfor p in sys.argv[2].split(','):\n    os.pread(fd, 4096, int(p) * 4096)\n"
-CANDIDATES = {*KERNEL_CANDIDATES, "predicted"}
+CANDIDATES = {*KERNEL_CANDIDATES, "predicted", "predicted-before", "predicted+willneed"}
 
 
 def _data(d: Path, pages: int = 64) -> Path:
@@ -83,7 +83,7 @@ def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch,
     data = _data(tmp_path)
     monkeypatch.chdir(tmp_path)  # the command names data.bin relative to here
     traces = []
-    for i, pages in enumerate(["0,1,2,40", "0,1,2,50"]):
+    for i, pages in enumerate(["0,1,2,40", "0,1,2,50", "0,1,2,60"]):  # 3: the predicted plans are held out
         drop_file(data)
         t = tmp_path / f"r{i}.parquet"
         assert cli_main(["record", "-o", str(t), "--", sys.executable, "-c", READER, "data.bin", pages]) == 0
@@ -103,7 +103,7 @@ def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch,
     assert m["chosen"] in CANDIDATES and m["why"]
     # the plan written is the chosen candidate, and --show reads it
     doc = read_plan(out)
-    if m["chosen"] != "predicted":
+    if m["chosen"] in KERNEL_CANDIDATES:
         want = kernel_plans(traces)[m["chosen"]]
         assert doc.issue == want.issue
         assert [(f.path, f.strategy, f.advice, f.ranges) for f in doc.files] == [
@@ -111,14 +111,16 @@ def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch,
         ]
     assert str(data) in {f.path for f in doc.files}
     # the plan keeps the measurement: every candidate's total and the choice
-    assert doc.note.startswith("pagecast plan --measure over 2 recordings")
+    assert doc.note.startswith(
+        "pagecast plan --measure over 3 recordings (each predicted variant planned from the other"
+    )
     assert all(f"  {c['name']}: {c['total_s']:.3f} s" in doc.note for c in m["candidates"])
     assert f"chosen: {m['chosen']}: {m['why']}" in doc.note
     shown = _json(capsys, ["plan", "--show", str(out), "--json"])
     assert [f["path"] for f in shown["files"]] == [f.path for f in doc.files] and shown["note"] == doc.note
     capsys.readouterr()
     assert cli_main(["plan", "--show", str(out)]) == 0
-    assert "note: pagecast plan --measure over 2 recordings" in capsys.readouterr().out
+    assert "note: pagecast plan --measure over 3 recordings" in capsys.readouterr().out
 
 
 # ---- kernel-equivalent plans --------------------------------------------------------------
@@ -284,3 +286,79 @@ def test_an_older_recording_without_cwd_runs_here_and_says_so_once(tmp_path, mon
     # the predicted plan here is data.bin warm or nothing; either way every candidate ran on both
     assert all(set(c["median_s"]) == set(traces) for c in m["candidates"])
     assert read_plan(out).files[0].path == str(data)
+
+
+# ---- the predicted plan is timed on recordings it did not learn from ----------------------
+
+
+def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
+    """With 3+ recordings, the plan timed on recording i is the one planned from the others:
+    byte for byte what the planner makes of them (and unlike the plan of all three)."""
+    import argparse
+
+    from pagecast.cli.plan import _held_out_plans
+    from pagecast.plan.format import encode_plan
+    from pagecast.plan.kernel_plans import with_willneed
+    from pagecast.plan.measure import Recording
+    from pagecast.plan.planner import PlannerConfig, plan_by_predicted_time
+
+    data = _data(tmp_path, 256)
+    uses = [[0, 1, 2, 40, 41], [0, 1, 2, 50, 51], [0, 1, 2, 40, 41, 50, 51, 90]]
+    traces = [
+        str(_written_trace(tmp_path / f"r{i}.parquet", data, u, {"command": ["true"], "cwd": str(tmp_path)}))
+        for i, u in enumerate(uses)
+    ]
+    recs = [Recording(t, ["true"], str(tmp_path), True) for t in traces]
+    cfg = PlannerConfig(min_runs=2)  # pages used by both training runs: differs by fold
+    got = _held_out_plans(argparse.Namespace(traces=traces), cfg, recs, tmp_path / "scratch")
+    assert set(got) == {"predicted", "predicted-before", "predicted+willneed"}
+    for i, t in enumerate(traces):
+        others = [x for j, x in enumerate(traces) if j != i]
+        want, _ = plan_by_predicted_time(others, cfg)
+        assert encode_plan(got["predicted"][t]) == encode_plan(want)
+        assert got["predicted-before"][t].issue == "before"
+        assert got["predicted-before"][t].files == want.files
+        assert encode_plan(got["predicted+willneed"][t]) == encode_plan(
+            with_willneed(want, kernel_plans(others)["willneed"])
+        )
+    everything, _ = plan_by_predicted_time(traces, cfg)
+    assert any(encode_plan(got["predicted"][t]) != encode_plan(everything) for t in traces)
+
+
+def test_with_willneed_fills_only_the_files_the_plan_leaves_alone(tmp_path):
+    from pagecast.plan.format import FilePlan, PlanDoc
+    from pagecast.plan.kernel_plans import with_willneed
+
+    a, b, c = (tmp_path / n for n in ("a", "b", "c"))
+    for f in (a, b, c):
+        f.write_bytes(b"x" * 8192)
+    ident = {f: FileIdentity.of(f) for f in (a, b, c)}
+    plan = PlanDoc(
+        files=[
+            FilePlan(str(a), ident[a], "warm", [(1, 1)]),  # acts: kept
+            FilePlan(str(b), ident[b]),  # nothing, default advice: the kernel's WILLNEED
+            FilePlan(str(c), ident[c], advice="random"),  # read-ahead off is a choice: kept
+        ],
+        note="n",
+    )
+    willneed = PlanDoc(issue="before", files=[FilePlan(str(f), ident[f], "warm", [(0, 2)]) for f in (a, b, c)])
+    out = with_willneed(plan, willneed)
+    assert out.issue == "before" and out.note == "n"
+    assert out.files == [plan.files[0], willneed.files[1], plan.files[2]]
+    assert plan.issue == "beside" and plan.files[1].strategy == "nothing"  # the input is left as it was
+
+
+def test_a_per_recording_candidate_must_cover_every_recording(tmp_path):
+    from pagecast.errors import PagecastError
+    from pagecast.plan.format import PlanDoc
+    from pagecast.plan.measure import Recording, per_recording, runs_needed
+
+    recs = [Recording(f"r{i}", ["true"], str(tmp_path), True) for i in range(2)]
+    one = PlanDoc()
+    assert per_recording(one, recs) == {"r0": one, "r1": one}
+    with pytest.raises(PagecastError, match="no plan for this recording"):
+        per_recording({"r0": one}, recs)
+    other = PlanDoc(issue="before")
+    # identical candidates run once: default and a per-recording copy of it; another plan on r1 is its own
+    cands = {"default": one, "same": {"r0": one, "r1": PlanDoc()}, "mixed": {"r0": one, "r1": other}}
+    assert runs_needed(cands, recs, 3) == 2 * 2 * 3

@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
     measured = None
     if recordings is not None:
-        doc, measured = _measure(args, doc, recordings)
+        doc, measured = _measure(args, doc, recordings, cfg)
     write_plan(args.output, doc)
     if args.explain:
         explain(choices)
@@ -225,28 +225,80 @@ def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F82
     return recs
 
 
-def _measure(args: argparse.Namespace, predicted, recordings) -> tuple:
-    """Time the predicted plan and the kernel-equivalent plans; return the plan to write and the measurement."""
+def _predicted_variants(predicted, willneed) -> dict:
+    """The predicted plan as measured: beside the program, issued before it, and with the
+    kernel's WILLNEED for the files it leaves alone."""
+    import dataclasses
+
+    from pagecast.plan.kernel_plans import with_willneed
+    from pagecast.plan.measure import PREDICTED, PREDICTED_BEFORE, PREDICTED_WILLNEED
+
+    return {
+        PREDICTED: predicted,
+        PREDICTED_BEFORE: dataclasses.replace(predicted, issue="before", files=list(predicted.files)),
+        PREDICTED_WILLNEED: with_willneed(predicted, willneed),
+    }
+
+
+def _held_out_plans(args: argparse.Namespace, cfg, recordings, scratch: Path) -> dict[str, dict]:
+    """Per recording, the predicted variants planned from the other recordings only: a plan
+    timed on a run it learned from would be measured on its own pages. Page packs of these
+    plans go to ``scratch``."""
+    import dataclasses
+
+    from pagecast.plan.kernel_plans import kernel_plans
+    from pagecast.plan.planner import plan_by_predicted_time
+
+    out: dict[str, dict] = {}
+    for i, rec in enumerate(recordings):
+        others = [t for j, t in enumerate(args.traces) if j != i]
+        c = dataclasses.replace(cfg, pack_dir=scratch / f"fold{i}")
+        c.pack_dir.mkdir(parents=True, exist_ok=True)
+        doc, _ = plan_by_predicted_time(others, c)
+        for name, variant in _predicted_variants(doc, kernel_plans(others)["willneed"]).items():
+            out.setdefault(name, {})[rec.trace] = variant
+    return out
+
+
+def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
+    """Time the predicted plan (its variants, each planned without the recording it is timed
+    on) and the kernel-equivalent plans; return the plan to write and the measurement."""
+    import shutil
+    import tempfile
+
     from pagecast.launch.binary import launcher_path
     from pagecast.launch.command import launcher_argv
     from pagecast.plan.kernel_plans import kernel_plans
-    from pagecast.plan.measure import PREDICTED, MeasureConfig, measure, runs_needed
+    from pagecast.plan.measure import MeasureConfig, measure, runs_needed
 
-    candidates = {**kernel_plans(args.traces), PREDICTED: predicted}
-    launcher = launcher_path()
-    cold = [f.path for f in candidates["default"].files]
-    with progress(total=runs_needed(candidates, len(recordings), args.rounds), desc="measured runs", unit="run") as bar:
-        cfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
-                            on_run=lambda _c: bar.update(1))  # fmt: skip
-        try:
-            measured = measure(candidates, recordings, cold, cfg)
-        except BaseException:
-            _remove_packs(predicted)
-            raise
-    chosen = candidates[measured.chosen]
-    if measured.chosen != PREDICTED:
+    kernel = kernel_plans(args.traces)
+    final = _predicted_variants(predicted, kernel["willneed"])
+    scratch = Path(tempfile.mkdtemp(prefix="pagecast-plan-folds-"))
+    try:
+        if len(recordings) >= 3:
+            held_out = _held_out_plans(args, cfg, recordings, scratch)
+            how = "each predicted variant planned from the other recordings (leave-one-run-out)"
+        else:
+            held_out = final
+            how = "2 recordings: the predicted variants were timed on the runs they were planned from (optimistic)"
+        candidates = {**kernel, **held_out}
+        launcher = launcher_path()
+        cold = [f.path for f in kernel["default"].files]
+        total = runs_needed(candidates, recordings, args.rounds)
+        with progress(total=total, desc="measured runs", unit="run") as bar:
+            mcfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
+                                 on_run=lambda _c: bar.update(1))  # fmt: skip
+            try:
+                measured = measure(candidates, recordings, cold, mcfg)
+            except BaseException:
+                _remove_packs(predicted)
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    chosen = final.get(measured.chosen) or kernel[measured.chosen]
+    if not any(f.strategy == "pack" for f in chosen.files):
         _remove_packs(predicted)
-    chosen.note = f"pagecast plan --measure over {len(recordings)} recordings: " + measured.note()
+    chosen.note = f"pagecast plan --measure over {len(recordings)} recordings ({how}): " + measured.note()
     return chosen, measured
 
 

@@ -74,3 +74,15 @@ def kernel_plans(traces: Sequence[str | Path], on_rows: Callable[[int], None] | 
         raise PagecastError("no recordings given")
     files = recorded_files(traces, [file_pages(t, on_rows) for t in traces])
     return {name: kernel_plan(name, files, window_kb) for name in KERNEL_CANDIDATES}
+
+
+def with_willneed(plan: PlanDoc, willneed: PlanDoc) -> PlanDoc:
+    """``plan`` with every file it leaves alone (``nothing``, default advice) given the
+    ``willneed`` plan's entry for it, the whole plan issued before the program starts: the
+    learned ranges where the planner chose to act, the kernel's strategy elsewhere."""
+    kernel = {f.path: f for f in willneed.files}
+    out = PlanDoc(issue="before", note=plan.note)
+    for f in plan.files:
+        idle = f.strategy == "nothing" and f.advice == "default"
+        out.files.append(kernel[f.path] if idle and f.path in kernel else f)
+    return out

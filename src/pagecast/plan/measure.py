@@ -28,6 +28,10 @@ recordings' own commands:
 
 Identical candidate plans (the predicted plan is often ``nothing`` everywhere, which is
 ``default``) are run once and the times shared.
+
+A candidate is one plan, or one plan per recording (``Candidate``): the caller times a
+plan learned from the recordings on recording i as learned from the others
+(leave-one-run-out), so it is not measured on the pages it was built from.
 """
 
 from __future__ import annotations
@@ -49,9 +53,15 @@ from pagecast.util.pagecache import make_cold
 from pagecast.util.process import run_blocking
 
 PREDICTED = "predicted"
+PREDICTED_BEFORE = "predicted-before"  # the same plan, its warm ranges issued before exec (as the oracle is)
+PREDICTED_WILLNEED = "predicted+willneed"  # files the plan leaves alone get the kernel's WILLNEED, all before exec
 # simplicity levels: a candidate must beat every kernel candidate of a lower level
 _LEVEL = {"default": 0, "random": 1, "sequential": 1, "willneed": 2, "willneed-beside": 2}
 KERNEL = tuple(_LEVEL)
+# A candidate is one plan for every recording, or one plan per recording (by trace path):
+# a plan learned from the recordings must be timed on a recording it did not learn from
+# (leave-one-run-out), or it is measured on pages it was built from.
+Candidate = PlanDoc | dict[str, PlanDoc]
 
 
 def level(candidate: str) -> int:
@@ -226,7 +236,22 @@ def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: Measu
     return wall
 
 
-def measure(candidates: dict[str, PlanDoc], recordings: Sequence[Recording], cold_files: Sequence[str | Path],
+def per_recording(cand: Candidate, recordings: Sequence[Recording]) -> dict[str, PlanDoc]:
+    """The plan each recording runs under (one plan for all, or one each)."""
+    if isinstance(cand, PlanDoc):
+        return {r.trace: cand for r in recordings}
+    missing = [r.trace for r in recordings if r.trace not in cand]
+    if missing:
+        raise PagecastError("a per-recording candidate has no plan for this recording", path=missing[0])
+    return {r.trace: cand[r.trace] for r in recordings}
+
+
+def _signature(cand: Candidate, recordings: Sequence[Recording]) -> tuple[bytes, ...]:
+    per = per_recording(cand, recordings)
+    return tuple(encode_plan(per[r.trace]) for r in recordings)
+
+
+def measure(candidates: dict[str, Candidate], recordings: Sequence[Recording], cold_files: Sequence[str | Path],
             cfg: MeasureConfig) -> Measured:  # fmt: skip
     """Time every candidate plan on every recording's command, cold, interleaved; choose."""
     if "default" not in candidates:
@@ -236,19 +261,31 @@ def measure(candidates: dict[str, PlanDoc], recordings: Sequence[Recording], col
     names = sorted(candidates, key=lambda c: (level(c), list(candidates).index(c)))
     work = Path(tempfile.mkdtemp(prefix="pagecast-measure-"))
     try:
-        plan_of: dict[str, Path] = {}
+        plan_of: dict[str, dict[str, Path]] = {}  # candidate -> recording -> plan file
         same_as: dict[str, str] = {}
-        by_bytes: dict[bytes, str] = {}
+        by_sig: dict[tuple[bytes, ...], str] = {}
+        files: dict[bytes, Path] = {}  # one file per distinct plan
         for c in names:
-            data = encode_plan(candidates[c])
-            if data in by_bytes:
-                same_as[c] = by_bytes[data]
+            sig = _signature(candidates[c], recordings)
+            if sig in by_sig:
+                same_as[c] = by_sig[sig]
                 continue
-            by_bytes[data] = c
-            plan_of[c] = work / f"{c}.plan"
-            write_plan(plan_of[c], candidates[c])
-        packs = [f.arg for d in candidates.values() for f in d.files if f.strategy == "pack" and f.arg]
-        cold = [str(p) for p in [*cold_files, *plan_of.values(), *packs]]
+            by_sig[sig] = c
+            per = per_recording(candidates[c], recordings)
+            plan_of[c] = {}
+            for rec, data in zip(recordings, sig):
+                if data not in files:
+                    files[data] = work / f"plan{len(files)}.plan"
+                    write_plan(files[data], per[rec.trace])
+                plan_of[c][rec.trace] = files[data]
+        packs = [
+            f.arg
+            for cand in candidates.values()
+            for d in per_recording(cand, recordings).values()
+            for f in d.files
+            if f.strategy == "pack" and f.arg
+        ]
+        cold = [str(p) for p in [*cold_files, *files.values(), *dict.fromkeys(packs)]]
         make_cold(cold, sync=True)  # once with write-back: plans and packs were just written
         measured = list(plan_of)
         runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in measured}
@@ -256,7 +293,7 @@ def measure(candidates: dict[str, PlanDoc], recordings: Sequence[Recording], col
             for i, rec in enumerate(recordings):
                 k = (rnd + i) % len(measured)
                 for c in measured[k:] + measured[:k]:
-                    runs[c][rec.trace].append(_run_once(rec, c, plan_of[c], cold, cfg))
+                    runs[c][rec.trace].append(_run_once(rec, c, plan_of[c][rec.trace], cold, cfg))
                     if cfg.on_run:
                         cfg.on_run(c)
     finally:
@@ -269,6 +306,6 @@ def measure(candidates: dict[str, PlanDoc], recordings: Sequence[Recording], col
     return out
 
 
-def runs_needed(candidates: dict[str, PlanDoc], recordings: int, rounds: int) -> int:
-    """How many runs ``measure`` makes (identical plans are run once)."""
-    return len({encode_plan(d) for d in candidates.values()}) * recordings * rounds
+def runs_needed(candidates: dict[str, Candidate], recordings: Sequence[Recording], rounds: int) -> int:
+    """How many runs ``measure`` makes (identical candidates are run once)."""
+    return len({_signature(c, recordings) for c in candidates.values()}) * len(recordings) * rounds
