@@ -49,6 +49,8 @@ def test_headroom_share():
     assert cs.headroom(2.0, 1.5, 1.0) == pytest.approx(0.5)
     assert cs.headroom(2.0, 3.0, 1.0) == pytest.approx(-1.0)  # slower than the best kernel strategy
     assert cs.headroom(1.0, 0.5, 1.2) is None  # the oracle is no faster: no headroom to share
+    assert cs.headroom(1.0, 0.9, 0.98) is None  # 2 % faster: within the noise, no share worth quoting
+    assert cs.headroom(1.0, 0.98, 0.96) == pytest.approx(0.5)
 
 
 def test_willneed_pages_reads_exactly_those_pages(tmp_path):

@@ -664,10 +664,16 @@ def summarise(rows: list[RunRow], strategies: list[Strategy]) -> list[dict[str, 
     return out
 
 
+# below this share of the best kernel strategy's time, the oracle's lead is within run-to-run
+# noise, and a share of it (a ratio of two small differences) means nothing
+MIN_HEADROOM = 0.03
+
+
 def headroom(best_kernel: float, strategy: float, oracle: float) -> float | None:
-    """(best kernel - strategy) / (best kernel - oracle); None when the oracle is no faster."""
+    """(best kernel - strategy) / (best kernel - oracle); None when the oracle is not
+    ``MIN_HEADROOM`` faster than the best kernel strategy (no headroom worth sharing)."""
     gap = best_kernel - oracle
-    return (best_kernel - strategy) / gap if gap > 0 else None
+    return (best_kernel - strategy) / gap if gap > MIN_HEADROOM * best_kernel else None
 
 
 def format_case(result: dict[str, Any]) -> str:
