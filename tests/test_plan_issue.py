@@ -405,3 +405,32 @@ def test_hostile_ranges_in_an_issue_before_plan_are_clipped_to_the_file(tmp_path
     rep = json.loads(r.stdout)
     assert r.returncode == 6 and r.stderr == b"ran\n" and rep["plan_error"] is None
     assert rep["files"][0]["pages_planned"] == 3 and rep["files"][0]["pages_issued"] == 3
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
+def test_issue_before_looks_each_file_up_once_and_checks_it_on_the_open_file(tmp_path, cold_file):
+    """`issue before` opens each warm file once and checks its identity with fstat on it: no
+    stat() by path first. A file gone, or replaced by a FIFO (which must not block the
+    launch), costs one warning and the rest is issued; the program runs."""
+    good, gone, fifo = cold_file(16), cold_file(16), cold_file(16)
+    doc = PlanDoc([_warm(good, [(0, 4)]), _warm(gone, [(0, 4)]), _warm(fifo, [(0, 4)])], issue="before")
+    gone.unlink()
+    fifo.unlink()
+    os.mkfifo(fifo)
+    plan = tmp_path / "p.plan"
+    write_plan(plan, doc)
+    log = tmp_path / "strace.log"
+    r = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=%file,fadvise64",
+                        launcher_path(), str(plan), "--", sys.executable, "-c", "print('ran')"],
+                       env=_env(), capture_output=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and r.stdout == b"ran\n"
+    err = r.stderr.decode().strip().splitlines()
+    assert err == [
+        f"pagecast run: warning: {gone}: cannot open (No such file or directory); warm not done",
+        f"pagecast run: warning: {fifo}: cannot open (not a regular file); warm not done",
+    ]
+    calls = [c for _, c in _strace_calls(log)]
+    for f in (good, gone, fifo):
+        by_path = [c for c in calls if f'"{f}"' in c]
+        assert len(by_path) == 1 and by_path[0].startswith("openat("), by_path  # one lookup, no stat
+    assert sum("POSIX_FADV_WILLNEED" in c for c in calls) == 1  # the good file's one range

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include "launch/feedback.h"
@@ -113,6 +114,10 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
  * one warning line per file that cannot be prefetched. Returns the number of files left
  * with native work (warm/stream). */
 int pcl_plan_open(struct pcl_plan *plan);
+/* The identity check of a planned file against `st` (regular file, size, mtime, ctime,
+ * inode, device); on a mismatch the file is marked stale or missing with one warning. */
+int pcl_file_identity_ok(struct pcl_file *f, const struct stat *st);
+void pcl_file_missing(struct pcl_file *f, const char *why);
 
 /* `issue before`: issue every pending warm file's requests now, in this process, with
  * posix_fadvise(WILLNEED), synchronously, in plan order, one call per CHUNK_KIB of a range;

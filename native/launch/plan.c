@@ -269,6 +269,36 @@ static void warn(const struct pcl_file *f, const char *what) {
     fprintf(stderr, "pagecast run: warning: %s: %s\n", f->path, what);
 }
 
+static const char *what_not_done(const struct pcl_file *f) {
+    int no_prefetch = f->strategy == PCL_NOTHING || (f->strategy == PCL_WARM && f->nranges == 0);
+    return no_prefetch ? "advice" : pcl_strategy_names[f->strategy];
+}
+
+void pcl_file_missing(struct pcl_file *f, const char *why) {
+    f->status = PCL_ST_MISSING;
+    snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done", why, what_not_done(f));
+    warn(f, f->detail);
+}
+
+int pcl_file_identity_ok(struct pcl_file *f, const struct stat *st) {
+    if (!S_ISREG(st->st_mode)) {
+        pcl_file_missing(f, "not a regular file");
+        return 0;
+    }
+    char diff[64] = "";
+    if ((uint64_t)st->st_size != f->size) strcat(diff, "/size");
+    if ((int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec != f->mtime_ns) strcat(diff, "/mtime");
+    if ((int64_t)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec != f->ctime_ns) strcat(diff, "/ctime");
+    if ((uint64_t)st->st_ino != f->ino) strcat(diff, "/inode");
+    if ((uint64_t)st->st_dev != f->dev) strcat(diff, "/device");
+    if (!diff[0]) return 1;
+    f->status = PCL_ST_STALE;
+    snprintf(f->detail, sizeof f->detail, "changed since it was recorded (%s differ%s); %s skipped", diff + 1,
+             strchr(diff + 1, '/') ? "" : "s", what_not_done(f));
+    warn(f, f->detail);
+    return 0;
+}
+
 /* A per-fault spec the shim runs natively: `extent` with optional degree=N, max_pages=N
  * (the defaults of src/pagecast/policies/extent.py). Anything else: 0, handed over. */
 static int native_extent(struct pcl_file *f) {
@@ -303,39 +333,27 @@ int pcl_plan_open(struct pcl_plan *plan) {
             f->status = PCL_ST_NOTHING;
             continue;
         }
+        if (plan->issue == PCL_ISSUE_BEFORE && f->strategy == PCL_WARM && f->advice == PCL_ADV_DEFAULT) {
+            /* issued before exec by pcl_issue_before, which opens the file anyway: it checks
+             * the identity on the open file (one path lookup instead of two per file) */
+            f->status = PCL_ST_PENDING;
+            native++;
+            continue;
+        }
         /* stat, not open: this runs before the program starts, once per planned file (a
          * plan of 750 files cost 3 ms with open + fstat + close); the prefetcher opens
          * the files it reads, off the program's path (prefetch.c, open_planned) */
         struct stat st;
         if (stat(f->path, &st) < 0) {
-            f->status = PCL_ST_MISSING;
-            snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done", strerror(errno),
-                     no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
-            warn(f, f->detail);
+            pcl_file_missing(f, strerror(errno));
             continue;
         }
-        /* root reads anything; others pay one access() to keep the warning for an unreadable file */
-        if (!S_ISREG(st.st_mode) || (!root && access(f->path, R_OK) != 0)) {
-            f->status = PCL_ST_MISSING;
-            snprintf(f->detail, sizeof f->detail, "cannot open (%s); %s not done",
-                     S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file",
-                     no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
-            warn(f, f->detail);
+        if (!root && S_ISREG(st.st_mode) && access(f->path, R_OK) != 0) {
+            /* root reads anything; others pay one access() to keep the warning for an unreadable file */
+            pcl_file_missing(f, strerror(errno));
             continue;
         }
-        char diff[64] = "";
-        if ((uint64_t)st.st_size != f->size) strcat(diff, "/size");
-        if ((int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec != f->mtime_ns) strcat(diff, "/mtime");
-        if ((int64_t)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec != f->ctime_ns) strcat(diff, "/ctime");
-        if ((uint64_t)st.st_ino != f->ino) strcat(diff, "/inode");
-        if ((uint64_t)st.st_dev != f->dev) strcat(diff, "/device");
-        if (diff[0]) {
-            f->status = PCL_ST_STALE;
-            snprintf(f->detail, sizeof f->detail, "changed since it was recorded (%s differ%s); %s skipped", diff + 1,
-                     strchr(diff + 1, '/') ? "" : "s", no_prefetch ? "advice" : pcl_strategy_names[f->strategy]);
-            warn(f, f->detail);
-            continue;
-        }
+        if (!pcl_file_identity_ok(f, &st)) continue;
         /* the advice follows the identity check: a replaced file gets the kernel's default */
         f->advice_ok = f->advice != PCL_ADV_DEFAULT;
         if (no_prefetch) {

@@ -276,7 +276,23 @@ int pcl_issue_before(struct pcl_plan *plan) {
         }
         clip_ranges(f);
         f->fb = PCL_FB_OFF; /* everything is issued up front: nothing left for a verdict to stop */
-        if (!open_planned(f)) continue;
+        if (f->advice == PCL_ADV_DEFAULT) {
+            /* not stat()ed by pcl_plan_open: the identity is checked here, on the open file
+             * (O_NONBLOCK: a FIFO put in a file's place must not block the launch) */
+            struct stat st;
+            int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+            if (fd < 0) {
+                pcl_file_missing(f, strerror(errno));
+                continue;
+            }
+            if (fstat(fd, &st) < 0 || !pcl_file_identity_ok(f, &st)) {
+                if (f->status == PCL_ST_PENDING) pcl_file_missing(f, strerror(errno));
+                close(fd);
+                continue;
+            }
+            f->fd = fd;
+        } else if (!open_planned(f))
+            continue;
         int64_t chunk = f->chunk_kib * 1024 / PAGE;
         for (int64_t k = 0; k < f->nranges; k++)
             for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e; a += chunk) {

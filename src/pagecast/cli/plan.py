@@ -298,7 +298,10 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
     chosen = final.get(measured.chosen) or kernel[measured.chosen]
     if not any(f.strategy == "pack" for f in chosen.files):
         _remove_packs(predicted)
-    chosen.note = f"pagecast plan --measure over {len(recordings)} recordings ({how}): " + measured.note()
+    chosen.note = "\n".join(
+        [f"pagecast plan --measure over {len(recordings)} recordings ({how}): " + measured.note()]
+        + ([f"predicted plan: {predicted.note}"] if predicted.note and measured.chosen in final else [])
+    )
     return chosen, measured
 
 
