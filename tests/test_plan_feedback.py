@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cold_support import cold_file_maker
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.util.pagecache import drop_file, resident
 
@@ -82,22 +83,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 @pytest.fixture()
-def cold_file(tmp_path: Path, request):
-    """A file on the repository's disk (not tmpfs, so it can be cold) of 'pages' pages."""
-    base = Path(__file__).resolve().parents[1] / "native" / "build" / "testdata"
-    base.mkdir(parents=True, exist_ok=True)
-    made = []
-
-    def make(pages: int) -> Path:
-        p = base / f"feedback-{os.getpid()}-{tmp_path.name}-{len(made)}.bin"
-        p.write_bytes(np.random.default_rng(len(made)).integers(0, 256, pages * PAGE, dtype=np.uint8).tobytes())
-        made.append(p)
-        drop_file(p)
-        return p
-
-    yield make
-    for p in made:
-        p.unlink(missing_ok=True)
+def cold_file(tmp_path: Path):
+    """Files on the repository's disk (not tmpfs, so they can be cold) of 'pages' pages."""
+    with cold_file_maker(f"feedback-{tmp_path.name}") as make:
+        yield make
 
 
 def _planned(plan: Path, cmd: list[str], *, json_report: bool = False, **env: str) -> subprocess.CompletedProcess:

@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from cold_support import cold_file_maker
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, checksum, decode_plan, encode_plan, write_plan
@@ -126,21 +126,8 @@ def resident_at_start(tmp_path_factory) -> str:
 @pytest.fixture()
 def cold_file(tmp_path: Path):
     """Files on the repository's disk (not tmpfs, so they can be cold) of 'pages' pages."""
-    base = (
-        Path(__file__).resolve().parents[1] / "native" / "build" / "testdata" / f"issue-{os.getpid()}-{tmp_path.name}"
-    )
-    base.mkdir(parents=True, exist_ok=True)
-    made: list[Path] = []
-
-    def make(pages: int) -> Path:
-        p = base / f"f{len(made)}.bin"
-        p.write_bytes(np.random.default_rng(len(made)).integers(0, 256, pages * PAGE, dtype=np.uint8).tobytes())
-        made.append(p)
-        drop_file(p)
-        return p
-
-    yield make
-    shutil.rmtree(base, ignore_errors=True)
+    with cold_file_maker(f"issue-{tmp_path.name}") as make:
+        yield make
 
 
 def _warm(f: Path, ranges: list[tuple[int, int]], **kw) -> FilePlan:
