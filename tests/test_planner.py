@@ -26,7 +26,7 @@ from pagecast.plan.planner import (
     price_file,
     small_files_group,
 )
-from pagecast.plan.shared_pages import merge_ranges
+from pagecast.plan.shared_pages import merge_ranges, recurrence, recurrence_line
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
 from perf_support import needs_perf
@@ -150,6 +150,7 @@ def test_sparse_mapped_file_gets_warm_and_random(tmp_path, touchpages, datafile)
     assert mine.ranges == merge_ranges(a(0, 20, 40, 60, 61, 80, 100, 120))  # used by >= 1 of 3 runs
     assert c.validation == "leave-one-run-out over 3 runs"
     assert mine.identity == FileIdentity.of(datafile)
+    assert doc.note.splitlines()[0].startswith("recurrence over 3 recordings: ")  # every plan says it
     doc2, why2 = _plan(traces, min_runs=2)
     assert why2[str(datafile)].chosen == "warm+random"
     assert next(f for f in doc2.files if f.path == str(datafile)).ranges == [(20, 1), (40, 1), (61, 1)]
@@ -355,3 +356,18 @@ def test_extent_on_a_read_file_runs_in_the_launcher_without_the_live_start_up():
     assert got is not None and got[0] == {"r": "per-fault:extent"} and "0 ms of live start-up" in got[1]
     # mapped file: the shim sees no read(), the live machinery's 0.5 s start-up outweighs the saving
     assert live_choices([f("m", mapped=True)], PlannerConfig(live_startup_s=0.5)) is None
+
+
+def test_recurrence_is_the_share_of_a_runs_pages_other_runs_used():
+    runs = [
+        {"/a": a(0, 1, 2, 3), "/b": a(7)},  # 5 pairs: 0, 1, 2 in another run (1, 2 in both), 3 and b:7 nowhere else
+        {"/a": a(1, 2, 9)},  # 1 and 2 in the other two runs, 9 nowhere else
+        {"/a": a(0, 1, 2), "/b": a(8)},  # 0, 1, 2 in another run (1, 2 in both), b:8 nowhere else
+    ]
+    # any other: 3/5, 2/3, 3/4; every other: 2/5, 2/3, 2/4
+    got = recurrence(runs)
+    assert got == pytest.approx(((3 / 5 + 2 / 3 + 3 / 4) / 3, (2 / 5 + 2 / 3 + 2 / 4) / 3))
+    # the same page number in two files is two pages
+    assert recurrence([{"/a": a(1)}, {"/b": a(1)}]) == (0.0, 0.0)
+    assert recurrence([{"/a": a(1)}]) is None and recurrence_line([{"/a": a(1)}]) == ""
+    assert recurrence_line(runs).startswith("recurrence over 3 recordings: 67% of a recording's file pages")

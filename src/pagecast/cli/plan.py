@@ -208,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
             counts[c.chosen] = counts.get(c.chosen, 0) + 1
         summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         print(f"{args.output}: {len(doc.files)} files ({summary or 'none'})")
+    if not args.json and doc.note.startswith("recurrence"):
+        print(doc.note.splitlines()[0])
     return 0
 
 

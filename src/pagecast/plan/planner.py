@@ -62,7 +62,7 @@ from pagecast.plan.format import (
     FilePlan,  # fmt: skip
     PlanDoc,
 )
-from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files
+from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files, recurrence_line
 from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
@@ -496,7 +496,7 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         for key, m in ps.mapped.items():
             mapped_pages[key] = mapped_pages.get(key, 0) + m
             read_pages[key] = read_pages.get(key, 0) + ps.read[key]
-    doc, choices = PlanDoc(), []
+    doc, choices = PlanDoc(note=recurrence_line(per_run)), []
     priced: list[_Priced] = []
     io_per_run = np.zeros(n)
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
@@ -560,7 +560,7 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         paths, why = group
         # the group's reason once, in the plan's note: the launcher reads the plan (cold) before
         # the program starts, and a sentence repeated for each of git's 470 small files was 117 KB
-        doc.note = why
+        doc.note = "\n".join(x for x in (doc.note, why) if x)
         for path in paths:
             fp, fc = plans[path]
             _file_plan(fp, "whole", {}, fc.file_pages)

@@ -118,6 +118,43 @@ def recorded_files(traces: Sequence[str | Path], per_run: Sequence[dict[str, np.
     return out
 
 
+def recurrence(per_run: Sequence[dict[str, np.ndarray]]) -> tuple[float, float] | None:
+    """How much of a run's file pages other runs used too, leave-one-run-out: the mean over
+    the runs of the share of its (file, page) pairs that at least one other run used, and
+    that every other run used. A plan learned from recordings can only warm pages that
+    recur, so this bounds what it can do for a new input. None with fewer than 2 runs."""
+    if len(per_run) < 2:
+        return None
+    paths = {p: i for i, p in enumerate(sorted({p for run in per_run for p in run}))}
+    keys = [
+        np.unique(
+            np.concatenate(
+                [(paths[p] << 40) | np.asarray(v, np.int64) for p, v in run.items()] or [np.empty(0, np.int64)]
+            )
+        )
+        for run in per_run
+    ]
+    allk, counts = np.unique(np.concatenate(keys), return_counts=True)  # counts: runs using each pair
+    anyo, allo = [], []
+    for k in keys:
+        if len(k) == 0:
+            continue
+        c = counts[np.searchsorted(allk, k)] - 1  # other runs using each of this run's pairs
+        anyo.append(float(np.mean(c >= 1)))
+        allo.append(float(np.mean(c >= len(per_run) - 1)))
+    return (float(np.mean(anyo)), float(np.mean(allo))) if anyo else None
+
+
+def recurrence_line(per_run: Sequence[dict[str, np.ndarray]]) -> str:
+    """``recurrence`` in words (empty with fewer than 2 runs)."""
+    r = recurrence(per_run)
+    if r is None:
+        return ""
+    return (f"recurrence over {len(per_run)} recordings: {r[0]:.0%} of a recording's file pages were used by "
+            f"another recording, {r[1]:.0%} by every other; a plan can only warm pages that recur "
+            "(more recordings of varied inputs raise the first)")  # fmt: skip
+
+
 def merge_ranges(pages: np.ndarray) -> list[tuple[int, int]]:
     """Sorted unique pages → maximal runs of consecutive pages as (first, count)."""
     p = np.asarray(pages, np.int64)
