@@ -1,6 +1,6 @@
-"""Fixtures shared by the planner tests (tests/test_plan_build.py, tests/test_planner.py):
-the touchpages workload and a 160-page data file on the repository's disk (not tmpfs, so
-it can be made cold)."""
+"""Shared by the planner and launcher tests: the touchpages workload, a 160-page data file on
+the repository's disk (not tmpfs, so it can be made cold), and the environment that runs
+this tree's pagecast."""
 
 from __future__ import annotations
 
@@ -11,6 +11,19 @@ import numpy as np
 import pytest
 
 from pagecast.bench.workloads import build_workload
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def pagecast_env(**extra: str) -> dict[str, str]:
+    """This environment with this tree's ``src`` first on PYTHONPATH, without a preload or a
+    feedback setting of the caller's that would change what the launched program sees."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.pop("LD_PRELOAD", None)
+    env.pop("PAGECAST_PLAN_FEEDBACK", None)
+    env.update(extra)
+    return env
 
 
 @pytest.fixture(scope="module")

@@ -21,21 +21,14 @@ from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
 from pagecast.live.sources import schedule_from_trace
 from pagecast.pager.pack import BLOCK_PAGES, build_pack, pack_sum, pages_from_schedule, read_pack, usable_packs
-from pagecast.pager.runtime import _lib, probe, run_pager
+from pagecast.pager.runtime import _lib, run_pager
 from pagecast.trace import Kind, open_trace
+from uffd_support import needs_uffd
 
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]  # ~1.2k pages of a 32 MiB file
 
 
-def _uffd_ok() -> bool:
-    try:
-        probe()
-        return True
-    except PagecastError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable here")
+pytestmark = needs_uffd
 
 
 @pytest.fixture(scope="module")

@@ -20,20 +20,13 @@ from pagecast.pager import runtime as pg
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build
+from uffd_support import needs_uffd
 
 PS = os.sysconf("SC_PAGESIZE")
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def _uffd_ok() -> bool:
-    try:
-        pg.probe()
-        return True
-    except Exception:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable on this machine")
+pytestmark = needs_uffd
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]

@@ -25,20 +25,13 @@ from pagecast.errors import PagecastError
 from pagecast.pager import runtime as pg
 from pagecast.pager.pack import build_pack
 from pagecast.util.native import build
+from uffd_support import needs_uffd
 
 PS = os.sysconf("SC_PAGESIZE")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _uffd_ok() -> bool:
-    try:
-        pg.probe()
-        return True
-    except PagecastError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable on this machine")
+pytestmark = needs_uffd
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import pytest
 
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, checksum, decode_plan, encode_plan, write_plan
 from pagecast.util.pagecache import drop_file, resident
+from plan_support import pagecast_env
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 PAGE = 4096
 SPARSE = [0, 200, 777, 1500, 1999]  # mmap: pages far apart, each fault is its own read-around
 SEQUENTIAL = list(range(8))  # read(): small reads in order, which the kernel's read-ahead ramps up on
@@ -34,13 +34,6 @@ b = zlib.crc32(b"".join(os.pread(fd2, 8, int(p) * 4096) for p in sys.argv[4].spl
 print(a, b)
 sys.exit(3)
 """
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("LD_PRELOAD", None)
-    return env
 
 
 @pytest.fixture()
@@ -62,7 +55,7 @@ def files(tmp_path: Path):
 def _run(cmd: list[str], cold: list[Path]) -> tuple[subprocess.CompletedProcess, list[np.ndarray]]:
     for f in cold:
         drop_file(f)
-    r = subprocess.run(cmd, env=_env(), capture_output=True)
+    r = subprocess.run(cmd, env=pagecast_env(), capture_output=True)
     return r, [np.nonzero(resident(f))[0] for f in cold]
 
 
@@ -128,7 +121,7 @@ def test_version_1_plans_still_read_by_both_readers(tmp_path, files):
     p = tmp_path / "v1.plan"
     p.write_bytes(v1)
     drop_file(mapped)
-    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(p), "--json", "--", "true"], env=_env(),
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(p), "--json", "--", "true"], env=pagecast_env(),
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0 and '"plan_error": null' in r.stdout, r.stdout + r.stderr
     assert '"advice": "default"' in r.stdout and '"pages_planned": 6' in r.stdout

@@ -4,31 +4,20 @@ plan command's input errors, and page-range merging."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pagecast.bench import sparse_weights as wl
 from pagecast.cli import main as cli_main
-from pagecast.errors import PagecastError
 from pagecast.pager.pack import build_pack
-from pagecast.pager.runtime import probe
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.plan.shared_pages import merge_ranges
 from perf_support import needs_perf
-from plan_support import datafile, touchpages  # noqa: F401 (pytest fixtures)
-
-SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+from plan_support import datafile, pagecast_env, touchpages  # noqa: F401 (pytest fixtures)
+from uffd_support import needs_uffd
 
 
 def test_merge_ranges_exact():
@@ -51,18 +40,10 @@ def test_plan_bad_inputs_one_line(tmp_path, capsys):
 # ---- hand-over to the live machinery ------------------------------------------------------
 
 
-def _uffd_ok() -> bool:
-    try:
-        probe()
-        return True
-    except PagecastError:
-        return False
-
-
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 
 
-@pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable here")
+@needs_uffd
 def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     w = wl.ensure_weights(tmp_path / "w.bin", size_mib=32)
     argv = wl.WorkloadConfig(w, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
@@ -73,7 +54,7 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
     wl.drop_cache(w)
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
-                       env=_env(), capture_output=True, text=True)  # fmt: skip
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["mode"] == "plan" and rep["exit_status"] == 0 and rep["files"][0]["status"] == "live"
@@ -87,7 +68,7 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path)),
                               FilePlan(str(other), FileIdentity.of(other), "pack", arg=str(pack.path))]))  # fmt: skip
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
-                       env=_env(), capture_output=True, text=True)  # fmt: skip
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     rep = json.loads(r.stdout)
     assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["live", "not-run"]
     assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
@@ -103,7 +84,7 @@ def test_per_fault_in_a_plan_runs_the_live_loop(tmp_path, touchpages, datafile):
     write_plan(plan, PlanDoc([FilePlan(str(datafile), FileIdentity.of(datafile), "per-fault", arg="nextline")]))
     cmd = [str(touchpages), str(datafile), "1,5,9", "--exit", "3"]
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *cmd],
-                       env=_env(), capture_output=True, text=True)  # fmt: skip
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     bare = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == bare.returncode == 3
     rep = json.loads(r.stdout)
@@ -111,6 +92,6 @@ def test_per_fault_in_a_plan_runs_the_live_loop(tmp_path, touchpages, datafile):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     plain = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
-                           env={**_env(), "TMPDIR": str(tmpdir)}, capture_output=True, text=True)  # fmt: skip
+                           env={**pagecast_env(), "TMPDIR": str(tmpdir)}, capture_output=True, text=True)  # fmt: skip
     assert (plain.returncode, plain.stdout) == (3, bare.stdout)
     assert not [p for p in tmpdir.iterdir() if p.name.startswith("pagecast-plan-status")]  # no report left behind

@@ -6,7 +6,6 @@ of a cold file: exact page sets with mincore, exact counts of pages issued."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -18,8 +17,8 @@ import pytest
 from cold_support import cold_file_maker
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.util.pagecache import drop_file, resident
+from plan_support import pagecast_env
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 PAGE = 4096
 
 # Reads 8 bytes of each page in argv[2] (comma-separated; "A-B" a range) of argv[1] with
@@ -73,15 +72,6 @@ print("done")
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("LD_PRELOAD", None)
-    env.pop("PAGECAST_PLAN_FEEDBACK", None)
-    env.update(extra)
-    return env
-
-
 @pytest.fixture()
 def cold_file(tmp_path: Path):
     """Files on the repository's disk (not tmpfs, so they can be cold) of 'pages' pages."""
@@ -92,7 +82,7 @@ def cold_file(tmp_path: Path):
 def _planned(plan: Path, cmd: list[str], *, json_report: bool = False, **env: str) -> subprocess.CompletedProcess:
     extra = ["--json"] if json_report else []
     return subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), *extra, "--", *cmd],
-                          env=_env(**env), capture_output=True, text=True)  # fmt: skip
+                          env=pagecast_env(**env), capture_output=True, text=True)  # fmt: skip
 
 
 def _extent_plan(tmp_path: Path, f: Path, spec: str) -> Path:
@@ -250,7 +240,7 @@ def test_output_and_exit_status_identical_with_extent_and_feedback_in_the_progra
     cmd = [sys.executable, "-c", TRANSPARENT, str(f), str(g), str(code)]
     bare = subprocess.run(cmd, input=b"stdin bytes", capture_output=True)
     planned = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
-                             input=b"stdin bytes", env=_env(), capture_output=True)  # fmt: skip
+                             input=b"stdin bytes", env=pagecast_env(), capture_output=True)  # fmt: skip
     assert bare.returncode == code
     assert (planned.returncode, planned.stdout, planned.stderr) == (bare.returncode, bare.stdout, bare.stderr)
 

@@ -24,8 +24,8 @@ from pagecast.launch.binary import launcher_path
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, checksum, decode_plan, encode_plan, write_plan
 from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file, resident
+from plan_support import pagecast_env
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 PAGE = 4096
 RANGES = [(0, 5), (20, 3), (64, 70), (200, 1)]  # 79 pages; in 16 KiB chunks: 2 + 1 + 18 + 1 requests
 CHUNKS = [(a + k, min(4, n - k)) for a, n in RANGES for k in range(0, n, 4)]
@@ -104,16 +104,8 @@ while want and time.monotonic() < end:
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("LD_PRELOAD", None)
-    env.pop("PAGECAST_PLAN_FEEDBACK", None)
-    return env
-
-
 def _pagecast(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pagecast", *args], env=_env(), capture_output=True, **kw)
+    return subprocess.run([sys.executable, "-m", "pagecast", *args], env=pagecast_env(), capture_output=True, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -301,7 +293,7 @@ def test_issue_before_requests_are_all_made_before_exec_and_nothing_is_forked(tm
     true = shutil.which("true")
     log = tmp_path / "strace.log"
     subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=fadvise64,execve,clone,clone3,fork,vfork",
-                    launcher_path(), str(plan), "--", true], check=True, env=_env())  # fmt: skip
+                    launcher_path(), str(plan), "--", true], check=True, env=pagecast_env())  # fmt: skip
     pids, calls = zip(*_strace_calls(log))
     assert len(set(pids)) == 1  # one process throughout
     names = [c.split("(", 1)[0] for c in calls]
@@ -313,7 +305,7 @@ def test_issue_before_requests_are_all_made_before_exec_and_nothing_is_forked(tm
     # the same plan beside the program: the launcher forks, and issues nothing itself
     write_plan(plan, PlanDoc([_warm(f, RANGES, chunk_kib=16)]))
     subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=fadvise64,execve,clone,clone3,fork,vfork",
-                    launcher_path(), str(plan), "--", true], check=True, env=_env())  # fmt: skip
+                    launcher_path(), str(plan), "--", true], check=True, env=pagecast_env())  # fmt: skip
     lines = _strace_calls(log)
     ours = [call.split("(", 1)[0] for pid, call in lines if pid == lines[0][0]]
     assert ours[0] == "execve" and ours[-1] == "execve" and "fadvise64" not in ours
@@ -409,7 +401,7 @@ def test_issue_before_looks_each_file_up_once_and_checks_it_on_the_open_file(tmp
     log = tmp_path / "strace.log"
     r = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=%file,fadvise64",
                         launcher_path(), str(plan), "--", sys.executable, "-c", "print('ran')"],
-                       env=_env(), capture_output=True, timeout=60)  # fmt: skip
+                       env=pagecast_env(), capture_output=True, timeout=60)  # fmt: skip
     assert r.returncode == 0 and r.stdout == b"ran\n"
     err = r.stderr.decode().strip().splitlines()
     assert err == [

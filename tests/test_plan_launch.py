@@ -19,20 +19,14 @@ from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, decode_plan, encode_plan, read_plan, write_plan
 from pagecast.util.pagecache import drop_file, resident
+from plan_support import pagecast_env
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 PAGE = 4096
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 def _pagecast(*args: str, **kw) -> subprocess.CompletedProcess:
     """`pagecast ...` as the console entry runs it (main() with sys.argv: the fast path)."""
-    return subprocess.run([sys.executable, "-m", "pagecast", *args], env=_env(), capture_output=True, **kw)
+    return subprocess.run([sys.executable, "-m", "pagecast", *args], env=pagecast_env(), capture_output=True, **kw)
 
 
 @pytest.fixture()
@@ -136,7 +130,7 @@ def test_signal_dispositions_identical_with_and_without_plan(tmp_path, disk_file
 def test_killed_program_exits_128_plus_n_in_a_shell_and_with_json(tmp_path, disk_file):
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 4)])])
     inner = f"{sys.executable} -m pagecast run --plan {plan} -- sh -c 'kill -9 $$'; echo status=$?"
-    shell = subprocess.run(["sh", "-c", inner], env=_env(), capture_output=True, text=True)
+    shell = subprocess.run(["sh", "-c", inner], env=pagecast_env(), capture_output=True, text=True)
     assert shell.stdout.strip() == "status=137"
     js = _pagecast("run", "--plan", str(plan), "--json", "--", "sh", "-c", "kill -TERM $$")
     rep = json.loads(js.stdout)
@@ -148,7 +142,7 @@ def test_program_keeps_the_pid_and_has_no_child_of_ours(tmp_path, disk_file):
     prog = ("import os, time; print(os.getpid()); time.sleep(0.2)\n"
             "try:\n    print(os.waitpid(-1, os.WNOHANG))\nexcept ChildProcessError:\n    print('no children')")  # fmt: skip
     p = subprocess.Popen([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", sys.executable, "-c", prog],
-                         env=_env(), stdout=subprocess.PIPE, text=True)  # fmt: skip
+                         env=pagecast_env(), stdout=subprocess.PIPE, text=True)  # fmt: skip
     out, _ = p.communicate(timeout=60)
     assert out.split("\n")[:2] == [str(p.pid), "no children"]
 
@@ -305,7 +299,7 @@ def test_run_plan_fast_path_imports_no_heavy_module(tmp_path, disk_file):
     launcher_path()  # built and stamped: a first build may import what it likes
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
     r = subprocess.run([sys.executable, "-X", "importtime", "-m", "pagecast", "run", "--plan", str(plan), "--", "true"],
-                       env=_env(), capture_output=True, text=True)  # fmt: skip
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert r.returncode == 0 and "pagecast.launch.command" in imported
     heavy = {m for m in imported if m.split(".")[0] in {"numpy", "torch", "pyarrow", "numba", "argparse", "pathlib"}}
@@ -322,7 +316,7 @@ def test_cli_main_with_argv_runs_the_plan_as_a_child(tmp_path, disk_file, capfd)
 
 def test_without_a_compiler_the_program_runs_unplanned(tmp_path, disk_file):
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 2)])])
-    env = {**_env(), "CC": "no-such-cc", "PAGECAST_BUILD_DIR": str(tmp_path / "empty-build")}
+    env = {**pagecast_env(), "CC": "no-such-cc", "PAGECAST_BUILD_DIR": str(tmp_path / "empty-build")}
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", "sh", "-c", "echo ran; exit 7"],
                        env=env, capture_output=True, text=True)  # fmt: skip
     assert (r.returncode, r.stdout) == (7, "ran\n")
@@ -356,11 +350,11 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
     entry = script.read_text()
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 1)])])
     r = subprocess.run([sys.executable, "-X", "importtime", str(script), "run", "--plan", str(plan), "--", "sh", "-c",
-                        "echo ok; exit 9"], env=_env(), capture_output=True, text=True)  # fmt: skip
+                        "echo ok; exit 9"], env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     imported = {line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert (r.returncode, r.stdout) == (9, "ok\n")
     base = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True, text=True
+        [sys.executable, "-X", "importtime", "-c", "pass"], env=pagecast_env(), capture_output=True, text=True
     )
     at_startup = {
         line.rsplit("|", 1)[1].strip() for line in base.stderr.splitlines() if line.startswith("import time:")
@@ -368,7 +362,9 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
     assert "pagecast.launch.command" in imported
     # beyond what the interpreter's start-up (site, .pth files) imports anyway; pip's generated scripts import re
     assert not (imported - at_startup) & {"pagecast.cli", "re", "argparse", "pathlib"}
-    r = subprocess.run([sys.executable, "-c", entry, "launcher-path"], env=_env(), capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", entry, "launcher-path"], env=pagecast_env(), capture_output=True, text=True
+    )
     assert (r.returncode, r.stdout) == (0, launcher_path() + "\n")
     # the printed launcher runs a plan with no Python in front
     r = subprocess.run(
@@ -376,6 +372,6 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
     )
     assert (r.returncode, r.stdout, r.stderr) == (4, "direct\n", "")
     r = subprocess.run(
-        [sys.executable, "-c", entry, "launcher-path", "--json"], env=_env(), capture_output=True, text=True
+        [sys.executable, "-c", entry, "launcher-path", "--json"], env=pagecast_env(), capture_output=True, text=True
     )
     assert json.loads(r.stdout) == {"launcher": launcher_path(), "advice_shim": launcher_path() + "-advice.so"}

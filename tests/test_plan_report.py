@@ -15,32 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pagecast.errors import PagecastError
 from pagecast.pager.pack import build_pack
-from pagecast.pager.runtime import probe
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.util.pagecache import drop_file, resident
+from plan_support import pagecast_env
+from uffd_support import needs_uffd
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 PAGE = 4096
 TOP = {"mode", "plan", "plan_error", "returncode", "exit_status", "wall_s", "prefetch", "files", "live"}
 FILE = {"path", "strategy", "advice", "advice_applied", "status", "pages_planned", "pages_issued", "bytes_issued",
         "detail", "feedback", "pages_used", "pages_outside"}  # fmt: skip
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = SRC + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.pop("LD_PRELOAD", None)
-    return env
-
-
-def _uffd_ok() -> bool:
-    try:
-        probe()
-        return True
-    except PagecastError:
-        return False
 
 
 @pytest.fixture()
@@ -60,7 +44,7 @@ def _data(base: Path, name: str, pages: int) -> Path:
 
 
 def _run_json(plan: Path, cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict]:
-    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *cmd], env=_env(),
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *cmd], env=pagecast_env(),
                        capture_output=True, text=True)  # fmt: skip
     return r, json.loads(r.stdout)
 
@@ -109,7 +93,7 @@ def test_pack_of_an_elf_file_is_warmed_instead_with_one_warning(tmp_path, disk):
     np.testing.assert_array_equal(resident(lib), want)
 
 
-@pytest.mark.skipif(not _uffd_ok(), reason="userfaultfd not usable here")
+@needs_uffd
 def test_one_json_shape_for_a_pack_and_a_pack_never_mapped(tmp_path, disk):
     d = _data(disk, "d.bin", 64)
     pack = build_pack(d, np.arange(0, 16), tmp_path / "d.pack")
