@@ -107,6 +107,12 @@ class _State:
             heap[:, : self.heap.shape[1]] = self.heap
             self.heap = heap
 
+    def tables(self) -> tuple[np.ndarray, ...]:
+        """The tables ``engine.run`` and ``engine.issue_pages`` take after ``g`` and ``cfg``, in
+        their order (re-read on every call: ``ensure`` replaces them when they grow)."""
+        return (self.htab, self.hkey, self.doff, self.dlen, self.st, self.arr, self.pos, self.nxt, self.frames,
+                self.heap)  # fmt: skip
+
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
         self.htab = grown(self.htab, need)
@@ -327,16 +333,7 @@ def _run_general(
         status = E.run(
             st.g,
             cfg,
-            st.htab,
-            st.hkey,
-            st.doff,
-            st.dlen,
-            st.st,
-            st.arr,
-            st.pos,
-            st.nxt,
-            st.frames,
-            st.heap,
+            *st.tables(),
             cur["t"],
             ids,
             cur["write"],
@@ -368,16 +365,7 @@ def _run_general(
             E.issue_pages(
                 st.g,
                 cfg,
-                st.htab,
-                st.hkey,
-                st.doff,
-                st.dlen,
-                st.st,
-                st.arr,
-                st.pos,
-                st.nxt,
-                st.frames,
-                st.heap,
+                *st.tables(),
                 arr[:, 0].copy(),
                 arr[:, 1].copy(),
                 base + i,
