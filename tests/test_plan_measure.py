@@ -320,7 +320,8 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
     ]
     recs = [Recording(t, ["true"], str(tmp_path), True) for t in traces]
     cfg = PlannerConfig(min_runs=2)  # pages used by both training runs: differs by fold
-    got = _held_out_plans(argparse.Namespace(traces=traces), cfg, recs, tmp_path / "scratch")
+    willneed = kernel_plans(traces)["willneed"]
+    got = _held_out_plans(argparse.Namespace(traces=traces), cfg, recs, willneed, tmp_path / "scratch")
     assert set(got) == {"predicted", "predicted-before", "predicted+willneed"}
     for i, t in enumerate(traces):
         others = [x for j, x in enumerate(traces) if j != i]

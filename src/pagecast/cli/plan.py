@@ -242,13 +242,13 @@ def _predicted_variants(predicted, willneed) -> dict:
     }
 
 
-def _held_out_plans(args: argparse.Namespace, cfg, recordings, scratch: Path) -> dict[str, dict]:
+def _held_out_plans(args: argparse.Namespace, cfg, recordings, willneed, scratch: Path) -> dict[str, dict]:
     """Per recording, the predicted variants planned from the other recordings only: a plan
     timed on a run it learned from would be measured on its own pages. Page packs of these
-    plans go to ``scratch``."""
+    plans go to ``scratch``. ``willneed``: the kernel plan of all the recordings (a file's entry
+    depends on the file alone, so it serves every fold without reading the traces again)."""
     import dataclasses
 
-    from pagecast.plan.kernel_plans import kernel_plans
     from pagecast.plan.planner import plan_by_predicted_time
 
     out: dict[str, dict] = {}
@@ -257,7 +257,7 @@ def _held_out_plans(args: argparse.Namespace, cfg, recordings, scratch: Path) ->
         c = dataclasses.replace(cfg, pack_dir=scratch / f"fold{i}")
         c.pack_dir.mkdir(parents=True, exist_ok=True)
         doc, _ = plan_by_predicted_time(others, c)
-        for name, variant in _predicted_variants(doc, kernel_plans(others)["willneed"]).items():
+        for name, variant in _predicted_variants(doc, willneed).items():
             out.setdefault(name, {})[rec.trace] = variant
     return out
 
@@ -278,7 +278,7 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
     scratch = Path(tempfile.mkdtemp(prefix="pagecast-plan-folds-"))
     try:
         if len(recordings) >= 3:
-            held_out = _held_out_plans(args, cfg, recordings, scratch)
+            held_out = _held_out_plans(args, cfg, recordings, kernel["willneed"], scratch)
             how = "each predicted variant planned from the other recordings (leave-one-run-out)"
         else:
             held_out = final
