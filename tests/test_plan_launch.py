@@ -275,6 +275,24 @@ def test_stream_whole_file(tmp_path, disk_file):
     assert _resident_after(disk_file, np.ones(128, bool)).all()
 
 
+def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_file):
+    """``predicted+stream`` (kernel_plans.with_stream) through the real launcher: the whole
+    file, in requests of the WILLNEED window (here 64 KiB: 16 pages), beside the program."""
+    from pagecast.plan.kernel_plans import with_stream
+
+    doc = with_stream(PlanDoc([FilePlan(str(disk_file), FileIdentity.of(disk_file))]), window_kb=lambda dev: 64)
+    plan = tmp_path / "s.plan"
+    write_plan(plan, doc)
+    drop_file(disk_file)
+    status = tmp_path / "status.json"
+    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+    rep = _wait_json(status)
+    assert r.returncode == 0 and rep["files"][0]["status"] == "warmed"
+    assert rep["prefetch"]["pages_issued"] == 128 and rep["prefetch"]["requests"] == 8
+    got = _resident_after(disk_file, np.ones(128, bool))
+    assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
+
+
 def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
     # 4096 scattered one-page *reads* (stream, one thread) of a cold 64 MiB file each wait
     # for the disk, so together they take far longer than `true` lives. (WILLNEED only

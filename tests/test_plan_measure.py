@@ -28,7 +28,7 @@ from perf_support import needs_perf
 
 # reads the pages named on the command line from a file named relative to the working directory
 READER = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfor p in sys.argv[2].split(','):\n    os.pread(fd, 4096, int(p) * 4096)\n"
-CANDIDATES = {*KERNEL_CANDIDATES, "predicted", "predicted-before", "predicted+willneed"}
+CANDIDATES = {*KERNEL_CANDIDATES, "predicted", "predicted-before", "predicted+willneed", "predicted+stream"}
 
 
 def _data(d: Path, pages: int = 64) -> Path:
@@ -308,7 +308,7 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
 
     from pagecast.cli.plan import _held_out_plans
     from pagecast.plan.format import encode_plan
-    from pagecast.plan.kernel_plans import with_willneed
+    from pagecast.plan.kernel_plans import with_stream, with_willneed
     from pagecast.plan.measure import Recording
     from pagecast.plan.planner import PlannerConfig, plan_by_predicted_time
 
@@ -322,7 +322,7 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
     cfg = PlannerConfig(min_runs=2)  # pages used by both training runs: differs by fold
     willneed = kernel_plans(traces)["willneed"]
     got = _held_out_plans(argparse.Namespace(traces=traces), cfg, recs, willneed, tmp_path / "scratch")
-    assert set(got) == {"predicted", "predicted-before", "predicted+willneed"}
+    assert set(got) == {"predicted", "predicted-before", "predicted+willneed", "predicted+stream"}
     for i, t in enumerate(traces):
         others = [x for j, x in enumerate(traces) if j != i]
         want, _ = plan_by_predicted_time(others, cfg)
@@ -332,6 +332,7 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
         assert encode_plan(got["predicted+willneed"][t]) == encode_plan(
             with_willneed(want, kernel_plans(others)["willneed"])
         )
+        assert encode_plan(got["predicted+stream"][t]) == encode_plan(with_stream(want))
     everything, _ = plan_by_predicted_time(traces, cfg)
     assert any(encode_plan(got["predicted"][t]) != encode_plan(everything) for t in traces)
 
@@ -357,6 +358,40 @@ def test_with_willneed_fills_only_the_files_the_plan_leaves_alone(tmp_path):
     assert out.issue == "before" and out.note == "n"
     assert out.files == [plan.files[0], willneed.files[1], plan.files[2]]
     assert plan.issue == "beside" and plan.files[1].strategy == "nothing"  # the input is left as it was
+
+
+def test_with_stream_reads_every_file_whole_small_ones_first_in_window_requests(tmp_path):
+    from pagecast.plan.format import FilePlan, PlanDoc
+    from pagecast.plan.kernel_plans import with_stream
+
+    sizes = {"big": 300 * 4096 + 5, "small": 3 * 4096, "part": 200 * 4096, "packed": 500 * 4096, "empty": 0}
+    paths = {}
+    for n, size in sizes.items():
+        paths[n] = tmp_path / n
+        paths[n].write_bytes(b"x" * size)
+    ident = {n: FileIdentity.of(p) for n, p in paths.items()}
+    plan = PlanDoc(
+        files=[
+            FilePlan(str(paths["big"]), ident["big"], advice="random"),  # the advice is kept
+            FilePlan(str(paths["part"]), ident["part"], "warm", [(4, 2)], depth=3, chunk_kib=16),  # widened to whole
+            FilePlan(str(paths["packed"]), ident["packed"], "pack", arg="x.pack"),  # a pack stays a pack
+            FilePlan(str(paths["small"]), ident["small"]),
+            FilePlan(str(paths["empty"]), ident["empty"]),
+        ],
+        note="n",
+    )
+    out = with_stream(plan, window_kb=lambda dev: 400)  # 100 pages per request
+    assert out.issue == "beside" and out.note == "n"
+    order = [Path(f.path).name for f in out.files]
+    assert order == ["packed", "small", "empty", "big", "part"]  # up to one window first, in plan order
+    by = {Path(f.path).name: f for f in out.files}
+    assert by["packed"] == plan.files[2]
+    assert (by["big"].strategy, by["big"].ranges, by["big"].advice) == ("warm", [(0, 301)], "random")
+    assert (by["part"].strategy, by["part"].ranges, by["part"].depth) == ("warm", [(0, 200)], 1)
+    assert (by["small"].strategy, by["small"].ranges) == ("warm", [(0, 3)])
+    assert by["empty"].strategy == "nothing" and by["empty"].ranges == []
+    assert all(by[n].chunk_kib == 400 for n in ("big", "part", "small"))
+    assert plan.files[1].ranges == [(4, 2)]  # the input is left as it was
 
 
 def test_a_per_recording_candidate_must_cover_every_recording(tmp_path):

@@ -228,17 +228,19 @@ def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F82
 
 
 def _predicted_variants(predicted, willneed) -> dict:
-    """The predicted plan as measured: beside the program, issued before it, and with the
-    kernel's WILLNEED for the files it leaves alone."""
+    """The predicted plan as measured: beside the program, issued before it, with the
+    kernel's WILLNEED for the files it leaves alone, and with every file it does not pack
+    read whole beside the program."""
     import dataclasses
 
-    from pagecast.plan.kernel_plans import with_willneed
-    from pagecast.plan.measure import PREDICTED, PREDICTED_BEFORE, PREDICTED_WILLNEED
+    from pagecast.plan.kernel_plans import with_stream, with_willneed
+    from pagecast.plan.measure import PREDICTED, PREDICTED_BEFORE, PREDICTED_STREAM, PREDICTED_WILLNEED
 
     return {
         PREDICTED: predicted,
         PREDICTED_BEFORE: dataclasses.replace(predicted, issue="before", files=list(predicted.files)),
         PREDICTED_WILLNEED: with_willneed(predicted, willneed),
+        PREDICTED_STREAM: with_stream(predicted),
     }
 
 

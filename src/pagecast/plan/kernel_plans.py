@@ -21,10 +21,16 @@ some run used that still exists, with the identity the planner stores):
     willneed-beside  the same ranges issued ``beside`` the program by the launcher's
                  low-priority prefetcher (how every other warm plan is issued): the
                  program starts at once and the reads overlap it.
+
+Two variants of a learned plan are made here too, as they take a kernel plan's per-file
+entries: ``with_willneed`` (the kernel's WILLNEED for the files the plan leaves alone) and
+``with_stream`` (every file read whole beside the program, in requests of the WILLNEED
+window: what the kernel would do if one WILLNEED were not clamped).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -87,3 +93,28 @@ def with_willneed(plan: PlanDoc, willneed: PlanDoc) -> PlanDoc:
         idle = f.strategy == "nothing" and f.advice == "default"
         out.files.append(kernel[f.path] if idle and f.path in kernel else f)
     return out
+
+
+def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb) -> PlanDoc:
+    """``plan`` with every file it does not pack or serve per fault read whole into the page
+    cache beside the program: the files of at most one WILLNEED window first (in plan order:
+    they are read in one request each), then the larger ones, each in requests of its
+    device's WILLNEED window (``posix_fadvise`` queues a window's reads and returns, so one
+    thread keeps the device busy, as the kernel's read-ahead does).
+
+    For a program that reads a sparse share of a large file in roughly file order (a model
+    reader walking its tensors), the stream stays ahead of it and its reads hit the page
+    cache; for one whose reads are few and short (point lookups) it is a whole file read
+    for nothing. Which it is, only a measurement tells: this is a measured candidate."""
+    small: list[FilePlan] = []
+    large: list[FilePlan] = []
+    for f in plan.files:
+        if f.strategy in ("pack", "per-fault"):
+            small.append(f)
+            continue
+        pages = -(-f.identity.size // PAGE_SIZE)
+        kb = min(_MAX_CHUNK_KIB, max(4, window_kb(f.identity.dev)))
+        whole = dataclasses.replace(f, strategy="warm" if pages else "nothing", ranges=[(0, pages)] if pages else [],
+                                    depth=1, chunk_kib=kb, reason="stream:whole")  # fmt: skip
+        (large if pages * PAGE_SIZE > kb * 1024 else small).append(whole)
+    return PlanDoc(files=small + large, issue="beside", note=plan.note)
