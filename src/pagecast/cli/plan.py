@@ -88,11 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "per recording (use it only for commands that are safe to repeat: read-only, no side effects), each "
         "from a cold page cache (posix_fadvise DONTNEED on the files the recordings used), through the "
         "native launcher, in the recording's working directory, with this command's environment. "
-        "Candidates: the predicted plan and plans doing exactly what the kernel's strategies do (default, "
-        "random and sequential read-ahead advice, WILLNEED of every file before the program starts, and the "
-        "same WILLNEED beside it). The plan written is the fastest "
-        "one only if it beats default and every simpler kernel plan by more than the measured noise, else "
-        "the fastest kernel plan that does (default when none does)",
+        "Candidates: plans doing exactly what the kernel's strategies do (default, random and sequential "
+        "read-ahead advice, WILLNEED of every file before the program starts, and the same WILLNEED beside "
+        "it) and the predicted plan in four forms (as planned; issued before the program starts; with "
+        "WILLNEED for the files it leaves alone; with every file read whole beside the program), each timed "
+        "on a recording it was not planned from when there are 3 or more. The plan written is the fastest "
+        "candidate that beats default by more than the measured noise, else the fastest kernel plan",
     )
     p.add_argument(
         "--rounds",
