@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cold_support import ResidencyWatch
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, checksum, decode_plan, encode_plan, write_plan
-from pagecast.util.pagecache import drop_file, resident
+from pagecast.util.pagecache import drop_file
 from plan_support import pagecast_env
 
 PAGE = 4096
@@ -55,8 +56,9 @@ def files(tmp_path: Path):
 def _run(cmd: list[str], cold: list[Path]) -> tuple[subprocess.CompletedProcess, list[np.ndarray]]:
     for f in cold:
         drop_file(f)
-    r = subprocess.run(cmd, env=pagecast_env(), capture_output=True)
-    return r, [np.nonzero(resident(f))[0] for f in cold]
+    with ResidencyWatch(*cold) as watch:
+        r = subprocess.run(cmd, env=pagecast_env(), capture_output=True)
+        return r, [np.nonzero(watch.seen(f))[0] for f in cold]
 
 
 def _touch_cmd(mapped: Path, read: Path) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cold_support import cold_file_maker
+from cold_support import ResidencyWatch, cold_file_maker
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.util.pagecache import drop_file, resident
 from plan_support import pagecast_env
@@ -85,6 +85,13 @@ def _planned(plan: Path, cmd: list[str], *, json_report: bool = False, **env: st
                           env=pagecast_env(**env), capture_output=True, text=True)  # fmt: skip
 
 
+def _seen_pages(watch: ResidencyWatch, f: Path, expect: list[int]) -> list[int]:
+    """The pages of ``f`` seen resident during the watch, once every expected page was."""
+    want = np.zeros(len(resident(f)), bool)
+    want[expect] = True
+    return np.nonzero(watch.seen(f, want, timeout_s=10.0))[0].tolist()
+
+
 def _extent_plan(tmp_path: Path, f: Path, spec: str) -> Path:
     plan = tmp_path / "extent.plan"
     # read-ahead off for the program's own reads, so what is resident is the read plus the policy's pages
@@ -109,23 +116,27 @@ def test_extent_on_pread_fetches_exactly_the_policys_pages(tmp_path, cold_file, 
     cmd = [sys.executable, "-c", READER, str(f), "10"]
     bare = subprocess.run(cmd, capture_output=True, text=True)
     drop_file(f)
-    r = _planned(_extent_plan(tmp_path, f, spec), cmd)
+    with ResidencyWatch(f) as watch:
+        r = _planned(_extent_plan(tmp_path, f, spec), cmd)
+        seen = _seen_pages(watch, f, expect)
     assert (r.returncode, r.stdout, r.stderr) == (bare.returncode, bare.stdout, "") == (5, bare.stdout, "")
-    assert np.nonzero(resident(f))[0].tolist() == expect  # WILLNEED pages are in the cache once issued
+    assert seen == expect  # WILLNEED pages are in the cache once issued
 
 
 def test_extent_counts_every_page_of_a_read_and_continues_on_the_next(tmp_path, cold_file):
     f = cold_file(64)
     plan = _extent_plan(tmp_path, f, "extent:degree=4")
     # one read() of 2 pages at page 20: 2 events x 4 pages named after the first page
-    r = _planned(plan, [sys.executable, "-c", READER, str(f), "20", str(2 * PAGE)])
-    assert r.returncode == 5
-    assert np.nonzero(resident(f))[0].tolist() == _pages((20, 28))
+    with ResidencyWatch(f) as watch:
+        r = _planned(plan, [sys.executable, "-c", READER, str(f), "20", str(2 * PAGE)])
+        assert r.returncode == 5
+        assert _seen_pages(watch, f, _pages((20, 28))) == _pages((20, 28))
     drop_file(f)
     # two preads in one process: the cursor goes on from where the first left off
-    r = _planned(plan, [sys.executable, "-c", READER, str(f), "20,40"])
-    assert r.returncode == 5
-    assert np.nonzero(resident(f))[0].tolist() == [*_pages((20, 28)), 40]
+    with ResidencyWatch(f) as watch:
+        r = _planned(plan, [sys.executable, "-c", READER, str(f), "20,40"])
+        assert r.returncode == 5
+        assert _seen_pages(watch, f, [*_pages((20, 28)), 40]) == [*_pages((20, 28)), 40]
 
 
 def test_extent_is_reported_native_and_other_per_fault_specs_are_not(tmp_path, cold_file):
@@ -158,7 +169,10 @@ def test_a_plan_the_program_does_not_read_stops_after_its_first_batch(tmp_path, 
     plan = _warm_plan(tmp_path, f, [(0, 1536)])
     # the program reads 64 pages, none of them planned: after the minimum sample (64 pages)
     # the rest of the plan is cancelled; the first batch (1024 pages) was issued
-    r = _planned(plan, [sys.executable, "-c", READER, str(f), "1600-1663"], json_report=True)
+    want = [*range(1024), *range(1600, 1664)]
+    with ResidencyWatch(f) as watch:
+        r = _planned(plan, [sys.executable, "-c", READER, str(f), "1600-1663"], json_report=True)
+        seen = _seen_pages(watch, f, want)
     rep = json.loads(r.stdout)
     fr = rep["files"][0]
     assert r.returncode == 5
@@ -171,8 +185,7 @@ def test_a_plan_the_program_does_not_read_stops_after_its_first_batch(tmp_path, 
     )
     assert "512 of 1536 planned pages not issued" in fr["detail"]
     assert rep["prefetch"]["pages_issued"] == 1024
-    res = resident(f)
-    assert np.nonzero(res)[0].tolist() == [*range(1024), *range(1600, 1664)]
+    assert seen == want
 
 
 def test_a_plan_the_program_reads_is_not_stopped(tmp_path, cold_file):

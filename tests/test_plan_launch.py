@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cold_support import ResidencyWatch
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, decode_plan, encode_plan, read_plan, write_plan
@@ -230,22 +231,6 @@ def _wait_json(path: Path, timeout: float = 10.0) -> dict:
     raise AssertionError(f"no status file {path}")
 
 
-def _resident_after(path: Path, want: np.ndarray, timeout: float = 60.0) -> np.ndarray:
-    # WILLNEED queues the reads; they land shortly after the prefetcher reports. The
-    # prefetcher runs at nice 10 and the lowest best-effort I/O priority, which a busy disk (the suite
-    # compiling and reading) can hold back for seconds: wait for the pages, not a time.
-    # The union of every poll: the host may run a DAMON pageout scheme that evicts pages
-    # nobody touched within a second, so a page seen once was read (and an extra page seen
-    # once was read too: the check stays exact both ways).
-    end = time.monotonic() + timeout
-    seen = resident(path)
-    while not seen[want].all() and time.monotonic() < end:
-        time.sleep(0.02)
-        seen |= resident(path)
-    time.sleep(0.05)  # a request past the planned ones would land about now
-    return seen | resident(path)
-
-
 @pytest.mark.parametrize("depth", [1, 3])
 def test_warm_reads_exactly_the_planned_pages_of_a_cold_file(tmp_path, disk_file, depth):
     ranges = [(3, 5), (40, 1), (64, 20)]
@@ -253,13 +238,14 @@ def test_warm_reads_exactly_the_planned_pages_of_a_cold_file(tmp_path, disk_file
     drop_file(disk_file)
     assert resident(disk_file).sum() == 0
     status = tmp_path / "status.json"
-    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-    assert r.returncode == 0
-    rep = _wait_json(status)
     want = np.zeros(128, bool)
     for a, n in ranges:
         want[a : a + n] = True
-    got = _resident_after(disk_file, want)
+    with ResidencyWatch(disk_file) as watch:
+        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+        assert r.returncode == 0
+        rep = _wait_json(status)
+        got = watch.seen(disk_file, want)
     assert rep["files"][0]["status"] == "warmed" and rep["prefetch"]["pages_issued"] == want.sum()
     assert rep["prefetch"]["requests"] == sum(-(-n // 4) for _, n in ranges)  # 16 KiB chunks
     np.testing.assert_array_equal(got, want)
@@ -269,10 +255,12 @@ def test_stream_whole_file(tmp_path, disk_file):
     plan = _plan(tmp_path, [FilePlan(str(disk_file), FileIdentity.of(disk_file), "stream")])
     drop_file(disk_file)
     status = tmp_path / "status.json"
-    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-    rep = _wait_json(status)
+    with ResidencyWatch(disk_file) as watch:
+        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+        rep = _wait_json(status)
+        got = watch.seen(disk_file, np.ones(128, bool))
     assert r.returncode == 0 and rep["files"][0]["status"] == "warmed" and rep["files"][0]["pages_issued"] == 128
-    assert _resident_after(disk_file, np.ones(128, bool)).all()
+    assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
 
 
 def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_file):
@@ -285,11 +273,12 @@ def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_f
     write_plan(plan, doc)
     drop_file(disk_file)
     status = tmp_path / "status.json"
-    r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-    rep = _wait_json(status)
+    with ResidencyWatch(disk_file) as watch:
+        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+        rep = _wait_json(status)
+        got = watch.seen(disk_file, np.ones(128, bool))
     assert r.returncode == 0 and rep["files"][0]["status"] == "warmed"
     assert rep["prefetch"]["pages_issued"] == 128 and rep["prefetch"]["requests"] == 8
-    got = _resident_after(disk_file, np.ones(128, bool))
     assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cold_support import ResidencyWatch
 from pagecast.pager.pack import build_pack
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.util.pagecache import drop_file, resident
@@ -77,20 +78,18 @@ def test_pack_of_an_elf_file_is_warmed_instead_with_one_warning(tmp_path, disk):
     plan = tmp_path / "p.plan"
     write_plan(plan, PlanDoc([FilePlan(str(lib), FileIdentity.of(lib), "pack", arg=str(pack.path))]))
     drop_file(lib)
-    r, rep = _run_json(plan, ["sh", "-c", "echo ran"])
+    want = np.zeros(len(resident(lib)), bool)
+    want[pages] = True
+    with ResidencyWatch(lib) as watch:
+        r, rep = _run_json(plan, ["sh", "-c", "echo ran"])
+        seen = watch.seen(lib, want, timeout_s=10.0)  # WILLNEED is queued by the detached prefetcher
     _shape(rep)
     warnings = [ln for ln in r.stderr.splitlines() if "warning" in ln]
     assert r.returncode == 0 and "ran" in r.stderr
     assert warnings == [f"pagecast run: warning: {lib}: a pack cannot act on an ELF file, which the dynamic loader maps; "
                         "its 4 pages are warmed through the page cache instead"]  # fmt: skip
     assert rep["files"][0]["status"] == "warmed"
-    want = np.zeros(len(resident(lib)), bool)
-    want[pages] = True
-    for _ in range(500):  # WILLNEED is queued by the detached prefetcher
-        if resident(lib)[want].all():
-            break
-        os.sched_yield()
-    np.testing.assert_array_equal(resident(lib), want)
+    np.testing.assert_array_equal(seen, want)
 
 
 @needs_uffd
