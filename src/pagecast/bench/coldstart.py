@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -602,8 +603,10 @@ def run_case(
     dev = block_device(case.mmap_files[0] if case.mmap_files else files[0]) if files else None
     rows: list[RunRow] = []
     for rnd in range(cfg.rounds):
-        k = rnd % len(active)  # rotate: no strategy always runs right after the same one
-        for s, lch in active[k:] + active[:k]:
+        # a fresh order each round (seeded: the same run is the same order): rotating one order
+        # kept every strategy right after the same one, and what a run leaves behind (its
+        # device queue, the tail of a prefetch) then fell on the same neighbour every round
+        for s, lch in random.Random(rnd).sample(active, len(active)):
             progress(f"{case.name} r{rnd + 1} {s.name}")
             rows.append(timed_run(case, s.name, lch, files, dev, rnd, cfg.timeout_s))
     summary = summarise(rows, [s for s, _ in active])

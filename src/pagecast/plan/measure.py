@@ -13,8 +13,9 @@ recordings' own commands:
   kept aside for an error message). Wall time from spawn to exit.
 - Every run starts cold: ``posix_fadvise(DONTNEED)`` on every file the recordings used,
   the plan files and any page pack, one file at a time (nothing global is touched).
-- Interleaved: each round runs every (recording, candidate) pair, the candidates in an
-  order rotated by round and recording, so load that comes and goes falls on all of them.
+- Interleaved: each round runs every (recording, candidate) pair, the candidates in a
+  fresh seeded order per round and recording, so load that comes and goes falls on all of
+  them and no candidate always follows the same one.
 - A candidate's time is the sum over recordings of the median of its runs.
 - Noise: for each (candidate, recording), half the spread of its runs (max - min) / 2
   relative to their median; the noise is the median of those, at least ``min_noise``
@@ -37,6 +38,7 @@ plan learned from the recordings on recording i as learned from the others
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -305,8 +307,9 @@ def measure(candidates: dict[str, Candidate], recordings: Sequence[Recording], c
         runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in measured}
         for rnd in range(cfg.rounds):
             for i, rec in enumerate(recordings):
-                k = (rnd + i) % len(measured)
-                for c in measured[k:] + measured[:k]:
+                # a fresh order per (round, recording), seeded: a rotation of one order keeps each
+                # candidate right after the same one, which then inherits what that one leaves
+                for c in random.Random(rnd * len(recordings) + i).sample(measured, len(measured)):
                     runs[c][rec.trace].append(_run_once(rec, c, plan_of[c][rec.trace], cold, cfg))
                     if cfg.on_run:
                         cfg.on_run(c)
