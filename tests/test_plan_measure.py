@@ -258,6 +258,17 @@ def test_a_recording_without_a_command_is_one_line(tmp_path, capsys):
     assert not (tmp_path / "x.plan").exists()
 
 
+def test_without_measure_the_plan_says_it_was_not_measured_when_it_could_be(tmp_path, capsys):
+    data = _data(tmp_path)
+    cmd = {"command": ["true"], "cwd": str(tmp_path)}
+    hint = "chosen by predicted time only: --measure"
+    for meta, shown in ((cmd, True), ({}, False)):
+        traces = [str(_written_trace(tmp_path / f"h{i}.parquet", data, [0, 1, i + 5], meta)) for i in range(2)]
+        capsys.readouterr()
+        assert cli_main(["plan", *traces, "-o", str(tmp_path / "h.plan")]) == 0
+        assert (hint in capsys.readouterr().out) is shown
+
+
 def test_a_missing_working_directory_is_one_line(tmp_path, capsys):
     data = _data(tmp_path)
     cwd = tmp_path / "was-here"

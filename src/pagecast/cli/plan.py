@@ -211,7 +211,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.output}: {len(doc.files)} files ({summary or 'none'})")
     if not args.json and doc.note.startswith("recurrence"):
         print(doc.note.splitlines()[0])
+    if measured is None and not args.json and _rerunnable(args.traces):
+        print("chosen by predicted time only: --measure times this plan against the kernel's strategies and a "
+              "whole-file stream by running the recorded commands again (only for commands safe to repeat)")  # fmt: skip
     return 0
+
+
+def _rerunnable(traces: list[str]) -> bool:
+    """Whether every recording stores a command ``--measure`` could run again."""
+    from pagecast.errors import PagecastError
+    from pagecast.trace import open_trace
+
+    try:
+        return all(isinstance(open_trace(t).meta.get("command"), list) for t in traces)
+    except (PagecastError, OSError):  # gone since the planner read it: a hint is not worth an error
+        return False
 
 
 def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F821 - imported lazily
