@@ -92,8 +92,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "read-ahead advice, WILLNEED of every file before the program starts, and the same WILLNEED beside "
         "it) and the predicted plan in four forms (as planned; issued before the program starts; with "
         "WILLNEED for the files it leaves alone; with every file read whole beside the program), each timed "
-        "on a recording it was not planned from when there are 3 or more. The plan written is the fastest "
-        "candidate that beats default by more than the measured noise, else the fastest kernel plan",
+        "on a recording it was not planned from when there are 3 or more. The plan written is, of the "
+        "candidates that beat default by more than the measured noise, the simplest within that noise of the "
+        "fastest; else the fastest kernel plan",
     )
     p.add_argument(
         "--rounds",
