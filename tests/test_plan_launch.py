@@ -231,21 +231,29 @@ def _wait_json(path: Path, timeout: float = 10.0) -> dict:
     raise AssertionError(f"no status file {path}")
 
 
+def _run_watched(
+    tmp_path: Path, plan: Path, f: Path, want: np.ndarray
+) -> tuple[subprocess.CompletedProcess, dict, np.ndarray]:
+    """``sleep 0.5`` under ``plan`` with ``f`` cold: the result, the launcher's status report
+    and the pages of ``f`` seen resident (every page of ``want``, or after 60 s what was)."""
+    drop_file(f)
+    assert resident(f).sum() == 0
+    status = tmp_path / "status.json"
+    with ResidencyWatch(f) as watch:
+        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
+        rep = _wait_json(status)
+        return r, rep, watch.seen(f, want)
+
+
 @pytest.mark.parametrize("depth", [1, 3])
 def test_warm_reads_exactly_the_planned_pages_of_a_cold_file(tmp_path, disk_file, depth):
     ranges = [(3, 5), (40, 1), (64, 20)]
     plan = _plan(tmp_path, [_warm(disk_file, ranges, depth=depth, chunk_kib=16)])
-    drop_file(disk_file)
-    assert resident(disk_file).sum() == 0
-    status = tmp_path / "status.json"
     want = np.zeros(128, bool)
     for a, n in ranges:
         want[a : a + n] = True
-    with ResidencyWatch(disk_file) as watch:
-        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-        assert r.returncode == 0
-        rep = _wait_json(status)
-        got = watch.seen(disk_file, want)
+    r, rep, got = _run_watched(tmp_path, plan, disk_file, want)
+    assert r.returncode == 0
     assert rep["files"][0]["status"] == "warmed" and rep["prefetch"]["pages_issued"] == want.sum()
     assert rep["prefetch"]["requests"] == sum(-(-n // 4) for _, n in ranges)  # 16 KiB chunks
     np.testing.assert_array_equal(got, want)
@@ -253,12 +261,7 @@ def test_warm_reads_exactly_the_planned_pages_of_a_cold_file(tmp_path, disk_file
 
 def test_stream_whole_file(tmp_path, disk_file):
     plan = _plan(tmp_path, [FilePlan(str(disk_file), FileIdentity.of(disk_file), "stream")])
-    drop_file(disk_file)
-    status = tmp_path / "status.json"
-    with ResidencyWatch(disk_file) as watch:
-        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-        rep = _wait_json(status)
-        got = watch.seen(disk_file, np.ones(128, bool))
+    r, rep, got = _run_watched(tmp_path, plan, disk_file, np.ones(128, bool))
     assert r.returncode == 0 and rep["files"][0]["status"] == "warmed" and rep["files"][0]["pages_issued"] == 128
     assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
 
@@ -271,12 +274,7 @@ def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_f
     doc = with_stream(PlanDoc([FilePlan(str(disk_file), FileIdentity.of(disk_file))]), window_kb=lambda dev: 64)
     plan = tmp_path / "s.plan"
     write_plan(plan, doc)
-    drop_file(disk_file)
-    status = tmp_path / "status.json"
-    with ResidencyWatch(disk_file) as watch:
-        r = _pagecast("run", "--plan", str(plan), "--plan-status", str(status), "--", "sleep", "0.5")
-        rep = _wait_json(status)
-        got = watch.seen(disk_file, np.ones(128, bool))
+    r, rep, got = _run_watched(tmp_path, plan, disk_file, np.ones(128, bool))
     assert r.returncode == 0 and rep["files"][0]["status"] == "warmed"
     assert rep["prefetch"]["pages_issued"] == 128 and rep["prefetch"]["requests"] == 8
     assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
