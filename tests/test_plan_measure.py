@@ -406,6 +406,12 @@ def test_with_stream_reads_every_file_whole_small_ones_first_in_window_requests(
     assert by["empty"].strategy == "nothing" and by["empty"].ranges == []
     assert all(by[n].chunk_kib == 400 for n in ("big", "part", "small"))
     assert plan.files[1].ranges == [(4, 2)]  # the input is left as it was
+    # what would pass the budget keeps the plan's entry (a stream larger than the page cache
+    # evicts its own head); files are taken in plan order while they fit
+    capped = with_stream(plan, window_kb=lambda dev: 400, budget_bytes=250 * 4096)
+    by = {Path(f.path).name: f for f in capped.files}
+    assert by["big"] == plan.files[0] and by["packed"] == plan.files[2]
+    assert (by["part"].ranges, by["small"].ranges, by["empty"].ranges) == ([(0, 200)], [(0, 3)], [])
 
 
 def test_a_per_recording_candidate_must_cover_every_recording(tmp_path):

@@ -95,7 +95,21 @@ def with_willneed(plan: PlanDoc, willneed: PlanDoc) -> PlanDoc:
     return out
 
 
-def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb) -> PlanDoc:
+def page_cache_budget() -> int:
+    """Half of the memory the kernel reports available (``MemAvailable``): what a stream may
+    fill without pushing out the pages it read before the program used them. 0 if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb,
+                budget_bytes: int | None = None) -> PlanDoc:  # fmt: skip
     """``plan`` with every file it does not pack or serve per fault read whole into the page
     cache beside the program: the files of at most one WILLNEED window first (in plan order:
     they are read in one request each), then the larger ones, each in requests of its
@@ -105,14 +119,20 @@ def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window
     For a program that reads a sparse share of a large file in roughly file order (a model
     reader walking its tensors), the stream stays ahead of it and its reads hit the page
     cache; for one whose reads are few and short (point lookups) it is a whole file read
-    for nothing. Which it is, only a measurement tells: this is a measured candidate."""
+    for nothing. Which it is, only a measurement tells: this is a measured candidate.
+
+    The files read whole add up to at most ``budget_bytes`` (default ``page_cache_budget``),
+    taken in plan order: a file that would pass it keeps the plan's entry, since a stream
+    larger than the page cache evicts its own head before the program reads it."""
+    left = page_cache_budget() if budget_bytes is None else budget_bytes
     small: list[FilePlan] = []
     large: list[FilePlan] = []
     for f in plan.files:
-        if f.strategy in ("pack", "per-fault"):
+        pages = -(-f.identity.size // PAGE_SIZE)
+        if f.strategy in ("pack", "per-fault") or pages * PAGE_SIZE > left:
             small.append(f)
             continue
-        pages = -(-f.identity.size // PAGE_SIZE)
+        left -= pages * PAGE_SIZE
         kb = min(_MAX_CHUNK_KIB, max(4, window_kb(f.identity.dev)))
         whole = dataclasses.replace(f, strategy="warm" if pages else "nothing", ranges=[(0, pages)] if pages else [],
                                     depth=1, chunk_kib=kb, reason="stream:whole")  # fmt: skip
