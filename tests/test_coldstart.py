@@ -146,6 +146,36 @@ def test_quick_cli_json_git(tmp_path, monkeypatch):
     assert kinds == {"kernel", "pagecast", "oracle", "warm"}
     assert "pagecast run --pack (training runs)" in c["skipped"]  # git's files are not mapped through the pager
     assert (tmp_path / "w" / "real_programs.json").exists()
+    pagecast_rows = [x["strategy"] for x in c["strategies"] if x["kind"] == "pagecast"]
+    assert list(rep["summary"]["strategies"]) == pagecast_rows
+
+
+def _row(name: str, kind: str, vs: float, share: float | None) -> dict:
+    return {"strategy": name, "kind": kind, "vs_best_kernel": vs, "headroom_captured": share}
+
+
+def test_summary_is_each_pagecast_rows_least_ratio_and_median_headroom():
+    results = [
+        {
+            "case": "a",
+            "strategies": [
+                _row("kernel: default", "kernel", 1.0, 0.0),
+                _row("plan", "pagecast", 1.2, 0.4),
+                _row("oracle", "oracle", 2.0, 1.0),
+            ],
+        },  # fmt: skip
+        {"case": "b", "strategies": [_row("plan", "pagecast", 0.9, None), _row("pack", "pagecast", 1.5, 0.5)]},
+        {"case": "c", "strategies": [_row("plan", "pagecast", 1.1, 0.1)]},
+    ]
+    summ = cs.summary(results)
+    assert list(summ["strategies"]) == ["plan", "pack"]  # kernel, oracle and warm rows are not summarised
+    plan = summ["strategies"]["plan"]
+    assert plan["vs_best_kernel"] == {"a": 1.2, "b": 0.9, "c": 1.1} and plan["least_vs_best_kernel"] == 0.9
+    # b has no headroom (None): the median is over a and c
+    assert plan["median_headroom_captured"] == pytest.approx(0.25) and plan["cases_with_headroom"] == 2
+    table = cs.format_summary(summ, ["a", "b", "c"]).splitlines()
+    assert table[2] == "| plan | 1.20× | 0.90× | 1.10× | 0.90× | 25% over 2 cases |"
+    assert table[3] == "| pack | — | 1.50× | — | 1.50× | 50% over 1 case |"
 
 
 _TOUCH = r"""

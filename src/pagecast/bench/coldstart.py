@@ -697,3 +697,40 @@ def format_case(result: dict[str, Any]) -> str:
             f"{x['mib_read']:.1f} | {x['mib_cached']:.1f} | {x['vs_best_kernel']:.2f}× | {hr} |"
         )
     return "\n".join(lines)
+
+
+def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Across the cases: per pagecast strategy, its ratio to the best kernel strategy in every
+    case, the least of them, and the median share of the oracle's headroom over the cases
+    that have headroom (the issue's two acceptance figures), from the cases' own rows."""
+    names: list[str] = []
+    for r in results:
+        names += [x["strategy"] for x in r["strategies"] if x["kind"] not in ("kernel", "oracle", "warm")]
+    out: dict[str, Any] = {"strategies": {}}
+    for name in dict.fromkeys(names):
+        rows = {r["case"]: next((x for x in r["strategies"] if x["strategy"] == name), None) for r in results}
+        ratios = {c: x["vs_best_kernel"] for c, x in rows.items() if x and x["vs_best_kernel"] is not None}
+        shares = [x["headroom_captured"] for x in rows.values() if x and x["headroom_captured"] is not None]
+        out["strategies"][name] = {
+            "vs_best_kernel": ratios,
+            "least_vs_best_kernel": min(ratios.values()) if ratios else None,
+            "median_headroom_captured": float(statistics.median(shares)) if shares else None,
+            "cases_with_headroom": len(shares),
+        }
+    return out
+
+
+def format_summary(summ: dict[str, Any], cases: list[str]) -> str:
+    """``summary`` as a Markdown table: a row per pagecast strategy, a column per case."""
+    lines = [
+        "| strategy | " + " | ".join(cases) + " | least | median headroom captured |",
+        "|---|" + "---|" * (len(cases) + 2),
+    ]
+    for name, x in summ["strategies"].items():
+        cells = [f"{x['vs_best_kernel'][c]:.2f}×" if c in x["vs_best_kernel"] else "—" for c in cases]
+        least = f"{x['least_vs_best_kernel']:.2f}×" if x["least_vs_best_kernel"] is not None else "—"
+        med = x["median_headroom_captured"]
+        n = x["cases_with_headroom"]
+        hr = f"{med:.0%} over {n} case{'' if n == 1 else 's'}" if med is not None else "—"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {least} | {hr} |")
+    return "\n".join(lines)
