@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from cold_support import ResidencyWatch
 from pagecast.cli import main as cli_main
 from pagecast.plan.format import FileIdentity, read_plan
 from pagecast.plan.kernel_plans import KERNEL_CANDIDATES, kernel_plan, kernel_plans, willneed_ranges
@@ -23,7 +23,7 @@ from pagecast.trace import open_trace
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
-from pagecast.util.pagecache import drop_file, resident
+from pagecast.util.pagecache import drop_file
 from perf_support import needs_perf
 
 # reads the pages named on the command line from a file named relative to the working directory
@@ -121,6 +121,11 @@ def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch,
     capsys.readouterr()
     assert cli_main(["plan", "--show", str(out)]) == 0
     assert "note: pagecast plan --measure over 3 recordings" in capsys.readouterr().out
+    # --candidates: only those are timed, with default always
+    argv = ["plan", *traces, "-o", str(out), "--measure", "--rounds", "1", "--json"]
+    few = _json(capsys, [*argv, "--candidates", "willneed, predicted+stream"])["measured"]
+    assert {c["name"] for c in few["candidates"]} == {"default", "willneed", "predicted+stream"}
+    assert all(len(c["runs_s"]) == 3 for c in few["candidates"])
 
 
 # ---- kernel-equivalent plans --------------------------------------------------------------
@@ -183,21 +188,17 @@ def test_willneed_plan_reads_what_one_willneed_reads(tmp_path):
     st = os.stat(big)
     rf = RecordedFile(str(big), FileIdentity.of(big), st.st_size, st.st_dev, False)
     ((first, n),) = kernel_plan("willneed", [rf]).files[0].ranges
-    fd = os.open(big, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    finally:
-        os.close(fd)
     want = np.zeros(npages, bool)
     want[first : first + n] = True
     # the reads are queued and pages join the cache as they are submitted; the union of what
-    # was seen, because the host may evict untouched pages again within a second
-    seen = np.zeros(npages, bool)
-    for _ in range(200):
-        seen |= resident(big)
-        if seen[want].all():
-            break
-        time.sleep(0.01)
+    # was seen, because the host may evict untouched pages again at once (cold_support)
+    with ResidencyWatch(big) as watch:
+        fd = os.open(big, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
+        seen = watch.seen(big, want, timeout_s=10.0)
     assert np.array_equal(seen, want)
 
 
@@ -287,6 +288,17 @@ def test_a_command_that_fails_when_run_again_is_one_line(tmp_path, capsys):
     err = _err(capsys, ["plan", str(t), "-o", str(tmp_path / "x.plan"), "--measure", "--rounds", "1"])
     assert str(t) in err and "exited with status 3" in err and "sys.exit(3)" in err
     assert not (tmp_path / "x.plan").exists()
+
+
+def test_candidates_unknown_or_without_measure_is_one_line(tmp_path, capsys):
+    data = _data(tmp_path)
+    t = str(_written_trace(tmp_path / "c.parquet", data, [0, 1], {"command": ["true"], "cwd": str(tmp_path)}))
+    out = str(tmp_path / "c.plan")
+    err = _err(capsys, ["plan", t, "-o", out, "--measure", "--candidates", "willneed,fastest"])
+    assert err.startswith("pagecast plan: error: --candidates: unknown fastest (valid: default, random,")
+    assert "predicted+stream" in err
+    assert "goes with --measure" in _err(capsys, ["plan", t, "-o", out, "--candidates", "willneed"])
+    assert not Path(out).exists()
 
 
 def test_rounds_without_measure_is_refused(tmp_path, capsys):

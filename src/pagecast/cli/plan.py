@@ -103,6 +103,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --measure: cold runs of every (recording, candidate) pair, interleaved (default 3)",
     )
     p.add_argument(
+        "--candidates",
+        metavar="NAMES",
+        default=None,
+        help="with --measure: comma-separated candidates to time (default all: default, random, sequential, "
+        "willneed, willneed-beside, predicted, predicted-before, predicted+willneed, predicted+stream); "
+        "default is always timed, as the others are judged against it. Fewer candidates, fewer runs",
+    )
+    p.add_argument(
         "--explain",
         action="store_true",
         help="print per file the candidates' predicted times, the choice and why (stderr)",
@@ -177,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if args.rounds is not None and (not args.measure or args.rounds < 1):
         raise PagecastError("--rounds goes with --measure and must be at least 1")
     args.rounds = args.rounds or 3
+    args.candidates = _candidate_names(args.candidates, args.measure)
     recordings = _recordings_to_measure(args.traces) if args.measure else None
 
     from pagecast.pager.pack import build_pack
@@ -227,6 +236,24 @@ def _rerunnable(traces: list[str]) -> bool:
         return all(isinstance(open_trace(t).meta.get("command"), list) for t in traces)
     except (PagecastError, OSError):  # gone since the planner read it: a hint is not worth an error
         return False
+
+
+def _candidate_names(spec: str | None, measuring: bool) -> set[str] | None:
+    """``--candidates`` as a set of names (with ``default``), checked; None: every candidate."""
+    from pagecast.errors import PagecastError
+    from pagecast.plan.kernel_plans import KERNEL_CANDIDATES
+    from pagecast.plan.measure import PREDICTED_VARIANTS
+
+    if spec is None:
+        return None
+    if not measuring:
+        raise PagecastError("--candidates goes with --measure")
+    names = {n.strip() for n in spec.split(",") if n.strip()}
+    valid = (*KERNEL_CANDIDATES, *PREDICTED_VARIANTS)
+    unknown = sorted(names - set(valid))
+    if unknown or not names:
+        raise PagecastError(f"--candidates: unknown {', '.join(unknown) or 'empty list'} (valid: {', '.join(valid)})")
+    return names | {"default"}
 
 
 def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F821 - imported lazily
@@ -289,19 +316,23 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
     from pagecast.launch.binary import launcher_path
     from pagecast.launch.command import launcher_argv
     from pagecast.plan.kernel_plans import kernel_plans
-    from pagecast.plan.measure import MeasureConfig, measure, runs_needed
+    from pagecast.plan.measure import PREDICTED_VARIANTS, MeasureConfig, measure, runs_needed
 
     kernel = kernel_plans(args.traces)
     final = _predicted_variants(predicted, kernel["willneed"])
     scratch = Path(tempfile.mkdtemp(prefix="pagecast-plan-folds-"))
     try:
-        if len(recordings) >= 3:
+        if args.candidates is not None and not args.candidates & set(PREDICTED_VARIANTS):
+            held_out, how = {}, "kernel candidates only (--candidates)"
+        elif len(recordings) >= 3:
             held_out = _held_out_plans(args, cfg, recordings, kernel["willneed"], scratch)
             how = "each predicted variant planned from the other recordings (leave-one-run-out)"
         else:
             held_out = final
             how = "2 recordings: the predicted variants were timed on the runs they were planned from (optimistic)"
-        candidates = {**kernel, **held_out}
+        candidates = {
+            c: p for c, p in {**kernel, **held_out}.items() if args.candidates is None or c in args.candidates
+        }
         launcher = launcher_path()
         cold = [f.path for f in kernel["default"].files]
         total = runs_needed(candidates, recordings, args.rounds)
