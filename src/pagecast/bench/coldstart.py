@@ -3,8 +3,9 @@
 A *case* is a program with training inputs and one held-out input. The harness records
 each input once with ``pagecast record`` (cold), builds the training artifacts (merged
 replay schedule, page packs), then runs the held-out input under every strategy, the
-strategies interleaved round by round (the order rotates each round). Before each run
-every file involved is made cold with ``posix_fadvise(DONTNEED)`` on that file only;
+strategies interleaved round by round (a fresh seeded order each round). Before each run
+every file involved is made cold with ``posix_fadvise(DONTNEED)`` on that file only
+(once the device's reads in flight have landed: ``make_cold``);
 the clock starts at the strategy's first action (a pre-launch step such as WILLNEED,
 else the launch of the command, ``pagecast run``'s own start-up included) and stops when
 the command has exited. Bytes read from the device are the sectors-read delta of the
