@@ -93,8 +93,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "it) and the predicted plan in four forms (as planned; issued before the program starts; with "
         "WILLNEED for the files it leaves alone; with every file read whole beside the program), each timed "
         "on a recording it was not planned from when there are 3 or more. The plan written is, of the "
-        "candidates that beat default by more than the measured noise, the simplest within that noise of the "
-        "fastest; else the fastest kernel plan",
+        "candidates that beat default by more than the measured noise, the simplest within a standard error "
+        "of the fastest; else the fastest kernel plan",
     )
     p.add_argument(
         "--rounds",
