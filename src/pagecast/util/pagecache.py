@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -62,30 +63,41 @@ def resident(path: str | Path) -> "np.ndarray":
         os.close(fd)
 
 
-def reads_in_flight(devs: Iterable[int]) -> int:
-    """Read requests the block devices ``devs`` (``st_dev`` numbers) have in flight now, from
-    ``/sys/dev/block/MAJ:MIN/inflight``; a device without that file counts 0."""
-    total = 0
+def _read_counters(devs: Iterable[int]) -> tuple[int, int]:
+    """(sectors read so far, read requests in flight) summed over the block devices ``devs``
+    (``st_dev`` numbers), from ``/sys/dev/block/MAJ:MIN/stat``; a device without it counts 0."""
+    sectors = inflight = 0
     for d in set(devs):
         try:
-            with open(f"/sys/dev/block/{os.major(d)}:{os.minor(d)}/inflight") as f:
-                total += int(f.read().split()[0])
+            with open(f"/sys/dev/block/{os.major(d)}:{os.minor(d)}/stat") as f:
+                fields = f.read().split()
+            sectors += int(fields[2])
+            inflight += int(fields[8])
         except (OSError, ValueError, IndexError):
             pass
-    return total
+    return sectors, inflight
 
 
-def wait_reads_done(devs: Iterable[int], timeout_s: float = 2.0) -> bool:
-    """Wait until ``devs`` have no read in flight (at most ``timeout_s``); whether one was."""
-    import time
+def wait_reads_done(devs: Iterable[int], quiet_s: float = 0.01, timeout_s: float = 1.0) -> bool:
+    """Wait until the devices ``devs`` have had no request in flight and finished no read for
+    ``quiet_s`` (at most ``timeout_s``); whether any read was seen under way.
 
+    "In flight" alone is not enough: it counts the requests the driver has started, not those
+    still queued in the I/O scheduler behind them, so it reads 0 for a moment between two
+    dispatches of a long queued stream. A quiet interval in which no read completes is."""
     devs = list(devs)
     end = time.monotonic() + timeout_s
-    waited = False
-    while reads_in_flight(devs) and time.monotonic() < end:
-        waited = True
+    last, _ = _read_counters(devs)
+    quiet_since = time.monotonic()
+    busy = False
+    while time.monotonic() < end:
         time.sleep(0.002)
-    return waited
+        sectors, inflight = _read_counters(devs)
+        if inflight or sectors != last:
+            busy, quiet_since, last = True, time.monotonic(), sectors
+        elif time.monotonic() - quiet_since >= quiet_s:
+            return busy
+    return True
 
 
 def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
@@ -98,9 +110,9 @@ def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
     and stays cached. A stream of a 384 MiB file queued by WILLNEED takes 8 ms to issue and
     ~0.1 s to arrive, so after a run that ended while its prefetch was still arriving, one
     DONTNEED pass left 86,693 of the file's 98,306 pages cached for the next run. So the
-    reads in flight on the files' devices are waited for first (at most 2 s), and if some
-    were in flight during the pass (a prefetcher's last request), the files are dropped
-    again once those have landed."""
+    files' devices are first let go quiet (``wait_reads_done``: no read under way for
+    10 ms, at most 1 s), the files dropped, and dropped again while reads were seen under
+    way since (a prefetcher's last request)."""
     files = list(files)
     devs = []
     for f in files:
@@ -108,12 +120,11 @@ def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
             devs.append(os.stat(f).st_dev)
         except OSError:
             pass
-    for attempt in range(2):
-        wait_reads_done(devs)
+    for attempt in range(3):
+        if not wait_reads_done(devs) and attempt > 0:
+            return  # nothing was read since the last pass
         for f in files:
             try:
                 drop_file(f, sync=sync and attempt == 0)
             except OSError:
                 pass
-        if not reads_in_flight(devs):
-            return
