@@ -65,21 +65,23 @@ def resident(path: str | Path) -> "np.ndarray":
 
 def _read_counters(devs: Iterable[int]) -> tuple[int, int]:
     """(sectors read so far, read requests in flight) summed over the block devices ``devs``
-    (``st_dev`` numbers), from ``/sys/dev/block/MAJ:MIN/stat``; a device without it counts 0."""
+    (``st_dev`` numbers), from ``/sys/dev/block/MAJ:MIN/stat`` and ``inflight`` (reads only:
+    a program's writes do not make a file warm); a device without them counts 0."""
     sectors = inflight = 0
     for d in set(devs):
+        base = f"/sys/dev/block/{os.major(d)}:{os.minor(d)}"
         try:
-            with open(f"/sys/dev/block/{os.major(d)}:{os.minor(d)}/stat") as f:
-                fields = f.read().split()
-            sectors += int(fields[2])
-            inflight += int(fields[8])
+            with open(f"{base}/stat") as f:
+                sectors += int(f.read().split()[2])
+            with open(f"{base}/inflight") as f:
+                inflight += int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             pass
     return sectors, inflight
 
 
 def wait_reads_done(devs: Iterable[int], quiet_s: float = 0.01, timeout_s: float = 1.0) -> bool:
-    """Wait until the devices ``devs`` have had no request in flight and finished no read for
+    """Wait until the devices ``devs`` have had no read in flight and finished none for
     ``quiet_s`` (at most ``timeout_s``); whether any read was seen under way.
 
     "In flight" alone is not enough: it counts the requests the driver has started, not those
