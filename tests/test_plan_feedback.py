@@ -301,4 +301,8 @@ def test_feedback_beside_many_small_warm_files(tmp_path, cold_file):
     assert r.returncode == 5
     by = {f["path"]: f for f in json.loads(r.stdout)["files"]}
     assert (by[str(g)]["pages_used"], by[str(g)]["pages_outside"]) == (64, 0) and by[str(g)]["feedback"] != "off"
-    assert all(by[str(f)]["feedback"] == "off" and by[str(f)]["status"] == "warmed" for f in small)
+    assert all(by[str(f)]["feedback"] == "off" for f in small)
+    # the prefetcher (nice 10) stops at the program's exit: on a busy machine the last of the
+    # 100 small files may not have been reached by then ("stopped"), and that is not this test's point
+    assert all(by[str(f)]["status"] in ("warmed", "stopped") for f in small)
+    assert by[str(small[0])]["status"] == "warmed"
