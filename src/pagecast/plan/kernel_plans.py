@@ -125,16 +125,16 @@ def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window
     taken in plan order: a file that would pass it keeps the plan's entry, since a stream
     larger than the page cache evicts its own head before the program reads it."""
     left = page_cache_budget() if budget_bytes is None else budget_bytes
-    small: list[FilePlan] = []
-    large: list[FilePlan] = []
+    first: list[FilePlan] = []  # kept entries and files of one request, in plan order
+    streams: list[FilePlan] = []  # files of more than one window, after them
     for f in plan.files:
         pages = -(-f.identity.size // PAGE_SIZE)
         if f.strategy in ("pack", "per-fault") or pages * PAGE_SIZE > left:
-            small.append(f)
+            first.append(f)
             continue
         left -= pages * PAGE_SIZE
         kb = min(_MAX_CHUNK_KIB, max(4, window_kb(f.identity.dev)))
         whole = dataclasses.replace(f, strategy="warm" if pages else "nothing", ranges=[(0, pages)] if pages else [],
                                     depth=1, chunk_kib=kb, reason="stream:whole")  # fmt: skip
-        (large if pages * PAGE_SIZE > kb * 1024 else small).append(whole)
-    return PlanDoc(files=small + large, issue="beside", note=plan.note)
+        (streams if pages * PAGE_SIZE > kb * 1024 else first).append(whole)
+    return PlanDoc(files=first + streams, issue="beside", note=plan.note)

@@ -68,7 +68,7 @@ def _read_counters(devs: Iterable[int]) -> tuple[int, int]:
     (``st_dev`` numbers), from ``/sys/dev/block/MAJ:MIN/stat`` and ``inflight`` (reads only:
     a program's writes do not make a file warm); a device without them counts 0."""
     sectors = inflight = 0
-    for d in set(devs):
+    for d in devs:
         base = f"/sys/dev/block/{os.major(d)}:{os.minor(d)}"
         try:
             with open(f"{base}/stat") as f:
@@ -87,7 +87,7 @@ def wait_reads_done(devs: Iterable[int], quiet_s: float = 0.01, timeout_s: float
     "In flight" alone is not enough: it counts the requests the driver has started, not those
     still queued in the I/O scheduler behind them, so it reads 0 for a moment between two
     dispatches of a long queued stream. A quiet interval in which no read completes is."""
-    devs = list(devs)
+    devs = set(devs)  # one per device, not per file: this is read every 2 ms
     end = time.monotonic() + timeout_s
     last, _ = _read_counters(devs)
     quiet_since = time.monotonic()
@@ -116,10 +116,10 @@ def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
     10 ms, at most 1 s), the files dropped, and dropped again while reads were seen under
     way since (a prefetcher's last request)."""
     files = list(files)
-    devs = []
+    devs: set[int] = set()
     for f in files:
         try:
-            devs.append(os.stat(f).st_dev)
+            devs.add(os.stat(f).st_dev)
         except OSError:
             pass
     for attempt in range(3):
