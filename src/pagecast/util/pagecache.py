@@ -84,9 +84,9 @@ def wait_reads_done(devs: Iterable[int], quiet_s: float = 0.01, timeout_s: float
     """Wait until the devices ``devs`` have had no read in flight and finished none for
     ``quiet_s`` (at most ``timeout_s``); whether any read was seen under way.
 
-    "In flight" alone is not enough: it counts the requests the driver has started, not those
-    still queued in the I/O scheduler behind them, so it reads 0 for a moment between two
-    dispatches of a long queued stream. A quiet interval in which no read completes is."""
+    "In flight" alone was not always enough (a test once found pages left cached after it
+    read 0): it counts the requests the driver has started, not those still queued in the
+    I/O scheduler behind them. A quiet interval in which no read completes covers both."""
     devs = set(devs)  # one per device, not per file: this is read every 2 ms
     end = time.monotonic() + timeout_s
     last, _ = _read_counters(devs)
@@ -109,12 +109,12 @@ def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
     just written has dirty pages, which DONTNEED leaves cached: sync once, after writing).
 
     A page whose read is in flight is locked, and DONTNEED leaves it: it lands afterwards
-    and stays cached. A stream of a 384 MiB file queued by WILLNEED takes 8 ms to issue and
-    ~0.1 s to arrive, so after a run that ended while its prefetch was still arriving, one
-    DONTNEED pass left 86,693 of the file's 98,306 pages cached for the next run. So the
-    files' devices are first let go quiet (``wait_reads_done``: no read under way for
-    10 ms, at most 1 s), the files dropped, and dropped again while reads were seen under
-    way since (a prefetcher's last request)."""
+    and stays cached. A whole-file stream queued by WILLNEED arrives over ~0.1 s, so right
+    after it one DONTNEED pass left up to 36,864 of a 384 MiB file's 98,304 pages cached
+    (``benchmarks/cold_drop.py``): the next run would start partly warm. So the files'
+    devices are first let go quiet (``wait_reads_done``: no read under way for 10 ms, at
+    most 1 s), the files dropped, and dropped again while reads were seen under way since
+    (a prefetcher's last request)."""
     files = list(files)
     devs: set[int] = set()
     for f in files:
