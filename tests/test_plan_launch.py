@@ -280,6 +280,37 @@ def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_f
     assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
 
 
+def test_read_variant_reads_large_files_by_sendfile_without_copying(tmp_path, disk_file):
+    """``predicted+read`` (with_stream(read=True)) through the real launcher: the whole file,
+    read by ``sendfile`` to /dev/null (the kernel's sequential read-ahead, nothing copied
+    into the prefetcher), one call per window request; every page lands resident."""
+    import shutil
+
+    from pagecast.plan.kernel_plans import with_stream
+
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace to see the prefetcher's system calls")
+    doc = with_stream(PlanDoc([FilePlan(str(disk_file), FileIdentity.of(disk_file))]), window_kb=lambda dev: 64,
+                      read=True)  # fmt: skip
+    assert doc.files[0].strategy == "stream"
+    plan = tmp_path / "r.plan"
+    write_plan(plan, doc)
+    drop_file(disk_file)
+    log, status = tmp_path / "strace.log", tmp_path / "status.json"
+    with ResidencyWatch(disk_file) as watch:
+        r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=sendfile,pread64", "-o", str(log), launcher_path(),
+                            "--status", str(status), str(plan), "--", "sleep", "0.5"])  # fmt: skip
+        rep = _wait_json(status)
+        got = watch.seen(disk_file, np.ones(128, bool))
+    assert r.returncode == 0 and rep["files"][0]["status"] == "warmed" and rep["prefetch"]["requests"] == 8
+    calls = log.read_text().splitlines()
+    # a call strace sees interrupted by another thread's is split over two lines; its result is on the second
+    sends = [c for c in calls if "sendfile" in c and c.endswith("= 65536")]
+    assert len(sends) == 8, calls  # 8 requests of 64 KiB, each one sendfile
+    assert not [c for c in calls if "pread64" in c and c.endswith("= 65536")]  # no copy of the data
+    assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
+
+
 def test_prefetcher_stops_when_the_program_exits(tmp_path, disk_file):
     # 4096 scattered one-page *reads* (stream, one thread) of a cold 64 MiB file each wait
     # for the disk, so together they take far longer than `true` lives. (WILLNEED only
