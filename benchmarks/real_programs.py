@@ -1,4 +1,4 @@
-"""Cold start of real programs: the kernel's strategies, every pagecast strategy, the oracle, warm cache.
+"""Cold start of real programs: the kernel's strategies, every pagecast strategy, the bound, the oracle, warm cache.
 
     python benchmarks/real_programs.py                    # every case, 5 rounds (about 20-30 min on 2 cores)
     python benchmarks/real_programs.py --quick            # small data, 1 round: a smoke test
@@ -10,6 +10,8 @@ git over a real repository (this checkout's own), and a safetensors (mmap) reade
 generated weights file. Each case has training inputs and a held-out input that touches
 different pages; every run starts cold (posix_fadvise DONTNEED on each file involved),
 strategies interleaved round by round, medians. Harness: ``pagecast.bench.coldstart``.
+The bound row warms the held-out run's pages that a training run used too: the most a
+plan of warmed pages learned from the recordings could do (the oracle warms them all).
 Generated data goes to ``$PAGECAST_CACHE/realbench`` (default ~/.cache/pagecast) and is reused.
 """
 

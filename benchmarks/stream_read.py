@@ -2,21 +2,23 @@
 
 Three ways to read a file whole, each in requests of 8 MiB from one thread:
 
-- ``WILLNEED windows`` (the baseline: how ``predicted+stream`` reads, ``warm`` requests):
-  ``posix_fadvise(WILLNEED)`` per window, all queued at once; done when the last page of
-  every window can be read (a one-byte pread waits for a page whose read is in flight);
-- ``pread into a buffer`` (how the launcher's ``stream`` read before session 8): every
-  byte copied into the reader;
-- ``sendfile to /dev/null`` (how the launcher's ``stream`` reads now, ``predicted+read``):
-  the kernel's own sequential read-ahead, and nothing copied.
+- ``WILLNEED windows`` (the baseline: how a plan's ``warm`` requests read, and so how
+  ``predicted+stream`` reads a whole file): ``posix_fadvise(WILLNEED)`` per window, all
+  queued at once; done when the last page of every window can be read (a one-byte pread
+  waits for a page whose read is in flight);
+- ``pread into a buffer`` (how the launcher's ``stream`` strategy read before session 8):
+  every byte copied into the reader;
+- ``sendfile to /dev/null`` (how the launcher's ``stream`` strategy reads now): the
+  kernel's own sequential read-ahead, and nothing copied.
+
+Then the whole file as a plan's ``warm`` entry and as its ``stream`` entry (8 MiB
+requests, one thread) through the real launcher (``pagecast-launch --prefetch-only``: the
+prefetcher forked, low priority), timed until every page of the file is resident (mincore
+every 2 ms).
 
 A page missing right after a way finished was read and evicted since (a host running a
 DAMON pageout scheme on physical memory can evict freshly read pages), or, for the
 launcher, never read before the 30 s limit: the last column gives the most of any try.
-
-Then the same two plan variants through the real launcher (``pagecast-launch
---prefetch-only``: the prefetcher forked, low priority), timed until every page of the
-file is resident (mincore every 2 ms).
 
     PYTHONPATH=src python benchmarks/stream_read.py [--mib 384] [--tries 7] [--json]
 
@@ -45,7 +47,6 @@ if str(REPO / "src") not in sys.path:
 
 from pagecast.launch.binary import launcher_path  # noqa: E402
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan  # noqa: E402
-from pagecast.plan.kernel_plans import with_stream  # noqa: E402
 from pagecast.util.pagecache import make_cold, resident  # noqa: E402
 
 WINDOW = 8 << 20
@@ -114,17 +115,18 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(args.mib):
                 f.write(os.urandom(1 << 20))
         make_cold([path], sync=True)
-        entry = PlanDoc([FilePlan(str(path), FileIdentity.of(path))])
+        pages = (os.path.getsize(path) + 4095) // 4096
         plans = {}
-        for name, read in (("stream", False), ("read", True)):
-            plans[name] = scratch / f"{name}.plan"
-            write_plan(plans[name], with_stream(entry, window_kb=lambda dev: WINDOW >> 10, read=read))
+        for strategy in ("warm", "stream"):
+            plans[strategy] = scratch / f"{strategy}.plan"
+            entry = FilePlan(str(path), FileIdentity.of(path), strategy, [(0, pages)], depth=1, chunk_kib=WINDOW >> 10)
+            write_plan(plans[strategy], PlanDoc([entry]))
         ways: dict[str, Callable[[Path], None]] = {
             BASELINE: willneed_windows,
             "pread into a buffer": pread_buffer,
             "sendfile to /dev/null": sendfile_null,
-            "launcher: predicted+stream (WILLNEED)": launcher_way(path, plans["stream"]),
-            "launcher: predicted+read (sendfile)": launcher_way(path, plans["read"]),
+            "launcher: warm (WILLNEED)": launcher_way(path, plans["warm"]),
+            "launcher: stream (sendfile)": launcher_way(path, plans["stream"]),
         }
         sendfile_null(path)  # one untimed pass: the first read of a new file is the device's own business
         wall: dict[str, list[float]] = {w: [] for w in ways}

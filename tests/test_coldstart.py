@@ -143,11 +143,21 @@ def test_quick_cli_json_git(tmp_path, monkeypatch):
     assert rep["rounds"] == 1 and [c["case"] for c in rep["cases"]] == ["git"]
     c = rep["cases"][0]
     kinds = {x["kind"] for x in c["strategies"]}
-    assert kinds == {"kernel", "pagecast", "oracle", "warm"}
+    assert kinds == {"kernel", "pagecast", "bound", "oracle", "warm"}
     assert "pagecast run --pack (training runs)" in c["skipped"]  # git's files are not mapped through the pager
     assert (tmp_path / "w" / "real_programs.json").exists()
-    pagecast_rows = [x["strategy"] for x in c["strategies"] if x["kind"] == "pagecast"]
-    assert list(rep["summary"]["strategies"]) == pagecast_rows
+    summarised = [x["strategy"] for x in c["strategies"] if x["kind"] in ("pagecast", "bound")]
+    assert list(rep["summary"]["strategies"]) == summarised
+
+
+def test_recurring_pages_are_the_held_out_pages_a_training_run_used():
+    train = {"a": np.array([1, 2, 3, 10]), "b": np.array([5]), "only-train": np.array([7])}
+    held = {"a": np.array([10, 3, 4, 99]), "b": np.array([6]), "only-held": np.array([1, 2])}
+    got = cs.recurring_pages(train, held)
+    assert list(got) == ["a"]  # b shares no page, only-held was never recorded
+    assert got["a"].tolist() == [3, 10]
+    bound = next(s for s in cs.default_strategies() if s.kind == "bound")
+    assert bound.name == cs.RECURRING
 
 
 def _row(name: str, kind: str, vs: float, share: float | None) -> dict:

@@ -280,21 +280,15 @@ def test_stream_variant_reads_the_whole_file_in_window_requests(tmp_path, disk_f
     assert got.all(), f"pages never seen resident: {np.flatnonzero(~got).tolist()}"
 
 
-def test_read_variant_reads_large_files_by_sendfile_without_copying(tmp_path, disk_file):
-    """``predicted+read`` (with_stream(read=True)) through the real launcher: the whole file,
-    read by ``sendfile`` to /dev/null (the kernel's sequential read-ahead, nothing copied
-    into the prefetcher), one call per window request; every page lands resident."""
+def test_stream_reads_by_sendfile_without_copying(tmp_path, disk_file):
+    """A ``stream`` file through the real launcher: every request one ``sendfile`` to
+    /dev/null (the kernel's sequential read-ahead, nothing copied into the prefetcher), no
+    pread of the data; every page lands resident."""
     import shutil
-
-    from pagecast.plan.kernel_plans import with_stream
 
     if shutil.which("strace") is None:
         pytest.skip("needs strace to see the prefetcher's system calls")
-    doc = with_stream(PlanDoc([FilePlan(str(disk_file), FileIdentity.of(disk_file))]), window_kb=lambda dev: 64,
-                      read=True)  # fmt: skip
-    assert doc.files[0].strategy == "stream"
-    plan = tmp_path / "r.plan"
-    write_plan(plan, doc)
+    plan = _plan(tmp_path, [FilePlan(str(disk_file), FileIdentity.of(disk_file), "stream", depth=1, chunk_kib=64)])
     drop_file(disk_file)
     log, status = tmp_path / "strace.log", tmp_path / "status.json"
     with ResidencyWatch(disk_file) as watch:

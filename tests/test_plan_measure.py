@@ -28,14 +28,7 @@ from perf_support import needs_perf
 
 # reads the pages named on the command line from a file named relative to the working directory
 READER = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfor p in sys.argv[2].split(','):\n    os.pread(fd, 4096, int(p) * 4096)\n"
-CANDIDATES = {
-    *KERNEL_CANDIDATES,
-    "predicted",
-    "predicted-before",
-    "predicted+willneed",
-    "predicted+stream",
-    "predicted+read",
-}
+CANDIDATES = {*KERNEL_CANDIDATES, "predicted", "predicted-before", "predicted+willneed", "predicted+stream"}
 
 
 def _data(d: Path, pages: int = 64) -> Path:
@@ -371,7 +364,7 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
     cfg = PlannerConfig(min_runs=2)  # pages used by both training runs: differs by fold
     willneed = kernel_plans(traces)["willneed"]
     got = _held_out_plans(argparse.Namespace(traces=traces), cfg, recs, willneed, tmp_path / "scratch")
-    assert set(got) == {"predicted", "predicted-before", "predicted+willneed", "predicted+stream", "predicted+read"}
+    assert set(got) == {"predicted", "predicted-before", "predicted+willneed", "predicted+stream"}
     for i, t in enumerate(traces):
         others = [x for j, x in enumerate(traces) if j != i]
         want, _ = plan_by_predicted_time(others, cfg)
@@ -382,7 +375,6 @@ def test_held_out_plans_leave_the_timed_recording_out(tmp_path):
             with_willneed(want, kernel_plans(others)["willneed"])
         )
         assert encode_plan(got["predicted+stream"][t]) == encode_plan(with_stream(want))
-        assert encode_plan(got["predicted+read"][t]) == encode_plan(with_stream(want, read=True))
     everything, _ = plan_by_predicted_time(traces, cfg)
     assert any(encode_plan(got["predicted"][t]) != encode_plan(everything) for t in traces)
 
@@ -448,15 +440,6 @@ def test_with_stream_reads_every_file_whole_small_ones_first_in_window_requests(
     by = {Path(f.path).name: f for f in capped.files}
     assert by["big"] == plan.files[0] and by["packed"] == plan.files[2]
     assert (by["part"].ranges, by["small"].ranges, by["empty"].ranges) == ([(0, 200)], [(0, 3)], [])
-    # read=True: the same files and order, the files of more than one window as one
-    # sequential read each (stream, one request in flight); a file of one request stays warm
-    read = with_stream(plan, window_kb=lambda dev: 400, read=True)
-    assert [f.path for f in read.files] == [f.path for f in out.files]
-    by = {Path(f.path).name: f for f in read.files}
-    assert [(by[n].strategy, by[n].ranges, by[n].depth) for n in ("big", "part")] == [
-        ("stream", [(0, 301)], 1), ("stream", [(0, 200)], 1)]  # fmt: skip
-    assert by["big"].advice == "random" and by["packed"] == plan.files[2]
-    assert (by["small"].strategy, by["empty"].strategy) == ("warm", "nothing")
 
 
 def test_a_per_recording_candidate_must_cover_every_recording(tmp_path):

@@ -107,8 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAMES",
         default=None,
         help="with --measure: comma-separated candidates to time (default all: default, random, sequential, "
-        "willneed, willneed-beside, predicted, predicted-before, predicted+willneed, predicted+stream, "
-        "predicted+read); "
+        "willneed, willneed-beside, predicted, predicted-before, predicted+willneed, predicted+stream); "
         "default is always timed, as the others are judged against it. Fewer candidates, fewer runs",
     )
     p.add_argument(
@@ -274,24 +273,17 @@ def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F82
 def _predicted_variants(predicted, willneed) -> dict:
     """The predicted plan as measured: beside the program, issued before it, with the
     kernel's WILLNEED for the files it leaves alone, and with every file it does not pack
-    read whole beside the program (WILLNEED windows, or one sequential read per file)."""
+    read whole beside the program."""
     import dataclasses
 
     from pagecast.plan.kernel_plans import with_stream, with_willneed
-    from pagecast.plan.measure import (
-        PREDICTED,
-        PREDICTED_BEFORE,
-        PREDICTED_READ,
-        PREDICTED_STREAM,
-        PREDICTED_WILLNEED,
-    )
+    from pagecast.plan.measure import PREDICTED, PREDICTED_BEFORE, PREDICTED_STREAM, PREDICTED_WILLNEED
 
     return {
         PREDICTED: predicted,
         PREDICTED_BEFORE: dataclasses.replace(predicted, issue="before", files=list(predicted.files)),
         PREDICTED_WILLNEED: with_willneed(predicted, willneed),
         PREDICTED_STREAM: with_stream(predicted),
-        PREDICTED_READ: with_stream(predicted, read=True),
     }
 
 

@@ -24,9 +24,8 @@ some run used that still exists, with the identity the planner stores):
 
 Two variants of a learned plan are made here too, as they take a kernel plan's per-file
 entries: ``with_willneed`` (the kernel's WILLNEED for the files the plan leaves alone) and
-``with_stream`` (every file read whole beside the program: in requests of the WILLNEED
-window, what the kernel would do if one WILLNEED were not clamped; or, ``read=True``, by
-one sequential read through the kernel's own read-ahead).
+``with_stream`` (every file read whole beside the program, in requests of the WILLNEED
+window: what the kernel would do if one WILLNEED were not clamped).
 """
 
 from __future__ import annotations
@@ -110,29 +109,17 @@ def page_cache_budget() -> int:
 
 
 def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb,
-                budget_bytes: int | None = None, read: bool = False) -> PlanDoc:  # fmt: skip
+                budget_bytes: int | None = None) -> PlanDoc:  # fmt: skip
     """``plan`` with every file it does not pack or serve per fault read whole into the page
     cache beside the program: the files of at most one WILLNEED window first (in plan order:
     they are read in one request each), then the larger ones, each in requests of its
-    device's WILLNEED window, one thread.
-
-    Two ways to read the larger files, and neither wins everywhere (docs/live.md, measured
-    candidates), so each is a candidate of its own:
-
-    - ``read=False`` (``predicted+stream``): ``warm`` requests. ``posix_fadvise(WILLNEED)``
-      queues a window's reads and returns, so one thread queues the whole file at once, in
-      order-0 pages; a program that reads all over the file (point lookups) finds most of
-      its pages already under way.
-    - ``read=True`` (``predicted+read``): ``stream`` requests, one in flight. The launcher
-      reads each with ``sendfile`` to /dev/null, which goes through the kernel's
-      sequential read-ahead (large folios, the next window read while this one lands) and
-      copies nothing: about twice the throughput of WILLNEED requests on the same file
-      (benchmarks/stream_read.py), for a program that walks the file in order.
+    device's WILLNEED window (``posix_fadvise`` queues a window's reads and returns, so one
+    thread keeps the device busy, as the kernel's read-ahead does).
 
     For a program that reads a sparse share of a large file in roughly file order (a model
     reader walking its tensors), the stream stays ahead of it and its reads hit the page
-    cache; for one whose reads are few and short it is a whole file read for nothing. Which
-    it is, only a measurement tells: these are measured candidates.
+    cache; for one whose reads are few and short (point lookups) it is a whole file read
+    for nothing. Which it is, only a measurement tells: this is a measured candidate.
 
     The files read whole add up to at most ``budget_bytes`` (default ``page_cache_budget``),
     taken in plan order: a file that would pass it keeps the plan's entry, since a stream
@@ -147,9 +134,7 @@ def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window
             continue
         left -= pages * PAGE_SIZE
         kb = min(_MAX_CHUNK_KIB, max(4, window_kb(f.identity.dev)))
-        large = pages * PAGE_SIZE > kb * 1024
-        strategy = "nothing" if not pages else "stream" if read and large else "warm"
-        whole = dataclasses.replace(f, strategy=strategy, ranges=[(0, pages)] if pages else [],
+        whole = dataclasses.replace(f, strategy="warm" if pages else "nothing", ranges=[(0, pages)] if pages else [],
                                     depth=1, chunk_kib=kb, reason="stream:whole")  # fmt: skip
-        (streams if large else first).append(whole)
+        (streams if pages * PAGE_SIZE > kb * 1024 else first).append(whole)
     return PlanDoc(files=first + streams, issue="beside", note=plan.note)

@@ -60,8 +60,7 @@ PREDICTED = "predicted"
 PREDICTED_BEFORE = "predicted-before"  # the same plan, its warm ranges issued before exec (as the oracle is)
 PREDICTED_WILLNEED = "predicted+willneed"  # files the plan leaves alone get the kernel's WILLNEED, all before exec
 PREDICTED_STREAM = "predicted+stream"  # files the plan does not pack read whole beside the program (with_stream)
-PREDICTED_READ = "predicted+read"  # the same, large files by one sequential read each (with_stream(read=True))
-PREDICTED_VARIANTS = (PREDICTED, PREDICTED_BEFORE, PREDICTED_WILLNEED, PREDICTED_STREAM, PREDICTED_READ)
+PREDICTED_VARIANTS = (PREDICTED, PREDICTED_BEFORE, PREDICTED_WILLNEED, PREDICTED_STREAM)
 # simplicity levels: of candidates measured within the noise of each other, the lowest level is kept
 _LEVEL = {"default": 0, "random": 1, "sequential": 1, "willneed": 2, "willneed-beside": 2}
 KERNEL = tuple(_LEVEL)
