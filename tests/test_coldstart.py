@@ -177,15 +177,31 @@ def test_summary_is_each_pagecast_rows_least_ratio_and_median_headroom():
         {"case": "b", "strategies": [_row("plan", "pagecast", 0.9, None), _row("pack", "pagecast", 1.5, 0.5)]},
         {"case": "c", "strategies": [_row("plan", "pagecast", 1.1, 0.1)]},
     ]
+    for r, noise in zip(results, (0.02, 0.05, 0.0)):
+        r["noise"] = noise
     summ = cs.summary(results)
     assert list(summ["strategies"]) == ["plan", "pack"]  # kernel, oracle and warm rows are not summarised
     plan = summ["strategies"]["plan"]
     assert plan["vs_best_kernel"] == {"a": 1.2, "b": 0.9, "c": 1.1} and plan["least_vs_best_kernel"] == 0.9
     # b has no headroom (None): the median is over a and c
     assert plan["median_headroom_captured"] == pytest.approx(0.25) and plan["cases_with_headroom"] == 2
+    # b's 0.90x is beyond its ±5 % noise: slower, as the issue counts it
+    assert plan["slower_beyond_noise"] == ["b"] and summ["strategies"]["pack"]["slower_beyond_noise"] == []
     table = cs.format_summary(summ, ["a", "b", "c"]).splitlines()
-    assert table[2] == "| plan | 1.20× | 0.90× | 1.10× | 0.90× | 25% over 2 cases |"
-    assert table[3] == "| pack | — | 1.50× | — | 1.50× | 50% over 1 case |"
+    assert table[2] == "| run-to-run noise (median half-spread of the case's rows) | ±2% | ±5% | ±0% | | | |"
+    assert table[3] == "| plan | 1.20× | 0.90× | 1.10× | 0.90× | 25% over 2 cases | b |"
+    assert table[4] == "| pack | — | 1.50× | — | 1.50× | 50% over 1 case | none |"
+
+
+def test_case_noise_is_the_median_relative_half_spread_without_warm_cache():
+    rows = [
+        {"kind": "kernel", "wall_s": 1.0, "wall_min_s": 0.9, "wall_max_s": 1.1},  # ±10 %
+        {"kind": "pagecast", "wall_s": 2.0, "wall_min_s": 1.9, "wall_max_s": 2.3},  # ±10 %
+        {"kind": "oracle", "wall_s": 0.5, "wall_min_s": 0.5, "wall_max_s": 0.51},  # ±1 %
+        {"kind": "warm", "wall_s": 0.1, "wall_min_s": 0.1, "wall_max_s": 0.3},  # left out
+    ]
+    assert cs.case_noise(rows) == pytest.approx(0.10)
+    assert cs.case_noise([]) == 0.0
 
 
 _TOUCH = r"""

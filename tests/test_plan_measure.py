@@ -259,6 +259,53 @@ def test_tie_is_a_standard_error_of_the_difference_of_two_totals():
     assert choose_measured(stz, 0.082, tie=0.082)[0] == "random"  # a tie as wide as the per-run noise
 
 
+def test_confirmation_keeps_a_learned_plan_only_if_it_is_faster_again_by_a_standard_error():
+    from pagecast.plan.measure import confirm_choice, fastest_kernel
+
+    kept, why = confirm_choice("predicted+stream", "willneed", {"predicted+stream": 0.75, "willneed": 0.90}, 0.07)
+    assert kept and why.startswith("confirmed in fresh rounds: predicted+stream 0.750 s against willneed 0.900 s")
+    # faster again, but by less than a standard error: not a measured gain, the kernel plan stays
+    kept, why = confirm_choice("predicted", "default", {"predicted": 0.85, "default": 0.86}, 0.07)
+    assert not kept and why.endswith("; default kept") and "(1.2% faster; a standard error is 7.0%)" in why
+    assert not confirm_choice("predicted", "default", {"predicted": 0.95, "default": 0.90}, 0.01)[0]  # slower
+    # the rival: the fastest kernel plan, near-ties to the simpler
+    totals = {"default": 1.0, "random": 0.96, "willneed": 0.955, "predicted": 0.5}
+    assert fastest_kernel(totals) == "random" and fastest_kernel(totals | {"willneed": 0.90}) == "willneed"
+
+
+@pytest.mark.parametrize("fast", ["predicted", "default"])
+def test_confirmation_runs_the_two_plans_alone_and_follows_its_own_totals(tmp_path, fast):
+    """The confirmation stage on real runs: the learned plan the first stage chose and the
+    fastest kernel plan, each ROUNDS more times per recording, alone; the choice follows the
+    fresh totals, whichever way they go. The command sleeps longer under the plan meant to
+    be slower (it reads the plan path it is run with), so both outcomes are exercised."""
+    from pagecast.plan.measure import MeasureConfig, Measured, Recording, _confirm
+
+    plans = {c: tmp_path / f"{c}.plan" for c in ("default", "random", "predicted")}
+    for p in plans.values():
+        p.write_text("")
+    slow = "random" if fast == "predicted" else "predicted"
+    prog = [sys.executable, "-c", "import sys, time; time.sleep(0.15 if sys.argv[1].endswith(sys.argv[2]) else 0.01)"]
+    recs = [Recording(str(tmp_path / f"r{i}.parquet"), prog, str(tmp_path), True) for i in range(2)]
+    plan_of = {c: {r.trace: plans[c] for r in recs} for c in plans}
+    runs = {c: {r.trace: [1.0] for r in recs} for c in plans}
+    runs["random"] = {r.trace: [0.9] for r in recs}  # the first stage: random is the fastest kernel plan
+    out = Measured(list(plans), [r.trace for r in recs], runs, rounds=1, noise=0.02, chosen="predicted", why="w")
+    extra = []
+    cfg = MeasureConfig(lambda plan, argv: [*argv, plan, f"{slow}.plan"], rounds=1, on_extra=extra.append)
+    _confirm(out, {}, recs, plan_of, [], cfg, 2)
+    conf = out.confirmation
+    assert extra == [2 * 2 * 2] and (conf.chosen, conf.rival, conf.rounds) == ("predicted", "random", 2)
+    assert {c: [len(xs) for xs in by.values()] for c, by in conf.runs.items()} == {
+        "predicted": [2, 2],
+        "random": [2, 2],
+    }
+    assert conf.kept == (fast == "predicted") and out.chosen == ("predicted" if conf.kept else "random")
+    said = "w; confirmed in fresh rounds" if conf.kept else "w; not confirmed in fresh rounds"
+    assert out.why.startswith(said) and out.to_dict()["confirmation"]["kept"] == conf.kept
+    assert "confirmation, 2 more rounds of the two: predicted " in out.note()
+
+
 def test_noise_is_the_median_half_spread_relative_to_the_median():
     runs = {"default": {"a": [1.0, 1.2, 1.1], "b": [2.0, 2.0, 2.0]}, "random": {"a": [0.9, 1.0, 1.1]}}
     # half spreads / medians: 0.1/1.1, 0, 0.1/1.0 -> median 0.1/1.1

@@ -653,8 +653,18 @@ def run_case(
         "notes": ctx.artifacts.get("notes", []),
         "recurrence": ctx.artifacts.get("recurrence", {}),
         "strategies": summary,
+        "noise": case_noise(summary),
         "runs": [r.__dict__ for r in rows],
     }
+
+
+def case_noise(strategies: list[dict[str, Any]]) -> float:
+    """The case's run-to-run noise: over its rows (warm cache aside), the median of each row's
+    half-spread, (max - min) / 2, relative to its median. 0 with one round (no spread)."""
+    spreads = [
+        (x["wall_max_s"] - x["wall_min_s"]) / 2 / x["wall_s"] for x in strategies if x["kind"] != "warm" and x["wall_s"]
+    ]
+    return float(statistics.median(spreads)) if spreads else 0.0
 
 
 def page_set_source() -> str:
@@ -733,7 +743,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     names: list[str] = []
     for r in results:
         names += [x["strategy"] for x in r["strategies"] if x["kind"] not in ("kernel", "oracle", "warm")]
-    out: dict[str, Any] = {"strategies": {}}
+    noise = {r["case"]: r.get("noise", 0.0) for r in results}
+    out: dict[str, Any] = {"noise": noise, "strategies": {}}
     for name in dict.fromkeys(names):
         rows = {r["case"]: next((x for x in r["strategies"] if x["strategy"] == name), None) for r in results}
         ratios = {c: x["vs_best_kernel"] for c, x in rows.items() if x and x["vs_best_kernel"] is not None}
@@ -741,6 +752,8 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         out["strategies"][name] = {
             "vs_best_kernel": ratios,
             "least_vs_best_kernel": min(ratios.values()) if ratios else None,
+            # the issue's "no case slower beyond the run-to-run noise the benchmark reports"
+            "slower_beyond_noise": [c for c, v in ratios.items() if v < 1 - noise[c]],
             "median_headroom_captured": float(statistics.median(shares)) if shares else None,
             "cases_with_headroom": len(shares),
         }
@@ -749,9 +762,13 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def format_summary(summ: dict[str, Any], cases: list[str]) -> str:
     """``summary`` as a Markdown table: a row per pagecast strategy, a column per case."""
+    noise = summ.get("noise", {})
     lines = [
-        "| strategy | " + " | ".join(cases) + " | least | median headroom captured |",
-        "|---|" + "---|" * (len(cases) + 2),
+        "| strategy | " + " | ".join(cases) + " | least | median headroom captured | slower beyond the noise |",
+        "|---|" + "---|" * (len(cases) + 3),
+        "| run-to-run noise (median half-spread of the case's rows) | "
+        + " | ".join(f"±{noise[c]:.0%}" if c in noise else "—" for c in cases)
+        + " | | | |",
     ]
     for name, x in summ["strategies"].items():
         cells = [f"{x['vs_best_kernel'][c]:.2f}×" if c in x["vs_best_kernel"] else "—" for c in cases]
@@ -759,5 +776,6 @@ def format_summary(summ: dict[str, Any], cases: list[str]) -> str:
         med = x["median_headroom_captured"]
         n = x["cases_with_headroom"]
         hr = f"{med:.0%} over {n} case{'' if n == 1 else 's'}" if med is not None else "—"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {least} | {hr} |")
+        slower = ", ".join(x.get("slower_beyond_noise", [])) or "none"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {least} | {hr} | {slower} |")
     return "\n".join(lines)

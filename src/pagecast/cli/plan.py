@@ -94,7 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "WILLNEED for the files it leaves alone; with every file read whole beside the program), each timed "
         "on a recording it was not planned from when there are 3 or more. The plan written is, of the "
         "candidates that beat default by more than the measured noise, the simplest within a standard error "
-        "of the fastest; else the fastest kernel plan",
+        "of the fastest; else the fastest kernel plan. A predicted plan so chosen is timed again against the "
+        "fastest kernel plan, the two alone for --rounds more rounds, and kept only if it is faster again by "
+        "more than a standard error",
     )
     p.add_argument(
         "--rounds",
@@ -338,7 +340,7 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
         total = runs_needed(candidates, recordings, args.rounds)
         with progress(total=total, desc="measured runs", unit="run") as bar:
             mcfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
-                                 on_run=lambda _c: bar.update(1))  # fmt: skip
+                                 on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))  # fmt: skip
             try:
                 measured = measure(candidates, recordings, cold, mcfg)
             except BaseException:
@@ -354,6 +356,13 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
         + ([f"predicted plan: {predicted.note}"] if predicted.note and measured.chosen in final else [])
     )
     return chosen, measured
+
+
+def _grow(bar, runs: int) -> None:
+    """The confirmation's runs join the progress bar's total when it starts."""
+    if bar.total is not None:
+        bar.total += runs
+        bar.refresh()
 
 
 def _remove_packs(doc) -> None:
