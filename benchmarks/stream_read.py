@@ -18,7 +18,8 @@ every 2 ms).
 
 A page missing right after a way finished was read and evicted since (a host running a
 DAMON pageout scheme on physical memory can evict freshly read pages), or, for the
-launcher, never read before the 30 s limit: the last column gives the most of any try.
+launcher, never seen resident before the 30 s limit: the last column gives the most of any
+try. The launcher ways are done when every page has been seen resident at least once.
 
     PYTHONPATH=src python benchmarks/stream_read.py [--mib 384] [--tries 7] [--json]
 
@@ -89,15 +90,28 @@ def sendfile_null(path: Path) -> None:
 
 
 def launcher_way(path: Path, plan: Path) -> Callable[[Path], None]:
-    want = (os.path.getsize(path) + 4095) // 4096
-
     def run(p: Path) -> None:
         subprocess.run([launcher_path(), "--prefetch-only", str(plan)], check=True)
+        # done when every page has been seen resident, not all at once: a page read and
+        # evicted again (see above) was read all the same
+        seen = resident(p)
         end = time.monotonic() + 30
-        while int(resident(p).sum()) < want and time.monotonic() < end:
+        while not seen.all() and time.monotonic() < end:
             time.sleep(0.002)
+            seen |= resident(p)
 
     return run
+
+
+def cold_file(mib: int) -> Path:
+    """A new file of random bytes on the repository's disk (tmpfs pages cannot be dropped), cold."""
+    (REPO / "native" / "build" / "testdata").mkdir(parents=True, exist_ok=True)
+    path = REPO / "native" / "build" / "testdata" / f"stream-read-{os.getpid()}.bin"
+    with open(path, "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+    make_cold([path], sync=True)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,15 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tries", type=int, default=7, help="tries per way, interleaved (default 7)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    base = REPO / "native" / "build" / "testdata"
-    base.mkdir(parents=True, exist_ok=True)
-    path = base / f"stream-read-{os.getpid()}.bin"
     scratch = Path(tempfile.mkdtemp(prefix="pagecast-stream-read-"))
+    path = cold_file(args.mib)
     try:
-        with open(path, "wb") as f:
-            for _ in range(args.mib):
-                f.write(os.urandom(1 << 20))
-        make_cold([path], sync=True)
         pages = (os.path.getsize(path) + 4095) // 4096
         plans = {}
         for strategy in ("warm", "stream"):
