@@ -158,7 +158,7 @@ def test_kernel_plans_exact_contents(tmp_path):
     gone.unlink()  # a file gone since the recording: nothing to plan
     plans = kernel_plans([t1, t2])
     assert list(plans) == list(KERNEL_CANDIDATES)
-    want_paths = sorted([str(small), str(big)])
+    want_paths = [str(small), str(big)]  # the order the runs first used them (data.bin sorts after big.bin)
     for name, doc in plans.items():
         assert [f.path for f in doc.files] == want_paths
         for f in doc.files:
@@ -176,6 +176,32 @@ def test_kernel_plans_exact_contents(tmp_path):
         assert all(f.chunk_kib * 1024 // 4096 >= f.pages for f in by.values())
     # WILLNEED before the program starts, as the kernel strategy; the other plans beside it
     assert {n: d.issue for n, d in plans.items()} == {n: "before" if n == "willneed" else "beside" for n in plans}
+
+
+def test_plans_name_files_in_the_order_the_runs_first_used_them(tmp_path):
+    """file_pages keeps a run's files in first-use order (the row of each file's first use,
+    whatever its region), and first_use_order averages the position over the runs."""
+    from pagecast.plan.shared_pages import file_pages, first_use_order
+
+    a, b, c = (tmp_path / n for n in ("a.bin", "b.bin", "c.bin"))
+    for f in (a, b, c):
+        f.write_bytes(b"x" * 8 * 4096)
+    regions = [Region(0, str(c), kind="file", path=str(c), length=8 * 4096),
+               Region(1, str(a), kind="file", path=str(a), length=8 * 4096),
+               Region(2, str(b), kind="file", path=str(b), length=8 * 4096),
+               Region(3, str(a), kind="file", path=str(a), length=8 * 4096, file_offset=4096)]  # fmt: skip
+    t = tmp_path / "r.parquet"
+    with TraceWriter(t, regions=regions, meta={"command": ["true"]}) as w:
+        # first uses: b (row 0), then a through its second region (row 1), then c
+        w.write(t_ns=np.arange(5), region=np.array([2, 3, 0, 1, 2], np.int32), page=np.array([0, 0, 1, 2, 3]),
+                kind=np.full(5, int(Kind.FILE_MAPPED), np.uint8))  # fmt: skip
+    run = file_pages(t)
+    assert list(run) == [str(b), str(a), str(c)]
+    assert run[str(a)].tolist() == [1, 2]  # region 3 maps a from its second page
+    # over runs: mean position as a share of each run's files (b: 0, 0.5; a: 1/3, 0; c: 2/3)
+    other = {str(a): np.array([0]), str(b): np.array([0])}
+    assert first_use_order([run, other]) == [str(a), str(b), str(c)]
+    assert first_use_order([{str(b): 1, str(a): 1}, {str(a): 1, str(b): 1}]) == [str(a), str(b)]  # a tie: by path
 
 
 def test_willneed_plan_reads_what_one_willneed_reads(tmp_path):

@@ -38,7 +38,8 @@ class PlanConfig:
 
 
 def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
-    """File path → sorted unique file pages (offset // 4096) the run used."""
+    """File path → sorted unique file pages (offset // 4096) the run used; the files in the
+    order the run first used them (the row of a file's first use)."""
     t = open_trace(trace_path)
     if t.page_size != PAGE_SIZE:
         raise PagecastError(f"page size {t.page_size}: plans are in {PAGE_SIZE}-byte pages", path=trace_path)
@@ -50,22 +51,42 @@ def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = N
             is_file[r.id] = True
             base[r.id] = r.file_offset // PAGE_SIZE
     parts: dict[int, list[np.ndarray]] = {}
+    first: dict[int, int] = {}  # region -> row of its first use
+    row0 = 0
     for b in t.iter_batches(["region", "page", "kind"]):
         reg = np.where((b["region"] >= 0) & (b["region"] < nreg), b["region"], nreg)
         keep = is_file[reg] & ~np.isin(b["kind"], NOT_USES)
+        pos = np.flatnonzero(keep) + row0
         reg, page = reg[keep], b["page"][keep] + base[reg[keep]]
         order = np.argsort(reg, kind="stable")
-        reg, page = reg[order], page[order]
+        reg, page, pos = reg[order], page[order], pos[order]
         ids, starts = np.unique(reg, return_index=True)
-        for rid, chunk in zip(ids, np.split(page, starts[1:])):
+        for rid, start, chunk in zip(ids, starts, np.split(page, starts[1:])):
             parts.setdefault(int(rid), []).append(np.unique(chunk))
+            first.setdefault(int(rid), int(pos[start]))  # a stable sort keeps the earliest row first
+        row0 += len(b["region"])
         if on_rows:
             on_rows(len(b["region"]))
     by_id = {r.id: r for r in t.regions}
     merged: dict[str, list[np.ndarray]] = {}
+    first_row: dict[str, int] = {}
     for rid, ps in parts.items():
-        merged.setdefault(by_id[rid].path, []).extend(ps)
-    return {p: np.unique(np.concatenate(a)) for p, a in merged.items()}
+        path = by_id[rid].path
+        merged.setdefault(path, []).extend(ps)
+        first_row[path] = min(first_row.get(path, first[rid]), first[rid])
+    return {p: np.unique(np.concatenate(merged[p])) for p in sorted(merged, key=lambda p: (first_row[p], p))}
+
+
+def first_use_order(per_run: Sequence[dict[str, np.ndarray]]) -> list[str]:
+    """Every file some run used, in the order the runs first used them: by the mean over the
+    runs that used a file of its position in that run's order (``file_pages``), as a share of
+    the run's files; ties by path. A plan's requests go out in its file order, so the files
+    a program needs first are warmed first."""
+    pos: dict[str, list[float]] = {}
+    for run in per_run:
+        for i, path in enumerate(run):
+            pos.setdefault(path, []).append(i / len(run))
+    return sorted(pos, key=lambda p: (sum(pos[p]) / len(pos[p]), p))
 
 
 def recorded_identity(trace_path: str | Path) -> dict[str, FileIdentity]:
@@ -97,15 +118,15 @@ class RecordedFile:
 
 
 def recorded_files(traces: Sequence[str | Path], per_run: Sequence[dict[str, np.ndarray]]) -> list[RecordedFile]:
-    """Every file some run used (``per_run``: ``file_pages`` of each trace), in path order,
-    with the identity a plan stores for it. Files gone since, or no longer regular files,
-    are left out: there is nothing to plan for them."""
+    """Every file some run used (``per_run``: ``file_pages`` of each trace), in the order the
+    runs first used them (``first_use_order``), with the identity a plan stores for it. Files
+    gone since, or no longer regular files, are left out: there is nothing to plan for them."""
     idents: dict[str, FileIdentity] = {}
     for t in traces:
         idents.update(recorded_identity(t))
     newest_trace_ns = max(os.stat(t).st_mtime_ns for t in traces)
     out = []
-    for path in sorted({p for run in per_run for p in run}):
+    for path in first_use_order(per_run):
         try:
             st = os.stat(path)
         except OSError:
