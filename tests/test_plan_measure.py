@@ -264,6 +264,11 @@ def test_choice_is_the_fastest_of_those_beyond_the_noise_over_default_else_the_f
         "predicted+willneed"
     )
     assert choose_measured({"default": 1.0, "random": 1.2, "predicted": 1.1}, 0.02)[0] == "default"
+    # the kernel's WILLNEED done before the program is simpler than the same requests raced beside it
+    tied = {"default": 1.0, "willneed": 0.905, "willneed-beside": 0.90, "predicted": 0.95}
+    assert choose_measured(tied, 0.02)[0] == "willneed"  # eligible, within the tie
+    assert choose_measured(tied, 0.12)[0] == "willneed"  # none eligible: the fastest kernel plan, near-tie
+    assert choose_measured(tied | {"willneed": 0.95}, 0.02)[0] == "willneed-beside"  # 5 % is a difference
     # equal totals: default
     assert choose_measured({"default": 1.0, "random": 1.0, "predicted": 1.0}, 0.02)[0] == "default"
     c, why = choose_measured({"default": 1.0, "random": 1.0, "predicted": 1.0}, 0.02)
