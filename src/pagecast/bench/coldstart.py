@@ -468,6 +468,12 @@ def _run_plan_native(ctx: Context) -> Launch | None:
     return Launch([launcher_path(), "--restore-signals", str(plan), "--", *ctx.argv]) if plan else None
 
 
+def _bound(ctx: Context) -> Launch:
+    # the page set is computed here, once, not in the timed step (1-4 ms for a thousand files)
+    pages = recurring_pages(ctx.train_pages, ctx.oracle_pages)
+    return Launch(ctx.argv, pre=lambda: willneed_pages(pages))
+
+
 def _warm(ctx: Context) -> Launch:
     env = dict(ctx.case.heldout.env or {})
     return Launch(ctx.argv, env, untimed=lambda: _run_quiet(ctx.argv, env, ctx.case.cwd), cold=False)
@@ -509,11 +515,7 @@ def default_strategies() -> list[Strategy]:
         Strategy("pagecast-launch PLAN (the launcher binary, no Python in front)", "pagecast", _run_plan_native),
         Strategy("pagecast run --plan, measured (training runs)", "pagecast", _run_measured_plan, train=_measured_plan),
         Strategy("pagecast-launch measured PLAN (the launcher binary)", "pagecast", _run_measured_plan_native),
-        Strategy(
-            RECURRING,
-            "bound",
-            lambda c: Launch(c.argv, pre=lambda: willneed_pages(recurring_pages(c.train_pages, c.oracle_pages))),
-        ),
+        Strategy(RECURRING, "bound", _bound),
         Strategy(ORACLE, "oracle", lambda c: Launch(c.argv, pre=lambda: willneed_pages(c.oracle_pages))),
         Strategy(WARM, "warm", _warm),
     ]
