@@ -89,7 +89,7 @@ def sendfile_null(path: Path) -> None:
         os.close(null)
 
 
-def launcher_way(path: Path, plan: Path) -> Callable[[Path], None]:
+def launcher_way(plan: Path) -> Callable[[Path], None]:
     def run(p: Path) -> None:
         subprocess.run([launcher_path(), "--prefetch-only", str(plan)], check=True)
         # done when every page has been seen resident, not all at once: a page read and
@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
             BASELINE: willneed_windows,
             "pread into a buffer": pread_buffer,
             "sendfile to /dev/null": sendfile_null,
-            "launcher: warm (WILLNEED)": launcher_way(path, plans["warm"]),
-            "launcher: stream (sendfile)": launcher_way(path, plans["stream"]),
+            "launcher: warm (WILLNEED)": launcher_way(plans["warm"]),
+            "launcher: stream (sendfile)": launcher_way(plans["stream"]),
         }
         sendfile_null(path)  # one untimed pass: the first read of a new file is the device's own business
         wall: dict[str, list[float]] = {w: [] for w in ways}
