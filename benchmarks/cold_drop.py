@@ -5,7 +5,7 @@ and arrives over ~0.1 s. A page whose read is in flight is locked, and posix_fad
 skips it: it lands afterwards and stays cached. This queues a file's whole-file stream,
 then makes it cold three ways, and counts the pages left cached (mincore), per try:
 
-- ``one DONTNEED``: a single pass, as the harness did before session 7 (the baseline);
+- ``one DONTNEED``: a single pass, as the harness once did (the baseline);
 - ``in-flight count``: wait until ``/sys/dev/block/MAJ:MIN/inflight`` reads 0, drop, drop
   again if reads are in flight after (the first fix, which misses requests still queued in
   the I/O scheduler);

@@ -1,5 +1,5 @@
 """Live loop latency (fault → prefetch issued) and program wall time: native fast path vs
-the Python path, same session, interleaved (target: "online prediction p99 <= 100 us
+the Python path, same run, interleaved (target: "online prediction p99 <= 100 us
 per fault").
 
 Records cold training runs of the sparse-weights workload (prompts 101-103), merges them
@@ -165,7 +165,7 @@ def _measure(args: argparse.Namespace, weights: Path, tmp: Path, load0: tuple[fl
             f"{name:<18} {s['fault_p50']!s:>12} / {s['fault_p99']!s:<11} {s['seen_p50']!s:>11} / {s['seen_p99']!s:<11} "
             f"{s['own_p50']!s:>13} / {s['own_p99']!s:<12} {s['wall_s']!s:>7} {s['major']!s:>6}"
         )
-    print("\nbaseline = the Python path (same session); ratio = baseline / fast path")
+    print("\nbaseline = the Python path (same run); ratio = baseline / fast path")
     for k, v in report["ratios_python_over_fast"].items():
         print(f"  {k:<20} {v}x")
     print(

@@ -6,7 +6,7 @@ Three ways to read a file whole, each in requests of 8 MiB from one thread:
   ``predicted+stream`` reads a whole file): ``posix_fadvise(WILLNEED)`` per window, all
   queued at once; done when the last page of every window can be read (a one-byte pread
   waits for a page whose read is in flight);
-- ``pread into a buffer`` (how the launcher's ``stream`` strategy read before session 8):
+- ``pread into a buffer`` (how the launcher's ``stream`` strategy used to read):
   every byte copied into the reader;
 - ``sendfile to /dev/null`` (how the launcher's ``stream`` strategy reads now): the
   kernel's own sequential read-ahead, and nothing copied.

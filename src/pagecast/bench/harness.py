@@ -1,5 +1,5 @@
 """``pagecast bench``: kernel strategies vs pagecast's live prefetching on the sparse-weights
-workload, cold page cache every run, measured side by side in the same session.
+workload, cold page cache every run, measured side by side in the same run.
 
 Every run starts cold: the previous process has exited (so no mapping of the weights is
 left) and the file gets posix_fadvise(DONTNEED). Strategies run interleaved round by

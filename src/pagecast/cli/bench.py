@@ -1,4 +1,4 @@
-"""``pagecast bench``: live prefetching vs the kernel's strategies, cold cache, same session."""
+"""``pagecast bench``: live prefetching vs the kernel's strategies, cold cache, same run."""
 
 from __future__ import annotations
 

@@ -251,8 +251,8 @@ def choose_measured(totals: dict[str, float], noise: float, tie: float = TIE) ->
     can go wrong on a new input. (A tie as wide as the per-run noise chose `random` on
     safetensors-zipf, 7 % slower than `predicted-before` with 8 % noise over 3 rounds of 3
     recordings, and it measured 0.95-1.00x on the held-out input; a tie of 1 % kept git's
-    `predicted+willneed`, 3 % faster than `willneed` with 3.6 % noise: BENCHMARKS.md, runs O
-    and K.) (Requiring a plan to beat every simpler candidate too threw
+    `predicted+willneed`, 3 % faster than `willneed` with 3.6 % noise: BENCHMARKS.md, "Figures
+    cited by the code".) (Requiring a plan to beat every simpler candidate too threw
     away a plan 11 % faster than default because a kernel plan 4 % slower than it did not
     itself clear the noise over default.) Without such a plan, the kernel strategies are what
     is left, and what one of them costs beyond default is, as measured, within the noise: the
@@ -308,10 +308,11 @@ def confirm_choice(chosen: str, rival: str, totals: dict[str, float], tie: float
     by chance, the more so the more candidates there are. Fresh runs of the two alone are
     not selected, so they estimate the gain without that bias (on sqlite over mmap, where
     every strategy is bimodal, the first stage kept plans 18 % faster than default that
-    measured 0.83-0.93x the kernel's best on a new input: BENCHMARKS.md, session 8). It
+    measured 0.83-0.93x the kernel's best on a new input: BENCHMARKS.md, "Cold start of real
+    programs"). It
     cannot catch a gain that holds on the recorded inputs and not on a new one: with 9
     recordings that same case's stream plan was confirmed 28 % faster than ``random`` and
-    measured 0.82-0.99x on the held-out input (run U)."""
+    measured 0.82-0.99x on the held-out input (the same section, nine recordings)."""
     a, b = totals[chosen], totals[rival]
     gain = 1.0 - a / b if b > 0 else 0.0
     numbers = f"{chosen} {a:.3f} s against {rival} {b:.3f} s ({gain:.1%} faster; a standard error is {tie:.1%})"
