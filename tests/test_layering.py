@@ -11,6 +11,7 @@ cycles. docs/architecture.md shows the same table.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -45,8 +46,10 @@ def _package_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every pagecast import, lazy ones inside functions included."""
+@functools.cache
+def _imports(path: Path) -> tuple[tuple[int, str], ...]:
+    """(line, module) of every pagecast import, lazy ones inside functions included; each file
+    is parsed once for all the checks."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -63,7 +66,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
                 out.append((node.lineno, sub if _exists(sub) else node.module))
         elif isinstance(node, ast.ImportFrom) and node.level > 0:
             out.append((node.lineno, f"<relative import in {path.name}>"))
-    return out
+    return tuple(out)
 
 
 def _exists(module: str) -> bool:
@@ -77,6 +80,11 @@ def _modules() -> list[Path]:
 
 def _edges() -> dict[tuple[str, str], list[str]]:
     """(importing package, imported package) → where, for imports crossing packages."""
+    return _edges_under(ROOT)
+
+
+@functools.cache
+def _edges_under(root: Path) -> dict[tuple[str, str], list[str]]:
     edges: dict[tuple[str, str], list[str]] = {}
     for path in _modules():
         src_mod = _module_name(path)

@@ -16,7 +16,7 @@ from pagecast.pager.pack import build_pack
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.plan.shared_pages import merge_ranges
 from perf_support import needs_perf
-from plan_support import datafile, pagecast_env, touchpages  # noqa: F401 (pytest fixtures)
+from plan_support import pagecast_env
 from uffd_support import needs_uffd
 
 

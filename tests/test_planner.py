@@ -30,7 +30,6 @@ from pagecast.plan.shared_pages import merge_ranges, recurrence, recurrence_line
 from pagecast.util.device_model import DeviceModel, RandomRead, save_model
 from pagecast.util.pagecache import drop_file
 from perf_support import needs_perf
-from plan_support import datafile, touchpages  # noqa: F401 (pytest fixtures)
 
 # 1 ms per request at depth 1, 0.1 ms at depth 2; 4096 bytes take 4.096 µs; 4-page read-around
 DEV = DeviceCosts(seq_bytes_per_s=1e9, iops_by_depth=((1, 1000.0), (2, 10000.0)), read_ahead_kb=16, source="test")
