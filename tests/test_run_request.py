@@ -31,7 +31,7 @@ REPORT_KEYS = {
     "pager",
     "cuda",
 }
-# shared with the native launcher's report of `--plan` (docs/live.md)
+# shared with the native launcher's report of `--plan` (docs/plan.md, "The launcher")
 SHARED_WITH_PLAN = {"mode", "returncode", "exit_status", "wall_s", "live"}
 
 
