@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "launch.h"
+#include "outfile.h"
 
 #define PAGE 4096
 
@@ -363,9 +364,8 @@ void pcl_json_str(FILE *o, const char *s) {
 }
 
 static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_ns, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *o = fopen(tmp, "w");
+    char tmp[4200];
+    FILE *o = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!o) return;
     int64_t pages = 0, errors = 0;
     for (int i = 0; i < plan->nfiles; i++) {
@@ -400,10 +400,7 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
         fputc('}', o);
     }
     fputs("]}\n", o);
-    if (fclose(o) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
+    pc_out_fcommit(o, tmp, path);
 }
 
 /* Whether a prefetched file gets a feedback slot. A file whose plan fits in the first batch

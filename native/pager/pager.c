@@ -23,6 +23,7 @@
  */
 #define _GNU_SOURCE
 #include "pager.h"
+#include "outfile.h"
 #include "pager_internal.h"
 #include "policy/pc_policy.h"
 
@@ -873,7 +874,8 @@ int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
 /* ---- open / close ------------------------------------------------------------------ */
 
 static int load_learned(pgr_region *r) {
-    int fd = open(r->learn_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(r->learn_path,
+                  O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* saved by rename: never a link or a FIFO */
     if (fd < 0) return errno == ENOENT ? 0 : -1;
     char magic[8];
     uint64_t np = 0;
@@ -887,8 +889,7 @@ static int load_learned(pgr_region *r) {
 int pgr_save_learned(pgr_region *r, const char *path) {
     char tmp[PATH_MAX + 32];
     if (foreign(r)) return -1;
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = pc_out_temp(path, tmp, sizeof tmp); /* exclusive, random name: never through a planted link */
     if (fd < 0) return -1;
     pthread_mutex_lock(&r->mu);
     uint64_t np = r->npages;
@@ -896,11 +897,7 @@ int pgr_save_learned(pgr_region *r, const char *path) {
              write(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
     pthread_mutex_unlock(&r->mu);
     ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, path) < 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return pc_out_commit(ok, tmp, path);
 }
 
 static void free_region(pgr_region *r) {

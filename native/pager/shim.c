@@ -55,6 +55,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "outfile.h"
 #include "pager.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -320,7 +321,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     if (logdir && *logdir) {
         char lp[PATH_MAX + 64];
         snprintf(lp, sizeof lp, "%s/pager.%d.%d.pglog", logdir, (int)getpid(), n);
-        log_fd = open(lp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        log_fd = pc_out_new(lp, O_WRONLY | O_APPEND); /* an existing name or a planted link is refused */
         if (log_fd < 0) fprintf(stderr, "pagecast pager: cannot write fault log %s: %s\n", lp, strerror(errno));
     }
     cfg.log_fd = log_fd;
@@ -378,10 +379,9 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
 static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p99, int rc) {
     const char *dir = getenv("PAGECAST_PAGER_STATS");
     if (!dir || !*dir) return;
-    char p[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    char p[PATH_MAX + 64], tmp[PATH_MAX + 100];
     snprintf(p, sizeof p, "%s/pager.%d.%d.json", dir, (int)getpid(), l->n);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = pc_out_ftemp(p, tmp, sizeof tmp);
     if (!f) return;
     char esc[2 * PATH_MAX];
     size_t k = 0;
@@ -413,7 +413,7 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             (unsigned long long)s->pack_installed, (unsigned long long)s->pack_skipped,
             (unsigned long long)s->pack_bytes_read, (unsigned long long)s->pack_deferred,
             (unsigned long long)s->pack_done_ns, s->pack_state, rc == 0 ? "true" : "false");
-    if (fclose(f) == 0) rename(tmp, p);
+    pc_out_fcommit(f, tmp, p);
 }
 
 /* Caller holds g_mu. */

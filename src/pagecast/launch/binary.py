@@ -75,26 +75,20 @@ def launcher_path() -> str:
 
 def build_launcher() -> str:
     """Compile the launcher (cached by content hash) and its advice shim and record a stamp for ``launcher_path``."""
+    from pagecast.util.atomic import atomic_write_bytes, atomic_write_text
     from pagecast.util.native import build
 
     out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
     shim = build("pc_advice_shim", [SHIM_SOURCE], ldflags=["-ldl"])
-    beside = f"{out}{SHIM_SUFFIX}"
-    tmp_shim = f"{beside}.{os.getpid()}.tmp"
-    with open(shim, "rb") as src, open(tmp_shim, "wb") as dst:
-        dst.write(src.read())
-    os.replace(tmp_shim, beside)  # a program already running keeps its mapping of the old one
+    with open(shim, "rb") as src:  # renamed into place: a program already running keeps the old one
+        atomic_write_bytes(f"{out}{SHIM_SUFFIX}", src.read())
     native = native_dir()
     try:
         sig = _signature(native)
     except OSError:
         return str(out)
-    stamp = os.path.join(str(out.parent), NAME + ".stamp")
-    tmp = f"{stamp}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w") as f:
-            f.write(f"{sig}\n{out}\n")
-        os.replace(tmp, stamp)
+        atomic_write_text(os.path.join(str(out.parent), NAME + ".stamp"), f"{sig}\n{out}\n")
     except OSError:
         pass  # no stamp: the next launch rebuilds-by-hash, which only costs time
     return str(out)

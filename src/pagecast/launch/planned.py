@@ -12,10 +12,12 @@ launcher (``live`` filled in).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -174,16 +176,25 @@ def _warm_instead(fp: FilePlan, pages: Any, skipped: dict[str, str], warn: Calla
     ranges = merge_ranges(np.unique(np.asarray(pages, np.int64)))
     why = (f"a pack cannot act on an ELF file, which the dynamic loader maps; its {sum(n for _, n in ranges)} pages "
            "are warmed through the page cache instead")  # fmt: skip
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"pagecast-elf-warm-{os.getpid()}.plan"
     try:
-        write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth, chunk_kib=fp.chunk_kib)]))
-        subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
+        with tempfile.TemporaryDirectory(prefix="pagecast-elf-warm-") as private:  # 0700: no name to plant a link at
+            tmp = Path(private) / "warm.plan"
+            write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth,
+                                           chunk_kib=fp.chunk_kib)]))  # fmt: skip
+            subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
     except (OSError, PagecastError) as e:
         why = f"a pack cannot act on an ELF file, which the dynamic loader maps; warming it instead failed ({e})"
-    finally:
-        tmp.unlink(missing_ok=True)
     skipped[fp.path] = "warmed:" + why
     warn(f"{fp.path}: {why}")
+
+
+def _remove_status(path: Path) -> None:
+    """Remove the prefetcher's report once read; the launcher's own report lives alone in
+    a private directory (``pagecast-launch-XXXXXX``, native/launch/launch.c), removed with it."""
+    path.unlink(missing_ok=True)
+    if path.name == "status.json" and path.parent.name.startswith("pagecast-launch-"):
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
 
 def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
@@ -196,7 +207,7 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
     while status_path is not None and status is None and time.monotonic() < deadline:
         try:
             status = json.loads(status_path.read_text())
-            status_path.unlink(missing_ok=True)
+            _remove_status(status_path)
         except (OSError, ValueError):
             time.sleep(0.02)
     if status is None:
