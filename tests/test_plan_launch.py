@@ -18,7 +18,16 @@ import pytest
 from cold_support import ResidencyWatch
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
-from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, decode_plan, encode_plan, read_plan, write_plan
+from pagecast.plan.format import (
+    FileIdentity,
+    FilePlan,
+    PlanDoc,
+    checksum,
+    decode_plan,
+    encode_plan,
+    read_plan,
+    write_plan,
+)
 from pagecast.util.pagecache import drop_file, resident
 from plan_support import pagecast_env
 
@@ -405,3 +414,47 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
         [sys.executable, "-c", entry, "launcher-path", "--json"], env=pagecast_env(), capture_output=True, text=True
     )
     assert json.loads(r.stdout) == {"launcher": launcher_path(), "advice_shim": launcher_path() + "-advice.so"}
+
+
+def _edited_plan(tmp_path: Path, f: Path, strategy: str, arg: str, gain: str = "1.000") -> Path:
+    """A one-file plan with ARG and GAIN_MS written as given (re-sealed: a valid checksum)."""
+    body = encode_plan(PlanDoc([FilePlan(str(f), FileIdentity.of(f), strategy, arg="x")])).decode()
+    first, rec = body.split("\n")[:2]
+    fields = rec.split(" ")
+    fields[10], fields[11] = gain, arg or "-"
+    text = (first + "\n" + " ".join(fields) + "\n").encode()
+    p = tmp_path / f"{strategy}.plan"
+    p.write_bytes(text + f"end 1 {checksum(text):08x}\n".encode())
+    return p
+
+
+@pytest.mark.parametrize(
+    "strategy,arg,gain,warning",
+    [
+        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'"),
+        ("per-fault", "markov:bogus=1", "1.000", "markov has no option 'bogus'"),
+        ("per-fault", "", "1.000", "strategy per-fault needs an argument"),
+        ("pack", "", "1.000", "strategy pack needs an argument"),
+        ("per-fault", "markov", "fast", "bad gain 'fast'"),
+        ("pack", "no-such.pack", "1.000", "no-such.pack"),
+        ("per-fault", "stride:degree=4", "1.000", None),
+    ],
+)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_plan_pagecast_cannot_fully_use_costs_one_warning_and_the_program_runs(
+    tmp_path, disk_file, strategy, arg, gain, warning, as_json
+):
+    plan = _edited_plan(tmp_path, disk_file, strategy, arg, gain)
+    opts = ["--json"] if as_json else []
+    r = _pagecast("run", "--plan", str(plan), *opts, "--", "sh", "-c", "echo ran; exit 3", timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    if as_json:  # the program's stdout goes to stderr, the report to stdout
+        assert json.loads(r.stdout)["exit_status"] == 3 and "ran\n" in err
+    else:
+        assert r.stdout == b"ran\n"
+    ours = [ln for ln in err.splitlines() if ln.startswith("pagecast")]
+    if warning is None:
+        assert ours == []
+    else:
+        assert len(ours) == 1 and warning in ours[0] and "warning" in ours[0], err

@@ -15,6 +15,8 @@ SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/laun
 # advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
 SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
+# Headers of native/ outside launch/ that the launcher includes: a change must rebuild it too.
+SHARED_HEADERS = ("outfile.h",)
 
 
 def installed_native_dir() -> str:
@@ -48,7 +50,7 @@ def _stamp_dirs(native: str) -> list[str]:
 
 def _signature(native: str) -> str:
     parts = []
-    for s in (*SOURCES, SHIM_SOURCE):
+    for s in (*SOURCES, SHIM_SOURCE, *SHARED_HEADERS):
         st = os.stat(os.path.join(native, s))
         parts.append(f"{s}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)

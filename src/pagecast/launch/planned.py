@@ -78,34 +78,76 @@ def _current(fp: FilePlan) -> bool:
 
 def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False,
                  warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
-    doc = read_plan(plan)
+    """The pack and per-fault files of a plan the launcher accepted. Whatever of them
+    cannot run costs one warning naming the file, and the program runs anyway: the
+    launcher read the plan with the same rules (plan/format.py, "Lexical rules"), so
+    only a plan replaced since then, or a pack or policy pagecast cannot use, gets here."""
+    from pagecast.policies.spec import parse_policy_spec
+
+    try:
+        doc = read_plan(plan)
+    except PagecastError as e:
+        warn(f"{e}; its pack and per-fault files are not used")
+        doc = PlanDoc()
     # the launcher already warned about stale and missing files; these are the live ones
     packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
     per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
-    policies = sorted({fp.arg for fp in per_fault})
-    policy = policies[0] if policies else "none"
     skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
+
+    def skip(fp: FilePlan, why: str) -> None:
+        skipped[fp.path] = why
+        warn(f"{fp.path}: {why}")
+
     for fp in per_fault:
-        if fp.arg != policy:
-            skipped[fp.path] = f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran"
-            warn(f"{fp.path}: {skipped[fp.path]}")
+        try:
+            parse_policy_spec(fp.arg)
+        except PagecastError as e:
+            skip(fp, f"per-fault policy not run ({e}); the file is read on demand")
+    policies = sorted({fp.arg for fp in per_fault if fp.path not in skipped})
+    policy = policies[0] if policies else "none"
+    for fp in per_fault:
+        if fp.path not in skipped and fp.arg != policy:
+            skip(fp, f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran")
+    if packs and policy != "none":
+        why = _not_a_pager_policy(policy)
+        if why:
+            for fp in per_fault:
+                if fp.path not in skipped:
+                    skip(fp, f"per-fault policy {policy!r} not run beside a pack ({why})")
+            policy = "none"
     stdout = 2 if as_json else None
     t0 = time.monotonic()
-    live: dict[str, Any]
+    live: dict[str, Any] | None
     if packs:
         live, rc = _run_packs(cmd, packs, policy, stdout, warn, skipped)
-    else:
+    elif policy != "none":
         from pagecast.live.loop import LiveConfig, run_live
         from pagecast.live.worker import SourceSpec
-        from pagecast.policies.base import get_prefetcher
 
-        get_prefetcher(policy)  # unknown name → one line
-        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", policy), stdout=stdout))
+        spec = parse_policy_spec(policy)
+        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", spec.name, options=spec.options), stdout=stdout))
         live, rc = res.to_dict(), res.returncode
+    else:
+        try:
+            rc = subprocess.run(list(cmd), stdout=stdout).returncode
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
+        live = None
     wall = time.monotonic() - t0
     if as_json:
         print(json.dumps(_report(doc, plan, rc, wall, status_path, live, skipped), indent=2, default=_jsonable))
     return _exit_status(rc)
+
+
+def _not_a_pager_policy(policy: str) -> str | None:
+    """Why the pager (which runs the packs) cannot run ``policy``, or None if it can."""
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+
+    try:
+        PagerPolicy.parse(policy)
+    except PagecastError as e:
+        return str(e)
+    return None
 
 
 def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
@@ -197,7 +239,7 @@ def _remove_status(path: Path) -> None:
             path.parent.rmdir()
 
 
-def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
+def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any] | None,
             skipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
     """The launcher's report shape. The warm/stream prefetcher stops when this process
     exits, not the program; if its report is not there within a moment it is still
