@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from pagecast.plan.format import (
     read_plan,
     write_plan,
 )
+from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file, resident
 from plan_support import pagecast_env
 
@@ -458,3 +460,30 @@ def test_a_plan_pagecast_cannot_fully_use_costs_one_warning_and_the_program_runs
         assert ours == []
     else:
         assert len(ours) == 1 and warning in ours[0] and "warning" in ours[0], err
+
+
+def test_a_fifo_in_place_of_a_plan_or_a_planned_file_never_blocks(tmp_path, disk_file):
+    # the plan itself: both readers refuse it at once (the launcher then runs the program without it)
+    fifo = tmp_path / "fifo.plan"
+    os.mkfifo(fifo)
+    r = subprocess.run([launcher_path(), str(fifo), "--", "echo", "ran"], capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == b"ran\n" and b"not a regular file" in r.stderr
+    with pytest.raises(PagecastError, match="not a regular file"):
+        read_plan(fifo)
+    # a planned file swapped for a FIFO after the launcher's stat, before the prefetcher opens it
+    swap = build("swap_after_stat", [Path(__file__).parent / "swap_after_stat.c"], ldflags=["-ldl"])
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 8)])])
+    env = pagecast_env(LD_PRELOAD=str(swap), SWAP_AFTER_STAT=str(disk_file))
+    p = subprocess.Popen([launcher_path(), "--wait", str(plan), "--", "sleep", "1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise AssertionError("the prefetcher hung on the FIFO") from None
+    assert stat.S_ISFIFO(os.lstat(disk_file).st_mode)  # the swap happened
+    rep = json.loads(out)
+    assert p.returncode == 0 and rep["returncode"] == 0
+    (f,) = rep["files"]
+    assert f["status"] == "missing" and "not a regular file" in f["detail"], f

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "launch.h"
 
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
@@ -111,15 +112,13 @@ static int split(char *line, char **f, int max) {
 }
 
 static int read_all(const char *path, char **buf, size_t *len, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "not a regular file");
-        close(fd);
+    int fd = pc_open_regular(path, O_RDONLY, &st); /* a FIFO given as the plan must not block the launch */
+    if (fd < 0) {
+        if (errno == EINVAL)
+            snprintf(err, errlen, "not a regular file");
+        else
+            snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
         return -1;
     }
     *buf = malloc((size_t)st.st_size + 1);

@@ -16,7 +16,7 @@ SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/laun
 SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
 # Headers of native/ outside launch/ that the launcher includes: a change must rebuild it too.
-SHARED_HEADERS = ("outfile.h",)
+SHARED_HEADERS = ("outfile.h", "infile.h")
 
 
 def installed_native_dir() -> str:
