@@ -459,3 +459,37 @@ def test_fuzz_tables_and_packs_through_the_c_loader(cases: str, tmp_path: Path) 
             refused[kind] += len(lines)
     # nearly every mutation must be caught (the rest only change which pages are prefetched)
     assert min(refused.values()) >= FUZZ_CASES * 9 // 10, refused
+
+
+# ---- SIGKILL and torn pages ----------------------------------------------------------------
+
+
+def whole(counters: np.ndarray) -> bool:
+    """A page's GEN_SLOTS counters as cases.c `gens` can leave them at any instant: g in the
+    first k, g + 1 in the others (it writes the last counter first)."""
+    c = [int(x) for x in counters]
+    return all(b in (c[0], c[0] + 1) for b in c) and c == sorted(c)
+
+
+def test_kill_9_under_periodic_write_back_leaves_every_page_whole(cases: str, tmp_path: Path) -> None:
+    """A page's write-back is one pwrite: a SIGKILL (which ends the handler thread with the
+    program) lands before or after it, so the file holds each page as the program's memory
+    held it at one instant, never half of one write-back and half of an older one."""
+    n, slots, trials = 32, 4, 100
+    f = tmp_path / "g.bin"
+    rng = np.random.default_rng(20261127)
+    torn = []
+    for t in range(trials):
+        f.write_bytes(bytes(n * PS))
+        env = shim_env(f, 16, flush_ms=1)  # half the pages fit: evictions write back too
+        p = subprocess.Popen([cases, "gens", str(f), str(n)], env=env, stderr=subprocess.PIPE)
+        try:
+            p.wait(timeout=float(rng.uniform(0.01, 0.05)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+        p.wait()
+        assert p.returncode == -signal.SIGKILL, p.stderr.read()
+        p.stderr.close()
+        words = np.fromfile(f, np.uint64).reshape(n, slots, PS // 8 // slots)[:, :, 0]
+        torn += [(t, page, words[page].tolist()) for page in range(n) if not whole(words[page])]
+    assert not torn, torn[:5]

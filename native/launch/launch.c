@@ -112,6 +112,24 @@ static void to_devnull(void) {
     if (fd > 2) close(fd);
 }
 
+/* The prefetcher keeps only its stop pidfd: every other descriptor it was forked with is
+ * the caller's or the program's (a pipe whose reader waits for EOF, a lock file) and must
+ * close when the program closes it, not when the prefetcher is done. */
+static void close_range_or_loop(unsigned lo, unsigned hi) {
+    if (lo > hi || close_range(lo, hi, 0) == 0) return;
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = lo; fd <= (long)hi && fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
+}
+
+static void close_inherited(int stop_fd) {
+    if (stop_fd < 3) {
+        close_range_or_loop(3, ~0U);
+        return;
+    }
+    close_range_or_loop(3, (unsigned)stop_fd - 1);
+    close_range_or_loop((unsigned)stop_fd + 1, ~0U);
+}
+
 /* Fork the prefetcher. detach: double fork, so it is not our child after we exec. */
 static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *status, int detach, int close_fd) {
     pid_t c = fork();
@@ -123,6 +141,7 @@ static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *st
             if (g != 0) _exit(0);
         }
         to_devnull();
+        close_inherited(stop_fd);
         pcl_lower_priority();
         pcl_prefetch_run(plan, stop_fd, status);
         _exit(0);

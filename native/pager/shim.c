@@ -55,6 +55,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "highfd.h"
 #include "outfile.h"
 #include "pager.h"
 
@@ -321,7 +322,8 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     if (logdir && *logdir) {
         char lp[PATH_MAX + 64];
         snprintf(lp, sizeof lp, "%s/pager.%d.%d.pglog", logdir, (int)getpid(), n);
-        log_fd = pc_out_new(lp, O_WRONLY | O_APPEND); /* an existing name or a planted link is refused */
+        /* an existing name or a planted link is refused; a high number, as the region's own (highfd.h) */
+        log_fd = pc_fd_high_or_keep(pc_out_new(lp, O_WRONLY | O_APPEND));
         if (log_fd < 0) fprintf(stderr, "pagecast pager: cannot write fault log %s: %s\n", lp, strerror(errno));
     }
     cfg.log_fd = log_fd;

@@ -17,6 +17,14 @@
  *   cases read FILE NPAGES STEP     read page 0, STEP, 2*STEP, ... (mod NPAGES) NPAGES times and
  *                                   print the FNV-1a hash of every byte read
  *
+ *   cases gens FILE NPAGES          rewrite every page's GEN_SLOTS counters with generation
+ *                                   1, 2, 3, ... forever, within a page from the last counter to
+ *                                   the first (so at any instant a page holds g+1 in its last k
+ *                                   counters and g in the others); killed by the test
+ *   cases fds FILE NPAGES           map the file, then open /dev/null twice and print the two
+ *                                   descriptor numbers (those a program gets bare: the pager's
+ *                                   own descriptors must not take them)
+ *
  * Written byte at page p, offset o (o < 128): pattern(p, o) below.
  */
 #define _GNU_SOURCE
@@ -201,6 +209,28 @@ static int do_read(const char *file, long npages, long step) {
     return 0;
 }
 
+#define GEN_SLOTS 4 /* counters per page, 1 KiB apart: a write-back sees GEN_SLOTS runs of change */
+
+static int do_gens(const char *file, long npages) {
+    uint8_t *m = map_rw(file, npages, NULL);
+    for (uint64_t g = 1;; g++)
+        for (long p = 0; p < npages; p++)
+            for (int i = GEN_SLOTS - 1; i >= 0; i--) {
+                ((volatile uint64_t *)(m + p * PAGE))[i * (PAGE / 8 / GEN_SLOTS)] = g;
+                __asm__ volatile("" ::: "memory");
+            }
+    return 0;
+}
+
+static int do_fds(const char *file, long npages) {
+    int fd;
+    uint8_t *m = map_rw(file, npages, &fd);
+    m[0] = 1; /* a fault: the pager is running */
+    int a = open("/dev/null", O_RDONLY), b = open("/dev/null", O_RDONLY);
+    printf("%d %d\n", a, b);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: cases MODE FILE NPAGES [ARG]\n");
@@ -217,6 +247,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "readtwice")) return do_readtwice(file, npages);
     if (!strcmp(mode, "rdonly")) return do_rdonly(file, npages);
     if (!strcmp(mode, "read")) return do_read(file, npages, arg);
+    if (!strcmp(mode, "fds")) return do_fds(file, npages);
+    if (!strcmp(mode, "gens")) return do_gens(file, npages);
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }
