@@ -493,3 +493,38 @@ def test_kill_9_under_periodic_write_back_leaves_every_page_whole(cases: str, tm
         words = np.fromfile(f, np.uint64).reshape(n, slots, PS // 8 // slots)[:, :, 0]
         torn += [(t, page, words[page].tolist()) for page in range(n) if not whole(words[page])]
     assert not torn, torn[:5]
+
+
+# ---- a file that shrinks or loses its name -------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [32, 8])
+def test_truncate_makes_pages_past_the_end_sigbus_like_the_kernel(cases: str, tmp_path: Path, budget: int) -> None:
+    n = 32
+    f = tmp_path / "s.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "shrink", str(f), str(n)], capture_output=True, text=True, timeout=60)
+    want = f.read_bytes()
+    assert kernel.returncode == 0 and "11:SIGBUS" in kernel.stdout and "10:data" in kernel.stdout
+    make_file(f, n)
+    p = subprocess.run(
+        [cases, "shrink", str(f), str(n)], env=shim_env(f, budget), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == kernel.stdout  # pages 11-31 raise SIGBUS, page 10 reads zeros past the new end
+    assert f.read_bytes() == want  # what the program wrote before the end, nothing past it
+
+
+def test_second_mapping_of_an_unlinked_paged_file_is_refused(cases: str, tmp_path: Path) -> None:
+    n = 8
+    f = tmp_path / "t.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "twomaps", str(f), str(n), "1"], capture_output=True, text=True, timeout=60)
+    assert kernel.stdout == "coherent\n"
+    make_file(f, n)
+    p = subprocess.run(
+        [cases, "twomaps", str(f), str(n), "1"], env=shim_env(f, 4), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0 and p.stdout.startswith("second mapping refused"), p.stdout + p.stderr
+    lines = pager_lines(p.stderr)
+    assert len(lines) == 1 and "already mapped" in lines[0]

@@ -739,6 +739,22 @@ static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
     }
 }
 
+/* pgr_check_size with mu held. */
+static long resized_locked(pgr_region *r, int64_t t) {
+    struct stat sb;
+    if (fstat(r->fd, &sb) < 0) return -1;
+    uint64_t now = (uint64_t)sb.st_size < r->map_end ? (uint64_t)sb.st_size : r->map_end;
+    long n = 0;
+    if (now < r->valid_end) {
+        /* from the page the new end falls in: it is written back up to the end and read again */
+        uint64_t first = now <= r->file_offset ? 0 : (now - r->file_offset) / r->ps;
+        for (uint64_t p = first; p < r->npages; p++)
+            if ((r->state[p] & ST_RES) && !(r->state[p] & ST_PIN) && evict(r, p, t) == 0) n++;
+    }
+    r->valid_end = now;
+    return n;
+}
+
 /* Write every dirty resident page back and write-protect it again (caller holds mu). */
 static long flush_locked(pgr_region *r) {
     long n = 0;
@@ -789,6 +805,8 @@ static void *handler_main(void *arg) {
     for (;;) {
         if (period && now_ns() >= next_flush) {
             pthread_mutex_lock(&r->mu);
+            resized_locked(r, now_ns()); /* a truncate pagecast did not see (another process, O_TRUNC) */
+            log_flush(r);
             if (flush_locked(r) < 0) handler_error(r, "periodic write-back", errno);
             pthread_mutex_unlock(&r->mu);
             next_flush = now_ns() + period;
@@ -974,6 +992,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->file_offset = offset;
     uint64_t fend = offset + length;
     r->valid_end = (uint64_t)sb.st_size < fend ? (uint64_t)sb.st_size : fend;
+    r->map_end = fend;
     r->cap = cfg->budget_pages < r->npages ? cfg->budget_pages : r->npages;
     /* PAGECAST_PAGER_NO_WP=1 (tests): behave as on a kernel without userfaultfd WP */
     const char *nowp = getenv("PAGECAST_PAGER_NO_WP");
@@ -1123,6 +1142,15 @@ long pgr_flush(pgr_region *r) {
     if (foreign(r)) return -1;
     pthread_mutex_lock(&r->mu);
     long n = flush_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+long pgr_check_size(pgr_region *r) {
+    if (foreign(r)) return -1;
+    pthread_mutex_lock(&r->mu);
+    long n = resized_locked(r, now_ns());
+    log_flush(r);
     pthread_mutex_unlock(&r->mu);
     return n;
 }

@@ -95,6 +95,8 @@ static void *(*real_mremap)(void *, size_t, size_t, int, ...);
 static int (*real_munmap)(void *, size_t);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_mprotect)(void *, size_t, int);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_truncate)(const char *, off_t);
 static void (*real__exit)(int);
 
 static void resolve(void) {
@@ -104,6 +106,8 @@ static void resolve(void) {
     if (!real_mprotect) real_mprotect = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "mprotect");
     if (!real__exit) real__exit = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
     if (!real_mremap) real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
+    if (!real_ftruncate) real_ftruncate = (int (*)(int, off_t))dlsym(RTLD_NEXT, "ftruncate");
+    if (!real_truncate) real_truncate = (int (*)(const char *, off_t))dlsym(RTLD_NEXT, "truncate");
 }
 
 /* Lists in the environment: items separated by ',', with '\,' and '\\' standing for a
@@ -489,6 +493,34 @@ static live_t *conflicting(dev_t dev, ino_t ino, uint64_t off, size_t len, int w
 
 static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only);
 
+/* A kernel mapping of bytes a paged region maps, where either one can write the file: it
+ * would not see the region's writes (or the region its). A file matches by device and inode,
+ * so this holds also when its name is gone (unlinked, renamed) and the PAGECAST_PAGER path
+ * no longer names it. The kernel's own refusal comes first, as for paged mappings. Sets
+ * errno (EBUSY, with one line) and returns 1 when refused. */
+static int busy(int fd, off_t off, size_t len, int prot, int flags) {
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) return 0;
+    int writes = (flags & MAP_SHARED) && (prot & PROT_WRITE); /* a private mapping never writes the file */
+    pthread_mutex_lock(&g_mu);
+    live_t *l = conflicting(sb.st_dev, sb.st_ino, (uint64_t)off, len, writes, NULL);
+    char path[PATH_MAX];
+    if (l) snprintf(path, sizeof path, "%s", l->path);
+    int lw = l && l->writable;
+    pthread_mutex_unlock(&g_mu);
+    if (!l) return 0;
+    void *probe =
+        real_mmap(NULL, len, prot, flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
+    if (probe == MAP_FAILED) return 1; /* the kernel's errno */
+    real_munmap(probe, len);
+    fprintf(stderr,
+            "pagecast pager: %s: bytes %llu-%llu are already mapped by the pager%s; a second mapping would not see the "
+            "first one's writes: mmap refused (EBUSY)\n",
+            path, (unsigned long long)off, (unsigned long long)off + len - 1, lw ? " writable" : "");
+    errno = EBUSY;
+    return 1;
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     resolve();
     if (g_nspec && (flags & MAP_FIXED) && len) {
@@ -507,6 +539,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     }
     if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
         spec_t *s = match(fd);
+        int to_kernel = !s || ((flags & MAP_PRIVATE) && (prot & PROT_WRITE)); /* see below */
+        if (to_kernel && busy(fd, off, len, prot, flags)) return MAP_FAILED;
         /* A writable private mapping's changes must live as long as the mapping, but an
          * evicted page is re-read from the file: such mappings stay with the kernel. */
         if (s && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)) {
@@ -661,6 +695,41 @@ int mprotect(void *addr, size_t len, int prot) {
     }
     return real_mprotect(addr, len, prot);
 }
+
+/* A truncate of a paged file: the kernel drops the page cache past the new end at once, so
+ * that a later touch of a page there is SIGBUS; the pager drops its resident pages there
+ * too, right after the call (other ways to change the size are seen at the next periodic
+ * write-back, pgr_check_size). */
+static void resized(const struct stat *sb) {
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < MAXREG; i++)
+        if (g_live[i].r && g_live[i].dev == sb->st_dev && g_live[i].ino == sb->st_ino) pgr_check_size(g_live[i].r);
+    pthread_mutex_unlock(&g_mu);
+}
+
+int ftruncate(int fd, off_t len) {
+    resolve();
+    int rc = real_ftruncate(fd, len);
+    struct stat sb;
+    int e = errno;
+    if (rc == 0 && g_nspec && fstat(fd, &sb) == 0) resized(&sb);
+    errno = e;
+    return rc;
+}
+
+int ftruncate64(int fd, off_t len) __attribute__((alias("ftruncate")));
+
+int truncate(const char *path, off_t len) {
+    resolve();
+    int rc = real_truncate(path, len);
+    struct stat sb;
+    int e = errno;
+    if (rc == 0 && g_nspec && stat(path, &sb) == 0) resized(&sb);
+    errno = e;
+    return rc;
+}
+
+int truncate64(const char *path, off_t len) __attribute__((alias("truncate")));
 
 /* _exit skips destructors: write back first, as the kernel keeps a MAP_SHARED page. */
 void _exit(int status) {

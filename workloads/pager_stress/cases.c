@@ -10,7 +10,11 @@
  *   cases writer FILE NPAGES        write bytes [0,64) of every page, print "ready", wait for a
  *                                   line on stdin (another process writes the file meanwhile),
  *                                   write bytes [64,128), exit without munmap
- *   cases twomaps FILE NPAGES       two writable MAP_SHARED mappings of the file
+ *   cases twomaps FILE NPAGES [U]   two writable MAP_SHARED mappings of the file (U=1: the file
+ *                                   is unlinked between the two)
+ *   cases shrink FILE NPAGES        write bytes [0,256) of every page, ftruncate to 10 pages and
+ *                                   100 bytes, then print for every page whether reading it
+ *                                   raises SIGBUS, and page 10's bytes 50 and 200
  *   cases readtwice FILE NPAGES     two read-only MAP_SHARED mappings of a read-write descriptor,
  *                                   then mprotect(PROT_WRITE) of the first
  *   cases rdonly FILE NPAGES        a read-only descriptor mapped PROT_WRITE|MAP_SHARED
@@ -30,6 +34,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -144,9 +149,13 @@ static int do_writer(const char *file, long npages) {
     return 0;
 }
 
-static int do_twomaps(const char *file, long npages) {
+static int do_twomaps(const char *file, long npages, long unlink_first) {
     int fd;
     uint8_t *a = map_rw(file, npages, &fd);
+    if (unlink_first) {
+        write_range(a, npages, 0, 64); /* dirty pages the file does not have yet */
+        unlink(file);
+    }
     uint8_t *b = mmap(NULL, (size_t)npages * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (b == MAP_FAILED) {
         printf("second mapping refused: %s\n", strerror(errno));
@@ -161,6 +170,37 @@ static int do_twomaps(const char *file, long npages) {
             return 3;
         }
     printf("coherent\n");
+    return 0;
+}
+
+static sigjmp_buf g_jump;
+
+static void on_sigbus(int sig) {
+    (void)sig;
+    siglongjmp(g_jump, 1);
+}
+
+static int do_shrink(const char *file, long npages) {
+    int fd;
+    uint8_t *m = map_rw(file, npages, &fd);
+    write_range(m, npages, 0, 256);
+    if (ftruncate(fd, 10 * PAGE + 100) < 0) {
+        perror("ftruncate");
+        return 2;
+    }
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+    for (long p = 0; p < npages; p++) {
+        volatile uint8_t v = 0;
+        if (sigsetjmp(g_jump, 1) == 0) {
+            v = m[p * PAGE];
+            printf("%ld:%s ", p, v == pattern(p, 0) ? "data" : "other");
+        } else {
+            printf("%ld:SIGBUS ", p);
+        }
+    }
+    printf("\npage 10 byte 50: %d, byte 200: %d\n", m[10 * PAGE + 50], m[10 * PAGE + 200]);
     return 0;
 }
 
@@ -243,7 +283,8 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "fixed")) return do_fixed(file, npages);
     if (!strcmp(mode, "signal")) return do_signal(file, npages, (int)arg);
     if (!strcmp(mode, "writer")) return do_writer(file, npages);
-    if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages);
+    if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages, arg);
+    if (!strcmp(mode, "shrink")) return do_shrink(file, npages);
     if (!strcmp(mode, "readtwice")) return do_readtwice(file, npages);
     if (!strcmp(mode, "rdonly")) return do_rdonly(file, npages);
     if (!strcmp(mode, "read")) return do_read(file, npages, arg);
