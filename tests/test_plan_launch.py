@@ -470,6 +470,11 @@ def test_a_fifo_in_place_of_a_plan_or_a_planned_file_never_blocks(tmp_path, disk
     assert r.returncode == 0 and r.stdout == b"ran\n" and b"not a regular file" in r.stderr
     with pytest.raises(PagecastError, match="not a regular file"):
         read_plan(fifo)
+    # a pack handed over to Python: one warning, the program runs
+    pack_plan = _edited_plan(tmp_path, disk_file, "pack", str(fifo))
+    r = _pagecast("run", "--plan", str(pack_plan), "--", "sh", "-c", "echo ran; exit 3", timeout=60)
+    assert r.returncode == 3 and r.stdout == b"ran\n", r.stderr
+    assert r.stderr.decode().count("\n") == 1 and "not a regular file" in r.stderr.decode()
     # a planned file swapped for a FIFO after the launcher's stat, before the prefetcher opens it
     swap = build("swap_after_stat", [Path(__file__).parent / "swap_after_stat.c"], ldflags=["-ldl"])
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 8)])])

@@ -66,7 +66,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -347,20 +346,13 @@ def _read_options(doc: PlanDoc, lines: list[str], bad: Any) -> int:
 
 
 def read_plan(path: str | Path) -> PlanDoc:
-    # O_NONBLOCK and the type checked on the descriptor: a FIFO in the plan's place must
-    # not block (the launcher opens it the same way, native/infile.h)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as e:
-        raise PagecastError(f"cannot read plan ({e.strerror})", path=path) from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PagecastError("not a regular file", path=path)
-        os.set_blocking(fd, True)
-        with os.fdopen(fd, "rb", closefd=False) as f:
+    from pagecast.util.regular import NotRegularFile, open_regular
+
+    try:  # a FIFO in the plan's place must not block (the launcher opens it the same way)
+        with open_regular(path) as f:
             data = f.read()
+    except NotRegularFile:
+        raise PagecastError("not a regular file", path=path) from None
     except OSError as e:
         raise PagecastError(f"cannot read plan ({e.strerror})", path=path) from None
-    finally:
-        os.close(fd)
     return decode_plan(data, path)
