@@ -431,18 +431,18 @@ def _edited_plan(tmp_path: Path, f: Path, strategy: str, arg: str, gain: str = "
 
 
 @pytest.mark.parametrize(
-    "strategy,arg,gain,warning",
+    "strategy,arg,gain,warning,as_json",
     [
-        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'"),
-        ("per-fault", "markov:bogus=1", "1.000", "markov has no option 'bogus'"),
-        ("per-fault", "", "1.000", "strategy per-fault needs an argument"),
-        ("pack", "", "1.000", "strategy pack needs an argument"),
-        ("per-fault", "markov", "fast", "bad gain 'fast'"),
-        ("pack", "no-such.pack", "1.000", "no-such.pack"),
-        ("per-fault", "stride:degree=4", "1.000", None),
+        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'", False),
+        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'", True),
+        ("per-fault", "markov:bogus=1", "1.000", "markov has no option 'bogus'", False),
+        ("per-fault", "", "1.000", "strategy per-fault needs an argument", False),
+        ("pack", "", "1.000", "strategy pack needs an argument", True),
+        ("per-fault", "markov", "fast", "bad gain 'fast'", False),
+        ("pack", "no-such.pack", "1.000", "no-such.pack", False),
+        ("per-fault", "stride:degree=4", "1.000", None, False),
     ],
 )
-@pytest.mark.parametrize("as_json", [False, True])
 def test_a_plan_pagecast_cannot_fully_use_costs_one_warning_and_the_program_runs(
     tmp_path, disk_file, strategy, arg, gain, warning, as_json
 ):
