@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -528,3 +529,19 @@ def test_second_mapping_of_an_unlinked_paged_file_is_refused(cases: str, tmp_pat
     assert p.returncode == 0 and p.stdout.startswith("second mapping refused"), p.stdout + p.stderr
     lines = pager_lines(p.stderr)
     assert len(lines) == 1 and "already mapped" in lines[0]
+
+
+def test_truncate_by_another_process_is_seen_at_the_next_periodic_write_back(cases: str, tmp_path: Path) -> None:
+    n = 32
+    f = tmp_path / "s.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "shrink", str(f), str(n)], capture_output=True, text=True, timeout=60)
+    make_file(f, n)
+    p = subprocess.Popen([cases, "shrink", str(f), str(n), "1"], env=shim_env(f, n, flush_ms=10),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert p.stdout.readline() == "ready\n"
+    os.truncate(f, 10 * PS + 100)  # not through the shim: the handler's periodic check sees it
+    time.sleep(1.0)  # a hundred periods
+    out, err = p.communicate("go\n", timeout=60)
+    assert p.returncode == 0, err
+    assert out == kernel.stdout  # pages 11-31 were resident: now SIGBUS, as on a kernel mapping

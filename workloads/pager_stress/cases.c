@@ -12,9 +12,11 @@
  *                                   write bytes [64,128), exit without munmap
  *   cases twomaps FILE NPAGES [U]   two writable MAP_SHARED mappings of the file (U=1: the file
  *                                   is unlinked between the two)
- *   cases shrink FILE NPAGES        write bytes [0,256) of every page, ftruncate to 10 pages and
+ *   cases shrink FILE NPAGES [W]    write bytes [0,256) of every page, ftruncate to 10 pages and
  *                                   100 bytes, then print for every page whether reading it
- *                                   raises SIGBUS, and page 10's bytes 50 and 200
+ *                                   raises SIGBUS, and page 10's bytes 50 and 200 (W=1: print
+ *                                   "ready" and wait for a line on stdin instead of truncating:
+ *                                   another process truncates the file meanwhile)
  *   cases readtwice FILE NPAGES     two read-only MAP_SHARED mappings of a read-write descriptor,
  *                                   then mprotect(PROT_WRITE) of the first
  *   cases rdonly FILE NPAGES        a read-only descriptor mapped PROT_WRITE|MAP_SHARED
@@ -180,11 +182,17 @@ static void on_sigbus(int sig) {
     siglongjmp(g_jump, 1);
 }
 
-static int do_shrink(const char *file, long npages) {
+static int do_shrink(const char *file, long npages, long wait) {
     int fd;
     uint8_t *m = map_rw(file, npages, &fd);
     write_range(m, npages, 0, 256);
-    if (ftruncate(fd, 10 * PAGE + 100) < 0) {
+    if (wait) {
+        if (msync(m, (size_t)npages * PAGE, MS_SYNC) < 0) perror("msync");
+        printf("ready\n");
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+    } else if (ftruncate(fd, 10 * PAGE + 100) < 0) {
         perror("ftruncate");
         return 2;
     }
@@ -284,7 +292,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "signal")) return do_signal(file, npages, (int)arg);
     if (!strcmp(mode, "writer")) return do_writer(file, npages);
     if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages, arg);
-    if (!strcmp(mode, "shrink")) return do_shrink(file, npages);
+    if (!strcmp(mode, "shrink")) return do_shrink(file, npages, arg);
     if (!strcmp(mode, "readtwice")) return do_readtwice(file, npages);
     if (!strcmp(mode, "rdonly")) return do_rdonly(file, npages);
     if (!strcmp(mode, "read")) return do_read(file, npages, arg);
