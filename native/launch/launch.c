@@ -112,15 +112,15 @@ static void to_devnull(void) {
     if (fd > 2) close(fd);
 }
 
-/* The prefetcher keeps only its stop pidfd: every other descriptor it was forked with is
- * the caller's or the program's (a pipe whose reader waits for EOF, a lock file) and must
- * close when the program closes it, not when the prefetcher is done. */
 static void close_range_or_loop(unsigned lo, unsigned hi) {
     if (lo > hi || close_range(lo, hi, 0) == 0) return;
     long max = sysconf(_SC_OPEN_MAX);
     for (long fd = lo; fd <= (long)hi && fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
 }
 
+/* The prefetcher keeps only its stop pidfd: every other descriptor it was forked with is
+ * the caller's or the program's (a pipe whose reader waits for EOF, a lock file) and must
+ * close when the program closes it, not when the prefetcher is done. */
 static void close_inherited(int stop_fd) {
     if (stop_fd < 3) {
         close_range_or_loop(3, ~0U);
