@@ -90,3 +90,25 @@ def test_prefetcher_holds_no_descriptor_of_the_caller(tmp_path: Path) -> None:
     finally:
         os.close(r)
         data.unlink(missing_ok=True)
+
+
+def test_record_shim_without_a_free_high_descriptor_says_so_and_keeps_the_numbers() -> None:
+    # every number in the 64 below the limit (70) is taken when the program starts
+    wrapper = (
+        "import os, resource, sys\n"
+        "src = os.open('/dev/null', os.O_RDONLY)\n"  # 3, close-on-exec; its copies 6..69 are inherited
+        "for n in range(6, 70):\n"
+        "    os.dup2(src, n)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (70, 70))\n"
+        "env = dict(os.environ)\n"
+        "if sys.argv[1]: env['LD_PRELOAD'] = sys.argv[1]\n"
+        "os.execve(sys.executable, [sys.executable, '-S', '-c', sys.argv[2]], env)\n"
+    )
+    prog = "import os; print(os.open('/dev/null', 0))"
+    runs = [
+        subprocess.run([sys.executable, "-S", "-c", wrapper, shim, prog], capture_output=True, text=True, timeout=60)
+        for shim in ("", str(pageset_shim()))
+    ]
+    bare, shimmed = runs
+    assert bare.returncode == shimmed.returncode == 0 and shimmed.stdout == bare.stdout, shimmed.stderr
+    assert bare.stderr == "" and shimmed.stderr.count("\n") == 1 and "no free descriptor" in shimmed.stderr
