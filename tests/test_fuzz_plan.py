@@ -86,3 +86,41 @@ def test_native_launcher_fuzz(seed_plan, tmp_path):
             ctx
         )  # never a crash of ours, never the program's status changed
         assert r.stderr.count(b"\n") <= 4, ctx
+
+
+def test_both_readers_accept_exactly_the_same_plans(seed_plan, tmp_path):
+    """One format, one decision: a plan the launcher uses is one Python uses, and the
+    reverse (a plan handed over to Python must not be refused there after the launcher
+    started on it). The launcher's ``--prefetch-only`` exit status says whether it read
+    the plan (0) or refused it (2)."""
+    good, _ = seed_plan
+    launcher = build_launcher()
+    plan = tmp_path / "m.plan"
+    extra = [  # the lexical edges, each re-sealed so the field parsers see it
+        good.replace(b" 1.500 ", b" 1e3 "), good.replace(b" 1.500 ", b" nan "), good.replace(b" 1.500 ", b" +1.5 "),
+        good.replace(b" 1.500 ", b" abc "), good.replace(b"\nr 0 3\n", b"\nr +0 3\n"), good.replace(b"\nr 0 3\n", b"\nr 0 3\r\n"),
+        good.replace(b"\nr 0 3\n", b"\nr 0_0 3\n"), good.replace(b"\nr 0 3\n", b"\nr 00 3\n"),
+        good.replace(b"\nr 0 3\n", b"\nr 0 9223372036854775807\n"), good.replace(b"warm 2", b"warm 02"),
+        good.replace(b"%20", b"%2"), good.replace(b"%20", b"%+1"), good.replace(b"shared", b"sh\xc3\xa4red"),
+        good.replace(b"shared", b"sh\tred"), good.replace(b" stream 1 ", b" pack 1 ").replace(b" - - ", b" - x "),
+    ]  # fmt: skip
+    extra = [_reseal(e) for e in extra if e != good]
+    extra += [
+        good.replace(b"\nend ", b"\nend  "),
+        good[:-1] + b" \n",
+        good + b"\n",
+        good.upper()[:0] + good.replace(b"end 3", b"end 03"),
+    ]
+    disagree = []
+    for i, what, data in [*_mutants(good), *((1000 + k, "edge", e) for k, e in enumerate(extra))]:
+        try:
+            decode_plan(data, plan)
+            py = True
+        except PagecastError:
+            py = False
+        plan.write_bytes(data)
+        r = subprocess.run([launcher, "--prefetch-only", str(plan)], capture_output=True, timeout=30)
+        assert r.returncode in (0, 2), (i, what, r.stderr[-300:])
+        if py != (r.returncode == 0):
+            disagree.append((i, what, py, r.stderr[-200:]))
+    assert not disagree, disagree[:5]

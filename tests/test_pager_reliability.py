@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -459,3 +460,88 @@ def test_fuzz_tables_and_packs_through_the_c_loader(cases: str, tmp_path: Path) 
             refused[kind] += len(lines)
     # nearly every mutation must be caught (the rest only change which pages are prefetched)
     assert min(refused.values()) >= FUZZ_CASES * 9 // 10, refused
+
+
+# ---- SIGKILL and torn pages ----------------------------------------------------------------
+
+
+def whole(counters: np.ndarray) -> bool:
+    """A page's GEN_SLOTS counters as cases.c `gens` can leave them at any instant: g in the
+    first k, g + 1 in the others (it writes the last counter first)."""
+    c = [int(x) for x in counters]
+    return all(b in (c[0], c[0] + 1) for b in c) and c == sorted(c)
+
+
+def test_kill_9_under_periodic_write_back_leaves_every_page_whole(cases: str, tmp_path: Path) -> None:
+    """A page's write-back is one pwrite: a SIGKILL (which ends the handler thread with the
+    program) lands before or after it, so the file holds each page as the program's memory
+    held it at one instant, never half of one write-back and half of an older one."""
+    n, slots, trials = 32, 4, 100
+    f = tmp_path / "g.bin"
+    rng = np.random.default_rng(20261127)
+    torn = []
+    for t in range(trials):
+        f.write_bytes(bytes(n * PS))
+        env = shim_env(f, 16, flush_ms=1)  # half the pages fit: evictions write back too
+        p = subprocess.Popen([cases, "gens", str(f), str(n)], env=env, stderr=subprocess.PIPE)
+        try:
+            p.wait(timeout=float(rng.uniform(0.01, 0.05)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+        p.wait()
+        assert p.returncode == -signal.SIGKILL, p.stderr.read()
+        p.stderr.close()
+        words = np.fromfile(f, np.uint64).reshape(n, slots, PS // 8 // slots)[:, :, 0]
+        torn += [(t, page, words[page].tolist()) for page in range(n) if not whole(words[page])]
+    assert not torn, torn[:5]
+
+
+# ---- a file that shrinks or loses its name -------------------------------------------------
+
+
+@pytest.mark.parametrize("budget", [32, 8])
+def test_truncate_makes_pages_past_the_end_sigbus_like_the_kernel(cases: str, tmp_path: Path, budget: int) -> None:
+    n = 32
+    f = tmp_path / "s.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "shrink", str(f), str(n)], capture_output=True, text=True, timeout=60)
+    want = f.read_bytes()
+    assert kernel.returncode == 0 and "11:SIGBUS" in kernel.stdout and "10:data" in kernel.stdout
+    make_file(f, n)
+    p = subprocess.run(
+        [cases, "shrink", str(f), str(n)], env=shim_env(f, budget), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == kernel.stdout  # pages 11-31 raise SIGBUS, page 10 reads zeros past the new end
+    assert f.read_bytes() == want  # what the program wrote before the end, nothing past it
+
+
+def test_second_mapping_of_an_unlinked_paged_file_is_refused(cases: str, tmp_path: Path) -> None:
+    n = 8
+    f = tmp_path / "t.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "twomaps", str(f), str(n), "1"], capture_output=True, text=True, timeout=60)
+    assert kernel.stdout == "coherent\n"
+    make_file(f, n)
+    p = subprocess.run(
+        [cases, "twomaps", str(f), str(n), "1"], env=shim_env(f, 4), capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0 and p.stdout.startswith("second mapping refused"), p.stdout + p.stderr
+    lines = pager_lines(p.stderr)
+    assert len(lines) == 1 and "already mapped" in lines[0]
+
+
+def test_truncate_by_another_process_is_seen_at_the_next_periodic_write_back(cases: str, tmp_path: Path) -> None:
+    n = 32
+    f = tmp_path / "s.bin"
+    make_file(f, n)
+    kernel = subprocess.run([cases, "shrink", str(f), str(n)], capture_output=True, text=True, timeout=60)
+    make_file(f, n)
+    p = subprocess.Popen([cases, "shrink", str(f), str(n), "1"], env=shim_env(f, n, flush_ms=10),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert p.stdout.readline() == "ready\n"
+    os.truncate(f, 10 * PS + 100)  # not through the shim: the handler's periodic check sees it
+    time.sleep(1.0)  # a hundred periods
+    out, err = p.communicate("go\n", timeout=60)
+    assert p.returncode == 0, err
+    assert out == kernel.stdout  # pages 11-31 were resident: now SIGBUS, as on a kernel mapping

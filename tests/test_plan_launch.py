@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -18,7 +19,17 @@ import pytest
 from cold_support import ResidencyWatch
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
-from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, decode_plan, encode_plan, read_plan, write_plan
+from pagecast.plan.format import (
+    FileIdentity,
+    FilePlan,
+    PlanDoc,
+    checksum,
+    decode_plan,
+    encode_plan,
+    read_plan,
+    write_plan,
+)
+from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file, resident
 from plan_support import pagecast_env
 
@@ -405,3 +416,79 @@ def test_console_entry_takes_the_fast_path_before_the_cli_and_prints_the_launche
         [sys.executable, "-c", entry, "launcher-path", "--json"], env=pagecast_env(), capture_output=True, text=True
     )
     assert json.loads(r.stdout) == {"launcher": launcher_path(), "advice_shim": launcher_path() + "-advice.so"}
+
+
+def _edited_plan(tmp_path: Path, f: Path, strategy: str, arg: str, gain: str = "1.000") -> Path:
+    """A one-file plan with ARG and GAIN_MS written as given (re-sealed: a valid checksum)."""
+    body = encode_plan(PlanDoc([FilePlan(str(f), FileIdentity.of(f), strategy, arg="x")])).decode()
+    first, rec = body.split("\n")[:2]
+    fields = rec.split(" ")
+    fields[10], fields[11] = gain, arg or "-"
+    text = (first + "\n" + " ".join(fields) + "\n").encode()
+    p = tmp_path / f"{strategy}.plan"
+    p.write_bytes(text + f"end 1 {checksum(text):08x}\n".encode())
+    return p
+
+
+@pytest.mark.parametrize(
+    "strategy,arg,gain,warning,as_json",
+    [
+        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'", False),
+        ("per-fault", "nosuch", "1.000", "unknown prefetcher 'nosuch'", True),
+        ("per-fault", "markov:bogus=1", "1.000", "markov has no option 'bogus'", False),
+        ("per-fault", "", "1.000", "strategy per-fault needs an argument", False),
+        ("pack", "", "1.000", "strategy pack needs an argument", True),
+        ("per-fault", "markov", "fast", "bad gain 'fast'", False),
+        ("pack", "no-such.pack", "1.000", "no-such.pack", False),
+        ("per-fault", "stride:degree=4", "1.000", None, False),
+    ],
+)
+def test_a_plan_pagecast_cannot_fully_use_costs_one_warning_and_the_program_runs(
+    tmp_path, disk_file, strategy, arg, gain, warning, as_json
+):
+    plan = _edited_plan(tmp_path, disk_file, strategy, arg, gain)
+    opts = ["--json"] if as_json else []
+    r = _pagecast("run", "--plan", str(plan), *opts, "--", "sh", "-c", "echo ran; exit 3", timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 3, err
+    if as_json:  # the program's stdout goes to stderr, the report to stdout
+        assert json.loads(r.stdout)["exit_status"] == 3 and "ran\n" in err
+    else:
+        assert r.stdout == b"ran\n"
+    ours = [ln for ln in err.splitlines() if ln.startswith("pagecast")]
+    if warning is None:
+        assert ours == []
+    else:
+        assert len(ours) == 1 and warning in ours[0] and "warning" in ours[0], err
+
+
+def test_a_fifo_in_place_of_a_plan_or_a_planned_file_never_blocks(tmp_path, disk_file):
+    # the plan itself: both readers refuse it at once (the launcher then runs the program without it)
+    fifo = tmp_path / "fifo.plan"
+    os.mkfifo(fifo)
+    r = subprocess.run([launcher_path(), str(fifo), "--", "echo", "ran"], capture_output=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == b"ran\n" and b"not a regular file" in r.stderr
+    with pytest.raises(PagecastError, match="not a regular file"):
+        read_plan(fifo)
+    # a pack handed over to Python: one warning, the program runs
+    pack_plan = _edited_plan(tmp_path, disk_file, "pack", str(fifo))
+    r = _pagecast("run", "--plan", str(pack_plan), "--", "sh", "-c", "echo ran; exit 3", timeout=60)
+    assert r.returncode == 3 and r.stdout == b"ran\n", r.stderr
+    assert r.stderr.decode().count("\n") == 1 and "not a regular file" in r.stderr.decode()
+    # a planned file swapped for a FIFO after the launcher's stat, before the prefetcher opens it
+    swap = build("swap_after_stat", [Path(__file__).parent / "swap_after_stat.c"], ldflags=["-ldl"])
+    plan = _plan(tmp_path, [_warm(disk_file, [(0, 8)])])
+    env = pagecast_env(LD_PRELOAD=str(swap), SWAP_AFTER_STAT=str(disk_file))
+    p = subprocess.Popen([launcher_path(), "--wait", str(plan), "--", "sleep", "1"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
+    try:
+        out, _ = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise AssertionError("the prefetcher hung on the FIFO") from None
+    assert stat.S_ISFIFO(os.lstat(disk_file).st_mode)  # the swap happened
+    rep = json.loads(out)
+    assert p.returncode == 0 and rep["returncode"] == 0
+    (f,) = rep["files"]
+    assert f["status"] == "missing" and "not a regular file" in f["detail"], f

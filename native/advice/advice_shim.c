@@ -141,10 +141,12 @@ static void parse_extents(const char *list) {
 
 /* Map the feedback segment. Raw system calls: the shim's own open/mmap are the wrappers below. */
 static void attach_feedback(const char *path) {
-    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC);
+    /* the launcher made it with mkostemp: never a link, a FIFO or another user's file */
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return; /* the prefetcher has finished and removed it: nothing left to judge */
     struct stat st;
-    if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(struct pcf_header)) {
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+        st.st_size >= (off_t)sizeof(struct pcf_header)) {
         void *p = (void *)syscall(SYS_mmap, NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         struct pcf_header *h = p;
         if (p != MAP_FAILED && h->magic == PCF_MAGIC && h->version == PCF_VERSION && h->size == (uint64_t)st.st_size &&

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "outfile.h"
 #include "pc_internal.h"
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -137,9 +138,8 @@ int pc_alloc_by_order(int kind, int32_t order, struct pc_alloc *out) {
 }
 
 int pc_alloc_write_csv(const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof tmp) return -1;
-    FILE *f = fopen(tmp, "w");
+    char tmp[4200];
+    FILE *f = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!f) return -1;
     fputs("id,kind,order,base,size,created_ns,freed_ns\n", f);
     pthread_mutex_lock(&lock);
@@ -150,12 +150,7 @@ int pc_alloc_write_csv(const char *path) {
                 (unsigned long long)a->size, (long long)a->created_ns, (long long)a->freed_ns);
     }
     pthread_mutex_unlock(&lock);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return pc_out_fcommit(f, tmp, path);
 }
 
 int pagecast_cuda_translate(uint64_t addr, int64_t *alloc_id, uint64_t *offset) {

@@ -21,6 +21,7 @@
 
 #include <cupti.h>
 
+#include "outfile.h"
 #include "pc_cupti_format.h"
 
 #define BUF_SIZE (8u << 20)
@@ -239,13 +240,14 @@ static int open_outputs(void) {
     if (!dir || !*dir) dir = ".";
     int pid = (int)getpid();
     snprintf(out_final, sizeof out_final, "%s/cupti.%d.bin", dir, pid);
-    snprintf(out_tmp, sizeof out_tmp, "%s.tmp", out_final);
     snprintf(names_final, sizeof names_final, "%s/kernels.%d.tsv", dir, pid);
-    snprintf(names_tmp, sizeof names_tmp, "%s.tmp", names_final);
-    out = fopen(out_tmp, "wb");
-    names = fopen(names_tmp, "w");
+    out = pc_out_ftemp(out_final, out_tmp, sizeof out_tmp);
+    names = pc_out_ftemp(names_final, names_tmp, sizeof names_tmp);
     if (!out || !names) {
-        fprintf(stderr, "pagecast-cupti: cannot write %s\n", out_tmp);
+        fprintf(stderr, "pagecast-cupti: cannot write beside %s\n", out_final);
+        if (out) pc_out_commit(fclose(out) && 0, out_tmp, out_final);
+        if (names) pc_out_commit(fclose(names) && 0, names_tmp, names_final);
+        out = names = NULL;
         return -1;
     }
     setvbuf(out, NULL, _IOFBF, 1 << 20);

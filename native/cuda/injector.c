@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outfile.h"
 #include "pc_internal.h"
 
 #undef cuMemPrefetchAsync
@@ -489,8 +490,7 @@ static void write_stats(void) {
     if (!dir) return;
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/injector.%d.json", dir, (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!f) return;
     fprintf(f,
             "{\"predictions_file\": \"%s\", \"loads_ok\": %llu, \"loads_failed\": %llu, \"ranges_loaded\": %llu, "
@@ -502,7 +502,7 @@ static void write_stats(void) {
             (unsigned long long)st.errors, (unsigned long long)st.skipped_freed,
             (unsigned long long)st.skipped_no_alloc, (unsigned long long)st.pages_out_of_range, n_armed,
             (unsigned long long)cfg.chunk, cfg.device, cfg.sync, cfg.repeat);
-    if (fclose(f) == 0) rename(tmp, path);
+    pc_out_fcommit(f, tmp, path);
 }
 
 void pc_injector_finish(void) {

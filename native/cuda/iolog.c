@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outfile.h"
 #include "pc_internal.h"
 
 #define PC_MAX_SLOTS 64
@@ -51,15 +52,14 @@ static void path_for(char *buf, size_t n, const char *stem, const char *ext) {
 static void write_session(void) {
     char path[2300], tmp[2400];
     path_for(path, sizeof path, "session", "json");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!f) return;
     struct timespec mono, real;
     clock_gettime(CLOCK_MONOTONIC, &mono);
     clock_gettime(CLOCK_REALTIME, &real);
     fprintf(f, "{\"pid\": %d, \"monotonic_ns\": %lld, \"realtime_ns\": %lld, \"format\": 1}\n", (int)getpid(),
             (long long)mono.tv_sec * 1000000000LL + mono.tv_nsec, (long long)real.tv_sec * 1000000000LL + real.tv_nsec);
-    if (fclose(f) == 0) rename(tmp, path);
+    pc_out_fcommit(f, tmp, path);
 }
 
 /* fork(): the child must not flush the parent's buffered timeline into the parent's
@@ -95,10 +95,9 @@ void pc_log_init(void) {
     const char *tl = getenv("PAGECAST_CUDA_TIMELINE");
     if (tl && strcmp(tl, "0") == 0) return;
     path_for(tl_final, sizeof tl_final, "timeline", "csv");
-    snprintf(tl_tmp, sizeof tl_tmp, "%s.tmp", tl_final);
-    timeline = fopen(tl_tmp, "w");
+    timeline = pc_out_ftemp(tl_final, tl_tmp, sizeof tl_tmp);
     if (!timeline) {
-        fprintf(stderr, "pagecast-cuda: cannot write %s; timeline disabled\n", tl_tmp);
+        fprintf(stderr, "pagecast-cuda: cannot write beside %s; timeline disabled\n", tl_final);
         return;
     }
     setvbuf(timeline, NULL, _IOFBF, 1 << 20);
@@ -184,18 +183,21 @@ void pc_log_message(const char *fmt, ...) {
     if (!enabled) return;
     char path[2300];
     path_for(path, sizeof path, "messages", "log");
-    FILE *f = fopen(path, "a"); /* appended line by line: the messages must survive a crash */
+    /* appended line by line: the messages must survive a crash; never through a link */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
     if (f) {
         fprintf(f, "%lld %s\n", (long long)pc_now_ns(), msg);
         fclose(f);
+    } else if (fd >= 0) {
+        close(fd);
     }
 }
 
 static int write_metrics(void) {
     char path[2300], tmp[2400];
     path_for(path, sizeof path, "metrics", "csv");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!f) return -1;
     fputs("name,count,total_ns,bytes,errors\n", f);
     for (int i = 0; i < PC_MAX_SLOTS; i++) {
@@ -208,11 +210,7 @@ static int write_metrics(void) {
                 (unsigned long long)__atomic_load_n(&m->bytes, __ATOMIC_RELAXED),
                 (unsigned long long)__atomic_load_n(&m->errors, __ATOMIC_RELAXED));
     }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return pc_out_fcommit(f, tmp, path);
 }
 
 int pagecast_cuda_flush(void) {

@@ -112,6 +112,24 @@ static void to_devnull(void) {
     if (fd > 2) close(fd);
 }
 
+static void close_range_or_loop(unsigned lo, unsigned hi) {
+    if (lo > hi || close_range(lo, hi, 0) == 0) return;
+    long max = sysconf(_SC_OPEN_MAX);
+    for (long fd = lo; fd <= (long)hi && fd < (max > 0 && max < 65536 ? max : 65536); fd++) close((int)fd);
+}
+
+/* The prefetcher keeps only its stop pidfd: every other descriptor it was forked with is
+ * the caller's or the program's (a pipe whose reader waits for EOF, a lock file) and must
+ * close when the program closes it, not when the prefetcher is done. */
+static void close_inherited(int stop_fd) {
+    if (stop_fd < 3) {
+        close_range_or_loop(3, ~0U);
+        return;
+    }
+    close_range_or_loop(3, (unsigned)stop_fd - 1);
+    close_range_or_loop((unsigned)stop_fd + 1, ~0U);
+}
+
 /* Fork the prefetcher. detach: double fork, so it is not our child after we exec. */
 static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *status, int detach, int close_fd) {
     pid_t c = fork();
@@ -123,6 +141,7 @@ static pid_t start_prefetcher(struct pcl_plan *plan, int stop_fd, const char *st
             if (g != 0) _exit(0);
         }
         to_devnull();
+        close_inherited(stop_fd);
         pcl_lower_priority();
         pcl_prefetch_run(plan, stop_fd, status);
         _exit(0);
@@ -149,14 +168,38 @@ static int plan_needs_python(const struct pcl_plan *plan) {
     return 0;
 }
 
+/* The report the prefetcher writes for this process alone (--wait without --status) lives
+ * in a directory of its own, made by mkdtemp (0700, random name): a name in $TMPDIR that
+ * anyone could guess (and plant a symlink at) is never written, read or removed. */
+static int private_status(char *status, size_t n) {
+    const char *t = getenv("TMPDIR");
+    char dir[4000];
+    snprintf(dir, sizeof dir, "%s/pagecast-launch-XXXXXX", t && *t ? t : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "pagecast run: warning: cannot create a private directory in %s (%s); no prefetch report\n",
+                t && *t ? t : "/tmp", strerror(errno));
+        return -1;
+    }
+    snprintf(status, n, "%s/status.json", dir);
+    return 0;
+}
+
+static void remove_private_status(const char *status) {
+    unlink(status);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", status);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    rmdir(dir);
+}
+
 static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, int native) {
     /* a status file only when someone reads it: the user (--status) or the --json report */
     char status[4096] = "-";
     if (o->status)
         snprintf(status, sizeof status, "%s", o->status);
-    else if (o->wait_mode)
-        snprintf(status, sizeof status, "%s/pagecast-plan-status.%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (int)getpid());
+    else if (o->wait_mode && private_status(status, sizeof status) < 0)
+        snprintf(status, sizeof status, "-");
     const char *status_path = strcmp(status, "-") ? status : NULL;
     for (int i = 0; i < plan->nfiles; i++)
         if (plan->files[i].status == PCL_ST_PENDING &&
@@ -290,12 +333,13 @@ static double now_s(void) {
 
 /* --wait: PROG as a child, then one JSON report on stdout. */
 static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_ok, const char *plan_err, int native) {
-    char status[4096];
+    char status[4096] = "";
+    int own_status = !o->status;
     if (o->status)
         snprintf(status, sizeof status, "%s", o->status);
-    else
-        snprintf(status, sizeof status, "%s/pagecast-plan-status.%d.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (int)getpid());
+    else if (plan_ok && private_status(status, sizeof status) < 0)
+        status[0] = 0;
+    const char *status_path = status[0] ? status : NULL;
     fflush(stdout);
     double t0 = now_s();
     int pipefd[2];
@@ -320,9 +364,9 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
     int stop_fd = pidfd_of(child);
     pid_t pf = -1;
     if (plan_ok && native)
-        pf = start_prefetcher(plan, stop_fd, status, 0, pipefd[1]);
+        pf = start_prefetcher(plan, stop_fd, status_path, 0, pipefd[1]);
     else if (plan_ok)
-        pcl_prefetch_run(plan, -1, status);
+        pcl_prefetch_run(plan, -1, status_path);
     close(pipefd[1]); /* release PROG */
     int ws = 0;
     while (waitpid(child, &ws, 0) < 0 && errno == EINTR);
@@ -340,7 +384,7 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
         pcl_json_str(stdout, plan_err);
     printf(",\n  \"returncode\": %d,\n  \"exit_status\": %d,\n  \"wall_s\": %.6f,\n", rc, exit_status, wall);
     char *st = NULL;
-    FILE *f = plan_ok ? fopen(status, "r") : NULL;
+    FILE *f = plan_ok && status_path ? fopen(status, "re") : NULL;
     if (f) {
         size_t cap = 1 << 16, len = 0;
         st = malloc(cap);
@@ -351,8 +395,8 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
         }
         st[len] = 0;
         fclose(f);
-        if (!o->status) unlink(status);
     }
+    if (own_status && status_path) remove_private_status(status);
     /* the status object is {"prefetch": ..., "files": [...]}: splice its members in */
     char *open_brace = st ? strchr(st, '{') : NULL, *close_brace = st ? strrchr(st, '}') : NULL;
     if (open_brace && close_brace && close_brace > open_brace) {

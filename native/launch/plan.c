@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "launch.h"
 
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
@@ -64,12 +65,36 @@ static int unescape(char *s) {
     return 0;
 }
 
+/* The lexical rules below are the format's, shared with the Python reader
+ * (src/pagecast/plan/format.py, "Lexical rules"): an integer is -?[0-9]+ within 64 bits,
+ * a decimal -?[0-9]+(.[0-9]+)?, nothing else (no sign '+', no blanks, no exponent, no
+ * nan/inf), so the two readers accept exactly the same plans. */
+static int digits(const char *s) {
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9') return 0;
+    return 1;
+}
+
 static int parse_i64(const char *s, int64_t *out) {
     char *end;
+    if (!digits(s[0] == '-' ? s + 1 : s)) return -1;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end) return -1;
     *out = v;
+    return 0;
+}
+
+static int parse_decimal(const char *s, double *out) {
+    const char *dot = strchr(s, '.');
+    char whole[64];
+    size_t n = dot ? (size_t)(dot - s) : strlen(s);
+    if (n >= sizeof whole) return -1;
+    memcpy(whole, s, n);
+    whole[n] = 0;
+    if (!digits(whole[0] == '-' ? whole + 1 : whole) || (dot && !digits(dot + 1))) return -1;
+    *out = strtod(s, NULL);
     return 0;
 }
 
@@ -87,15 +112,13 @@ static int split(char *line, char **f, int max) {
 }
 
 static int read_all(const char *path, char **buf, size_t *len, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "not a regular file");
-        close(fd);
+    int fd = pc_open_regular(path, O_RDONLY, &st); /* a FIFO given as the plan must not block the launch */
+    if (fd < 0) {
+        if (errno == EINVAL)
+            snprintf(err, errlen, "not a regular file");
+        else
+            snprintf(err, errlen, "cannot read plan (%s)", strerror(errno));
         return -1;
     }
     *buf = malloc((size_t)st.st_size + 1);
@@ -135,7 +158,9 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
     /* version 2 adds ADVICE before NRANGES */
     const int nfields = version == 1 ? 14 : 15;
     *nl = '\n';
-    if (memchr(buf, 0, len)) FAIL("not a usable plan: NUL bytes");
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] != '\n' && (buf[i] < 0x20 || buf[i] > 0x7e))
+            FAIL("not a usable plan: byte %zu is a control or non-ASCII byte (0x%02x)", i, (unsigned char)buf[i]);
     /* the end line: the last line starting after a newline */
     if (len < 2 || buf[len - 1] != '\n') FAIL("not a usable plan: truncated (no end line)");
     char *end = NULL;
@@ -147,7 +172,20 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
     if (!end || strncmp(end, "end ", 4) != 0) FAIL("not a usable plan: truncated (no end line)");
     unsigned long long nfiles_end;
     unsigned int want;
-    if (sscanf(end, "end %llu %8x\n", &nfiles_end, &want) != 2) FAIL("not a usable plan: malformed end line");
+    {
+        char endline[64], *e[4];
+        size_t el = (size_t)(buf + len - 1 - end);
+        int ok = el < sizeof endline;
+        if (ok) {
+            memcpy(endline, end, el);
+            endline[el] = 0;
+            ok = split(endline, e, 3) == 3 && digits(e[1]) && strlen(e[1]) < 20 && strlen(e[2]) == 8 &&
+                 strspn(e[2], "0123456789abcdef") == 8;
+        }
+        if (!ok) FAIL("not a usable plan: malformed end line (expected 'end NFILES CRC32')");
+        nfiles_end = strtoull(e[1], NULL, 10);
+        want = (unsigned int)strtoul(e[2], NULL, 16);
+    }
     if (crc32_ieee((unsigned char *)buf, (size_t)(end - buf)) != want)
         FAIL("not a usable plan: checksum mismatch (truncated or corrupted)");
     end[-1] = 0;
@@ -219,12 +257,15 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
             FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
         pf->depth = (int)depth;
         pf->chunk_kib = chunk;
-        pf->gain_ms = strtod(f[10], NULL);
+        if (parse_decimal(f[10], &pf->gain_ms) < 0) FAIL("not a usable plan: line %d: bad gain '%.40s'", lineno, f[10]);
         if (unescape(f[1]) < 0 || unescape(f[11]) < 0 || unescape(f[12]) < 0)
             FAIL("not a usable plan: line %d: bad %%-escape", lineno);
         pf->path = f[1];
         pf->arg = f[11];
         pf->reason = f[12];
+        if ((pf->strategy == PCL_PACK || pf->strategy == PCL_PER_FAULT) && !*pf->arg)
+            FAIL("not a usable plan: line %d: strategy %s needs an argument (pack file or policy)", lineno,
+                 pcl_strategy_names[pf->strategy]);
         pf->fd = -1;
         pf->fb_slot = -1;
         /* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be

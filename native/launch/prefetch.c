@@ -43,7 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "infile.h"
 #include "launch.h"
+#include "outfile.h"
 
 #define PAGE 4096
 
@@ -127,11 +129,10 @@ static void judge(struct pcl_plan *plan, struct pcl_file *f) {
  * it is still the file the launcher saw; on failure the file's requests are skipped. */
 static int open_planned(struct pcl_file *f) {
     if (f->fd >= 0) return 1;
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        snprintf(f->detail, sizeof f->detail, "cannot open (%s)", strerror(errno));
-        if (fd >= 0) close(fd);
+    int fd = pc_open_regular(f->path, O_RDONLY, &st); /* a FIFO swapped in since the stat must not block us */
+    if (fd < 0) {
+        snprintf(f->detail, sizeof f->detail, "cannot open (%s)", pc_open_why(errno));
         f->status = PCL_ST_MISSING;
         return 0;
     }
@@ -312,13 +313,12 @@ int pcl_issue_before(struct pcl_plan *plan) {
             /* not stat()ed by pcl_plan_open: the identity is checked here, on the open file
              * (O_NONBLOCK: a FIFO put in a file's place must not block the launch) */
             struct stat st;
-            int fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+            int fd = pc_open_regular(f->path, O_RDONLY, &st);
             if (fd < 0) {
-                pcl_file_missing(f, strerror(errno));
+                pcl_file_missing(f, pc_open_why(errno));
                 continue;
             }
-            if (fstat(fd, &st) < 0 || !pcl_file_identity_ok(f, &st)) {
-                if (f->status == PCL_ST_PENDING) pcl_file_missing(f, strerror(errno));
+            if (!pcl_file_identity_ok(f, &st)) {
                 close(fd);
                 continue;
             }
@@ -363,9 +363,8 @@ void pcl_json_str(FILE *o, const char *s) {
 }
 
 static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_ns, const char *path) {
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    FILE *o = fopen(tmp, "w");
+    char tmp[4200];
+    FILE *o = pc_out_ftemp(path, tmp, sizeof tmp);
     if (!o) return;
     int64_t pages = 0, errors = 0;
     for (int i = 0; i < plan->nfiles; i++) {
@@ -400,10 +399,7 @@ static void write_status(struct pcl_plan *plan, struct job *j, int64_t elapsed_n
         fputc('}', o);
     }
     fputs("]}\n", o);
-    if (fclose(o) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
+    pc_out_fcommit(o, tmp, path);
 }
 
 /* Whether a prefetched file gets a feedback slot. A file whose plan fits in the first batch

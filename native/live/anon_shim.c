@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "highfd.h"
 #include "live/anon_wire.h"
 
 #ifndef MADV_POPULATE_READ
@@ -78,7 +79,8 @@ static int choose_mode(void) {
 
 static void *helper(void *arg) {
     (void)arg;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* a high number (highfd.h): the program's own open() calls keep the numbers they get bare */
+    int fd = pc_fd_high_or_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (fd < 0) return NULL;
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof sa);

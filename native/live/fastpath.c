@@ -38,6 +38,7 @@
  */
 #define _GNU_SOURCE
 #include "live/fastpath.h"
+#include "infile.h"
 #include "policy/pc_policy.h"
 
 #include <errno.h>
@@ -130,9 +131,9 @@ static int add_file(const char *path, size_t n, int32_t tag, int open_it) {
     memcpy(nf.path, path, n);
     nf.path[n] = 0;
     if (open_it) {
-        nf.fd = open(nf.path, O_RDONLY | O_CLOEXEC);
         struct stat st;
-        if (nf.fd >= 0 && fstat(nf.fd, &st) == 0) nf.pages = (st.st_size + 4095) >> PAGE_SHIFT;
+        nf.fd = pc_open_regular(nf.path, O_RDONLY, &st); /* never blocks on a FIFO in a file's place */
+        if (nf.fd >= 0) nf.pages = (st.st_size + 4095) >> PAGE_SHIFT;
     }
     /* under the lock: the start-up thread reads files[] (file_fd) while we may move it */
     pthread_mutex_lock(&mu);

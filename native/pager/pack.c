@@ -5,6 +5,8 @@
  * leaves a fault just ahead of the loader to it. */
 #define _GNU_SOURCE
 #include "pack.h"
+#include "highfd.h"
+#include "infile.h"
 #include "pager.h"
 #include "pager_internal.h"
 
@@ -227,14 +229,14 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         set_err("%s: a page pack is already loading for %s", pack_path, r->path);
         return -1;
     }
-    int fd = open(pack_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        set_err("page pack %s: %s", pack_path, strerror(errno));
-        return -1;
-    }
     struct pack_header h;
     struct stat ps_st, src, cur;
-    if (fstat(fd, &ps_st) < 0 || pread_full(fd, &h, sizeof h, 0) < 0 || memcmp(h.magic, PGR_PACK_MAGIC, 8) != 0) {
+    int fd = pc_fd_high_or_keep(pc_open_regular(pack_path, O_RDONLY, &ps_st)); /* never blocks on a FIFO */
+    if (fd < 0) {
+        set_err("page pack %s: %s", pack_path, pc_open_why(errno));
+        return -1;
+    }
+    if (pread_full(fd, &h, sizeof h, 0) < 0 || memcmp(h.magic, PGR_PACK_MAGIC, 8) != 0) {
         set_err("page pack %s: not a page pack (bad or short header)", pack_path);
         close(fd);
         return -1;
@@ -296,7 +298,12 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
      * or page-cache pages to allocate; while one loader thread maps its chunk the others'
      * reads are in flight. */
     const char *dio = getenv("PAGECAST_PAGER_PACK_DIRECT");
-    k->dfd = dio && *dio == '0' ? -1 : open(pack_path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+    struct stat dst;
+    k->dfd = dio && *dio == '0' ? -1 : pc_fd_high_or_keep(pc_open_regular(pack_path, O_RDONLY | O_DIRECT, &dst));
+    if (k->dfd >= 0 && (dst.st_dev != ps_st.st_dev || dst.st_ino != ps_st.st_ino)) { /* replaced meanwhile */
+        close(k->dfd);
+        k->dfd = -1;
+    }
     k->n = h.npages;
     k->block = h.block_pages;
     k->nblocks = nblocks;

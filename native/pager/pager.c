@@ -23,6 +23,9 @@
  */
 #define _GNU_SOURCE
 #include "pager.h"
+#include "highfd.h"
+#include "infile.h"
+#include "outfile.h"
 #include "pager_internal.h"
 #include "policy/pc_policy.h"
 
@@ -235,44 +238,35 @@ static size_t skip_same(const uint8_t *a, const uint8_t *b, size_t i, size_t n) 
     return i;
 }
 
-/* Runs of changed bytes written with one pwrite each up to this many; beyond, the file's
- * page is read, the changed bytes laid over it and the page written whole (two syscalls;
- * another writer's bytes written in between those two are overwritten, docs/pager.md). */
-#define WB_MAX_RUNS 4
-
-/* Write the bytes of snap[0, n) that differ from the twin of page p to the file at off. */
+/* Write the bytes of snap[0, n) that differ from the twin of page p to the file at off, in
+ * ONE pwrite: a SIGKILL ends the handler thread with the program at any point, and a
+ * write-back made of several pwrites would then leave the page half new and half old in the
+ * file. One pwrite of bytes within one page is all or nothing (the kernel checks for a fatal
+ * signal between page-cache folios, not inside one). One run of changed bytes: that run.
+ * Several: the span from the first changed byte to the last, with the unchanged bytes in
+ * between read from the file now, so bytes another writer put there are kept (except those
+ * it writes between this pread and the pwrite: docs/pager.md). */
 static int write_changed(pgr_region *r, uint64_t p, const uint8_t *snap, size_t n, uint64_t off, uint8_t *scratch) {
     const uint8_t *tw = twin(r, p);
-    size_t lo[WB_MAX_RUNS], hi[WB_MAX_RUNS];
-    int nr = 0;
-    for (size_t i = skip_same(snap, tw, 0, n); i < n; i = skip_same(snap, tw, i, n)) {
-        size_t j = i;
-        while (j < n && snap[j] != tw[j]) j++;
-        if (nr == WB_MAX_RUNS) {
-            nr = -1;
-            break;
-        }
-        lo[nr] = i;
-        hi[nr++] = j;
-        i = j;
-    }
-    if (nr >= 0) {
-        for (int k = 0; k < nr; k++)
-            if (pwrite_full(r->fd, snap + lo[k], hi[k] - lo[k], off + lo[k]) < 0) return -1;
-        return 0;
-    }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t k = pread(r->fd, scratch + got, n - got, (off_t)(off + got));
+    size_t lo = skip_same(snap, tw, 0, n);
+    if (lo == n) return 0;
+    size_t hi = n;
+    while (hi > lo && snap[hi - 1] == tw[hi - 1]) hi--;
+    size_t j = lo;
+    while (j < hi && snap[j] != tw[j]) j++;
+    if (j == hi) return pwrite_full(r->fd, snap + lo, hi - lo, off + lo); /* one run */
+    size_t got = 0, want = hi - lo;
+    while (got < want) {
+        ssize_t k = pread(r->fd, scratch + got, want - got, (off_t)(off + lo + got));
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) return -1;
         if (k == 0) break;
         got += (size_t)k;
     }
-    if (got < n) n = got; /* the file shrank meanwhile: nothing past its end */
-    for (size_t i = 0; i < n; i++)
-        if (snap[i] != tw[i]) scratch[i] = snap[i];
-    return pwrite_full(r->fd, scratch, n, off);
+    want = got; /* the file shrank meanwhile: nothing past its end */
+    for (size_t i = 0; i < want; i++)
+        if (snap[lo + i] != tw[lo + i]) scratch[i] = snap[lo + i];
+    return want ? pwrite_full(r->fd, scratch, want, off + lo) : 0;
 }
 
 /* Write page `p` (resident) to the file, clamped to the file's current end (a page past a
@@ -745,6 +739,22 @@ static void serve_wp(pgr_region *r, uint64_t p, int tid, int64_t t) {
     }
 }
 
+/* pgr_check_size with mu held. */
+static long resized_locked(pgr_region *r, int64_t t) {
+    struct stat sb;
+    if (fstat(r->fd, &sb) < 0) return -1;
+    uint64_t now = (uint64_t)sb.st_size < r->map_end ? (uint64_t)sb.st_size : r->map_end;
+    long n = 0;
+    if (now < r->valid_end) {
+        /* from the page the new end falls in: it is written back up to the end and read again */
+        uint64_t first = now <= r->file_offset ? 0 : (now - r->file_offset) / r->ps;
+        for (uint64_t p = first; p < r->npages; p++)
+            if ((r->state[p] & ST_RES) && !(r->state[p] & ST_PIN) && evict(r, p, t) == 0) n++;
+    }
+    r->valid_end = now;
+    return n;
+}
+
 /* Write every dirty resident page back and write-protect it again (caller holds mu). */
 static long flush_locked(pgr_region *r) {
     long n = 0;
@@ -795,6 +805,8 @@ static void *handler_main(void *arg) {
     for (;;) {
         if (period && now_ns() >= next_flush) {
             pthread_mutex_lock(&r->mu);
+            resized_locked(r, now_ns()); /* a truncate pagecast did not see (another process, O_TRUNC) */
+            log_flush(r);
             if (flush_locked(r) < 0) handler_error(r, "periodic write-back", errno);
             pthread_mutex_unlock(&r->mu);
             next_flush = now_ns() + period;
@@ -873,7 +885,8 @@ int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
 /* ---- open / close ------------------------------------------------------------------ */
 
 static int load_learned(pgr_region *r) {
-    int fd = open(r->learn_path, O_RDONLY | O_CLOEXEC);
+    int fd = open(r->learn_path,
+                  O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* saved by rename: never a link or a FIFO */
     if (fd < 0) return errno == ENOENT ? 0 : -1;
     char magic[8];
     uint64_t np = 0;
@@ -887,8 +900,7 @@ static int load_learned(pgr_region *r) {
 int pgr_save_learned(pgr_region *r, const char *path) {
     char tmp[PATH_MAX + 32];
     if (foreign(r)) return -1;
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = pc_out_temp(path, tmp, sizeof tmp); /* exclusive, random name: never through a planted link */
     if (fd < 0) return -1;
     pthread_mutex_lock(&r->mu);
     uint64_t np = r->npages;
@@ -896,11 +908,7 @@ int pgr_save_learned(pgr_region *r, const char *path) {
              write(fd, r->learned, r->nwords * 8) == (ssize_t)(r->nwords * 8);
     pthread_mutex_unlock(&r->mu);
     ok = close(fd) == 0 && ok;
-    if (!ok || rename(tmp, path) < 0) {
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    return pc_out_commit(ok, tmp, path);
 }
 
 static void free_region(pgr_region *r) {
@@ -957,7 +965,9 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     }
     char why[400];
     int feat = 0;
-    int uffd = uffd_create(&feat, why, sizeof why);
+    /* every descriptor of a region goes high (highfd.h): under the shim they live in the
+     * program, whose own open() calls must get the numbers they get without the pager */
+    int uffd = pc_fd_high_or_keep(uffd_create(&feat, why, sizeof why));
     if (uffd < 0) {
         int e = errno;
         set_err("%s: %s", path, why);
@@ -982,6 +992,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->file_offset = offset;
     uint64_t fend = offset + length;
     r->valid_end = (uint64_t)sb.st_size < fend ? (uint64_t)sb.st_size : fend;
+    r->map_end = fend;
     r->cap = cfg->budget_pages < r->npages ? cfg->budget_pages : r->npages;
     /* PAGECAST_PAGER_NO_WP=1 (tests): behave as on a kernel without userfaultfd WP */
     const char *nowp = getenv("PAGECAST_PAGER_NO_WP");
@@ -1035,7 +1046,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     if (r->learn_path[0] && load_learned(r) < 0)
         fprintf(stderr, "pagecast pager: %s: ignoring learned pages file %s (unreadable or other size)\n", path,
                 r->learn_path);
-    r->fd = fcntl(fd_in, F_DUPFD_CLOEXEC, 3);
+    r->fd = pc_fd_high_or_keep(fcntl(fd_in, F_DUPFD_CLOEXEC, 3));
     if (r->fd < 0) {
         set_err("%s: dup: %s", path, strerror(errno));
         goto fail;
@@ -1065,7 +1076,9 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
         set_err("pipe: %s", strerror(errno));
         goto fail;
     }
-    r->pack_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    r->stop_pipe[0] = pc_fd_high_or_keep(r->stop_pipe[0]);
+    r->stop_pipe[1] = pc_fd_high_or_keep(r->stop_pipe[1]);
+    r->pack_efd = pc_fd_high_or_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (r->pack_efd < 0) {
         set_err("eventfd: %s", strerror(errno));
         goto fail;
@@ -1129,6 +1142,15 @@ long pgr_flush(pgr_region *r) {
     if (foreign(r)) return -1;
     pthread_mutex_lock(&r->mu);
     long n = flush_locked(r);
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+long pgr_check_size(pgr_region *r) {
+    if (foreign(r)) return -1;
+    pthread_mutex_lock(&r->mu);
+    long n = resized_locked(r, now_ns());
+    log_flush(r);
     pthread_mutex_unlock(&r->mu);
     return n;
 }
@@ -1298,11 +1320,10 @@ typedef struct {
 
 static int table_read(const char *path, table_file *t) {
     memset(t, 0, sizeof *t);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    if (fd < 0 || fstat(fd, &sb) < 0) {
-        set_err("pager table %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
+    int fd = pc_open_regular(path, O_RDONLY, &sb); /* a FIFO in the table's place must not block the program */
+    if (fd < 0) {
+        set_err("pager table %s: %s", path, pc_open_why(errno));
         return -1;
     }
     uint64_t size = (uint64_t)sb.st_size;

@@ -152,6 +152,13 @@ int pgr_probe(void);
 const char *pgr_last_error(void);
 /* Write dirty pages back without locking: only for a fatal-signal handler. */
 long pgr_emergency_writeback(pgr_region *r);
+/* The file changed size (ftruncate, O_TRUNC, another process): compare its size now with
+ * what the region serves. After a shrink, resident pages at or past the new end are dropped
+ * (dirty bytes before the end written back, those past it discarded, as the kernel's
+ * truncate does), so a page wholly past the end raises SIGBUS again and the page across it
+ * reads zeros past the end; after a growth the new bytes are served. The handler also does
+ * this at every periodic write-back. Returns the pages dropped, or -1. */
+long pgr_check_size(pgr_region *r);
 /* Evict every resident page (writing dirty ones back): makes the next pass start cold. */
 long pgr_drop_all(pgr_region *r);
 

@@ -27,7 +27,8 @@ struct pgr_region {
     uint8_t *base;
     uint64_t len, npages, ps;
     uint64_t file_offset;
-    uint64_t valid_end; /* file offset of the end of mapped file data at open */
+    uint64_t valid_end; /* file offset of the end of mapped file data (at open; moved by a resize) */
+    uint64_t map_end;   /* file offset of the end of the mapping */
     int fd;
     int uffd;
     int stop_pipe[2];

@@ -55,6 +55,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "highfd.h"
+#include "outfile.h"
 #include "pager.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -93,6 +95,8 @@ static void *(*real_mremap)(void *, size_t, size_t, int, ...);
 static int (*real_munmap)(void *, size_t);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_mprotect)(void *, size_t, int);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_truncate)(const char *, off_t);
 static void (*real__exit)(int);
 
 static void resolve(void) {
@@ -102,6 +106,8 @@ static void resolve(void) {
     if (!real_mprotect) real_mprotect = (int (*)(void *, size_t, int))dlsym(RTLD_NEXT, "mprotect");
     if (!real__exit) real__exit = (void (*)(int))dlsym(RTLD_NEXT, "_exit");
     if (!real_mremap) real_mremap = (void *(*)(void *, size_t, size_t, int, ...))dlsym(RTLD_NEXT, "mremap");
+    if (!real_ftruncate) real_ftruncate = (int (*)(int, off_t))dlsym(RTLD_NEXT, "ftruncate");
+    if (!real_truncate) real_truncate = (int (*)(const char *, off_t))dlsym(RTLD_NEXT, "truncate");
 }
 
 /* Lists in the environment: items separated by ',', with '\,' and '\\' standing for a
@@ -320,7 +326,8 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     if (logdir && *logdir) {
         char lp[PATH_MAX + 64];
         snprintf(lp, sizeof lp, "%s/pager.%d.%d.pglog", logdir, (int)getpid(), n);
-        log_fd = open(lp, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        /* an existing name or a planted link is refused; a high number, as the region's own (highfd.h) */
+        log_fd = pc_fd_high_or_keep(pc_out_new(lp, O_WRONLY | O_APPEND));
         if (log_fd < 0) fprintf(stderr, "pagecast pager: cannot write fault log %s: %s\n", lp, strerror(errno));
     }
     cfg.log_fd = log_fd;
@@ -378,10 +385,9 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
 static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p99, int rc) {
     const char *dir = getenv("PAGECAST_PAGER_STATS");
     if (!dir || !*dir) return;
-    char p[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    char p[PATH_MAX + 64], tmp[PATH_MAX + 100];
     snprintf(p, sizeof p, "%s/pager.%d.%d.json", dir, (int)getpid(), l->n);
-    snprintf(tmp, sizeof tmp, "%s.tmp", p);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = pc_out_ftemp(p, tmp, sizeof tmp);
     if (!f) return;
     char esc[2 * PATH_MAX];
     size_t k = 0;
@@ -413,7 +419,7 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             (unsigned long long)s->pack_installed, (unsigned long long)s->pack_skipped,
             (unsigned long long)s->pack_bytes_read, (unsigned long long)s->pack_deferred,
             (unsigned long long)s->pack_done_ns, s->pack_state, rc == 0 ? "true" : "false");
-    if (fclose(f) == 0) rename(tmp, p);
+    pc_out_fcommit(f, tmp, p);
 }
 
 /* Caller holds g_mu. */
@@ -487,6 +493,34 @@ static live_t *conflicting(dev_t dev, ino_t ino, uint64_t off, size_t len, int w
 
 static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only);
 
+/* A kernel mapping of bytes a paged region maps, where either one can write the file: it
+ * would not see the region's writes (or the region its). A file matches by device and inode,
+ * so this holds also when its name is gone (unlinked, renamed) and the PAGECAST_PAGER path
+ * no longer names it. The kernel's own refusal comes first, as for paged mappings. Sets
+ * errno (EBUSY, with one line) and returns 1 when refused. */
+static int busy(int fd, off_t off, size_t len, int prot, int flags) {
+    struct stat sb;
+    if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) return 0;
+    int writes = (flags & MAP_SHARED) && (prot & PROT_WRITE); /* a private mapping never writes the file */
+    pthread_mutex_lock(&g_mu);
+    live_t *l = conflicting(sb.st_dev, sb.st_ino, (uint64_t)off, len, writes, NULL);
+    char path[PATH_MAX];
+    if (l) snprintf(path, sizeof path, "%s", l->path);
+    int lw = l && l->writable;
+    pthread_mutex_unlock(&g_mu);
+    if (!l) return 0;
+    void *probe =
+        real_mmap(NULL, len, prot, flags & ~(MAP_FIXED | MAP_FIXED_NOREPLACE | MAP_POPULATE | MAP_LOCKED), fd, off);
+    if (probe == MAP_FAILED) return 1; /* the kernel's errno */
+    real_munmap(probe, len);
+    fprintf(stderr,
+            "pagecast pager: %s: bytes %llu-%llu are already mapped by the pager%s; a second mapping would not see the "
+            "first one's writes: mmap refused (EBUSY)\n",
+            path, (unsigned long long)off, (unsigned long long)off + len - 1, lw ? " writable" : "");
+    errno = EBUSY;
+    return 1;
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     resolve();
     if (g_nspec && (flags & MAP_FIXED) && len) {
@@ -505,6 +539,8 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     }
     if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
         spec_t *s = match(fd);
+        int to_kernel = !s || ((flags & MAP_PRIVATE) && (prot & PROT_WRITE)); /* see below */
+        if (to_kernel && busy(fd, off, len, prot, flags)) return MAP_FAILED;
         /* A writable private mapping's changes must live as long as the mapping, but an
          * evicted page is re-read from the file: such mappings stay with the kernel. */
         if (s && (flags & MAP_PRIVATE) && (prot & PROT_WRITE)) {
@@ -659,6 +695,41 @@ int mprotect(void *addr, size_t len, int prot) {
     }
     return real_mprotect(addr, len, prot);
 }
+
+/* A truncate of a paged file: the kernel drops the page cache past the new end at once, so
+ * that a later touch of a page there is SIGBUS; the pager drops its resident pages there
+ * too, right after the call (other ways to change the size are seen at the next periodic
+ * write-back, pgr_check_size). */
+static void resized(const struct stat *sb) {
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < MAXREG; i++)
+        if (g_live[i].r && g_live[i].dev == sb->st_dev && g_live[i].ino == sb->st_ino) pgr_check_size(g_live[i].r);
+    pthread_mutex_unlock(&g_mu);
+}
+
+int ftruncate(int fd, off_t len) {
+    resolve();
+    int rc = real_ftruncate(fd, len);
+    struct stat sb;
+    int e = errno;
+    if (rc == 0 && g_nspec && fstat(fd, &sb) == 0) resized(&sb);
+    errno = e;
+    return rc;
+}
+
+int ftruncate64(int fd, off_t len) __attribute__((alias("ftruncate")));
+
+int truncate(const char *path, off_t len) {
+    resolve();
+    int rc = real_truncate(path, len);
+    struct stat sb;
+    int e = errno;
+    if (rc == 0 && g_nspec && stat(path, &sb) == 0) resized(&sb);
+    errno = e;
+    return rc;
+}
+
+int truncate64(const char *path, off_t len) __attribute__((alias("truncate")));
 
 /* _exit skips destructors: write back first, as the kernel keeps a MAP_SHARED page. */
 void _exit(int status) {

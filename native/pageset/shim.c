@@ -50,6 +50,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "highfd.h"
 #include "pageset/uffd_compat.h"
 
 #define PAGE 4096UL
@@ -100,7 +101,9 @@ static void resolve_all(void) {
 }
 
 /* A fresh userfaultfd, moved to a high descriptor so programs that expect the lowest
- * free numbers (shells, fd-passing code) see the numbers they would see without us. */
+ * free numbers (shells, fd-passing code) see the numbers they would see without us
+ * (highfd.h: below the descriptor limit). If no high number is free, no userfaultfd:
+ * the program's numbers matter more than fault-around (one line says so). */
 static int new_uffd(void) {
     int fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
     if (fd < 0) return -1;
@@ -109,12 +112,14 @@ static int new_uffd(void) {
         close(fd);
         return -1;
     }
-    int hi = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-    if (hi >= 0) {
+    int hi = pc_fd_high(fd);
+    if (hi < 0) {
         close(fd);
-        fd = hi;
+        fprintf(stderr,
+                "pagecast record: warning: no free descriptor near the limit for the page-set shim; pages mapped "
+                "around a fault may be missing from the page set\n");
     }
-    return fd;
+    return hi;
 }
 
 static void watch(void *addr, size_t len) {

@@ -10,18 +10,33 @@
  *   cases writer FILE NPAGES        write bytes [0,64) of every page, print "ready", wait for a
  *                                   line on stdin (another process writes the file meanwhile),
  *                                   write bytes [64,128), exit without munmap
- *   cases twomaps FILE NPAGES       two writable MAP_SHARED mappings of the file
+ *   cases twomaps FILE NPAGES [U]   two writable MAP_SHARED mappings of the file (U=1: the file
+ *                                   is unlinked between the two)
+ *   cases shrink FILE NPAGES [W]    write bytes [0,256) of every page, ftruncate to 10 pages and
+ *                                   100 bytes, then print for every page whether reading it
+ *                                   raises SIGBUS, and page 10's bytes 50 and 200 (W=1: print
+ *                                   "ready" and wait for a line on stdin instead of truncating:
+ *                                   another process truncates the file meanwhile)
  *   cases readtwice FILE NPAGES     two read-only MAP_SHARED mappings of a read-write descriptor,
  *                                   then mprotect(PROT_WRITE) of the first
  *   cases rdonly FILE NPAGES        a read-only descriptor mapped PROT_WRITE|MAP_SHARED
  *   cases read FILE NPAGES STEP     read page 0, STEP, 2*STEP, ... (mod NPAGES) NPAGES times and
  *                                   print the FNV-1a hash of every byte read
  *
+ *   cases gens FILE NPAGES          rewrite every page's GEN_SLOTS counters with generation
+ *                                   1, 2, 3, ... forever, within a page from the last counter to
+ *                                   the first (so at any instant a page holds g+1 in its last k
+ *                                   counters and g in the others); killed by the test
+ *   cases fds FILE NPAGES           map the file, then open /dev/null twice and print the two
+ *                                   descriptor numbers (those a program gets bare: the pager's
+ *                                   own descriptors must not take them)
+ *
  * Written byte at page p, offset o (o < 128): pattern(p, o) below.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -136,9 +151,13 @@ static int do_writer(const char *file, long npages) {
     return 0;
 }
 
-static int do_twomaps(const char *file, long npages) {
+static int do_twomaps(const char *file, long npages, long unlink_first) {
     int fd;
     uint8_t *a = map_rw(file, npages, &fd);
+    if (unlink_first) {
+        write_range(a, npages, 0, 64); /* dirty pages the file does not have yet */
+        unlink(file);
+    }
     uint8_t *b = mmap(NULL, (size_t)npages * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (b == MAP_FAILED) {
         printf("second mapping refused: %s\n", strerror(errno));
@@ -153,6 +172,43 @@ static int do_twomaps(const char *file, long npages) {
             return 3;
         }
     printf("coherent\n");
+    return 0;
+}
+
+static sigjmp_buf g_jump;
+
+static void on_sigbus(int sig) {
+    (void)sig;
+    siglongjmp(g_jump, 1);
+}
+
+static int do_shrink(const char *file, long npages, long wait) {
+    int fd;
+    uint8_t *m = map_rw(file, npages, &fd);
+    write_range(m, npages, 0, 256);
+    if (wait) {
+        if (msync(m, (size_t)npages * PAGE, MS_SYNC) < 0) perror("msync");
+        printf("ready\n");
+        fflush(stdout);
+        char line[64];
+        if (!fgets(line, sizeof line, stdin)) return 2;
+    } else if (ftruncate(fd, 10 * PAGE + 100) < 0) {
+        perror("ftruncate");
+        return 2;
+    }
+    struct sigaction sa = {.sa_handler = on_sigbus};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+    for (long p = 0; p < npages; p++) {
+        volatile uint8_t v = 0;
+        if (sigsetjmp(g_jump, 1) == 0) {
+            v = m[p * PAGE];
+            printf("%ld:%s ", p, v == pattern(p, 0) ? "data" : "other");
+        } else {
+            printf("%ld:SIGBUS ", p);
+        }
+    }
+    printf("\npage 10 byte 50: %d, byte 200: %d\n", m[10 * PAGE + 50], m[10 * PAGE + 200]);
     return 0;
 }
 
@@ -201,6 +257,28 @@ static int do_read(const char *file, long npages, long step) {
     return 0;
 }
 
+#define GEN_SLOTS 4 /* counters per page, 1 KiB apart: a write-back sees GEN_SLOTS runs of change */
+
+static int do_gens(const char *file, long npages) {
+    uint8_t *m = map_rw(file, npages, NULL);
+    for (uint64_t g = 1;; g++)
+        for (long p = 0; p < npages; p++)
+            for (int i = GEN_SLOTS - 1; i >= 0; i--) {
+                ((volatile uint64_t *)(m + p * PAGE))[i * (PAGE / 8 / GEN_SLOTS)] = g;
+                __asm__ volatile("" ::: "memory");
+            }
+    return 0;
+}
+
+static int do_fds(const char *file, long npages) {
+    int fd;
+    uint8_t *m = map_rw(file, npages, &fd);
+    m[0] = 1; /* a fault: the pager is running */
+    int a = open("/dev/null", O_RDONLY), b = open("/dev/null", O_RDONLY);
+    printf("%d %d\n", a, b);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: cases MODE FILE NPAGES [ARG]\n");
@@ -213,10 +291,13 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "fixed")) return do_fixed(file, npages);
     if (!strcmp(mode, "signal")) return do_signal(file, npages, (int)arg);
     if (!strcmp(mode, "writer")) return do_writer(file, npages);
-    if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages);
+    if (!strcmp(mode, "twomaps")) return do_twomaps(file, npages, arg);
+    if (!strcmp(mode, "shrink")) return do_shrink(file, npages, arg);
     if (!strcmp(mode, "readtwice")) return do_readtwice(file, npages);
     if (!strcmp(mode, "rdonly")) return do_rdonly(file, npages);
     if (!strcmp(mode, "read")) return do_read(file, npages, arg);
+    if (!strcmp(mode, "fds")) return do_fds(file, npages);
+    if (!strcmp(mode, "gens")) return do_gens(file, npages);
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
 }

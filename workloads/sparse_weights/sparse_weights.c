@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "outfile.h"
+
 #define MAGIC        0x5357504741454353ULL /* "SCEAGPWS" */
 #define HEADER_BYTES 4096
 
@@ -78,10 +80,9 @@ static int cmd_gen(const char *path, long size_mib, uint32_t dim, uint64_t seed)
     uint64_t rows = ((uint64_t)size_mib << 20) / (layers * row_bytes);
     if (rows < 64) rows = 64;
     rows &= ~(uint64_t)63; /* a power-of-two-friendly multiple for the ranking bijection */
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) die("cannot create", tmp);
+    char tmp[4200];
+    int fd = pc_out_temp(path, tmp, sizeof tmp); /* exclusive, random name: never through a planted link */
+    if (fd < 0) die("cannot create a temporary beside", path);
     static char hdrbuf[HEADER_BYTES];
     struct header h = {MAGIC, 1, layers, (uint32_t)rows, dim, seed};
     memcpy(hdrbuf, &h, sizeof h);

@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -96,16 +97,19 @@ def calibrate(cfg: CalibrateConfig, on_step: Callable[[str], None] | None = None
 
 @contextlib.contextmanager
 def _test_file(d: Path, mib: int) -> Iterator[Path]:
-    f = d / f".pagecast-calibrate-{os.getpid()}.bin"
+    f = None
     try:
-        with open(f, "wb") as out:
+        fd, name = tempfile.mkstemp(prefix=".pagecast-calibrate-", suffix=".bin", dir=d)  # never a planted link
+        f = Path(name)
+        with os.fdopen(fd, "wb") as out:
             block = np.random.default_rng(1).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
             for i in range(mib):
                 out.write(block[i % 7 :] + block[: i % 7])  # not all blocks equal (dedup, compression)
             out.flush()
             os.fsync(out.fileno())
     except OSError as e:
-        f.unlink(missing_ok=True)
+        if f is not None:
+            f.unlink(missing_ok=True)
         raise PagecastError(f"cannot write a {mib} MiB test file: {e.strerror}", path=d) from None
     try:
         yield f

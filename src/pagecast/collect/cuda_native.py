@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,16 +134,19 @@ def build_workloads(out_dir: Path | None = None, tk: CudaToolkit | None = None) 
         if out.exists() and out.stat().st_mtime >= newest_input:
             built[name] = out
             continue
-        tmp = out.with_name(f".{name}.{os.getpid()}.tmp")
-        proc = subprocess.run(
-            [str(tk.nvcc), "-O2", "-Werror", "all-warnings", "-o", str(tmp), str(source)],
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
-            raise PagecastError(f"nvcc failed: {first}", path=source)
-        os.replace(tmp, out)
+        private = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=out_dir))  # nvcc follows links at its output
+        try:
+            tmp = private / name
+            proc = subprocess.run(
+                [str(tk.nvcc), "-O2", "-Werror", "all-warnings", "-o", str(tmp), str(source)],
+                capture_output=True,
+                text=True,
+            )
+            if proc.returncode != 0:
+                first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+                raise PagecastError(f"nvcc failed: {first}", path=source)
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
         built[name] = out
     return built

@@ -15,6 +15,8 @@ SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/laun
 # advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
 SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
+# Headers of native/ outside launch/ that the launcher includes: a change must rebuild it too.
+SHARED_HEADERS = ("outfile.h", "infile.h")
 
 
 def installed_native_dir() -> str:
@@ -48,7 +50,7 @@ def _stamp_dirs(native: str) -> list[str]:
 
 def _signature(native: str) -> str:
     parts = []
-    for s in (*SOURCES, SHIM_SOURCE):
+    for s in (*SOURCES, SHIM_SOURCE, *SHARED_HEADERS):
         st = os.stat(os.path.join(native, s))
         parts.append(f"{s}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
@@ -75,26 +77,20 @@ def launcher_path() -> str:
 
 def build_launcher() -> str:
     """Compile the launcher (cached by content hash) and its advice shim and record a stamp for ``launcher_path``."""
+    from pagecast.util.atomic import atomic_write_bytes, atomic_write_text
     from pagecast.util.native import build
 
     out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
     shim = build("pc_advice_shim", [SHIM_SOURCE], ldflags=["-ldl"])
-    beside = f"{out}{SHIM_SUFFIX}"
-    tmp_shim = f"{beside}.{os.getpid()}.tmp"
-    with open(shim, "rb") as src, open(tmp_shim, "wb") as dst:
-        dst.write(src.read())
-    os.replace(tmp_shim, beside)  # a program already running keeps its mapping of the old one
+    with open(shim, "rb") as src:  # renamed into place: a program already running keeps the old one
+        atomic_write_bytes(f"{out}{SHIM_SUFFIX}", src.read())
     native = native_dir()
     try:
         sig = _signature(native)
     except OSError:
         return str(out)
-    stamp = os.path.join(str(out.parent), NAME + ".stamp")
-    tmp = f"{stamp}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w") as f:
-            f.write(f"{sig}\n{out}\n")
-        os.replace(tmp, stamp)
+        atomic_write_text(os.path.join(str(out.parent), NAME + ".stamp"), f"{sig}\n{out}\n")
     except OSError:
         pass  # no stamp: the next launch rebuilds-by-hash, which only costs time
     return str(out)

@@ -104,15 +104,10 @@ def write_pointer(key: str) -> str | None:
     same = all((a.st_size, a.st_mtime_ns) == (b.st_size, b.st_mtime_ns) for a, b in zip(before, after))
     if not same or not launcher.startswith("/") or any("\n" in line for line in lines):
         return launcher  # changed while we looked, or a path a line cannot hold: no pointer
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        os.replace(tmp, path)
+    from pagecast.util.atomic import atomic_write_text
+
+    try:  # a temporary of a random name, created exclusively: never through a planted link
+        atomic_write_text(path, "\n".join(lines) + "\n")
     except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
     return launcher

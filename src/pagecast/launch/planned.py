@@ -12,10 +12,12 @@ launcher (``live`` filled in).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -76,34 +78,76 @@ def _current(fp: FilePlan) -> bool:
 
 def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False,
                  warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
-    doc = read_plan(plan)
+    """The pack and per-fault files of a plan the launcher accepted. Whatever of them
+    cannot run costs one warning naming the file, and the program runs anyway: the
+    launcher read the plan with the same rules (plan/format.py, "Lexical rules"), so
+    only a plan replaced since then, or a pack or policy pagecast cannot use, gets here."""
+    from pagecast.policies.spec import parse_policy_spec
+
+    try:
+        doc = read_plan(plan)
+    except PagecastError as e:
+        warn(f"{e}; its pack and per-fault files are not used")
+        doc = PlanDoc()
     # the launcher already warned about stale and missing files; these are the live ones
     packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
     per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
-    policies = sorted({fp.arg for fp in per_fault})
-    policy = policies[0] if policies else "none"
     skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
+
+    def skip(fp: FilePlan, why: str) -> None:
+        skipped[fp.path] = why
+        warn(f"{fp.path}: {why}")
+
     for fp in per_fault:
-        if fp.arg != policy:
-            skipped[fp.path] = f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran"
-            warn(f"{fp.path}: {skipped[fp.path]}")
+        try:
+            parse_policy_spec(fp.arg)
+        except PagecastError as e:
+            skip(fp, f"per-fault policy not run ({e}); the file is read on demand")
+    policies = sorted({fp.arg for fp in per_fault if fp.path not in skipped})
+    policy = policies[0] if policies else "none"
+    for fp in per_fault:
+        if fp.path not in skipped and fp.arg != policy:
+            skip(fp, f"per-fault policy {fp.arg!r} not run: one policy per run, {policy!r} ran")
+    if packs and policy != "none":
+        why = _not_a_pager_policy(policy)
+        if why:
+            for fp in per_fault:
+                if fp.path not in skipped:
+                    skip(fp, f"per-fault policy {policy!r} not run beside a pack ({why})")
+            policy = "none"
     stdout = 2 if as_json else None
     t0 = time.monotonic()
-    live: dict[str, Any]
+    live: dict[str, Any] | None
     if packs:
         live, rc = _run_packs(cmd, packs, policy, stdout, warn, skipped)
-    else:
+    elif policy != "none":
         from pagecast.live.loop import LiveConfig, run_live
         from pagecast.live.worker import SourceSpec
-        from pagecast.policies.base import get_prefetcher
 
-        get_prefetcher(policy)  # unknown name → one line
-        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", policy), stdout=stdout))
+        spec = parse_policy_spec(policy)
+        res = run_live(LiveConfig(list(cmd), SourceSpec("policy", spec.name, options=spec.options), stdout=stdout))
         live, rc = res.to_dict(), res.returncode
+    else:
+        try:
+            rc = subprocess.run(list(cmd), stdout=stdout).returncode
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
+        live = None
     wall = time.monotonic() - t0
     if as_json:
         print(json.dumps(_report(doc, plan, rc, wall, status_path, live, skipped), indent=2, default=_jsonable))
     return _exit_status(rc)
+
+
+def _not_a_pager_policy(policy: str) -> str | None:
+    """Why the pager (which runs the packs) cannot run ``policy``, or None if it can."""
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+
+    try:
+        PagerPolicy.parse(policy)
+    except PagecastError as e:
+        return str(e)
+    return None
 
 
 def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
@@ -174,19 +218,28 @@ def _warm_instead(fp: FilePlan, pages: Any, skipped: dict[str, str], warn: Calla
     ranges = merge_ranges(np.unique(np.asarray(pages, np.int64)))
     why = (f"a pack cannot act on an ELF file, which the dynamic loader maps; its {sum(n for _, n in ranges)} pages "
            "are warmed through the page cache instead")  # fmt: skip
-    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"pagecast-elf-warm-{os.getpid()}.plan"
     try:
-        write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth, chunk_kib=fp.chunk_kib)]))
-        subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
+        with tempfile.TemporaryDirectory(prefix="pagecast-elf-warm-") as private:  # 0700: no name to plant a link at
+            tmp = Path(private) / "warm.plan"
+            write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth,
+                                           chunk_kib=fp.chunk_kib)]))  # fmt: skip
+            subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
     except (OSError, PagecastError) as e:
         why = f"a pack cannot act on an ELF file, which the dynamic loader maps; warming it instead failed ({e})"
-    finally:
-        tmp.unlink(missing_ok=True)
     skipped[fp.path] = "warmed:" + why
     warn(f"{fp.path}: {why}")
 
 
-def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any],
+def _remove_status(path: Path) -> None:
+    """Remove the prefetcher's report once read; the launcher's own report lives alone in
+    a private directory (``pagecast-launch-XXXXXX``, native/launch/launch.c), removed with it."""
+    path.unlink(missing_ok=True)
+    if path.name == "status.json" and path.parent.name.startswith("pagecast-launch-"):
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
+def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any] | None,
             skipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
     """The launcher's report shape. The warm/stream prefetcher stops when this process
     exits, not the program; if its report is not there within a moment it is still
@@ -196,7 +249,7 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
     while status_path is not None and status is None and time.monotonic() < deadline:
         try:
             status = json.loads(status_path.read_text())
-            status_path.unlink(missing_ok=True)
+            _remove_status(status_path)
         except (OSError, ValueError):
             time.sleep(0.02)
     if status is None:

@@ -160,9 +160,11 @@ def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_
 def read_pack(path: str | Path) -> PackInfo:
     """Header and index of a pack, checked (structure, size, index checksum); the data is
     not read, so a cold pack stays cold. Bad input → PagecastError naming the file."""
+    from pagecast.util.regular import NotRegularFile, open_regular
+
     path = Path(path)
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:  # a FIFO in the pack's place must not block the run
             head = f.read(HEADER)
             size = os.fstat(f.fileno()).st_size
             if len(head) < HEADER or head[:8] != MAGIC:
@@ -179,6 +181,8 @@ def read_pack(path: str | Path) -> PackInfo:
                 )
             nblocks = -(-n // bp)
             index = np.frombuffer(f.read(8 * (n + nblocks)), np.uint64)
+    except NotRegularFile:
+        raise PagecastError("cannot read page pack (not a regular file)", path=path) from None
     except OSError as e:
         raise PagecastError(f"cannot read page pack ({e.strerror})", path=path) from None
     if len(index) != n + nblocks or pack_sum(index) != isum:

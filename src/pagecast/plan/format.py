@@ -41,6 +41,16 @@ encoding is line-based ASCII text, one record per line, fields separated by one 
   a truncated, edited or garbled plan is refused as a whole (one line) instead of being
   half-applied.
 
+Lexical rules, the same in both readers (``native/launch/plan.c`` applies them with the
+same definitions, and ``tests/test_fuzz_plan.py`` checks on mutated plans that the two
+accept exactly the same ones): every byte is printable ASCII (0x20..0x7E) or a newline;
+an integer is ``-?[0-9]+`` within 64 bits (signed; NFILES unsigned, at most 19 digits);
+GAIN_MS is a decimal ``-?[0-9]+(.[0-9]+)?`` (no exponent, no ``nan``/``inf``); CHECKSUM
+is exactly 8 lower-case hex digits; a ``%`` is followed by two hex digits; the end line is
+the last line. What the format allows but pagecast cannot act on (a per-fault policy it
+does not know, a pack it cannot read) is not a format error: the plan is used, and that
+file costs one warning at run time.
+
 Identity of a file (SIZE MTIME_NS CTIME_NS INO DEV, at recording time): the launcher
 compares it with one ``fstat`` of the file it opens anyway, so checking costs no I/O. A
 content hash of a few blocks would have to read the (cold) file before the program
@@ -53,7 +63,9 @@ file's prefetch with a warning, which is the safe side.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +145,31 @@ class PlanDoc:
                 "files": [f.to_dict() for f in self.files]}  # fmt: skip
 
 
+_INT = re.compile(r"-?[0-9]+")
+_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
+_COUNT = re.compile(r"[0-9]{1,19}")
+_CRC = re.compile(r"[0-9a-f]{8}")
+_HEX2 = re.compile(r"[0-9A-Fa-f]{2}")
+_BAD_BYTE = re.compile(rb"[^\n\x20-\x7e]")
+
+
+def parse_int(s: str) -> int:
+    """An integer field: ``-?[0-9]+`` within 64 bits (ValueError otherwise), as the launcher reads it."""
+    if not _INT.fullmatch(s):
+        raise ValueError(f"not an integer: {s[:40]!r}")
+    v = int(s)
+    if not -(1 << 63) <= v < 1 << 63:
+        raise ValueError(f"out of 64-bit range: {s[:40]!r}")
+    return v
+
+
+def parse_decimal(s: str) -> float:
+    """GAIN_MS: ``-?[0-9]+(.[0-9]+)?`` (ValueError otherwise)."""
+    if not _DECIMAL.fullmatch(s):
+        raise ValueError(f"not a decimal number: {s[:40]!r}")
+    return float(s)
+
+
 def checksum(data: bytes) -> int:
     """CRC-32 as zlib computes it (the launcher has the same table-driven loop in C)."""
     return zlib.crc32(data) & 0xFFFFFFFF
@@ -154,7 +191,9 @@ def decode_text(s: str) -> str:
     i = 0
     while i < len(s):
         if s[i] == "%":
-            out.append(int(s[i + 1 : i + 3], 16))  # ValueError on bad escapes: caller reports
+            if not _HEX2.fullmatch(s[i + 1 : i + 3]):
+                raise ValueError(f"bad %-escape {s[i : i + 3]!r}")  # caller reports
+            out.append(int(s[i + 1 : i + 3], 16))
             i += 3
         else:
             out.append(ord(s[i]))
@@ -171,9 +210,11 @@ def _check(fp: FilePlan) -> None:
         raise PagecastError(f"unknown advice {fp.advice!r} for {fp.path} (valid: {', '.join(ADVICES)})")
     prev_end = -1
     for first, n in fp.ranges:
-        if first < 0 or n < 1 or first < prev_end:
+        if first < 0 or n < 1 or first < prev_end or first + n >= 1 << 63:
             raise PagecastError(f"{fp.path}: ranges must be disjoint, in file order, with positive lengths")
         prev_end = first + n
+    if not math.isfinite(fp.gain_ms):
+        raise PagecastError(f"{fp.path}: gain_ms must be a finite number, not {fp.gain_ms}")
     if fp.strategy in ("pack", "per-fault") and not fp.arg:
         raise PagecastError(f"{fp.path}: strategy {fp.strategy} needs an argument (pack file or policy)")
 
@@ -217,27 +258,28 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
     if not data.startswith(MAGIC.encode() + b" "):
         raise bad(f"bad magic (expected {MAGIC!r} on the first line)")
     first_nl = data.find(b"\n")
+    if first_nl < 0:
+        raise bad("truncated (no end line)")
     try:
-        version = int(data[len(MAGIC) + 1 : first_nl])
-    except ValueError:
+        version = parse_int(data[len(MAGIC) + 1 : first_nl].decode("ascii"))
+    except (ValueError, UnicodeDecodeError):
         raise bad("bad version field", 1) from None
     if version not in READS_VERSIONS:
         raise bad(f"plan format version {version}, this pagecast reads versions {READS_VERSIONS[0]}..{VERSION}", 1)
     nfields = 14 if version == 1 else 15
-    end = data.rfind(b"\nend ")
-    if end < 0 or not data.endswith(b"\n"):
+    bad_byte = _BAD_BYTE.search(data)
+    if bad_byte:
+        raise bad(f"byte {bad_byte.start()} is a control or non-ASCII byte (0x{data[bad_byte.start()]:02x})")
+    end = data.rfind(b"\n", 0, len(data) - 1)  # the end line is the last line
+    if end < 0 or not data.endswith(b"\n") or not data.startswith(b"end ", end + 1):
         raise bad("truncated (no end line)")
-    body, tail = data[: end + 1], data[end + 1 :].decode("ascii", "replace").split()
-    try:
-        nfiles, want = int(tail[1]), int(tail[2], 16)
-    except (IndexError, ValueError):
-        raise bad("malformed end line") from None
+    body, tail = data[: end + 1], data[end + 1 : -1].decode("ascii").split(" ")
+    if len(tail) != 3 or not _COUNT.fullmatch(tail[1]) or not _CRC.fullmatch(tail[2]):
+        raise bad("malformed end line (expected 'end NFILES CRC32')")
+    nfiles, want = int(tail[1]), int(tail[2], 16)
     if checksum(body) != want:
         raise bad("checksum mismatch (truncated or corrupted)")
-    try:
-        text = body.decode("ascii")
-    except UnicodeDecodeError:
-        raise bad("non-ASCII bytes") from None
+    text = body.decode("ascii")
     lines = text.split("\n")[1:-1]
     doc = PlanDoc()
     i = _read_options(doc, lines, bad) if version >= 3 else 0
@@ -247,10 +289,10 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
         if len(f) != nfields or f[0] != "file":
             raise bad(f"expected a 'file' record with {nfields} fields", lineno)
         try:
-            ident = FileIdentity(*(int(x) for x in f[2:7]))
-            fp = FilePlan(decode_text(f[1]), ident, f[7], [], int(f[8]), int(f[9]), float(f[10]), decode_text(f[11]),
-                          decode_text(f[12]), "default" if version == 1 else f[13])  # fmt: skip
-            nr = int(f[-1])
+            ident = FileIdentity(*(parse_int(x) for x in f[2:7]))
+            fp = FilePlan(decode_text(f[1]), ident, f[7], [], parse_int(f[8]), parse_int(f[9]), parse_decimal(f[10]),
+                          decode_text(f[11]), decode_text(f[12]), "default" if version == 1 else f[13])  # fmt: skip
+            nr = parse_int(f[-1])
         except ValueError as e:
             raise bad(f"bad field ({e})", lineno) from None
         if nr < 0 or i + 1 + nr > len(lines):
@@ -260,7 +302,7 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
             if len(r) != 3 or r[0] != "r":
                 raise bad("expected a range line 'r FIRST NPAGES'", j + 2)
             try:
-                fp.ranges.append((int(r[1]), int(r[2])))
+                fp.ranges.append((parse_int(r[1]), parse_int(r[2])))
             except ValueError:
                 raise bad("bad range numbers", j + 2) from None
         try:
@@ -304,8 +346,13 @@ def _read_options(doc: PlanDoc, lines: list[str], bad: Any) -> int:
 
 
 def read_plan(path: str | Path) -> PlanDoc:
-    try:
-        data = Path(path).read_bytes()
+    from pagecast.util.regular import NotRegularFile, open_regular
+
+    try:  # a FIFO in the plan's place must not block (the launcher opens it the same way)
+        with open_regular(path) as f:
+            data = f.read()
+    except NotRegularFile:
+        raise PagecastError("not a regular file", path=path) from None
     except OSError as e:
         raise PagecastError(f"cannot read plan ({e.strerror})", path=path) from None
     return decode_plan(data, path)

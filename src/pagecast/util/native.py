@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -99,12 +100,16 @@ def build(
     out = build_dir() / f"{name}-{h.hexdigest()[:12]}{'.so' if shared else ''}"
     if out.exists():
         return out
-    tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
-    cmd = [cc, *flags, *incs, "-o", str(tmp), *map(str, srcs), *ldflags]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
-        raise PagecastError(f"building {name} failed: {first}\n{proc.stderr}")
-    os.replace(tmp, out)
+    # the compiler writes through whatever is at its output name: give it a private directory
+    private = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        tmp = private / out.name
+        cmd = [cc, *flags, *incs, "-o", str(tmp), *map(str, srcs), *ldflags]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            first = (proc.stderr.strip().splitlines() or ["(no output)"])[0]
+            raise PagecastError(f"building {name} failed: {first}\n{proc.stderr}")
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     return out
