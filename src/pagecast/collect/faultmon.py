@@ -46,6 +46,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
+from pagecast.util.signals import current_state
 
 # The collector's stream: frames {u32 type, u32 len, payload}; the payload layouts mirror
 # native/faultmon.h and native/live/fastpath.h (tests/test_binary_layouts.py compares them).
@@ -224,6 +225,8 @@ class FaultMonitor:
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]
+        # now, before the caller ignores SIGINT for itself: the program gets what it would bare
+        self.bare_signals = current_state()
         self.env = env
         self.stdout = stdout
         self.stderr = stderr
@@ -297,6 +300,7 @@ class FaultMonitor:
                     "--poll-ms",
                     str(self.poll_ms),
                     *fast,
+                    *self.bare_signals.faultmon_args(),
                     "--",
                     *self.cmd,
                 ],

@@ -46,6 +46,7 @@ from pagecast.live.worker import SourceSpec, worker_main
 from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
 from pagecast.trace.writer import TraceWriter
+from pagecast.util.signals import SignalRelay
 
 READY_TIMEOUT_S = 300.0
 FAULT_COLUMNS = ("t_ns", "region", "page", "kind", "tid", "ip")
@@ -312,7 +313,8 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     mon = FaultMonitor(
         cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages, poll_ms=cfg.poll_ms
     )
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
+    # Ctrl-C is for the program (the terminal sends it there); a SIGTERM is passed on: record until it exits
+    relay = SignalRelay().__enter__()
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     t_start = time.monotonic()
     reniced: list[tuple[int, int]] = []
@@ -320,6 +322,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     collector_error: str | None = None
     try:
         mon.start()
+        relay.attach(mon.pid)
         if cfg.nice:
             extra = [predictor.proc.pid] if predictor and cfg.nice_predictor else []
             reniced = _renice_self_and_collector(mon, cfg.nice, extra)
@@ -349,7 +352,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
             collector_error, returncode = lost
         wall = time.monotonic() - t_start
     finally:
-        _end_monitoring(mon, old, reniced)
+        _end_monitoring(mon, relay, reniced)
         if reaper:
             _set_subreaper(False)
         if predictor:
@@ -401,7 +404,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
         fast_poll_ms=cfg.fast_poll_ms,
         fast_wake_minor=cfg.fast_wake_minor,
     )
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    relay = SignalRelay().__enter__()
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     reniced: list[tuple[int, int]] = []
     returncode = -1
@@ -409,6 +412,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
     t_start = time.monotonic()
     try:
         mon.start()
+        relay.attach(mon.pid)
         if cfg.nice:  # the daemon only records now: the collector, doing the prefetching, keeps its priority
             reniced = _renice_self_and_collector(mon, cfg.nice, collector=False)
         if cfg.fast_nice and os.geteuid() == 0 and mon.collector_pid:
@@ -431,7 +435,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
             state.error = f"the fault collector (pid {mon.collector_pid}) died ({how})"
         wall = time.monotonic() - t_start
     finally:
-        _end_monitoring(mon, old, reniced)
+        _end_monitoring(mon, relay, reniced)
         if reaper:
             _set_subreaper(False)
         config.unlink(missing_ok=True)
@@ -464,9 +468,9 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def _end_monitoring(mon: FaultMonitor, old_sigint: Any, reniced: list[tuple[int, int]]) -> None:
-    """Give Ctrl-C and the priorities back, and stop the collector (both run paths)."""
-    signal.signal(signal.SIGINT, old_sigint)
+def _end_monitoring(mon: FaultMonitor, relay: SignalRelay, reniced: list[tuple[int, int]]) -> None:
+    """Give the signal handlers and the priorities back, and stop the collector (both run paths)."""
+    relay.__exit__(None, None, None)
     _restore_nice(reniced)
     mon.close()
 

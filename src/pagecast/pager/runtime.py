@@ -26,7 +26,6 @@ import ctypes
 import json
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,12 +34,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pagecast.constants import PAGE_SIZE
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, os_error_text
 from pagecast.policies.base import policy_entry, require, supports, unsupported
 from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.process import run_program
 from pagecast.util.sizes import is_size, parse_size
 
 DEFAULT_DEPTH = 16
@@ -789,9 +789,11 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
                       learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms, packs=packs,
                       pack_defer=pack_defer, pack_stop_after=pack_stop_after)  # fmt: skip
         try:
-            proc = subprocess.run(list(cmd), env=e, stdout=stdout, stderr=stderr)
+            returncode = run_program(cmd, env=e, stdout=stdout, stderr=stderr)
         except FileNotFoundError:
             raise PagecastError(f"command not found: {cmd[0]}") from None
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({os_error_text(oe)})") from None
         stats = [json.loads(p.read_text()) for p in sorted((tdp / "stats").glob("*.json"))]
         logs = sorted((tdp / "log").glob("*.pglog"), key=lambda p: [int(x) for x in p.name.split(".")[1:3]])
         trace = None
@@ -799,7 +801,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
             trace = logs_to_trace(
                 logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
             )
-        return PagerRun(proc.returncode, stats, trace)
+        return PagerRun(returncode, stats, trace)
 
 
 def run_with_pager(

@@ -197,6 +197,10 @@ class TraceWriter:
                 self._sink = pa.PythonFile(partial_file, mode="w")
                 # lz4 buffers: a 50 M-fault recording journals ~0.4 GB instead of 2 GB
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
+                # the stream's header now, not with the first rows: a recorder killed before
+                # any row leaves a journal `recover` reads (no rows), not an empty file
+                empty = pa.RecordBatch.from_pylist([], schema=ACCESS_SCHEMA)
+                self._ipc.write_batch(empty, custom_metadata={JOURNAL_BATCH_CRC: batch_checksum(empty)})
             else:
                 self._tmp = temp_path_for(self.path)
                 self._pq = pq.ParquetWriter(
@@ -531,6 +535,8 @@ def _journal_to_parquet(
                 if want is not None and want.decode(errors="replace") != batch_checksum(batch):
                     copy.stopped = f"batch {copy.batches + 1} fails its checksum"
                     break
+                if not batch.num_rows:
+                    continue  # the header batch every journal starts with
                 writer.write_table(batch)
                 copy.batches += 1
                 copy.rows += batch.num_rows
