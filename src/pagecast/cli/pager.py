@@ -160,6 +160,10 @@ def _run(args: argparse.Namespace) -> int:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
     from pagecast.live.loop import exit_status
 
+    if res.trace_error:
+        import sys
+
+        print(f"pagecast pager: error: {res.trace_error}", file=sys.stderr)
     return exit_status(res.returncode)
 
 

@@ -314,13 +314,13 @@ def _num(v: Any, where: str, what: str, path: Path) -> int:
         return v
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    if (
-        isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value()
-    ):  # ijson: numbers with a fraction or exponent
+    # ijson: numbers with a fraction or exponent. A huge exponent would make a number of
+    # millions of digits: anything past 2^64 is refused by the callers' range checks anyway.
+    if isinstance(v, Decimal) and v.is_finite() and v.adjusted() < 40 and v == v.to_integral_value():
         return int(v)
     if isinstance(v, str):
         t = v.replace(",", "").strip()
-        if t.isdigit():
+        if t.isascii() and t.isdigit() and len(t) <= 40:  # str.isdigit also takes "²", which int() refuses
             return int(t)
     raise PagecastError(f"{where}: bad {what} {v!r} (want a whole number)", path=path)
 

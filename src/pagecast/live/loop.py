@@ -40,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.collect.faultmon import FaultMonitor
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_output, from_os_error, one_line
 from pagecast.live.injector import Issued
 from pagecast.live.worker import SourceSpec, worker_main
 from pagecast.trace.keys import page_keys
@@ -115,6 +115,7 @@ class LiveResult:
     collector_error: str | None = None  # how it ended, e.g. "killed by SIGKILL"
     # one line naming the helper that died and saying prefetching stopped (None: nothing died)
     warning: str | None = None
+    trace_error: str | None = None  # the program ran but its trace could not be written
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -266,6 +267,9 @@ class _Predictor:
 def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None = None) -> LiveResult:
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
     from pagecast.live.fastpath import write_config
+
+    if cfg.trace_out is not None:
+        check_output(cfg.trace_out)  # before the program runs, not after
 
     fast_off: dict[str, Any] = {"state": "off", "reason": "disabled (--no-fast)"}
     if cfg.fast is not False and cfg.source.kind != "none":
@@ -609,32 +613,42 @@ def _summarise(
         ),
     )
     if cfg.trace_out is not None:
-        t_all = np.concatenate([f_t, p_t])
-        order_all = np.argsort(t_all, kind="stable")
-        n_p = len(p_t)
-        w = TraceWriter(
-            cfg.trace_out,
-            regions=list(mon.regions),
-            source="live",
-            meta={"command": list(cfg.cmd), "cwd": os.getcwd(), "predictor": result.predictor, "live": _meta(result)},
-        )
         try:
-            w.write(
-                t_ns=t_all[order_all],
-                region=np.concatenate([faults["region"].astype(np.int32), p_reg])[order_all],
-                page=np.concatenate([faults["page"].astype(np.int64), p_page])[order_all],
-                kind=np.concatenate([f_kind, np.full(n_p, int(Kind.PREFETCH), np.uint8)])[order_all],
-                flags=np.concatenate([flags_f, flags_p])[order_all],
-                tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
-                ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
-                bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
-            )
-        except BaseException:
-            w.abort()
-            raise
-        w.close()
-        result.trace = str(cfg.trace_out)
+            _write_live_trace(cfg, mon, result, faults, f_t, p_t, f_kind, flags_f, flags_p, p_reg, p_page)
+        except OSError as e:  # the program ran: its exit status stays the result, the error is reported
+            result.trace_error = one_line(from_os_error(e, "trace not written", cfg.trace_out))
+        except PagecastError as e:
+            result.trace_error = one_line(e)
     return result
+
+
+def _write_live_trace(cfg: LiveConfig, mon: FaultMonitor, result: LiveResult, faults: dict[str, np.ndarray], f_t: np.ndarray, p_t: np.ndarray, f_kind: np.ndarray, flags_f: np.ndarray, flags_p: np.ndarray, p_reg: np.ndarray, p_page: np.ndarray) -> None:  # fmt: skip
+    """The run's faults and PREFETCH rows, in time order, as the trace ``cfg.trace_out``."""
+    t_all = np.concatenate([f_t, p_t])
+    order_all = np.argsort(t_all, kind="stable")
+    n_p = len(p_t)
+    w = TraceWriter(
+        cfg.trace_out,
+        regions=list(mon.regions),
+        source="live",
+        meta={"command": list(cfg.cmd), "cwd": os.getcwd(), "predictor": result.predictor, "live": _meta(result)},
+    )
+    try:
+        w.write(
+            t_ns=t_all[order_all],
+            region=np.concatenate([faults["region"].astype(np.int32), p_reg])[order_all],
+            page=np.concatenate([faults["page"].astype(np.int64), p_page])[order_all],
+            kind=np.concatenate([f_kind, np.full(n_p, int(Kind.PREFETCH), np.uint8)])[order_all],
+            flags=np.concatenate([flags_f, flags_p])[order_all],
+            tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
+            ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
+            bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
+        )
+    except BaseException:
+        w.abort()
+        raise
+    w.close()
+    result.trace = str(cfg.trace_out)
 
 
 def _renice_self_and_collector(

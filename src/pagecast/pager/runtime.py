@@ -34,7 +34,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pagecast.constants import PAGE_SIZE
-from pagecast.errors import PagecastError, os_error_text
+from pagecast.errors import PagecastError, check_output, check_readable, from_os_error, one_line, os_error_text
 from pagecast.policies.base import policy_entry, require, supports, unsupported
 from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
@@ -289,6 +289,15 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
     if pending:
         raise PagecastError(f"{pending[:-1]!r} is not FILE:BUDGET (e.g. weights.bin:1M)")
     return out
+
+
+def check_paged_files(specs: Sequence[tuple[str, int]]) -> None:
+    """Each file to page exists, is a regular readable file and is not empty (nothing to map):
+    else one line before the program starts, not a run that silently pages nothing."""
+    for path, _ in specs:
+        check_readable(path, "file to page")
+        if os.path.getsize(path) == 0:
+            raise PagecastError("empty file: nothing to page", path=path)
 
 
 def encode_list(items: Iterable[str | Path]) -> str:
@@ -717,6 +726,7 @@ class PagerRun:
     returncode: int
     stats: list[dict]  # one per paged mapping, written by the shim at unmap/exit
     trace: Path | None
+    trace_error: str | None = None  # the program ran but its trace could not be written (disk full)
 
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
@@ -780,6 +790,9 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
     """
     if not cmd:
         raise PagecastError("no command given (pagecast pager run FILE:BUDGET -- CMD ...)")
+    check_paged_files(specs)
+    if trace_out is not None:
+        check_output(trace_out)  # before the program runs, not after
     probe()
     with tempfile.TemporaryDirectory(prefix="pagecast-pager-") as td:
         tdp = Path(td)
@@ -796,12 +809,17 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
             raise PagecastError(f"cannot run {cmd[0]} ({os_error_text(oe)})") from None
         stats = [json.loads(p.read_text()) for p in sorted((tdp / "stats").glob("*.json"))]
         logs = sorted((tdp / "log").glob("*.pglog"), key=lambda p: [int(x) for x in p.name.split(".")[1:3]])
-        trace = None
+        trace, trace_error = None, None
         if trace_out is not None:
-            trace = logs_to_trace(
-                logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
-            )
-        return PagerRun(returncode, stats, trace)
+            try:
+                trace = logs_to_trace(
+                    logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
+                )
+            except OSError as e:
+                trace_error = one_line(from_os_error(e, "trace not written", trace_out))
+            except PagecastError as e:  # the program's exit status is still the run's result
+                trace_error = one_line(e)
+        return PagerRun(returncode, stats, trace, trace_error)
 
 
 def run_with_pager(

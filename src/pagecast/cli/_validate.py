@@ -1,0 +1,105 @@
+"""Up-front checks of every numeric option, before a command does any work.
+
+A command that records eight runs before it finds its ``--epochs`` negative has wasted
+minutes and may have left files behind; so every ``int``/``float`` option of the chosen
+command is checked once, right after parsing: finite, not negative (unless the option
+takes negative values), at least 1 where zero means nothing, at most 1 for fractions.
+A problem is the command's usual one-line error (exit status 2). argparse's own errors
+are one line too (no usage block), and a negative value with a unit (``-5%``, ``-1M``)
+reaches the option's own check instead of being taken for an unknown flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from typing import Any, NoReturn
+
+from pagecast.errors import PagecastError, one_line
+
+# options that take negative values: a nice value
+_MAY_BE_NEGATIVE = {"nice"}
+# options where 0 means nothing (a count, a size, a rate, a period)
+_AT_LEAST_ONE = {
+    "size_mib", "runs", "tokens", "epochs", "lookahead", "ring_pages", "top", "files", "time_bins", "page_bins",
+    "k", "j", "seq_len", "horizon", "vocab", "embed", "hidden", "layers", "heads", "batch", "windows_per_epoch",
+    "page_table", "top_k", "threads", "depth", "chunk_kib", "rounds", "poll_ms", "chunks", "history", "window",
+    "timesteps", "n_envs", "every", "file_mib", "fill_pages", "pages", "accesses", "phase_accesses", "min_runs",
+    "tick_freq", "patience", "min_count", "uvm_perf_fault_batch_count",
+}  # fmt: skip
+_POSITIVE_FLOATS = {"lr", "bandwidth", "uvm_pcie_gbps", "slow_ns", "fast_ns", "seconds", "sample_period", "cpu_ghz"}
+_FRACTIONS = {"val_fraction", "test_fraction", "fraction", "hot_fraction", "hot_share", "overlap", "capacity"}
+_NEGATIVE_WITH_UNIT = re.compile(r"-[0-9.]+[A-Za-z%]+")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, as every other error of pagecast."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {one_line(message)} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def join_negative_values(argv: list[str]) -> list[str]:
+    """``--capacity -5%`` as ``--capacity=-5%``: argparse would take ``-5%`` for a flag."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            out += argv[i:]
+            break
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if tok.startswith("--") and "=" not in tok and nxt is not None and _NEGATIVE_WITH_UNIT.fullmatch(nxt):
+            out.append(f"{tok}={nxt}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    chain = [parser]
+    p = parser
+    while True:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return chain
+        name = getattr(args, subs[0].dest, None) if subs[0].dest != argparse.SUPPRESS else None
+        nxt = subs[0].choices.get(name) if name else None
+        if nxt is None:
+            return chain
+        chain.append(nxt)
+        p = nxt
+
+
+def _problem(dest: str, value: Any) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number"
+    if value < 0 and dest not in _MAY_BE_NEGATIVE:
+        return "must not be negative"
+    if isinstance(value, int) and dest in _AT_LEAST_ONE and value < 1:
+        return "must be at least 1"
+    if isinstance(value, float) and dest in _POSITIVE_FLOATS and value <= 0:
+        return "must be greater than 0"
+    if isinstance(value, float) and dest in _FRACTIONS and value > 1:
+        return "must be a fraction between 0 and 1"
+    return None
+
+
+def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Raise a one-line PagecastError for the first numeric option out of its range."""
+    for p in _chosen_parsers(parser, args):
+        for a in p._actions:
+            if not a.option_strings or a.type not in (int, float):
+                continue
+            value = getattr(args, a.dest, None)
+            for v in value if isinstance(value, list) else [value]:
+                if v is None or v is a.default:
+                    continue
+                why = _problem(a.dest, v)
+                if why:
+                    raise PagecastError(f"{a.option_strings[-1]} {v}: {why}")
