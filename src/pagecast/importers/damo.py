@@ -349,8 +349,8 @@ def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> Snapshot:
         k = _num(samples, rw, "nr_accesses.samples", path)
         if k < 0:
             raise PagecastError(f"{rw}: negative nr_accesses {k}", path=path)
-        if k > INT64_MAX:
-            raise PagecastError(f"{rw}: bad nr_accesses {k} (too large)", path=path)
+        if k > INT32_MAX:  # the trace keeps it in the 32-bit tid column: refused, never clipped
+            raise PagecastError(f"{rw}: bad nr_accesses {k} (too large, over 2^31-1)", path=path)
         rows[0, r_i], rows[1, r_i], rows[2, r_i] = a, b, k
     return t, rows
 
