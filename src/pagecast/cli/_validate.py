@@ -90,10 +90,25 @@ def _problem(dest: str, value: Any) -> str | None:
     return None
 
 
+def _check_capacity(value: Any) -> None:
+    from pagecast.sim.config import check_capacity_text
+
+    for v in value if isinstance(value, list) else [value]:
+        check_capacity_text(v)
+
+
+# text options whose spelling can be checked before any input is read
+_TEXT_CHECKS = {"capacity": _check_capacity, "capacities": _check_capacity}
+
+
 def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Raise a one-line PagecastError for the first numeric option out of its range."""
     for p in _chosen_parsers(parser, args):
         for a in p._actions:
+            if a.option_strings and a.dest in _TEXT_CHECKS and a.type not in (int, float):
+                value = getattr(args, a.dest, None)
+                if value is not None and value is not a.default:
+                    _TEXT_CHECKS[a.dest](value)
             if not a.option_strings or a.type not in (int, float):
                 continue
             value = getattr(args, a.dest, None)
