@@ -359,3 +359,22 @@ def test_recorder_shim_is_not_part_of_the_run(tmp_path):
     assert shim not in {os.path.realpath(p) for p in file_page_sets(tmp_path / "t.parquet")}
     assert shim not in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}
     assert os.path.realpath(sys.executable) in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}
+
+
+def test_program_using_userfaultfd_on_its_own_memory(data_dir, tmp_path):
+    """A program that registers its own memfd mapping (MISSING mode, pages filled by its
+    handler thread) and its own file mapping (write-protect tracking) with userfaultfd:
+    the shim leaves shared memory alone and gives up a file range the program registers,
+    so the program reads what it wrote, as it does bare (before: EBUSY, then zeros)."""
+    prog = build_workload("uffd_own")
+    f = data_dir / "own.bin"
+    f.write_bytes(b"".join(bytes([0x40 + i]) * PAGE for i in range(16)))
+    bare = subprocess.run([str(prog), str(f)], capture_output=True, text=True)
+    assert bare.returncode == 0 and bare.stdout == "memfd ok\nfile ok\n", bare.stdout
+    with open(tmp_path / "out.txt", "wb") as o:
+        res = record_faults([str(prog), str(f)], tmp_path / "t.parquet", stdout=o)
+    out = (tmp_path / "out.txt").read_text()
+    assert res.exit_status == 0 and out == bare.stdout, out
+    sets = file_page_sets(tmp_path / "t.parquet")
+    assert sets[str(f)].tolist() == list(range(16))  # the pages the program used are still recorded
+    assert not any("memfd:" in (p or "") for p in sets)  # shared memory is not a file page set

@@ -29,6 +29,13 @@
  * recorder learns the path in order, however soon the program closes the file. The
  * recorder treats a PROT_NONE file mapping as a name only, never as mapped memory.
  *
+ * Only mappings of files on disk: shared memory (memfd, /dev/shm, SysV, tmpfs, hugetlbfs)
+ * has no I/O to plan and may be the program's own userfaultfd territory, so it is left
+ * alone. A userfaultfd registration is a resource the program may want for itself: when
+ * the program's own UFFDIO_REGISTER fails with EBUSY over a range the shim registered,
+ * the shim unregisters that range and the program's call is retried (the pages of that
+ * range are then recorded as the kernel faults them, fault-around included).
+ *
  * Nothing here may fail the program: every error leaves the program running unchanged.
  * Calls the program makes straight to the kernel (static binaries, libc-internal opens
  * and mmaps such as locale files) are not seen; see docs/recording.md.
@@ -47,12 +54,16 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pageset/uffd_compat.h"
 
 #define PAGE 4096UL
+
+#define TMPFS_MAGIC_     0x01021994
+#define HUGETLBFS_MAGIC_ 0x958458f6
 
 static int uffd = -1;
 static int uffd_failed;
@@ -74,6 +85,7 @@ static int (*real_creat)(const char *, mode_t);
 static FILE *(*real_fopen)(const char *, const char *);
 static FILE *(*real_fopen64)(const char *, const char *);
 static FILE *(*real_freopen)(const char *, const char *, FILE *);
+static int (*real_ioctl)(int, unsigned long, ...);
 
 #define RESOLVE(var, name)                                                                                             \
     do {                                                                                                               \
@@ -97,6 +109,11 @@ static void resolve_all(void) {
     RESOLVE(real_fopen, "fopen");
     RESOLVE(real_fopen64, "fopen64");
     RESOLVE(real_freopen, "freopen");
+    RESOLVE(real_ioctl, "ioctl");
+}
+
+static int shared_memory_fs(long type) {
+    return type == TMPFS_MAGIC_ || type == HUGETLBFS_MAGIC_;
 }
 
 /* A fresh userfaultfd, moved to a high descriptor so programs that expect the lowest
@@ -133,12 +150,22 @@ static void watch(void *addr, size_t len) {
     (void)ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
+/* A mapping named in /proc/self/maps that is shared memory: memfd and SysV segments by
+ * their names, the rest by the file system under the path (a deleted file: by name only). */
+static int shared_memory_path(const char *path) {
+    if (!strncmp(path, "/memfd:", 7) || !strncmp(path, "/SYSV", 5) || !strncmp(path, "/dev/shm/", 9) ||
+        !strncmp(path, "/dev/zero", 9))
+        return 1;
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && shared_memory_fs((long)fs.f_type);
+}
+
 static void watch_line(char *line) {
     unsigned long lo, hi, ino;
     char perms[8];
     int pathpos = 0;
     if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
-        pathpos > 0 && line[pathpos] == '/')
+        pathpos > 0 && line[pathpos] == '/' && !shared_memory_path(line + pathpos))
         watch((void *)lo, hi - lo);
 }
 
@@ -176,6 +203,11 @@ static void watch_all(void) {
 static int regular_fd(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int disk_file_fd(int fd) {
+    struct statfs fs;
+    return regular_fd(fd) && fstatfs(fd, &fs) == 0 && !shared_memory_fs((long)fs.f_type);
 }
 
 /* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
@@ -223,7 +255,7 @@ static int read_only_fd(int fd) {
 
 static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     RESOLVE(real_mmap, "mmap");
-    int file = !(flags & MAP_ANONYMOUS) && regular_fd(fd);
+    int file = !(flags & MAP_ANONYMOUS) && disk_file_fd(fd);
     if (file && (flags & MAP_TYPE) == MAP_SHARED && !(prot & PROT_WRITE) && read_only_fd(fd))
         flags = (flags & ~MAP_TYPE) | MAP_PRIVATE;
     void *p = real_mmap(addr, len, prot, flags, fd, off);
@@ -383,4 +415,28 @@ FILE *fopen64(const char *path, const char *mode) {
 FILE *freopen(const char *path, const char *mode, FILE *f) {
     RESOLVE(real_freopen, "freopen");
     return fopened(real_freopen(path, mode, f));
+}
+
+/* The program's own userfaultfd: a registration refused because the shim holds the range
+ * is given up by the shim, and the program's call made again. */
+int ioctl(int fd, unsigned long req, ...) {
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    RESOLVE(real_ioctl, "ioctl");
+    int rc = real_ioctl ? real_ioctl(fd, req, arg) : (int)syscall(SYS_ioctl, fd, req, arg);
+    if (rc < 0 && errno == EBUSY && req == UFFDIO_REGISTER && arg) {
+        pthread_mutex_lock(&mu);
+        int ours = uffd;
+        pthread_mutex_unlock(&mu);
+        if (ours >= 0 && fd != ours) {
+            struct uffdio_range range = ((struct uffdio_register *)arg)->range;
+            if (syscall(SYS_ioctl, ours, UFFDIO_UNREGISTER, &range) == 0)
+                rc = real_ioctl ? real_ioctl(fd, req, arg) : (int)syscall(SYS_ioctl, fd, req, arg);
+            else
+                errno = EBUSY;
+        }
+    }
+    return rc;
 }
