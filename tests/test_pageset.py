@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -378,3 +379,43 @@ def test_program_using_userfaultfd_on_its_own_memory(data_dir, tmp_path):
     sets = file_page_sets(tmp_path / "t.parquet")
     assert sets[str(f)].tolist() == list(range(16))  # the pages the program used are still recorded
     assert not any("memfd:" in (p or "") for p in sets)  # shared memory is not a file page set
+
+
+SHRINK = """
+import mmap, os, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+if how == "map":
+    m = mmap.mmap(fd, 32 * 4096, prot=mmap.PROT_READ)
+    sum(m[i * 4096] for i in range(31, -1, -1))
+    m.close()
+else:
+    for i in range(31, -1, -1):
+        os.pread(fd, 100, i * 4096)
+if how == "reopen":  # rewritten from scratch: O_TRUNC, then two pages
+    os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+    with open(path, "r+b") as f:
+        f.write(b"y" * 2 * 4096)
+else:
+    os.ftruncate(fd, 10 * 4096)
+"""
+
+
+@pytest.mark.parametrize("how", ["read", "map", "reopen"])
+def test_pages_used_then_truncated_away_stay_in_the_page_set(data_dir, tmp_path, how):
+    """A program reads (or maps) all 32 pages of a file, then cuts it to 10 pages
+    (ftruncate) or rewrites it shorter (O_TRUNC): the page set keeps all 32 pages it used
+    (before, the recorder clipped them to the size it found afterwards: 10)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("reads are recorded through tracefs, mounted here in a private mount namespace (root)")
+    f = _write(data_dir / f"shrink-{how}.bin", 32, 9)
+    drop_file(f)
+    out = tmp_path / "t.parquet"
+    script = (
+        "mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/kernel/debug/tracing; "
+        f'"$0" -m pagecast record -o {out} -- "$0" -c "$1" {f} {how}'
+    )
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, sys.executable, SHRINK], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "not recorded" not in r.stderr, r.stderr  # tracefs was there: reads are in the trace
+    assert file_page_sets(out)[str(f)].tolist() == list(range(31, -1, -1))

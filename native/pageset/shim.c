@@ -86,6 +86,10 @@ static FILE *(*real_fopen)(const char *, const char *);
 static FILE *(*real_fopen64)(const char *, const char *);
 static FILE *(*real_freopen)(const char *, const char *, FILE *);
 static int (*real_ioctl)(int, unsigned long, ...);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_ftruncate64)(int, off_t);
+static int (*real_truncate)(const char *, off_t);
+static int (*real_truncate64)(const char *, off_t);
 
 #define RESOLVE(var, name)                                                                                             \
     do {                                                                                                               \
@@ -110,6 +114,10 @@ static void resolve_all(void) {
     RESOLVE(real_fopen64, "fopen64");
     RESOLVE(real_freopen, "freopen");
     RESOLVE(real_ioctl, "ioctl");
+    RESOLVE(real_ftruncate, "ftruncate");
+    RESOLVE(real_ftruncate64, "ftruncate64");
+    RESOLVE(real_truncate, "truncate");
+    RESOLVE(real_truncate64, "truncate64");
 }
 
 static int shared_memory_fs(long type) {
@@ -331,8 +339,46 @@ static int sys_open(int dir, const char *path, int flags, mode_t mode) {
     return (int)syscall(SYS_openat, dir, path, flags, mode);
 }
 
-static int opened(int fd) {
-    if (fd >= 0) announce(fd);
+/* How far the file reached before a call cuts it short (ftruncate, truncate, O_TRUNC):
+ * a PROT_NONE page at its last page, which perf reports (PERF_RECORD_MMAP2: inode,
+ * offset). The recorder clips a read's range to the file's size; the size it finds later
+ * may be smaller than when the pages were read, and this keeps the pages that were. A
+ * write-only descriptor cannot be mapped: the file is reopened read-only for it. */
+static void announce_extent(int fd, off_t size) {
+    if (size <= 0) return;
+    int saved = errno;
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int rfd = (int)syscall(SYS_openat, AT_FDCWD, self, O_RDONLY | O_CLOEXEC);
+    if (rfd >= 0) {
+        off_t last = (size - 1) & ~(off_t)(PAGE - 1);
+        void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, rfd, last);
+        if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096) syscall(SYS_munmap, p, PAGE);
+        close(rfd);
+    }
+    errno = saved;
+}
+
+static off_t size_of(int fd) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+}
+
+/* The size of the regular file an open with O_TRUNC is about to empty (-1: none). */
+static off_t trunc_size(int dir, const char *path, int flags) {
+    if (!(flags & O_TRUNC) || (flags & O_ACCMODE) == O_RDONLY || !path) return -1;
+    int saved = errno;
+    struct stat st;
+    off_t size = fstatat(dir, path, &st, 0) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+    errno = saved;
+    return size;
+}
+
+static int opened_was(off_t old_size, int fd) {
+    if (fd >= 0) {
+        announce_extent(fd, old_size);
+        announce(fd);
+    }
     return fd;
 }
 
@@ -342,7 +388,8 @@ int open(const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open, "open");
-    return opened(real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old, real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
 }
 
 int open64(const char *path, int flags, ...) {
@@ -351,7 +398,9 @@ int open64(const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open64, "open64");
-    return opened(real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old,
+                      real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
 }
 
 int openat(int dir, const char *path, int flags, ...) {
@@ -360,7 +409,8 @@ int openat(int dir, const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat, "openat");
-    return opened(real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
 }
 
 int openat64(int dir, const char *path, int flags, ...) {
@@ -369,32 +419,42 @@ int openat64(int dir, const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat64, "openat64");
-    return opened(real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old,
+                      real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
 }
 
 int __open_2(const char *path, int flags) {
     RESOLVE(real_open_2, "__open_2");
-    return opened(real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old, real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
 }
 
 int __open64_2(const char *path, int flags) {
     RESOLVE(real_open64_2, "__open64_2");
-    return opened(real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old,
+                      real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
 }
 
 int __openat_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat_2, "__openat_2");
-    return opened(real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
 }
 
 int __openat64_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat64_2, "__openat64_2");
-    return opened(real_openat64_2 ? real_openat64_2(dir, path, flags) : sys_open(dir, path, flags | O_LARGEFILE, 0));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat64_2 ? real_openat64_2(dir, path, flags)
+                                           : sys_open(dir, path, flags | O_LARGEFILE, 0));
 }
 
 int creat(const char *path, mode_t mode) {
     RESOLVE(real_creat, "creat");
-    return opened(real_creat ? real_creat(path, mode) : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
+    off_t old = trunc_size(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC);
+    return opened_was(old, real_creat ? real_creat(path, mode)
+                                      : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
 }
 
 static FILE *fopened(FILE *f) {
@@ -402,19 +462,31 @@ static FILE *fopened(FILE *f) {
     return f;
 }
 
+static off_t fopen_trunc_size(const char *path, const char *mode) {
+    return mode && mode[0] == 'w' ? trunc_size(AT_FDCWD, path, O_TRUNC | O_WRONLY) : -1;
+}
+
+static FILE *fopened_was(off_t old_size, FILE *f) {
+    if (f) announce_extent(fileno(f), old_size);
+    return fopened(f);
+}
+
 FILE *fopen(const char *path, const char *mode) {
     RESOLVE(real_fopen, "fopen");
-    return fopened(real_fopen(path, mode));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_fopen(path, mode));
 }
 
 FILE *fopen64(const char *path, const char *mode) {
     RESOLVE(real_fopen64, "fopen64");
-    return fopened(real_fopen64(path, mode));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_fopen64(path, mode));
 }
 
 FILE *freopen(const char *path, const char *mode, FILE *f) {
     RESOLVE(real_freopen, "freopen");
-    return fopened(real_freopen(path, mode, f));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_freopen(path, mode, f));
 }
 
 /* The program's own userfaultfd: a registration refused because the shim holds the range
@@ -439,4 +511,43 @@ int ioctl(int fd, unsigned long req, ...) {
         }
     }
     return rc;
+}
+
+static void before_shrink(int fd, off_t len) {
+    off_t old = size_of(fd);
+    if (old > len) announce_extent(fd, old);
+}
+
+static void before_shrink_path(const char *path, off_t len) {
+    int saved = errno;
+    int fd = path ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+    if (fd >= 0) {
+        before_shrink(fd, len);
+        close(fd);
+    }
+    errno = saved;
+}
+
+int ftruncate(int fd, off_t len) {
+    RESOLVE(real_ftruncate, "ftruncate");
+    before_shrink(fd, len);
+    return real_ftruncate ? real_ftruncate(fd, len) : (int)syscall(SYS_ftruncate, fd, len);
+}
+
+int ftruncate64(int fd, off_t len) {
+    RESOLVE(real_ftruncate64, "ftruncate64");
+    before_shrink(fd, len);
+    return real_ftruncate64 ? real_ftruncate64(fd, len) : (int)syscall(SYS_ftruncate, fd, len);
+}
+
+int truncate(const char *path, off_t len) {
+    RESOLVE(real_truncate, "truncate");
+    before_shrink_path(path, len);
+    return real_truncate ? real_truncate(path, len) : (int)syscall(SYS_truncate, path, len);
+}
+
+int truncate64(const char *path, off_t len) {
+    RESOLVE(real_truncate64, "truncate64");
+    before_shrink_path(path, len);
+    return real_truncate64 ? real_truncate64(path, len) : (int)syscall(SYS_truncate, path, len);
 }
