@@ -1,10 +1,12 @@
-"""Up-front checks of every numeric option, before a command does any work.
+"""Up-front checks of every numeric and path option, before a command does any work.
 
 A command that records eight runs before it finds its ``--epochs`` negative has wasted
 minutes and may have left files behind; so every ``int``/``float`` option of the chosen
 command is checked once, right after parsing: finite, not negative (unless the option
 takes negative values), at least 1 where zero means nothing, at most 1 for fractions.
-A problem is the command's usual one-line error (exit status 2). argparse's own errors
+Paths too: an output file's directory must exist and take new files (nothing is
+created on the way), an output directory's parent must exist, an input file must be a
+readable regular file. A problem is the command's usual one-line error (exit status 2). argparse's own errors
 are one line too (no usage block), and a negative value with a unit (``-5%``, ``-1M``)
 reaches the option's own check instead of being taken for an unknown flag.
 """
@@ -97,14 +99,62 @@ def _check_capacity(value: Any) -> None:
         check_capacity_text(v)
 
 
+# path options by command ("*": every command) and destination
+_OUTPUT_FILES = {
+    ("*", "output"), ("*", "csv"), ("*", "plot"), ("pager run", "trace"), ("pager table", "out"),
+    ("pager pack", "out"), ("run", "plan_status"),
+}  # fmt: skip
+_OUTPUT_DIRS = {("demo", "out"), ("bench", "out"), ("run", "out_dir"), ("cuda run", "out_dir"), ("gym train", "out")}
+_INPUT_FILES = {
+    ("demo", "weights"), ("bench", "weights"), ("demo", "model"), ("bench", "model"), ("run", "model"),
+    ("eval", "model"), ("cuda run", "model"), ("*", "schedule"), ("import", "trace"), ("import", "loads"),
+    ("import", "stats"), ("train", "val_trace"), ("plan", "show"), ("run", "pack"), ("pager run", "pack"),
+    ("pager table", "trace"), ("pager table", "file"), ("pager pack", "file"), ("cuda run", "trace"),
+    ("gym train", "eval"),
+}  # fmt: skip
+
+
+def _check_output_dir(path: str) -> None:
+    from pathlib import Path
+
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise PagecastError("not a directory (an output directory was asked for)", path=p)
+    if not p.parent.is_dir():
+        raise PagecastError(f"cannot write: directory {p.parent} does not exist", path=p)
+
+
+def _check_paths(command: str, dest: str, value: Any) -> None:
+    from pagecast.errors import check_output, check_readable
+
+    def has(table: set[tuple[str, str]]) -> bool:
+        return (command, dest) in table or ("*", dest) in table
+
+    for v in value if isinstance(value, list) else [value]:
+        if not isinstance(v, str) or not v:
+            continue
+        if has(_OUTPUT_FILES):
+            check_output(v)
+        elif (command, dest) in _OUTPUT_DIRS:
+            _check_output_dir(v)
+        elif has(_INPUT_FILES):
+            check_readable(v)
+
+
 # text options whose spelling can be checked before any input is read
 _TEXT_CHECKS = {"capacity": _check_capacity, "capacities": _check_capacity}
 
 
 def check_numbers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Raise a one-line PagecastError for the first numeric option out of its range."""
-    for p in _chosen_parsers(parser, args):
+    chain = _chosen_parsers(parser, args)
+    command = " ".join(chain[-1].prog.split()[1:])  # "pagecast pager run" -> "pager run"
+    for p in chain:
         for a in p._actions:
+            if a.option_strings and a.type not in (int, float) and p is chain[-1]:
+                value = getattr(args, a.dest, None)
+                if value is not None and value is not a.default:
+                    _check_paths(command, a.dest, value)
             if a.option_strings and a.dest in _TEXT_CHECKS and a.type not in (int, float):
                 value = getattr(args, a.dest, None)
                 if value is not None and value is not a.default:
