@@ -112,10 +112,10 @@ def test_bench_and_measure_runners_give_bare_signals(tmp_path, bare):
 # ---- stopping pagecast --------------------------------------------------------------------
 
 
-def _start_record(tmp_path: Path, marker: Path) -> subprocess.Popen:
+def _start_record(tmp_path: Path, marker: Path, *front: str) -> subprocess.Popen:
     prog = f"import time, pathlib; pathlib.Path({str(marker)!r}).write_text('up'); time.sleep(60)"
     return subprocess.Popen(
-        _pagecast("record", "-o", "t.parquet", "--", sys.executable, "-c", prog),
+        _pagecast(*(front or ("record", "-o", "t.parquet")), "--", sys.executable, "-c", prog),
         cwd=tmp_path,
         env=pagecast_env(),
         stdout=subprocess.DEVNULL,
@@ -180,3 +180,34 @@ def test_a_killed_recorder_leaves_a_recoverable_journal(tmp_path):
     rec = recover_partial(tmp_path / "t.parquet.partial")
     t = open_trace(rec.trace)
     assert rec.rows == 0 and t.meta["command"] == ["x"] and np.asarray(t.read(["t_ns"])["t_ns"]).size == 0
+
+
+def _wait_up(p: subprocess.Popen, marker: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "slow"
+        time.sleep(0.05)
+
+
+@needs_perf
+@pytest.mark.parametrize("front", [["run", "--policy", "nextline", "--no-fast"], ["run", "--policy", "nextline"]])
+def test_sigterm_of_run_stops_the_program(tmp_path, front):
+    marker = tmp_path / "up-run"
+    p = _start_record(tmp_path, marker, *front)
+    _wait_up(p, marker)
+    os.kill(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert _program_pids(str(marker)) == []
+
+
+def test_sigterm_of_pager_run_stops_the_program(tmp_path):
+    data = tmp_path / "d.bin"
+    data.write_bytes(b"\1" * 16 * 4096)
+    marker = tmp_path / "up-pager"
+    p = _start_record(tmp_path, marker, "pager", "run", f"{data}:64K", "--no-strict")
+    _wait_up(p, marker)
+    os.kill(p.pid, signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert _program_pids(str(marker)) == []
