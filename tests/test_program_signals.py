@@ -70,14 +70,24 @@ def test_run_policy_gives_the_program_its_bare_signals(tmp_path, bare, fast):
 
 
 @needs_perf
-def test_plan_handover_gives_the_program_its_bare_signals(tmp_path, bare):
+@pytest.mark.parametrize("strategy,json", [("per-fault", False), ("per-fault", True), ("warm", False), ("warm", True)])
+def test_planned_runs_give_the_program_its_bare_signals(tmp_path, bare, strategy, json):
+    """`run --plan`: the native launcher's exec and --json modes, and the hand-over of a
+    per-fault file to the Python live loop."""
     from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 
     data = tmp_path / "d.bin"
     data.write_bytes(b"\1" * 8 * 4096)
     plan = tmp_path / "p.plan"
-    write_plan(plan, PlanDoc([FilePlan(str(data), FileIdentity.of(data), "per-fault", arg="markov")]))
-    r = _run(_pagecast("run", "--plan", str(plan), "--", *SHOW), tmp_path)
+    fp = (
+        FilePlan(str(data), FileIdentity.of(data), "per-fault", arg="markov")
+        if strategy == "per-fault"
+        else FilePlan(str(data), FileIdentity.of(data), "warm", [(0, 8)])
+    )
+    write_plan(plan, PlanDoc([fp]))
+    r = _run(_pagecast("run", "--plan", str(plan), *(["--json"] if json else []), "--", *SHOW), tmp_path)
+    if json:
+        r.stdout = r.stderr  # --json: the program's output goes to stderr
     assert r.returncode == 0, r.stderr
     assert _sig_lines(r.stdout) == bare
 
