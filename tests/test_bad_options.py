@@ -43,6 +43,9 @@ def _nothing_left(d: Path, *keep: str) -> None:
         (["record", "--ring-pages", "-1", "-o", "t.parquet", "--", "true"], ["--ring-pages -1"]),
         (["heatmap", "t.parquet", "-o", "h.png", "--time-bins", "0"], ["--time-bins 0"]),
         (["run", "--threads", "x", "--", "true"], ["--threads", "invalid int value"]),
+        (["pager", "run", "w.bin:1M", "--flush-ms", "-5", "--", "true"], ["--flush-ms -5"]),
+        (["train", "t.parquet", "-o", "no/m.pt"], ["no/m.pt", "does not exist"]),
+        (["run", "--model", "none.pt", "--", "true"], ["none.pt", "no such file"]),
     ],
     ids=lambda v: " ".join(v) if isinstance(v, list) and v and v[0] not in ("--threads",) else None,
 )

@@ -128,6 +128,9 @@ def _run(args: argparse.Namespace) -> int:
         late_args, unknown = late.parse_known_args(opts)
         if unknown:
             raise PagecastError(f"unknown options before --: {' '.join(unknown)}")
+        from pagecast.cli._validate import check_numbers
+
+        check_numbers(late, late_args)  # the same up-front checks as options given before FILE:BUDGET
         for k, v in vars(late_args).items():
             if v != late.get_default(k):
                 setattr(args, k, v)
