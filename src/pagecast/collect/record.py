@@ -104,6 +104,7 @@ def record_faults(
                 minor += len(batch) - nmaj
                 if on_batch:
                     on_batch(len(batch))
+            relay.detach()
             while len(writer.regions) < len(mon.regions):
                 writer.add_region(mon.regions[len(writer.regions)])
             for rid in mon.take_changed_regions():

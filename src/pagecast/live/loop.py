@@ -349,6 +349,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
                 for k in cols:
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
+            relay.detach()
         except PagecastError:
             lost = _collector_lost(mon, reaper)
             if lost is None:
@@ -430,6 +431,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
                 for k in cols:
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
+            relay.detach()
         except PagecastError:
             lost = _collector_lost(mon, reaper)
             if lost is None:

@@ -17,7 +17,10 @@ def run_program(argv: Sequence[str], **popen_kw: Any) -> int:
     with SignalRelay() as relay:
         proc = subprocess.Popen(list(argv), **popen_kw)
         relay.attach(proc.pid)
-        return proc.wait()
+        try:
+            return proc.wait()
+        finally:
+            relay.detach()
 
 
 def run_blocking(
@@ -48,6 +51,7 @@ def run_blocking(
     try:
         proc.wait()
     finally:
+        relay.detach()
         timer.cancel()
         relay.__exit__(None, None, None)
     if expired.is_set():

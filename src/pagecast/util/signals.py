@@ -83,6 +83,7 @@ class SignalRelay:
         self.received: list[int] = []
         self._pid: int | None = None
         self._pending: list[int] = []
+        self._done = False
         self._old: dict[int, object] = {}
 
     def __enter__(self) -> "SignalRelay":
@@ -106,7 +107,14 @@ class SignalRelay:
         for sig in pending:
             self._deliver(sig)
 
+    def detach(self) -> None:
+        """The program has exited: its pid may be reused, so nothing more is sent to it
+        (pagecast is only finishing its output; a signal now is not passed on)."""
+        self._pid, self._pending, self._done = None, [], True
+
     def _deliver(self, sig: int) -> None:
+        if self._done:
+            return
         if self._pid is None:
             self._pending.append(sig)
             return
