@@ -161,11 +161,13 @@ def _run(args: argparse.Namespace) -> int:
         ]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
+    import sys
+
     from pagecast.live.loop import exit_status
 
+    for w in res.warnings:
+        print(f"pagecast pager: warning: {w}", file=sys.stderr)
     if res.trace_error:
-        import sys
-
         print(f"pagecast pager: error: {res.trace_error}", file=sys.stderr)
     return exit_status(res.returncode)
 

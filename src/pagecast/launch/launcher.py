@@ -147,6 +147,8 @@ def _pager(req: RunRequest, warn: Warn) -> RunReport:
     t0 = time.monotonic()
     res = run_pager(req.argv, specs, policy=req.source.policy or "none", trace_out=req.output,
                     packs=[i.path for i in usable], stdout=2 if req.json else None)  # fmt: skip
+    for w in res.warnings:
+        warn(f"pagecast run: warning: {w}")
     if res.trace_error:
         warn(f"pagecast run: error: {res.trace_error}")
     return _report(

@@ -292,12 +292,27 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
 
 
 def check_paged_files(specs: Sequence[tuple[str, int]]) -> None:
-    """Each file to page exists, is a regular readable file and is not empty (nothing to map):
-    else one line before the program starts, not a run that silently pages nothing."""
+    """A file to page that exists must be a regular file (a directory or a device can never
+    be paged): else one line before the program starts. A missing or empty one is allowed
+    (the program may create it); whether it was paged is reported after the run."""
     for path, _ in specs:
-        check_readable(path, "file to page")
-        if os.path.getsize(path) == 0:
-            raise PagecastError("empty file: nothing to page", path=path)
+        if os.path.exists(path):
+            check_readable(path, "file to page")
+
+
+def unpaged_files(specs: Sequence[tuple[str, int]], stats: list[dict]) -> list[str]:
+    """One warning per file to page that the program never mapped (a wrong name, an empty
+    file nobody wrote, a program that reads it with read()): such a run paged nothing."""
+    mapped = {os.path.realpath(st.get("path", "")) for st in stats}
+    out = []
+    for path, _ in specs:
+        if os.path.realpath(path) in mapped:
+            continue
+        why = "does not exist" if not os.path.exists(path) else "was never mapped by the program"
+        if os.path.exists(path) and os.path.getsize(path) == 0:
+            why = "is empty and was never mapped by the program"
+        out.append(f"{one_line(path)}: {why}: nothing was paged")
+    return out
 
 
 def encode_list(items: Iterable[str | Path]) -> str:
@@ -727,6 +742,7 @@ class PagerRun:
     stats: list[dict]  # one per paged mapping, written by the shim at unmap/exit
     trace: Path | None
     trace_error: str | None = None  # the program ran but its trace could not be written (disk full)
+    warnings: list[str] = field(default_factory=list)  # files to page that were never paged
 
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
@@ -819,7 +835,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
                 trace_error = one_line(from_os_error(e, "trace not written", trace_out))
             except PagecastError as e:  # the program's exit status is still the run's result
                 trace_error = one_line(e)
-        return PagerRun(returncode, stats, trace, trace_error)
+        return PagerRun(returncode, stats, trace, trace_error, unpaged_files(specs, stats))
 
 
 def run_with_pager(
