@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     from pagecast.cli._validate import check_numbers, join_negative_values
     from pagecast.errors import PagecastError, from_os_error, one_line
 
-    words = join_negative_values(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
-    args = parser.parse_args(words)
+    args = parser.parse_args(join_negative_values(parser, words))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -33,7 +33,7 @@ _AT_LEAST_ONE = {
 }  # fmt: skip
 _POSITIVE_FLOATS = {"lr", "bandwidth", "uvm_pcie_gbps", "slow_ns", "fast_ns", "seconds", "sample_period", "cpu_ghz"}
 _FRACTIONS = {"val_fraction", "test_fraction", "fraction", "hot_fraction", "hot_share", "overlap", "capacity"}
-_NEGATIVE_WITH_UNIT = re.compile(r"-[0-9.]+[A-Za-z%]+")
+_NEGATIVE_WITH_UNIT = re.compile(r"-[0-9.].*")  # -5%, -1M, -5%,10%: a value, not a flag
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -44,23 +44,34 @@ class OneLineParser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def join_negative_values(argv: list[str]) -> list[str]:
-    """``--capacity -5%`` as ``--capacity=-5%``: argparse would take ``-5%`` for a flag."""
-    out: list[str] = []
-    i = 0
+def join_negative_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--capacity -5%`` as ``--capacity=-5%`` (argparse would take ``-5%`` for a flag),
+    for the command's own options only: never in the program's arguments (after ``--``,
+    or from the program's name on for commands that run one)."""
+    p, i, out = parser, 0, []
+    while i < len(argv):  # the command's words: `pager run` is two
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or argv[i] not in subs[0].choices:
+            break
+        p = subs[0].choices[argv[i]]
+        out.append(argv[i])
+        i += 1
+    takes_value = {o for a in p._actions if a.nargs is None for o in a.option_strings}
+    runs_a_program = any(a.nargs == argparse.REMAINDER for a in p._actions)
     while i < len(argv):
         tok = argv[i]
-        if tok == "--":
-            out += argv[i:]
+        if tok == "--" or (runs_a_program and not tok.startswith("-")):
             break
         nxt = argv[i + 1] if i + 1 < len(argv) else None
-        if tok.startswith("--") and "=" not in tok and nxt is not None and _NEGATIVE_WITH_UNIT.fullmatch(nxt):
-            out.append(f"{tok}={nxt}")
+        if tok in takes_value and nxt is not None:
+            out.append(f"{tok}={nxt}" if _NEGATIVE_WITH_UNIT.fullmatch(nxt) else tok)
+            if not _NEGATIVE_WITH_UNIT.fullmatch(nxt):
+                out.append(nxt)
             i += 2
             continue
         out.append(tok)
         i += 1
-    return out
+    return out + argv[i:]
 
 
 def _chosen_parsers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[argparse.ArgumentParser]:
