@@ -196,3 +196,18 @@ def test_full_disk_errors_name_the_file_and_leave_no_temporaries(tmp_path, room_
         assert len(lines) == 1 and "error" in lines[0] and ".tmp" not in lines[0], err
     assert not [x for x in left if x.endswith((".tmp", ".partial", ".regions"))], (left, err)
     assert "Traceback" not in err, err
+
+
+def test_negative_values_joined_for_the_command_only():
+    """`--capacity -5%` reaches the capacity check; the program's own arguments are never touched."""
+    from pagecast.cli import build_parser
+    from pagecast.cli._validate import join_negative_values
+
+    p = build_parser()
+    assert join_negative_values(p, ["simulate", "t.parquet", "--capacity", "-5%"]) == [
+        "simulate",
+        "t.parquet",
+        "--capacity=-5%",
+    ]
+    for argv in (["record", "-o", "t.parquet", "prog", "--output", "-5k"], ["run", "--", "prog", "--gap", "-1M"]):
+        assert join_negative_values(p, argv) == argv
