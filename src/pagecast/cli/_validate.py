@@ -25,11 +25,11 @@ from pagecast.errors import PagecastError, one_line
 _MAY_BE_NEGATIVE = {"nice"}
 # options where 0 means nothing (a count, a size, a rate, a period)
 _AT_LEAST_ONE = {
-    "size_mib", "runs", "tokens", "epochs", "lookahead", "ring_pages", "top", "files", "time_bins", "page_bins",
+    "size_mib", "runs", "tokens", "epochs", "lookahead", "ring_pages", "time_bins", "page_bins",
     "k", "j", "seq_len", "horizon", "vocab", "embed", "hidden", "layers", "heads", "batch", "windows_per_epoch",
-    "page_table", "top_k", "threads", "depth", "chunk_kib", "rounds", "poll_ms", "chunks", "history", "window",
+    "page_table", "top_k", "threads", "depth", "chunk_kib", "rounds", "poll_ms", "chunks", "window",
     "timesteps", "n_envs", "every", "file_mib", "fill_pages", "pages", "accesses", "phase_accesses", "min_runs",
-    "tick_freq", "patience", "min_count", "uvm_perf_fault_batch_count",
+    "tick_freq", "uvm_perf_fault_batch_count",
 }  # fmt: skip
 _POSITIVE_FLOATS = {"lr", "bandwidth", "uvm_pcie_gbps", "slow_ns", "fast_ns", "seconds", "sample_period", "cpu_ghz"}
 _FRACTIONS = {"val_fraction", "test_fraction", "fraction", "hot_fraction", "hot_share", "overlap", "capacity"}
