@@ -543,11 +543,29 @@ static void probe_uffd_wp(void) {
              why, strerror(err));
 }
 
+/* The dispositions and mask the program would have had started bare (bit N-1: signal N,
+ * as /proc/PID/status shows them): the recorder ignores SIGINT for itself, and an ignored
+ * signal would stay ignored across exec. Handlers are reset by exec anyway. */
+static void bare_signals(unsigned long long ign, unsigned long long mask) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig = 1; sig <= 64; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = (ign >> (sig - 1)) & 1 ? SIG_IGN : SIG_DFL;
+        sigemptyset(&sa.sa_mask);
+        (void)sigaction(sig, &sa, NULL); /* the C library's internal signals refuse: fine */
+        if ((mask >> (sig - 1)) & 1) sigaddset(&set, sig);
+    }
+    sigprocmask(SIG_SETMASK, &set, NULL);
+}
+
 static void usage(void) {
     fprintf(
         stderr,
         "usage: faultmon [--fd N] [--ring-pages N] [--poll-ms N] [--preload SO] [--file-tp K:ID:INO:DEV:INDEX:LAST]... "
-        "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] -- CMD ARGS...\n");
+        "[--fast CONFIG [--fast-poll-ms N] [--fast-wake-minor N]] [--sig-ign HEX --sig-mask HEX] -- CMD ARGS...\n");
     exit(126);
 }
 
@@ -555,6 +573,8 @@ int main(int argc, char **argv) {
     int poll_ms = 20, fast_poll_ms = 1;
     const char *fast_config = NULL;
     const char *preload = NULL;
+    unsigned long long sig_ign = 0, sig_mask = 0;
+    int sig_given = 0;
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--")) {
@@ -581,6 +601,12 @@ int main(int argc, char **argv) {
             fast_wake_minor = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--fast-poll-ms") && i + 1 < argc) {
             fast_poll_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--sig-ign") && i + 1 < argc) {
+            sig_ign = strtoull(argv[++i], NULL, 16);
+            sig_given = 1;
+        } else if (!strcmp(argv[i], "--sig-mask") && i + 1 < argc) {
+            sig_mask = strtoull(argv[++i], NULL, 16);
+            sig_given = 1;
         } else {
             usage();
         }
@@ -603,6 +629,7 @@ int main(int argc, char **argv) {
         if (out_fd > 2) close(out_fd);
         if (read(go[0], &c, 1) != 1) _exit(127); /* parent gave up */
         signal(SIGPIPE, SIG_DFL);
+        if (sig_given) bare_signals(sig_ign, sig_mask);
         if (preload) {
             const char *old = getenv("LD_PRELOAD");
             char *v = malloc(strlen(preload) + (old ? strlen(old) : 0) + 2);

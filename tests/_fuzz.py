@@ -108,3 +108,32 @@ def watchdog(seconds: float = CASE_TIMEOUT_S) -> Iterator[None]:
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+BAD_UTF8 = [
+    b"\xff",
+    b"\x80",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xf8",
+]  # stray, continuation, cut lead, surrogate, 5-byte lead
+
+
+def break_utf8(data: bytes, text: bytes, rng: np.random.Generator) -> tuple[str, bytes]:
+    """One byte of the first ``text`` in ``data`` replaced by bytes that are not UTF-8
+    (the byte count of a length-prefixed string changes only by the replacement's extra bytes)."""
+    at = data.find(text)
+    assert at >= 0, text
+    pos = at + int(rng.integers(len(text)))
+    bad = BAD_UTF8[int(rng.integers(len(BAD_UTF8)))][:1]  # one byte: the protobuf length stays right
+    return f"non-utf8@{pos}={bad!r}", data[:pos] + bad + data[pos + 1 :]
+
+
+def replace_number(text: str, rng: np.random.Generator, quoted: bool) -> tuple[str, str]:
+    """One number of a JSON text replaced by an edge value (``quoted``: as a JSON string,
+    the way damo writes some numbers), which may leave the JSON invalid: that is a case too."""
+    numbers = list(re.finditer(r"-?[0-9]+(?:\.[0-9]+)?", text))
+    m = numbers[int(rng.integers(len(numbers)))]
+    edge = EDGE_NUMBERS[int(rng.integers(len(EDGE_NUMBERS)))].decode("utf-8", "surrogateescape")
+    value = '"' + edge + '"' if quoted else edge
+    return f"number@{m.start()}={value!r}", text[: m.start()] + value + text[m.end() :]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fuzz import replace_number
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
 from pagecast.importers import damo
@@ -233,7 +234,7 @@ def _reference(doc) -> dict[str, np.ndarray]:
             return v
         if isinstance(v, float) and v.is_integer():
             return int(v)
-        if isinstance(v, str) and v.replace(",", "").strip().isdigit():
+        if isinstance(v, str) and v.replace(",", "").strip().isascii() and v.replace(",", "").strip().isdigit():
             return int(v.replace(",", "").strip())
         raise ValueError
 
@@ -250,7 +251,7 @@ def _reference(doc) -> dict[str, np.ndarray]:
             na = reg["nr_accesses"]
             acc = num(na["samples"] if isinstance(na, dict) else na)
             a, b = num(reg["start"]), num(reg["end"])
-            if not (0 <= a < b < 1 << 64) or acc < 0 or (a | b) % 4096:
+            if not (0 <= a < b < 1 << 64) or not 0 <= acc < 1 << 31 or (a | b) % 4096:
                 raise ValueError
             rows.append((t, a, b, acc, ti))
     a = np.array(rows, dtype=object)
@@ -302,6 +303,34 @@ def test_fuzz_records(tmp_path):
         _check_against(out, _reference(json.loads(raw)))
         outcomes["ok"] += 1
     assert outcomes["error"] > 30 and outcomes["ok"] > 5, outcomes
+
+
+def test_fuzz_record_numbers(tmp_path):
+    """Every kind of malformed number (tests/_fuzz.py's edge values: '²', 21 digits, NaN,
+    1e308, '', '0x', bytes that are not UTF-8, ...), bare or quoted as damo writes some:
+    a one-line error naming the file, or rows equal to the reference; never a traceback,
+    never a temporary file left behind."""
+    doc = json.loads(zlib.decompress(REAL.read_bytes()))
+    doc[0]["snapshots"] = doc[0]["snapshots"][:4]
+    base = json.dumps(doc, indent=1)
+    rng = np.random.default_rng(11)
+    outcomes = {"error": 0, "ok": 0}
+    for i in range(160):
+        what, text = replace_number(base, rng, quoted=bool(i % 2))
+        data = text.encode("utf-8", "surrogateescape")
+        src, out = tmp_path / f"n{i}.data", tmp_path / f"n{i}.parquet"
+        src.write_bytes(zlib.compress(data) if i % 3 == 0 else data)
+        try:
+            damo.import_trace(src, out)
+        except PagecastError as e:
+            assert "\n" not in str(e) and str(src) in str(e), what
+            assert not out.exists(), what
+            outcomes["error"] += 1
+        else:
+            _check_against(out, _reference(json.loads(data)))
+            outcomes["ok"] += 1
+        assert not list(tmp_path.glob(".*.tmp")), what
+    assert outcomes["error"] > 40 and outcomes["ok"] > 0, outcomes  # most edge values make a record invalid
 
 
 def test_large_record_streams(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _fuzz import break_utf8
 from gem5_wire import Hdr, Pkt, decode_trace, encode_trace, varint
 from pagecast.cli import main as cli_main
 from pagecast.errors import PagecastError
@@ -211,6 +212,21 @@ def test_fuzz_packet_traces(tmp_path):
         _check(out, data)  # the reference must decode it and agree on every number
         outcomes["ok"] += 1
     assert outcomes["error"] > 50 and outcomes["ok"] > 5, outcomes
+
+
+def test_fuzz_header_strings_not_utf8(tmp_path):
+    """Header strings (the object id, the id strings) that are not UTF-8: a one-line error
+    naming the file, and no output or temporary file left behind."""
+    rng = np.random.default_rng(26)
+    base = gzip.decompress(encode_trace(Hdr(id_strings={3: "cpu", 7: "system.l2"}), _packets(20, seed=2)))
+    for i in range(60):
+        what, data = break_utf8(base, [b"system.monitor", b"cpu", b"system.l2"][i % 3], rng)
+        src, out = tmp_path / f"u{i}.trc", tmp_path / f"u{i}.parquet"
+        src.write_bytes(gzip.compress(data, mtime=0) if i % 2 else data)
+        with pytest.raises(PagecastError) as e:
+            gem5.import_trace(src, out)
+        assert "\n" not in str(e.value) and str(src) in str(e.value) and "header" in str(e.value), what
+        assert not out.exists() and not list(tmp_path.glob(".*.tmp")), what
 
 
 # --- stats.txt ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -359,3 +360,62 @@ def test_recorder_shim_is_not_part_of_the_run(tmp_path):
     assert shim not in {os.path.realpath(p) for p in file_page_sets(tmp_path / "t.parquet")}
     assert shim not in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}
     assert os.path.realpath(sys.executable) in {os.path.realpath(p) for p in file_pages(tmp_path / "t.parquet")}
+
+
+def test_program_using_userfaultfd_on_its_own_memory(data_dir, tmp_path):
+    """A program that registers its own memfd mapping (MISSING mode, pages filled by its
+    handler thread) and its own file mapping (write-protect tracking) with userfaultfd:
+    the shim leaves shared memory alone and gives up a file range the program registers,
+    so the program reads what it wrote, as it does bare (before: EBUSY, then zeros)."""
+    prog = build_workload("uffd_own")
+    f = data_dir / "own.bin"
+    f.write_bytes(b"".join(bytes([0x40 + i]) * PAGE for i in range(16)))
+    bare = subprocess.run([str(prog), str(f)], capture_output=True, text=True)
+    assert bare.returncode == 0 and bare.stdout == "memfd ok\nfile ok\n", bare.stdout
+    with open(tmp_path / "out.txt", "wb") as o:
+        res = record_faults([str(prog), str(f)], tmp_path / "t.parquet", stdout=o)
+    out = (tmp_path / "out.txt").read_text()
+    assert res.exit_status == 0 and out == bare.stdout, out
+    sets = file_page_sets(tmp_path / "t.parquet")
+    assert sets[str(f)].tolist() == list(range(16))  # the pages the program used are still recorded
+    assert not any("memfd:" in (p or "") for p in sets)  # shared memory is not a file page set
+
+
+SHRINK = """
+import mmap, os, sys
+path, how = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+if how == "map":
+    m = mmap.mmap(fd, 32 * 4096, prot=mmap.PROT_READ)
+    sum(m[i * 4096] for i in range(31, -1, -1))
+    m.close()
+else:
+    for i in range(31, -1, -1):
+        os.pread(fd, 100, i * 4096)
+if how == "reopen":  # rewritten from scratch: O_TRUNC, then two pages
+    os.close(os.open(path, os.O_WRONLY | os.O_TRUNC))
+    with open(path, "r+b") as f:
+        f.write(b"y" * 2 * 4096)
+else:
+    os.ftruncate(fd, 10 * 4096)
+"""
+
+
+@pytest.mark.parametrize("how", ["read", "map", "reopen"])
+def test_pages_used_then_truncated_away_stay_in_the_page_set(data_dir, tmp_path, how):
+    """A program reads (or maps) all 32 pages of a file, then cuts it to 10 pages
+    (ftruncate) or rewrites it shorter (O_TRUNC): the page set keeps all 32 pages it used
+    (before, the recorder clipped them to the size it found afterwards: 10)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("reads are recorded through tracefs, mounted here in a private mount namespace (root)")
+    f = _write(data_dir / f"shrink-{how}.bin", 32, 9)
+    drop_file(f)
+    out = tmp_path / "t.parquet"
+    script = (
+        "mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || mount -t tracefs nodev /sys/kernel/debug/tracing; "
+        f'"$0" -m pagecast record -o {out} -- "$0" -c "$1" {f} {how}'
+    )
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, sys.executable, SHRINK], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "not recorded" not in r.stderr, r.stderr  # tracefs was there: reads are in the trace
+    assert file_page_sets(out)[str(f)].tolist() == list(range(31, -1, -1))

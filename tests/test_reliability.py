@@ -214,10 +214,10 @@ def test_recover_reports_what_it_kept(tmp_path, capsys):
     data = bytearray(partial.read_bytes())
     reader = ipc.open_stream(bytes(data))
     sizes = [b.num_rows for b in reader]
-    assert sizes == [250] * 4
+    assert sizes == [0] + [250] * 4  # the header batch written when the journal is created, then the rows
     marks = [i for i in range(len(data)) if data.startswith(b"pagecast.crc32", i)]  # one per batch header
-    assert len(marks) == 4
-    body = (marks[2] + marks[3]) // 2  # between the third batch's header and the fourth's: its body
+    assert len(marks) == 5
+    body = (marks[3] + marks[4]) // 2  # between the third row batch's header and the fourth's: its body
     data[body] ^= 0x01
     partial.write_bytes(bytes(data))
     out = tmp_path / "r.parquet"

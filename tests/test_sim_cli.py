@@ -64,11 +64,13 @@ def test_eval_oracle_last(trace, capsys):
     assert oracle["faults"] <= d["results"][0]["faults"]
 
 
-def test_eval_model_without_learn(trace, capsys, monkeypatch):
+def test_eval_model_without_learn(trace, tmp_path, capsys, monkeypatch):
     import sys
 
+    model = tmp_path / "m.pt"
+    model.write_bytes(b"PK\x03\x04")  # exists: the missing module is what is reported
     monkeypatch.setitem(sys.modules, "pagecast.learn.predict", None)
-    assert main(["eval", str(trace), "--model", "m.pt"]) == 2
+    assert main(["eval", str(trace), "--model", str(model)]) == 2
     assert "pagecast.learn" in capsys.readouterr().err
 
 

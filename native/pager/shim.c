@@ -627,7 +627,10 @@ int munmap(void *addr, size_t len) {
         pthread_mutex_lock(&g_mu);
         live_t *l = overlapping(a, len, 0);
         if (l) {
-            if (a != l->base || len < l->len)
+            /* munmap's length is rounded up to whole pages, as the kernel does: the mmap
+             * length given back is a full unmap even when it is not a page multiple */
+            size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+            if (a != l->base || (len + ps - 1) / ps * ps < l->len)
                 fprintf(stderr, "pagecast pager: %s: partial munmap of a paged region unmaps all of it\n", l->path);
             int rc = close_live(l);
             pthread_mutex_unlock(&g_mu);

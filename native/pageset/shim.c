@@ -29,6 +29,13 @@
  * recorder learns the path in order, however soon the program closes the file. The
  * recorder treats a PROT_NONE file mapping as a name only, never as mapped memory.
  *
+ * Only mappings of files on disk: shared memory (memfd, /dev/shm, SysV, tmpfs, hugetlbfs)
+ * has no I/O to plan and may be the program's own userfaultfd territory, so it is left
+ * alone. A userfaultfd registration is a resource the program may want for itself: when
+ * the program's own UFFDIO_REGISTER fails with EBUSY over a range the shim registered,
+ * the shim unregisters that range and the program's call is retried (the pages of that
+ * range are then recorded as the kernel faults them, fault-around included).
+ *
  * Nothing here may fail the program: every error leaves the program running unchanged.
  * Calls the program makes straight to the kernel (static binaries, libc-internal opens
  * and mmaps such as locale files) are not seen; see docs/recording.md.
@@ -47,6 +54,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,6 +62,9 @@
 #include "pageset/uffd_compat.h"
 
 #define PAGE 4096UL
+
+#define TMPFS_MAGIC_     0x01021994
+#define HUGETLBFS_MAGIC_ 0x958458f6
 
 static int uffd = -1;
 static int uffd_failed;
@@ -75,6 +86,11 @@ static int (*real_creat)(const char *, mode_t);
 static FILE *(*real_fopen)(const char *, const char *);
 static FILE *(*real_fopen64)(const char *, const char *);
 static FILE *(*real_freopen)(const char *, const char *, FILE *);
+static int (*real_ioctl)(int, unsigned long, ...);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_ftruncate64)(int, off_t);
+static int (*real_truncate)(const char *, off_t);
+static int (*real_truncate64)(const char *, off_t);
 
 #define RESOLVE(var, name)                                                                                             \
     do {                                                                                                               \
@@ -98,6 +114,15 @@ static void resolve_all(void) {
     RESOLVE(real_fopen, "fopen");
     RESOLVE(real_fopen64, "fopen64");
     RESOLVE(real_freopen, "freopen");
+    RESOLVE(real_ioctl, "ioctl");
+    RESOLVE(real_ftruncate, "ftruncate");
+    RESOLVE(real_ftruncate64, "ftruncate64");
+    RESOLVE(real_truncate, "truncate");
+    RESOLVE(real_truncate64, "truncate64");
+}
+
+static int shared_memory_fs(long type) {
+    return type == TMPFS_MAGIC_ || type == HUGETLBFS_MAGIC_;
 }
 
 /* A fresh userfaultfd, moved to a high descriptor so programs that expect the lowest
@@ -138,12 +163,22 @@ static void watch(void *addr, size_t len) {
     (void)ioctl(uffd, UFFDIO_REGISTER, &r);
 }
 
+/* A mapping named in /proc/self/maps that is shared memory: memfd and SysV segments by
+ * their names, the rest by the file system under the path (a deleted file: by name only). */
+static int shared_memory_path(const char *path) {
+    if (!strncmp(path, "/memfd:", 7) || !strncmp(path, "/SYSV", 5) || !strncmp(path, "/dev/shm/", 9) ||
+        !strncmp(path, "/dev/zero", 9))
+        return 1;
+    struct statfs fs;
+    return statfs(path, &fs) == 0 && shared_memory_fs((long)fs.f_type);
+}
+
 static void watch_line(char *line) {
     unsigned long lo, hi, ino;
     char perms[8];
     int pathpos = 0;
     if (sscanf(line, "%lx-%lx %7s %*x %*x:%*x %lu %n", &lo, &hi, perms, &ino, &pathpos) == 4 && ino != 0 &&
-        pathpos > 0 && line[pathpos] == '/')
+        pathpos > 0 && line[pathpos] == '/' && !shared_memory_path(line + pathpos))
         watch((void *)lo, hi - lo);
 }
 
@@ -181,6 +216,11 @@ static void watch_all(void) {
 static int regular_fd(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int disk_file_fd(int fd) {
+    struct statfs fs;
+    return regular_fd(fd) && fstatfs(fd, &fs) == 0 && !shared_memory_fs((long)fs.f_type);
 }
 
 /* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
@@ -228,7 +268,7 @@ static int read_only_fd(int fd) {
 
 static void *do_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     RESOLVE(real_mmap, "mmap");
-    int file = !(flags & MAP_ANONYMOUS) && regular_fd(fd);
+    int file = !(flags & MAP_ANONYMOUS) && disk_file_fd(fd);
     if (file && (flags & MAP_TYPE) == MAP_SHARED && !(prot & PROT_WRITE) && read_only_fd(fd))
         flags = (flags & ~MAP_TYPE) | MAP_PRIVATE;
     void *p = real_mmap(addr, len, prot, flags, fd, off);
@@ -304,8 +344,46 @@ static int sys_open(int dir, const char *path, int flags, mode_t mode) {
     return (int)syscall(SYS_openat, dir, path, flags, mode);
 }
 
-static int opened(int fd) {
-    if (fd >= 0) announce(fd);
+/* How far the file reached before a call cuts it short (ftruncate, truncate, O_TRUNC):
+ * a PROT_NONE page at its last page, which perf reports (PERF_RECORD_MMAP2: inode,
+ * offset). The recorder clips a read's range to the file's size; the size it finds later
+ * may be smaller than when the pages were read, and this keeps the pages that were. A
+ * write-only descriptor cannot be mapped: the file is reopened read-only for it. */
+static void announce_extent(int fd, off_t size) {
+    if (size <= 0) return;
+    int saved = errno;
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int rfd = (int)syscall(SYS_openat, AT_FDCWD, self, O_RDONLY | O_CLOEXEC);
+    if (rfd >= 0) {
+        off_t last = (size - 1) & ~(off_t)(PAGE - 1);
+        void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, rfd, last);
+        if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096) syscall(SYS_munmap, p, PAGE);
+        close(rfd);
+    }
+    errno = saved;
+}
+
+static off_t size_of(int fd) {
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+}
+
+/* The size of the regular file an open with O_TRUNC is about to empty (-1: none). */
+static off_t trunc_size(int dir, const char *path, int flags) {
+    if (!(flags & O_TRUNC) || (flags & O_ACCMODE) == O_RDONLY || !path) return -1;
+    int saved = errno;
+    struct stat st;
+    off_t size = fstatat(dir, path, &st, 0) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
+    errno = saved;
+    return size;
+}
+
+static int opened_was(off_t old_size, int fd) {
+    if (fd >= 0) {
+        announce_extent(fd, old_size);
+        announce(fd);
+    }
     return fd;
 }
 
@@ -315,7 +393,8 @@ int open(const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open, "open");
-    return opened(real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old, real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
 }
 
 int open64(const char *path, int flags, ...) {
@@ -324,7 +403,9 @@ int open64(const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_open64, "open64");
-    return opened(real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old,
+                      real_open64 ? real_open64(path, flags, m) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, m));
 }
 
 int openat(int dir, const char *path, int flags, ...) {
@@ -333,7 +414,8 @@ int openat(int dir, const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat, "openat");
-    return opened(real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
 }
 
 int openat64(int dir, const char *path, int flags, ...) {
@@ -342,32 +424,42 @@ int openat64(int dir, const char *path, int flags, ...) {
     mode_t m = mode_arg(flags, ap);
     va_end(ap);
     RESOLVE(real_openat64, "openat64");
-    return opened(real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old,
+                      real_openat64 ? real_openat64(dir, path, flags, m) : sys_open(dir, path, flags | O_LARGEFILE, m));
 }
 
 int __open_2(const char *path, int flags) {
     RESOLVE(real_open_2, "__open_2");
-    return opened(real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old, real_open_2 ? real_open_2(path, flags) : sys_open(AT_FDCWD, path, flags, 0));
 }
 
 int __open64_2(const char *path, int flags) {
     RESOLVE(real_open64_2, "__open64_2");
-    return opened(real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
+    off_t old = trunc_size(AT_FDCWD, path, flags);
+    return opened_was(old,
+                      real_open64_2 ? real_open64_2(path, flags) : sys_open(AT_FDCWD, path, flags | O_LARGEFILE, 0));
 }
 
 int __openat_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat_2, "__openat_2");
-    return opened(real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat_2 ? real_openat_2(dir, path, flags) : sys_open(dir, path, flags, 0));
 }
 
 int __openat64_2(int dir, const char *path, int flags) {
     RESOLVE(real_openat64_2, "__openat64_2");
-    return opened(real_openat64_2 ? real_openat64_2(dir, path, flags) : sys_open(dir, path, flags | O_LARGEFILE, 0));
+    off_t old = trunc_size(dir, path, flags);
+    return opened_was(old, real_openat64_2 ? real_openat64_2(dir, path, flags)
+                                           : sys_open(dir, path, flags | O_LARGEFILE, 0));
 }
 
 int creat(const char *path, mode_t mode) {
     RESOLVE(real_creat, "creat");
-    return opened(real_creat ? real_creat(path, mode) : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
+    off_t old = trunc_size(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC);
+    return opened_was(old, real_creat ? real_creat(path, mode)
+                                      : sys_open(AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
 }
 
 static FILE *fopened(FILE *f) {
@@ -375,17 +467,92 @@ static FILE *fopened(FILE *f) {
     return f;
 }
 
+static off_t fopen_trunc_size(const char *path, const char *mode) {
+    return mode && mode[0] == 'w' ? trunc_size(AT_FDCWD, path, O_TRUNC | O_WRONLY) : -1;
+}
+
+static FILE *fopened_was(off_t old_size, FILE *f) {
+    if (f) announce_extent(fileno(f), old_size);
+    return fopened(f);
+}
+
 FILE *fopen(const char *path, const char *mode) {
     RESOLVE(real_fopen, "fopen");
-    return fopened(real_fopen(path, mode));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_fopen(path, mode));
 }
 
 FILE *fopen64(const char *path, const char *mode) {
     RESOLVE(real_fopen64, "fopen64");
-    return fopened(real_fopen64(path, mode));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_fopen64(path, mode));
 }
 
 FILE *freopen(const char *path, const char *mode, FILE *f) {
     RESOLVE(real_freopen, "freopen");
-    return fopened(real_freopen(path, mode, f));
+    off_t old = fopen_trunc_size(path, mode);
+    return fopened_was(old, real_freopen(path, mode, f));
+}
+
+/* The program's own userfaultfd: a registration refused because the shim holds the range
+ * is given up by the shim, and the program's call made again. */
+int ioctl(int fd, unsigned long req, ...) {
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    RESOLVE(real_ioctl, "ioctl");
+    int rc = real_ioctl ? real_ioctl(fd, req, arg) : (int)syscall(SYS_ioctl, fd, req, arg);
+    if (rc < 0 && errno == EBUSY && req == UFFDIO_REGISTER && arg) {
+        pthread_mutex_lock(&mu);
+        int ours = uffd;
+        pthread_mutex_unlock(&mu);
+        if (ours >= 0 && fd != ours) {
+            struct uffdio_range range = ((struct uffdio_register *)arg)->range;
+            if (syscall(SYS_ioctl, ours, UFFDIO_UNREGISTER, &range) == 0)
+                rc = real_ioctl ? real_ioctl(fd, req, arg) : (int)syscall(SYS_ioctl, fd, req, arg);
+            else
+                errno = EBUSY;
+        }
+    }
+    return rc;
+}
+
+static void before_shrink(int fd, off_t len) {
+    off_t old = size_of(fd);
+    if (old > len) announce_extent(fd, old);
+}
+
+static void before_shrink_path(const char *path, off_t len) {
+    int saved = errno;
+    int fd = path ? (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) : -1;
+    if (fd >= 0) {
+        before_shrink(fd, len);
+        close(fd);
+    }
+    errno = saved;
+}
+
+int ftruncate(int fd, off_t len) {
+    RESOLVE(real_ftruncate, "ftruncate");
+    before_shrink(fd, len);
+    return real_ftruncate ? real_ftruncate(fd, len) : (int)syscall(SYS_ftruncate, fd, len);
+}
+
+int ftruncate64(int fd, off_t len) {
+    RESOLVE(real_ftruncate64, "ftruncate64");
+    before_shrink(fd, len);
+    return real_ftruncate64 ? real_ftruncate64(fd, len) : (int)syscall(SYS_ftruncate, fd, len);
+}
+
+int truncate(const char *path, off_t len) {
+    RESOLVE(real_truncate, "truncate");
+    before_shrink_path(path, len);
+    return real_truncate ? real_truncate(path, len) : (int)syscall(SYS_truncate, path, len);
+}
+
+int truncate64(const char *path, off_t len) {
+    RESOLVE(real_truncate64, "truncate64");
+    before_shrink_path(path, len);
+    return real_truncate64 ? real_truncate64(path, len) : (int)syscall(SYS_truncate, path, len);
 }

@@ -70,3 +70,26 @@ def check_readable(path: str | Path, what: str = "file") -> Path:
         # a FIFO or device would block or never end; importers also read files twice
         raise PagecastError("not a regular file (a pipe, device or socket)", path=path)
     return path
+
+
+def check_output(path: str | Path) -> Path:
+    """Refuse, before any work is done, an output file that cannot be written: its directory
+    missing (never created: a typo must not make directories), a directory given for the
+    file, or a directory that refuses new files (read-only, permissions, no space for an
+    inode), found by creating and removing a private file there, as the real write will."""
+    import tempfile
+
+    path = Path(path)
+    parent = path.parent
+    if path.is_dir():
+        raise PagecastError("is a directory, not a file to write", path=path)
+    if not parent.is_dir():
+        why = "does not exist" if not parent.exists() else "is not a directory"
+        raise PagecastError(f"cannot write: directory {one_line(parent)} {why}", path=path)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=parent)
+    except OSError as e:
+        raise PagecastError(f"cannot write: {os_error_text(e)}", path=path) from None
+    os.close(fd)
+    os.unlink(probe)
+    return path

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from pagecast.bench import sparse_weights as wl
 from pagecast.errors import PagecastError
+from pagecast.util.signals import SignalRelay
 
 LABEL = "pagecast: planned (pagecast plan + run --plan)"
 
@@ -43,10 +44,12 @@ def planned_run(plan: Path, workload: wl.WorkloadConfig, status: Path | None = N
     wl.drop_cache(workload.weights)
     extra = ["--plan-status", str(status)] if status else []
     cmd = [sys.executable, "-m", "pagecast", "run", "--plan", str(plan), *extra, "--", *workload.argv()]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = proc.stdout.read()
-    err = proc.stderr.read()
-    _, status, ru = os.wait4(proc.pid, 0)
+    with SignalRelay() as relay:  # a bench stopped by SIGTERM stops its run too
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        relay.attach(proc.pid)
+        out = proc.stdout.read()
+        err = proc.stderr.read()
+        _, status, ru = os.wait4(proc.pid, 0)
     proc.stdout.close()
     proc.stderr.close()
     rc = os.waitstatus_to_exitcode(status)

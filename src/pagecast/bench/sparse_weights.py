@@ -24,6 +24,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.native import build
 from pagecast.util.pagecache import drop_file
+from pagecast.util.signals import SignalRelay
 
 PAGE = PAGE_SIZE
 ADVICE = ("random", "normal", "sequential", "willneed")
@@ -167,10 +168,12 @@ def parse_result(stdout: str) -> dict:
 def run_plain(cfg: WorkloadConfig) -> RunOutcome:
     """Run the workload directly (kernel strategies): wall time, faults from wait4 rusage."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cfg.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = proc.stdout.read()
-    err = proc.stderr.read()  # --quiet: a few bytes at most, so reading in turn cannot block
-    _, status, ru = os.wait4(proc.pid, 0)
+    with SignalRelay() as relay:  # a bench stopped by SIGTERM stops its run too
+        proc = subprocess.Popen(cfg.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        relay.attach(proc.pid)
+        out = proc.stdout.read()
+        err = proc.stderr.read()  # --quiet: a few bytes at most, so reading in turn cannot block
+        _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     proc.stdout.close()

@@ -43,13 +43,13 @@ def build_parser(only: str | None = None) -> "argparse.ArgumentParser":
     """The full parser, or with ``only`` a known subcommand's alone: a command then pays
     for importing its own module, not every subcommand's (importing the simulator and numba
     is slow, and `pagecast run` would spend that time in front of the program)."""
-    import argparse
     import importlib
     import pkgutil
 
     from pagecast import __version__
+    from pagecast.cli._validate import OneLineParser
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="pagecast",
         description=(
             "Record how programs touch memory pages, learn the pattern, evaluate prefetch and "
@@ -74,15 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         from pagecast.launch.command import exec_if_planned
 
         exec_if_planned(sys.argv[1:])  # returns unless this is a simple `run --plan`
+    from pagecast.cli._validate import check_numbers, join_negative_values
     from pagecast.errors import PagecastError, from_os_error, one_line
 
-    words = sys.argv[1:] if argv is None else argv
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(parser, words))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
+        check_numbers(parser, args)
         return int(args.func(args) or 0)
     except PagecastError as e:
         print(f"pagecast {args.command}: error: {one_line(e)}", file=sys.stderr)

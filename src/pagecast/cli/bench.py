@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
 from pagecast.cli._options import add_policy_option, policy_texts
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_readable
 
 DEFAULT_POLICIES = "nextline,markov"
 
@@ -101,10 +101,19 @@ def config_from_args(args: argparse.Namespace, out_default: str):
         raise PagecastError("--pack-defer must be >= 1")
     if args.runs < 1 or args.tokens < 1 or args.size_mib < 16:
         raise PagecastError("--runs and --tokens must be >= 1, --size-mib >= 16")
-    if args.model and not Path(args.model).exists():
-        raise PagecastError("no such model file", path=args.model)
+    if args.model:
+        from pagecast.learn.train import load_model
+
+        load_model(args.model)  # a file that is not a model: one line now, not after eight recordings
+    if args.weights:
+        check_readable(args.weights, "weights file")
+    out_dir = Path(args.out or out_default)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise PagecastError("not a directory (--out names the directory for the results)", path=out_dir)
+    if not out_dir.parent.is_dir():
+        raise PagecastError(f"cannot write: directory {out_dir.parent} does not exist", path=out_dir)
     return BenchConfig(
-        out_dir=Path(args.out or out_default),
+        out_dir=out_dir,
         weights=Path(args.weights) if args.weights else None,
         size_mib=args.size_mib,
         tokens=args.tokens,

@@ -51,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     if not qds or min(qds) < 1 or 1 not in qds:
         raise PagecastError("--queue-depths must be positive and include 1")
     out = Path(args.output) if args.output else model_path(d)
+    if not args.output:
+        out.parent.mkdir(parents=True, exist_ok=True)  # pagecast's own cache directory (a user's -o is never created)
     if out.exists() and not args.remeasure:
         model, measured = load_model(out), False
     else:

@@ -128,6 +128,9 @@ def _run(args: argparse.Namespace) -> int:
         late_args, unknown = late.parse_known_args(opts)
         if unknown:
             raise PagecastError(f"unknown options before --: {' '.join(unknown)}")
+        from pagecast.cli._validate import check_numbers
+
+        check_numbers(late, late_args)  # the same up-front checks as options given before FILE:BUDGET
         for k, v in vars(late_args).items():
             if v != late.get_default(k):
                 setattr(args, k, v)
@@ -158,8 +161,14 @@ def _run(args: argparse.Namespace) -> int:
         ]
         if res.stats:
             print(format_table([{c: s.get(c) for c in cols} for s in res.stats], cols), file=sys.stderr)
+    import sys
+
     from pagecast.live.loop import exit_status
 
+    for w in res.warnings:
+        print(f"pagecast pager: warning: {w}", file=sys.stderr)
+    if res.trace_error:
+        print(f"pagecast pager: error: {res.trace_error}", file=sys.stderr)
     return exit_status(res.returncode)
 
 

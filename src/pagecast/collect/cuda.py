@@ -13,12 +13,12 @@ import csv
 import json
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_output
+from pagecast.util.process import run_program as run_user_program
 
 
 def cuda_env(
@@ -36,12 +36,11 @@ def cuda_env(
 def run_program(cmd: Sequence[str], env: dict[str, str], *, quiet_stdout: bool = False) -> int:
     try:
         # With --json the report owns stdout: the program's output goes to stderr (fd 2).
-        proc = subprocess.run(list(cmd), env=env, stdout=2 if quiet_stdout else None)
+        return run_user_program(list(cmd), env=env, stdout=2 if quiet_stdout else None)
     except FileNotFoundError:
         raise PagecastError(f"command not found: {cmd[0]}") from None
     except PermissionError:
         raise PagecastError(f"command not executable: {cmd[0]}") from None
-    return proc.returncode
 
 
 def raw_dir_for(out: str | Path) -> Path:
@@ -55,7 +54,7 @@ def private_raw_dir(out: str | Path) -> Path:
     steer the collector's writes (and the removal of a previous recording's files).
     """
     raw = raw_dir_for(out)
-    raw.parent.mkdir(parents=True, exist_ok=True)
+    check_output(out)  # its directory must exist: never created
     try:
         raw.mkdir(mode=0o700)
     except FileExistsError:

@@ -46,6 +46,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region, RegionMap
 from pagecast.util.native import build
+from pagecast.util.signals import current_state
 
 # The collector's stream: frames {u32 type, u32 len, payload}; the payload layouts mirror
 # native/faultmon.h and native/live/fastpath.h (tests/test_binary_layouts.py compares them).
@@ -224,6 +225,8 @@ class FaultMonitor:
         if not cmd:
             raise PagecastError("no command given")
         self.cmd = [str(c) for c in cmd]
+        # now, before the caller ignores SIGINT for itself: the program gets what it would bare
+        self.bare_signals = current_state()
         self.env = env
         self.stdout = stdout
         self.stderr = stderr
@@ -257,6 +260,7 @@ class FaultMonitor:
         self._file_regions: dict[str, int] = {}
         self._inode_regions: dict[tuple[int, int], int] = {}  # (kernel dev, ino) -> file region
         self._file_size: dict[int, int] = {}  # file region -> size in bytes last seen
+        self._file_extent: dict[int, int] = {}  # file region -> bytes it had before the program shortened it
         self._pending_uses: list[np.ndarray] = []
         self._shim_path: str | None = None
         self._region_dev: dict[int, int] = {}  # file region -> kernel dev
@@ -297,6 +301,7 @@ class FaultMonitor:
                     "--poll-ms",
                     str(self.poll_ms),
                     *fast,
+                    *self.bare_signals.faultmon_args(),
                     "--",
                     *self.cmd,
                 ],
@@ -607,16 +612,20 @@ class FaultMonitor:
         )
 
     def _last_page(self, rid: int, wanted: int) -> int:
-        """Last page of the file now (re-read when a call reaches past the size last seen)."""
+        """Last page the file had: the largest size seen (re-read when a call reaches past
+        it) or announced by the shim before the program truncated it. A file that only
+        shrinks later keeps the pages read while they existed."""
         size = self._file_size.get(rid)
         if size is None or wanted * PAGE_SIZE >= size:
             path = self.regions[rid].path
+            now = None
             try:
-                size = os.stat(path).st_size if path else None
+                now = os.stat(path).st_size if path else None
             except OSError:
                 pass
-            if size is None:  # no name (yet) or gone: the call's range is all there is to go by
+            if now is None and size is None:  # no name (yet) or gone: the call's range is all there is to go by
                 return wanted
+            size = max(size or 0, now or 0, self._file_extent.get(rid, 0))
             self._file_size[rid] = size
             if size > self.regions[rid].length:
                 self.regions[rid].length = size
@@ -762,9 +771,12 @@ class FaultMonitor:
                 self._no_shim.pop(int(m["pid"]), None)
             dev = kernel_dev(int(m["maj"]), int(m["min"]))
             if int(m["prot"]) == 0:
-                # PROT_NONE: the page-set shim naming an opened file, or the loader's guard
-                # gap in a library; either way nothing there can be touched
-                self._file_region(name, dev, int(m["ino"]), 0, 0, 0, t_rel)
+                # PROT_NONE: the page-set shim naming an opened file or saying how far it
+                # reached before it was cut short (one page at its last page), or the
+                # loader's guard gap in a library; either way nothing there can be touched
+                rid = self._file_region(name, dev, int(m["ino"]), 0, 0, 0, t_rel)
+                if length == PAGE_SIZE:
+                    self._file_extent[rid] = max(self._file_extent.get(rid, 0), pgoff + length)
                 return
             rid = self._file_region(name, dev, int(m["ino"]), start, length, pgoff, t_rel)
             proc.rmap.add(start, end, rid, pgoff // PAGE_SIZE)

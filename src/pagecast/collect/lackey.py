@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_output
 from pagecast.importers.lackey import import_trace
+from pagecast.util.process import run_program
 
 
 @dataclass
@@ -53,23 +53,22 @@ def record_lackey(
         raise PagecastError("valgrind not found (apt-get install valgrind) — needed for --lackey")
     if shutil.which(cmd[0]) is None:
         raise PagecastError(f"command not found: {cmd[0]}")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = check_output(Path(out))  # never creates the directory
     start = time.monotonic()
     private = Path(tempfile.mkdtemp(prefix=".pagecast-lackey-", dir=out.parent))
     log = private / "lackey.log"
     try:
-        proc = subprocess.run(
+        returncode = run_program(
             [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-file={valgrind_escape(log)}", *cmd], stdout=stdout
         )
         if not log.exists():
-            raise PagecastError(f"valgrind exited with status {proc.returncode} and wrote no lackey log", path=out)
+            raise PagecastError(f"valgrind exited with status {returncode} and wrote no lackey log", path=out)
         stats = import_trace(
             log, out, instructions=instructions, source="lackey", meta={"command": cmd, "cwd": os.getcwd()}
         )
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+    code = returncode if returncode >= 0 else 128 - returncode
     return LackeyResult(
         trace=str(out),
         command=cmd,

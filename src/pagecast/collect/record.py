@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import resource
-import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from pagecast.collect.pageset import PageSetRows
 from pagecast.errors import PagecastError
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
+from pagecast.util.signals import SignalRelay
 
 
 @dataclass
@@ -73,15 +73,16 @@ def record_faults(
     major = minor = 0
     mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages, pageset=pageset)
     pages = PageSetRows() if pageset else None
-    # The terminal's Ctrl-C reaches the traced program too; keep recording until it exits.
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    # Ctrl-C at the terminal reaches the program itself; a SIGTERM, SIGHUP or a SIGINT sent
+    # to pagecast alone is passed on to it. Either way: record until it exits, write the trace.
+    with SignalRelay() as relay:
         # The output must be writable before the program starts, not after it ran.
         # the working directory with the command: a relative path in it means nothing without
         # one, and `pagecast plan --measure` runs the command again exactly as it was recorded
         writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd, "cwd": os.getcwd()})
         try:
             mon.start()
+            relay.attach(mon.pid)
             for batch in mon.batches():
                 while len(writer.regions) < len(mon.regions):
                     writer.add_region(mon.regions[len(writer.regions)])
@@ -103,6 +104,7 @@ def record_faults(
                 minor += len(batch) - nmaj
                 if on_batch:
                     on_batch(len(batch))
+            relay.detach()
             while len(writer.regions) < len(mon.regions):
                 writer.add_region(mon.regions[len(writer.regions)])
             for rid in mon.take_changed_regions():
@@ -133,10 +135,9 @@ def record_faults(
         except BaseException:
             writer.abort()
             raise
+        finally:
+            mon.close()
         writer.close()
-    finally:
-        signal.signal(signal.SIGINT, old)
-        mon.close()
     return RecordResult(
         trace=str(out),
         command=cmd,

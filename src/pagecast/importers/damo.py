@@ -314,13 +314,13 @@ def _num(v: Any, where: str, what: str, path: Path) -> int:
         return v
     if isinstance(v, float) and v.is_integer():
         return int(v)
-    if (
-        isinstance(v, Decimal) and v.is_finite() and v == v.to_integral_value()
-    ):  # ijson: numbers with a fraction or exponent
+    # ijson: numbers with a fraction or exponent. A huge exponent would make a number of
+    # millions of digits: anything past 2^64 is refused by the callers' range checks anyway.
+    if isinstance(v, Decimal) and v.is_finite() and v.adjusted() < 40 and v == v.to_integral_value():
         return int(v)
     if isinstance(v, str):
         t = v.replace(",", "").strip()
-        if t.isdigit():
+        if t.isascii() and t.isdigit() and len(t) <= 40:  # str.isdigit also takes "²", which int() refuses
             return int(t)
     raise PagecastError(f"{where}: bad {what} {v!r} (want a whole number)", path=path)
 
@@ -349,8 +349,8 @@ def _snapshot(path: Path, rec_i: int, s_i: int, s: Any) -> Snapshot:
         k = _num(samples, rw, "nr_accesses.samples", path)
         if k < 0:
             raise PagecastError(f"{rw}: negative nr_accesses {k}", path=path)
-        if k > INT64_MAX:
-            raise PagecastError(f"{rw}: bad nr_accesses {k} (too large)", path=path)
+        if k > INT32_MAX:  # the trace keeps it in the 32-bit tid column: refused, never clipped
+            raise PagecastError(f"{rw}: bad nr_accesses {k} (too large, over 2^31-1)", path=path)
         rows[0, r_i], rows[1, r_i], rows[2, r_i] = a, b, k
     return t, rows
 

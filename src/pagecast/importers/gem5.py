@@ -168,7 +168,13 @@ def _header(path: Path, data: bytes) -> Header:
         raise PagecastError(f"header: missing {', '.join(h.FindInitializationErrors())}", path=path)
     if h.tick_freq == 0:
         raise PagecastError("header: tick_freq is 0", path=path)
-    return Header(h.obj_id, h.ver, h.tick_freq, {e.key: e.value for e in h.id_strings})
+    ids = {e.key: e.value for e in h.id_strings}
+    for k, v in ids.items():
+        if not isinstance(v, str):  # protobuf hands a string field that is not UTF-8 over as bytes
+            raise PagecastError(f"header: id string {k} is not UTF-8 text", path=path)
+    if not isinstance(h.obj_id, str):
+        raise PagecastError("header: obj_id is not UTF-8 text", path=path)
+    return Header(h.obj_id, h.ver, h.tick_freq, ids)
 
 
 def _decode_batch(

@@ -147,6 +147,10 @@ def _pager(req: RunRequest, warn: Warn) -> RunReport:
     t0 = time.monotonic()
     res = run_pager(req.argv, specs, policy=req.source.policy or "none", trace_out=req.output,
                     packs=[i.path for i in usable], stdout=2 if req.json else None)  # fmt: skip
+    for w in res.warnings:
+        warn(f"pagecast run: warning: {w}")
+    if res.trace_error:
+        warn(f"pagecast run: error: {res.trace_error}")
     return _report(
         req,
         "pager",
@@ -197,4 +201,6 @@ def _live(req: RunRequest, warn: Warn) -> RunReport:
         warn(f"pagecast run: warning: {res.warning}")
     if res.lost:
         warn(f"pagecast run: warning: {res.lost} fault samples lost")
+    if res.trace_error:
+        warn(f"pagecast run: error: {res.trace_error}")
     return _report(req, "live", res.returncode, res.wall_s, trace=res.trace, live=res.to_dict())

@@ -26,6 +26,7 @@ from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.launch.command import HANDOVER_ENV, launcher_argv
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan
+from pagecast.util.process import run_program
 
 _STATUS_WAIT_S = 0.5  # warm requests are queued, not waited for: the report is normally there at once
 
@@ -41,7 +42,7 @@ def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str
         _warn(f"{plan}: {why}; running the program without the plan")
         t0 = time.monotonic()
         try:
-            rc = subprocess.run(cmd, stdout=2 if as_json else None).returncode
+            rc = run_program(cmd, stdout=2 if as_json else None)
         except OSError as oe:
             raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
         if as_json:
@@ -50,7 +51,7 @@ def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str
                               "files": [], "live": None}, indent=2))  # fmt: skip
         return _exit_status(rc)
     argv = launcher_argv(launcher, plan, as_json, status, cmd)
-    return _exit_status(subprocess.run(argv).returncode)
+    return _exit_status(run_program(argv))  # the launcher execs the program: its pid is the program's
 
 
 def _jsonable(o: Any) -> Any:
@@ -179,8 +180,10 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, 
         usable.append(info)
         specs.append((info.source, os.path.getsize(info.source)))
     if not usable:
-        proc = subprocess.run(list(cmd), stdout=stdout)
-        return {"regions": []}, proc.returncode
+        try:
+            return {"regions": []}, run_program(cmd, stdout=stdout)
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
     res = run_pager(cmd, specs, policy=policy, packs=[i.path for i in usable], stdout=stdout)
     mapped = {os.path.realpath(st.get("path", "")) for st in res.stats}
     for info in usable:

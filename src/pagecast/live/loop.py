@@ -40,12 +40,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.collect.faultmon import FaultMonitor
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_output, from_os_error, one_line
 from pagecast.live.injector import Issued
 from pagecast.live.worker import SourceSpec, worker_main
 from pagecast.trace.keys import page_keys
 from pagecast.trace.schema import FLAG_LATE, FLAG_USELESS, Kind
 from pagecast.trace.writer import TraceWriter
+from pagecast.util.signals import SignalRelay
 
 READY_TIMEOUT_S = 300.0
 FAULT_COLUMNS = ("t_ns", "region", "page", "kind", "tid", "ip")
@@ -114,6 +115,7 @@ class LiveResult:
     collector_error: str | None = None  # how it ended, e.g. "killed by SIGKILL"
     # one line naming the helper that died and saying prefetching stopped (None: nothing died)
     warning: str | None = None
+    trace_error: str | None = None  # the program ran but its trace could not be written
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -266,6 +268,9 @@ def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None =
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
     from pagecast.live.fastpath import write_config
 
+    if cfg.trace_out is not None:
+        check_output(cfg.trace_out)  # before the program runs, not after
+
     fast_off: dict[str, Any] = {"state": "off", "reason": "disabled (--no-fast)"}
     if cfg.fast is not False and cfg.source.kind != "none":
         made = write_config(cfg.source, cfg.gap, anon=cfg.anon)
@@ -312,7 +317,8 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     mon = FaultMonitor(
         cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages, poll_ms=cfg.poll_ms
     )
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the program; we record until it exits
+    # Ctrl-C is for the program (the terminal sends it there); a SIGTERM is passed on: record until it exits
+    relay = SignalRelay().__enter__()
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     t_start = time.monotonic()
     reniced: list[tuple[int, int]] = []
@@ -320,6 +326,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     collector_error: str | None = None
     try:
         mon.start()
+        relay.attach(mon.pid)
         if cfg.nice:
             extra = [predictor.proc.pid] if predictor and cfg.nice_predictor else []
             reniced = _renice_self_and_collector(mon, cfg.nice, extra)
@@ -342,6 +349,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
                 for k in cols:
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
+            relay.detach()
         except PagecastError:
             lost = _collector_lost(mon, reaper)
             if lost is None:
@@ -349,7 +357,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
             collector_error, returncode = lost
         wall = time.monotonic() - t_start
     finally:
-        _end_monitoring(mon, old, reniced)
+        _end_monitoring(mon, relay, reniced)
         if reaper:
             _set_subreaper(False)
         if predictor:
@@ -401,7 +409,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
         fast_poll_ms=cfg.fast_poll_ms,
         fast_wake_minor=cfg.fast_wake_minor,
     )
-    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    relay = SignalRelay().__enter__()
     reaper = _set_subreaper(True)  # if the collector dies, its orphaned program becomes our child
     reniced: list[tuple[int, int]] = []
     returncode = -1
@@ -409,6 +417,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
     t_start = time.monotonic()
     try:
         mon.start()
+        relay.attach(mon.pid)
         if cfg.nice:  # the daemon only records now: the collector, doing the prefetching, keeps its priority
             reniced = _renice_self_and_collector(mon, cfg.nice, collector=False)
         if cfg.fast_nice and os.geteuid() == 0 and mon.collector_pid:
@@ -422,6 +431,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
                 for k in cols:
                     cols[k].append(getattr(batch, k))
             returncode = mon.returncode if mon.returncode is not None else -1
+            relay.detach()
         except PagecastError:
             lost = _collector_lost(mon, reaper)
             if lost is None:
@@ -431,7 +441,7 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
             state.error = f"the fault collector (pid {mon.collector_pid}) died ({how})"
         wall = time.monotonic() - t_start
     finally:
-        _end_monitoring(mon, old, reniced)
+        _end_monitoring(mon, relay, reniced)
         if reaper:
             _set_subreaper(False)
         config.unlink(missing_ok=True)
@@ -464,9 +474,9 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
 _PR_SET_CHILD_SUBREAPER = 36
 
 
-def _end_monitoring(mon: FaultMonitor, old_sigint: Any, reniced: list[tuple[int, int]]) -> None:
-    """Give Ctrl-C and the priorities back, and stop the collector (both run paths)."""
-    signal.signal(signal.SIGINT, old_sigint)
+def _end_monitoring(mon: FaultMonitor, relay: SignalRelay, reniced: list[tuple[int, int]]) -> None:
+    """Give the signal handlers and the priorities back, and stop the collector (both run paths)."""
+    relay.__exit__(None, None, None)
     _restore_nice(reniced)
     mon.close()
 
@@ -605,32 +615,42 @@ def _summarise(
         ),
     )
     if cfg.trace_out is not None:
-        t_all = np.concatenate([f_t, p_t])
-        order_all = np.argsort(t_all, kind="stable")
-        n_p = len(p_t)
-        w = TraceWriter(
-            cfg.trace_out,
-            regions=list(mon.regions),
-            source="live",
-            meta={"command": list(cfg.cmd), "cwd": os.getcwd(), "predictor": result.predictor, "live": _meta(result)},
-        )
         try:
-            w.write(
-                t_ns=t_all[order_all],
-                region=np.concatenate([faults["region"].astype(np.int32), p_reg])[order_all],
-                page=np.concatenate([faults["page"].astype(np.int64), p_page])[order_all],
-                kind=np.concatenate([f_kind, np.full(n_p, int(Kind.PREFETCH), np.uint8)])[order_all],
-                flags=np.concatenate([flags_f, flags_p])[order_all],
-                tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
-                ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
-                bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
-            )
-        except BaseException:
-            w.abort()
-            raise
-        w.close()
-        result.trace = str(cfg.trace_out)
+            _write_live_trace(cfg, mon, result, faults, f_t, p_t, f_kind, flags_f, flags_p, p_reg, p_page)
+        except OSError as e:  # the program ran: its exit status stays the result, the error is reported
+            result.trace_error = one_line(from_os_error(e, "trace not written", cfg.trace_out))
+        except PagecastError as e:
+            result.trace_error = one_line(e)
     return result
+
+
+def _write_live_trace(cfg: LiveConfig, mon: FaultMonitor, result: LiveResult, faults: dict[str, np.ndarray], f_t: np.ndarray, p_t: np.ndarray, f_kind: np.ndarray, flags_f: np.ndarray, flags_p: np.ndarray, p_reg: np.ndarray, p_page: np.ndarray) -> None:  # fmt: skip
+    """The run's faults and PREFETCH rows, in time order, as the trace ``cfg.trace_out``."""
+    t_all = np.concatenate([f_t, p_t])
+    order_all = np.argsort(t_all, kind="stable")
+    n_p = len(p_t)
+    w = TraceWriter(
+        cfg.trace_out,
+        regions=list(mon.regions),
+        source="live",
+        meta={"command": list(cfg.cmd), "cwd": os.getcwd(), "predictor": result.predictor, "live": _meta(result)},
+    )
+    try:
+        w.write(
+            t_ns=t_all[order_all],
+            region=np.concatenate([faults["region"].astype(np.int32), p_reg])[order_all],
+            page=np.concatenate([faults["page"].astype(np.int64), p_page])[order_all],
+            kind=np.concatenate([f_kind, np.full(n_p, int(Kind.PREFETCH), np.uint8)])[order_all],
+            flags=np.concatenate([flags_f, flags_p])[order_all],
+            tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
+            ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
+            bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
+        )
+    except BaseException:
+        w.abort()
+        raise
+    w.close()
+    result.trace = str(cfg.trace_out)
 
 
 def _renice_self_and_collector(

@@ -26,7 +26,6 @@ import ctypes
 import json
 import os
 import re
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,12 +34,13 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from pagecast.constants import PAGE_SIZE
-from pagecast.errors import PagecastError
+from pagecast.errors import PagecastError, check_output, check_readable, from_os_error, one_line, os_error_text
 from pagecast.policies.base import policy_entry, require, supports, unsupported
 from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.process import run_program
 from pagecast.util.sizes import is_size, parse_size
 
 DEFAULT_DEPTH = 16
@@ -288,6 +288,30 @@ def parse_specs(text: str) -> list[tuple[str, int]]:
             pending = item + ","
     if pending:
         raise PagecastError(f"{pending[:-1]!r} is not FILE:BUDGET (e.g. weights.bin:1M)")
+    return out
+
+
+def check_paged_files(specs: Sequence[tuple[str, int]]) -> None:
+    """A file to page that exists must be a regular file (a directory or a device can never
+    be paged): else one line before the program starts. A missing or empty one is allowed
+    (the program may create it); whether it was paged is reported after the run."""
+    for path, _ in specs:
+        if os.path.exists(path):
+            check_readable(path, "file to page")
+
+
+def unpaged_files(specs: Sequence[tuple[str, int]], stats: list[dict]) -> list[str]:
+    """One warning per file to page that the program never mapped (a wrong name, an empty
+    file nobody wrote, a program that reads it with read()): such a run paged nothing."""
+    mapped = {os.path.realpath(st.get("path", "")) for st in stats}
+    out = []
+    for path, _ in specs:
+        if os.path.realpath(path) in mapped:
+            continue
+        why = "does not exist" if not os.path.exists(path) else "was never mapped by the program"
+        if os.path.exists(path) and os.path.getsize(path) == 0:
+            why = "is empty and was never mapped by the program"
+        out.append(f"{one_line(path)}: {why}: nothing was paged")
     return out
 
 
@@ -717,6 +741,8 @@ class PagerRun:
     returncode: int
     stats: list[dict]  # one per paged mapping, written by the shim at unmap/exit
     trace: Path | None
+    trace_error: str | None = None  # the program ran but its trace could not be written (disk full)
+    warnings: list[str] = field(default_factory=list)  # files to page that were never paged
 
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
@@ -780,6 +806,9 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
     """
     if not cmd:
         raise PagecastError("no command given (pagecast pager run FILE:BUDGET -- CMD ...)")
+    check_paged_files(specs)
+    if trace_out is not None:
+        check_output(trace_out)  # before the program runs, not after
     probe()
     with tempfile.TemporaryDirectory(prefix="pagecast-pager-") as td:
         tdp = Path(td)
@@ -789,17 +818,24 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
                       learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms, packs=packs,
                       pack_defer=pack_defer, pack_stop_after=pack_stop_after)  # fmt: skip
         try:
-            proc = subprocess.run(list(cmd), env=e, stdout=stdout, stderr=stderr)
+            returncode = run_program(cmd, env=e, stdout=stdout, stderr=stderr)
         except FileNotFoundError:
             raise PagecastError(f"command not found: {cmd[0]}") from None
+        except OSError as oe:
+            raise PagecastError(f"cannot run {cmd[0]} ({os_error_text(oe)})") from None
         stats = [json.loads(p.read_text()) for p in sorted((tdp / "stats").glob("*.json"))]
         logs = sorted((tdp / "log").glob("*.pglog"), key=lambda p: [int(x) for x in p.name.split(".")[1:3]])
-        trace = None
+        trace, trace_error = None, None
         if trace_out is not None:
-            trace = logs_to_trace(
-                logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
-            )
-        return PagerRun(proc.returncode, stats, trace)
+            try:
+                trace = logs_to_trace(
+                    logs, trace_out, command=list(cmd), meta={"pager_specs": [[str(p), int(b)] for p, b in specs]}
+                )
+            except OSError as e:
+                trace_error = one_line(from_os_error(e, "trace not written", trace_out))
+            except PagecastError as e:  # the program's exit status is still the run's result
+                trace_error = one_line(e)
+        return PagerRun(returncode, stats, trace, trace_error, unpaged_files(specs, stats))
 
 
 def run_with_pager(

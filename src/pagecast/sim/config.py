@@ -30,6 +30,21 @@ def parse_capacity(text: str | int, page_size: int = PAGE_SIZE) -> int:
     return pages
 
 
+def check_capacity_text(text: str) -> None:
+    """A capacity's spelling checked without a trace: '25%' (a positive, finite share of
+    the trace's pages) or what ``parse_capacity`` takes; else one line."""
+    s = str(text).strip()
+    if s.endswith("%"):
+        try:
+            frac = float(s[:-1])
+        except ValueError:
+            raise PagecastError(f"bad capacity {text!r}") from None
+        if not (0 < frac < float("inf")):
+            raise PagecastError(f"capacity {text!r} must be positive")
+        return
+    parse_capacity(s)
+
+
 @dataclass
 class UvmParams:
     """UVM driver model parameters; names follow the nvidia-uvm module parameters."""

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from pagecast import __version__
 from pagecast.constants import PAGE_SIZE
-from pagecast.errors import PagecastError, check_readable, os_error_text
+from pagecast.errors import PagecastError, check_output, check_readable, os_error_text
 from pagecast.trace._arrow import to_arrow, to_numpy
 from pagecast.trace.regions import Region, regions_to_json
 from pagecast.trace.schema import (
@@ -186,8 +186,8 @@ class TraceWriter:
         self._compression = compression
         self._encoder: ThreadPoolExecutor | None = None
         self._pending: Future | None = None
+        check_output(self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             if journal:
                 self._partial = Path(str(self.path) + ".partial")
                 regions_file, partial_file = _create_journal(self._partial)
@@ -197,6 +197,10 @@ class TraceWriter:
                 self._sink = pa.PythonFile(partial_file, mode="w")
                 # lz4 buffers: a 50 M-fault recording journals ~0.4 GB instead of 2 GB
                 self._ipc = ipc.new_stream(self._sink, ACCESS_SCHEMA, options=ipc.IpcWriteOptions(compression="lz4"))
+                # the stream's header now, not with the first rows: a recorder killed before
+                # any row leaves a journal `recover` reads (no rows), not an empty file
+                empty = pa.RecordBatch.from_pylist([], schema=ACCESS_SCHEMA)
+                self._ipc.write_batch(empty, custom_metadata={JOURNAL_BATCH_CRC: batch_checksum(empty)})
             else:
                 self._tmp = temp_path_for(self.path)
                 self._pq = pq.ParquetWriter(
@@ -211,6 +215,13 @@ class TraceWriter:
                 # one worker and at most one row group queued: bounded memory, ordered groups
                 self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pagecast-trace-encoder")
         except OSError as e:
+            if journal and hasattr(self, "_partial") and hasattr(self, "_regions_journal"):
+                # a journal that could not even take its header (disk full) is not left behind
+                with contextlib.suppress(Exception):
+                    self._regions_journal.close()
+                _remove_journal(self._partial)
+            if not journal and hasattr(self, "_tmp"):
+                self._tmp.unlink(missing_ok=True)
             raise PagecastError(f"cannot write trace: {os_error_text(e)}", path=self.path) from None
         for r in regions:
             self.add_region(r)
@@ -388,15 +399,21 @@ class TraceWriter:
             try:
                 self._flush_staged()
                 self._wait_encoder()
+                meta = self._file_metadata()
             except BaseException:
                 self.abort()  # an encoding error (disk full, ...) leaves no temp file behind
                 raise
             self._closed = True
             self._slots = [None, None]
-            self._stop_encoder()
-            self._pq.add_key_value_metadata(self._file_metadata())
-            self._pq.close()
-            os.replace(self._tmp, self.path)
+            try:
+                self._stop_encoder()
+                self._pq.add_key_value_metadata(meta)
+                self._pq.close()
+                os.replace(self._tmp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    self._tmp.unlink()
+                raise
         return self.path
 
     def abort(self) -> None:
@@ -531,6 +548,8 @@ def _journal_to_parquet(
                 if want is not None and want.decode(errors="replace") != batch_checksum(batch):
                     copy.stopped = f"batch {copy.batches + 1} fails its checksum"
                     break
+                if not batch.num_rows:
+                    continue  # the header batch every journal starts with
                 writer.write_table(batch)
                 copy.batches += 1
                 copy.rows += batch.num_rows

@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from pagecast.errors import PagecastError, check_output, os_error_text
+
 _TEMP_TAIL = re.compile(r"(\d+)\.[A-Za-z0-9_]{8}\.tmp")  # <pid>.<mkstemp's 8 random characters>.tmp
 
 
@@ -71,9 +73,12 @@ def remove_stale_temps(path: str | Path) -> int:
 def temp_path_for(path: str | Path) -> Path:
     """A fresh temporary path in the same directory (so rename stays atomic)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output(path)
     remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # name the output, not a temporary the user never asked for
+        raise PagecastError(f"cannot write: {os_error_text(e)}", path=path) from None
     try:
         # mkstemp creates 0600; the renamed output should look like any other new file.
         os.fchmod(fd, 0o666 & ~current_umask())

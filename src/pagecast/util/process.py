@@ -1,10 +1,26 @@
-"""Run a child to completion and know exactly when it exited (timed cold runs)."""
+"""Run a user's program to completion: signals pagecast receives are passed on to it
+(``util/signals.py``), and for timed cold runs, know exactly when it exited."""
 
 from __future__ import annotations
 
 import subprocess
 import threading
 from typing import IO, Any, Sequence
+
+from pagecast.util.signals import SignalRelay
+
+
+def run_program(argv: Sequence[str], **popen_kw: Any) -> int:
+    """Run ``argv`` to its end and return its returncode (``-N``: killed by signal N).
+    A SIGTERM (or a SIGINT not from the terminal) sent to pagecast meanwhile goes to the
+    program, and pagecast waits for it: stopping pagecast never orphans the program."""
+    with SignalRelay() as relay:
+        proc = subprocess.Popen(list(argv), **popen_kw)
+        relay.attach(proc.pid)
+        try:
+            return proc.wait()
+        finally:
+            relay.detach()
 
 
 def run_blocking(
@@ -15,9 +31,15 @@ def run_blocking(
     ``subprocess.run(timeout=...)`` polls the child with sleeps of up to 50 ms, which
     rounds every wall time up to that grain; here a timer kills the child on timeout and
     ``wait()`` returns the moment it exits. Raises ``subprocess.TimeoutExpired``."""
-    proc = subprocess.Popen(
-        list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
-    )
+    relay = SignalRelay().__enter__()
+    try:
+        proc = subprocess.Popen(
+            list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err
+        )
+    except BaseException:
+        relay.__exit__(None, None, None)
+        raise
+    relay.attach(proc.pid)
     expired = threading.Event()
 
     def kill() -> None:
@@ -29,7 +51,9 @@ def run_blocking(
     try:
         proc.wait()
     finally:
+        relay.detach()
         timer.cancel()
+        relay.__exit__(None, None, None)
     if expired.is_set():
         raise subprocess.TimeoutExpired(list(argv), timeout)
     return proc
