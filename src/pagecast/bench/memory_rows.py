@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from pagecast.bench import sparse_weights as wl
 from pagecast.collect.record import record_faults
 from pagecast.constants import PAGE_SIZE
@@ -27,11 +29,12 @@ AUTO_SHARE = 0.6
 
 
 def working_set_bytes(traces: list[Path]) -> int:
-    """The largest number of distinct file pages one recording used, in bytes."""
+    """The most distinct pages one recording used (file and anonymous), in bytes."""
     best = 0
     for t in traces:
         r = read_run(t, {})
-        best = max(best, len({(int(f), int(p)) for f, p in zip(r.file, r.page)}) * PAGE_SIZE)
+        pages = len(np.unique(r.file * (1 << 40) + r.page)) + r.anon_pages
+        best = max(best, pages * PAGE_SIZE)
     return best
 
 

@@ -45,7 +45,7 @@ DEFAULT_CHUNK = 2 << 20
 class MemoryPlanConfig:
     limit: int
     chunk_bytes: int = DEFAULT_CHUNK
-    # what the program's own memory (stack, heap, libraries) and the controller need beside the files
+    # what the program's own memory (stack, heap) and the controller (~4 MiB) need beside the files
     reserve_bytes: int | None = None
     prefetch_chunks: int | None = None  # default: from the device model
     device_bytes_per_s: float = 200e6  # without a calibration: a conservative disk
@@ -121,7 +121,7 @@ def default_reserve(cfg: MemoryPlanConfig, runs: Sequence[RunStream]) -> int:
     if cfg.reserve_bytes is not None:
         return cfg.reserve_bytes
     anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
-    return anon + max(24 << 20, cfg.limit // 16)
+    return min(cfg.limit // 2, anon + max(6 << 20, cfg.limit // 16))
 
 
 def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
