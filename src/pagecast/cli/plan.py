@@ -128,8 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunk",
         metavar="SIZE",
-        default="2M",
-        help="--memory: the unit of keep/evict/prefetch decisions (default 2M)",
+        default=None,
+        help="--memory: the unit of keep/evict/prefetch decisions (default: of 2M, 512K, 128K and 32K, the "
+        "one whose plan reads least, leave-one-run-out)",
     )
     p.add_argument(
         "--reserve",
@@ -416,7 +417,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         dev_bps, dev_lat = m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
     cfg = MemoryPlanConfig(
         parse_limit(args.memory),
-        parse_size(args.chunk, "--chunk"),
+        parse_size(args.chunk, "--chunk") if args.chunk else None,
         parse_size(args.reserve, "--reserve") if args.reserve else None,
         args.prefetch_chunks,
         dev_bps,
@@ -435,6 +436,6 @@ def _memory_plan(args: argparse.Namespace) -> int:
         print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
     else:
         print(f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
-              f"stream the rest in {plan.chunk_bytes >> 20} MiB chunks, {plan.prefetch_chunks} ahead "
+              f"stream the rest in {plan.chunk_bytes >> 10} KiB chunks, {plan.prefetch_chunks} ahead "
               f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
     return 0
