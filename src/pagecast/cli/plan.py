@@ -149,6 +149,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def show(path: str, as_json: bool) -> int:
     from pagecast.plan.format import read_plan
+    from pagecast.plan.memory_format import is_memory_plan
+
+    if is_memory_plan(path):
+        return _show_memory(path, as_json)
 
     doc = read_plan(path)
     if as_json:
@@ -438,4 +442,19 @@ def _memory_plan(args: argparse.Namespace) -> int:
         print(f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
               f"stream the rest in {plan.chunk_bytes >> 10} KiB chunks, {plan.prefetch_chunks} ahead "
               f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
+    return 0
+
+
+def _show_memory(path: str, as_json: bool) -> int:
+    from pagecast.plan.memory import explain_rows
+    from pagecast.plan.memory_format import read_memory_plan
+
+    plan = read_memory_plan(path)
+    if as_json:
+        print_json({"plan": path, **plan.to_dict()})
+        return 0
+    rows = explain_rows(plan)
+    print(format_table(rows) if rows else f"{path}: a memory plan with no files")
+    print(f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
+          f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}")  # fmt: skip
     return 0
