@@ -413,12 +413,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
 
     if args.measure:
         raise PagecastError("--measure does not go with --memory")
-    dev_bps, dev_lat = 200e6, 0.002
-    if args.device_model:
-        from pagecast.util.device_model import find_model
-
-        m = find_model(args.device_model)
-        dev_bps, dev_lat = m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+    dev_bps, dev_lat = _memory_device(args.device_model, args.traces)
     cfg = MemoryPlanConfig(
         parse_limit(args.memory),
         parse_size(args.chunk, "--chunk") if args.chunk else None,
@@ -458,3 +453,34 @@ def _show_memory(path: str, as_json: bool) -> int:
     print(f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
           f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}")  # fmt: skip
     return 0
+
+
+def _memory_device(spec: str | None, traces: list[str]) -> tuple[float, float]:
+    """(bytes/s, latency s) for the prefetch distance: --device-model, else the stored
+    calibration of the device of the largest file the recordings used, else a conservative disk."""
+    from pagecast.util.device_model import find_model, load_model, model_path
+
+    if spec:
+        m = find_model(spec)
+        return m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+    from pagecast.errors import PagecastError
+    from pagecast.trace import open_trace
+
+    sizes: dict[str, int] = {}
+    for t in traces:
+        try:
+            for r in open_trace(t).regions:
+                if r.kind == "file" and r.path:
+                    sizes[r.path] = max(sizes.get(r.path, 0), r.length)
+        except (PagecastError, OSError):
+            continue
+    for path in sorted(sizes, key=lambda p: -sizes[p]):
+        try:
+            stored = model_path(path)
+            if stored.exists():
+                m = load_model(stored)
+                return m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+            return 200e6, 0.002
+        except (PagecastError, OSError):
+            continue
+    return 200e6, 0.002
