@@ -43,7 +43,8 @@ def setup():
 
 def _plan(path: Path, f: Path, keep: int, prefetch: int, reserve: int = 4 * MIB) -> Path:
     n = FILE_MIB * MIB // CHUNK
-    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], {})
+    nxt = {c: c + 1 for c in range(keep, n - 1)}  # prefetch the next chunk in file order
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], nxt)
     write_memory_plan(MemoryPlan(LIMIT, CHUNK, reserve, prefetch, "kernel-advice", [fp]), path)
     return path
 
@@ -79,14 +80,15 @@ def test_output_and_status_unchanged_and_the_plan_applied(setup, tmp_path):
 
 def test_a_plan_that_wants_more_than_fits_is_paced_not_killed(setup, tmp_path):
     prog, f = setup
-    # keep the whole file (more than the limit) and prefetch far ahead
-    plan = _plan(tmp_path / "greedy.plan", f, keep=FILE_MIB - 1, prefetch=64, reserve=2 * MIB)
+    # keep 24 MiB (all of the limit) and prefetch 64 MiB ahead
+    plan = _plan(tmp_path / "greedy.plan", f, keep=24, prefetch=64, reserve=2 * MIB)
     r, rep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
     assert r.returncode == 0 and rep["exit_status"] == 0, r.stderr
     assert rep["memory"]["oom_kills"] == 0
     ctl = rep["controller"]
     assert ctl["pin_refused_bytes"] > 0  # pinning stopped where the limit had no room left
     assert ctl["pinned_bytes"] <= LIMIT - 2 * MIB - (64 + 2) * CHUNK or ctl["pinned_bytes"] == 0
+    assert ctl["prefetches"] > 0 or ctl["deferred"] > 0  # it did try to read ahead
 
 
 def test_changed_file_is_one_warning_and_the_program_runs(setup, tmp_path):

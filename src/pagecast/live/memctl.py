@@ -199,7 +199,9 @@ class Controller:
             if n <= 0:
                 continue
             piece = min(n, self.cb)
-            if self.stats.pinned_bytes + piece > room:
+            # the locked total within the plan's room, and what the cgroup holds that reclaim cannot
+            # take (the program's and this controller's own memory included) below the limit
+            if self.stats.pinned_bytes + piece > room or not self._room(piece):
                 self.stats.pin_refused_bytes += n
                 continue
             addr = _libc.mmap(None, piece, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, off)
@@ -223,7 +225,7 @@ class Controller:
         f = self.files_by_idx(key[0])
         c = key[1]
         for _ in range(self.plan.prefetch_chunks):
-            c = f.next.get(c, c + 1)
+            c = f.next.get(c, -1)  # no confident successor: no prefetch
             if c not in f.stream or c * self.cb >= f.size:
                 break
             k = (f.idx, c)
