@@ -189,9 +189,11 @@ class Controller:
         return False
 
     # -- acting ---------------------------------------------------------------------
-    def pin_some(self, budget_s: float = 0.002) -> None:
-        """Lock keep pieces while the limit has room for them; ``budget_s`` of work per call."""
+    def pin_some(self, budget_s: float = 0.002) -> bool:
+        """Lock keep pieces while the limit has room for them, ``budget_s`` of work per call;
+        whether any was locked."""
         t0 = time.monotonic()
+        before = self.stats.pinned_bytes
         room = self.plan.limit_bytes - self.plan.reserve_bytes - (self.plan.prefetch_chunks + SLACK_CHUNKS) * self.cb
         while self._pin_queue and time.monotonic() - t0 < budget_s:
             f, off, n = self._pin_queue.pop(0)
@@ -199,11 +201,12 @@ class Controller:
             if n <= 0:
                 continue
             piece = min(n, self.cb)
-            # the locked total within the plan's room, and what the cgroup holds that reclaim cannot
-            # take (the program's and this controller's own memory included) below the limit
-            if self.stats.pinned_bytes + piece > room or not self._room(piece):
+            if self.stats.pinned_bytes + piece > room:  # beyond the plan's room: never
                 self.stats.pin_refused_bytes += n
                 continue
+            if not self._room(piece):  # the cgroup is full right now: again at the next poll
+                self._pin_queue.insert(0, (f, off, n))
+                break
             addr = _libc.mmap(None, piece, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, off)
             if addr in (None, ctypes.c_void_p(-1).value):
                 self.stats.errors.append(f"pin {f.path}: mmap: {os.strerror(ctypes.get_errno())}")
@@ -217,9 +220,14 @@ class Controller:
             self.stats.pinned_bytes += piece
             if n > piece:
                 self._pin_queue.insert(0, (f, off + piece, n - piece))
+        return self.stats.pinned_bytes > before
 
     def _room(self, n: int) -> bool:
-        return self.usage() + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
+        """Whether ``n`` more bytes fit: what reclaim cannot take first, plus every chunk
+        prefetched and not yet paged out (its pages may still be under read, and a page
+        under read cannot be reclaimed either), below the limit less the slack."""
+        inflight = len(self.issued) * self.cb
+        return self.usage() + inflight + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
 
     def prefetch_from(self, key: tuple[int, int]) -> None:
         f = self.files_by_idx(key[0])
@@ -312,9 +320,9 @@ class Controller:
             if now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
-            self.pin_some()
+            pinned = self.pin_some()
             self.step(full=n % FULL_SCAN_EVERY == 0)
             n += 1
-            if poller.poll(0 if self._pin_queue else int(POLL_S * 1000)):
+            if poller.poll(0 if pinned else int(POLL_S * 1000)):
                 break  # the program exited
         return self.stats
