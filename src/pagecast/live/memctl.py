@@ -184,7 +184,8 @@ class Controller:
                 buf = os.pread(self.pagemap, n // PAGE_SIZE * 8, addr // PAGE_SIZE * 8)
             except OSError:
                 continue
-            if buf and max(buf[7::8]) & 0x80:
+            seg = buf[7::8]
+            if seg and max(seg) & 0x80:
                 return True
         return False
 
@@ -285,8 +286,30 @@ class Controller:
                 out.append((f.idx, c))
         return out
 
+    def _present_all(self, f: _File) -> set[int]:
+        """The streamed chunks of ``f`` with a page in the program's page table: one read of
+        the page table per mapping (a full scan of thousands of small chunks one read each
+        would cost the program a core)."""
+        out: set[int] = set()
+        for a, b, off in f.maps:
+            try:
+                buf = os.pread(self.pagemap, (b - a) // PAGE_SIZE * 8, a // PAGE_SIZE * 8)
+            except OSError:
+                continue
+            first, last = off // self.cb, (off + (b - a) - 1) // self.cb
+            for c in range(first, last + 1):
+                if c not in f.stream:
+                    continue
+                lo = max(0, c * self.cb - off) // PAGE_SIZE
+                hi = min(b - a, (c + 1) * self.cb - off) // PAGE_SIZE
+                seg = buf[lo * 8 + 7 : hi * 8 : 8]  # short when the mapping went away meanwhile
+                if seg and max(seg) & 0x80:
+                    out.add(c)
+        return out
+
     def step(self, full: bool) -> None:
         seen = set()
+        scanned = {f.idx: self._present_all(f) for f in self.files if f.maps} if full else {}
         for k in self._candidates(full):
             if k in seen:
                 continue
@@ -294,7 +317,7 @@ class Controller:
             f = self.files_by_idx(k[0])
             if k[1] not in f.stream or not f.maps:
                 continue
-            now = self._is_present(f, k[1])
+            now = k[1] in scanned[f.idx] if full else self._is_present(f, k[1])
             if now and k not in self.present:
                 self.present.add(k)
                 if k not in self.recent:
