@@ -84,11 +84,15 @@ def run(args: argparse.Namespace) -> int:
                 pageset=not args.faults_only,
             )
     d = result.to_dict()
+    for line in d.get("info") or []:
+        print(f"pagecast record: {line}", file=sys.stderr)
     if args.json:
         print_json(d)
     else:
         rows = [
-            {"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items() if k != "warnings"
+            {"field": k, "value": ", ".join(v) if isinstance(v, list) else v}
+            for k, v in d.items()
+            if k not in ("warnings", "info")
         ]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
