@@ -62,6 +62,7 @@ def cold_set(recordings: Sequence[Any], used: Sequence[str], max_files: int = MA
     given ``used``, the files their page sets name."""
     out = ColdSet()
     seen: set[str] = set()
+    walked: set[str] = set()  # argv paths already taken (the same command recorded several times)
 
     def add(path: str) -> bool:
         if path in seen or path.startswith(_NEVER) or len(seen) >= max_files or not os.path.isfile(path):
@@ -83,10 +84,12 @@ def cold_set(recordings: Sequence[Any], used: Sequence[str], max_files: int = MA
         for arg in rec.argv[1:]:
             for a in {arg, arg.partition("=")[2]} - {""}:
                 path = os.path.normpath(os.path.join(rec.cwd, a))
-                if os.path.isdir(path) and not path.startswith(_NEVER):
-                    n = _walk(path, add)
-                    out.walked[a] = out.walked.get(a, 0) + n
-                elif os.path.isfile(path) and not path.startswith(_NEVER):
+                if path in walked or path.startswith(_NEVER):
+                    continue
+                walked.add(path)
+                if os.path.isdir(path):
+                    out.walked[a] = out.walked.get(a, 0) + _walk(path, add)
+                elif os.path.isfile(path):
                     add(path)
                     out.walked[a] = out.walked.get(a, 0) + 1
     if len(seen) >= max_files:
