@@ -20,9 +20,9 @@ from pagecast.collect.record import record_faults
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.pageset import file_page_sets
 from pagecast.util.pagecache import drop_file
-from perf_support import needs_perf
+from perf_support import needs_pagesets
 
-pytestmark = [pytest.mark.perf, needs_perf]
+pytestmark = [pytest.mark.perf, needs_pagesets]
 
 PAGE = 4096
 

@@ -14,7 +14,7 @@ from pagecast.collect.record import record_faults
 from pagecast.plan.cold_set import cold_set, program_files
 from pagecast.plan.measure import recordings_of
 from pagecast.util.pagecache import make_cold, resident
-from perf_support import needs_perf
+from perf_support import needs_pagesets
 
 
 @pytest.fixture()
@@ -47,7 +47,7 @@ def test_program_files_of_a_script_name_its_interpreter(tmp_path):
     assert files[:2] == [str(s), py] and any("libc.so" in f for f in files)
 
 
-@needs_perf
+@needs_pagesets
 def test_cold_set_walks_argv_directories_and_cold_means_not_resident(tree, tmp_path):
     out = tmp_path / "grep.parquet"
     cwd = os.getcwd()
