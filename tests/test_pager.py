@@ -323,6 +323,8 @@ def test_no_userfaultfd_permission_is_a_clear_error(tmp_path: Path) -> None:
 def test_unprivileged_user_runs_in_user_mode_only() -> None:
     if Path("/proc/sys/vm/unprivileged_userfaultfd").read_text().strip() != "0":
         pytest.skip("unprivileged userfaultfd is enabled: nothing to test")
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv to run the program as an unprivileged user")
     with tempfile.TemporaryDirectory(dir="/tmp") as td:  # pytest's tmp_path is private to root
         _unprivileged_run(Path(td))
 
