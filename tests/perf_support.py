@@ -26,6 +26,24 @@ _why = perf_unavailable_reason()
 needs_perf = pytest.mark.skipif(_why is not None, reason=f"perf not usable: {_why}")
 
 
+def pagesets_unavailable_reason() -> str | None:
+    """Why `pagecast record` would refuse page-set mode here (no read tracepoint), if it would."""
+    from pagecast.collect.faultmon import FaultMonitor
+
+    if _why is not None:
+        return f"perf not usable: {_why}"
+    try:
+        FaultMonitor(["true"], pageset=True, require_reads=True)._pageset_args()
+    except PagecastError as e:
+        return str(e)
+    return None
+
+
+_pagesets_why = pagesets_unavailable_reason()
+# recording page sets (`pagecast record`'s default) needs the read tracepoint as well as perf
+needs_pagesets = pytest.mark.skipif(_pagesets_why is not None, reason=f"page sets not recordable: {_pagesets_why}")
+
+
 class PredictorKiller:
     """An ``on_started`` hook for run_live that SIGKILLs the helper process it is given
     (``session.worker_pid``: the predictor, or the collector on the fast path) as soon as

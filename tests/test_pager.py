@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -322,12 +323,22 @@ def test_no_userfaultfd_permission_is_a_clear_error(tmp_path: Path) -> None:
 def test_unprivileged_user_runs_in_user_mode_only() -> None:
     if Path("/proc/sys/vm/unprivileged_userfaultfd").read_text().strip() != "0":
         pytest.skip("unprivileged userfaultfd is enabled: nothing to test")
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv to run the program as an unprivileged user")
     with tempfile.TemporaryDirectory(dir="/tmp") as td:  # pytest's tmp_path is private to root
         _unprivileged_run(Path(td))
 
 
 def _unprivileged_run(tmp_path: Path) -> None:
     tmp_path.chmod(0o777)
+    # the program and the shim are staged beside the data: the build directory lies inside the
+    # clone, which the unprivileged user may not reach (a clone in a mode-0700 directory), and
+    # the loader silently skips an LD_PRELOAD library it cannot open
+    staged = {}
+    for name, built in (("llm", pg.llm_path()), ("pager_shim.so", pg.shim_path())):
+        staged[name] = tmp_path / name
+        shutil.copyfile(built, staged[name])
+        staged[name].chmod(0o755)
     f = tmp_path / "weight.dat"
     f.touch()
     f.chmod(0o666)
@@ -335,10 +346,13 @@ def _unprivileged_run(tmp_path: Path) -> None:
     sd.mkdir(mode=0o777)
     sd.chmod(0o777)
     e = pg.pager_env([(str(f), 1 << 16)], "none", stats_dir=sd, base_env=env())
-    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(pg.llm_path()), str(f)]
+    e["LD_PRELOAD"] = e["LD_PRELOAD"].replace(str(pg.shim_path()), str(staged["pager_shim.so"]))
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(staged["llm"]), str(f)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=e)
     assert p.returncode == 0, p.stderr
-    st = json.loads(next(sd.glob("*.json")).read_text())
+    stats = list(sd.glob("*.json"))
+    assert stats, f"the pager wrote no statistics (shim not loaded?): {p.stderr[-400:]}"
+    st = json.loads(stats[0].read_text())
     assert st["faults"] == 5 and st["close_ok"]
 
 

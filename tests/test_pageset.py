@@ -21,9 +21,9 @@ from pagecast.collect.record import record_faults
 from pagecast.trace import Kind, open_trace
 from pagecast.trace.pageset import file_page_sets
 from pagecast.util.pagecache import drop_file
-from perf_support import needs_perf
+from perf_support import needs_pagesets
 
-pytestmark = [pytest.mark.perf, needs_perf]
+pytestmark = [pytest.mark.perf, needs_pagesets]
 
 PAGE = 4096
 
@@ -196,6 +196,103 @@ def test_program_that_exits_at_once(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert rc == 0 and res["exit_status"] == 0 and res["warnings"] == []
     assert open_trace(out).meta["pageset"]["mapped"] is True
+
+
+# A fresh machine's state in a private mount namespace of the child (the test's own mounts,
+# and the machine's, are untouched): every tracefs and debugfs unmounted, then `pagecast ARGS`.
+FRESH_MOUNTS = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+assert libc.unshare(0x20000) == 0, "unshare(CLONE_NEWNS)"
+assert libc.mount(b"none", b"/", None, 0x4000 | (1 << 18), None) == 0, "mount --make-rprivate /"
+def traced():
+    return [m.split()[1] for m in open("/proc/self/mounts").read().splitlines() if m.split()[2] in ("tracefs", "debugfs")]
+for target in reversed(traced()):
+    libc.umount2(target.encode(), 2)  # MNT_DETACH
+assert not traced(), traced()
+from pagecast.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _tracefs_mounts() -> list[str]:
+    return [ln for ln in Path("/proc/self/mounts").read_text().splitlines() if ln.split()[2] == "tracefs"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a private mount namespace, and mounting tracefs")
+def test_records_pread_and_mmap_pages_with_tracefs_unmounted(touch, data_dir, tmp_path):
+    """A fresh machine (tracefs not mounted): a program that preads 200 known pages and maps
+    300 is recorded exactly, with one line saying tracefs was mounted (privately)."""
+    rng = np.random.default_rng(21)
+    read_f, mapped_f = _write(data_dir / "r.bin", 1000, 22), _write(data_dir / "m.bin", 600, 23)
+    drop_file(read_f)
+    read_pages = rng.permutation(1000)[:200].tolist()
+    mapped_pages = rng.permutation(600)[:300].tolist()
+    specs = [f"pread:{read_f}:{','.join(map(str, read_pages))}", f"mmap:{mapped_f}:{','.join(map(str, mapped_pages))}"]
+    out = tmp_path / "t.parquet"
+    before = _tracefs_mounts()
+    p = subprocess.run(
+        [sys.executable, "-c", FRESH_MOUNTS, "record", "--json", "-o", str(out), "--", str(touch), *specs],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr[-800:]
+    notes = [ln for ln in p.stderr.splitlines() if "tracefs" in ln]
+    assert len(notes) == 1 and "was not mounted" in notes[0] and "private mount namespace" in notes[0]
+    assert json.loads(p.stdout)["warnings"] == []
+    sets = file_page_sets(out)
+    assert sets[str(read_f)].tolist() == read_pages
+    assert sets[str(mapped_f)].tolist() == mapped_pages
+    assert open_trace(out).meta["sources"] == ["faults", "mapped-pages", "read-pages"]
+    assert _tracefs_mounts() == before  # the machine's mounts are as they were
+
+
+def test_page_sets_refused_in_one_line_when_tracefs_is_out_of_reach(touch, tmp_path, monkeypatch, capsys):
+    """Not mounted, and this user may not mount it: `record` refuses page-set mode before
+    the program runs, naming the missing piece and the fixes; --faults-only goes on."""
+    import pagecast.collect.faultmon as faultmon
+    import pagecast.collect.tracefs as tracefs
+
+    monkeypatch.setattr(tracefs, "mounted_root", lambda: None)
+    monkeypatch.setattr(tracefs.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(faultmon, "_tracepoints_refused", lambda: "")  # as a user allowed tracepoint samples
+    ran, out = tmp_path / "ran", tmp_path / "t.parquet"
+    rc = cli_main(["record", "-o", str(out), "--", "touch", str(ran)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "tracefs is not mounted" in err[0] and "sudo mount -t tracefs nodev /sys/kernel/tracing" in err[0]
+    assert "--faults-only" in err[0]
+    assert not ran.exists() and not out.exists()
+    monkeypatch.undo()
+    assert cli_main(["record", "--faults-only", "-o", str(out), "--", "touch", str(ran)]) == 0 and ran.exists()
+
+
+def test_recordings_without_reads_are_flagged_by_their_consumers(touch, data_dir, tmp_path, capsys):
+    f = _write(data_dir / "a.bin", 16, 31)
+    full, faults = tmp_path / "full.parquet", tmp_path / "faults.parquet"
+    assert cli_main(["record", "-o", str(full), "--", str(touch), f"pread:{f}:1,2"]) == 0
+    assert cli_main(["record", "--faults-only", "-o", str(faults), "--", str(touch), f"pread:{f}:1,2"]) == 0
+    assert open_trace(faults).meta["sources"] == ["faults"]
+    capsys.readouterr()
+    for argv in (["info"], ["eval", "--policy", "none", "--capacity", "50%"]):
+        assert cli_main([*argv, str(full)]) == 0
+        assert "read()/pread()" not in capsys.readouterr().err
+        assert cli_main([*argv, str(faults)]) == 0
+        warned = [ln for ln in capsys.readouterr().err.splitlines() if "read()/pread()" in ln]
+        assert len(warned) == 1 and str(faults) in warned[0] and "--faults-only" in warned[0], argv
+
+
+def test_sources_of_older_recordings_from_their_pageset_metadata():
+    from pagecast.trace.sources import missing_reads, sources_of
+
+    base = {"source": "perf", "faults": 10}
+    assert sources_of({**base, "pageset": {"mapped": True, "reads": True}}) == ["faults", "mapped-pages", "read-pages"]
+    assert sources_of({**base, "pageset": {"mapped": True, "reads": False}}) == ["faults", "mapped-pages"]
+    assert sources_of({**base, "pageset": None}) == ["faults"]
+    assert "unavailable" in missing_reads({**base, "pageset": {"mapped": True, "reads": False}})
+    assert missing_reads({"source": "lackey"}) is None and missing_reads({**base, "sources": ["read-pages"]}) is None
 
 
 def test_faults_only_records_no_page_set_rows(touch, data_dir, tmp_path, capsys):

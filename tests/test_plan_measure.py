@@ -24,7 +24,7 @@ from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
 from pagecast.util.pagecache import drop_file
-from perf_support import needs_perf
+from perf_support import needs_pagesets
 
 # reads the pages named on the command line from a file named relative to the working directory
 READER = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nfor p in sys.argv[2].split(','):\n    os.pread(fd, 4096, int(p) * 4096)\n"
@@ -64,7 +64,7 @@ def _written_trace(path: Path, data: Path, pages: list[int], meta: dict) -> Path
 # ---- recordings keep their working directory ----------------------------------------------
 
 
-@needs_perf
+@needs_pagesets
 @pytest.mark.perf
 def test_record_stores_the_working_directory(tmp_path, monkeypatch, capsys):
     _data(tmp_path)
@@ -77,7 +77,7 @@ def test_record_stores_the_working_directory(tmp_path, monkeypatch, capsys):
 # ---- the measured stage on real recordings ------------------------------------------------
 
 
-@needs_perf
+@needs_pagesets
 @pytest.mark.perf
 def test_measure_times_every_candidate_on_every_recording(tmp_path, monkeypatch, capsys):
     data = _data(tmp_path)

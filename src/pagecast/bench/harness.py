@@ -223,7 +223,7 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         log("training the learned model (pagecast train)")
         model = train_learned(traces, out / "model.pt", cfg.epochs)
         if model is None:
-            learned_note = "learned model skipped: pagecast.learn is not available in this build"
+            learned_note = "learned model skipped: torch is not installed (pip install 'pagecast[learn]')"
     strategies: list[tuple[str, Callable[[int], RunRow]]] = []
 
     def plain(name: str, advice: str, warm: bool = False) -> None:

@@ -17,6 +17,17 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up
 if TYPE_CHECKING:
     import argparse
 
+# Packages of the optional extras (pyproject.toml) -> the extra that installs them: a command
+# that needs one says so in one line instead of a traceback.
+_EXTRA = {
+    "torch": "learn",
+    "onnx": "learn",
+    "onnxruntime": "learn",
+    "gymnasium": "gym",
+    "stable_baselines3": "gym",
+    "ray": "ray",
+}
+
 # Order in --help; commands not listed here follow alphabetically.
 _ORDER = [
     "demo",
@@ -91,6 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ModuleNotFoundError as e:
+        extra = _EXTRA.get((e.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(
+            f"pagecast {args.command}: error: needs {e.name.partition('.')[0]}, which a plain install leaves out: "
+            f"pip install 'pagecast[{extra}]'",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as e:
         # The environment (permission denied, disk full, a directory given for a file),
         # not a bug: one line naming the file, like a PagecastError.

@@ -6,8 +6,32 @@ import argparse
 
 from pagecast.util.output import fmt, format_table, print_json, progress
 
-__all__ = ["add_json_flag", "fmt", "format_table", "print_json", "progress"]  # the commands import these from here
+__all__ = [
+    "add_json_flag",
+    "fmt",
+    "format_table",
+    "print_json",
+    "progress",
+    "warn_missing_reads",
+]  # the commands import these from here
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+def warn_missing_reads(command: str, traces: list[str] | str) -> None:
+    """One warning line per recording that lacks read-family data (``pagecast.trace.sources``).
+    An unreadable trace is left to the command's own error."""
+    import sys
+
+    from pagecast.trace import open_trace
+    from pagecast.trace.sources import missing_reads
+
+    for t in [traces] if isinstance(traces, str) else traces:
+        try:
+            why = missing_reads(open_trace(t).meta)
+        except Exception:
+            continue
+        if why:
+            print(f"pagecast {command}: warning: {t}: {why}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
 from pagecast.cli._options import add_policy_option, policy_texts
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 from pagecast.errors import PagecastError
@@ -96,6 +96,7 @@ def main(args: argparse.Namespace) -> int:
     if args.uvm:
         raise PagecastError("eval compares host-side prefetchers; use `pagecast simulate --uvm` for the UVM model")
     trace = open_trace(args.trace)
+    warn_missing_reads("eval", args.trace)
     cap = resolve_capacity(args.capacity, trace)
     if args.horizon is None:
         args.horizon = next(filter(None, (_model_horizon(m) for m in args.model)), DEFAULT_HORIZON)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from pagecast.trace import open_trace
 
     t = open_trace(args.trace)
+    warn_missing_reads("info", args.trace)
     with progress(total=t.num_rows, desc="rows", unit="row") as bar:
         s = summarize(t, top=args.top, on_rows=bar.update)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("--rounds goes with --measure and must be at least 1")
     args.rounds = args.rounds or 3
     args.candidates = _candidate_names(args.candidates, args.measure)
+    warn_missing_reads("plan", args.traces)
     recordings = _recordings_to_measure(args.traces) if args.measure else None
 
     from pagecast.pager.pack import build_pack
@@ -245,7 +246,7 @@ def run(args: argparse.Namespace) -> int:
             out["measured"] = measured.to_dict()
         print_json(out)
     elif measured is not None:
-        print("\n".join(measured.table()))
+        print("\n".join([*measured.table(), measured.cold_note]))
         print(f"{args.output}: {len(doc.files)} files, the {measured.chosen} plan: {measured.why}")
     else:
         counts: dict[str, int] = {}
@@ -349,6 +350,7 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
 
     from pagecast.launch.binary import launcher_path
     from pagecast.launch.command import launcher_argv
+    from pagecast.plan.cold_set import cold_set
     from pagecast.plan.kernel_plans import kernel_plans
     from pagecast.plan.measure import PREDICTED_VARIANTS, MeasureConfig, measure, runs_needed
 
@@ -368,18 +370,19 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
             c: p for c, p in {**kernel, **held_out}.items() if args.candidates is None or c in args.candidates
         }
         launcher = launcher_path()
-        cold = [f.path for f in kernel["default"].files]
+        cold = cold_set(recordings, [f.path for f in kernel["default"].files])
         total = runs_needed(candidates, recordings, args.rounds)
         with progress(total=total, desc="measured runs", unit="run") as bar:
             mcfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
                                  on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))  # fmt: skip
             try:
-                measured = measure(candidates, recordings, cold, mcfg)
+                measured = measure(candidates, recordings, cold.files, mcfg)
             except BaseException:
                 _remove_packs(predicted)
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    measured.cold, measured.cold_note = cold.to_dict(), cold.note()
     chosen = final.get(measured.chosen) or kernel[measured.chosen]
     if not any(f.strategy == "pack" for f in chosen.files):
         _remove_packs(predicted)

@@ -107,6 +107,8 @@ def _record(
                 meta={"command": shown, "memory_limit": memory()["limit_bytes"]} if shown and memory else None,
             )
     d = result.to_dict()
+    for line in d.get("info") or []:
+        print(f"pagecast record: {line}", file=sys.stderr)
     if memory is not None:
         d["memory"] = memory()
     if shown is not None:
@@ -114,7 +116,7 @@ def _record(
     if args.json:
         print_json(d)
     else:
-        rows = [{"field": k, "value": _cell(v)} for k, v in d.items() if k != "warnings"]
+        rows = [{"field": k, "value": _cell(v)} for k, v in d.items() if k not in ("warnings", "info")]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
             raise PagecastError(f"--{name.replace('_', '-')} must be at least 1")
     if args.vocab < 2:
         raise PagecastError("--vocab must be at least 2")
+    warn_missing_reads("train", args.traces)
     t0 = time.perf_counter()
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
     arch = Architecture(

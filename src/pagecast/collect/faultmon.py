@@ -27,7 +27,9 @@ tracepoint ``filemap:mm_filemap_get_pages``: the pages each read-family system c
 of the page cache, by (device, inode), and ``filemap:mm_filemap_fault``: the file page
 each fault maps, by (device, inode), wherever the mapping was moved. Each batch then also
 carries ``uses``: those pages, translated to file regions (one region per path, shared
-with the mappings) and cut at the file's end.
+with the mappings) and cut at the file's end. ``require_reads`` refuses to start (one
+line naming the missing piece and its fix) when the read-family tracepoint cannot be
+sampled, instead of recording page sets that silently lack every page read with read().
 """
 
 from __future__ import annotations
@@ -199,6 +201,27 @@ class _Proc:
     stack: int = -1
 
 
+def _tracepoints_refused() -> str:
+    """Why the kernel would refuse this process tracepoint samples (their raw records need
+    root, CAP_PERFMON or CAP_SYS_ADMIN, or kernel.perf_event_paranoid -1), or ""."""
+    if os.geteuid() == 0:
+        return ""
+    try:
+        paranoid = int(Path("/proc/sys/kernel/perf_event_paranoid").read_text())
+        cap_eff = next(
+            int(line.split()[1], 16) for line in Path("/proc/self/status").read_text().splitlines()
+            if line.startswith("CapEff:")
+        )  # fmt: skip
+    except (OSError, ValueError, StopIteration):
+        return ""  # unknown: let the kernel answer
+    if paranoid <= -1 or cap_eff & ((1 << 38) | (1 << 21)):
+        return ""
+    return (
+        f"kernel.perf_event_paranoid is {paranoid}: tracepoint samples need root, CAP_PERFMON or -1 "
+        "(fix: sudo pagecast record ..., or sudo sysctl kernel.perf_event_paranoid=-1)"
+    )
+
+
 class FaultMonitor:
     """Run ``cmd`` and stream its page faults.
 
@@ -221,6 +244,7 @@ class FaultMonitor:
         fast_poll_ms: int = 1,
         fast_wake_minor: int = 0,
         pageset: bool = False,
+        require_reads: bool = False,
     ):
         if not cmd:
             raise PagecastError("no command given")
@@ -240,6 +264,8 @@ class FaultMonitor:
         self.fast_files: dict[int, tuple[int, str]] = {}  # index -> (schedule region id or -1, path)
         self.fast_stats: dict[str, int] | None = None
         self.pageset = pageset
+        self.require_reads = require_reads
+        self.info: list[str] = []  # how page-set mode was made to work (e.g. tracefs mounted privately)
         self.notes: list[str] = []  # why a part of page-set mode is unavailable (warnings)
         self.reads_on = False  # filemap:mm_filemap_get_pages is sampled
         self.fault_tp_on = False  # filemap:mm_filemap_fault is sampled
@@ -328,16 +354,22 @@ class FaultMonitor:
         return self
 
     def _pageset_args(self) -> list[str]:
-        from pagecast.collect.tracefs import find_tracepoint
+        from pagecast.collect import tracefs
 
         self._shim_path = str(pageset_shim())
         args = ["--preload", self._shim_path]
+        refused = _tracepoints_refused()
         for k, (name, last) in enumerate((("mm_filemap_get_pages", "last_index"), ("mm_filemap_fault", "index"))):
-            tp, why = find_tracepoint("filemap", name)
+            tp, why = (None, refused) if refused else tracefs.find_tracepoint("filemap", name)
             need = {"i_ino": 8, "s_dev": 4, "index": 8}
             if tp is not None and any(tp.sizes.get(f) != n for f, n in need.items()):
                 tp, why = None, f"filemap:{name} has an unexpected format"
             if tp is None:
+                if k == 0 and self.require_reads:
+                    raise PagecastError(
+                        f"cannot record the pages read with read()/pread(): {why}; "
+                        "or record with --faults-only (the page faults alone, no file page sets)"
+                    )
                 what = "read-family calls not recorded" if k == 0 else "file faults by inode not recorded"
                 self.notes.append(f"{what}: {why}")
                 continue
@@ -347,6 +379,8 @@ class FaultMonitor:
                 self.reads_on = True
             else:
                 self.fault_tp_on = True
+        if self.reads_on or self.fault_tp_on:
+            self.info += [n for n in [tracefs.private_mount_note("filemap")] if n]
         return args
 
     def __enter__(self) -> "FaultMonitor":

@@ -26,6 +26,7 @@ from pagecast.collect.faultmon import FaultMonitor
 from pagecast.collect.pageset import PageSetRows
 from pagecast.errors import PagecastError
 from pagecast.trace.schema import Kind
+from pagecast.trace.sources import FAULTS, MAPPED_PAGES, READ_PAGES
 from pagecast.trace.writer import TraceWriter
 from pagecast.util.signals import SignalRelay
 
@@ -47,6 +48,8 @@ class RecordResult:
     file_pages_mapped: int = 0
     file_pages_read: int = 0
     warnings: list[str] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+    info: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,7 +78,7 @@ def record_faults(
     cmd = [str(c) for c in cmd]
     start = time.monotonic()
     major = minor = 0
-    mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages, pageset=pageset)
+    mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages, pageset=pageset, require_reads=pageset)
     pages = PageSetRows() if pageset else None
     # Ctrl-C at the terminal reaches the program itself; a SIGTERM, SIGHUP or a SIGINT sent
     # to pagecast alone is passed on to it. Either way: record until it exits, write the trace.
@@ -122,6 +125,7 @@ def record_faults(
                     "faults": major + minor,
                     "user_faults_only": mon.exclude_kernel,
                     "collector": "perf_event_open page-faults (maj+min), sample_period=1",
+                    "sources": trace_sources(mon),
                     "pageset": {
                         "mapped": pageset,
                         "reads": mon.reads_on,
@@ -160,4 +164,14 @@ def record_faults(
         file_pages_mapped=pages.mapped.pages if pages else 0,
         file_pages_read=pages.read.pages if pages else 0,
         warnings=list(mon.notes),
+        sources=trace_sources(mon),
+        info=list(mon.info),
     )
+
+
+def trace_sources(mon: FaultMonitor) -> list[str]:
+    """What the recording holds (``pagecast.trace.sources``): faults always; the page sets
+    of mapped and of read files only when their collectors ran."""
+    if not mon.pageset:
+        return [FAULTS]
+    return [FAULTS, MAPPED_PAGES] + ([READ_PAGES] if mon.reads_on else [])

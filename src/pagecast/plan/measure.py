@@ -11,8 +11,10 @@ recordings' own commands:
   through the native launcher with each candidate plan: ``LAUNCHER --restore-signals
   PLAN -- ARGV`` as ``pagecast run --plan`` does, stdin and stdout on /dev/null (stderr
   kept aside for an error message). Wall time from spawn to exit.
-- Every run starts cold: ``posix_fadvise(DONTNEED)`` on every file the recordings used,
-  the plan files and any page pack, one file at a time (nothing global is touched).
+- Every run starts cold: ``posix_fadvise(DONTNEED)`` on every file the command may read
+  (``pagecast.plan.cold_set``: the files the recordings used or opened, the program and its
+  libraries, the files under the directories its arguments name), the plan files and any
+  page pack, one file at a time (nothing global is touched).
 - Interleaved: each round runs every (recording, candidate) pair, the candidates in a
   fresh seeded order per round and recording, so load that comes and goes falls on all of
   them and no candidate always follows the same one.
@@ -160,6 +162,8 @@ class Measured:
     chosen: str = "default"
     why: str = ""
     confirmation: Confirmation | None = None
+    cold: dict[str, Any] | None = None  # what every run made cold first (``pagecast.plan.cold_set``)
+    cold_note: str = ""
 
     def medians(self) -> dict[str, dict[str, float]]:
         return {c: {r: float(statistics.median(xs)) for r, xs in by.items()} for c, by in self.runs.items()}
@@ -187,11 +191,14 @@ class Measured:
                 for c in self.candidates
             ],
             "confirmation": self.confirmation.to_dict() if self.confirmation else None,
+            "cold": self.cold,
         }
 
     def note(self) -> str:
         """What the plan file keeps of the measurement (its ``note``): the table and the choice."""
-        return "\n".join([*self.table(), f"chosen: {self.chosen}: {self.why}"])
+        return "\n".join(
+            [*self.table(), *([self.cold_note] if self.cold_note else []), f"chosen: {self.chosen}: {self.why}"]
+        )
 
     def table(self) -> list[str]:
         """One line per candidate: total, per-recording medians, ratio to default."""
