@@ -15,6 +15,7 @@ SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/laun
 # advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
 SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
+LINK = "static-first"  # in the stamp: a launcher linked by an older rule is rebuilt
 
 
 def installed_native_dir() -> str:
@@ -47,7 +48,7 @@ def _stamp_dirs(native: str) -> list[str]:
 
 
 def _signature(native: str) -> str:
-    parts = []
+    parts = [LINK]
     for s in (*SOURCES, SHIM_SOURCE):
         st = os.stat(os.path.join(native, s))
         parts.append(f"{s}:{st.st_size}:{st.st_mtime_ns}")
@@ -75,9 +76,15 @@ def launcher_path() -> str:
 
 def build_launcher() -> str:
     """Compile the launcher (cached by content hash) and its advice shim and record a stamp for ``launcher_path``."""
+    from pagecast.errors import PagecastError
     from pagecast.util.native import build
 
-    out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
+    try:
+        # static: no dynamic loader and no libc relocations between the caller and the
+        # program (0.1-0.5 ms of every planned run, measured: benchmarks/launch_overhead.py)
+        out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread", "-static"])
+    except PagecastError:  # no static C library installed
+        out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
     shim = build("pc_advice_shim", [SHIM_SOURCE], ldflags=["-ldl"])
     beside = f"{out}{SHIM_SUFFIX}"
     tmp_shim = f"{beside}.{os.getpid()}.tmp"
