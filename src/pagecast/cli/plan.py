@@ -76,6 +76,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "uses a page pack or a per-fault policy the native launcher cannot run (default 500)",
     )
     p.add_argument(
+        "--startup-ms",
+        type=float,
+        default=2.0,
+        help="what starting a planned run costs (the native `pagecast` front and launcher; default 2). "
+        "A plan whose predicted gain over no plan is not above this plus --noise is written as "
+        "nothing for every file",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=0.05,
+        help="run-to-run spread of a cold run, as a share of its predicted I/O (default 0.05): the "
+        "least gain, beyond --startup-ms, a plan must promise",
+    )
+    p.add_argument(
         "--device-model",
         metavar="FILE|DIR",
         help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
@@ -194,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
                         overlap=args.overlap, small_kib=args.small_kib, max_regret=args.max_regret,
-                        live_startup_s=args.live_startup_ms / 1e3,
+                        live_startup_s=args.live_startup_ms / 1e3, startup_s=args.startup_ms / 1e3,
+                        noise=args.noise,
                         pack_dir=Path(args.output).resolve().parent, pack_writer=build_pack,
                         device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:

@@ -88,6 +88,11 @@ class PlannerConfig:
     # (a layer above this one) passes it in; required with pack_dir
     pack_writer: Callable[[str, np.ndarray, Path], object] | None = None
     extent_pages: int = 512  # per-fault extent: files up to this many pages are one object (the policy's default)
+    # what a planned run costs before the program starts (the native front and launcher: about
+    # 1 ms measured, benchmarks/launch_overhead.py); a plan must gain more than this plus the
+    # noise (``noise`` x the run's predicted I/O) or it is "nothing" for every file
+    startup_s: float = 0.002
+    noise: float = 0.05  # run-to-run spread of a cold run's time (measured 2-16 % in the real-program benchmark)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
 
@@ -477,6 +482,38 @@ def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig
     )
 
 
+def _run_seconds(priced: list[_Priced], choice: Callable[[_Priced], str], credit_s: float) -> float:
+    """Predicted I/O seconds of a whole run (mean over the folds) when each file takes
+    ``choice(file)``: the programs' reads plus the prefetching not hidden behind ``credit_s``."""
+    pre = prog = 0.0
+    for p in priced:
+        c = choice(p)
+        preds = p.pricing.folds.get(c) or p.pricing.live[c]
+        a, b = _mean_split(preds)
+        pre, prog = pre + a, prog + b
+    return prog + max(0.0, pre - credit_s)
+
+
+def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, live: bool) -> str | None:
+    """Why the whole plan should be ``nothing``, or None: its predicted gain over no plan
+    must exceed what starting a planned run costs (``startup_s``, plus the live machinery's
+    start-up when a pack or a per-fault file needs it) and the noise (``noise`` times the run's
+    predicted I/O under no plan). Below that a plan can only lose, so it costs nothing."""
+    chosen = [p for p in priced if p.chosen != "nothing"]
+    if not chosen:
+        return None
+    base = _run_seconds(priced, lambda p: "nothing", 0.0)
+    planned = _run_seconds(priced, lambda p: p.chosen, credit_s)
+    startup = cfg.startup_s + (cfg.live_startup_s if live else 0.0)
+    gain, floor = base - planned, startup + cfg.noise * base
+    if gain > floor:
+        return None
+    return (
+        f"the plan's predicted gain, {gain * 1e3:.1f} ms of {base * 1e3:.1f} ms, is not above the start-up "
+        f"({startup * 1e3:.1f} ms) and the noise ({cfg.noise:.0%} of the run's I/O): every file gets nothing"
+    )
+
+
 def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
                            on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice]]:  # fmt: skip
     if not traces:
@@ -486,8 +523,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
     if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
         raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0:
-        raise PagecastError("--small-kib, --live-startup-ms and --max-regret must be >= 0")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
+        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
@@ -543,7 +580,9 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             p.chosen, fc.chosen, fc.why = c, c, why
             fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
             fp.reason = f"{c}: {why}"
+    everything = list(priced)
     live = live_choices(priced, cfg)
+    live_needs_python = False
     if live:
         chosen_live, why = live
         for p in priced:
@@ -554,6 +593,7 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
                 p.chosen, fc.chosen, fc.why = c, c, why
                 fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
                 fp.reason = f"{c}: {why}"
+                live_needs_python |= not runs_natively(c, p.mapped)
         priced = [p for p in priced if p.path not in chosen_live]
     group = small_files_group(priced, left, cfg, n)
     if group:
@@ -567,4 +607,21 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             fc.chosen, fc.why = "whole", why
             fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s["whole"]) * 1e3
             fp.reason = f"whole: {SMALL_FILES} (the plan's note)"
+            next(p for p in priced if p.path == path).chosen = "whole"
+    why_nothing = never_slower(everything, credit, cfg, live_needs_python)
+    if why_nothing:
+        _all_nothing(doc, choices, plans, why_nothing)
     return doc, choices
+
+
+def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],
+                 why: str) -> None:  # fmt: skip
+    """Turn every file of the plan to ``nothing`` (a page pack already written is removed)."""
+    for fp, fc in plans.values():
+        if fp.strategy == "pack" and fp.arg:
+            Path(fp.arg).unlink(missing_ok=True)
+        _file_plan(fp, "nothing", {}, fc.file_pages)
+        fp.gain_ms = 0.0
+        fp.reason = "nothing: the plan as a whole is not worth its start-up (the plan's note)"
+        fc.chosen, fc.why = "nothing", why
+    doc.note = "\n".join(x for x in (doc.note, why) if x)
