@@ -61,7 +61,7 @@ def recordings(tmp_path) -> list[Path]:
 
 
 def test_plan_is_nothing_when_its_gain_does_not_clear_the_start_up(recordings, tmp_path):
-    cfg = dict(device=SLOW, overlap=0.0, startup_s=0.0, noise=0.0)
+    cfg = dict(device=SLOW, overlap=0.0, startup_s=0.0, noise=0.0, fit=False)  # spans of a few µs: no fit
     doc, choices = plan_by_predicted_time(recordings, PlannerConfig(**cfg))
     gain = sum(f.gain_ms for f in doc.files)
     assert gain > 0.5 and any(f.strategy != "nothing" for f in doc.files), [c.why for c in choices]

@@ -37,6 +37,7 @@ Two run-wide steps follow, both priced on the same folds:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class PlannerConfig:
     # 1 ms measured, benchmarks/launch_overhead.py); a plan must gain more than this plus the
     # noise (``noise`` x the run's predicted I/O) or it is "nothing" for every file
     startup_s: float = 0.002
+    fit: bool = True  # scale the device model's times to the recordings' own timing (fit_scale)
     noise: float = 0.05  # run-to-run spread of a cold run's time (measured 2-16 % in the real-program benchmark)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
@@ -323,17 +325,7 @@ def cpu_seconds(trace: str | Path, io_s: float) -> float:
     recorder's work on every fault and by other load, and the modelled I/O can be short of
     the real one, so it can also overestimate (measured: 1-3x the warm-cache wall time of
     the same program). The planner takes the least over the runs, times ``overlap``."""
-    from pagecast.trace import open_trace
-
-    t = open_trace(trace)
-    lo, hi = None, None
-    for b in t.iter_batches(["t_ns"]):
-        ts = b["t_ns"]
-        if len(ts):
-            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
-            hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
-    span = (hi - lo) / 1e9 if lo is not None else 0.0
-    return max(0.0, span - io_s)
+    return max(0.0, recorded_span(trace) - io_s)
 
 
 @dataclass
@@ -494,6 +486,100 @@ def _run_seconds(priced: list[_Priced], choice: Callable[[_Priced], str], credit
     return prog + max(0.0, pre - credit_s)
 
 
+def recorded_span(trace: str | Path) -> float:
+    """Seconds from the first to the last row of a recording: when its first page was needed
+    to when its last was (the program's start-up before it and exit after it are not in it)."""
+    from pagecast.trace import open_trace
+
+    lo, hi = None, None
+    for b in open_trace(trace).iter_batches(["t_ns"]):
+        ts = b["t_ns"]
+        if len(ts):
+            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
+            hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
+    return (hi - lo) / 1e9 if lo is not None else 0.0
+
+
+def nothing_io(dev: DeviceCosts, runs: list[np.ndarray], npages: int, mapped: bool, cfg: PlannerConfig) -> np.ndarray:
+    """Modelled I/O seconds of each run on one file under no plan (in-sample)."""
+    params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
+    out = np.zeros(len(runs))
+    for i, r in enumerate(runs):
+        u = np.unique(r[(r >= 0) & (r < npages)])
+        if len(u):
+            out[i] = predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
+    return out
+
+
+def fit_scale(spans: np.ndarray, io: np.ndarray) -> float:
+    """The factor that makes the device model's I/O fit the recordings' own timing.
+
+    A run's I/O under no plan cannot take longer than the run itself: the recording saw its
+    first page needed at the start of its span and its last at the end, the I/O inside. So
+    where the model prices a run's reads above its recorded span, its device is slower than
+    the one the run met (a built-in model, or a calibration of another state of the device:
+    its read-ahead, its cache) and every I/O time is scaled down by the median over the runs
+    of span / modelled I/O. Never up: a span also holds the program's CPU time and the
+    recorder's work, which are not I/O. A recording made on a warm cache fits a small
+    factor: the model then sees little to gain, and a plan that gains little is nothing."""
+    ok = (io > 0) & (spans > 0)
+    if not ok.any():
+        return 1.0
+    return float(min(1.0, np.median(spans[ok] / io[ok])))
+
+
+def scaled(dev: DeviceCosts, f: float) -> DeviceCosts:
+    """``dev`` with every time multiplied by ``f``."""
+    if f >= 1.0:
+        return dev
+    return dataclasses.replace(
+        dev,
+        seq_bytes_per_s=dev.seq_bytes_per_s / f,
+        iops_by_depth=tuple((q, x / f) for q, x in dev.iops_by_depth),
+        readaround_s_per_page=dev.readaround_s_per_page * f if dev.readaround_s_per_page else None,
+        pager_fill_s=dev.pager_fill_s * f if dev.pager_fill_s else None,
+        source=f"{dev.source}, times x {f:.2f} (fitted to the recordings)",
+    )
+
+
+@dataclass
+class RunModel:
+    """The run-level model: the fitted scale, each recording's span, modelled I/O (under no
+    plan, fitted) and CPU time (span less I/O), and per measured-plan kind the predicted wall
+    time of each recording held out (CPU + the files' predicted I/O)."""
+
+    scale: float
+    spans_s: list[float]
+    io_s: list[float]
+    cpu_s: list[float]
+    per_run: dict[str, list[float]] = field(default_factory=dict)  # "default" | "random" | "predicted" -> s
+
+    def line(self) -> str:
+        return (
+            f"cost model fitted to the recordings: I/O times x {self.scale:.2f} (recorded spans "
+            f"{min(self.spans_s):.3f}-{max(self.spans_s):.3f} s; modelled I/O under no plan, fitted, "
+            f"{min(self.io_s):.3f}-{max(self.io_s):.3f} s)"
+        )
+
+    def wall(self, kind: str) -> list[float]:
+        """Predicted wall seconds of each recording held out, under ``kind``."""
+        return [c + x for c, x in zip(self.cpu_s, self.per_run.get(kind, []))]
+
+
+def run_predictions(priced: list[_Priced], nruns: int) -> dict[str, list[float]]:
+    """Per fold (the recording held out), the predicted I/O of the whole run under no plan
+    (``default``), read-ahead off where priced (``random``) and the plan's choices (``predicted``)."""
+    out = {k: [0.0] * nruns for k in ("default", "random", "predicted")}
+    for p in priced:
+        by = {"default": "nothing", "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
+              "predicted": p.chosen}  # fmt: skip
+        for k, c in by.items():
+            preds = p.pricing.folds.get(c) or p.pricing.live.get(c) or []
+            for i, x in enumerate(preds[:nruns]):
+                out[k][i] += x.seconds
+    return out
+
+
 def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, live: bool) -> str | None:
     """Why the whole plan should be ``nothing``, or None: its predicted gain over no plan
     must exceed what starting a planned run costs (``startup_s``, plus the live machinery's
@@ -516,6 +602,13 @@ def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, liv
 
 def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
                            on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice]]:  # fmt: skip
+    """The plan and, per file, why (``plan_with_model`` without the run-level model)."""
+    doc, choices, _ = plan_with_model(traces, cfg, on_rows)
+    return doc, choices
+
+
+def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
+                    on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice], RunModel]:  # fmt: skip
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
@@ -535,20 +628,28 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             read_pages[key] = read_pages.get(key, 0) + ps.read[key]
     doc, choices = PlanDoc(note=recurrence_line(per_run)), []
     priced: list[_Priced] = []
-    io_per_run = np.zeros(n)
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
+    files = []
     for rf in recorded_files(traces, per_run):
-        path = rf.path
-        fp = FilePlan(path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
+        fp = FilePlan(rf.path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
         doc.files.append(fp)
         if rf.modified:
             fp.reason = "file modified after the recordings were written: its recorded pages may not apply"
-            choices.append(FileChoice(path, "nothing", fp.reason))
+            choices.append(FileChoice(rf.path, "nothing", fp.reason))
             continue
-        npages = rf.pages
-        runs = [run.get(path, np.empty(0, np.int64)) for run in per_run]
-        mapped = mapped_pages.get(path, 0) >= read_pages.get(path, 0)
-        dev = cfg.device or device_costs_for(path, rf.dev)
+        runs = [run.get(rf.path, np.empty(0, np.int64)) for run in per_run]
+        mapped = mapped_pages.get(rf.path, 0) >= read_pages.get(rf.path, 0)
+        files.append((rf, fp, runs, mapped, cfg.device or device_costs_for(rf.path, rf.dev)))
+    # in-sample I/O of each run under no plan, on the device model as calibrated
+    io_per_run = np.zeros(n)
+    for rf, _, runs, mapped, dev in files:
+        io_per_run += nothing_io(dev, runs, rf.pages, mapped, cfg)
+    spans = np.array([recorded_span(t) for t in traces])
+    scale = fit_scale(spans, io_per_run) if cfg.fit else 1.0
+    io_per_run *= scale
+    for rf, fp, runs, mapped, dev in files:
+        path, npages = rf.path, rf.pages
+        dev = scaled(dev, scale)
         pricing = price_folds(runs, npages, mapped, dev, cfg)
         predicted = pricing.mean()
         chosen, why = choose(predicted, cfg.margin)
@@ -562,15 +663,13 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         choices.append(fc)
         plans[path] = (fp, fc)
         priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
-        # in-sample I/O of each run under no plan: what the recorded span is not CPU time
-        params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
-        for i, r in enumerate(runs):
-            u = np.unique(r[(r >= 0) & (r < npages)])
-            if len(u):
-                io_per_run[i] += predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
+    cpu = np.maximum(0.0, spans - io_per_run)
+    model = RunModel(scale, spans.tolist(), io_per_run.tolist(), cpu.tolist())
+    if cfg.fit and scale < 1.0:
+        doc.note = "\n".join(x for x in (doc.note, model.line()) if x)
     # the least of the runs: a recording's span is stretched by the recorder's own work per
     # fault and by other load on the machine, both of which this estimate would count as CPU
-    credit = cfg.overlap * float(np.min([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
+    credit = cfg.overlap * float(np.min(cpu))
     upgrades, left = overlap_upgrades(priced, credit, cfg.margin, cfg.max_regret)
     for p in priced:
         if p.path in upgrades:
@@ -611,7 +710,10 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
     why_nothing = never_slower(everything, credit, cfg, live_needs_python)
     if why_nothing:
         _all_nothing(doc, choices, plans, why_nothing)
-    return doc, choices
+        for p in everything:
+            p.chosen = "nothing"
+    model.per_run = run_predictions(everything, n)
+    return doc, choices, model
 
 
 def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],
