@@ -8,7 +8,7 @@ Programs the project did not write: SQLite through Python's sqlite3 module (mmap
 ordinary reads) over a generated database, CPython importing a large package (sympy),
 git over a real repository (this checkout's own), a safetensors (mmap) reader of a
 generated weights file, a mixture-of-experts weights reader (experts read whole when
-routed) and `grep -r -l` over the system's manual pages. Each case has training inputs and a held-out input that touches
+routed) and `grep -r -l` over the system's documentation and headers. Each case has training inputs and a held-out input that touches
 different pages; every run starts cold (posix_fadvise DONTNEED on each file involved),
 strategies interleaved round by round, medians. Harness: ``pagecast.bench.coldstart``.
 The bound row warms the held-out run's pages that a training run used too: the most a
@@ -424,21 +424,22 @@ def moe_case(cache: Path, quick: bool, train_runs: int = 3) -> Case:
 
 # --------------------------------------------------------------------------- grep -r
 
-GREP_TREE = Path("/usr/share/man")  # a large real tree of small files that few other programs read
+# large real trees of text files (manual pages are compressed: grep finds nothing in them)
+GREP_TREES = [Path("/usr/share/doc"), Path("/usr/share/perl"), Path("/usr/include")]
 
 
 def grep_case(cache: Path, quick: bool) -> Case:
-    tree = GREP_TREE / "man1" if quick else GREP_TREE
-    if not tree.is_dir():
-        raise PagecastError("the grep case needs a manual page tree", path=tree)
-    files = sum(1 for p in tree.rglob("*") if p.is_file())
-    inp = lambda word: Input(word, ["grep", "-r", "-l", "-F", word, str(tree)])  # noqa: E731
+    trees = [t for t in (GREP_TREES[:1] if quick else GREP_TREES) if t.is_dir()]
+    if not trees:
+        raise PagecastError("the grep case needs a tree of text files", path=GREP_TREES[0])
+    files = sum(1 for t in trees for p in t.rglob("*") if p.is_file())
+    inp = lambda word: Input(word, ["grep", "-r", "-l", "-F", word, *map(str, trees)])  # noqa: E731
     return Case(
         "grep",
-        f"grep -r -l WORD over {tree} ({files:,} files): every file read until its first match",
+        f"grep -r -l WORD over {', '.join(map(str, trees))} ({files:,} files): every file read until its first match",
         [inp("license"), inp("warranty")],
         inp("signal"),
-        [tree],
+        trees,
         note="-l stops reading a file at its first match, so the pages read depend on the word",
     )
 
