@@ -190,6 +190,8 @@ def explain(choices) -> None:
         if c.predicted_s:
             print(f"  {c.validation}; device: {c.device}, read_ahead_kb {c.read_ahead_kb}; {c.runs_using} runs used "
                   f"it, {c.mean_pages_used:.0f} of {c.file_pages} pages on average", file=sys.stderr)  # fmt: skip
+        if c.objects:
+            print(f"  {c.objects}", file=sys.stderr)
         for k, why in c.skipped.items():
             print(f"  {k} not priced: {why}", file=sys.stderr)
 

@@ -63,12 +63,14 @@ from pagecast.plan.format import (
     FilePlan,  # fmt: skip
     PlanDoc,
 )
+from pagecast.plan.objects import ObjectLayout, learn_layout, object_pages
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files, recurrence_line
 from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
 # near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
-PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default")
+PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default", "objects+random",
+              "objects+default")  # fmt: skip
 TIE = 0.01
 SMALL_FILES = "small files whole"
 
@@ -93,6 +95,7 @@ class PlannerConfig:
     # 1 ms measured, benchmarks/launch_overhead.py); a plan must gain more than this plus the
     # noise (``noise`` x the run's predicted I/O) or it is "nothing" for every file
     startup_s: float = 0.002
+    objects: bool = True  # learn object layouts and price warming the recurring objects whole
     fit: bool = True  # scale the device model's times to the recordings' own timing (fit_scale)
     noise: float = 0.05  # run-to-run spread of a cold run's time (measured 2-16 % in the real-program benchmark)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
@@ -113,6 +116,7 @@ class FileChoice:
     runs_using: int = 0
     mean_pages_used: float = 0.0
     file_pages: int = 0
+    objects: str = ""  # the object layout the recordings show, described
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(self).items()} | {
@@ -126,6 +130,16 @@ def shared_pages(runs: Sequence[np.ndarray], k: int, file_pages: int) -> np.ndar
         return np.empty(0, np.int64)
     pages, counts = np.unique(np.concatenate(runs), return_counts=True)
     return pages[(counts >= k) & (pages >= 0) & (pages < file_pages)]
+
+
+def shared_objects(runs: Sequence[np.ndarray], k: int, layout: ObjectLayout, file_pages: int) -> np.ndarray:
+    """Every page of the objects at least ``k`` of ``runs`` touched (any page of it)."""
+    if not runs:
+        return np.empty(0, np.int64)
+    ids = [np.unique((r[(r >= 0) & (r < file_pages)] - layout.align) // layout.pages) for r in runs]
+    objs, counts = np.unique(np.concatenate(ids), return_counts=True)
+    hot = objs[counts >= k]
+    return object_pages(layout.align + hot * layout.pages, layout, file_pages)
 
 
 def _k(cfg: PlannerConfig, nruns: int) -> int:
@@ -177,6 +191,7 @@ class FilePricing:
     skipped: dict[str, str]
     validation: str
     live: dict[str, list[Prediction]] = field(default_factory=dict)  # pack / per-fault: need the live machinery
+    layout: ObjectLayout | None = None  # the objects the recordings read whole, if they show any
 
     def mean(self) -> dict[str, float]:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
@@ -224,6 +239,22 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
             warm_sets[name] = final
             out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
                          for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+    layout = learn_layout(used) if cfg.objects else None
+    if layout is not None:
+        # warm the objects that recur, whole: each fold learns which from its training runs
+        for k in hot_thresholds(cfg, n):
+            kf = _k_fold(k, n)
+            fold_sets = [shared_objects(train, kf, layout, file_pages) for train, _ in folds]
+            if not any(len(x) for x in fold_sets):
+                continue
+            final = shared_objects(used, k, layout, file_pages)
+            for adv in advices:
+                name = _warm_name(adv, k, default_k).replace("warm+", "objects+")
+                warm_sets[name] = final
+                out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                             for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+    elif cfg.objects and file_pages * PAGE_SIZE > cfg.small_kib * 1024:
+        skipped["objects"] = "no object structure in the recordings (runs of pages of one size and alignment)"
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
@@ -241,7 +272,7 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
         live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
     else:
         skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
-    return FilePricing(out, warm_sets, skipped, validation, live)
+    return FilePricing(out, warm_sets, skipped, validation, live, layout)
 
 
 def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
@@ -257,7 +288,7 @@ def _preference(name: str) -> tuple[int, int]:
 
 
 def _default_twin(name: str) -> str:
-    return name.replace("+random", "+default") if name.startswith("warm") else "nothing"
+    return name.replace("+random", "+default") if name.startswith(("warm", "objects")) else "nothing"
 
 
 def eligible(predicted: dict[str, float], margin: float) -> dict[str, float]:
@@ -308,7 +339,7 @@ def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npag
         fp.strategy, fp.arg = "per-fault", "extent"
     elif kind == "nothing":
         fp.advice = advice
-    elif kind == "warm":
+    elif kind in ("warm", "objects"):
         fp.strategy, fp.advice = "warm", advice
         fp.ranges = merge_ranges(warm_sets[chosen])
     elif kind == "whole":
@@ -660,6 +691,7 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
         live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
         fc = FileChoice(path, chosen, why, predicted | live_means, pricing.skipped, pricing.validation, dev.source,
                         dev.read_ahead_kb, len(used), float(np.mean(used)) if used else 0.0, npages)  # fmt: skip
+        fc.objects = pricing.layout.describe() if pricing.layout else ""
         choices.append(fc)
         plans[path] = (fp, fc)
         priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
