@@ -497,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         help="training inputs (seeds 1, 2, ... skipping the held-out seed 7) of the seeded cases "
         f"({', '.join(SEEDED)}); default 3. The other cases have fixed inputs",
     )
+    ap.add_argument(
+        "--device-model",
+        metavar="FILE|DIR",
+        help="price every plan with this device model (pagecast calibrate -o FILE); default: the stored "
+        "calibration of each file's device, else the built-in model",
+    )
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -519,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     strategies = default_strategies()
     if args.strategies == "plan":
         strategies = [s for s in strategies if s.kind != "pagecast" or "plan" in s.name.lower()]
-    cfg = Config(work, rounds=rounds, strategies=strategies)
+    plan_args = ["--device-model", str(Path(args.device_model).resolve())] if args.device_model else []
+    cfg = Config(work, rounds=rounds, strategies=strategies, plan_args=plan_args)
     results = []
     t0 = time.time()
     load0 = os.getloadavg()

@@ -102,6 +102,7 @@ class Context:
     oracle_pages: dict[str, np.ndarray]  # the held-out run's own page set, per file
     artifacts: dict[str, Any] = field(default_factory=dict)
     cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
+    plan_args: list[str] = field(default_factory=list)  # extra options of every `pagecast plan` (Config.plan_args)
 
     def pagecast(self, *args: str) -> list[str]:
         """argv of a pagecast command as a user types it: the ``pagecast`` installed beside this
@@ -407,7 +408,9 @@ def _run_pack(ctx: Context) -> Launch | None:
 def _plan(ctx: Context) -> None:
     out = ctx.work / "train.plan"
     proc = subprocess.run(
-        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out)), capture_output=True, text=True
+        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out), *ctx.plan_args),
+        capture_output=True,
+        text=True,
     )
     if proc.returncode == 0:
         ctx.artifacts["plan"] = out
@@ -421,7 +424,9 @@ def _measured_plan(ctx: Context) -> None:
     predicted plan and the kernel-equivalent plans, and the measured-fastest is kept."""
     out = ctx.work / "measured.plan"
     proc = subprocess.run(
-        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json"),
+        ctx.pagecast(
+            "plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json", *ctx.plan_args
+        ),
         capture_output=True,
         text=True,
     )
@@ -538,6 +543,7 @@ class Config:
     rounds: int = 5
     strategies: list[Strategy] | None = None  # None: default_strategies()
     timeout_s: float = 600.0
+    plan_args: list[str] = field(default_factory=list)  # e.g. ["--device-model", FILE]
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
@@ -614,7 +620,7 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     oracle = file_page_sets(held)
     touched = [p for s in [*train_sets, oracle] for p in s]
     files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
-    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle)
+    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle, plan_args=list(cfg.plan_args))
     ctx.artifacts["recurrence"] = recurrence(train_sets, oracle)
     for s in cfg.strategies or default_strategies():
         if s.train:
