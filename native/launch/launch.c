@@ -239,12 +239,21 @@ static void setup_shim(struct pcl_plan *plan) {
     *w = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
-        if (f->status == PCL_ST_NATIVE)
+        if (f->status == PCL_ST_NATIVE && !f->obj_pages)
             w += sprintf(w, "%s%llu:%llu:%lld:%lld:%lld", w == list ? "" : ",", (unsigned long long)f->dev,
                          (unsigned long long)f->ino, (long long)((f->size + 4095) / 4096), (long long)f->ext_degree,
                          (long long)f->ext_max_pages);
     }
-    if (next) setenv("PAGECAST_EXTENT_FILES", list, 1);
+    if (*list) setenv("PAGECAST_EXTENT_FILES", list, 1);
+    w = list;
+    *w = 0;
+    for (int i = 0; i < plan->nfiles; i++) {
+        struct pcl_file *f = &plan->files[i];
+        if (f->status == PCL_ST_NATIVE && f->obj_pages)
+            w += sprintf(w, "%s%llu:%llu:%lld:%lld", w == list ? "" : ",", (unsigned long long)f->dev,
+                         (unsigned long long)f->ino, (long long)f->obj_pages, (long long)f->obj_align);
+    }
+    if (*list) setenv("PAGECAST_OBJECT_FILES", list, 1);
     free(list);
     if (plan->fb) setenv("PAGECAST_FEEDBACK", plan->fb_path, 1);
     const char *pre = getenv("LD_PRELOAD");

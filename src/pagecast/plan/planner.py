@@ -54,6 +54,7 @@ from pagecast.plan.cost_model import (
     device_costs_for,
     predict,
     predict_extent,
+    predict_objects,
     predict_pack,  # fmt: skip
 )
 from pagecast.plan.format import (
@@ -73,6 +74,7 @@ PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "wa
               "objects+default")  # fmt: skip
 TIE = 0.01
 SMALL_FILES = "small files whole"
+OBJECTS = "per-fault:objects"  # a mapped file's objects fetched whole on their first touch
 
 
 @dataclass
@@ -192,6 +194,7 @@ class FilePricing:
     validation: str
     live: dict[str, list[Prediction]] = field(default_factory=dict)  # pack / per-fault: need the live machinery
     layout: ObjectLayout | None = None  # the objects the recordings read whole, if they show any
+    args: dict[str, str] = field(default_factory=dict)  # per-fault candidate -> the plan's policy spec
 
     def mean(self) -> dict[str, float]:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
@@ -268,11 +271,16 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
                 live[name] = [predict_pack(dev, held, s) for (_, held), s in zip(folds, fold_sets)]
     elif mapped:
         skipped["pack"] = "no directory to write page packs in"
+    args: dict[str, str] = {}
+    if layout is not None and mapped:
+        # on the first touch of an object, fetch the object: the advice shim in the program
+        live[OBJECTS] = [predict_objects(dev, held, layout.pages, layout.align, file_pages) for _, held in folds]
+        args[OBJECTS] = f"objects:pages={layout.pages},align={layout.align}"
     if 0 < file_pages <= cfg.extent_pages:
         live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
     else:
         skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
-    return FilePricing(out, warm_sets, skipped, validation, live, layout)
+    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
 
 
 def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
@@ -327,7 +335,8 @@ def pack_path(pack_dir: Path, path: str) -> Path:
 
 def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
                pack_dir: Path | None = None,
-               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None) -> None:  # fmt: skip
+               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
+               args: dict[str, str] | None = None) -> None:  # fmt: skip
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
@@ -337,6 +346,8 @@ def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npag
         fp.strategy, fp.arg = "pack", str(out)
     elif kind == "per-fault:extent":
         fp.strategy, fp.arg = "per-fault", "extent"
+    elif kind == OBJECTS:
+        fp.strategy, fp.arg = "per-fault", (args or {})[OBJECTS]
     elif kind == "nothing":
         fp.advice = advice
     elif kind in ("warm", "objects"):
@@ -425,9 +436,10 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
 
 def runs_natively(candidate: str, mapped: bool) -> bool:
     """Whether the native launcher runs a live candidate itself: ``extent`` on a file the
-    program read()s (the advice shim sees its reads); a pack, or extent on a mapped file
-    (no read() to see), needs the Python live machinery."""
-    return candidate == "per-fault:extent" and not mapped
+    program read()s (the advice shim sees its reads), ``objects`` on a mapped file (the
+    shim sees the first touch of each object); a pack, or extent on a mapped file (no
+    read() to see), needs the Python live machinery."""
+    return (candidate == "per-fault:extent" and not mapped) or (candidate == OBJECTS and mapped)
 
 
 def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, str], str] | None:
@@ -441,22 +453,30 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
     the start-up and the run's I/O under the current choices by ``margin``. One per-fault
     policy per run: every per-fault file gets the same ``extent`` spec.
     Returns ({path: candidate}, why) or None."""
-    offers: dict[str, tuple[str, float]] = {}
-    startup, base = 0.0, 0.0
-    for p in priced:
-        cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
-        base += cur
-        best = min(((float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()), default=None)
-        if best and best[0] < cur:
-            offers[p.path] = (best[1], cur - best[0])
-    if not offers:
-        return None
     mapped = {p.path: p.mapped for p in priced}
-    if not all(runs_natively(c, mapped[path]) for path, (c, _) in offers.items()):
-        startup = cfg.live_startup_s
-    saving = sum(g for _, g in offers.values())
-    if base <= 0 or base - saving + startup > (1.0 - cfg.margin) * base:
+    base = sum(float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]])) for p in priced)
+    best: tuple[float, dict[str, tuple[str, float]], float] | None = None
+    # every live candidate (the Python start-up paid once if any needs it), or only those the
+    # launcher runs natively (no start-up): whichever leaves the run cheaper
+    for native_only in (False, True):
+        offers: dict[str, tuple[str, float]] = {}
+        for p in priced:
+            cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
+            live = [(float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()
+                    if not native_only or runs_natively(c, p.mapped)]  # fmt: skip
+            top = min(live, default=None)
+            if top and top[0] < cur:
+                offers[p.path] = (top[1], cur - top[0])
+        if not offers:
+            continue
+        startup = 0.0 if all(runs_natively(c, mapped[path]) for path, (c, _) in offers.items()) else cfg.live_startup_s
+        cost = base - sum(g for _, g in offers.values()) + startup
+        if best is None or cost < best[0]:
+            best = (cost, offers, startup)
+    if best is None or base <= 0 or best[0] > (1.0 - cfg.margin) * base:
         return None
+    _, offers, startup = best
+    saving = sum(g for _, g in offers.values())
     why = (
         f"live candidates save {saving * 1e3:.1f} ms of the run's predicted {base * 1e3:.1f} ms over "
         f"{len(offers)} files, {startup * 1e3:.0f} ms of live start-up included"
@@ -723,7 +743,7 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
             if p.path in chosen_live:
                 c = chosen_live[p.path]
                 fp, fc = plans[p.path]
-                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer)
+                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer, p.pricing.args)
                 p.chosen, fc.chosen, fc.why = c, c, why
                 fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
                 fp.reason = f"{c}: {why}"
