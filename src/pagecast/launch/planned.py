@@ -79,7 +79,10 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
     doc = read_plan(plan)
     # the launcher already warned about stale and missing files; these are the live ones
     packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
-    per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
+    # `objects:` specs run in the program (the advice shim), never in the live loop
+    per_fault = [
+        fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp) and not fp.arg.startswith("objects:")
+    ]
     policies = sorted({fp.arg for fp in per_fault})
     policy = policies[0] if policies else "none"
     skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
