@@ -446,7 +446,7 @@ def _measured_plan(ctx: Context) -> None:
             ctx.artifacts["notes"].append(
                 f"cost model (I/O x {model['scale']:.2f}, fitted to the recordings): median absolute error "
                 f"{model['median_abs_error']:.0%} of the measured time over {len(model['runs'])} held-out "
-                "predictions (each training recording held out; no plan, read-ahead off, the predicted plan)"
+                "predictions (each training recording held out; no plan and the predicted plan)"
             )
     else:
         ctx.artifacts.setdefault("notes", []).append(
