@@ -85,3 +85,23 @@ def test_planner_warms_the_recurring_objects_whole(tmp_path):
     doc, choices = plan_by_predicted_time(traces, PlannerConfig(**{**vars(cfg), "min_runs": 2}))
     best = min((v, k) for k, v in choices[0].predicted_s.items() if k.startswith("objects"))[1]
     assert choices[0].predicted_s[best] <= choices[0].predicted_s["warm+default"]
+
+
+def test_native_object_fetch_is_chosen_without_the_live_start_up_of_other_files():
+    from pagecast.plan.cost_model import Prediction
+    from pagecast.plan.planner import OBJECTS, FilePricing, _Priced, live_choices
+
+    def priced(path: str, nothing: float, live: dict[str, float]) -> _Priced:
+        fold = {"nothing": [Prediction(nothing, prog_s=nothing)] * 2}
+        lv = {c: [Prediction(v, prog_s=v)] * 2 for c, v in live.items()}
+        return _Priced(path, 1000, [True, True], FilePricing(fold, {}, {}, "test", lv), "nothing", mapped=True)
+
+    weights = priced("weights", 0.300, {OBJECTS: 0.180})  # the shim runs it: no start-up
+    lib = priced("lib", 0.010, {"pack": 0.002})  # a pack needs the Python live machinery
+    cfg = PlannerConfig(live_startup_s=0.5, margin=0.10)
+    chosen, why = live_choices([weights, lib], cfg)
+    # all live candidates: 310 - 128 + 500 ms; the native ones alone: 310 - 120 = 190 ms
+    assert chosen == {"weights": OBJECTS} and "0 ms of live start-up" in why
+    # with a free start-up the pack comes along
+    chosen, _ = live_choices([weights, lib], PlannerConfig(live_startup_s=0.0, margin=0.10))
+    assert chosen == {"weights": OBJECTS, "lib": "pack"}
