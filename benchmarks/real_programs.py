@@ -6,8 +6,9 @@
 
 Programs the project did not write: SQLite through Python's sqlite3 module (mmap I/O and
 ordinary reads) over a generated database, CPython importing a large package (sympy),
-git over a real repository (this checkout's own), and a safetensors (mmap) reader of a
-generated weights file. Each case has training inputs and a held-out input that touches
+git over a real repository (this checkout's own), a safetensors (mmap) reader of a
+generated weights file, a mixture-of-experts weights reader (experts read whole when
+routed) and `grep -r -l` over the system's documentation and headers. Each case has training inputs and a held-out input that touches
 different pages; every run starts cold (posix_fadvise DONTNEED on each file involved),
 strategies interleaved round by round, medians. Harness: ``pagecast.bench.coldstart``.
 The bound row warms the held-out run's pages that a training run used too: the most a
@@ -352,6 +353,97 @@ def safetensors_zipf_case(cache: Path, quick: bool, train_runs: int = 3) -> Case
     )
 
 
+# --------------------------------------------------------------------------- mixture of experts
+
+# A mixture-of-experts weights reader: the file is LAYERS x EXPERTS experts of EXPERT_KIB
+# each, back to back (expert (l, e) at ((l * EXPERTS) + e) * size), mapped. For each token
+# and layer the router picks TOPK distinct experts, which are read whole (a copy of the
+# mapping: every page of the expert, in order). Expert load is imbalanced as in trained MoE
+# models: per layer a fixed popularity (Zipf, exponent 0.8, over a per-layer permutation of
+# the experts), while the tokens, and so the experts chosen, depend on the input (the seed).
+MOE_READ = r"""
+import mmap, random, sys
+path, seed, tokens, layers, experts, kib, topk = sys.argv[1], *map(int, sys.argv[2:8])
+size = kib << 10
+with open(path, "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+weights = []
+for l in range(layers):
+    perm = list(range(experts))
+    random.Random(1000 + l).shuffle(perm)  # the model's own imbalance: fixed, not the input's
+    w = [0.0] * experts
+    for rank, e in enumerate(perm):
+        w[e] = 1.0 / (rank + 1) ** 0.8
+    weights.append(w)
+rng = random.Random(seed)
+total = 0
+for _ in range(tokens):
+    for l in range(layers):
+        chosen = set()
+        while len(chosen) < topk:
+            chosen.add(rng.choices(range(experts), weights=weights[l])[0])
+        for e in sorted(chosen):
+            off = (l * experts + e) * size
+            block = m[off:off + size]
+            total += block[0] + block[-1]
+print(total)
+"""
+
+
+def moe_file(cache: Path, quick: bool) -> tuple[Path, tuple[int, int, int]]:
+    """Random bytes as LAYERS x EXPERTS experts of EXPERT_KIB (256 MiB; quick: 16 MiB)."""
+    layers, experts, kib = (4, 16, 256) if quick else (16, 64, 256)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"moe_{layers}x{experts}x{kib}k.bin"
+    if not path.exists():
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            for _ in range(layers * experts):
+                f.write(os.urandom(kib << 10))
+        tmp.replace(path)
+    return path, (layers, experts, kib)
+
+
+def moe_case(cache: Path, quick: bool, train_runs: int = 3) -> Case:
+    w, (layers, experts, kib) = moe_file(cache, quick)
+    tokens, topk = ("4", "2") if quick else ("8", "2")
+    args = [tokens, str(layers), str(experts), str(kib), topk]
+    inp = lambda seed: Input(f"seed {seed}", [PY, "-c", MOE_READ, str(w), str(seed), *args])  # noqa: E731
+    return Case(
+        "moe",
+        f"mixture-of-experts weights reader (mmap): {tokens} tokens x {layers} layers, top-{topk} of "
+        f"{experts} experts of {kib} KiB per layer, each read whole when routed; routing depends on the "
+        f"input, expert popularity is imbalanced per layer ({w.stat().st_size >> 20} MiB file)",
+        [inp(s) for s in train_seeds(train_runs)],
+        inp(HELDOUT_SEED),
+        [w],
+        mmap_files=[w],
+        note="objects: experts of one size and alignment, entered at their first page and read whole",
+    )
+
+
+# --------------------------------------------------------------------------- grep -r
+
+# large real trees of text files (manual pages are compressed: grep finds nothing in them)
+GREP_TREES = [Path("/usr/share/doc"), Path("/usr/share/perl"), Path("/usr/include")]
+
+
+def grep_case(cache: Path, quick: bool) -> Case:
+    trees = [t for t in (GREP_TREES[:1] if quick else GREP_TREES) if t.is_dir()]
+    if not trees:
+        raise PagecastError("the grep case needs a tree of text files", path=GREP_TREES[0])
+    files = sum(1 for t in trees for p in t.rglob("*") if p.is_file())
+    inp = lambda word: Input(word, ["grep", "-r", "-l", "-F", word, *map(str, trees)])  # noqa: E731
+    return Case(
+        "grep",
+        f"grep -r -l WORD over {', '.join(map(str, trees))} ({files:,} files): every file read until its first match",
+        [inp("license"), inp("warranty")],
+        inp("signal"),
+        trees,
+        note="-l stops reading a file at its first match, so the pages read depend on the word",
+    )
+
+
 CASES: dict[str, Callable[..., Case]] = {
     "sqlite-mmap": sqlite_case(True),
     "sqlite-read": sqlite_case(False),
@@ -361,9 +453,11 @@ CASES: dict[str, Callable[..., Case]] = {
     # skewed inputs (labelled: the uniform/power-law cases above stay as they are)
     "sqlite-zipf": sqlite_zipf_case,
     "safetensors-zipf": safetensors_zipf_case,
+    "moe": moe_case,
+    "grep": grep_case,
 }
 # cases whose inputs are seeds: --train-runs applies to them (the others have fixed inputs)
-SEEDED = ("sqlite-mmap", "sqlite-read", "safetensors", "sqlite-zipf", "safetensors-zipf")
+SEEDED = ("sqlite-mmap", "sqlite-read", "safetensors", "sqlite-zipf", "safetensors-zipf", "moe")
 
 
 # --------------------------------------------------------------------------- main
@@ -403,6 +497,12 @@ def main(argv: list[str] | None = None) -> int:
         help="training inputs (seeds 1, 2, ... skipping the held-out seed 7) of the seeded cases "
         f"({', '.join(SEEDED)}); default 3. The other cases have fixed inputs",
     )
+    ap.add_argument(
+        "--device-model",
+        metavar="FILE|DIR",
+        help="price every plan with this device model (pagecast calibrate -o FILE); default: the stored "
+        "calibration of each file's device, else the built-in model",
+    )
     args = ap.parse_args(argv)
     names = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [n for n in names if n not in CASES]
@@ -425,7 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     strategies = default_strategies()
     if args.strategies == "plan":
         strategies = [s for s in strategies if s.kind != "pagecast" or "plan" in s.name.lower()]
-    cfg = Config(work, rounds=rounds, strategies=strategies)
+    plan_args = ["--device-model", str(Path(args.device_model).resolve())] if args.device_model else []
+    cfg = Config(work, rounds=rounds, strategies=strategies, plan_args=plan_args)
     results = []
     t0 = time.time()
     load0 = os.getloadavg()

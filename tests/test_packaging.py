@@ -183,18 +183,6 @@ def test_wheel_carries_the_native_front_and_the_python_command(installed):
     assert (installed["venv"] / "bin" / "pagecast").read_bytes() == front
 
 
-def test_editable_build_bakes_no_id(installed, tmp_path):
-    """An editable install's sources change under it: its front never reads a pointer."""
-    out = tmp_path / "ed"
-    out.mkdir()
-    code = f"import setuptools.build_meta as b; print(b.build_editable({str(out)!r}))"
-    name = _run([sys.executable, "-c", code], cwd=installed["copy"]).stdout.strip().split("\n")[-1]
-    front = zipfile.ZipFile(out / name).read("pagecast-0.1.0.data/scripts/pagecast")
-    # built with the id "editable", the compiler drops the whole pointer path: not even its file name is left
-    assert front[:4] == b"\x7fELF" and b"pagecast-front-" not in front
-    assert b"pagecast-front-" in zipfile.ZipFile(installed["wheel"]).read("pagecast-0.1.0.data/scripts/pagecast")
-
-
 def test_without_a_compiler_pagecast_is_the_python_command(installed, tmp_path):
     out = tmp_path / "scripts"
     env = {**os.environ, "CC": "no-such-cc"}

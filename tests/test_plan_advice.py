@@ -127,3 +127,22 @@ def test_version_1_plans_still_read_by_both_readers(tmp_path, files):
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0 and '"plan_error": null' in r.stdout, r.stdout + r.stderr
     assert '"advice": "default"' in r.stdout and '"pages_planned": 6' in r.stdout
+
+
+def test_advice_for_more_files_than_one_variable_names_still_runs_the_program(tmp_path):
+    """9,000 files with advice: the list would pass exec's limit for one string (128 KiB) and
+    the program would not start (E2BIG); the launcher names what fits and warns once."""
+    files = []
+    for i in range(9000):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(b"x")
+        files.append(p)
+    plan = tmp_path / "many.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(p), FileIdentity.of(p), "nothing", advice="sequential") for p in files]))
+    cmd = ["sh", "-c", 'echo ok; printf "%s" "$PAGECAST_ADVICE_FILES" | tr , "\\n" | wc -l']
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--", *cmd],
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
+    named = int(r.stdout.split()[1]) + 1  # wc -l: the last entry has no newline after it
+    assert r.returncode == 0 and r.stdout.startswith("ok\n") and 5000 < named < 9000
+    assert r.stderr == (f"pagecast run: warning: read-ahead advice for {9000 - named} of the plan's files left to "
+                        "the kernel's default (more than one environment variable can name)\n")  # fmt: skip

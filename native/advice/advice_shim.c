@@ -10,6 +10,8 @@
  *                                                     the `extent` policy on these files
  *   PAGECAST_FEEDBACK=PATH                            the launcher's feedback segment
  *                                                     (launch/feedback.h)
+ *   PAGECAST_OBJECT_FILES=DEV:INO:PAGES:ALIGN[,...]   mapped files read as objects of PAGES
+ *                                                     pages at ALIGN + k * PAGES
  *
  * The per-file forms are what `pagecast run --plan` sets: a plan's advice is per file, and
  * a file is named by (device, inode) because a path can be spelt many ways (relative,
@@ -24,6 +26,16 @@
  *             more than MAXPAGES pages are not objects and are left alone, as there.
  * read(), pread() on a feedback file -> each page read is marked and counted once, inside
  *             or outside the plan's ranges; mmap of it sets its `mapped` flag.
+ * mmap() of an object file (readable, not MAP_FIXED) -> mapped with no access and read-ahead
+ *             off; the first touch of an object faults (SIGSEGV, caught here): the whole
+ *             object is asked of the page cache at once (MADV_WILLNEED) and made accessible
+ *             with the program's protection, and the access resumes and waits only for its
+ *             own page. One signal per object instead of a read-around window (read_ahead_kb,
+ *             often far larger than the object) or a read per page (read-ahead off). A
+ *             SIGSEGV outside those mappings goes to the disposition the program had when it
+ *             mapped the file (the default: the program dies as it would have); a program
+ *             that installs its own SIGSEGV handler afterwards replaces this one, and its
+ *             object mappings then fault into it: plan `objects` only for programs that do not.
  *
  * The dynamic loader maps shared libraries with its own internal calls, which a preload
  * cannot see: libraries keep the default read-around. Reads inside libc (fread), file
@@ -35,6 +47,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -69,6 +82,26 @@ struct extent_file {
 };
 static struct extent_file *extents;
 static size_t nextents;
+
+struct object_file {
+    dev_t dev;
+    ino_t ino;
+    int64_t pages, align;
+};
+static struct object_file *objfiles;
+static size_t nobjfiles;
+
+/* Mappings of object files not yet unmapped; the SIGSEGV handler only reads them. */
+#define MAX_OBJECT_MAPS 256
+struct object_map {
+    uintptr_t start, end;
+    int64_t first_page; /* file page at start */
+    int64_t pages, align;
+    int prot, live;
+};
+static struct object_map objmaps[MAX_OBJECT_MAPS];
+static int nobjmaps, objmap_lock;
+static struct sigaction prev_segv;
 
 static struct pcf_header *seg; /* feedback segment, or NULL */
 
@@ -139,6 +172,20 @@ static void parse_extents(const char *list) {
     }
 }
 
+static void parse_objects(const char *list) {
+    objfiles = calloc(count_items(list), sizeof *objfiles);
+    if (!objfiles) return;
+    for (const char *p = list; *p;) {
+        unsigned long long dev, ino;
+        long long pages, align;
+        if (sscanf(p, "%llu:%llu:%lld:%lld", &dev, &ino, &pages, &align) == 4 && pages > 0 && align >= 0)
+            objfiles[nobjfiles++] = (struct object_file){(dev_t)dev, (ino_t)ino, pages, align % pages};
+        const char *c = strchr(p, ',');
+        if (!c) break;
+        p = c + 1;
+    }
+}
+
 /* Map the feedback segment. Raw system calls: the shim's own open/mmap are the wrappers below. */
 static void attach_feedback(const char *path) {
     /* the launcher made it with mkostemp: never a link, a FIFO or another user's file */
@@ -171,6 +218,8 @@ static void init_once(void) {
     if (list && *list) parse_extents(list);
     list = getenv("PAGECAST_FEEDBACK");
     if (list && *list) attach_feedback(list);
+    list = getenv("PAGECAST_OBJECT_FILES");
+    if (list && *list) parse_objects(list);
     errno = saved;
 }
 
@@ -179,7 +228,7 @@ static void init_advice(void) {
 }
 
 static int per_file(void) {
-    return nfiles || nextents || seg;
+    return nfiles || nextents || seg || nobjfiles;
 }
 
 /* The advice for this file: its own entry, else the global one (-2: none). */
@@ -417,16 +466,98 @@ ssize_t preadv(int fd, const struct iovec *iov, int cnt, off_t off) {
     return r;
 }
 
+/* The first touch of an object: fetch it whole, then let the access resume. Only system
+ * calls (async-signal-safe) and reads of objmaps. */
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    uintptr_t a = (uintptr_t)si->si_addr;
+    int n = __atomic_load_n(&nobjmaps, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++) {
+        struct object_map *m = &objmaps[i];
+        if (!__atomic_load_n(&m->live, __ATOMIC_ACQUIRE) || a < m->start || a >= m->end) continue;
+        int64_t page = m->first_page + (int64_t)((a - m->start) / PCF_PAGE);
+        int64_t lo = page < m->align ? 0 : m->align + (page - m->align) / m->pages * m->pages;
+        int64_t hi = page < m->align ? m->align : lo + m->pages;
+        uintptr_t s = m->start + (uintptr_t)((lo > m->first_page ? lo : m->first_page) - m->first_page) * PCF_PAGE;
+        uintptr_t e = m->start + (uintptr_t)(hi - m->first_page) * PCF_PAGE;
+        if (e > m->end || e < s) e = m->end;
+        int saved = errno;
+        madvise((void *)s, e - s, MADV_WILLNEED);
+        int r = mprotect((void *)s, e - s, m->prot);
+        errno = saved;
+        if (r == 0) return; /* the access runs again, now allowed */
+        break;
+    }
+    /* not an object's first touch: what the program had */
+    if ((prev_segv.sa_flags & SA_SIGINFO) && prev_segv.sa_sigaction) {
+        prev_segv.sa_sigaction(sig, si, uc);
+    } else if (prev_segv.sa_handler != SIG_DFL && prev_segv.sa_handler != SIG_IGN && prev_segv.sa_handler) {
+        prev_segv.sa_handler(sig);
+    } else {
+        signal(SIGSEGV, SIG_DFL); /* the faulting access runs again and the program dies of it */
+    }
+}
+
+static int object_slot(int fd) {
+    struct stat st;
+    if (!nobjfiles || fstat(fd, &st) != 0) return -1;
+    for (size_t i = 0; i < nobjfiles; i++)
+        if (objfiles[i].dev == st.st_dev && objfiles[i].ino == st.st_ino) return (int)i;
+    return -1;
+}
+
+/* mmap of an object file: mapped with no access (the first touch of each object faults
+ * into on_segv) and read-ahead off. -1: not an object mapping, map as asked. */
+static void *map_objects(void *addr, size_t len, int prot, int flags, int fd, off_t off,
+                         void *(*real)(void *, size_t, int, int, int, off_t)) {
+    if (fd < 0 || (flags & (MAP_ANONYMOUS | MAP_FIXED)) || !(prot & PROT_READ) || off % PCF_PAGE) return MAP_FAILED;
+    init_advice();
+    int saved = errno, slot = object_slot(fd);
+    errno = saved;
+    if (slot < 0) return MAP_FAILED;
+    while (__atomic_test_and_set(&objmap_lock, __ATOMIC_ACQUIRE));
+    void *p = MAP_FAILED;
+    if (nobjmaps < MAX_OBJECT_MAPS) {
+        if (nobjmaps == 0) {
+            struct sigaction sa = {.sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER};
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGSEGV, &sa, &prev_segv);
+        }
+        p = real(addr, len, PROT_NONE, flags, fd, off);
+        if (p != MAP_FAILED) {
+            madvise(p, len, MADV_RANDOM);
+            struct object_map *m = &objmaps[nobjmaps];
+            *m = (struct object_map){
+                (uintptr_t)p, (uintptr_t)p + len, off / PCF_PAGE, objfiles[slot].pages, objfiles[slot].align, prot, 1};
+            __atomic_store_n(&nobjmaps, nobjmaps + 1, __ATOMIC_RELEASE);
+        }
+        errno = saved;
+    }
+    __atomic_clear(&objmap_lock, __ATOMIC_RELEASE);
+    return p;
+}
+
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     NEXT(mmap);
-    void *p = real(addr, len, prot, flags, fd, off);
+    void *p = map_objects(addr, len, prot, flags, fd, off, real);
+    if (p != MAP_FAILED) return p;
+    p = real(addr, len, prot, flags, fd, off);
     advise_map(p, len, flags, fd);
     return p;
 }
 
+int munmap(void *addr, size_t len) {
+    NEXT(munmap);
+    uintptr_t a = (uintptr_t)addr;
+    for (int i = 0; i < __atomic_load_n(&nobjmaps, __ATOMIC_ACQUIRE); i++)
+        if (objmaps[i].start >= a && objmaps[i].end <= a + len) __atomic_store_n(&objmaps[i].live, 0, __ATOMIC_RELEASE);
+    return real(addr, len);
+}
+
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
     NEXT(mmap64);
-    void *p = real(addr, len, prot, flags, fd, off);
+    void *p = map_objects(addr, len, prot, flags, fd, off, real);
+    if (p != MAP_FAILED) return p;
+    p = real(addr, len, prot, flags, fd, off);
     advise_map(p, len, flags, fd);
     return p;
 }

@@ -3,7 +3,8 @@
  * Python interpreter in front of the program.
  *
  * setup.py compiles this file when the package is built (PAGECAST_FRONT_ID: the id of the
- * native sources the package ships, or "editable") and installs it as `pagecast`, beside
+ * native sources the package ships, or for an editable install the id of this file alone,
+ * pagecast.launch.front.editable_id) and installs it as `pagecast`, beside
  * `pagecast-python`, the Python command line (bin/pagecast). For a command line of the form
  * `run --plan FILE [--json] [--plan-status FILE] -- PROG ARGS` (exactly the set
  * pagecast.launch.command.planned_argv accepts) it execs the native launcher named by the
@@ -20,7 +21,8 @@
  *
  * The pointer (${XDG_CACHE_HOME:-$HOME/.cache}/pagecast/native/pagecast-front-ID-DIRHASH) is trusted
  * only while every source file it lists still has the size and mtime it had when the
- * Python side checked that the launcher was built from them.
+ * Python side checked that the launcher was built from them (for an editable install:
+ * every file of the checkout's native/, which its owner edits).
  */
 #define _GNU_SOURCE
 #include <errno.h>

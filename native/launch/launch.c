@@ -237,6 +237,10 @@ static int handover(const struct opts *o, struct pcl_plan *plan, int stop_fd, in
  * and the live feedback counts (PAGECAST_FEEDBACK). Files are named by device and inode,
  * and only files whose identity was checked are listed. Without the shim: one warning, and
  * the program runs with the kernel's default advice, no extent and no feedback. */
+/* The longest string exec passes on (the kernel's MAX_ARG_STRLEN is 32 pages): a longer
+ * variable makes execve fail with E2BIG, and the program would not start. */
+#define ENV_MAX (128 * 1024 - 1)
+
 static void setup_shim(struct pcl_plan *plan) {
     size_t nadv = 0, next = 0;
     for (int i = 0; i < plan->nfiles; i++) {
@@ -271,23 +275,44 @@ static void setup_shim(struct pcl_plan *plan) {
     }
     char *list = malloc((nadv + next) * 96 + 1), *w = list;
     *w = 0;
+    int dropped = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
-        if (f->advice_ok)
-            w += sprintf(w, "%s%c:%llu:%llu", w == list ? "" : ",", pcl_advice_names[f->advice][0],
-                         (unsigned long long)f->dev, (unsigned long long)f->ino);
+        if (!f->advice_ok) continue;
+        if (w - list > ENV_MAX - 64) { /* one more entry would not fit in one variable */
+            f->advice_ok = 0;
+            dropped++;
+            continue;
+        }
+        w += sprintf(w, "%s%c:%llu:%llu", w == list ? "" : ",", pcl_advice_names[f->advice][0],
+                     (unsigned long long)f->dev, (unsigned long long)f->ino);
     }
+    if (dropped)
+        fprintf(
+            stderr,
+            "pagecast run: warning: read-ahead advice for %d of the plan's files left to the kernel's default (more "
+            "than one environment variable can name)\n",
+            dropped);
     if (nadv) setenv("PAGECAST_ADVICE_FILES", list, 1);
     w = list;
     *w = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
-        if (f->status == PCL_ST_NATIVE)
+        if (f->status == PCL_ST_NATIVE && !f->obj_pages)
             w += sprintf(w, "%s%llu:%llu:%lld:%lld:%lld", w == list ? "" : ",", (unsigned long long)f->dev,
                          (unsigned long long)f->ino, (long long)((f->size + 4095) / 4096), (long long)f->ext_degree,
                          (long long)f->ext_max_pages);
     }
-    if (next) setenv("PAGECAST_EXTENT_FILES", list, 1);
+    if (*list) setenv("PAGECAST_EXTENT_FILES", list, 1);
+    w = list;
+    *w = 0;
+    for (int i = 0; i < plan->nfiles; i++) {
+        struct pcl_file *f = &plan->files[i];
+        if (f->status == PCL_ST_NATIVE && f->obj_pages)
+            w += sprintf(w, "%s%llu:%llu:%lld:%lld", w == list ? "" : ",", (unsigned long long)f->dev,
+                         (unsigned long long)f->ino, (long long)f->obj_pages, (long long)f->obj_align);
+    }
+    if (*list) setenv("PAGECAST_OBJECT_FILES", list, 1);
     free(list);
     if (plan->fb) setenv("PAGECAST_FEEDBACK", plan->fb_path, 1);
     const char *pre = getenv("LD_PRELOAD");

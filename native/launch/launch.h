@@ -76,6 +76,7 @@ struct pcl_file {
     int64_t errors;
     /* native per-fault `extent` (launch/feedback.h has the rest of the shim's side) */
     int64_t ext_degree, ext_max_pages;
+    int64_t obj_pages, obj_align; /* `objects:pages=N,align=A` (mapped files): objects fetched on first touch */
     /* live feedback */
     int fb_slot; /* index in the feedback segment, -1: none */
     enum pcl_feedback fb;

@@ -365,6 +365,32 @@ static int native_extent(struct pcl_file *f) {
     return 1;
 }
 
+/* A per-fault spec the shim runs natively on a mapped file: `objects:pages=N[,align=A]`, an
+ * object layout learned by the planner (src/pagecast/plan/objects.py). Anything else: 0. */
+static int native_objects(struct pcl_file *f) {
+    const char *a = f->arg;
+    if (strncmp(a, "objects:", 8) != 0) return 0;
+    int64_t pages = 0, align = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", a + 8);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int64_t v;
+        if (!eq || parse_i64(eq + 1, &v) < 0) return 0;
+        *eq = 0;
+        if (strcmp(kv, "pages") == 0 && v >= 1 && v <= 1 << 24)
+            pages = v;
+        else if (strcmp(kv, "align") == 0 && v >= 0)
+            align = v;
+        else
+            return 0;
+    }
+    if (!pages) return 0;
+    f->obj_pages = pages;
+    f->obj_align = align % pages;
+    return 1;
+}
+
 int pcl_plan_open(struct pcl_plan *plan) {
     int native = 0, root = geteuid() == 0;
     for (int i = 0; i < plan->nfiles; i++) {
@@ -399,6 +425,12 @@ int pcl_plan_open(struct pcl_plan *plan) {
         f->advice_ok = f->advice != PCL_ADV_DEFAULT;
         if (no_prefetch) {
             f->status = PCL_ST_NOTHING;
+            continue;
+        }
+        if (f->strategy == PCL_PER_FAULT && native_objects(f)) {
+            f->status = PCL_ST_NATIVE;
+            snprintf(f->detail, sizeof f->detail, "%s on the program's first touch of each object (advice shim)",
+                     f->arg);
             continue;
         }
         if (f->strategy == PCL_PER_FAULT && native_extent(f)) {

@@ -102,11 +102,12 @@ class Context:
     oracle_pages: dict[str, np.ndarray]  # the held-out run's own page set, per file
     artifacts: dict[str, Any] = field(default_factory=dict)
     cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
+    plan_args: list[str] = field(default_factory=list)  # extra options of every `pagecast plan` (Config.plan_args)
 
     def pagecast(self, *args: str) -> list[str]:
-        """argv of a pagecast command as a user types it: this checkout's ``bin/pagecast`` run by
-        this interpreter, else the ``pagecast`` installed beside this interpreter (a regular
-        install's native front, or the Python script); ``python -m pagecast`` when there is none."""
+        """argv of a pagecast command as a user types it: the ``pagecast`` installed beside this
+        interpreter (the native front of a regular or editable install), else this checkout's
+        ``bin/pagecast`` run by this interpreter; ``python -m pagecast`` when there is neither."""
         return [*pagecast_script(), *args]
 
     @property
@@ -117,12 +118,12 @@ class Context:
 def pagecast_script() -> list[str]:
     """The argv prefix of the ``pagecast`` command (see ``Context.pagecast``). ``python -m``
     costs more than the script (runpy, the CLI package) before ``run --plan`` reaches its fast path."""
-    here = Path(__file__).resolve().parents[3] / "bin" / "pagecast"  # a checkout: src/pagecast/bench/
-    if here.is_file():
-        return [sys.executable, str(here)]
     installed = Path(sys.executable).parent / "pagecast"
     if installed.is_file():
         return [str(installed)]  # executable as installed (a binary, or a script with its #! line)
+    here = Path(__file__).resolve().parents[3] / "bin" / "pagecast"  # a checkout: src/pagecast/bench/
+    if here.is_file():
+        return [sys.executable, str(here)]
     return [sys.executable, "-m", "pagecast"]
 
 
@@ -407,7 +408,9 @@ def _run_pack(ctx: Context) -> Launch | None:
 def _plan(ctx: Context) -> None:
     out = ctx.work / "train.plan"
     proc = subprocess.run(
-        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out)), capture_output=True, text=True
+        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out), *ctx.plan_args),
+        capture_output=True,
+        text=True,
     )
     if proc.returncode == 0:
         ctx.artifacts["plan"] = out
@@ -421,7 +424,9 @@ def _measured_plan(ctx: Context) -> None:
     predicted plan and the kernel-equivalent plans, and the measured-fastest is kept."""
     out = ctx.work / "measured.plan"
     proc = subprocess.run(
-        ctx.pagecast("plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json"),
+        ctx.pagecast(
+            "plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json", *ctx.plan_args
+        ),
         capture_output=True,
         text=True,
     )
@@ -435,6 +440,14 @@ def _measured_plan(ctx: Context) -> None:
         ctx.artifacts.setdefault("notes", []).append(
             f"measured plan: {m['chosen']} (training runs' medians summed, s: {totals}; noise {m['noise']:.1%})"
         )
+        model = json.loads(proc.stdout).get("model")
+        if model and model.get("median_abs_error") is not None:
+            ctx.artifacts["model"] = model
+            ctx.artifacts["notes"].append(
+                f"cost model (I/O x {model['scale']:.2f}, fitted to the recordings): median absolute error "
+                f"{model['median_abs_error']:.0%} of the measured time over {len(model['runs'])} held-out "
+                "predictions (each training recording held out; no plan and the predicted plan)"
+            )
     else:
         ctx.artifacts.setdefault("notes", []).append(
             f"no measured plan: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
@@ -530,6 +543,7 @@ class Config:
     rounds: int = 5
     strategies: list[Strategy] | None = None  # None: default_strategies()
     timeout_s: float = 600.0
+    plan_args: list[str] = field(default_factory=list)  # e.g. ["--device-model", FILE]
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:
@@ -606,7 +620,7 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     oracle = file_page_sets(held)
     touched = [p for s in [*train_sets, oracle] for p in s]
     files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
-    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle)
+    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle, plan_args=list(cfg.plan_args))
     ctx.artifacts["recurrence"] = recurrence(train_sets, oracle)
     for s in cfg.strategies or default_strategies():
         if s.train:
@@ -654,6 +668,7 @@ def run_case(
         "skipped": skipped,
         "notes": ctx.artifacts.get("notes", []),
         "recurrence": ctx.artifacts.get("recurrence", {}),
+        "model": ctx.artifacts.get("model"),
         "strategies": summary,
         "noise": case_noise(summary),
         "runs": [r.__dict__ for r in rows],
@@ -746,7 +761,9 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     for r in results:
         names += [x["strategy"] for x in r["strategies"] if x["kind"] not in ("kernel", "oracle", "warm")]
     noise = {r["case"]: r.get("noise", 0.0) for r in results}
-    out: dict[str, Any] = {"noise": noise, "strategies": {}}
+    errs = {r["case"]: r["model"]["median_abs_error"] for r in results if r.get("model")}
+    out: dict[str, Any] = {"noise": noise, "strategies": {}, "model_error": errs,
+                           "median_model_error": float(statistics.median(errs.values())) if errs else None}  # fmt: skip
     for name in dict.fromkeys(names):
         rows = {r["case"]: next((x for x in r["strategies"] if x["strategy"] == name), None) for r in results}
         ratios = {c: x["vs_best_kernel"] for c, x in rows.items() if x and x["vs_best_kernel"] is not None}
@@ -780,4 +797,10 @@ def format_summary(summ: dict[str, Any], cases: list[str]) -> str:
         hr = f"{med:.0%} over {n} case{'' if n == 1 else 's'}" if med is not None else "—"
         slower = ", ".join(x.get("slower_beyond_noise", [])) or "none"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {least} | {hr} | {slower} |")
+    errs = summ.get("model_error") or {}
+    if errs:
+        cells = [f"{errs[c]:.0%}" if c in errs else "—" for c in cases]
+        med = summ["median_model_error"]
+        lines.append("| cost model's median absolute error on held-out runs (target ≤ 30 %) | " + " | ".join(cells)
+                     + f" | | {med:.0%} over {len(errs)} case{'' if len(errs) == 1 else 's'} | |")  # fmt: skip
     return "\n".join(lines)

@@ -76,6 +76,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         "uses a page pack or a per-fault policy the native launcher cannot run (default 500)",
     )
     p.add_argument(
+        "--startup-ms",
+        type=float,
+        default=2.0,
+        help="what starting a planned run costs (the native `pagecast` front and launcher; default 2). "
+        "A plan whose predicted gain over no plan is not above this plus --noise is written as "
+        "nothing for every file",
+    )
+    p.add_argument(
+        "--noise",
+        type=float,
+        default=0.05,
+        help="run-to-run spread of a cold run, as a share of its predicted I/O (default 0.05): the "
+        "least gain, beyond --startup-ms, a plan must promise",
+    )
+    p.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="price with the device model as calibrated; by default its times are scaled down where "
+        "it prices a recording's reads above the recording's own span (the median over the "
+        "recordings of span / modelled I/O, never up)",
+    )
+    p.add_argument(
         "--device-model",
         metavar="FILE|DIR",
         help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
@@ -198,14 +220,55 @@ def explain(choices) -> None:
         if c.predicted_s:
             print(f"  {c.validation}; device: {c.device}, read_ahead_kb {c.read_ahead_kb}; {c.runs_using} runs used "
                   f"it, {c.mean_pages_used:.0f} of {c.file_pages} pages on average", file=sys.stderr)  # fmt: skip
+        if c.objects:
+            print(f"  {c.objects}", file=sys.stderr)
         for k, why in c.skipped.items():
             print(f"  {k} not priced: {why}", file=sys.stderr)
+
+
+# the kernel's `random` plan turns read-ahead off for every file, which the model prices only for
+# mapped files: not the same plan, so it is not compared
+MODEL_KINDS = {"default": "no plan", "predicted": "the predicted plan"}
+
+
+def model_dict(model, traces: list[str], measured) -> dict:
+    """Per recording held out: predicted wall s (CPU + predicted I/O) and, where --measure
+    ran, the measured median, for no plan, read-ahead off and the predicted plan."""
+    med = measured.medians() if measured is not None else {}
+    rows = []
+    for kind in MODEL_KINDS:
+        for t, pred in zip(traces, model.wall(kind)):
+            m = med.get(kind, {}).get(t)
+            rows.append({"candidate": kind, "recording": t, "predicted_s": round(pred, 6),
+                         "measured_s": round(m, 6) if m is not None else None})  # fmt: skip
+    errs = [abs(r["predicted_s"] - r["measured_s"]) / r["measured_s"] for r in rows if r["measured_s"]]
+    return {
+        "scale": round(model.scale, 4),
+        "spans_s": [round(x, 6) for x in model.spans_s],
+        "cpu_s": [round(x, 6) for x in model.cpu_s],
+        "io_s": [round(x, 6) for x in model.io_s],
+        "runs": rows,
+        "median_abs_error": round(float(sorted(errs)[len(errs) // 2]), 4) if errs else None,
+    }
+
+
+def explain_runs(model, traces: list[str], measured) -> None:
+    d = model_dict(model, traces, measured)
+    print(f"run model: I/O times x {d['scale']:.2f} (fitted to the recordings' spans); per recording held out, "
+          "predicted wall ms = CPU (the least over the recordings of span less I/O) + the files' I/O" + (", measured ms (--measure)" if measured
+          else ""), file=sys.stderr)  # fmt: skip
+    for r in d["runs"]:
+        meas = f", measured {r['measured_s'] * 1e3:.1f}" if r["measured_s"] is not None else ""
+        print(f"  {r['candidate']} ({MODEL_KINDS[r['candidate']]}), {Path(r['recording']).name}: predicted "
+              f"{r['predicted_s'] * 1e3:.1f}{meas}", file=sys.stderr)  # fmt: skip
+    if d["median_abs_error"] is not None:
+        print(f"  median absolute error: {d['median_abs_error']:.0%} of the measured time", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
     from pagecast.plan.format import write_plan
-    from pagecast.plan.planner import PlannerConfig, plan_by_predicted_time
+    from pagecast.plan.planner import PlannerConfig, plan_with_model
 
     if args.show:
         if args.traces or args.output:
@@ -227,21 +290,24 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
                         overlap=args.overlap, small_kib=args.small_kib, max_regret=args.max_regret,
-                        live_startup_s=args.live_startup_ms / 1e3,
+                        live_startup_s=args.live_startup_ms / 1e3, startup_s=args.startup_ms / 1e3,
+                        noise=args.noise, fit=not args.no_fit,
                         pack_dir=Path(args.output).resolve().parent, pack_writer=build_pack,
                         device=_device(args.device_model))  # fmt: skip
     with progress(desc="rows", unit="row") as bar:
-        doc, choices = plan_by_predicted_time(args.traces, cfg, on_rows=bar.update)
+        doc, choices, model = plan_with_model(args.traces, cfg, on_rows=bar.update)
     measured = None
     if recordings is not None:
         doc, measured = _measure(args, doc, recordings, cfg)
     write_plan(args.output, doc)
     if args.explain:
         explain(choices)
+        explain_runs(model, args.traces, measured)
         if measured is not None:
             print(measured.note(), file=sys.stderr)
     if args.json:
         out = {"plan": args.output, **doc.to_dict(), "choices": [c.to_dict() for c in choices]}
+        out["model"] = model_dict(model, args.traces, measured)
         if measured is not None:
             out["measured"] = measured.to_dict()
         print_json(out)

@@ -1,7 +1,7 @@
-"""The native ``pagecast`` command of a regular install (``native/front/front.c``) and its pointer file.
+"""The native ``pagecast`` command (``native/front/front.c``) and its pointer file.
 
 setup.py compiles the front when the package is built, with ``source_id`` of the native
-sources the package ships baked in, and installs it as ``pagecast`` beside
+sources the package ships baked in (``editable_id`` for an editable install), and installs it as ``pagecast`` beside
 ``pagecast-python`` (``bin/pagecast``). For a simple ``run --plan`` it execs the launcher a
 pointer file names, with no Python in between; without a valid pointer it runs
 ``pagecast-python`` with ``PAGECAST_FRONT_ID`` set, and ``exec_if_planned`` calls
@@ -12,9 +12,17 @@ Pointer (``$XDG_CACHE_HOME/pagecast/native/pagecast-front-KEY``, else ``~/.cache
 KEY is ``pointer_key``: the id and a hash of the front's directory, so two installations of
 the same sources never share one): a magic line, the launcher, the native source directory,
 then ``SIZE MTIME_NS PATH`` per source file; the front trusts it only while every listed
-file still matches. An editable
-install (sources that change under it) is built with the id ``editable`` and never reads a
-pointer: it always takes the Python path.
+file still matches.
+
+An editable install (``pip install -e .``) runs the checkout's own ``native/``, whose
+sources change under it, so its front cannot carry their hash. It is built with
+``editable_id`` instead: a hash of the front's own source (what the front must agree with:
+the command lines it takes, the launcher's arguments). Its pointer is written only while
+``front/front.c`` still hashes to that id and, like any pointer, names the launcher
+``build_launcher`` built from the sources as they are, with every source file's size and
+mtime: an edit anywhere in ``native/`` sends the next run to Python, which rebuilds the
+launcher and writes the pointer again; an edit of ``front.c`` itself leaves the installed
+front on the Python path until the package is installed again.
 
 Only ``os`` at import: this module is on the start-up path of ``pagecast run --plan``.
 """
@@ -52,6 +60,15 @@ def source_id(native: str) -> str:
     return h.hexdigest()[:32]
 
 
+def editable_id(native: str) -> str:
+    """Id of an editable install's front: a hash of its own source only (see the module docstring)."""
+    import hashlib
+
+    with open(os.path.join(native, SOURCE), "rb") as f:
+        data = f.read()
+    return hashlib.sha256(f"{MAGIC} editable\0{len(data)}\0".encode() + data).hexdigest()[:32]
+
+
 def pointer_key(front_id: str, front_dir: str) -> str:
     """front.c's key for the front in ``front_dir`` (its real directory): ``ID-FNV1A64(dir)``."""
     h = 0xCBF29CE484222325
@@ -75,13 +92,15 @@ def write_pointer(key: str) -> str | None:
     """Point the installed front that asked (``key``, from ``PAGECAST_FRONT_ID``) at the launcher,
     if it is entitled to one; the launcher or None.
 
-    Only for a regular install whose shipped sources still hash to the key's id, and never
-    under ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then).
+    Only for a regular install whose shipped sources still hash to the key's id, or an
+    editable one whose front source still hashes to it (``editable_id``), and never under
+    ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then).
     The launcher comes from ``build_launcher`` (content-addressed: built from exactly these
     sources), not from the quicker stamp check."""
     from pagecast.launch import binary
 
-    native = binary.installed_native_dir()
+    native = binary.native_dir()
+    editable = native != binary.installed_native_dir()
     front_id, _, where = key.partition("-")
     path = pointer_path(key)
     if (
@@ -90,12 +109,11 @@ def write_pointer(key: str) -> str | None:
         or path is None
         or os.environ.get("PAGECAST_NATIVE_DIR")
         or os.environ.get("PAGECAST_BUILD_DIR")
-        or binary.native_dir() != native
     ):
         return None
     files = source_files(native)
     before = [os.stat(os.path.join(native, rel)) for rel in files]
-    if not files or source_id(native) != front_id:
+    if not files or (editable_id(native) if editable else source_id(native)) != front_id:
         return None
     launcher = binary.build_launcher()
     after = [os.stat(os.path.join(native, rel)) for rel in files]

@@ -92,7 +92,10 @@ def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json
         doc = PlanDoc()
     # the launcher already warned about stale and missing files; these are the live ones
     packs = [fp for fp in doc.files if fp.strategy == "pack" and _current(fp)]
-    per_fault = [fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp)]
+    # `objects:` specs run in the program (the advice shim), never in the live loop
+    per_fault = [
+        fp for fp in doc.files if fp.strategy == "per-fault" and _current(fp) and not fp.arg.startswith("objects:")
+    ]
     skipped: dict[str, str] = {}  # handed-over files that did not run as planned → why
 
     def skip(fp: FilePlan, why: str) -> None:

@@ -37,6 +37,7 @@ Two run-wide steps follow, both priced on the same folds:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from pagecast.plan.cost_model import (
     device_costs_for,
     predict,
     predict_extent,
+    predict_objects,
     predict_pack,  # fmt: skip
 )
 from pagecast.plan.format import (
@@ -62,14 +64,17 @@ from pagecast.plan.format import (
     FilePlan,  # fmt: skip
     PlanDoc,
 )
+from pagecast.plan.objects import ObjectLayout, learn_layout, object_pages
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files, recurrence_line
 from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
 # near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
-PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default")
+PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default", "objects+random",
+              "objects+default")  # fmt: skip
 TIE = 0.01
 SMALL_FILES = "small files whole"
+OBJECTS = "per-fault:objects"  # a mapped file's objects fetched whole on their first touch
 
 
 @dataclass
@@ -88,6 +93,13 @@ class PlannerConfig:
     # (a layer above this one) passes it in; required with pack_dir
     pack_writer: Callable[[str, np.ndarray, Path], object] | None = None
     extent_pages: int = 512  # per-fault extent: files up to this many pages are one object (the policy's default)
+    # what a planned run costs before the program starts (the native front and launcher: about
+    # 1 ms measured, benchmarks/launch_overhead.py); a plan must gain more than this plus the
+    # noise (``noise`` x the run's predicted I/O) or it is "nothing" for every file
+    startup_s: float = 0.002
+    objects: bool = True  # learn object layouts and price warming the recurring objects whole
+    fit: bool = True  # scale the device model's times to the recordings' own timing (fit_scale)
+    noise: float = 0.05  # run-to-run spread of a cold run's time (measured 2-16 % in the real-program benchmark)
     device: DeviceCosts | None = None  # None: per file, the calibration of its device (else built-in)
 
 
@@ -106,6 +118,7 @@ class FileChoice:
     runs_using: int = 0
     mean_pages_used: float = 0.0
     file_pages: int = 0
+    objects: str = ""  # the object layout the recordings show, described
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in vars(self).items()} | {
@@ -119,6 +132,16 @@ def shared_pages(runs: Sequence[np.ndarray], k: int, file_pages: int) -> np.ndar
         return np.empty(0, np.int64)
     pages, counts = np.unique(np.concatenate(runs), return_counts=True)
     return pages[(counts >= k) & (pages >= 0) & (pages < file_pages)]
+
+
+def shared_objects(runs: Sequence[np.ndarray], k: int, layout: ObjectLayout, file_pages: int) -> np.ndarray:
+    """Every page of the objects at least ``k`` of ``runs`` touched (any page of it)."""
+    if not runs:
+        return np.empty(0, np.int64)
+    ids = [np.unique((r[(r >= 0) & (r < file_pages)] - layout.align) // layout.pages) for r in runs]
+    objs, counts = np.unique(np.concatenate(ids), return_counts=True)
+    hot = objs[counts >= k]
+    return object_pages(layout.align + hot * layout.pages, layout, file_pages)
 
 
 def _k(cfg: PlannerConfig, nruns: int) -> int:
@@ -170,6 +193,8 @@ class FilePricing:
     skipped: dict[str, str]
     validation: str
     live: dict[str, list[Prediction]] = field(default_factory=dict)  # pack / per-fault: need the live machinery
+    layout: ObjectLayout | None = None  # the objects the recordings read whole, if they show any
+    args: dict[str, str] = field(default_factory=dict)  # per-fault candidate -> the plan's policy spec
 
     def mean(self) -> dict[str, float]:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
@@ -217,6 +242,22 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
             warm_sets[name] = final
             out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
                          for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+    layout = learn_layout(used) if cfg.objects else None
+    if layout is not None:
+        # warm the objects that recur, whole: each fold learns which from its training runs
+        for k in hot_thresholds(cfg, n):
+            kf = _k_fold(k, n)
+            fold_sets = [shared_objects(train, kf, layout, file_pages) for train, _ in folds]
+            if not any(len(x) for x in fold_sets):
+                continue
+            final = shared_objects(used, k, layout, file_pages)
+            for adv in advices:
+                name = _warm_name(adv, k, default_k).replace("warm+", "objects+")
+                warm_sets[name] = final
+                out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                             for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+    elif cfg.objects and file_pages * PAGE_SIZE > cfg.small_kib * 1024:
+        skipped["objects"] = "no object structure in the recordings (runs of pages of one size and alignment)"
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
@@ -230,11 +271,16 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
                 live[name] = [predict_pack(dev, held, s) for (_, held), s in zip(folds, fold_sets)]
     elif mapped:
         skipped["pack"] = "no directory to write page packs in"
+    args: dict[str, str] = {}
+    if layout is not None and mapped:
+        # on the first touch of an object, fetch the object: the advice shim in the program
+        live[OBJECTS] = [predict_objects(dev, held, layout.pages, layout.align, file_pages) for _, held in folds]
+        args[OBJECTS] = f"objects:pages={layout.pages},align={layout.align}"
     if 0 < file_pages <= cfg.extent_pages:
         live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
     else:
         skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
-    return FilePricing(out, warm_sets, skipped, validation, live)
+    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
 
 
 def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
@@ -250,7 +296,7 @@ def _preference(name: str) -> tuple[int, int]:
 
 
 def _default_twin(name: str) -> str:
-    return name.replace("+random", "+default") if name.startswith("warm") else "nothing"
+    return name.replace("+random", "+default") if name.startswith(("warm", "objects")) else "nothing"
 
 
 def eligible(predicted: dict[str, float], margin: float) -> dict[str, float]:
@@ -289,7 +335,8 @@ def pack_path(pack_dir: Path, path: str) -> Path:
 
 def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
                pack_dir: Path | None = None,
-               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None) -> None:  # fmt: skip
+               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
+               args: dict[str, str] | None = None) -> None:  # fmt: skip
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
@@ -299,9 +346,11 @@ def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npag
         fp.strategy, fp.arg = "pack", str(out)
     elif kind == "per-fault:extent":
         fp.strategy, fp.arg = "per-fault", "extent"
+    elif kind == OBJECTS:
+        fp.strategy, fp.arg = "per-fault", (args or {})[OBJECTS]
     elif kind == "nothing":
         fp.advice = advice
-    elif kind == "warm":
+    elif kind in ("warm", "objects"):
         fp.strategy, fp.advice = "warm", advice
         fp.ranges = merge_ranges(warm_sets[chosen])
     elif kind == "whole":
@@ -318,17 +367,7 @@ def cpu_seconds(trace: str | Path, io_s: float) -> float:
     recorder's work on every fault and by other load, and the modelled I/O can be short of
     the real one, so it can also overestimate (measured: 1-3x the warm-cache wall time of
     the same program). The planner takes the least over the runs, times ``overlap``."""
-    from pagecast.trace import open_trace
-
-    t = open_trace(trace)
-    lo, hi = None, None
-    for b in t.iter_batches(["t_ns"]):
-        ts = b["t_ns"]
-        if len(ts):
-            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
-            hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
-    span = (hi - lo) / 1e9 if lo is not None else 0.0
-    return max(0.0, span - io_s)
+    return max(0.0, recorded_span(trace) - io_s)
 
 
 @dataclass
@@ -397,9 +436,10 @@ def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
 
 def runs_natively(candidate: str, mapped: bool) -> bool:
     """Whether the native launcher runs a live candidate itself: ``extent`` on a file the
-    program read()s (the advice shim sees its reads); a pack, or extent on a mapped file
-    (no read() to see), needs the Python live machinery."""
-    return candidate == "per-fault:extent" and not mapped
+    program read()s (the advice shim sees its reads), ``objects`` on a mapped file (the
+    shim sees the first touch of each object); a pack, or extent on a mapped file (no
+    read() to see), needs the Python live machinery."""
+    return (candidate == "per-fault:extent" and not mapped) or (candidate == OBJECTS and mapped)
 
 
 def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, str], str] | None:
@@ -413,22 +453,30 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
     the start-up and the run's I/O under the current choices by ``margin``. One per-fault
     policy per run: every per-fault file gets the same ``extent`` spec.
     Returns ({path: candidate}, why) or None."""
-    offers: dict[str, tuple[str, float]] = {}
-    startup, base = 0.0, 0.0
-    for p in priced:
-        cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
-        base += cur
-        best = min(((float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()), default=None)
-        if best and best[0] < cur:
-            offers[p.path] = (best[1], cur - best[0])
-    if not offers:
-        return None
     mapped = {p.path: p.mapped for p in priced}
-    if not all(runs_natively(c, mapped[path]) for path, (c, _) in offers.items()):
-        startup = cfg.live_startup_s
-    saving = sum(g for _, g in offers.values())
-    if base <= 0 or base - saving + startup > (1.0 - cfg.margin) * base:
+    base = sum(float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]])) for p in priced)
+    best: tuple[float, dict[str, tuple[str, float]], float] | None = None
+    # every live candidate (the Python start-up paid once if any needs it), or only those the
+    # launcher runs natively (no start-up): whichever leaves the run cheaper
+    for native_only in (False, True):
+        offers: dict[str, tuple[str, float]] = {}
+        for p in priced:
+            cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
+            live = [(float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()
+                    if not native_only or runs_natively(c, p.mapped)]  # fmt: skip
+            top = min(live, default=None)
+            if top and top[0] < cur:
+                offers[p.path] = (top[1], cur - top[0])
+        if not offers:
+            continue
+        startup = 0.0 if all(runs_natively(c, mapped[path]) for path, (c, _) in offers.items()) else cfg.live_startup_s
+        cost = base - sum(g for _, g in offers.values()) + startup
+        if best is None or cost < best[0]:
+            best = (cost, offers, startup)
+    if best is None or base <= 0 or best[0] > (1.0 - cfg.margin) * base:
         return None
+    _, offers, startup = best
+    saving = sum(g for _, g in offers.values())
     why = (
         f"live candidates save {saving * 1e3:.1f} ms of the run's predicted {base * 1e3:.1f} ms over "
         f"{len(offers)} files, {startup * 1e3:.0f} ms of live start-up included"
@@ -477,8 +525,144 @@ def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig
     )
 
 
+def _run_seconds(priced: list[_Priced], choice: Callable[[_Priced], str], credit_s: float) -> float:
+    """Predicted I/O seconds of a whole run (mean over the folds) when each file takes
+    ``choice(file)``: the programs' reads plus the prefetching not hidden behind ``credit_s``."""
+    pre = prog = 0.0
+    for p in priced:
+        c = choice(p)
+        preds = p.pricing.folds.get(c) or p.pricing.live[c]
+        a, b = _mean_split(preds)
+        pre, prog = pre + a, prog + b
+    return prog + max(0.0, pre - credit_s)
+
+
+def recorded_span(trace: str | Path) -> float:
+    """Seconds from the first to the last row of a recording: when its first page was needed
+    to when its last was (the program's start-up before it and exit after it are not in it)."""
+    from pagecast.trace import open_trace
+
+    lo, hi = None, None
+    for b in open_trace(trace).iter_batches(["t_ns"]):
+        ts = b["t_ns"]
+        if len(ts):
+            lo = int(ts.min()) if lo is None else min(lo, int(ts.min()))
+            hi = int(ts.max()) if hi is None else max(hi, int(ts.max()))
+    return (hi - lo) / 1e9 if lo is not None else 0.0
+
+
+def nothing_io(dev: DeviceCosts, runs: list[np.ndarray], npages: int, mapped: bool, cfg: PlannerConfig) -> np.ndarray:
+    """Modelled I/O seconds of each run on one file under no plan (in-sample)."""
+    params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
+    out = np.zeros(len(runs))
+    for i, r in enumerate(runs):
+        u = np.unique(r[(r >= 0) & (r < npages)])
+        if len(u):
+            out[i] = predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
+    return out
+
+
+def fit_scale(spans: np.ndarray, io: np.ndarray) -> float:
+    """The factor that makes the device model's I/O fit the recordings' own timing.
+
+    A run's I/O under no plan cannot take longer than the run itself: the recording saw its
+    first page needed at the start of its span and its last at the end, the I/O inside. So
+    where the model prices a run's reads above its recorded span, its device is slower than
+    the one the run met (a built-in model, or a calibration of another state of the device:
+    its read-ahead, its cache) and every I/O time is scaled down by the median over the runs
+    of span / modelled I/O. Never up: a span also holds the program's CPU time and the
+    recorder's work, which are not I/O. A recording made on a warm cache fits a small
+    factor: the model then sees little to gain, and a plan that gains little is nothing."""
+    ok = (io > 0) & (spans > 0)
+    if not ok.any():
+        return 1.0
+    return float(min(1.0, np.median(spans[ok] / io[ok])))
+
+
+def scaled(dev: DeviceCosts, f: float) -> DeviceCosts:
+    """``dev`` with every time multiplied by ``f``."""
+    if f >= 1.0:
+        return dev
+    return dataclasses.replace(
+        dev,
+        seq_bytes_per_s=dev.seq_bytes_per_s / f,
+        iops_by_depth=tuple((q, x / f) for q, x in dev.iops_by_depth),
+        readaround_s_per_page=dev.readaround_s_per_page * f if dev.readaround_s_per_page else None,
+        pager_fill_s=dev.pager_fill_s * f if dev.pager_fill_s else None,
+        source=f"{dev.source}, times x {f:.2f} (fitted to the recordings)",
+    )
+
+
+@dataclass
+class RunModel:
+    """The run-level model: the fitted scale, each recording's span, modelled I/O (under no
+    plan, fitted) and CPU time (span less I/O), and per measured-plan kind the predicted wall
+    time of each recording held out (CPU + the files' predicted I/O)."""
+
+    scale: float
+    spans_s: list[float]
+    io_s: list[float]
+    cpu_s: list[float]
+    per_run: dict[str, list[float]] = field(default_factory=dict)  # "default" | "random" | "predicted" -> s
+
+    def line(self) -> str:
+        return (
+            f"cost model fitted to the recordings: I/O times x {self.scale:.2f} (recorded spans "
+            f"{min(self.spans_s):.3f}-{max(self.spans_s):.3f} s; modelled I/O under no plan, fitted, "
+            f"{min(self.io_s):.3f}-{max(self.io_s):.3f} s)"
+        )
+
+    def wall(self, kind: str) -> list[float]:
+        """Predicted wall seconds of each recording held out, under ``kind``: the run's I/O plus
+        the least CPU time of the recordings (a recording's span is stretched by the recorder
+        and the machine's load, the least stretched is the best evidence of the program's own)."""
+        cpu = min(self.cpu_s, default=0.0)
+        return [cpu + x for x in self.per_run.get(kind, [])]
+
+
+def run_predictions(priced: list[_Priced], nruns: int) -> dict[str, list[float]]:
+    """Per fold (the recording held out), the predicted I/O of the whole run under no plan
+    (``default``), read-ahead off where priced (``random``) and the plan's choices (``predicted``)."""
+    out = {k: [0.0] * nruns for k in ("default", "random", "predicted")}
+    for p in priced:
+        by = {"default": "nothing", "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
+              "predicted": p.chosen}  # fmt: skip
+        for k, c in by.items():
+            preds = p.pricing.folds.get(c) or p.pricing.live.get(c) or []
+            for i, x in enumerate(preds[:nruns]):
+                out[k][i] += x.seconds
+    return out
+
+
+def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, live: bool) -> str | None:
+    """Why the whole plan should be ``nothing``, or None: its predicted gain over no plan
+    must exceed what starting a planned run costs (``startup_s``, plus the live machinery's
+    start-up when a pack or a per-fault file needs it) and the noise (``noise`` times the run's
+    predicted I/O under no plan). Below that a plan can only lose, so it costs nothing."""
+    chosen = [p for p in priced if p.chosen != "nothing"]
+    if not chosen:
+        return None
+    base = _run_seconds(priced, lambda p: "nothing", 0.0)
+    planned = _run_seconds(priced, lambda p: p.chosen, credit_s)
+    startup = cfg.startup_s + (cfg.live_startup_s if live else 0.0)
+    gain, floor = base - planned, startup + cfg.noise * base
+    if gain > floor:
+        return None
+    return (
+        f"the plan's predicted gain, {gain * 1e3:.1f} ms of {base * 1e3:.1f} ms, is not above the start-up "
+        f"({startup * 1e3:.1f} ms) and the noise ({cfg.noise:.0%} of the run's I/O): every file gets nothing"
+    )
+
+
 def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
                            on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice]]:  # fmt: skip
+    """The plan and, per file, why (``plan_with_model`` without the run-level model)."""
+    doc, choices, _ = plan_with_model(traces, cfg, on_rows)
+    return doc, choices
+
+
+def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
+                    on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice], RunModel]:  # fmt: skip
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
@@ -486,8 +670,8 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
     if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
         raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0:
-        raise PagecastError("--small-kib, --live-startup-ms and --max-regret must be >= 0")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
+        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
     per_run = [file_pages(t, on_rows) for t in traces]
     mapped_pages: dict[str, int] = {}
     read_pages: dict[str, int] = {}
@@ -498,20 +682,28 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             read_pages[key] = read_pages.get(key, 0) + ps.read[key]
     doc, choices = PlanDoc(note=recurrence_line(per_run)), []
     priced: list[_Priced] = []
-    io_per_run = np.zeros(n)
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
+    files = []
     for rf in recorded_files(traces, per_run):
-        path = rf.path
-        fp = FilePlan(path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
+        fp = FilePlan(rf.path, rf.identity, depth=cfg.depth, chunk_kib=cfg.chunk_kib)
         doc.files.append(fp)
         if rf.modified:
             fp.reason = "file modified after the recordings were written: its recorded pages may not apply"
-            choices.append(FileChoice(path, "nothing", fp.reason))
+            choices.append(FileChoice(rf.path, "nothing", fp.reason))
             continue
-        npages = rf.pages
-        runs = [run.get(path, np.empty(0, np.int64)) for run in per_run]
-        mapped = mapped_pages.get(path, 0) >= read_pages.get(path, 0)
-        dev = cfg.device or device_costs_for(path, rf.dev)
+        runs = [run.get(rf.path, np.empty(0, np.int64)) for run in per_run]
+        mapped = mapped_pages.get(rf.path, 0) >= read_pages.get(rf.path, 0)
+        files.append((rf, fp, runs, mapped, cfg.device or device_costs_for(rf.path, rf.dev)))
+    # in-sample I/O of each run under no plan, on the device model as calibrated
+    io_per_run = np.zeros(n)
+    for rf, _, runs, mapped, dev in files:
+        io_per_run += nothing_io(dev, runs, rf.pages, mapped, cfg)
+    spans = np.array([recorded_span(t) for t in traces])
+    scale = fit_scale(spans, io_per_run) if cfg.fit else 1.0
+    io_per_run *= scale
+    for rf, fp, runs, mapped, dev in files:
+        path, npages = rf.path, rf.pages
+        dev = scaled(dev, scale)
         pricing = price_folds(runs, npages, mapped, dev, cfg)
         predicted = pricing.mean()
         chosen, why = choose(predicted, cfg.margin)
@@ -522,18 +714,17 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
         live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
         fc = FileChoice(path, chosen, why, predicted | live_means, pricing.skipped, pricing.validation, dev.source,
                         dev.read_ahead_kb, len(used), float(np.mean(used)) if used else 0.0, npages)  # fmt: skip
+        fc.objects = pricing.layout.describe() if pricing.layout else ""
         choices.append(fc)
         plans[path] = (fp, fc)
         priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
-        # in-sample I/O of each run under no plan: what the recorded span is not CPU time
-        params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
-        for i, r in enumerate(runs):
-            u = np.unique(r[(r >= 0) & (r < npages)])
-            if len(u):
-                io_per_run[i] += predict(dev, u, np.empty(0, np.int64), npages, "nothing", mapped, params).seconds
+    cpu = np.maximum(0.0, spans - io_per_run)
+    model = RunModel(scale, spans.tolist(), io_per_run.tolist(), cpu.tolist())
+    if cfg.fit and scale < 1.0:
+        doc.note = "\n".join(x for x in (doc.note, model.line()) if x)
     # the least of the runs: a recording's span is stretched by the recorder's own work per
     # fault and by other load on the machine, both of which this estimate would count as CPU
-    credit = cfg.overlap * float(np.min([cpu_seconds(t, io) for t, io in zip(traces, io_per_run)]))
+    credit = cfg.overlap * float(np.min(cpu))
     upgrades, left = overlap_upgrades(priced, credit, cfg.margin, cfg.max_regret)
     for p in priced:
         if p.path in upgrades:
@@ -543,17 +734,20 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             p.chosen, fc.chosen, fc.why = c, c, why
             fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
             fp.reason = f"{c}: {why}"
+    everything = list(priced)
     live = live_choices(priced, cfg)
+    live_needs_python = False
     if live:
         chosen_live, why = live
         for p in priced:
             if p.path in chosen_live:
                 c = chosen_live[p.path]
                 fp, fc = plans[p.path]
-                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer)
+                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer, p.pricing.args)
                 p.chosen, fc.chosen, fc.why = c, c, why
                 fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
                 fp.reason = f"{c}: {why}"
+                live_needs_python |= not runs_natively(c, p.mapped)
         priced = [p for p in priced if p.path not in chosen_live]
     group = small_files_group(priced, left, cfg, n)
     if group:
@@ -567,4 +761,24 @@ def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = Pl
             fc.chosen, fc.why = "whole", why
             fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s["whole"]) * 1e3
             fp.reason = f"whole: {SMALL_FILES} (the plan's note)"
-    return doc, choices
+            next(p for p in priced if p.path == path).chosen = "whole"
+    why_nothing = never_slower(everything, credit, cfg, live_needs_python)
+    if why_nothing:
+        _all_nothing(doc, choices, plans, why_nothing)
+        for p in everything:
+            p.chosen = "nothing"
+    model.per_run = run_predictions(everything, n)
+    return doc, choices, model
+
+
+def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],
+                 why: str) -> None:  # fmt: skip
+    """Turn every file of the plan to ``nothing`` (a page pack already written is removed)."""
+    for fp, fc in plans.values():
+        if fp.strategy == "pack" and fp.arg:
+            Path(fp.arg).unlink(missing_ok=True)
+        _file_plan(fp, "nothing", {}, fc.file_pages)
+        fp.gain_ms = 0.0
+        fp.reason = "nothing: the plan as a whole is not worth its start-up (the plan's note)"
+        fc.chosen, fc.why = "nothing", why
+    doc.note = "\n".join(x for x in (doc.note, why) if x)

@@ -1,0 +1,132 @@
+"""An editable install's `pagecast` reaches the native launcher with no Python in front, too.
+
+A copy of the repository is installed editable (`pip install -e`, what the README's first
+command does) into a new virtualenv that reuses this interpreter's dependencies. Its
+`pagecast` is the native front built with ``editable_id`` (a hash of front.c alone): the
+first planned run goes through Python, which writes the pointer; from then on no Python
+process starts (any interpreter prints `PYTHONPROFILEIMPORTTIME` lines) and the program's
+output and status are the bare program's. An edit of a native source (its mtime) sends
+one run back to Python, which rebuilds and points again; an edit of front.c itself keeps
+the installed front on the Python path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from pagecast.launch.front import editable_id, pointer_key
+from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+PY_TRACE = {"PYTHONPROFILEIMPORTTIME": "1"}
+PROG = ["sh", "-c", 'printf "<%s>\\n" "$@"; echo err >&2; exit 3', "sh", "a b", "new\nline"]
+
+
+def _copy(dest: Path) -> Path:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: cannot tell source files from build outputs")
+    ls = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                        capture_output=True, check=True)  # fmt: skip
+    for rel in filter(None, ls.stdout.decode().split("\0")):
+        if (ROOT / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, dest / rel)
+    return dest
+
+
+def _run(cmd: list, **kw) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{p.stdout}\n{p.stderr}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def editable(tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("ed")
+    copy = _copy(tmp / "src")
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    py = venv / "bin" / "python"
+    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
+    Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAGECAST_") and k != "PYTHONPATH"}
+    env["XDG_CACHE_HOME"] = str(tmp / "cache")
+    _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
+          "--no-build-isolation", "-e", copy], env=env)  # fmt: skip
+    where = _run([py, "-c", "import pagecast; print(pagecast.__file__)"], cwd=tmp, env=env).stdout
+    assert where.startswith(str(copy)), where  # the copy's own tree, not this checkout
+    key = pointer_key(editable_id(str(copy / "native")), os.path.realpath(venv / "bin"))
+    pointer = tmp / "cache" / "pagecast" / "native" / f"pagecast-front-{key}"
+    return {"copy": copy, "venv": venv, "env": env, "cwd": tmp, "pointer": pointer}
+
+
+def _go(ed: dict, argv: list) -> subprocess.CompletedProcess:
+    return subprocess.run([str(a) for a in argv], cwd=ed["cwd"], env={**ed["env"], **PY_TRACE}, capture_output=True)
+
+
+def _python_started(p: subprocess.CompletedProcess) -> bool:
+    return b"import time:" in p.stderr
+
+
+def _plan(tmp_path: Path) -> Path:
+    out = tmp_path / "nothing.plan"
+    exe = shutil.which("sh")
+    write_plan(out, PlanDoc([FilePlan(exe, FileIdentity.of(exe), "nothing", reason="test")]))
+    return out
+
+
+def test_editable_front_carries_the_id_of_its_own_source(editable):
+    front = (editable["venv"] / "bin" / "pagecast").read_bytes()
+    assert front[:4] == b"\x7fELF"
+    assert editable_id(str(editable["copy"] / "native")).encode() + b"\0" in front
+    entry = (editable["venv"] / "bin" / "pagecast-python").read_text()
+    assert entry.startswith(f"#!{editable['venv'] / 'bin' / 'python'}")
+
+
+def test_editable_front_runs_the_launcher_with_no_python_once_pointed(editable, tmp_path):
+    cmd = [editable["venv"] / "bin" / "pagecast", "run", "--plan", _plan(tmp_path), "--", *PROG]
+    bare = _go(editable, PROG)
+    assert bare.returncode == 3 and not _python_started(bare)
+    editable["pointer"].unlink(missing_ok=True)
+    first = _go(editable, cmd)
+    assert _python_started(first) and (first.returncode, first.stdout) == (3, bare.stdout)
+    lines = editable["pointer"].read_text().split("\n")
+    assert lines[2] == str(editable["copy"] / "native") and Path(lines[1]).is_file()
+    again = _go(editable, cmd)
+    assert (again.returncode, again.stdout, again.stderr) == (3, bare.stdout, bare.stderr)
+    # an edit in the checkout's native/ (what an editable install is for): one run through
+    # Python, which rebuilds the launcher from the edited sources and points the front at it
+    src = editable["copy"] / "native" / "launch" / "plan.c"
+    src.write_bytes(src.read_bytes() + b"\n/* edited */\n")
+    edited = _go(editable, cmd)
+    assert _python_started(edited) and (edited.returncode, edited.stdout) == (3, bare.stdout)
+    relaunched = editable["pointer"].read_text().split("\n")[1]
+    assert relaunched != lines[1] and Path(relaunched).is_file()
+    after = _go(editable, cmd)
+    assert not _python_started(after) and (after.returncode, after.stdout) == (3, bare.stdout)
+
+
+def test_edited_front_source_keeps_the_python_path(editable, tmp_path):
+    cmd = [editable["venv"] / "bin" / "pagecast", "run", "--plan", _plan(tmp_path), "--", *PROG]
+    _go(editable, cmd)  # (re)writes the pointer
+    assert not _python_started(_go(editable, cmd))
+    src = editable["copy"] / "native" / "front" / "front.c"
+    original = src.read_bytes()
+    try:
+        src.write_bytes(original + b"\n/* edited */\n")
+        for _ in range(2):  # the installed front was built from other front.c: never pointed again
+            p = _go(editable, cmd)
+            assert _python_started(p) and p.returncode == 3
+    finally:
+        src.write_bytes(original)
+    _go(editable, cmd)
+    assert not _python_started(_go(editable, cmd))
