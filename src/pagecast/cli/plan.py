@@ -117,6 +117,31 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print per file the candidates' predicted times, the choice and why (stderr)",
     )
+    p.add_argument(
+        "--memory",
+        metavar="LIMIT",
+        help="plan for a run under a memory limit instead (pagecast run --memory LIMIT --plan): from "
+        "recordings made under the limit (pagecast record --memory), simulate each run at the limit's "
+        "capacity with LRU (the kernel) and MIN (the floor) and write what to keep for the whole run, "
+        "what to evict right after use and what to prefetch ahead (docs/oversubscription.md)",
+    )
+    p.add_argument(
+        "--chunk",
+        metavar="SIZE",
+        default="2M",
+        help="--memory: the unit of keep/evict/prefetch decisions (default 2M)",
+    )
+    p.add_argument(
+        "--reserve",
+        metavar="SIZE",
+        help="--memory: memory set aside for what is not the files (default: the recorded anonymous pages "
+        "plus max(24 MiB, limit/16))",
+    )
+    p.add_argument(
+        "--prefetch-chunks",
+        type=int,
+        help="--memory: chunks prefetched ahead of the program (default: from the device model)",
+    )
     add_json_flag(p)
     p.set_defaults(func=run)
 
@@ -183,6 +208,8 @@ def run(args: argparse.Namespace) -> int:
         return show(args.show, args.json)
     if not args.traces or not args.output:
         raise PagecastError("give recordings and -o PLAN (or --show PLAN)")
+    if args.memory:
+        return _memory_plan(args)
 
     if args.rounds is not None and (not args.measure or args.rounds < 1):
         raise PagecastError("--rounds goes with --measure and must be at least 1")
@@ -370,3 +397,44 @@ def _remove_packs(doc) -> None:
     for f in doc.files:
         if f.strategy == "pack" and f.arg:
             Path(f.arg).unlink(missing_ok=True)
+
+
+def _memory_plan(args: argparse.Namespace) -> int:
+    from pagecast.errors import PagecastError
+    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, plan_for_limit
+    from pagecast.plan.memory_format import write_memory_plan
+    from pagecast.util.memcg import parse_limit
+    from pagecast.util.sizes import parse_size
+
+    if args.measure:
+        raise PagecastError("--measure does not go with --memory")
+    dev_bps, dev_lat = 200e6, 0.002
+    if args.device_model:
+        from pagecast.util.device_model import find_model
+
+        m = find_model(args.device_model)
+        dev_bps, dev_lat = m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+    cfg = MemoryPlanConfig(
+        parse_limit(args.memory),
+        parse_size(args.chunk, "--chunk"),
+        parse_size(args.reserve, "--reserve") if args.reserve else None,
+        args.prefetch_chunks,
+        dev_bps,
+        dev_lat,
+    )
+    plan = plan_for_limit(args.traces, cfg)
+    write_memory_plan(plan, args.output)
+    rows = explain_rows(plan)
+    if args.explain:
+        print(format_table(rows) if rows else "no file pages in the recordings", file=sys.stderr)
+        v = plan.validation
+        if v.get("plan_bytes") is not None:
+            print(f"leave-one-run-out over {v['runs']} runs: LRU reads {v['lru_bytes'] >> 20} MiB, MIN "
+                  f"{v['min_bytes'] >> 20} MiB, the plan {v['plan_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+    if args.json:
+        print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
+    else:
+        print(f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
+              f"stream the rest in {plan.chunk_bytes >> 20} MiB chunks, {plan.prefetch_chunks} ahead "
+              f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
+    return 0

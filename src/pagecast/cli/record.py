@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any, Callable
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 from pagecast.errors import PagecastError
@@ -48,6 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="perf ring buffer pages per CPU (power of two; larger loses fewer samples under bursts)",
     )
     p.add_argument("--instructions", action="store_true", help="with --lackey: also store instruction fetches")
+    p.add_argument(
+        "--memory",
+        metavar="LIMIT",
+        help="run the program in a memory cgroup of LIMIT bytes (384M, 1G; page cache included, as the "
+        "kernel charges it), so the recording shows the faults it takes again under that limit; the "
+        "cgroup's refaults, major faults and peak usage are added to the report",
+    )
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
     p.set_defaults(func=run)
@@ -65,6 +73,18 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as e:
             raise PagecastError(f"CUDA recording is not available in this build ({e})") from None
         return int(record_cuda(cmd, args.output, json_out=args.json))
+    if args.memory:
+        from pagecast.util.memcg import MemoryCgroup
+
+        with MemoryCgroup(args.memory) as cg:
+            status = _record(args, cg.wrap(cmd), lambda: cg.stats().to_dict(), shown=cmd)
+        return status
+    return _record(args, cmd, None)
+
+
+def _record(
+    args: argparse.Namespace, cmd: list[str], memory: Callable[[], dict] | None, shown: list[str] | None = None
+) -> int:
     # With --json, keep stdout for the report: the program's output goes to stderr.
     prog_out = 2 if args.json else None  # fd 2: works whatever sys.stderr was replaced by
     if args.lackey:
@@ -82,17 +102,28 @@ def run(args: argparse.Namespace) -> int:
                 ring_pages=args.ring_pages,
                 on_batch=bar.update,
                 pageset=not args.faults_only,
+                meta={"command": shown, "memory_limit": memory()["limit_bytes"]} if shown and memory else None,
             )
     d = result.to_dict()
+    if memory is not None:
+        d["memory"] = memory()
+    if shown is not None:
+        d["command"] = shown  # not the sh that entered the cgroup
     if args.json:
         print_json(d)
     else:
-        rows = [
-            {"field": k, "value": ", ".join(v) if isinstance(v, list) else v} for k, v in d.items() if k != "warnings"
-        ]
+        rows = [{"field": k, "value": _cell(v)} for k, v in d.items() if k != "warnings"]
         print(format_table(rows), file=sys.stderr)
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)
     for w in d.get("warnings") or []:
         print(f"pagecast record: warning: {w}", file=sys.stderr)
     return int(result.exit_status)
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, list):
+        return ", ".join(v)
+    if isinstance(v, dict):
+        return ", ".join(f"{a}={b}" for a, b in v.items())
+    return v

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -116,6 +117,20 @@ def register(sub: argparse._SubParsersAction) -> None:
         "in microseconds, file pages only); this forces the Python predictor process instead",
     )
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
+    p.add_argument(
+        "--memory",
+        metavar="LIMIT",
+        help="run the program in a memory cgroup of LIMIT bytes (384M, 1G; page cache included, as the kernel "
+        "charges it); with --plan, a memory plan (pagecast plan --memory) is applied beside it: keep set "
+        "pinned, chunks evicted right after use, prefetch paced to the room left. The report (--json: "
+        "'memory') gives the limit, refaults, major faults, bytes read, peak usage and wall time",
+    )
+    p.add_argument(
+        "--backend",
+        choices=("kernel", "pager"),
+        default="kernel",
+        help="--memory --plan: act through the kernel's page cache (default) or the userfaultfd pager",
+    )
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
     p.set_defaults(func=run)
@@ -177,6 +192,8 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.memory:
+        return _run_memory(args)
     from pagecast.launch.launcher import launch
 
     req = request_from_args(args)
@@ -213,3 +230,32 @@ def _print_text(report: RunReport, req: RunRequest) -> None:
                 v = " ".join(map(str, v))
             rows.append({"field": k, "value": v})
         print(format_table(rows), file=sys.stderr)
+
+
+def _run_memory(args: argparse.Namespace) -> int:
+    from pagecast.launch.memlimit import run_under_limit
+    from pagecast.plan.memory_format import is_memory_plan
+
+    others = [o for o in ("policy", "model", "schedule", "pager", "pack", "output") if getattr(args, o)]
+    if others or args.cuda:
+        raise PagecastError(f"--memory goes with --plan only, not --{(others or ['cuda'])[0]}")
+    if args.plan and not is_memory_plan(args.plan) and os.path.exists(args.plan):
+        raise PagecastError(
+            f"--memory --plan wants a memory plan (pagecast plan --memory), not a cold-start plan: {args.plan}"
+        )
+    if args.backend == "pager":
+        raise PagecastError("--memory --backend pager is not available yet: use --backend kernel")
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    report = run_under_limit(
+        cmd, args.memory, args.plan, warn=lambda line: print(line, file=sys.stderr), stdout=2 if args.json else None
+    )
+    if args.json:
+        print_json(report.to_dict())
+    else:
+        m = report.memory
+        print(f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
+              f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
+              f"peak {m['peak_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+    return report.exit_status

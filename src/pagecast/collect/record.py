@@ -66,8 +66,12 @@ def record_faults(
     ring_pages: int = 4096,
     on_batch: Callable[[int], None] | None = None,
     pageset: bool = True,
+    meta: dict[str, Any] | None = None,
 ) -> RecordResult:
-    """Run ``cmd`` under the fault collector and write its trace to ``out``."""
+    """Run ``cmd`` under the fault collector and write its trace to ``out``.
+
+    ``meta``: trace metadata that replaces the defaults (``command``: the program as the
+    user gave it, when ``cmd`` wraps it, e.g. in a memory cgroup)."""
     cmd = [str(c) for c in cmd]
     start = time.monotonic()
     major = minor = 0
@@ -79,7 +83,9 @@ def record_faults(
         # The output must be writable before the program starts, not after it ran.
         # the working directory with the command: a relative path in it means nothing without
         # one, and `pagecast plan --measure` runs the command again exactly as it was recorded
-        writer = TraceWriter(out, source="perf", journal=True, meta={"command": cmd, "cwd": os.getcwd()})
+        writer = TraceWriter(
+            out, source="perf", journal=True, meta={"command": cmd, "cwd": os.getcwd(), **(meta or {})}
+        )
         try:
             mon.start()
             for batch in mon.batches():

@@ -72,3 +72,73 @@ def has_accesses(trace: Trace | str | Path) -> bool:
         if np.any(cols["kind"] == int(Kind.ACCESS)):
             return True
     return False
+
+
+@numba.njit(cache=True)
+def next_uses(ids: np.ndarray, n_ids: int) -> np.ndarray:
+    """For each access, the index of the next access to the same id (len(ids): none)."""
+    n = len(ids)
+    nxt = np.empty(n, np.int64)
+    last = np.full(n_ids, n, np.int64)
+    for i in range(n - 1, -1, -1):
+        nxt[i] = last[ids[i]]
+        last[ids[i]] = i
+    return nxt
+
+
+@numba.njit(cache=True)
+def min_misses(ids: np.ndarray, n_ids: int, capacity: int) -> np.ndarray:
+    """Miss flag per access of dense page ids under Belady's MIN with ``capacity`` pages.
+
+    A page missing is brought in (demand paging), evicting the resident page whose next
+    use is farthest; a max-heap of (next use, id) entries, an entry live while its page is
+    resident with that next use.
+    """
+    n = len(ids)
+    nxt = next_uses(ids, n_ids)
+    miss = np.zeros(n, np.bool_)
+    res = np.zeros(n_ids, np.bool_)
+    cur = np.full(n_ids, -1, np.int64)
+    hk = np.empty(n + 1, np.int64)
+    hv = np.empty(n + 1, np.int64)
+    size = 0
+    nres = 0
+    for i in range(n):
+        s = ids[i]
+        if not res[s]:
+            miss[i] = True
+            if nres >= capacity:
+                while size > 0:
+                    k, v = hk[0], hv[0]
+                    size -= 1
+                    hk[0], hv[0] = hk[size], hv[size]
+                    j = 0
+                    while True:  # sift down
+                        a, b, m = 2 * j + 1, 2 * j + 2, j
+                        if a < size and hk[a] > hk[m]:
+                            m = a
+                        if b < size and hk[b] > hk[m]:
+                            m = b
+                        if m == j:
+                            break
+                        hk[j], hk[m] = hk[m], hk[j]
+                        hv[j], hv[m] = hv[m], hv[j]
+                        j = m
+                    if res[v] and cur[v] == k:
+                        res[v] = False
+                        break
+            else:
+                nres += 1
+            res[s] = True
+        cur[s] = nxt[i]
+        j = size  # push (nxt[i], s), sift up
+        hk[j], hv[j] = nxt[i], s
+        size += 1
+        while j > 0:
+            p = (j - 1) // 2
+            if hk[p] >= hk[j]:
+                break
+            hk[p], hk[j] = hk[j], hk[p]
+            hv[p], hv[j] = hv[j], hv[p]
+            j = p
+    return miss

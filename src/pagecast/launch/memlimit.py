@@ -1,0 +1,156 @@
+"""``pagecast run --memory LIMIT [--plan MEMORY_PLAN]``: a program under a memory limit.
+
+The program runs in a memory cgroup of LIMIT bytes (``pagecast.util.memcg``), with its
+stdio, its pid (the sh that enters the cgroup ``exec``s it) and its exit status. With a
+memory plan, a controller (``pagecast.live.memctl``) forked from this process enters the
+same cgroup and applies the plan beside the program. The report's ``memory`` object holds
+the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
+program's and the controller's, from their rusage), peak usage, wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from pagecast.errors import PagecastError
+from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
+from pagecast.util.memcg import MemoryCgroup, parse_limit
+
+
+@dataclass
+class MemoryRunReport:
+    exit_status: int
+    memory: dict[str, Any]
+    controller: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"mode": "memory", "exit_status": self.exit_status, "memory": self.memory}
+        if self.controller is not None:
+            d["controller"] = self.controller
+        if self.warnings:
+            d["warnings"] = self.warnings
+        return d
+
+
+def _exit_status(rc: int) -> int:
+    return 128 - rc if rc < 0 else rc
+
+
+def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int, int]:
+    """Fork the controller into the cgroup; (its pid, the read end of its report pipe)."""
+    r, w = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child, reports through the pipe
+        code = 0
+        try:
+            os.close(r)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            cg.enter(0)
+            from pagecast.live.memctl import Controller
+
+            stats = Controller(plan, pid, cg.usage).run()
+            os.write(w, json.dumps(stats.to_dict()).encode())
+        except BaseException as e:  # noqa: BLE001 - the program must run on whatever happens here
+            try:
+                os.write(w, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+            except OSError:
+                pass
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    return child, r
+
+
+def _read_all(fd: int) -> bytes:
+    out = b""
+    while True:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            return out
+        out += b
+
+
+def load_plan(path: str, limit: int, warn: Callable[[str], None]) -> MemoryPlan | None:
+    """The memory plan for this limit, or None (one warning) when it cannot be used."""
+    try:
+        plan = read_memory_plan(path)
+    except PagecastError as e:
+        warn(f"pagecast run: warning: {e}; the program runs under the limit without a plan")
+        return None
+    plan, note = for_limit(plan, limit)
+    if note:
+        warn(f"pagecast run: warning: {note}")
+    return None if plan.backend == "kernel" else plan
+
+
+def run_under_limit(
+    cmd: Sequence[str],
+    limit: int | str,
+    plan_path: str | None = None,
+    *,
+    warn: Callable[[str], None] = lambda s: None,
+    stdout: Any = None,
+) -> MemoryRunReport:
+    if not cmd:
+        raise PagecastError("no command given (usage: pagecast run --memory LIMIT [--plan P] -- CMD ARGS...)")
+    limit = parse_limit(limit)
+    plan = load_plan(plan_path, limit, warn) if plan_path else None
+    warnings: list[str] = []
+    with MemoryCgroup(limit) as cg:
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout)
+        except OSError as e:
+            raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
+        ctl = _start_controller(plan, proc.pid, cg) if plan is not None else None
+        term = {"sig": 0}
+
+        def forward(sig: int, _frame: object) -> None:
+            term["sig"] = sig
+            try:
+                proc.send_signal(sig)
+            except OSError:
+                pass
+
+        old_term = signal.signal(signal.SIGTERM, forward)
+        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C reaches the program too
+        try:
+            rc = proc.wait()
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGINT, old_int)
+        wall = time.monotonic() - t0
+        controller = None
+        if ctl is not None:
+            pid, fd = ctl
+            raw = _read_all(fd)
+            os.close(fd)
+            os.waitpid(pid, 0)
+            try:
+                controller = json.loads(raw or b"{}")
+            except ValueError:
+                controller = {"error": "no report"}
+            if controller.get("error"):
+                warnings.append(f"the memory controller stopped: {controller['error']}")
+            for p in controller.get("files_changed") or []:
+                warnings.append(f"{p} changed since the plan was made: not acted on")
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        stats = cg.stats()
+        if stats.read_bytes is None:
+            stats.read_bytes = (ru1.ru_inblock - ru0.ru_inblock) * 512
+        mem = stats.to_dict()
+        mem["wall_s"] = round(wall, 6)
+    for w in warnings:
+        warn(f"pagecast run: warning: {w}")
+    return MemoryRunReport(_exit_status(rc), mem, controller, warnings)

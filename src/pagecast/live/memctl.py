@@ -1,0 +1,313 @@
+"""The memory controller: a memory plan applied to an unmodified program from outside.
+
+It runs as a process inside the program's memory cgroup (so whatever it reads is charged
+where the program's pages are) and acts through the kernel's page cache:
+
+- **keep**: the plan's keep chunks are mapped and ``mlock``ed by the controller, piece by
+  piece, and only while the locked total leaves the limit room for the program's own
+  memory and the prefetch window: a locked page is never reclaimed, so the kernel's LRU
+  cannot push the kept part out, and pinning can never drive the cgroup to the OOM killer;
+- **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
+  mappings of the plan's files, read each poll for the streamed chunks around its
+  position and all of them every ``FULL_SCAN_EVERY`` polls: a chunk whose pages became
+  present was entered (a fault, or the kernel's fault-around after one);
+- **evict after use**: every streamed chunk still present once the program has entered
+  ``RECENT`` later ones is paged out of the program with ``process_madvise(MADV_PAGEOUT)``
+  on a pidfd (its clean file pages are reclaimed at once, mapped by nobody else);
+- **prefetch**: on entering a streamed chunk, the next ``prefetch_chunks`` along the
+  plan's ``next`` chain are read ahead with ``posix_fadvise(WILLNEED)``, each only while
+  the cgroup's usage leaves room for it beside ``SLACK_CHUNKS``: a prefetch deferred is
+  retried next poll, after the chunks behind the program were paged out.
+
+Files read with ``read()`` (no mapping) are not acted on: the page table shows nothing of
+them (docs/oversubscription.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import select
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from pagecast.constants import PAGE_SIZE
+from pagecast.plan.format import FileIdentity
+from pagecast.plan.memory_format import MemoryPlan
+
+SYS_PROCESS_MADVISE = 440  # x86_64 and the generic table
+MADV_COLD = 20
+MADV_PAGEOUT = 21
+RECENT = 2  # streamed chunks kept after entering: the one in use and the one before
+FULL_SCAN_EVERY = 10
+SLACK_CHUNKS = 2
+POLL_S = 0.003
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+
+
+def process_madvise(pidfd: int, addr: int, length: int, advice: int) -> int:
+    """Bytes advised, or -errno."""
+    iov = _Iovec(addr, length)
+    r = _libc.syscall(SYS_PROCESS_MADVISE, pidfd, ctypes.byref(iov), 1, advice, 0)
+    return r if r >= 0 else -ctypes.get_errno()
+
+
+@dataclass
+class ControllerStats:
+    pinned_bytes: int = 0
+    pin_refused_bytes: int = 0  # keep chunks left unpinned: the limit had no room for them
+    pageouts: int = 0
+    pageout_bytes: int = 0
+    prefetches: int = 0
+    prefetch_bytes: int = 0
+    deferred: int = 0  # prefetches postponed because the cgroup had no room
+    entered: int = 0
+    files_changed: list[str] = field(default_factory=list)
+    files_mapped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return dict(vars(self))
+
+
+@dataclass
+class _File:
+    idx: int
+    path: str
+    fd: int
+    size: int
+    dev: int
+    ino: int
+    keep: list[tuple[int, int]]
+    stream: set[int]
+    next: dict[int, int]
+    maps: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, file offset)
+
+
+def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
+    """(start, end, offset, dev, inode) of the file mappings of ``pid``."""
+    out = []
+    try:
+        text = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        f = line.split(None, 5)
+        if len(f) < 5 or f[4] == "0":
+            continue
+        a, b = (int(x, 16) for x in f[0].split("-"))
+        maj, mi = (int(x, 16) for x in f[3].split(":"))
+        out.append((a, b, int(f[2], 16), os.makedev(maj, mi), int(f[4])))
+    return out
+
+
+class Controller:
+    def __init__(
+        self, plan: MemoryPlan, pid: int, usage: Callable[[], int], warn: Callable[[str], None] = lambda s: None
+    ):
+        self.plan = plan
+        self.pid = pid
+        self.usage = usage
+        self.warn = warn
+        self.cb = plan.chunk_bytes
+        self.stats = ControllerStats()
+        self.pidfd = os.pidfd_open(pid)
+        self.pagemap = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+        self.files: list[_File] = []
+        self.by_key: dict[tuple[int, int], _File] = {}
+        for i, fp in enumerate(plan.files):
+            try:
+                fd = os.open(fp.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as e:
+                self.stats.errors.append(f"{fp.path}: {e.strerror}")
+                continue
+            st = os.fstat(fd)
+            now = FileIdentity(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+            if fp.identity.differences(now):
+                self.stats.files_changed.append(fp.path)
+                os.close(fd)
+                continue
+            stream = {a + k for a, n in fp.stream for k in range(n)}
+            f = _File(i, fp.path, fd, st.st_size, st.st_dev, st.st_ino, fp.keep, stream, fp.next)
+            self.files.append(f)
+            self.by_key[(st.st_dev, st.st_ino)] = f
+        self.present: set[tuple[int, int]] = set()
+        self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT)
+        self.issued: set[tuple[int, int]] = set()
+        self.pending: deque[tuple[int, int]] = deque()
+        self._pins: list[tuple[int, int]] = []  # (address, length) locked
+        self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
+
+    # -- where the program's mappings are --------------------------------------------
+    def refresh_maps(self) -> None:
+        for f in self.files:
+            f.maps = []
+        for a, b, off, dev, ino in _maps_of(self.pid):
+            f = self.by_key.get((dev, ino))
+            if f is not None:
+                f.maps.append((a, b, off))
+        self.stats.files_mapped = sum(1 for f in self.files if f.maps)
+
+    def _addr(self, f: _File, chunk: int) -> list[tuple[int, int]]:
+        """The program's address ranges of ``chunk`` of ``f``."""
+        lo, hi = chunk * self.cb, min((chunk + 1) * self.cb, f.size)
+        out = []
+        for a, b, off in f.maps:
+            s, e = max(lo, off), min(hi, off + (b - a))
+            if s < e:
+                out.append((a + s - off, e - s))
+        return out
+
+    def _is_present(self, f: _File, chunk: int) -> bool:
+        for addr, n in self._addr(f, chunk):
+            try:
+                buf = os.pread(self.pagemap, n // PAGE_SIZE * 8, addr // PAGE_SIZE * 8)
+            except OSError:
+                continue
+            if buf and max(buf[7::8]) & 0x80:
+                return True
+        return False
+
+    # -- acting ---------------------------------------------------------------------
+    def pin_some(self, budget_s: float = 0.002) -> None:
+        """Lock keep pieces while the limit has room for them; ``budget_s`` of work per call."""
+        t0 = time.monotonic()
+        room = self.plan.limit_bytes - self.plan.reserve_bytes - (self.plan.prefetch_chunks + SLACK_CHUNKS) * self.cb
+        while self._pin_queue and time.monotonic() - t0 < budget_s:
+            f, off, n = self._pin_queue.pop(0)
+            n = min(n, f.size - off)
+            if n <= 0:
+                continue
+            piece = min(n, self.cb)
+            if self.stats.pinned_bytes + piece > room:
+                self.stats.pin_refused_bytes += n
+                continue
+            addr = _libc.mmap(None, piece, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, off)
+            if addr in (None, ctypes.c_void_p(-1).value):
+                self.stats.errors.append(f"pin {f.path}: mmap: {os.strerror(ctypes.get_errno())}")
+                continue
+            if _libc.mlock(addr, piece) != 0:
+                self.stats.errors.append(f"mlock {f.path}: {os.strerror(ctypes.get_errno())}")
+                _libc.munmap(addr, piece)
+                self._pin_queue.clear()
+                break
+            self._pins.append((addr, piece))
+            self.stats.pinned_bytes += piece
+            if n > piece:
+                self._pin_queue.insert(0, (f, off + piece, n - piece))
+
+    def _room(self, n: int) -> bool:
+        return self.usage() + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
+
+    def prefetch_from(self, key: tuple[int, int]) -> None:
+        f = self.files_by_idx(key[0])
+        c = key[1]
+        for _ in range(self.plan.prefetch_chunks):
+            c = f.next.get(c, c + 1)
+            if c not in f.stream or c * self.cb >= f.size:
+                break
+            k = (f.idx, c)
+            if k in self.issued or k in self.present:
+                continue
+            self.pending.append(k)
+
+    def issue_pending(self) -> None:
+        while self.pending:
+            k = self.pending[0]
+            if k in self.issued or k in self.present:
+                self.pending.popleft()
+                continue
+            f = self.files_by_idx(k[0])
+            n = min(self.cb, f.size - k[1] * self.cb)
+            if not self._room(n):
+                self.stats.deferred += 1
+                return
+            self.pending.popleft()
+            os.posix_fadvise(f.fd, k[1] * self.cb, n, os.POSIX_FADV_WILLNEED)
+            self.issued.add(k)
+            self.stats.prefetches += 1
+            self.stats.prefetch_bytes += n
+
+    def pageout(self, key: tuple[int, int]) -> None:
+        f = self.files_by_idx(key[0])
+        for addr, n in self._addr(f, key[1]):
+            r = process_madvise(self.pidfd, addr, n, MADV_PAGEOUT)
+            if r < 0 and len(self.stats.errors) < 5:
+                self.stats.errors.append(f"process_madvise(PAGEOUT): {os.strerror(-r)}")
+        self.stats.pageouts += 1
+        self.stats.pageout_bytes += min(self.cb, f.size - key[1] * self.cb)
+        self.present.discard(key)
+        self.issued.discard(key)
+
+    def files_by_idx(self, idx: int) -> _File:
+        return next(f for f in self.files if f.idx == idx)
+
+    # -- the loop -------------------------------------------------------------------
+    def _candidates(self, full: bool) -> list[tuple[int, int]]:
+        if full:
+            return [(f.idx, c) for f in self.files if f.maps for c in sorted(f.stream)]
+        out = list(self.recent) + list(self.issued) + list(self.pending)
+        for k in list(self.recent):
+            f = self.files_by_idx(k[0])
+            c = k[1]
+            for _ in range(self.plan.prefetch_chunks + 2):
+                c = f.next.get(c, c + 1)
+                out.append((f.idx, c))
+        return out
+
+    def step(self, full: bool) -> None:
+        seen = set()
+        for k in self._candidates(full):
+            if k in seen:
+                continue
+            seen.add(k)
+            f = self.files_by_idx(k[0])
+            if k[1] not in f.stream or not f.maps:
+                continue
+            now = self._is_present(f, k[1])
+            if now and k not in self.present:
+                self.present.add(k)
+                if k not in self.recent:
+                    self.recent.append(k)
+                    self.stats.entered += 1
+                    self.prefetch_from(k)
+            elif not now and full:
+                self.present.discard(k)
+        for k in list(self.present):
+            if k not in self.recent:
+                self.pageout(k)
+        self.issue_pending()
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> ControllerStats:
+        if not self.files:
+            return self.stats
+        n = 0
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        last_maps = 0.0
+        while not stop():
+            now = time.monotonic()
+            if now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
+                self.refresh_maps()
+                last_maps = now
+            self.pin_some()
+            self.step(full=n % FULL_SCAN_EVERY == 0)
+            n += 1
+            if poller.poll(0 if self._pin_queue else int(POLL_S * 1000)):
+                break  # the program exited
+        return self.stats

@@ -1,0 +1,270 @@
+"""Plans for a memory limit: what to keep, what to evict right after use, what to prefetch.
+
+Under a limit smaller than its working set a program reads the same pages again pass
+after pass, and the kernel's LRU evicts exactly what a cyclic reader needs next. From
+recordings (made under the limit, so the pages read again show as faults again) the
+planner plays each run's demand stream at the limit's capacity, in chunks of the files,
+under LRU (what the kernel does) and Belady's MIN (the floor), and reads off MIN what an
+online policy can do:
+
+- **keep**: chunks MIN holds from one use to the next for most of their reuses — held for
+  the whole run;
+- **stream**: every other chunk the runs used — evicted right after use (its next use is
+  farther than the budget can hold), and prefetched ahead along ``next`` (the chunk that
+  most often followed it), ``prefetch_chunks`` ahead.
+
+MIN is played at the capacity left once the prefetch window is set aside, so on a cyclic
+scan the keep set is exactly MIN's steady state there. The plan is validated leave-one-run-
+out (planned on the other runs, priced on the one left out) against LRU; a plan that reads
+no less than the kernel does falls back to the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pagecast.constants import PAGE_SIZE
+from pagecast.errors import PagecastError
+from pagecast.plan.format import FileIdentity
+from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+from pagecast.plan.shared_pages import merge_ranges, recorded_identity
+from pagecast.sim.misses import lru_misses, min_misses
+from pagecast.trace.demand import read_demand
+from pagecast.trace.reader import open_trace
+
+DEFAULT_CHUNK = 2 << 20
+
+
+@dataclass(frozen=True)
+class MemoryPlanConfig:
+    limit: int
+    chunk_bytes: int = DEFAULT_CHUNK
+    # what the program's own memory (stack, heap, libraries) and the controller need beside the files
+    reserve_bytes: int | None = None
+    prefetch_chunks: int | None = None  # default: from the device model
+    device_bytes_per_s: float = 200e6  # without a calibration: a conservative disk
+    device_latency_s: float = 0.002
+
+
+@dataclass
+class RunStream:
+    """One recording's file accesses: file index and file page per access, in order."""
+
+    file: np.ndarray
+    page: np.ndarray
+    anon_pages: int
+
+
+def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
+    """The demand stream of one recording in file pages; ``files`` grows with new paths."""
+    t = open_trace(trace_path)
+    d = read_demand(t)
+    reg_file = {}
+    reg_off = {}
+    anon = set()
+    for r in t.regions:
+        if r.kind == "file" and r.path:
+            reg_file[r.id] = files.setdefault(r.path, len(files))
+            reg_off[r.id] = r.file_offset // PAGE_SIZE
+        else:
+            anon.add(r.id)
+    region = d["region"].astype(np.int64)
+    is_file = np.isin(region, np.fromiter(reg_file, np.int64, len(reg_file)))
+    fmap = np.full(int(region.max(initial=0)) + 1, -1, np.int64)
+    omap = np.zeros_like(fmap)
+    for rid, fi in reg_file.items():
+        if rid < len(fmap):
+            fmap[rid], omap[rid] = fi, reg_off[rid]
+    reg = region[is_file]
+    anon_mask = np.isin(region, np.fromiter(anon, np.int64, len(anon)))
+    anon_keys = np.unique(region[anon_mask] * (1 << 40) + d["page"][anon_mask])
+    return RunStream(fmap[reg], d["page"][is_file].astype(np.int64) + omap[reg], len(anon_keys))
+
+
+def _first_in_run(keys: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(keys), bool)
+    _, idx = np.unique(keys, return_index=True)
+    first[idx] = True
+    return first
+
+
+def _dense(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    u, ids = np.unique(keys, return_inverse=True)
+    return ids.astype(np.int64), len(u)
+
+
+def chunk_keys(run: RunStream, chunk_pages: int) -> np.ndarray:
+    return run.file * (1 << 40) + run.page // chunk_pages
+
+
+def collapse(keys: np.ndarray) -> np.ndarray:
+    """Consecutive accesses to the same chunk are one use of it."""
+    if len(keys) == 0:
+        return keys
+    keep = np.ones(len(keys), bool)
+    keep[1:] = keys[1:] != keys[:-1]
+    return keys[keep]
+
+
+def capacity_chunks(cfg: MemoryPlanConfig, reserve: int) -> int:
+    return max(0, (cfg.limit - reserve) // cfg.chunk_bytes)
+
+
+def default_reserve(cfg: MemoryPlanConfig, runs: Sequence[RunStream]) -> int:
+    """Room for what is not the files: the program's anonymous pages, the controller, slack."""
+    if cfg.reserve_bytes is not None:
+        return cfg.reserve_bytes
+    anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
+    return anon + max(24 << 20, cfg.limit // 16)
+
+
+def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
+    """Chunks to prefetch ahead: enough to cover a device round trip and one chunk's read
+    at the device's rate twice over, never more than a quarter of the capacity."""
+    if cfg.prefetch_chunks is not None:
+        return max(0, min(cfg.prefetch_chunks, capacity - 1))
+    per_chunk = cfg.device_latency_s + cfg.chunk_bytes / cfg.device_bytes_per_s
+    want = math.ceil(2 * per_chunk * cfg.device_bytes_per_s / cfg.chunk_bytes)
+    return max(1, min(want, capacity // 4))
+
+
+def keep_set(streams: Sequence[np.ndarray], capacity: int) -> set[int]:
+    """Chunks MIN (at ``capacity`` chunks) holds across at least half of their reuses."""
+    reuses: Counter[int] = Counter()
+    hits: Counter[int] = Counter()
+    for keys in streams:
+        if len(keys) == 0:
+            continue
+        ids, n = _dense(keys)
+        miss = min_misses(ids, n, max(1, capacity))
+        first = _first_in_run(keys)
+        for k, m in zip(keys[~first].tolist(), miss[~first].tolist()):
+            reuses[k] += 1
+            hits[k] += not m
+    chosen = sorted((k for k in reuses if hits[k] * 2 >= reuses[k] and hits[k] > 0), key=lambda k: (-hits[k], k))
+    return set(chosen[: max(0, capacity - 1)])
+
+
+def successors(streams: Sequence[np.ndarray], streamed: set[int]) -> dict[int, int]:
+    """For each streamed chunk, the streamed chunk that most often came next."""
+    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    for keys in streams:
+        s = [k for k in keys.tolist() if k in streamed]
+        for a, b in zip(s, s[1:]):
+            if a != b:
+                counts[a][b] += 1
+    return {a: c.most_common(1)[0][0] for a, c in counts.items()}
+
+
+def predicted_misses(keys_pages: np.ndarray, chunk_of: np.ndarray, keep: set[int]) -> np.ndarray:
+    """Miss flags of the plan on one run's page stream: a page is read on its first use in
+    the run, and again on every use unless its chunk is kept."""
+    first = _first_in_run(keys_pages)
+    kept = np.fromiter((c in keep for c in chunk_of.tolist()), bool, len(chunk_of))
+    return first | ~kept
+
+
+@dataclass
+class Priced:
+    lru: np.ndarray  # per-access miss flags
+    min: np.ndarray
+    plan: np.ndarray
+
+
+def price_run(run: RunStream, cfg: MemoryPlanConfig, reserve: int, keep: set[int]) -> Priced:
+    pages = run.file * (1 << 40) + run.page
+    ids, n = _dense(pages)
+    cap = max(1, (cfg.limit - reserve) // PAGE_SIZE)
+    chunk_pages = cfg.chunk_bytes // PAGE_SIZE
+    return Priced(
+        lru_misses(ids, n, cap), min_misses(ids, n, cap), predicted_misses(pages, chunk_keys(run, chunk_pages), keep)
+    )
+
+
+def _ranges(chunks: Sequence[int]) -> list[tuple[int, int]]:
+    return merge_ranges(np.asarray(sorted(chunks), np.int64)) if chunks else []
+
+
+def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], set[int], dict[int, int], int, int]:
+    """(keep chunks, streamed chunks, successors, reserve, prefetch distance) from ``runs``."""
+    reserve = default_reserve(cfg, runs)
+    cap = capacity_chunks(cfg, reserve)
+    dist = prefetch_distance(cfg, cap)
+    chunk_pages = cfg.chunk_bytes // PAGE_SIZE
+    streams = [collapse(chunk_keys(r, chunk_pages)) for r in runs]
+    keep = keep_set(streams, cap - dist)
+    used = set(np.unique(np.concatenate(streams)).tolist()) if streams else set()
+    streamed = used - keep
+    return keep, streamed, successors(streams, streamed), reserve, dist
+
+
+def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> MemoryPlan:
+    if not traces:
+        raise PagecastError("plan --memory: no recordings given")
+    if cfg.chunk_bytes <= 0 or cfg.chunk_bytes % PAGE_SIZE:
+        raise PagecastError(f"plan --memory: chunk size {cfg.chunk_bytes} is not a positive multiple of {PAGE_SIZE}")
+    files: dict[str, int] = {}
+    runs = [read_run(t, files) for t in traces]
+    keep, streamed, nxt, reserve, dist = build(runs, cfg)
+    validation = _leave_one_out(runs, cfg, reserve)
+    names = {i: p for p, i in files.items()}
+    ident: dict[str, FileIdentity] = {}
+    for t in traces:
+        ident.update(recorded_identity(t))
+    per_file: dict[int, dict[str, int]] = defaultdict(lambda: {"lru": 0, "min": 0, "plan": 0})
+    for r in runs:
+        pr = price_run(r, cfg, reserve, keep)
+        for name, flags in (("lru", pr.lru), ("min", pr.min), ("plan", pr.plan)):
+            for fi, cnt in zip(*np.unique(r.file[flags], return_counts=True)):
+                per_file[int(fi)][name] += int(cnt) * PAGE_SIZE
+    out = []
+    for fi in sorted(names, key=lambda i: i):
+        path = names[fi]
+        if path not in ident:
+            try:
+                ident[path] = FileIdentity.of(path)  # the recorder stored none: as the file is now
+            except OSError:
+                continue  # gone since: nothing to act on
+        if not Path(path).is_file():
+            continue
+        fk = [c & ((1 << 40) - 1) for c in keep if c >> 40 == fi]
+        fs = [c & ((1 << 40) - 1) for c in streamed if c >> 40 == fi]
+        fn = {a & ((1 << 40) - 1): b & ((1 << 40) - 1) for a, b in nxt.items() if a >> 40 == fi and b >> 40 == fi}
+        out.append(FileMemoryPlan(path, ident[path], _ranges(fk), _ranges(fs), fn, dict(per_file[fi])))
+    backend = "kernel-advice"
+    note = ""
+    if validation.get("plan_bytes") is not None and validation["plan_bytes"] >= validation["lru_bytes"]:
+        backend, note = "kernel", "leave-one-run-out: the plan would read no less than the kernel's LRU"
+    return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note)
+
+
+def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, int | None]:
+    """Bytes read over the runs, each priced with a plan made from the others."""
+    if len(runs) < 2:
+        return {"runs": len(runs), "lru_bytes": None, "min_bytes": None, "plan_bytes": None}
+    tot = {"lru_bytes": 0, "min_bytes": 0, "plan_bytes": 0}
+    for i, r in enumerate(runs):
+        keep, *_ = build([x for j, x in enumerate(runs) if j != i], cfg)
+        pr = price_run(r, cfg, reserve, keep)
+        tot["lru_bytes"] += int(pr.lru.sum()) * PAGE_SIZE
+        tot["min_bytes"] += int(pr.min.sum()) * PAGE_SIZE
+        tot["plan_bytes"] += int(pr.plan.sum()) * PAGE_SIZE
+    return {"runs": len(runs), **tot}
+
+
+def explain_rows(plan: MemoryPlan) -> list[dict[str, object]]:
+    mib = 1 << 20
+    rows = []
+    for f in plan.files:
+        p = f.predicted
+        rows.append({"file": f.path, "keep_mib": round(f.keep_chunks() * plan.chunk_bytes / mib, 1),
+                     "stream_mib": round(sum(n for _, n in f.stream) * plan.chunk_bytes / mib, 1),
+                     "lru_read_mib": round(p.get("lru", 0) / mib, 1), "min_read_mib": round(p.get("min", 0) / mib, 1),
+                     "plan_read_mib": round(p.get("plan", 0) / mib, 1)})  # fmt: skip
+    return rows

@@ -1,0 +1,171 @@
+"""The memory plan file: what to keep, evict after use and prefetch under a memory limit.
+
+Written by ``pagecast plan --memory``, read by ``pagecast run --memory --plan`` (Python
+only: the live controller that applies it is Python). JSON, one object:
+
+    {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": N, "chunk_bytes": N,
+     "reserve_bytes": N, "prefetch_chunks": N, "backend": "kernel-advice" | "kernel",
+     "files": [{"path", "identity": {size, mtime_ns, ctime_ns, ino, dev},
+                "keep": [[first_chunk, nchunks], ...], "stream": [[first_chunk, nchunks], ...],
+                "next": {"chunk": next_chunk, ...}, "predicted": {...}}],
+     "validation": {...}, "note": "..."}
+
+Chunks are ``chunk_bytes`` pieces of a file (chunk c is bytes [c*chunk_bytes, (c+1)*chunk_bytes)).
+``keep``: held for the whole run; ``stream``: evicted right after use; ``next``: the chunk
+usually used after a streamed one (what to prefetch ahead). ``backend`` ``kernel`` means the
+plan found nothing to gain over the kernel: the program runs under the limit, untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pagecast.errors import PagecastError
+from pagecast.plan.format import FileIdentity
+from pagecast.util.atomic import atomic_write_text
+
+FORMAT = "pagecast-memory-plan"
+VERSION = 1
+BACKENDS = ("kernel-advice", "kernel")
+
+
+@dataclass
+class FileMemoryPlan:
+    path: str
+    identity: FileIdentity
+    keep: list[tuple[int, int]] = field(default_factory=list)  # (first chunk, chunks)
+    stream: list[tuple[int, int]] = field(default_factory=list)
+    next: dict[int, int] = field(default_factory=dict)
+    predicted: dict[str, int] = field(default_factory=dict)  # bytes read: lru, min, plan
+
+    def keep_chunks(self) -> int:
+        return sum(n for _, n in self.keep)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "identity": vars(self.identity), "keep": [list(r) for r in self.keep],
+                "stream": [list(r) for r in self.stream], "next": {str(k): v for k, v in self.next.items()},
+                "predicted": self.predicted}  # fmt: skip
+
+
+@dataclass
+class MemoryPlan:
+    limit_bytes: int
+    chunk_bytes: int
+    reserve_bytes: int
+    prefetch_chunks: int
+    backend: str = "kernel-advice"
+    files: list[FileMemoryPlan] = field(default_factory=list)
+    validation: dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+    def keep_bytes(self) -> int:
+        return sum(f.keep_chunks() for f in self.files) * self.chunk_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "limit_bytes": self.limit_bytes,
+                "chunk_bytes": self.chunk_bytes, "reserve_bytes": self.reserve_bytes,
+                "prefetch_chunks": self.prefetch_chunks, "backend": self.backend,
+                "files": [f.to_dict() for f in self.files], "validation": self.validation,
+                "note": self.note}  # fmt: skip
+
+
+def write_memory_plan(plan: MemoryPlan, path: str | Path) -> None:
+    atomic_write_text(path, json.dumps(plan.to_dict(), indent=1) + "\n")
+
+
+def is_memory_plan(path: str | Path) -> bool:
+    """Whether ``path`` starts like a memory plan (a JSON object naming this format)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and FORMAT.encode() in head
+
+
+def _ranges(v: Any, what: str, path: str | Path) -> list[tuple[int, int]]:
+    if not isinstance(v, list) or not all(
+        isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and x >= 0 for x in r) for r in v
+    ):
+        raise PagecastError(f"memory plan: {what} is not a list of [first, count] pairs", path=path)
+    return [(int(a), int(b)) for a, b in v]
+
+
+def read_memory_plan(path: str | Path) -> MemoryPlan:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PagecastError(f"not a readable memory plan ({e})", path=path) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise PagecastError("not a memory plan (pagecast plan --memory writes them)", path=path)
+    if doc.get("version") != VERSION:
+        raise PagecastError(f"memory plan version {doc.get('version')!r} is not {VERSION}", path=path)
+    try:
+        files = []
+        for f in doc["files"]:
+            files.append(
+                FileMemoryPlan(
+                    str(f["path"]),
+                    FileIdentity(**{k: int(v) for k, v in f["identity"].items()}),
+                    _ranges(f["keep"], "keep", path),
+                    _ranges(f["stream"], "stream", path),
+                    {int(k): int(v) for k, v in f.get("next", {}).items()},
+                    {str(k): int(v) for k, v in f.get("predicted", {}).items()},
+                )
+            )
+        plan = MemoryPlan(
+            int(doc["limit_bytes"]), int(doc["chunk_bytes"]), int(doc["reserve_bytes"]),
+            int(doc["prefetch_chunks"]), str(doc["backend"]), files, dict(doc.get("validation") or {}),
+            str(doc.get("note") or ""),
+        )  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        raise PagecastError(f"memory plan: missing or malformed field ({e})", path=path) from None
+    if plan.backend not in BACKENDS or plan.chunk_bytes <= 0 or plan.chunk_bytes % 4096:
+        raise PagecastError(f"memory plan: bad backend {plan.backend!r} or chunk size {plan.chunk_bytes}", path=path)
+    return plan
+
+
+def _trim_keep(keep: list[tuple[int, int]], drop: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Drop ``drop`` chunks from the end of ``keep``; (kept ranges, dropped ranges)."""
+    out, dropped = list(keep), []
+    while drop > 0 and out:
+        a, n = out.pop()
+        k = min(n, drop)
+        if n > k:
+            out.append((a, n - k))
+        dropped.append((a + n - k, k))
+        drop -= k
+    return out, dropped
+
+
+def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
+    """The plan for a run under ``limit`` bytes, and a warning when it was made for another.
+
+    A larger limit keeps the plan (its keep set still fits). A smaller one scales the keep
+    set down to what the new limit leaves (the chunks dropped become streamed); a limit
+    too small for even the prefetch window falls back to the kernel."""
+    if limit == plan.limit_bytes or plan.backend == "kernel":
+        return plan, None
+    if limit > plan.limit_bytes:
+        return plan, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has "
+                      f"{limit >> 20} MiB: its keep set is used as it is")  # fmt: skip
+    window = (plan.prefetch_chunks + 2) * plan.chunk_bytes
+    room = limit - plan.reserve_bytes - window
+    if room <= 0:
+        kernel = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, 0, "kernel", note="fallback")
+        return kernel, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit; {limit >> 20} MiB leaves no "
+                        "room for its prefetch window: the kernel alone runs the program")  # fmt: skip
+    excess = -(-(plan.keep_bytes() - room) // plan.chunk_bytes)
+    files = []
+    for f in reversed(plan.files):  # the first files the runs used keep their chunks longest
+        keep, dropped = _trim_keep(f.keep, max(0, excess))
+        excess -= sum(n for _, n in dropped)
+        files.append(FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted))
+    files.reverse()
+    scaled = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, plan.prefetch_chunks, plan.backend, files,
+                        plan.validation, plan.note)  # fmt: skip
+    return scaled, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
+                    f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB")  # fmt: skip

@@ -1,0 +1,373 @@
+"""A memory cgroup for one program: a limit on its memory, page cache included.
+
+``MemoryCgroup(limit)`` creates a child of the caller's own memory cgroup (cgroup v2
+where the memory controller is usable there, else v1), limits it, and removes it when
+the ``with`` block ends, whatever ended it. Programs are put in it by ``wrap(argv)``: a
+``/bin/sh`` that writes its own pid into the cgroup and ``exec``s the program, so the
+program keeps that pid, its stdio and its exit status, and everything it faults in,
+page cache included, is charged to the cgroup from its first instruction (the kernel
+charges a page to the cgroup of the task that brings it in).
+
+Removal: ``rmdir`` once no task is left in it. The exit of the ``with`` block removes it
+(after the program ended or was killed); a reaper process forked at creation removes it if
+pagecast itself is killed (SIGKILL included: the reaper sees its pipe close) as soon as
+the cgroup is empty; and every creation first removes empty leftovers of pagecast
+processes that no longer exist (a reaper killed too).
+
+Where no memory cgroup can be made, ``MemoryCgroup`` raises one ``PagecastError`` line
+that says why and what to do. ``PAGECAST_CGROUP_ROOT`` names the parent directory to use
+instead of the caller's own cgroup (tests point it at a directory without a controller).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from pagecast.errors import PagecastError
+from pagecast.util.sizes import parse_size
+
+ROOT_ENV = "PAGECAST_CGROUP_ROOT"
+PREFIX = "pagecast-"
+_NAME = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+$")
+SH = "/bin/sh"
+# the sh that enters the cgroup: $0 is the procs file, "$@" the program
+_ENTER = 'echo 0 > "$0" || exit 125; exec "$@"'
+# the kernel rounds a v1 limit down to pages; anything below this is certainly a mistake
+MIN_LIMIT = 4 << 20
+
+
+def parse_limit(text: str | int) -> int:
+    """``--memory LIMIT`` in bytes (``384M``, ``1G``, ``402653184``)."""
+    n = parse_size(text, "memory limit")
+    if n < MIN_LIMIT:
+        raise PagecastError(f"memory limit {text!r} is below {MIN_LIMIT >> 20} MiB: no program runs in that")
+    return n
+
+
+@dataclass
+class Hierarchy:
+    """Where a cgroup of ours goes: the parent directory and its version (1 or 2)."""
+
+    parent: Path
+    version: int
+
+
+def _own_paths() -> tuple[str | None, str | None]:
+    """(v1 memory path, v2 path) of this process from /proc/self/cgroup."""
+    v1 = v2 = None
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None, None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+        elif "memory" in parts[1].split(","):
+            v1 = parts[2]
+    return v1, v2
+
+
+def _mounts() -> tuple[Path | None, Path | None]:
+    """(v1 memory mount, v2 mount) from /proc/self/mountinfo."""
+    v1 = v2 = None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None, None
+    for line in lines:
+        pre, _, post = line.partition(" - ")
+        fields, tail = pre.split(), post.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        fstype, opts = tail[0], tail[2].split(",")
+        if fstype == "cgroup2" and v2 is None:
+            v2 = Path(fields[4])
+        elif fstype == "cgroup" and "memory" in opts and v1 is None:
+            v1 = Path(fields[4])
+    return v1, v2
+
+
+def _v2_usable(parent: Path) -> bool:
+    try:
+        if "memory" not in (parent / "cgroup.controllers").read_text().split():
+            return False
+        if "memory" in (parent / "cgroup.subtree_control").read_text().split():
+            return True
+        (parent / "cgroup.subtree_control").write_text("+memory")
+        return True
+    except OSError:
+        return False
+
+
+def find_hierarchy() -> Hierarchy:
+    """The parent directory for our cgroups, or one line saying why there is none."""
+    forced = os.environ.get(ROOT_ENV)
+    if forced:
+        p = Path(forced)
+        if (p / "cgroup.subtree_control").exists() and _v2_usable(p):
+            return Hierarchy(p, 2)
+        if (p / "memory.limit_in_bytes").exists():
+            return Hierarchy(p, 1)
+        raise PagecastError(
+            f"--memory: {p} ({ROOT_ENV}) is not a memory cgroup directory (no memory.limit_in_bytes, no memory "
+            "controller in cgroup.controllers); point it at one, or unset it to use this process's own cgroup"
+        )
+    v1_path, v2_path = _own_paths()
+    v1_mount, v2_mount = _mounts()
+    if v2_mount is not None and v2_path is not None:
+        p = v2_mount / v2_path.lstrip("/")
+        if _v2_usable(p):
+            return Hierarchy(p, 2)
+    if v1_mount is not None and v1_path is not None:
+        p = v1_mount / v1_path.lstrip("/")
+        if (p / "memory.limit_in_bytes").exists():
+            return Hierarchy(p, 1)
+    raise PagecastError(
+        "--memory: no usable memory cgroup controller (neither cgroup v2 with the memory controller enabled "
+        "for this process's cgroup nor a cgroup v1 memory hierarchy is mounted); mount one (e.g. "
+        "`mount -t cgroup -o memory none /sys/fs/cgroup/memory`), run as root or in a delegated cgroup, "
+        f"or set {ROOT_ENV} to a memory cgroup directory you may create children in"
+    )
+
+
+@dataclass
+class MemoryStats:
+    """What the cgroup saw, at the end of a run (counters since its creation)."""
+
+    limit_bytes: int
+    refaults: int = 0  # workingset_refault: pages read again soon after their eviction
+    major_faults: int = 0
+    peak_bytes: int = 0
+    pgpgin: int = 0  # pages charged in (page cache and anonymous)
+    read_bytes: int | None = None  # from the device, when the hierarchy says (v2 io.stat)
+    failcnt: int = 0  # times the limit was hit (v1)
+    oom_kills: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, int | None]:
+        d = {k: getattr(self, k) for k in ("limit_bytes", "refaults", "major_faults", "read_bytes", "peak_bytes")}
+        d.update(pgpgin=self.pgpgin, failcnt=self.failcnt, oom_kills=self.oom_kills)
+        return d
+
+
+def _read_kv(path: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in path.read_text().splitlines():
+            k, _, v = line.partition(" ")
+            if v.strip().lstrip("-").isdigit():
+                out[k] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def _read_int(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _procs(path: Path) -> list[int]:
+    try:
+        return [int(x) for x in (path / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def remove_stale(parent: Path) -> list[Path]:
+    """Remove empty cgroups of pagecast processes that are gone; the ones removed."""
+    removed = []
+    try:
+        entries = list(parent.iterdir())
+    except OSError:
+        return removed
+    for d in entries:
+        m = _NAME.match(d.name)
+        if not m or _pid_alive(int(m.group(1))) or _procs(d):
+            continue
+        try:
+            d.rmdir()
+            removed.append(d)
+        except OSError:
+            pass
+    return removed
+
+
+def _reaper(path: Path, fd: int) -> None:
+    """In a forked child: wait for the parent's end (its pipe closes), then for the cgroup
+    to empty, then remove it. Never returns."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a Ctrl-C or kill of the group must not stop it
+        while os.read(fd, 1):
+            pass
+        while path.exists():
+            if not _procs(path):
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
+                break
+            time.sleep(0.1)
+    finally:
+        os._exit(0)
+
+
+class MemoryCgroup:
+    """A memory cgroup of ``limit`` bytes beneath the caller's own; a context manager."""
+
+    def __init__(self, limit: int | str, *, hierarchy: Hierarchy | None = None, reaper: bool = True):
+        self.limit = parse_limit(limit)
+        self.hierarchy = hierarchy or find_hierarchy()
+        remove_stale(self.hierarchy.parent)
+        self.path = self.hierarchy.parent / f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            self.path.mkdir(mode=0o755)
+        except OSError as e:
+            raise PagecastError(
+                f"--memory: cannot create a cgroup in {self.hierarchy.parent}: {e.strerror}; run as root or in a "
+                f"delegated cgroup, or set {ROOT_ENV}"
+            ) from None
+        self._reaper_pid: int | None = None
+        self._reaper_fd: int | None = None
+        try:
+            self._configure()
+            if reaper:
+                self._start_reaper()
+        except BaseException:
+            self._rmdir()
+            raise
+
+    # -- set up and tear down -------------------------------------------------------
+    def _configure(self) -> None:
+        try:
+            if self.version == 2:
+                (self.path / "memory.max").write_text(str(self.limit))
+                if (self.path / "memory.swap.max").exists():
+                    (self.path / "memory.swap.max").write_text("0")
+            else:
+                (self.path / "memory.limit_in_bytes").write_text(str(self.limit))
+                if (self.path / "memory.swappiness").exists():
+                    try:
+                        (self.path / "memory.swappiness").write_text("0")
+                    except OSError:
+                        pass  # not allowed beneath some parents; there is no swap to keep it from anyway
+        except OSError as e:
+            raise PagecastError(f"--memory: cannot set the limit of {self.path}: {e.strerror}") from None
+
+    def _start_reaper(self) -> None:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            os.close(w)
+            _reaper(self.path, r)
+        os.close(r)
+        os.set_inheritable(w, False)
+        self._reaper_pid, self._reaper_fd = pid, w
+
+    def _rmdir(self) -> bool:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                time.sleep(0.02)  # a task that just exited can linger in cgroup.procs for a moment
+        return False
+
+    def close(self) -> None:
+        """Kill what is left in the cgroup, remove it, and let the reaper go."""
+        for pid in _procs(self.path):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self._rmdir()
+        if self._reaper_fd is not None:
+            os.close(self._reaper_fd)
+            self._reaper_fd = None
+        if self._reaper_pid is not None:
+            try:
+                os.waitpid(self._reaper_pid, 0)
+            except ChildProcessError:
+                pass
+            self._reaper_pid = None
+
+    def __enter__(self) -> "MemoryCgroup":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- use -----------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self.hierarchy.version
+
+    @property
+    def procs_file(self) -> Path:
+        return self.path / "cgroup.procs"
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` run inside the cgroup, same pid (an sh that enters it, then execs)."""
+        return [SH, "-c", _ENTER, str(self.procs_file), *argv]
+
+    def enter(self, pid: int = 0) -> None:
+        """Move ``pid`` (0: the calling process) into the cgroup."""
+        self.procs_file.write_text(str(pid))
+
+    def procs(self) -> list[int]:
+        return _procs(self.path)
+
+    def usage(self) -> int:
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        return _read_int(self.path / name)
+
+    def stats(self) -> MemoryStats:
+        s = MemoryStats(self.limit)
+        st = _read_kv(self.path / "memory.stat")
+        if self.version == 2:
+            s.refaults = st.get("workingset_refault_file", 0) + st.get("workingset_refault_anon", 0)
+            s.major_faults = st.get("pgmajfault", 0)
+            s.peak_bytes = _read_int(self.path / "memory.peak")
+            s.oom_kills = _read_kv(self.path / "memory.events").get("oom_kill", 0)
+            s.read_bytes = _io_read_bytes(self.path / "io.stat")
+        else:
+            s.refaults = st.get("total_workingset_refault_file", 0) + st.get("total_workingset_refault_anon", 0)
+            s.major_faults = st.get("total_pgmajfault", 0)
+            s.pgpgin = st.get("total_pgpgin", 0)
+            s.peak_bytes = _read_int(self.path / "memory.max_usage_in_bytes")
+            s.failcnt = _read_int(self.path / "memory.failcnt")
+            s.oom_kills = _read_kv(self.path / "memory.oom_control").get("oom_kill", 0)
+        return s
+
+
+def _io_read_bytes(path: Path) -> int | None:
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    return sum(int(m.group(1)) for m in re.finditer(r"\brbytes=(\d+)", text))
