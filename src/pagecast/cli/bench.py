@@ -66,7 +66,44 @@ def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int =
         metavar="PAGES",
         help="page pack: a fault on a pack page at most PAGES ahead of the loader waits for it (default 256)",
     )
+    p.add_argument(
+        "--memory",
+        metavar="LIMIT",
+        help="also run the workload in a memory cgroup of LIMIT bytes (384M; 'auto': 60%% of the working set "
+        "the training recordings used): the kernel alone and a memory plan (pagecast plan --memory on the "
+        "training prompts recorded under the limit), on the test prompt",
+    )
     add_json_flag(p)
+
+
+def memory_extra(cfg, args: argparse.Namespace, log):
+    """The rows under a memory limit (``--memory``), as ``run_bench``'s ``extra_rows``; or None."""
+    if not getattr(args, "memory", None):
+        return None
+    from pagecast.bench import sparse_weights as wl
+    from pagecast.bench.memory_rows import memory_rows
+
+    def workload(weights, prompt: int):
+        # no read-around: under a limit of a few MiB, the default's 128 KiB around each sparse fault is
+        # read and evicted again unused (the demo's quick run read 2.7 GiB of a 256 MiB file that way)
+        return wl.WorkloadConfig(weights, prompt=prompt, tokens=cfg.tokens, advice="random", extra=list(cfg.extra))
+
+    # three training prompts: leave-one-run-out needs two or more, and each costs a recorded run
+    return memory_rows(cfg.out_dir, args.memory, workload, cfg.train_prompts[:3], cfg.test_prompt, _row_type(), log)
+
+
+def _row_type():
+    from pagecast.bench.harness import RunRow
+
+    return RunRow
+
+
+def combine(*extras):
+    """Several ``extra_rows`` callbacks as one."""
+    live = [e for e in extras if e is not None]
+    if not live:
+        return None
+    return lambda traces, weights: [row for e in live for row in e(traces, weights)]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -185,6 +222,6 @@ def run(args: argparse.Namespace) -> int:
             if not sys.stderr.isatty():
                 print(f"pagecast bench: {msg}", file=sys.stderr)
 
-        report = run_bench(cfg, log=log)
+        report = run_bench(cfg, log=log, extra_rows=memory_extra(cfg, args, log))
     print_report(report, args.json)
     return 0

@@ -28,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--quick", action="store_true", help="smaller and faster: 256 MiB weights, 2 runs, 1 epoch, one classic policy"
     )
     p.add_argument(
+        "--no-memory",
+        action="store_true",
+        help="drop the rows under a memory limit (the kernel alone and a memory plan, at --memory, "
+        "default 'auto': 60%% of the working set)",
+    )
+    p.add_argument(
         "--no-plan",
         action="store_true",
         help="drop the planned row (pagecast plan on the training runs, then run --plan on the test prompt)",
@@ -40,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from pagecast.bench.harness import RunRow, run_bench
     from pagecast.bench.planned_rows import planned_rows
     from pagecast.cli._options import policy_texts
-    from pagecast.cli.bench import DEFAULT_POLICIES, config_from_args, print_report
+    from pagecast.cli.bench import DEFAULT_POLICIES, combine, config_from_args, memory_extra, print_report
     from pagecast.live.sources import default_min_runs
 
     if args.quick:
@@ -49,14 +55,26 @@ def run(args: argparse.Namespace) -> int:
         args.epochs = 1
         args.policy = policy_texts(args, DEFAULT_POLICIES)[:1] or [""]
     cfg = config_from_args(args, "pagecast-demo")
+    if args.no_memory:
+        args.memory = None
+    elif not args.memory:
+        args.memory = "auto"
     plan = not args.no_plan
     n_steps = (
         6
         + len(cfg.train_prompts)
         + (1 if cfg.pack else 0)
         + (1 if plan else 0)
+        + (4 if args.memory else 0)
         + cfg.runs
-        * (7 + len(cfg.policies) + (0 if args.no_learned else 1) + (3 if cfg.pack else 0) + (1 if plan else 0))
+        * (
+            7
+            + len(cfg.policies)
+            + (0 if args.no_learned else 1)
+            + (3 if cfg.pack else 0)
+            + (1 if plan else 0)
+            + (2 if args.memory else 0)
+        )
     )
     t0 = time.time()
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
@@ -74,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             workload = lambda w: wl.WorkloadConfig(w, prompt=cfg.test_prompt, tokens=cfg.tokens, advice="normal",  # noqa: E731
                                                    extra=list(cfg.extra))  # fmt: skip
             extra = planned_rows(cfg.out_dir, workload, min_runs, RunRow, log)
-        report = run_bench(cfg, log=log, extra_rows=extra)
+        report = run_bench(cfg, log=log, extra_rows=combine(extra, memory_extra(cfg, args, log)))
     if args.json:
         print_json(report)
         return 0

@@ -7,8 +7,8 @@ planner plays each run's demand stream at the limit's capacity, in chunks of the
 under LRU (what the kernel does) and Belady's MIN (the floor), and reads off MIN what an
 online policy can do:
 
-- **keep**: chunks MIN holds from one use to the next for most of their reuses — held for
-  the whole run;
+- **keep**: chunks MIN holds from one use to the next, where LRU does not, for most of
+  their reuses — held for the whole run;
 - **stream**: every other chunk the runs used — evicted right after use (its next use is
   farther than the budget can hold), and prefetched ahead along ``next`` (the chunk that
   most often followed it), ``prefetch_chunks`` ahead.
@@ -45,7 +45,7 @@ DEFAULT_CHUNK = 2 << 20
 class MemoryPlanConfig:
     limit: int
     chunk_bytes: int = DEFAULT_CHUNK
-    # what the program's own memory (stack, heap, libraries) and the controller need beside the files
+    # what the program's own memory (stack, heap) and the controller (~4 MiB) need beside the files
     reserve_bytes: int | None = None
     prefetch_chunks: int | None = None  # default: from the device model
     device_bytes_per_s: float = 200e6  # without a calibration: a conservative disk
@@ -121,7 +121,7 @@ def default_reserve(cfg: MemoryPlanConfig, runs: Sequence[RunStream]) -> int:
     if cfg.reserve_bytes is not None:
         return cfg.reserve_bytes
     anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
-    return anon + max(24 << 20, cfg.limit // 16)
+    return min(cfg.limit // 2, anon + max(6 << 20, cfg.limit // 16))
 
 
 def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
@@ -135,19 +135,23 @@ def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
 
 
 def keep_set(streams: Sequence[np.ndarray], capacity: int) -> set[int]:
-    """Chunks MIN (at ``capacity`` chunks) holds across at least half of their reuses."""
+    """Chunks worth holding for the whole run: those whose reuses MIN (at ``capacity``
+    chunks) hits and LRU misses, for at least half of their reuses. A reuse LRU hits too
+    (a library's pages used again at once) needs no holding; a reuse MIN misses is one
+    the budget cannot hold."""
     reuses: Counter[int] = Counter()
-    hits: Counter[int] = Counter()
+    held: Counter[int] = Counter()
     for keys in streams:
         if len(keys) == 0:
             continue
         ids, n = _dense(keys)
-        miss = min_misses(ids, n, max(1, capacity))
+        cap = max(1, capacity)
+        gain = ~min_misses(ids, n, cap) & lru_misses(ids, n, cap)
         first = _first_in_run(keys)
-        for k, m in zip(keys[~first].tolist(), miss[~first].tolist()):
+        for k, g in zip(keys[~first].tolist(), gain[~first].tolist()):
             reuses[k] += 1
-            hits[k] += not m
-    chosen = sorted((k for k in reuses if hits[k] * 2 >= reuses[k] and hits[k] > 0), key=lambda k: (-hits[k], k))
+            held[k] += g
+    chosen = sorted((k for k in reuses if held[k] * 2 >= reuses[k] and held[k] > 0), key=lambda k: (-held[k], k))
     return set(chosen[: max(0, capacity - 1)])
 
 

@@ -1,0 +1,124 @@
+"""Memory cgroups for --memory: real cgroups beneath this process's own, removed whatever
+happens to pagecast (success, failure, SIGTERM, SIGKILL), one line where none can be made."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pagecast.errors import PagecastError
+from pagecast.util.memcg import ROOT_ENV, MemoryCgroup, find_hierarchy, remove_stale
+
+
+def _hierarchy():
+    try:
+        return find_hierarchy()
+    except PagecastError as e:
+        pytest.skip(f"no memory cgroup here: {e}")
+
+
+@pytest.fixture
+def parent() -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("creating cgroups needs root (or a delegated cgroup)")
+    return _hierarchy().parent
+
+
+def _ours(parent: Path, pid: int) -> list[Path]:
+    return [d for d in parent.iterdir() if d.name.startswith(f"pagecast-{pid}-")]
+
+
+def _wait_gone(parent: Path, pid: int, timeout: float = 10.0) -> list[Path]:
+    end = time.monotonic() + timeout
+    while _ours(parent, pid) and time.monotonic() < end:
+        time.sleep(0.05)
+    return _ours(parent, pid)
+
+
+def test_program_runs_inside_with_the_limit_and_the_cgroup_goes(parent):
+    with MemoryCgroup("64M") as cg:
+        out = subprocess.run(cg.wrap(["cat", "/proc/self/cgroup"]), capture_output=True, text=True, check=True)
+        assert cg.path.name in out.stdout
+        limit_file = "memory.max" if cg.version == 2 else "memory.limit_in_bytes"
+        assert int((cg.path / limit_file).read_text()) == 64 << 20
+        # a program writing more anonymous memory than the limit is killed inside, not beside
+        r = subprocess.run(
+            cg.wrap([sys.executable, "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096])"])
+        )
+        assert r.returncode != 0
+        assert cg.stats().oom_kills >= 1 or r.returncode == -signal.SIGKILL
+    assert not cg.path.exists()
+
+
+def test_removed_after_failure_inside_the_block(parent):
+    with pytest.raises(RuntimeError):
+        with MemoryCgroup("32M") as cg:
+            subprocess.Popen(cg.wrap(["sleep", "30"]))
+            raise RuntimeError("boom")
+    assert not cg.path.exists()
+
+
+def _pagecast(args: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "pagecast", *args], **kw)
+
+
+def test_run_memory_success_and_failure_statuses_pass_through(parent, tmp_path):
+    for code in (0, 3):
+        p = _pagecast(["run", "--json", "--memory", "64M", "--", "sh", "-c", f"echo hi; exit {code}"],
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == code, err
+        rep = json.loads(out)
+        assert rep["exit_status"] == code and rep["memory"]["limit_bytes"] == 64 << 20
+        assert set(rep["memory"]) >= {"refaults", "major_faults", "read_bytes", "peak_bytes", "wall_s"}
+        assert b"hi" in err  # with --json the program's stdout goes to stderr
+        assert not _ours(parent, p.pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_removed_after_pagecast_is_killed(parent, tmp_path, sig):
+    p = _pagecast(["run", "--memory", "64M", "--", "sleep", "2"], stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 20
+    while not _ours(parent, p.pid) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert _ours(parent, p.pid), "the cgroup never appeared"
+    time.sleep(0.3)
+    p.send_signal(sig)
+    p.wait(timeout=30)
+    assert _wait_gone(parent, p.pid) == []
+
+
+def test_stale_cgroup_of_a_dead_pagecast_removed_at_next_start(parent):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = parent / f"pagecast-{dead.pid}-deadbeef"
+    stale.mkdir()
+    try:
+        assert stale in remove_stale(parent)
+        assert not stale.exists()
+    finally:
+        if stale.exists():
+            stale.rmdir()
+
+
+def test_no_usable_controller_is_one_line(tmp_path):
+    env = {**os.environ, ROOT_ENV: str(tmp_path)}
+    p = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", "64M", "--", "true"],
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "memory" in lines[0] and ROOT_ENV in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+def test_bad_limit_is_one_line():
+    p = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", "lots", "--", "true"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1

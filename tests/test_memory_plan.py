@@ -1,0 +1,164 @@
+"""Memory plans from real recordings of a cyclic scan under a real memory limit: the keep
+and evict-after-use decisions against MIN's steady state on the project's simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cold_support import cold_file_maker
+from pagecast.constants import PAGE_SIZE
+from pagecast.errors import PagecastError
+from pagecast.plan.memory import (
+    MemoryPlanConfig,
+    RunStream,
+    build,
+    chunk_keys,
+    collapse,
+    plan_for_limit,
+    price_run,
+    read_run,
+)
+from pagecast.plan.memory_format import for_limit, read_memory_plan, write_memory_plan
+from pagecast.sim import SimConfig, simulate
+from pagecast.sim.misses import lru_misses, min_misses
+from pagecast.trace.demand import read_demand
+from pagecast.trace.keys import page_keys
+from pagecast.trace.reader import open_trace
+from pagecast.util.memcg import find_hierarchy
+
+FILE_PAGES = 8192  # 32 MiB
+LIMIT = "24M"
+PASSES = 3
+CHUNK = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("memory cgroups and perf need root")
+    try:
+        find_hierarchy()
+    except PagecastError as e:
+        pytest.skip(str(e))
+    from pagecast.bench.workloads import build_workload
+
+    prog = build_workload("cyclic_scan")
+    out = tmp_path_factory.mktemp("memplan")
+    with cold_file_maker("memplan") as make:
+        f = make(FILE_PAGES)
+        traces = []
+        for i in range(2):
+            from pagecast.util.pagecache import make_cold
+
+            make_cold([f])
+            t = out / f"r{i}.parquet"
+            r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--json", "--memory", LIMIT, "-o", str(t),
+                                "--", str(prog), str(f), str(PASSES)], capture_output=True, text=True, timeout=120)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            rep = json.loads(r.stdout)
+            assert rep["memory"]["refaults"] > 0  # the limit made it read pages again
+            assert rep["command"][0] == str(prog)  # the program as given, not the sh that entered the cgroup
+            traces.append(t)
+        yield f, traces
+
+
+def _cfg() -> MemoryPlanConfig:
+    return MemoryPlanConfig(24 << 20, CHUNK, reserve_bytes=4 << 20, prefetch_chunks=2)
+
+
+def test_min_misses_equal_the_simulators_min(recordings):
+    _, traces = recordings
+    t = open_trace(traces[0])
+    d = read_demand(t)
+    u, ids = np.unique(page_keys(d["region"], d["page"]), return_inverse=True)
+    for cap in (2000, 5000):
+        sim_min = simulate(t, SimConfig(capacity=cap, eviction="min")).faults
+        sim_lru = simulate(t, SimConfig(capacity=cap, eviction="lru")).faults
+        assert int(min_misses(ids.astype(np.int64), len(u), cap).sum()) == sim_min
+        assert int(lru_misses(ids.astype(np.int64), len(u), cap).sum()) == sim_lru
+
+
+def test_keep_and_evict_are_mins_steady_state(recordings):
+    f, traces = recordings
+    cfg = _cfg()
+    files: dict[str, int] = {}
+    runs = [read_run(t, files) for t in traces]
+    fi = files[str(f)]
+    # the data file's accesses alone: the program's libraries, faulted at start-up in an order
+    # that varies from run to run, would take a keep slot in one run and not in another
+    runs = [RunStream(r.file[r.file == fi], r.page[r.file == fi], 0) for r in runs]
+    keep, streamed, nxt, reserve, dist = build(runs, cfg)
+    cap = (cfg.limit - reserve) // CHUNK - dist  # what MIN is played at: the prefetch window set aside
+    # MIN's steady state, from the chunk stream: the chunks it holds through every pass after the
+    # first, in every run (a pass's hits beyond them are the one streaming slot, whose content rotates)
+    min_kept: set[int] | None = None
+    for r in runs:
+        keys = collapse(chunk_keys(r, CHUNK // PAGE_SIZE))
+        u, ids = np.unique(keys, return_inverse=True)
+        miss = min_misses(ids.astype(np.int64), len(u), cap)
+        starts = [*np.flatnonzero(keys & ((1 << 40) - 1) == 0).tolist(), len(keys)]
+        assert len(starts) == PASSES + 1
+        for lo, hi in zip(starts[1:-1], starts[2:]):
+            hit = {int(k & ((1 << 40) - 1)) for k in keys[lo:hi][~miss[lo:hi]]}
+            min_kept = hit if min_kept is None else min_kept & hit
+    plan_kept = {c & ((1 << 40) - 1) for c in keep if c >> 40 == fi}
+    assert plan_kept == min_kept
+    assert len(plan_kept) == cap - 1  # a cyclic scan: MIN holds all it can but one streaming slot
+    assert set(range(len(plan_kept) - 1)) <= plan_kept  # the head of the file
+    n_chunks = FILE_PAGES * PAGE_SIZE // CHUNK
+    plan_streamed = {c & ((1 << 40) - 1) for c in streamed if c >> 40 == fi}
+    assert plan_streamed == set(range(n_chunks)) - plan_kept
+    # what to prefetch after each streamed chunk: the next streamed one in file order
+    order = sorted(plan_streamed)
+    assert all(nxt[(fi << 40) + a] == (fi << 40) + b for a, b in zip(order, order[1:]))
+    # page level, on the simulator: the plan reads what MIN reads at its capacity, within a chunk a pass
+    pr = price_run(runs[0], cfg, reserve, keep)
+    sim = simulate(traces[0], SimConfig(capacity=cap * CHUNK // PAGE_SIZE, eviction="min"))
+    assert abs(int(pr.plan.sum()) - sim.faults) <= PASSES * CHUNK // PAGE_SIZE
+    assert pr.plan.sum() < pr.lru.sum()
+
+
+def test_plan_cli_explain_and_other_limits(recordings, tmp_path):
+    f, traces = recordings
+    out = tmp_path / "p.plan"
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, "--chunk", "1M", "--reserve",
+                        "4M", "--prefetch-chunks", "2", *map(str, traces), "-o", str(out), "--explain"],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "lru_read_mib" in r.stderr and "leave-one-run-out" in r.stderr
+    plan = read_memory_plan(out)
+    row = next(p for p in plan.files if p.path == str(f))
+    assert row.predicted["min"] <= row.predicted["plan"] < row.predicted["lru"]
+    assert plan.validation["plan_bytes"] < plan.validation["lru_bytes"]
+    # a larger limit: the same plan, one warning
+    same, note = for_limit(plan, 48 << 20)
+    assert same is plan and "24 MiB" in note
+    # a smaller one: the keep set scaled to the room left, the chunks dropped streamed
+    smaller, note = for_limit(plan, 16 << 20)
+    assert "scaled" in note and smaller.keep_bytes() <= (16 << 20) - plan.reserve_bytes
+    assert smaller.keep_bytes() < plan.keep_bytes()
+    # too small for the prefetch window: the kernel alone
+    tiny, note = for_limit(plan, 5 << 20)
+    assert tiny.backend == "kernel" and "kernel alone" in note
+    # written and read back unchanged
+    write_memory_plan(smaller, tmp_path / "s.plan")
+    assert read_memory_plan(tmp_path / "s.plan").to_dict() == smaller.to_dict()
+
+
+def test_corrupt_memory_plan_is_one_line(tmp_path):
+    p = tmp_path / "bad.plan"
+    p.write_text('{"format": "pagecast-memory-plan", "version": 1, "files": 3}')
+    with pytest.raises(PagecastError) as e:
+        read_memory_plan(p)
+    assert str(p) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_plan_for_limit_needs_recordings():
+    with pytest.raises(PagecastError):
+        plan_for_limit([], _cfg())

@@ -1,0 +1,107 @@
+"""``pagecast run --memory --plan`` on a real program, a real cold file and a real cgroup:
+the program's output and status unchanged, fewer bytes read than the kernel alone, and a
+plan asking for more than fits paced instead of killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cold_support import cold_file_maker
+from pagecast.errors import PagecastError
+from pagecast.plan.format import FileIdentity
+from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
+from pagecast.util.memcg import find_hierarchy
+from pagecast.util.pagecache import make_cold
+
+MIB = 1 << 20
+FILE_MIB = 32
+LIMIT = 24 * MIB
+PASSES = 4
+CHUNK = MIB
+
+
+@pytest.fixture(scope="module")
+def setup():
+    if os.geteuid() != 0:
+        pytest.skip("memory cgroups and process_madvise on another process need root")
+    try:
+        find_hierarchy()
+    except PagecastError as e:
+        pytest.skip(str(e))
+    from pagecast.bench.workloads import build_workload
+
+    prog = build_workload("cyclic_scan")
+    with cold_file_maker("memrun") as make:
+        yield prog, make(FILE_MIB * MIB // 4096)
+
+
+def _plan(path: Path, f: Path, keep: int, prefetch: int, reserve: int = 4 * MIB) -> Path:
+    n = FILE_MIB * MIB // CHUNK
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], {})
+    write_memory_plan(MemoryPlan(LIMIT, CHUNK, reserve, prefetch, "kernel-advice", [fp]), path)
+    return path
+
+
+def _run(args: list[str], prog: Path, f: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    make_cold([f])
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--json", *args, "--", str(prog), str(f), str(PASSES)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    return r, json.loads(r.stdout)
+
+
+def test_output_and_status_unchanged_and_the_plan_applied(setup, tmp_path):
+    prog, f = setup
+    make_cold([f])
+    direct = subprocess.run([str(prog), str(f), str(PASSES)], capture_output=True, text=True, timeout=60)
+    plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2, reserve=8 * MIB)
+    kernel, krep = _run(["--memory", str(LIMIT)], prog, f)
+    planned, prep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
+    for r, rep in ((kernel, krep), (planned, prep)):
+        assert r.returncode == direct.returncode == 0 == rep["exit_status"]
+        # with --json the program's stdout goes to stderr: its first line is the same sum
+        assert direct.stdout.strip() in r.stderr.splitlines()
+    ctl = prep["controller"]
+    assert "error" not in ctl, ctl
+    assert not ctl["errors"] and ctl["files_mapped"] >= 1
+    assert ctl["pinned_bytes"] == 8 * CHUNK
+    assert ctl["pageouts"] > 0  # chunks behind the program were evicted from it
+    # the kernel re-reads the whole file each pass under the limit (how much less the plan reads
+    # depends on how soon the controller sees the program move on: benchmarks/memlimit_cyclic.py)
+    assert krep["memory"]["read_bytes"] >= PASSES * FILE_MIB * MIB * 0.9
+    assert krep["memory"]["peak_bytes"] <= LIMIT and prep["memory"]["peak_bytes"] <= LIMIT
+
+
+def test_a_plan_that_wants_more_than_fits_is_paced_not_killed(setup, tmp_path):
+    prog, f = setup
+    # keep the whole file (more than the limit) and prefetch far ahead
+    plan = _plan(tmp_path / "greedy.plan", f, keep=FILE_MIB - 1, prefetch=64, reserve=2 * MIB)
+    r, rep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
+    assert r.returncode == 0 and rep["exit_status"] == 0, r.stderr
+    assert rep["memory"]["oom_kills"] == 0
+    ctl = rep["controller"]
+    assert ctl["pin_refused_bytes"] > 0  # pinning stopped where the limit had no room left
+    assert ctl["pinned_bytes"] <= LIMIT - 2 * MIB - (64 + 2) * CHUNK or ctl["pinned_bytes"] == 0
+
+
+def test_changed_file_is_one_warning_and_the_program_runs(setup, tmp_path):
+    prog, f = setup
+    plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2)
+    os.utime(f)  # ctime moves: the plan's identity no longer matches
+    r, rep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
+    assert r.returncode == 0
+    assert sum("changed since the plan" in line for line in r.stderr.splitlines()) == 1
+
+
+def test_cold_start_plan_with_memory_is_one_line(setup, tmp_path):
+    prog, f = setup
+    bad = tmp_path / "cold.plan"
+    bad.write_text("PAGECAST-PLAN 3\n")
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", "64M", "--plan", str(bad), "--", "true"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
