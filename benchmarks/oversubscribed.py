@@ -54,6 +54,7 @@ from pagecast.bench.oversub import (  # noqa: E402
 )
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
+from pagecast.util.atomic import atomic_write_text  # noqa: E402
 
 PY = sys.executable
 HELDOUT_SEED = 7
@@ -113,7 +114,7 @@ def moe_weights(cache: Path, layers: int, experts: int, d: int) -> Path:
 
 
 def moe_case(cache: Path, quick: bool) -> LimitCase:
-    layers, experts, d, k, tokens = (4, 4, 1024, 2, 6) if quick else (12, 16, 1024, 4, 8)
+    layers, experts, d, k, tokens = (4, 4, 1024, 2, 6) if quick else (8, 16, 1024, 4, 8)
     f = moe_weights(cache, layers, experts, d)
     argv = [PY, "-c", MOE, str(f), str(layers), str(experts), str(k)]
     inp = lambda s: Input(f"prompt {s}", [*argv, str(s), str(tokens)])  # noqa: E731
@@ -168,7 +169,7 @@ def matrix(cache: Path, n: int) -> Path:
 
 
 def numeric_case(cache: Path, quick: bool) -> LimitCase:
-    n, passes = (4096, 6) if quick else (8192, 8)
+    n, passes = (4096, 6) if quick else (6144, 8)
     f = matrix(cache, n)
     inp = lambda s: Input(f"start vector {s}", [PY, "-c", POWER, str(f), str(n), str(s), str(passes)])  # noqa: E731
     return LimitCase(
@@ -225,7 +226,7 @@ def sqlite_db(cache: Path, rows: int) -> Path:
 
 
 def sqlite_case(cache: Path, quick: bool) -> LimitCase:
-    rows, rounds, points = (100_000, 6, 100) if quick else (800_000, 7, 300)
+    rows, rounds, points = (100_000, 6, 100) if quick else (300_000, 7, 200)
     db = sqlite_db(cache, rows)
     inp = lambda s: Input(f"seed {s}", [PY, "-c", SQLITE, str(db), str(s), str(rounds), str(points)])  # noqa: E731
     return LimitCase(
@@ -398,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-venv", type=Path, default=None, help="venv with llama-cpp-python and gguf (default: "
                     "under the cache; made there on first use)")  # fmt: skip
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--save", type=Path, default=None, help="also write the results as JSON to this file")
     a = ap.parse_args(argv)
     names = [c for c in a.cases.split(",") if c]
     bad = [c for c in names if c not in CASES]
@@ -425,8 +427,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oversubscribed.py: {e}", file=sys.stderr)
         return 1
     summ = summary(results)
+    doc = {"machine": machine(), "argv": sys.argv[1:], "cases": results, "summary": summ}
+    if a.save:
+        atomic_write_text(a.save, json.dumps(doc, indent=1))
     if a.json:
-        print(json.dumps({"machine": machine(), "cases": results, "summary": summ}, indent=1))
+        print(json.dumps(doc, indent=1))
         return 0
     print(f"machine: {machine()}\n")
     for r in results:

@@ -438,6 +438,13 @@ def _prepare_limit(
     traces: list[Path] = []
     plan: Path | None = None
     min_bytes: int | None = None
+    if not cfg.backends:  # nothing of pagecast's to measure: no recordings, no plan, no MIN
+        return {
+            "strategies": strategies(case, cfg, limit, None),
+            "notes": notes,
+            "min_read_bytes": None,
+            "failed": set(),
+        }
     try:
         for i, inp in enumerate(case.train):
             log(f"{case.name} @ {limit >> 20} MiB: recording training input {inp.name}")
