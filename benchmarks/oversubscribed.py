@@ -361,6 +361,68 @@ def llama_case(cache: Path, quick: bool, log: Callable[[str], None] = print, ven
     )
 
 
+# --------------------------------------------------------------------------- BowerAccess llm
+
+
+def bower_llm(cache: Path, quick: bool, rounds: int, cgroup: Callable[[int], Any]) -> dict[str, Any]:
+    """BowerAccess's ``llm`` (a sorted random 10 % of a weights file's pages, the same each
+    pass) with a 1 MiB budget under the userfaultfd pager, against the kernel in the smallest
+    memory cgroup there is and with no limit; cold file every run. Time per pass: the
+    program's own total over its passes (it reports no per-pass times)."""
+    import statistics
+
+    import numpy as np
+
+    from pagecast.pager.runtime import llm_path, pager_env
+    from pagecast.util.memcg import MIN_LIMIT
+    from pagecast.util.pagecache import make_cold
+
+    npages, passes = (4096, 4) if quick else (16384, 8)
+    f = _write_atomic(cache / f"bower_{npages}.bin", lambda t: np.zeros(npages * 4096, np.uint8).tofile(t))
+    make_cold([f], sync=True)
+    argv = [str(llm_path()), "-n", str(npages), "-g", f"{HELDOUT_SEED}:100", "-r", str(passes), "-m", "read", "-q"]
+    argv.append(str(f))
+    spec = [(str(f), 1 << 20)]
+    rows: dict[str, list[float]] = {}
+    sums: set[str] = set()
+
+    def once(name: str, cmd: list[str], env: dict[str, str]) -> None:
+        make_cold([f])
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True).stdout
+        line = out.strip().splitlines()[-1] if out.strip() else ""
+        try:
+            rows.setdefault(name, []).append(json.loads(line)["ns"] / 1e9 / passes)
+        except (ValueError, KeyError):
+            sums.add(line)  # llm -q without -t prints only its checksum
+            return
+
+    configs: list[tuple[str, Callable[[], tuple[list[str], dict[str, str]]]]] = [
+        ("kernel mmap, no limit", lambda: ([*argv, "-t"], dict(os.environ))),
+        ("pager 1 MiB, CLOCK alone (policy none)", lambda: ([*argv, "-t"], pager_env(spec, "none"))),
+        ("pager 1 MiB, nextline:16", lambda: ([*argv, "-t"], pager_env(spec, "nextline:16"))),
+        ("pager 1 MiB, sparse:16", lambda: ([*argv, "-t"], pager_env(spec, "sparse:16"))),
+    ]
+    for rnd in range(rounds):
+        for name, make in configs:
+            cmd, env = make()
+            once(name, cmd, env)
+        with cgroup(MIN_LIMIT) as cg:
+            once(f"kernel mmap in a {MIN_LIMIT >> 20} MiB memory cgroup", cg.wrap([*argv, "-t"]), dict(os.environ))
+    return {
+        "title": f"BowerAccess llm: {npages} pages ({npages * 4096 >> 20} MiB), a sorted random 10 % of them each "
+        f"pass, {passes} passes, 1 MiB budget, cold file",
+        "rows": {k: statistics.median(v) for k, v in rows.items()},
+    }
+
+
+def format_bower(b: dict[str, Any]) -> str:
+    base = b["rows"].get("kernel mmap, no limit")
+    lines = [f"### {b['title']}", "", "| configuration | s per pass (median) | vs kernel, no limit |", "|---|---|---|"]
+    for k, v in b["rows"].items():
+        lines.append(f"| {k} | {v:.4f} | {base / v:.2f}× |" if base else f"| {k} | {v:.4f} | — |")
+    return "\n".join(lines)
+
+
 CASES: dict[str, Callable[..., LimitCase]] = {
     "llama": llama_case,
     "moe": moe_case,
@@ -398,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-dir", type=Path, default=None, help="recordings and plans (default: under the cache)")
     ap.add_argument("--llama-venv", type=Path, default=None, help="venv with llama-cpp-python and gguf (default: "
                     "under the cache; made there on first use)")  # fmt: skip
+    ap.add_argument("--no-bower", action="store_true", help="leave out the BowerAccess llm row")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--save", type=Path, default=None, help="also write the results as JSON to this file")
     a = ap.parse_args(argv)
@@ -423,11 +486,12 @@ def main(argv: list[str] | None = None) -> int:
             case = llama_case(cache, a.quick, say, a.llama_venv) if name == "llama" else CASES[name](cache, a.quick)
             say(f"{case.name}: {case.title}")
             results.append(run_case(case, cfg, say))
+        bower = None if a.no_bower else bower_llm(cache, a.quick, cfg.rounds + 2, cfg.cgroup)
     except PagecastError as e:
         print(f"oversubscribed.py: {e}", file=sys.stderr)
         return 1
     summ = summary(results)
-    doc = {"machine": machine(), "argv": sys.argv[1:], "cases": results, "summary": summ}
+    doc = {"machine": machine(), "argv": sys.argv[1:], "cases": results, "summary": summ, "bower_llm": bower}
     if a.save:
         atomic_write_text(a.save, json.dumps(doc, indent=1))
     if a.json:
@@ -440,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         for lim in r["limits"]:
             print(format_limit(r, lim) + "\n")
     print(format_summary(summ))
+    if bower:
+        print("\n" + format_bower(bower))
     return 0
 
 
