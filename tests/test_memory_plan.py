@@ -132,6 +132,9 @@ def test_plan_cli_explain_and_other_limits(recordings, tmp_path):
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "lru_read_mib" in r.stderr and "leave-one-run-out" in r.stderr
+    shown = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--show", str(out)], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert shown.returncode == 0 and "limit 24 MiB" in shown.stdout and str(f) in shown.stdout
     plan = read_memory_plan(out)
     row = next(p for p in plan.files if p.path == str(f))
     assert row.predicted["min"] <= row.predicted["plan"] < row.predicted["lru"]

@@ -105,3 +105,25 @@ def test_cold_start_plan_with_memory_is_one_line(setup, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", "64M", "--plan", str(bad), "--", "true"],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sigterm_reaches_the_program_and_the_cgroup_goes(setup, tmp_path):
+    import signal
+    import time
+
+    from pagecast.util.memcg import find_hierarchy
+
+    prog, f = setup
+    plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2, reserve=8 * MIB)
+    make_cold([f])
+    p = subprocess.Popen([sys.executable, "-m", "pagecast", "run", "--memory", str(LIMIT), "--plan", str(plan), "--",
+                          str(prog), str(f), "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    parent = find_hierarchy().parent
+    mine = lambda: [d for d in parent.iterdir() if d.name.startswith(f"pagecast-{p.pid}-")]  # noqa: E731
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not any(len((d / "cgroup.procs").read_text().split()) >= 2 for d in mine()):
+        time.sleep(0.05)  # the program and the controller both inside
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert mine() == []

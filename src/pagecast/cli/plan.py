@@ -128,8 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunk",
         metavar="SIZE",
-        default="2M",
-        help="--memory: the unit of keep/evict/prefetch decisions (default 2M)",
+        default=None,
+        help="--memory: the unit of keep/evict/prefetch decisions (default: of 2M, 512K, 128K and 32K, the "
+        "one whose plan reads least, leave-one-run-out)",
     )
     p.add_argument(
         "--reserve",
@@ -148,6 +149,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def show(path: str, as_json: bool) -> int:
     from pagecast.plan.format import read_plan
+    from pagecast.plan.memory_format import is_memory_plan
+
+    if is_memory_plan(path):
+        return _show_memory(path, as_json)
 
     doc = read_plan(path)
     if as_json:
@@ -408,15 +413,10 @@ def _memory_plan(args: argparse.Namespace) -> int:
 
     if args.measure:
         raise PagecastError("--measure does not go with --memory")
-    dev_bps, dev_lat = 200e6, 0.002
-    if args.device_model:
-        from pagecast.util.device_model import find_model
-
-        m = find_model(args.device_model)
-        dev_bps, dev_lat = m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+    dev_bps, dev_lat = _memory_device(args.device_model, args.traces)
     cfg = MemoryPlanConfig(
         parse_limit(args.memory),
-        parse_size(args.chunk, "--chunk"),
+        parse_size(args.chunk, "--chunk") if args.chunk else None,
         parse_size(args.reserve, "--reserve") if args.reserve else None,
         args.prefetch_chunks,
         dev_bps,
@@ -435,6 +435,52 @@ def _memory_plan(args: argparse.Namespace) -> int:
         print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
     else:
         print(f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
-              f"stream the rest in {plan.chunk_bytes >> 20} MiB chunks, {plan.prefetch_chunks} ahead "
+              f"stream the rest in {plan.chunk_bytes >> 10} KiB chunks, {plan.prefetch_chunks} ahead "
               f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
     return 0
+
+
+def _show_memory(path: str, as_json: bool) -> int:
+    from pagecast.plan.memory import explain_rows
+    from pagecast.plan.memory_format import read_memory_plan
+
+    plan = read_memory_plan(path)
+    if as_json:
+        print_json({"plan": path, **plan.to_dict()})
+        return 0
+    rows = explain_rows(plan)
+    print(format_table(rows) if rows else f"{path}: a memory plan with no files")
+    print(f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
+          f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}")  # fmt: skip
+    return 0
+
+
+def _memory_device(spec: str | None, traces: list[str]) -> tuple[float, float]:
+    """(bytes/s, latency s) for the prefetch distance: --device-model, else the stored
+    calibration of the device of the largest file the recordings used, else a conservative disk."""
+    from pagecast.util.device_model import find_model, load_model, model_path
+
+    if spec:
+        m = find_model(spec)
+        return m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+    from pagecast.errors import PagecastError
+    from pagecast.trace import open_trace
+
+    sizes: dict[str, int] = {}
+    for t in traces:
+        try:
+            for r in open_trace(t).regions:
+                if r.kind == "file" and r.path:
+                    sizes[r.path] = max(sizes.get(r.path, 0), r.length)
+        except (PagecastError, OSError):
+            continue
+    for path in sorted(sizes, key=lambda p: -sizes[p]):
+        try:
+            stored = model_path(path)
+            if stored.exists():
+                m = load_model(stored)
+                return m.seq_read_bytes_per_s, m.read_latency_ns / 1e9
+            return 200e6, 0.002
+        except (PagecastError, OSError):
+            continue
+    return 200e6, 0.002

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         cmd = cmd[1:]
     if not cmd:
         raise PagecastError("no command given (usage: pagecast record -o T.parquet -- CMD ARGS...)")
+    if args.cuda and args.memory:
+        raise PagecastError("--memory does not go with --cuda (a memory cgroup limits host memory, not the GPU's)")
     if args.cuda:
         try:
             from pagecast.collect.cuda import record_cuda

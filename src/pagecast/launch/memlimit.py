@@ -57,7 +57,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
             cg.enter(0)
             from pagecast.live.memctl import Controller
 
-            stats = Controller(plan, pid, cg.usage).run()
+            stats = Controller(plan, pid, cg.committed).run()
             os.write(w, json.dumps(stats.to_dict()).encode())
         except BaseException as e:  # noqa: BLE001 - the program must run on whatever happens here
             try:

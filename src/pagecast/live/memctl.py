@@ -16,8 +16,10 @@ where the program's pages are) and acts through the kernel's page cache:
   on a pidfd (its clean file pages are reclaimed at once, mapped by nobody else);
 - **prefetch**: on entering a streamed chunk, the next ``prefetch_chunks`` along the
   plan's ``next`` chain are read ahead with ``posix_fadvise(WILLNEED)``, each only while
-  the cgroup's usage leaves room for it beside ``SLACK_CHUNKS``: a prefetch deferred is
-  retried next poll, after the chunks behind the program were paged out.
+  the cgroup's committed memory (its usage less its inactive file pages, which reclaim
+  takes first: the kept pages are locked, so never among them) leaves room for it beside
+  ``SLACK_CHUNKS``: a prefetch deferred is retried next poll, after the chunks behind the
+  program were paged out.
 
 Files read with ``read()`` (no mapping) are not acted on: the page table shows nothing of
 them (docs/oversubscription.md).
@@ -44,6 +46,9 @@ MADV_COLD = 20
 MADV_PAGEOUT = 21
 RECENT = 2  # streamed chunks kept after entering: the one in use and the one before
 FULL_SCAN_EVERY = 10
+# chunks past the prefetch window looked at each poll: a program streaming from the cache
+# crosses several chunks between two polls, and one lost between full scans is not evicted
+LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
 
@@ -265,7 +270,7 @@ class Controller:
         for k in list(self.recent):
             f = self.files_by_idx(k[0])
             c = k[1]
-            for _ in range(self.plan.prefetch_chunks + 2):
+            for _ in range(self.plan.prefetch_chunks + LOOK_AHEAD):
                 c = f.next.get(c, c + 1)
                 out.append((f.idx, c))
         return out

@@ -21,11 +21,12 @@ no less than the kernel does falls back to the kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -39,12 +40,16 @@ from pagecast.trace.demand import read_demand
 from pagecast.trace.reader import open_trace
 
 DEFAULT_CHUNK = 2 << 20
+# chunk sizes tried when none is given: large chunks suit programs that stream a file, small
+# ones programs that use scattered pages of it (a 2 MiB chunk kept for a few pages wastes it)
+CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10)  # largest first
+SMALLER_CHUNK_GAIN = 0.05
 
 
 @dataclass(frozen=True)
 class MemoryPlanConfig:
     limit: int
-    chunk_bytes: int = DEFAULT_CHUNK
+    chunk_bytes: int | None = DEFAULT_CHUNK  # None: the candidate that reads least, validated
     # what the program's own memory (stack, heap) and the controller (~4 MiB) need beside the files
     reserve_bytes: int | None = None
     prefetch_chunks: int | None = None  # default: from the device model
@@ -208,15 +213,42 @@ def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], s
     return keep, streamed, successors(streams, streamed), reserve, dist
 
 
+def choose_chunk(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[MemoryPlanConfig, dict[str, int]]:
+    """``cfg`` with the largest chunk size of ``CHUNK_CANDIDATES`` whose plan reads at most
+    ``SMALLER_CHUNK_GAIN`` more than the best one (leave-one-run-out with two runs or more):
+    every chunk costs the controller a page-table read and a system call, so a smaller one
+    must earn it. Also the bytes read per candidate."""
+    results: list[tuple[int, MemoryPlanConfig]] = []
+    tried: dict[str, int] = {}
+    for c in CHUNK_CANDIDATES:
+        cand = dataclasses.replace(cfg, chunk_bytes=c)
+        reserve = default_reserve(cand, runs)
+        v = _leave_one_out(runs, cand, reserve)
+        read = v["plan_bytes"]
+        if read is None:
+            keep, *_ = build(runs, cand)
+            read = sum(int(price_run(r, cand, reserve, keep).plan.sum()) * PAGE_SIZE for r in runs)
+        tried[str(c)] = int(read)
+        results.append((int(read), cand))
+    least = min(r for r, _ in results)
+    return next(c for r, c in results if r <= least * (1 + SMALLER_CHUNK_GAIN)), tried
+
+
 def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> MemoryPlan:
     if not traces:
         raise PagecastError("plan --memory: no recordings given")
-    if cfg.chunk_bytes <= 0 or cfg.chunk_bytes % PAGE_SIZE:
+    if cfg.chunk_bytes is not None and (cfg.chunk_bytes <= 0 or cfg.chunk_bytes % PAGE_SIZE):
         raise PagecastError(f"plan --memory: chunk size {cfg.chunk_bytes} is not a positive multiple of {PAGE_SIZE}")
     files: dict[str, int] = {}
     runs = [read_run(t, files) for t in traces]
+    tried: dict[str, int] = {}
+    if cfg.chunk_bytes is None:
+        cfg, tried = choose_chunk(runs, cfg)
+    assert cfg.chunk_bytes is not None
     keep, streamed, nxt, reserve, dist = build(runs, cfg)
     validation = _leave_one_out(runs, cfg, reserve)
+    if tried:
+        validation["plan_bytes_by_chunk"] = tried
     names = {i: p for p, i in files.items()}
     ident: dict[str, FileIdentity] = {}
     for t in traces:
@@ -248,7 +280,7 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
     return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note)
 
 
-def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, int | None]:
+def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:
     """Bytes read over the runs, each priced with a plan made from the others."""
     if len(runs) < 2:
         return {"runs": len(runs), "lru_bytes": None, "min_bytes": None, "plan_bytes": None}

@@ -346,6 +346,13 @@ class MemoryCgroup:
         name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
         return _read_int(self.path / name)
 
+    def committed(self) -> int:
+        """Usage less the inactive file pages: what reclaim cannot take first. A cgroup's
+        page cache fills it to its limit; the inactive part is what the kernel evicts next."""
+        st = _read_kv(self.path / "memory.stat")
+        inactive = st.get("inactive_file", 0) if self.version == 2 else st.get("total_inactive_file", 0)
+        return max(0, self.usage() - inactive)
+
     def stats(self) -> MemoryStats:
         s = MemoryStats(self.limit)
         st = _read_kv(self.path / "memory.stat")
