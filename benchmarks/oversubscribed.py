@@ -338,7 +338,7 @@ def llama_python(venv: Path, log: Callable[[str], None]) -> Path:
 
 def llama_case(cache: Path, quick: bool, log: Callable[[str], None] = print, venv: Path | None = None) -> LimitCase:
     py = llama_python(venv or cache / "llama-venv", log)
-    layers, width, ff, vocab, tokens = (4, 512, 1024, 2000, 6) if quick else (24, 1024, 2048, 32000, 8)
+    layers, width, ff, vocab, tokens = (4, 512, 1024, 2000, 6) if quick else (24, 1024, 2048, 32000, 6)
     gguf_path = cache / f"llama_random_{layers}x{width}x{ff}x{vocab}.gguf"
 
     def make(tmp: Path) -> None:
