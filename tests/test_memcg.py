@@ -122,3 +122,11 @@ def test_bad_limit_is_one_line():
     p = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", "lots", "--", "true"],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_memory_with_options_it_does_not_go_with_is_one_line(tmp_path):
+    for argv in (["record", "--cuda", "--memory", "64M", "-o", str(tmp_path / "t.parquet"), "--", "true"],
+                 ["run", "--memory", "64M", "--policy", "nextline", "--", "true"],
+                 ["run", "--memory", "64M", "--backend", "pager", "--", "true"]):  # fmt: skip
+        p = subprocess.run([sys.executable, "-m", "pagecast", *argv], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (argv, p.stderr)

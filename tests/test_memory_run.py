@@ -43,7 +43,8 @@ def setup():
 
 def _plan(path: Path, f: Path, keep: int, prefetch: int, reserve: int = 4 * MIB) -> Path:
     n = FILE_MIB * MIB // CHUNK
-    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], {})
+    nxt = {c: c + 1 for c in range(keep, n - 1)}  # prefetch the next chunk in file order
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], nxt)
     write_memory_plan(MemoryPlan(LIMIT, CHUNK, reserve, prefetch, "kernel-advice", [fp]), path)
     return path
 
@@ -69,7 +70,7 @@ def test_output_and_status_unchanged_and_the_plan_applied(setup, tmp_path):
     ctl = prep["controller"]
     assert "error" not in ctl, ctl
     assert not ctl["errors"] and ctl["files_mapped"] >= 1
-    assert ctl["pinned_bytes"] == 8 * CHUNK
+    assert 0 < ctl["pinned_bytes"] <= 8 * CHUNK  # pinned while the cgroup had room, the program running
     assert ctl["pageouts"] > 0  # chunks behind the program were evicted from it
     # the kernel re-reads the whole file each pass under the limit (how much less the plan reads
     # depends on how soon the controller sees the program move on: benchmarks/memlimit_cyclic.py)
@@ -79,12 +80,13 @@ def test_output_and_status_unchanged_and_the_plan_applied(setup, tmp_path):
 
 def test_a_plan_that_wants_more_than_fits_is_paced_not_killed(setup, tmp_path):
     prog, f = setup
-    # keep the whole file (more than the limit) and prefetch far ahead
-    plan = _plan(tmp_path / "greedy.plan", f, keep=FILE_MIB - 1, prefetch=64, reserve=2 * MIB)
+    # keep 24 MiB (all of the limit) and prefetch 64 MiB ahead
+    plan = _plan(tmp_path / "greedy.plan", f, keep=24, prefetch=64, reserve=2 * MIB)
     r, rep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
     assert r.returncode == 0 and rep["exit_status"] == 0, r.stderr
     assert rep["memory"]["oom_kills"] == 0
     ctl = rep["controller"]
+    assert "error" not in ctl, ctl
     assert ctl["pin_refused_bytes"] > 0  # pinning stopped where the limit had no room left
     assert ctl["pinned_bytes"] <= LIMIT - 2 * MIB - (64 + 2) * CHUNK or ctl["pinned_bytes"] == 0
 
@@ -92,7 +94,7 @@ def test_a_plan_that_wants_more_than_fits_is_paced_not_killed(setup, tmp_path):
 def test_changed_file_is_one_warning_and_the_program_runs(setup, tmp_path):
     prog, f = setup
     plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2)
-    os.utime(f)  # ctime moves: the plan's identity no longer matches
+    os.utime(f, ns=(1, 1))  # mtime (and ctime) move: the plan's identity no longer matches
     r, rep = _run(["--memory", str(LIMIT), "--plan", str(plan)], prog, f)
     assert r.returncode == 0
     assert sum("changed since the plan" in line for line in r.stderr.splitlines()) == 1

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_memory:
         args.memory = None
     elif not args.memory:
-        args.memory = "auto"
+        args.memory = _auto_memory()
     plan = not args.no_plan
     n_steps = (
         6
@@ -104,3 +104,22 @@ def run(args: argparse.Namespace) -> int:
     print_report(report, False)
     print(f"(demo took {time.time() - t0:.0f} s)")
     return 0
+
+
+def _auto_memory() -> str | None:
+    """'auto' where a memory cgroup can be made here; else None, and one line saying why."""
+    import os
+
+    from pagecast.errors import PagecastError
+    from pagecast.util.memcg import find_hierarchy
+
+    try:
+        parent = find_hierarchy().parent
+    except PagecastError as e:
+        print(f"pagecast demo: the rows under a memory limit are skipped: {e}", file=sys.stderr)
+        return None
+    if not os.access(parent, os.W_OK):
+        print(f"pagecast demo: the rows under a memory limit are skipped: cannot create cgroups in {parent} "
+              "(run as root or in a delegated cgroup)", file=sys.stderr)  # fmt: skip
+        return None
+    return "auto"

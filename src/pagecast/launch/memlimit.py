@@ -10,6 +10,7 @@ program's and the controller's, from their rusage), peak usage, wall time.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -47,14 +48,22 @@ def _exit_status(rc: int) -> int:
 def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int, int]:
     """Fork the controller into the cgroup; (its pid, the read end of its report pipe)."""
     r, w = os.pipe()
+    # the controller's memory is charged to the program's cgroup: what it shares with this
+    # process must stay shared, so no collection may walk (and so copy) the inherited heap
+    gc.freeze()
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child, reports through the pipe
         code = 0
+        gc.disable()
         try:
             os.close(r)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             cg.enter(0)
+            # under memory pressure the OOM killer takes the controller, never the program for it:
+            # its locked pages go with it and the program runs on
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
             from pagecast.live.memctl import Controller
 
             stats = Controller(plan, pid, cg.committed).run()
@@ -68,6 +77,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
         finally:
             os._exit(code)
     os.close(w)
+    gc.unfreeze()
     return child, r
 
 
@@ -138,9 +148,12 @@ def run_under_limit(
             os.close(fd)
             os.waitpid(pid, 0)
             try:
-                controller = json.loads(raw or b"{}")
+                controller = json.loads(raw) if raw else None
             except ValueError:
-                controller = {"error": "no report"}
+                controller = None
+            if controller is None:
+                controller = {"error": "it ended without a report (killed: by the OOM killer if oom_kills > 0); "
+                              "the program ran on without it"}  # fmt: skip
             if controller.get("error"):
                 warnings.append(f"the memory controller stopped: {controller['error']}")
             for p in controller.get("files_changed") or []:

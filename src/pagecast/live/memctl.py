@@ -184,14 +184,17 @@ class Controller:
                 buf = os.pread(self.pagemap, n // PAGE_SIZE * 8, addr // PAGE_SIZE * 8)
             except OSError:
                 continue
-            if buf and max(buf[7::8]) & 0x80:
+            seg = buf[7::8]
+            if seg and max(seg) & 0x80:
                 return True
         return False
 
     # -- acting ---------------------------------------------------------------------
-    def pin_some(self, budget_s: float = 0.002) -> None:
-        """Lock keep pieces while the limit has room for them; ``budget_s`` of work per call."""
+    def pin_some(self, budget_s: float = 0.002) -> bool:
+        """Lock keep pieces while the limit has room for them, ``budget_s`` of work per call;
+        whether any was locked."""
         t0 = time.monotonic()
+        before = self.stats.pinned_bytes
         room = self.plan.limit_bytes - self.plan.reserve_bytes - (self.plan.prefetch_chunks + SLACK_CHUNKS) * self.cb
         while self._pin_queue and time.monotonic() - t0 < budget_s:
             f, off, n = self._pin_queue.pop(0)
@@ -199,9 +202,12 @@ class Controller:
             if n <= 0:
                 continue
             piece = min(n, self.cb)
-            if self.stats.pinned_bytes + piece > room:
+            if self.stats.pinned_bytes + piece > room:  # beyond the plan's room: never
                 self.stats.pin_refused_bytes += n
                 continue
+            if not self._room(piece):  # the cgroup is full right now: again at the next poll
+                self._pin_queue.insert(0, (f, off, n))
+                break
             addr = _libc.mmap(None, piece, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, off)
             if addr in (None, ctypes.c_void_p(-1).value):
                 self.stats.errors.append(f"pin {f.path}: mmap: {os.strerror(ctypes.get_errno())}")
@@ -215,15 +221,20 @@ class Controller:
             self.stats.pinned_bytes += piece
             if n > piece:
                 self._pin_queue.insert(0, (f, off + piece, n - piece))
+        return self.stats.pinned_bytes > before
 
     def _room(self, n: int) -> bool:
-        return self.usage() + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
+        """Whether ``n`` more bytes fit: what reclaim cannot take first, plus every chunk
+        prefetched and not yet paged out (its pages may still be under read, and a page
+        under read cannot be reclaimed either), below the limit less the slack."""
+        inflight = len(self.issued) * self.cb
+        return self.usage() + inflight + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
 
     def prefetch_from(self, key: tuple[int, int]) -> None:
         f = self.files_by_idx(key[0])
         c = key[1]
         for _ in range(self.plan.prefetch_chunks):
-            c = f.next.get(c, c + 1)
+            c = f.next.get(c, -1)  # no confident successor: no prefetch
             if c not in f.stream or c * self.cb >= f.size:
                 break
             k = (f.idx, c)
@@ -275,8 +286,30 @@ class Controller:
                 out.append((f.idx, c))
         return out
 
+    def _present_all(self, f: _File) -> set[int]:
+        """The streamed chunks of ``f`` with a page in the program's page table: one read of
+        the page table per mapping (a full scan of thousands of small chunks one read each
+        would cost the program a core)."""
+        out: set[int] = set()
+        for a, b, off in f.maps:
+            try:
+                buf = os.pread(self.pagemap, (b - a) // PAGE_SIZE * 8, a // PAGE_SIZE * 8)
+            except OSError:
+                continue
+            first, last = off // self.cb, (off + (b - a) - 1) // self.cb
+            for c in range(first, last + 1):
+                if c not in f.stream:
+                    continue
+                lo = max(0, c * self.cb - off) // PAGE_SIZE
+                hi = min(b - a, (c + 1) * self.cb - off) // PAGE_SIZE
+                seg = buf[lo * 8 + 7 : hi * 8 : 8]  # short when the mapping went away meanwhile
+                if seg and max(seg) & 0x80:
+                    out.add(c)
+        return out
+
     def step(self, full: bool) -> None:
         seen = set()
+        scanned = {f.idx: self._present_all(f) for f in self.files if f.maps} if full else {}
         for k in self._candidates(full):
             if k in seen:
                 continue
@@ -284,7 +317,7 @@ class Controller:
             f = self.files_by_idx(k[0])
             if k[1] not in f.stream or not f.maps:
                 continue
-            now = self._is_present(f, k[1])
+            now = k[1] in scanned[f.idx] if full else self._is_present(f, k[1])
             if now and k not in self.present:
                 self.present.add(k)
                 if k not in self.recent:
@@ -310,9 +343,9 @@ class Controller:
             if now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
-            self.pin_some()
+            pinned = self.pin_some()
             self.step(full=n % FULL_SCAN_EVERY == 0)
             n += 1
-            if poller.poll(0 if self._pin_queue else int(POLL_S * 1000)):
+            if poller.poll(0 if pinned else int(POLL_S * 1000)):
                 break  # the program exited
         return self.stats

@@ -44,6 +44,7 @@ DEFAULT_CHUNK = 2 << 20
 # ones programs that use scattered pages of it (a 2 MiB chunk kept for a few pages wastes it)
 CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10)  # largest first
 SMALLER_CHUNK_GAIN = 0.05
+SUCCESSOR_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -139,44 +140,67 @@ def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
     return max(1, min(want, capacity // 4))
 
 
-def keep_set(streams: Sequence[np.ndarray], capacity: int) -> set[int]:
-    """Chunks worth holding for the whole run: those whose reuses MIN (at ``capacity``
-    chunks) hits and LRU misses, for at least half of their reuses. A reuse LRU hits too
-    (a library's pages used again at once) needs no holding; a reuse MIN misses is one
-    the budget cannot hold."""
+def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[set[int], set[int]]:
+    """(keep, evict after use) at ``capacity`` chunks.
+
+    Keep: chunks whose reuses MIN hits and LRU misses, for at least half of their reuses
+    (a reuse LRU hits too needs no holding). Evict after use: chunks used once in a run,
+    or whose reuses MIN misses for at least half of them (the budget cannot hold them to
+    their next use, so holding them only pushes out others). The rest (reuses both hit)
+    are left to the kernel."""
     reuses: Counter[int] = Counter()
     held: Counter[int] = Counter()
+    lost: Counter[int] = Counter()
+    used: set[int] = set()
     for keys in streams:
         if len(keys) == 0:
             continue
+        used.update(np.unique(keys).tolist())
         ids, n = _dense(keys)
         cap = max(1, capacity)
-        gain = ~min_misses(ids, n, cap) & lru_misses(ids, n, cap)
+        mmiss = min_misses(ids, n, cap)
+        gain = ~mmiss & lru_misses(ids, n, cap)
         first = _first_in_run(keys)
-        for k, g in zip(keys[~first].tolist(), gain[~first].tolist()):
+        for k, g, m in zip(keys[~first].tolist(), gain[~first].tolist(), mmiss[~first].tolist()):
             reuses[k] += 1
             held[k] += g
+            lost[k] += m
     chosen = sorted((k for k in reuses if held[k] * 2 >= reuses[k] and held[k] > 0), key=lambda k: (-held[k], k))
-    return set(chosen[: max(0, capacity - 1)])
+    keep = set(chosen[: max(0, capacity - 1)])
+    evict = {k for k in used - keep if reuses[k] == 0 or lost[k] * 2 >= reuses[k]}
+    return keep, evict
 
 
 def successors(streams: Sequence[np.ndarray], streamed: set[int]) -> dict[int, int]:
-    """For each streamed chunk, the streamed chunk that most often came next."""
+    """For each streamed chunk, the streamed chunk that came next, where one did at least
+    ``SUCCESSOR_SHARE`` of at least two times: a guess below that would read chunks the
+    program does not use next and evict ones it does (scattered reads get no prefetch)."""
     counts: dict[int, Counter[int]] = defaultdict(Counter)
     for keys in streams:
         s = [k for k in keys.tolist() if k in streamed]
         for a, b in zip(s, s[1:]):
             if a != b:
                 counts[a][b] += 1
-    return {a: c.most_common(1)[0][0] for a, c in counts.items()}
+    out = {}
+    for a, c in counts.items():
+        b, n = c.most_common(1)[0]
+        total = sum(c.values())
+        if total >= 2 and n >= SUCCESSOR_SHARE * total:
+            out[a] = b
+    return out
 
 
-def predicted_misses(keys_pages: np.ndarray, chunk_of: np.ndarray, keep: set[int]) -> np.ndarray:
+def predicted_misses(
+    keys_pages: np.ndarray, chunk_of: np.ndarray, keep: set[int], streamed: set[int], lru: np.ndarray
+) -> np.ndarray:
     """Miss flags of the plan on one run's page stream: a page is read on its first use in
-    the run, and again on every use unless its chunk is kept."""
+    the run; again on every use if its chunk is evicted after use; as LRU reads it if its
+    chunk is left to the kernel; never again if its chunk is kept."""
     first = _first_in_run(keys_pages)
-    kept = np.fromiter((c in keep for c in chunk_of.tolist()), bool, len(chunk_of))
-    return first | ~kept
+    cl = chunk_of.tolist()
+    kept = np.fromiter((c in keep for c in cl), bool, len(cl))
+    stream = np.fromiter((c in streamed for c in cl), bool, len(cl))
+    return first | stream | (~kept & ~stream & lru)
 
 
 @dataclass
@@ -186,14 +210,18 @@ class Priced:
     plan: np.ndarray
 
 
-def price_run(run: RunStream, cfg: MemoryPlanConfig, reserve: int, keep: set[int]) -> Priced:
+def price_run(
+    run: RunStream, cfg: MemoryPlanConfig, reserve: int, keep: set[int], streamed: set[int] | None = None
+) -> Priced:
+    """LRU's, MIN's and the plan's misses on one run; ``streamed`` None: every chunk not kept."""
     pages = run.file * (1 << 40) + run.page
     ids, n = _dense(pages)
     cap = max(1, (cfg.limit - reserve) // PAGE_SIZE)
-    chunk_pages = cfg.chunk_bytes // PAGE_SIZE
-    return Priced(
-        lru_misses(ids, n, cap), min_misses(ids, n, cap), predicted_misses(pages, chunk_keys(run, chunk_pages), keep)
-    )
+    chunks = chunk_keys(run, cfg.chunk_bytes // PAGE_SIZE)
+    if streamed is None:
+        streamed = set(np.unique(chunks).tolist()) - keep
+    lru = lru_misses(ids, n, cap)
+    return Priced(lru, min_misses(ids, n, cap), predicted_misses(pages, chunks, keep, streamed, lru))
 
 
 def _ranges(chunks: Sequence[int]) -> list[tuple[int, int]]:
@@ -207,9 +235,7 @@ def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], s
     dist = prefetch_distance(cfg, cap)
     chunk_pages = cfg.chunk_bytes // PAGE_SIZE
     streams = [collapse(chunk_keys(r, chunk_pages)) for r in runs]
-    keep = keep_set(streams, cap - dist)
-    used = set(np.unique(np.concatenate(streams)).tolist()) if streams else set()
-    streamed = used - keep
+    keep, streamed = keep_set(streams, cap - dist)
     return keep, streamed, successors(streams, streamed), reserve, dist
 
 
@@ -226,8 +252,8 @@ def choose_chunk(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[Memo
         v = _leave_one_out(runs, cand, reserve)
         read = v["plan_bytes"]
         if read is None:
-            keep, *_ = build(runs, cand)
-            read = sum(int(price_run(r, cand, reserve, keep).plan.sum()) * PAGE_SIZE for r in runs)
+            keep, streamed, *_ = build(runs, cand)
+            read = sum(int(price_run(r, cand, reserve, keep, streamed).plan.sum()) * PAGE_SIZE for r in runs)
         tried[str(c)] = int(read)
         results.append((int(read), cand))
     least = min(r for r, _ in results)
@@ -255,7 +281,7 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
         ident.update(recorded_identity(t))
     per_file: dict[int, dict[str, int]] = defaultdict(lambda: {"lru": 0, "min": 0, "plan": 0})
     for r in runs:
-        pr = price_run(r, cfg, reserve, keep)
+        pr = price_run(r, cfg, reserve, keep, streamed)
         for name, flags in (("lru", pr.lru), ("min", pr.min), ("plan", pr.plan)):
             for fi, cnt in zip(*np.unique(r.file[flags], return_counts=True)):
                 per_file[int(fi)][name] += int(cnt) * PAGE_SIZE
@@ -286,8 +312,8 @@ def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: in
         return {"runs": len(runs), "lru_bytes": None, "min_bytes": None, "plan_bytes": None}
     tot = {"lru_bytes": 0, "min_bytes": 0, "plan_bytes": 0}
     for i, r in enumerate(runs):
-        keep, *_ = build([x for j, x in enumerate(runs) if j != i], cfg)
-        pr = price_run(r, cfg, reserve, keep)
+        keep, streamed, *_ = build([x for j, x in enumerate(runs) if j != i], cfg)
+        pr = price_run(r, cfg, reserve, keep, streamed)
         tot["lru_bytes"] += int(pr.lru.sum()) * PAGE_SIZE
         tot["min_bytes"] += int(pr.min.sum()) * PAGE_SIZE
         tot["plan_bytes"] += int(pr.plan.sum()) * PAGE_SIZE
