@@ -14,8 +14,9 @@ Inference is batched ahead of time: ``EvictionModel.scores`` scores every access
 trace before the simulation and ``keys_from_scores`` turns the score into the key the
 simulator's keyed heap evicts by (largest first): a page predicted averse (P(friendly)
 below ``threshold``) leaves before every page predicted friendly, and among equals the
-least recently used leaves first — Hawkeye's rule. Averse accesses are rare (a page
-usually stays until its next use), so the loss weighs the two classes equally.
+least recently used leaves first — Hawkeye's rule. The loss is plain cross-entropy, so
+P is calibrated: a page is called averse only when the network is confident, since
+evicting a page MIN would keep costs a fault and keeping an averse one only delays LRU.
 
 Only accesses after which some other page is touched are trained on: a page used again
 on the very next access is kept by every policy, and the key its access sets is
@@ -49,8 +50,8 @@ class EvictionTrainConfig:
     """How ``train_eviction`` learns (``pagecast train --target eviction``)."""
 
     capacities: tuple[float, ...] = (0.3, 0.5, 0.6, 0.75, 0.9)  # fractions of each run's distinct pages
-    rows_per_case: int = 60_000  # rows sampled per (run, capacity)
-    epochs: int = 6
+    rows_per_case: int = 40_000  # rows sampled per (run, capacity)
+    epochs: int = 4
     batch: int = 512
     lr: float = 3e-3
     hidden: int = 64
@@ -306,8 +307,7 @@ def train_eviction(
     y = torch.from_numpy(np.concatenate([c.y for c in cases]))
     net = _net(cfg)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
-    pos = float(y.sum())
-    lossf = torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor(max(len(y) - pos, 1.0) / max(pos, 1.0)))
+    lossf = torch.nn.BCEWithLogitsLoss()
     history = []
     t0 = time.perf_counter()
     for epoch in range(cfg.epochs):
@@ -319,7 +319,7 @@ def train_eviction(
             loss = lossf(net(x[j], b[j]), y[j])
             loss.backward()
             opt.step()
-            total += float(loss) * len(j)
+            total += loss.item() * len(j)
         history.append(total / max(len(y), 1))
         if log:
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {history[-1]:.4f} ({time.perf_counter() - t0:.0f} s)")
