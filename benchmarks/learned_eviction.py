@@ -41,6 +41,7 @@ if (REPO / "src" / "pagecast").is_dir():
     sys.path.insert(0, str(REPO / "src"))
 
 from pagecast.learn.eviction import EvictionTrainConfig, train_eviction  # noqa: E402
+from pagecast.policies.base import get_eviction  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
 from pagecast.sim.simulate import resolve_capacity  # noqa: E402
 
@@ -120,9 +121,9 @@ def run_case(train: list[Path], test: Path, caps: list[str], cfg: EvictionTrainC
     out = []
     for spec in caps:
         cap = resolve_capacity(spec, test)
-        learned_spec = f"learned:model={model}"
+        learned = get_eviction("learned", model=str(model))
         t1 = time.perf_counter()
-        r = simulate(test, SimConfig(capacity=cap, eviction=learned_spec))
+        r = simulate(test, SimConfig(capacity=cap, eviction=learned))
         sim_s = time.perf_counter() - t1
         row = {
             "case": test.stem,
@@ -135,6 +136,7 @@ def run_case(train: list[Path], test: Path, caps: list[str], cfg: EvictionTrainC
             "min": _faults(test, cap, "min"),
             "train_s": train_s,
             "learned_sim_s": sim_s,
+            "inference_ns_per_access": learned.inference_s * 1e9 / max(r.accesses, 1),
         }
         gap = row["lru"] - row["min"]
         row["gap_share"] = (row["lru"] - row["learned"]) / gap if gap > 0 else None
@@ -149,6 +151,12 @@ def main() -> None:
     ap.add_argument("--folds", choices=["last", "all"], default="last")
     ap.add_argument("--capacities", default="50%,75%")
     ap.add_argument("--programs", default="", help="comma-separated subset")
+    ap.add_argument("--max-train", type=int, default=2, help="training runs per case: the ones before the held-out run")
+    ap.add_argument(
+        "--train-capacities",
+        default="0.5,0.75",
+        help="fractions of distinct pages whose MIN decisions label the training runs (default %(default)s)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.record:
@@ -158,7 +166,7 @@ def main() -> None:
         runs.setdefault(p.stem.rsplit("-", 1)[0], []).append(p)
     wanted = set(filter(None, args.programs.split(",")))
     caps = [c.strip() for c in args.capacities.split(",") if c.strip()]
-    cfg = EvictionTrainConfig()
+    cfg = EvictionTrainConfig(capacities=tuple(float(c) for c in args.train_capacities.split(",")))
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="pagecast-evbench-") as tmp:
         for prog, paths in runs.items():
@@ -166,14 +174,15 @@ def main() -> None:
                 continue
             held = paths if args.folds == "all" else paths[-1:]
             for test in held:
-                train = [p for p in paths if p != test]
+                train = [p for p in paths if p != test][-args.max_train :]
                 for row in run_case(train, test, caps, cfg, Path(tmp)):
                     rows.append(row)
                     share = "no gap" if row["gap_share"] is None else f"{row['gap_share']:.2f}"
                     print(
                         f"{row['case']:<10} {row['capacity']:>4} ({row['pages']:>5} pages, {row['accesses']:>9,} acc): "
                         f"LRU {row['lru']:>7,}  reuse {row['reuse']:>7,}  learned {row['learned']:>7,}  "
-                        f"MIN {row['min']:>7,}  gap share {share}",
+                        f"MIN {row['min']:>7,}  gap share {share}  "
+                        f"(batched inference {row['inference_ns_per_access']:.0f} ns/access)",
                         flush=True,
                     )
     gapped = [r for r in rows if r["gap_share"] is not None]

@@ -248,13 +248,18 @@ def _net(cfg: EvictionTrainConfig):
                 torch.nn.ReLU(),
                 torch.nn.Linear(cfg.hidden, cfg.hidden),
                 torch.nn.ReLU(),
-                torch.nn.Linear(cfg.hidden, 1),
+                torch.nn.Linear(cfg.hidden, 2),
             )
 
         def forward(self, x, b):
-            return self.mlp(torch.cat([x, self.emb(b)], 1)).squeeze(1)
+            """(logit of P(friendly), log2 of the rows to the page's next use / GAP_SCALE)."""
+            out = self.mlp(torch.cat([x, self.emb(b)], 1))
+            return out[:, 0], out[:, 1]
 
     return EvictionNet()
+
+
+GAP_SCALE = 32.0  # log2 of a next-use distance in rows, divided by this (targets in 0..1)
 
 
 @dataclass
@@ -262,6 +267,7 @@ class _Case:
     x: np.ndarray
     b: np.ndarray
     y: np.ndarray
+    gap: np.ndarray  # log2(rows to the next use) / GAP_SCALE; never used again: twice the run
 
 
 def _cases(path: str | Path, cfg: EvictionTrainConfig, rng: np.random.Generator) -> list[_Case]:
@@ -279,7 +285,10 @@ def _cases(path: str | Path, cfg: EvictionTrainConfig, rng: np.random.Generator)
         if len(keep) > cfg.rows_per_case:
             keep = np.sort(rng.choice(keep, cfg.rows_per_case, replace=False))
         x = features(d, ids, n_ids, cap)
-        out.append(_Case(x[keep], buckets[keep], y[keep].astype(np.float32)))
+        rows = np.arange(len(ids), dtype=np.int64)
+        gap = np.where(nu < len(ids), nu - rows, 2 * len(ids)).astype(np.float64)
+        lg = (np.log2(gap[keep]) / GAP_SCALE).astype(np.float32)
+        out.append(_Case(x[keep], buckets[keep], y[keep].astype(np.float32), lg))
     return out
 
 
@@ -305,6 +314,7 @@ def train_eviction(
     x = torch.from_numpy(np.concatenate([c.x for c in cases]))
     b = torch.from_numpy(np.concatenate([c.b for c in cases]))
     y = torch.from_numpy(np.concatenate([c.y for c in cases]))
+    gap = torch.from_numpy(np.concatenate([c.gap for c in cases]))
     net = _net(cfg)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     lossf = torch.nn.BCEWithLogitsLoss()
@@ -316,7 +326,8 @@ def train_eviction(
         for k in range(0, len(y), cfg.batch):
             j = perm[k : k + cfg.batch]
             opt.zero_grad()
-            loss = lossf(net(x[j], b[j]), y[j])
+            logit, lg = net(x[j], b[j])
+            loss = lossf(logit, y[j]) + 10.0 * torch.nn.functional.mse_loss(lg, gap[j])
             loss.backward()
             opt.step()
             total += loss.item() * len(j)
@@ -325,7 +336,7 @@ def train_eviction(
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {history[-1]:.4f} ({time.perf_counter() - t0:.0f} s)")
     net.eval()
     with torch.no_grad():
-        acc = float(((net(x, b) > 0).float() == y).float().mean())
+        acc = float(((net(x, b)[0] > 0).float() == y).float().mean())
     val = None
     if validate:
         vc = [c for r in validate for c in _cases(r, cfg, rng)]
@@ -333,7 +344,7 @@ def train_eviction(
             vx = torch.from_numpy(np.concatenate([c.x for c in vc]))
             vb = torch.from_numpy(np.concatenate([c.b for c in vc]))
             vy = torch.from_numpy(np.concatenate([c.y for c in vc]))
-            val = float(((net(vx, vb) > 0).float() == vy).float().mean())
+            val = float(((net(vx, vb)[0] > 0).float() == vy).float().mean())
     info = EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, val, history)
     model = EvictionModel(net, info)
     if out is not None:
@@ -382,28 +393,34 @@ class EvictionModel:
         net.eval()
         return cls(net, EvictionModelInfo(cfg, **info))
 
-    def scores(self, d: dict[str, np.ndarray], cap: int, batch: int = 1 << 16) -> np.ndarray:
-        """P(friendly) of every demand row, batched (the whole run before it is simulated)."""
+    def scores(self, d: dict[str, np.ndarray], cap: int, batch: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+        """(P(friendly), predicted rows to the next use) of every demand row, batched (the
+        whole run before it is simulated)."""
         import torch
 
         ids, n_ids = dense_ids(d["region"], d["page"])
         x = features(d, ids, n_ids, cap)
         b = page_buckets(d["region"], d["page"], self.info.config.buckets)
-        out = np.empty(len(ids), np.float32)
+        p = np.empty(len(ids), np.float32)
+        lg = np.empty(len(ids), np.float32)
         with torch.no_grad():
             for k in range(0, len(ids), batch):
-                xb = torch.from_numpy(x[k : k + batch])
-                bb = torch.from_numpy(b[k : k + batch])
-                out[k : k + batch] = torch.sigmoid(self.net(xb, bb)).numpy()
-        return out
+                logit, g = self.net(torch.from_numpy(x[k : k + batch]), torch.from_numpy(b[k : k + batch]))
+                p[k : k + batch] = torch.sigmoid(logit).numpy()
+                lg[k : k + batch] = g.numpy()
+        return p, np.exp2(np.clip(lg, 0.0, 1.5) * GAP_SCALE)
 
 
 AVERSE = 1 << 48  # above every row number: averse pages leave before friendly ones
 
 
-def keys_from_scores(p: np.ndarray, threshold: float = 0.5) -> np.ndarray:
-    """Eviction keys (largest leaves first): ``AVERSE`` for P(friendly) < threshold, minus the row."""
-    return np.where(p < threshold, AVERSE, 0).astype(np.int64) - np.arange(len(p), dtype=np.int64)
+def keys_from_scores(p: np.ndarray, threshold: float = 0.5, gap: np.ndarray | None = None) -> np.ndarray:
+    """Eviction keys (largest leaves first): ``AVERSE`` for P(friendly) < threshold, plus
+    the predicted row of the next use (row + predicted gap; without ``gap``, minus the
+    row: least recently used first)."""
+    rows = np.arange(len(p), dtype=np.int64)
+    base = -rows if gap is None else rows + np.minimum(gap, AVERSE // 4).astype(np.int64)
+    return np.where(p < threshold, AVERSE, 0).astype(np.int64) + base
 
 
 # --- the non-learned baseline: a training run's reuse distances ----------------------

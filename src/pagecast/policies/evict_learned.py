@@ -1,9 +1,13 @@
 """A network trained on Belady's MIN decisions (``pagecast train --target eviction``).
 
 Every access of the run is scored before the simulation (batched inference,
-``learn/eviction.py``): P(MIN keeps the page until its next use). Pages predicted averse
-(below ``threshold``) leave before pages predicted friendly, and among equals the least
-recently used (Hawkeye's rule with a learned predictor). ``learned:model=ev.pt[,threshold=P]``.
+``learn/eviction.py``): P(MIN keeps the page until its next use) and the predicted
+distance to that use. Pages predicted averse (P below ``threshold``) leave before pages
+predicted friendly, and among equals the least recently used (``rule=averse``, the
+default: Hawkeye's rule) or the page whose predicted next use is farthest
+(``rule=nextuse``: Belady's rule on predicted next uses, as LRB relaxes it; pages whose
+predicted use passed stay, which thrashed on the programs measured).
+``learned:model=ev.pt[,threshold=P][,rule=averse|nextuse]``.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from pagecast.policies.base import Eviction, register_eviction
 
 @njit(cache=True)
 def nb_key(eparams, gi, given, prev, demand):
-    # a prefetched page counts as just used and friendly until its first use scores it
-    return given if demand else -gi
+    # a prefetched page is expected now: kept until its first use scores it
+    return given if demand else gi
 
 
 @register_eviction("learned")
@@ -29,7 +33,7 @@ class LearnedEviction(Eviction):
     name = "learned"
     nb_key = nb_key
 
-    def __init__(self, model: str | None = None, threshold: float | None = None):
+    def __init__(self, model: str | None = None, threshold: float | None = None, rule: str = "averse"):
         if not model:
             raise PagecastError("the learned eviction needs a model file: learned:model=ev.pt")
         from pagecast.learn.eviction import EvictionModel
@@ -39,12 +43,15 @@ class LearnedEviction(Eviction):
         self.threshold = float(threshold) if threshold is not None else self.model.info.config.threshold
         if not 0 < self.threshold < 1:
             raise PagecastError(f"learned eviction: threshold must be in (0, 1), not {threshold}")
+        if rule not in ("averse", "nextuse"):
+            raise PagecastError(f"learned eviction: rule must be averse or nextuse, not {rule!r}")
+        self.rule = rule
         self.inference_s = 0.0
 
     def ahead(self, demand: dict[str, np.ndarray], capacity_pages: int) -> np.ndarray:
         from pagecast.learn.eviction import keys_from_scores
 
         t0 = time.perf_counter()
-        p = self.model.scores(demand, capacity_pages)
+        p, gap = self.model.scores(demand, capacity_pages)
         self.inference_s = time.perf_counter() - t0
-        return keys_from_scores(p, self.threshold)
+        return keys_from_scores(p, self.threshold, gap if self.rule == "nextuse" else None)
