@@ -127,3 +127,81 @@ def same_results_both_engines(path, make, capacity: int = 256, eviction: str = "
         d["log"] = [a.tolist() for a in log]
     assert fast == slow
     return fast
+
+
+def ref_victims(name: str, pages, cap: int, keys=None) -> list:
+    """Pages evicted, in order, by an obviously-correct model of ``name`` (lru, fifo,
+    clock, lfu), or of a keyed eviction given each access's key (``keys``: the page with
+    the largest key leaves; MIN is ``keys`` = next uses). Keyed ties (several residents
+    with the largest key) are returned as the set of candidates."""
+    pages = list(pages)
+    out: list = []
+    if name in ("lru", "fifo"):
+        cache: OrderedDict = OrderedDict()
+        for p in pages:
+            if p in cache:
+                if name == "lru":
+                    cache.move_to_end(p)
+                continue
+            if len(cache) >= cap:
+                out.append(cache.popitem(last=False)[0])
+            cache[p] = True
+        return out
+    if name == "clock":
+        frames: list = []
+        ref: dict = {}
+        hand = 0
+        for p in pages:
+            if p in ref:
+                ref[p] = True
+                continue
+            if len(frames) < cap:
+                frames.append(p)
+            else:
+                while ref[frames[hand]]:
+                    ref[frames[hand]] = False
+                    hand = (hand + 1) % cap
+                out.append(frames[hand])
+                del ref[frames[hand]]
+                frames[hand] = p
+                hand = (hand + 1) % cap
+            ref[p] = True
+        return out
+    if name == "lfu":
+        count: dict = {}
+        last: dict = {}
+        resident: set = set()
+        for i, p in enumerate(pages):
+            count[p] = count.get(p, 0) + 1
+            last[p] = i
+            if p in resident:
+                continue
+            if len(resident) >= cap:
+                v = min(resident, key=lambda q: (count[q], last[q]))
+                resident.discard(v)
+                out.append(v)
+            resident.add(p)
+        return out
+    raise ValueError(f"no reference model for {name!r} (keyed evictions: check_keyed_victims)")
+
+
+def check_keyed_victims(pages, cap: int, keys, victims) -> None:
+    """Assert that ``victims`` are what a keyed eviction must evict: at each eviction a
+    resident page with the largest key (its key from its last access). Among tied pages
+    any is right, so the check follows the victims it is given."""
+    key: dict = {}
+    resident: set = set()
+    it = iter(victims)
+    n = 0
+    for i, p in enumerate(pages):
+        key[p] = keys[i]
+        if p in resident:
+            continue
+        if len(resident) >= cap:
+            v = next(it)
+            top = max(key[q] for q in resident)
+            assert v in resident and key[v] == top, f"eviction {n} (row {i}): {v} is not a page of largest key {top}"
+            resident.discard(v)
+            n += 1
+        resident.add(p)
+    assert next(it, None) is None, "more victims than evictions"

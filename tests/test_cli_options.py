@@ -75,7 +75,8 @@ def test_eval_repeated_policy_equals_comma_list(trace, capsys):
         ],
     )
     names = [r["prefetcher"] for r in rep["results"]]
-    assert names == ["none", "stride:degree=8,min_conf=2", "nextline", "oracle"]
+    # the floor (MIN + oracle) comes last
+    assert names == ["none", "stride:degree=8,min_conf=2", "nextline", "oracle", "oracle"]
     for other in (csv, old):
         assert [(r["prefetcher"], r["faults"]) for r in other["results"]] == [
             (r["prefetcher"], r["faults"]) for r in rep["results"]
@@ -99,7 +100,8 @@ def test_sweep_policies(trace, capsys):
             "--json",
         ],
     )
-    assert sorted(r["prefetcher"] for r in rows) == ["none", "stride:degree=2"]
+    assert sorted(r["prefetcher"] for r in rows if r["eviction"] == "lru") == ["none", "stride:degree=2"]
+    assert [(r["eviction"], r["prefetcher"]) for r in rows if r["eviction"] != "lru"] == [("min", "oracle")]
 
 
 @pytest.mark.parametrize(

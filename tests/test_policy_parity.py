@@ -297,3 +297,90 @@ def test_shim_still_takes_the_old_name_next(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     st = [json.loads(p.read_text()) for p in stats.glob("*.json")]
     assert len(st) == 1 and st[0]["faults"] == 8 and st[0]["prefetched"] == 56
+
+
+# --- evictions: the same victims in every backend ---------------------------------------
+def _eviction_stream(seed: int = 3, n: int = 3000) -> list[int]:
+    """Loops larger than the capacity, a hot set, scans and noise: every policy evicts often."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    while sum(map(len, parts)) < n:
+        k = int(rng.integers(4))
+        if k == 0:
+            parts.append(np.tile(np.arange(40), 3))
+        elif k == 1:
+            parts.append(rng.integers(0, 8, 30))
+        elif k == 2:
+            start = int(rng.integers(0, 500))
+            parts.append(np.arange(start, start + 50))
+        else:
+            parts.append(rng.integers(0, 600, 30))
+    return np.concatenate(parts)[:n].tolist()
+
+
+def _sim_victims(tmp_path: Path, pages: list[int], cap: int, eviction, engine: str = "auto") -> list[int]:
+    from pagecast.sim import SimConfig, simulate
+    from sim_helpers import write_trace
+
+    path = write_trace(tmp_path / "ev.parquet", pages)
+    r = simulate(path, SimConfig(capacity=cap, eviction=eviction, log_victims=True), "none", engine=engine)
+    return r.extra["victims"][1].tolist()
+
+
+def _c_clock_victims(pages: list[int], cap: int) -> list[int]:
+    """The pager's CLOCK sweep (native/policy/pc_evict.h) on the same stream."""
+    drv = build("evict_parity_driver", [ROOT / "tests/evict_parity_driver.c"], shared=False)
+    text = "".join(f"{p}\n" for p in pages)
+    res = subprocess.run([str(drv), str(cap)], input=text, capture_output=True, text=True, check=True)
+    return [int(x) for x in res.stdout.split()]
+
+
+def test_every_eviction_declares_a_backend_tested_here() -> None:
+    from pagecast.policies.base import eviction_entries
+
+    names = {e.name for e in eviction_entries()}
+    assert {"lru", "fifo", "clock", "min", "reuse", "learned"} <= names
+    for e in eviction_entries():
+        assert "sim" in e.backends, e.name
+        assert set(e.native) <= {"pager"}, f"{e.name}: a native backend without a runner in this test"
+
+
+@pytest.mark.parametrize("name", ["lru", "fifo", "clock", "lfu"])
+@pytest.mark.parametrize("cap", [1, 7, 64])
+def test_eviction_victims_equal_the_reference_in_every_backend(tmp_path: Path, name: str, cap: int) -> None:
+    from pagecast.policies.base import (
+        eviction_entries,
+        policy_entry,  # noqa: F401  (the registry loads every policy)
+    )
+    from sim_helpers import ref_victims
+
+    pages = _eviction_stream()
+    want = ref_victims(name, pages, cap)
+    assert len(want) > 100
+    assert _sim_victims(tmp_path, pages, cap, name) == want
+    assert _sim_victims(tmp_path, pages, cap, name, engine="general") == want
+    entry = next(e for e in eviction_entries() if e.name == name)
+    if "pager" in entry.native:
+        assert _c_clock_victims(pages, cap) == want
+
+
+@pytest.mark.parametrize("cap", [1, 7, 64])
+def test_keyed_evictions_evict_a_page_of_largest_key(tmp_path: Path, cap: int) -> None:
+    """MIN (keys = next uses) and reuse (keys from a training run's reuse distances) in
+    the compiled loop; the learned eviction's keys go through the same kernel form."""
+    from pagecast.learn.eviction import reuse_keys, reuse_table
+    from pagecast.trace.demand import as_trace, read_demand
+    from sim_helpers import check_keyed_victims, write_trace
+
+    pages = _eviction_stream()
+    nxt: dict = {}
+    nextuse = [0] * len(pages)
+    for i in range(len(pages) - 1, -1, -1):
+        nextuse[i] = nxt.get(pages[i], 1 << 62)
+        nxt[pages[i]] = i
+    check_keyed_victims(pages, cap, nextuse, _sim_victims(tmp_path, pages, cap, "min"))
+    train = write_trace(tmp_path / "train.parquet", _eviction_stream(seed=4))
+    test = write_trace(tmp_path / "test.parquet", pages)
+    keys = reuse_keys(read_demand(as_trace(test)), reuse_table(train), cap).tolist()
+    victims = _sim_victims(tmp_path, pages, cap, f"reuse:trace={train}")
+    check_keyed_victims(pages, cap, keys, victims)

@@ -57,11 +57,23 @@ def test_errors_are_one_line(tmp_path, capsys):
 def test_eval_oracle_last(trace, capsys):
     assert main(["eval", str(trace), "--prefetchers", "oracle,none,stride", "--capacity", "100", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    names = [r["prefetcher"] for r in d["results"]]
-    assert names == ["none", "stride", "oracle"]
-    oracle = d["results"][-1]
+    pairs = [(r["eviction"], r["prefetcher"]) for r in d["results"]]
+    # every prefetcher with the eviction (lru), the oracle last, then the floor: MIN + oracle
+    assert pairs == [("lru", "none"), ("lru", "stride"), ("lru", "oracle"), ("min", "oracle")]
+    oracle = d["results"][2]
     assert oracle["rank_precision_at_k"] > d["results"][1]["rank_precision_at_k"]
     assert oracle["faults"] <= d["results"][0]["faults"]
+    assert d["results"][3]["faults"] <= oracle["faults"]
+
+
+def test_eval_every_prefetcher_with_every_eviction(trace, capsys):
+    args = ["eval", str(trace), "--policy", "none,nextline", "--evictions", "lru,lfu", "--capacity", "100", "--json"]
+    assert main(args) == 0
+    d = json.loads(capsys.readouterr().out)
+    pairs = [(r["eviction"], r["prefetcher"]) for r in d["results"]]
+    assert pairs == [(e, p) for e in ("lru", "lfu") for p in ("none", "nextline", "oracle")] + [("min", "oracle")]
+    assert main(["eval", str(trace), "--evictions", "nosuch"]) == 2
+    assert "unknown eviction policy 'nosuch'" in capsys.readouterr().err
 
 
 def test_eval_model_without_learn(trace, tmp_path, capsys, monkeypatch):
@@ -96,7 +108,8 @@ def test_sweep_local_csv_plot(trace, tmp_path, capsys):
     )
     assert rc == 0
     rows = list(csv.DictReader(out_csv.open()))
-    assert len(rows) == 8
+    assert len(rows) == 8 + 2  # 2 capacities × 2 evictions × 2 prefetchers, and the floor (min × oracle) per capacity
+    assert sum(1 for r in rows if (r["eviction"], r["prefetcher"]) == ("min", "oracle")) == 2
     pages = mixed_pages(3000).tolist()
     lru = {
         int(r["capacity_pages"]): int(r["faults"]) for r in rows if r["eviction"] == "lru" and r["prefetcher"] == "none"
@@ -116,7 +129,9 @@ def test_sweep_on_local_ray(trace, capsys):
     assert rc == 0
     rows = json.loads(capsys.readouterr().out)
     pages = mixed_pages(3000).tolist()
-    assert [r["faults"] for r in rows] == [ref_lru(pages, 50), ref_lru(pages, 200)]
+    lru = [r["faults"] for r in rows if r["eviction"] == "lru"]
+    assert lru == [ref_lru(pages, 50), ref_lru(pages, 200)]
+    assert len(rows) == 4  # and the floor, min × oracle, at each capacity
 
 
 def test_eval_json_is_strict_and_oracle_bounds_none(trace, capsys):

@@ -109,3 +109,27 @@ def test_capacity_below_one_chunk_is_one_chunk(tmp_path):
     small, chunk = _uvm(path, capacity=10), _uvm(path, capacity="2MiB")
     assert small.capacity_pages == chunk.capacity_pages == 512
     assert (small.faults, small.evictions) == (chunk.faults, chunk.evictions) == (3, 2)
+
+
+def test_uvm_chunk_lru_keeps_the_chunk_faulted_again(tmp_path):
+    """Two chunks of GPU memory, three blocks: block 0 faults, block 1, block 0 again (a
+    page not yet resident), then block 2. FIFO evicts block 0 (resident first); LRU
+    evicts block 1 (block 0 was migrated into since)."""
+    from pagecast.sim import SimConfig, simulate
+    from pagecast.trace.regions import Region
+    from pagecast.trace.schema import Kind
+    from pagecast.trace.writer import TraceWriter
+
+    blk = 512  # 4 KiB pages per 2 MiB block
+    pages = np.array([0, blk, 300, 2 * blk, 301, blk + 1], np.int64)
+    path = tmp_path / "g.parquet"
+    region = Region(0, "m", kind="managed", base=1 << 32, length=3 * blk * 4096)
+    with TraceWriter(path, regions=[region], source="test") as w:
+        w.write(t_ns=np.arange(len(pages), dtype=np.int64) * 1_000_000, region=0, page=pages, kind=int(Kind.FAULT_GPU))
+    cfg = dict(capacity="4MiB", uvm=True)
+    fifo = simulate(path, SimConfig(**cfg), "none")
+    lru = simulate(path, SimConfig(**cfg, eviction="uvm-lru"), "none")
+    assert fifo.eviction == "uvm-fifo-2MiB" and lru.eviction == "uvm-lru-2MiB"
+    # FIFO: block 2 evicts block 0, page 301 evicts block 1, page blk+1 evicts block 2: 3 evictions
+    # LRU: block 2 evicts block 1, page 301 hits resident block 0, page blk+1 evicts block 2: 2
+    assert (fifo.evictions, lru.evictions) == (3, 2)

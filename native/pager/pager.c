@@ -27,6 +27,7 @@
 #include "infile.h"
 #include "outfile.h"
 #include "pager_internal.h"
+#include "policy/pc_evict.h"
 #include "policy/pc_policy.h"
 
 #include <errno.h>
@@ -338,28 +339,20 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
     return 0;
 }
 
-/* Place page p in the CLOCK ring, evicting a victim if the budget is full. */
+/* Place page p in the CLOCK ring, evicting a victim if the budget is full. The sweep is
+ * pc_clock_next (native/policy/pc_evict.h), the simulator's CLOCK rule. */
 int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
     if (r->fill < r->cap) {
         if (r->slot) r->slot[p] = (uint32_t)r->fill;
         r->ring[r->fill++] = (int64_t)p;
         return 0;
     }
-    for (uint64_t steps = 0; steps < 3 * r->cap + 3; steps++) {
-        uint64_t h = r->hand;
-        r->hand = (r->hand + 1) % r->cap;
+    for (uint64_t tries = 0; tries < r->cap + 1; tries++) {
+        int64_t hh = pc_clock_next(r->ring, r->cap, &r->hand, r->state, ST_RES, ST_REF, ST_PIN, 3 * r->cap + 3);
+        if (hh < 0) break;
+        uint64_t h = (uint64_t)hh;
         int64_t v = r->ring[h];
-        /* A slot is free if its page is neither resident nor being installed (an install
-         * that failed leaves such a slot behind). */
-        if (v >= 0 && (r->state[v] & (ST_RES | ST_PIN))) {
-            uint8_t s = r->state[v];
-            if (s & ST_PIN) continue;
-            if (s & ST_REF) {
-                r->state[v] &= (uint8_t)~ST_REF;
-                continue;
-            }
-            if (evict(r, (uint64_t)v, t) < 0) continue;
-        }
+        if (v >= 0 && (r->state[v] & ST_RES) && evict(r, (uint64_t)v, t) < 0) continue;
         if (v >= 0 && r->slot && r->slot[v] == h) r->slot[v] = NO_SLOT; /* a page whose install failed */
         r->ring[h] = (int64_t)p;
         if (r->slot) r->slot[p] = (uint32_t)h;

@@ -107,3 +107,31 @@ def policy_text(args: argparse.Namespace, *, dest: str = "policy") -> str | None
         return None
     parse_policy_spec(text)
     return text.strip()
+
+
+def add_eviction_option(parser: argparse.ArgumentParser | Any, *, default: str = "lru") -> None:
+    """``--eviction NAME[:k=v,...]``: an eviction policy of the registry, the same grammar
+    as ``--policy`` (``policies/spec.py``), checked when the command runs."""
+    parser.add_argument(
+        "--eviction",
+        default=default,
+        metavar=_METAVAR,
+        help=(
+            "eviction policy: lru, fifo, clock, min (Belady), lfu, reuse:trace=RUN.parquet, "
+            "learned:model=EV.pt (pagecast train --target eviction) (default %(default)s)"
+        ),
+    )
+
+
+def eviction_text(text: str) -> str:
+    """The eviction spec, checked against the registry (a one-line error if it is not one)."""
+    from pagecast.policies.spec import parse_eviction_spec
+
+    return str(parse_eviction_spec(text))
+
+
+def eviction_texts(texts: str | Sequence[str]) -> list[str]:
+    """Eviction specs from a repeated flag or comma-separated lists, each checked."""
+    from pagecast.policies.spec import split_policy_list
+
+    return [eviction_text(t) for t in split_policy_list(texts)]

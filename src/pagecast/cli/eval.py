@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
-from pagecast.cli._options import add_policy_option, policy_texts
+from pagecast.cli._options import add_policy_option, eviction_texts, policy_texts
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 from pagecast.errors import PagecastError
 
@@ -58,7 +58,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--capacity", default="50%", help="pages, bytes (64MiB) or percent of distinct pages (default %(default)s)"
     )
-    p.add_argument("--eviction", default="lru", choices=["lru", "fifo", "clock", "min"])
+    p.add_argument(
+        "--evictions",
+        action="append",
+        default=None,
+        metavar="NAME[:k=v,...]",
+        help="eviction policies: every prefetcher runs with each (lru, fifo, clock, min, lfu, reuse:trace=RUN, "
+        "learned:model=EV.pt; repeated or comma-separated; default lru); min × oracle is added as the floor",
+    )
+    p.add_argument("--eviction", dest="evictions", action="append", help=argparse.SUPPRESS)
     add_model_options(p)
     add_json_flag(p)
     p.set_defaults(func=main)
@@ -116,18 +124,20 @@ def main(args: argparse.Namespace) -> int:
     demand = read_demand(trace)
     rows, full = [], []
     baseline = None
-    bar = progress(len(cands), "eval", "policy")
-    for c in cands:
-        cfg = SimConfig(
-            capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args)
-        )
+    evictions = eviction_texts(args.evictions or ["lru"])
+    pairs = [(ev, c) for ev in evictions for c in cands]
+    if "min" not in evictions:
+        pairs.append(("min", "oracle"))  # the floor: the gap of every pair to the limit in one table
+    bar = progress(len(pairs), "eval", "policy")
+    for ev, c in pairs:
+        cfg = SimConfig(capacity=cap, eviction=ev, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args))
         # the oracle row is the best k up to 32: an upper bound at every capacity
         r = oracle_bound(trace, cfg) if c == "oracle" else simulate(trace, cfg, c)
         log = r.extra.pop("prefetch_log")
         rank = ranking_metrics(log, demand, k=args.k, horizon=args.horizon) if len(log[0]) else {}
         d = r.to_dict()
         d.update({f"rank_{k}": v for k, v in rank.items()})
-        if baseline is None and r.prefetcher == "none":
+        if baseline is None and r.prefetcher == "none" and ev == evictions[0]:
             baseline = r.est_time_ns
         full.append(d)
         bar.update(1)
@@ -143,6 +153,6 @@ def main(args: argparse.Namespace) -> int:
             {"trace": str(trace.path), "capacity_pages": cap, "k": args.k, "horizon": args.horizon, "results": full}
         )
         return 0
-    print(f"{trace.path}: capacity {cap:,} pages, eviction {args.eviction}, K={args.k}, H={args.horizon}")
+    print(f"{trace.path}: capacity {cap:,} pages, evictions {', '.join(evictions)}, K={args.k}, H={args.horizon}")
     print(format_table(rows))
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
-from pagecast.cli._options import add_policy_option, policy_text
+from pagecast.cli._options import add_eviction_option, add_policy_option, eviction_text, policy_text
 from pagecast.cli._sim_options import add_model_options, model_options
 
 
@@ -25,12 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="50%",
         help="fast tier: pages (4096), bytes (64MiB) or percent of the trace's distinct pages (default %(default)s)",
     )
-    p.add_argument(
-        "--eviction",
-        default="lru",
-        choices=["lru", "fifo", "clock", "min"],
-        help="eviction policy; min = Belady (default %(default)s)",
-    )
+    add_eviction_option(p)
     src = p.add_mutually_exclusive_group()
     add_policy_option(
         src,
@@ -60,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
         # UVM mode has its own names (tree, none), checked by the UVM model
         pf = (args.policy if args.uvm else policy_text(args)) or ("tree" if args.uvm else "none")
     cap = resolve_capacity(args.capacity, trace)
-    r = simulate(trace, SimConfig(capacity=cap, eviction=args.eviction, **model_options(args)), pf)
+    r = simulate(trace, SimConfig(capacity=cap, eviction=eviction_text(args.eviction), **model_options(args)), pf)
     d = r.to_dict()
     if args.json:
         print_json(d)

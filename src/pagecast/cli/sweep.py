@@ -8,7 +8,7 @@ import io
 import os
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
-from pagecast.cli._options import add_policy_option, policy_texts
+from pagecast.cli._options import add_policy_option, eviction_texts, policy_texts
 from pagecast.cli._sim_options import add_model_options, model_options, summary_row
 
 
@@ -36,7 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=_csv_list,
         help="pages, bytes or percents (default %(default)s)",
     )
-    p.add_argument("--evictions", default="lru", type=_csv_list, help="from lru,fifo,clock,min (default %(default)s)")
+    p.add_argument(
+        "--evictions",
+        action="append",
+        default=None,
+        metavar="NAME[:k=v,...]",
+        help="eviction policies of the grid (lru, fifo, clock, min, lfu, reuse:trace=RUN, learned:model=EV.pt), "
+        "repeated or comma-separated (default lru); the grid also holds min × oracle, the floor",
+    )
     add_policy_option(
         p,
         repeated=True,
@@ -78,7 +85,11 @@ def main(args: argparse.Namespace) -> int:
     opts = model_options(args)
     uvm = opts.pop("uvm")
     policies = policy_texts(args, DEFAULT_POLICIES, check=not uvm)
-    jobs = grid(args.traces, args.capacities, args.evictions if not uvm else ["uvm"], policies, uvm, opts)
+    evictions = eviction_texts(args.evictions or ["lru"]) if not uvm else ["uvm"]
+    jobs = grid(args.traces, args.capacities, evictions, policies, uvm, opts)
+    if not uvm and not ("min" in evictions and "oracle" in policies):
+        # the floor of every pair: MIN with the oracle, so the gap to the limit is one table
+        jobs += grid(args.traces, args.capacities, ["min"], ["oracle"], uvm, opts)
     bar = progress(len(jobs), "sweep", "run")
     if args.ray:
         rows = run_ray(jobs, args.ray, on_done=lambda: bar.update(1))

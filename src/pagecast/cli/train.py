@@ -25,9 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("traces", nargs="+", metavar="TRACE", help="training trace(s) (.parquet)")
+    p.add_argument(
+        "--target",
+        choices=("prefetch", "eviction"),
+        default="prefetch",
+        help="prefetch: a page predictor (default); eviction: a network imitating Belady's MIN for the "
+        "'learned' eviction (--eviction learned:model=FILE); with two or more traces the last one validates",
+    )
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.pt)")
     p.add_argument("--model", choices=("lstm", "transformer"), default="lstm", help="architecture (default: lstm)")
-    p.add_argument("--epochs", type=int, default=20, help="maximum epochs (default: 20)")
+    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (default: 20; --target eviction: 6)")
     p.add_argument(
         "--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)"
     )
@@ -116,17 +123,50 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _run_eviction(args: argparse.Namespace) -> int:
+    from pagecast.errors import PagecastError
+    from pagecast.learn.eviction import EvictionTrainConfig, train_eviction
+
+    cfg = EvictionTrainConfig(seed=args.seed, threads=args.threads, lr=args.lr)
+    if args.epochs is not None:
+        if args.epochs < 1:
+            raise PagecastError("--epochs must be at least 1")
+        cfg.epochs = args.epochs
+    runs, val = (args.traces[:-1], args.traces[-1:]) if len(args.traces) > 1 else (args.traces, [])
+    t0 = time.perf_counter()
+    log = None if args.json else (lambda line: print(line, file=sys.stderr))
+    m = train_eviction(runs, args.output, cfg, validate=val, log=log)
+    info = {
+        "model": args.output,
+        "target": "eviction",
+        "train_runs": m.info.train_runs,
+        "validation_run": val[0] if val else None,
+        "train_rows": m.info.train_rows,
+        "train_accuracy": round(m.info.train_accuracy, 4),
+        "val_accuracy": None if m.info.val_accuracy is None else round(m.info.val_accuracy, 4),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    if args.json:
+        print_json(info)
+    else:
+        print(format_table([{"field": k, "value": v} for k, v in info.items() if k != "train_runs"]))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
     from pagecast.learn.dataset import DatasetSpec
     from pagecast.learn.train import Architecture, TrainConfig, train_on_traces
 
     for name in ("epochs", "seq_len", "horizon", "batch", "top_k"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise PagecastError(f"--{name.replace('_', '-')} must be at least 1")
     if args.vocab < 2:
         raise PagecastError("--vocab must be at least 2")
     warn_missing_reads("train", args.traces)
+    if args.target == "eviction":
+        return _run_eviction(args)
+    args.epochs = 20 if args.epochs is None else args.epochs
     t0 = time.perf_counter()
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
     arch = Architecture(

@@ -16,6 +16,13 @@ A policy module declares, once, what it provides (``register_prefetcher``):
 
 Policies that exist only in C (the pager's ``sparse`` and ``table``) are declared with
 ``register_native_policy`` so the vocabulary and the ids still have one source.
+
+Eviction policies register the same way (``register_eviction``), in a registry of their
+own (an eviction and a prefetcher may share a name: ``min``, ``learned``): an
+``Eviction`` declares the simulator structure it runs on (``sim/engine.py``: the
+recency queue, the CLOCK ring, or the keyed heap, whose key a compiled ``nb_key`` gives
+through the engine's eviction slots) and the native backends that implement it (the
+pager's CLOCK, ``native/policy/pc_evict.h``).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import pkgutil
 import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+
+import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region
@@ -68,11 +77,13 @@ class PolicyEntry:
     native: tuple[str, ...] = ()  # native backends that implement it ("live", "pager")
     summary: str = ""
     module: str = field(default="", compare=False)
+    role: str = "prefetcher"  # or "eviction"
 
     @property
     def kernel(self) -> Callable | None:
-        """The compiled simulator step (``nb_observe``), or None."""
-        nb = getattr(self.factory, "nb_observe", None) if isinstance(self.factory, type) else None
+        """The compiled simulator step (``nb_observe``; an eviction's ``nb_key``), or None."""
+        attr = "nb_key" if self.role == "eviction" else "nb_observe"
+        nb = getattr(self.factory, attr, None) if isinstance(self.factory, type) else None
         return nb if nb is not None and hasattr(nb, "py_func") else None
 
     @property
@@ -80,12 +91,44 @@ class PolicyEntry:
         have = set(self.native)
         if self.factory is not None:
             have.add("python")
-        if self.kernel is not None:
+        if self.kernel is not None or (self.role == "eviction" and self.factory is not None):
             have.add("sim")
         return tuple(b for b in BACKENDS if b in have)
 
 
+class Eviction:
+    """Chooses which resident page leaves the fast tier when a new one must come in.
+
+    ``structure`` is the simulator's data structure for it: ``"lru"`` and ``"fifo"`` (the
+    recency queue), ``"clock"`` (the ring of frames with reference bits) or ``"keyed"``:
+    every access gives the page a key, ``nb_key(estate, eparams, gi, s, given, demand)``
+    (a numba kernel run inside the compiled loop), and the victim is the resident page
+    with the largest key. ``given`` is the row's value of ``ahead`` (computed before the
+    simulation: MIN's next uses, a model's scores) on a demand access, and the page's
+    previous key on a prefetch. Keys are int64.
+    """
+
+    name: str = "base"
+    structure: str = "keyed"
+    nb_key = None
+    uses_next_use = False  # the engine fills ``given`` with each row's next use (MIN)
+    guards_prefetch = False  # skip a prefetch whose key is no smaller than the victim's
+
+    def params(self) -> np.ndarray:
+        return np.zeros(1, np.int64)
+
+    def init_state(self) -> np.ndarray:
+        return np.zeros(1, np.int64)
+
+    def ahead(self, demand: dict[str, np.ndarray], capacity_pages: int) -> np.ndarray | None:
+        """Per-row values for ``given``, computed before the simulation from the demand
+        columns (``t``, ``region``, ``page``, ``write``) and the capacity; None: not used."""
+        return None
+
+
 _REGISTRY: dict[str, Callable[..., Prefetcher]] = {}
+_EV_REGISTRY: dict[str, Callable[..., Eviction]] = {}
+_EV_ENTRIES: dict[str, "PolicyEntry"] = {}
 _ENTRIES: dict[str, PolicyEntry] = {}
 _LOADED = False
 
@@ -120,6 +163,52 @@ def register_prefetcher(
 def register_native_policy(name: str, *, native_id: int, native: Sequence[str], summary: str, module: str = "") -> None:
     """Declare a policy that exists only in C (no Python ``observe``, no simulator kernel)."""
     _ENTRIES[name] = PolicyEntry(name, None, native_id, _check_native(name, native_id, native), summary, module)
+
+
+def register_eviction(
+    name: str, *, native: Sequence[str] = (), summary: str = ""
+) -> Callable[[Callable[..., Eviction]], Callable[..., Eviction]]:
+    """Class decorator: register the eviction policy ``name`` (and the native backends
+    that implement it: the pager's built-in CLOCK)."""
+    bad = [b for b in native if b not in NATIVE_BACKENDS]
+    if bad:
+        raise ValueError(f"eviction {name!r}: unknown native backends {bad} (live, pager)")
+
+    def deco(factory: Callable[..., Eviction]) -> Callable[..., Eviction]:
+        _EV_REGISTRY[name] = factory
+        module_doc = getattr(sys.modules.get(factory.__module__), "__doc__", None) or ""
+        doc = summary or module_doc.strip().split("\n")[0]
+        _EV_ENTRIES[name] = PolicyEntry(name, factory, None, tuple(native), doc, factory.__module__, "eviction")
+        return factory
+
+    return deco
+
+
+def available_evictions() -> list[str]:
+    _load_all()
+    return sorted(_EV_REGISTRY)
+
+
+def get_eviction(name: str, **options) -> Eviction:
+    _load_all()
+    try:
+        factory = _EV_REGISTRY[name]
+    except KeyError:
+        raise PagecastError(
+            f"unknown eviction policy {name!r} (available: {', '.join(available_evictions())})"
+        ) from None
+    return factory(**options)
+
+
+def eviction_entries() -> list[PolicyEntry]:
+    """Every registered eviction policy, by name."""
+    _load_all()
+    return [_EV_ENTRIES[k] for k in sorted(_EV_ENTRIES)]
+
+
+def eviction_kernels() -> list[tuple[str, Callable]]:
+    """(name, nb_key) of every keyed eviction, in a fixed order (the engine's eviction slots)."""
+    return [(e.name, e.kernel) for e in eviction_entries() if e.kernel is not None]
 
 
 def _load_all() -> None:

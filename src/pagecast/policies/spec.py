@@ -1,4 +1,5 @@
-"""Policy specs: ``name[:key=value,key=value]`` → a registered prefetcher and its options.
+"""Policy specs: ``name[:key=value,key=value]`` → a registered prefetcher (or, with
+``role="eviction"``, eviction policy) and its options.
 
 Every command that names a prefetcher (simulate, eval, sweep, run, pager table, bench)
 parses it here, so the grammar, the checks and the error messages are the same
@@ -63,31 +64,37 @@ class PolicySpec:
 
     name: str
     options: dict[str, Any] = field(default_factory=dict)
+    role: str = "prefetcher"  # or "eviction"
 
     def __str__(self) -> str:
         return format_policy_spec(self.name, self.options)
 
     def build(self):
-        """The prefetcher this spec describes."""
-        from pagecast.policies.base import get_prefetcher
+        """The prefetcher (or eviction policy) this spec describes."""
+        from pagecast.policies.base import get_eviction, get_prefetcher
 
         try:
-            return get_prefetcher(self.name, **self.options)
+            return (get_eviction if self.role == "eviction" else get_prefetcher)(self.name, **self.options)
         except (TypeError, ValueError) as e:
-            raise PagecastError(f"policy {self}: {e}") from None
+            raise PagecastError(f"{'eviction' if self.role == 'eviction' else 'policy'} {self}: {e}") from None
 
 
-def _registry() -> dict[str, Callable[..., Any]]:
+ROLES = ("prefetcher", "eviction")
+
+
+def _registry(role: str = "prefetcher") -> dict[str, Callable[..., Any]]:
     # The registry's own table: spec parsing needs the factories' signatures, which
     # get_prefetcher does not expose.
     from pagecast.policies import base
 
     base._load_all()
-    return base._REGISTRY
+    if role not in ROLES:
+        raise ValueError(f"unknown policy role {role!r}")
+    return base._EV_REGISTRY if role == "eviction" else base._REGISTRY
 
 
-def policy_names() -> list[str]:
-    return sorted(_registry())
+def policy_names(role: str = "prefetcher") -> list[str]:
+    return sorted(_registry(role))
 
 
 def _scalar_type(hint: Any, default: Any) -> tuple[type | None, bool]:
@@ -108,13 +115,13 @@ def _scalar_type(hint: Any, default: Any) -> tuple[type | None, bool]:
     return None, optional
 
 
-def policy_params(name: str) -> dict[str, PolicyParam]:
+def policy_params(name: str, role: str = "prefetcher") -> dict[str, PolicyParam]:
     """The options a spec may set for the registered prefetcher ``name``, in signature order.
 
     Parameters whose type is not a scalar (the oracle's in-memory stream) are left out:
     only code can pass them.
     """
-    factory = _factory(name)
+    factory = _factory(name, role)
     target = factory.__init__ if inspect.isclass(factory) else factory
     try:
         hints = typing.get_type_hints(target)
@@ -131,14 +138,20 @@ def policy_params(name: str) -> dict[str, PolicyParam]:
     return out
 
 
-def _factory(name: str) -> Callable[..., Any]:
-    reg = _registry()
+def _factory(name: str, role: str = "prefetcher") -> Callable[..., Any]:
+    reg = _registry(role)
     if name not in reg:
-        raise PagecastError(f"unknown prefetcher {name!r} (valid: {', '.join(sorted(reg))})")
+        what = "eviction policy" if role == "eviction" else "prefetcher"
+        raise PagecastError(f"unknown {what} {name!r} (valid: {', '.join(sorted(reg))})")
     return reg[name]
 
 
-def parse_policy_spec(text: str) -> PolicySpec:
+def parse_eviction_spec(text: str) -> PolicySpec:
+    """``--eviction NAME[:key=value,...]``: the same grammar, over the eviction registry."""
+    return parse_policy_spec(text, role="eviction")
+
+
+def parse_policy_spec(text: str, role: str = "prefetcher") -> PolicySpec:
     """``name`` or ``name:key=value,key=value`` → PolicySpec, checked against the registry.
 
     Unknown names, unknown keys and values of the wrong type are one-line PagecastErrors
@@ -150,7 +163,10 @@ def parse_policy_spec(text: str) -> PolicySpec:
     name = name.strip()
     if not name:
         raise PagecastError(f"empty policy name in {text!r} (use NAME[:key=value,...])")
-    params = policy_params(name)
+    if role == "eviction":
+        name = name.lower()
+        name = {"belady": "min"}.get(name, name)
+    params = policy_params(name, role)
     opts: dict[str, Any] = {}
     for item in rest.split(",") if rest.strip() else ():
         key, eq, value = item.partition("=")
@@ -167,7 +183,7 @@ def parse_policy_spec(text: str) -> PolicySpec:
             opts[key] = param.convert(value.strip())
         except ValueError as e:
             raise PagecastError(f"policy {text!r}: {key}={value.strip()!r} is {e} ({_describe(param)})") from None
-    return PolicySpec(name, opts)
+    return PolicySpec(name, opts, role)
 
 
 def format_policy_spec(name: str, options: dict[str, Any] | None = None) -> str:
@@ -218,11 +234,11 @@ def _is_option(piece: str) -> bool:
     return bool(eq) and ":" not in key
 
 
-def policy_defaults_help(names: Iterable[str] | None = None) -> str:
+def policy_defaults_help(names: Iterable[str] | None = None, role: str = "prefetcher") -> str:
     """One line per policy with its options and defaults, for ``--help``."""
     lines = []
-    for n in names if names is not None else policy_names():
-        params = policy_params(n)
+    for n in names if names is not None else policy_names(role):
+        params = policy_params(n, role)
         opts = ", ".join(f"{p.name}={_render(p.default)}" for p in params.values())
         lines.append(f"{n}: {opts}" if opts else n)
     return "; ".join(lines)

@@ -67,7 +67,9 @@ class SimConfig:
     """What to simulate. ``capacity`` is in pages (int) or a size string ('64MiB')."""
 
     capacity: int | str = 1024
-    eviction: str = "lru"  # lru, fifo, clock, min (Belady)
+    # an eviction spec (lru, fifo, clock, min = Belady, lfu, reuse:trace=T.parquet,
+    # learned:model=ev.pt: the eviction registry, policies/evict_*.py) or an Eviction
+    eviction: Any = "lru"
     page_size: int | None = None  # default: the trace's page size
     fault_ns: int = 10_000  # fault handling (trap + software) before the transfer
     link_latency_ns: int = 2_000  # one-way latency of the slow tier
@@ -79,6 +81,7 @@ class SimConfig:
     uvm: bool = False
     uvm_params: UvmParams = field(default_factory=UvmParams)
     log_prefetches: bool = False  # keep (trigger, page) of every prefetch request (ranking metrics)
+    log_victims: bool = False  # keep (region, page) of every eviction, in order (result.extra["victims"])
     device_model: str | None = None  # where link_latency_ns / link_bytes_per_s came from (with_device_model)
     # When a schedule's rows fire: "miss" — at their trigger event only if it is a miss of
     # the fast tier or the first use of a prefetched page (where a per-fault predictor is

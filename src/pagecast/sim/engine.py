@@ -21,15 +21,20 @@ a time, each ``xfer_ns``) and arrive ``link_latency_ns`` after their transfer en
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 from numba import njit
 
 from pagecast.constants import MAX_PREFETCH
 from pagecast.sim.cachehint import prefetch_hint
 from pagecast.sim.hashtab import intern, make_key
 from pagecast.sim.kernels import (  # loads the policies (each configures the jit cache itself)
+    EV_SLOTS,
+    FIRST_EV_KIND,
     FIRST_KIND,
     KINDS,
     SLOTS,
+    ev_slot,
     slot,
 )
 
@@ -77,8 +82,9 @@ CLEAR_ON_EVICT = ~(RES | PF | DIRTY | REF)
     C_LATE_NS,
     G_DISTINCT,
     G_STAMP,
-) = range(32)
-N_GLOBALS = 32
+    G_VLOGN,
+) = range(33)
+N_GLOBALS = 33
 
 # --- config cfg[...] ----------------------------------------------------------------
 (
@@ -95,11 +101,19 @@ N_GLOBALS = 32
     K_LOG,
     K_NDENSE,
     K_SCHED_ALL,
-) = range(13)
-N_CFG = 13
+    K_EV_GUARD,
+    K_VLOG,
+) = range(15)
+N_CFG = 15
 
-EV_LRU, EV_FIFO, EV_CLOCK, EV_MIN = range(4)
-EVICTIONS = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK, "min": EV_MIN, "belady": EV_MIN}
+# The engine's own eviction structures; every keyed eviction of the registry has a kind
+# of its own (``sim.kernels``: FIRST_EV_KIND + its slot), whose key kernel the engine
+# calls through the eviction slots below, as it calls prefetchers' kernels.
+EV_LRU, EV_FIFO, EV_CLOCK = range(3)
+STRUCTURES = {"lru": EV_LRU, "fifo": EV_FIFO, "clock": EV_CLOCK}
+if FIRST_EV_KIND != 16 or EV_SLOTS != 8:
+    raise RuntimeError("the eviction slot chain in engine._ev_key is written for kinds 16..23")
+(EVS0, EVS1, EVS2, EVS3, EVS4, EVS5, EVS6, EVS7) = (ev_slot(i) for i in range(EV_SLOTS))
 
 # The engine's own modes; every compiled policy has a kind of its own from the registry
 # (``sim.kernels``: FIRST_KIND + its slot), called through the kernel slots below.
@@ -131,6 +145,33 @@ NIL = -1
 INF = 1 << 62
 MAX_PF = MAX_PREFETCH
 AHEAD = 16  # rows between a cache hint for a page's state and its use
+
+# The arrays the loop works on, in three groups (numba passes each as one struct):
+# the tier's state (grown by the driver between calls), one chunk of demand rows, and
+# the policies' inputs.
+Tier = namedtuple("Tier", "g cfg htab hkey doff dlen st arr pos nxt frames heap stamp logs vlog")
+Rows = namedtuple("Rows", "t ids wr reg pg ahead")
+Policies = namedtuple("Policies", "pstate pparams rpages out_r out_p sched eparams")
+
+
+@njit(cache=True, inline="always")
+def _ev_key(ev, eparams, gi, given, prev, demand):
+    """The key the registry's keyed eviction of kind ``ev`` gives a page (larger leaves first)."""
+    if ev == 16:
+        return EVS0(eparams, gi, given, prev, demand)
+    elif ev == 17:
+        return EVS1(eparams, gi, given, prev, demand)
+    elif ev == 18:
+        return EVS2(eparams, gi, given, prev, demand)
+    elif ev == 19:
+        return EVS3(eparams, gi, given, prev, demand)
+    elif ev == 20:
+        return EVS4(eparams, gi, given, prev, demand)
+    elif ev == 21:
+        return EVS5(eparams, gi, given, prev, demand)
+    elif ev == 22:
+        return EVS6(eparams, gi, given, prev, demand)
+    return EVS7(eparams, gi, given, prev, demand)
 
 
 # --- page ids -------------------------------------------------------------------------
@@ -238,13 +279,33 @@ def _q_push(g, st, heap, s):
 
 
 @njit(cache=True, inline="always")
+def _q_oldest(st, heap, qh):
+    """(id of the oldest live entry at or after ``qh``, the new head): the LRU/FIFO victim."""
+    qid = heap[1]
+    while True:
+        if qh + AHEAD < heap.shape[1]:
+            prefetch_hint(st, qid[qh + AHEAD])
+        v = qid[qh]
+        live = _q_live(st, heap, qh)
+        qh += 1
+        if live:
+            return v, qh
+
+
+@njit(cache=True, inline="always")
 def _q_pop(g, st, heap):
     """Id of the oldest live entry (removed from the queue)."""
-    while True:
-        j = g[G_HEAD]
-        g[G_HEAD] = j + 1
-        if _q_live(st, heap, j):
-            return heap[1, j]
+    v, g[G_HEAD] = _q_oldest(st, heap, g[G_HEAD])
+    return v
+
+
+@njit(cache=True, inline="always")
+def _clock_sweep(st, frames, hand, cap):
+    """(victim, its frame, the new hand): clear reference bits up to the first page without one."""
+    while st[frames[hand]] & REF:
+        st[frames[hand]] &= ~REF
+        hand = (hand + 1) % cap
+    return frames[hand], hand, (hand + 1) % cap
 
 
 @njit(cache=True)
@@ -297,8 +358,8 @@ def _heap_pop(g, heap):
 
 
 @njit(cache=True)
-def _min_victim(g, heap, st, nxt):
-    """Resident page used farthest in the future (top of the lazy max-heap)."""
+def _keyed_victim(g, heap, st, nxt):
+    """Resident page with the largest key (top of the lazy max-heap; stale entries dropped)."""
     while True:
         s = heap[1, 0]
         if (st[s] & RES) and nxt[s] == heap[0, 0]:
@@ -306,21 +367,19 @@ def _min_victim(g, heap, st, nxt):
         _heap_pop(g, heap)
 
 
+# The helpers below take the tier's arrays one by one, unpacked from ``Tier`` once per
+# ``run``: taking a field out of the struct inside the loop costs a reference-count
+# update each time (measured: the general loop ran at 60 % of its speed).
 @njit(cache=True, inline="always")
-def _evict(g, cfg, st, pos, nxt, frames, heap):
-    """Drop one page; return the frame it held (CLOCK and MIN keep frames)."""
+def _evict(g, cfg, st, pos, nxt, frames, heap, vlog):
+    """Drop one page; return the frame it held (CLOCK and keyed evictions keep frames)."""
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
         v = _q_pop(g, st, heap)
     elif ev == EV_CLOCK:
-        cap = cfg[K_CAP]
-        while st[frames[g[G_HAND]]] & REF:
-            st[frames[g[G_HAND]]] &= ~REF
-            g[G_HAND] = (g[G_HAND] + 1) % cap
-        v = frames[g[G_HAND]]
-        g[G_HAND] = (g[G_HAND] + 1) % cap
+        v, _, g[G_HAND] = _clock_sweep(st, frames, g[G_HAND], cfg[K_CAP])
     else:
-        v = _min_victim(g, heap, st, nxt)
+        v = _keyed_victim(g, heap, st, nxt)
         _heap_pop(g, heap)
     x = st[v]
     if x & PF:
@@ -329,18 +388,22 @@ def _evict(g, cfg, st, pos, nxt, frames, heap):
         g[C_BYTES_OUT] += cfg[K_PAGE]
     st[v] = x & CLEAR_ON_EVICT
     g[C_EVICTIONS] += 1
+    if cfg[K_VLOG] != 0:
+        vlog[g[G_VLOGN]] = v
+        g[G_VLOGN] += 1
     if ev == EV_LRU or ev == EV_FIFO:
         return 0
     return pos[v]
 
 
 @njit(cache=True, inline="always")
-def _insert(g, cfg, st, pos, nxt, frames, heap, s, flags):
+def _insert(g, cfg, st, pos, nxt, frames, heap, vlog, s, flags):
+    """Make ``s`` resident (a keyed eviction's key is already in ``nxt[s]``)."""
     if g[G_NRES] < cfg[K_CAP]:
         p = g[G_NRES]
         g[G_NRES] += 1
     else:
-        p = _evict(g, cfg, st, pos, nxt, frames, heap)
+        p = _evict(g, cfg, st, pos, nxt, frames, heap, vlog)
     st[s] = (st[s] & ~(RES | PF | DIRTY | REF)) | RES | flags
     ev = cfg[K_EVICT]
     if ev == EV_LRU or ev == EV_FIFO:
@@ -348,25 +411,29 @@ def _insert(g, cfg, st, pos, nxt, frames, heap, s, flags):
     else:
         frames[p] = s
         pos[s] = p
-        if ev == EV_MIN:
+        if ev >= FIRST_EV_KIND:
             _heap_push(g, heap, nxt, frames, nxt[s], s)
 
 
 @njit(cache=True)
-def issue(g, cfg, st, arr, pos, nxt, frames, heap, s):
-    """Queue a prefetch of page ``s`` on the link."""
+def issue(g, cfg, st, arr, pos, nxt, frames, heap, vlog, eparams, s, gi):
+    """Queue a prefetch of page ``s`` on the link (asked for at row ``gi``)."""
     if st[s] & RES:
         g[C_PF_REDUNDANT] += 1
         return
-    if cfg[K_EVICT] == EV_MIN and g[G_NRES] >= cfg[K_CAP]:
-        # MIN never keeps a page needed later than every resident one: do no harm.
-        if nxt[_min_victim(g, heap, st, nxt)] <= nxt[s]:
-            g[C_PF_SKIPPED] += 1
-            return
+    ev = cfg[K_EVICT]
+    if ev >= FIRST_EV_KIND:
+        key = _ev_key(ev, eparams, gi, nxt[s], nxt[s], False)
+        if cfg[K_EV_GUARD] != 0 and g[G_NRES] >= cfg[K_CAP]:
+            # never keep a page that leaves later than every resident one: do no harm
+            if nxt[_keyed_victim(g, heap, st, nxt)] <= key:
+                g[C_PF_SKIPPED] += 1
+                return
+        nxt[s] = key
     start = max(g[G_NOW], g[G_LINK])
     g[G_LINK] = start + cfg[K_XFER_NS]
     arr[s] = g[G_LINK] + cfg[K_LINK_LAT]
-    _insert(g, cfg, st, pos, nxt, frames, heap, s, PF)
+    _insert(g, cfg, st, pos, nxt, frames, heap, vlog, s, PF)
     g[C_PF_ISSUED] += 1
     g[C_BYTES_IN] += cfg[K_PAGE]
 
@@ -405,39 +472,117 @@ def _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, by
 
 
 @njit(cache=True)
-def run(
-    g,
-    cfg,
-    htab,
-    hkey,
-    doff,
-    dlen,
-    st,
-    arr,
-    pos,
-    nxt,
-    frames,
-    heap,
-    t,
-    ids,
-    wr,
-    reg,
-    pg,
-    nextuse,
-    n_rows,
-    i0,
-    base,
-    pstate,
-    pparams,
-    rpages,
-    out_r,
-    out_p,
-    stamp,
-    sched,
-    logs,
-):
-    """Play rows ``i0..n_rows-1`` (``ids`` may extend past ``n_rows``: oracle lookahead)."""
+def _issue_t(T, eparams, s, gi):
+    issue(T.g, T.cfg, T.st, T.arr, T.pos, T.nxt, T.frames, T.heap, T.vlog, eparams, s, gi)
+
+
+@njit(cache=True, inline="always")
+def _page(T, r, p):
+    return page_id(T.g, T.cfg, T.htab, T.hkey, T.doff, T.dlen, r, p)
+
+
+@njit(cache=True, inline="always")
+def _kernel(kind, a, b, c, o, q, ti, region, page, hit):
+    """The registry's prefetch kernel of this kind (sim.kernels: slot i = kind 16 + i)."""
+    if kind == 16:
+        return SLOT0(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 17:
+        return SLOT1(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 18:
+        return SLOT2(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 19:
+        return SLOT3(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 20:
+        return SLOT4(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 21:
+        return SLOT5(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 22:
+        return SLOT6(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 23:
+        return SLOT7(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 24:
+        return SLOT8(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 25:
+        return SLOT9(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 26:
+        return SLOT10(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 27:
+        return SLOT11(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 28:
+        return SLOT12(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 29:
+        return SLOT13(a, b, c, ti, region, page, hit, o, q)
+    elif kind == 30:
+        return SLOT14(a, b, c, ti, region, page, hit, o, q)
+    return SLOT15(a, b, c, ti, region, page, hit, o, q)
+
+
+@njit(cache=True, inline="always")
+def _room(g, cfg, htab, hkey, logs, vlog, heap, logging, maxpf):
+    """Whether one more row fits: its new ids, log entries, victims, and queue entries
+    for the pages it may make resident (the queue follows the resident pages: simulate.py)."""
+    return (
+        room(g, htab, hkey, maxpf + 1)
+        and not (logging and g[G_LOGN] + maxpf > logs.shape[1])
+        and not (cfg[K_VLOG] != 0 and g[G_VLOGN] + maxpf + 1 > len(vlog))
+        and 2 * min(cfg[K_CAP], g[G_NRES] + maxpf + 1) + 2 * maxpf + 16 <= heap.shape[1]
+    )
+
+
+@njit(cache=True)
+def _oracle(T, P, ids, i, gi, s, logging):
+    """The oracle prefetcher: the next distinct pages of the trace itself."""
+    g, cfg, stamp = T.g, T.cfg, T.stamp
+    k = min(cfg[K_ORACLE_K], cfg[K_MAXPF])
+    stamp[s] = gi + 1
+    found = 0
+    end = min(len(ids), i + 1 + cfg[K_LOOKAHEAD])
+    j = i + 1
+    while j < end and found < k:
+        q = ids[j]
+        if stamp[q] != gi + 1:
+            stamp[q] = gi + 1
+            found += 1
+            if logging:
+                _log(g, T.logs, gi, q)
+            _issue_t(T, P.eparams, q, gi)
+        j += 1
+
+
+@njit(cache=True)
+def _schedule(T, P, gi, observed, logging):
+    """Issue the schedule's rows triggered by row ``gi``."""
+    g, cfg, sched = T.g, T.cfg, P.sched
+    maxpf = cfg[K_MAXPF]
+    p = g[G_SCHED]
+    while p < sched.shape[1] and sched[0, p] < gi:
+        p += 1
+    # Rows fire where a per-fault predictor would be asked (a miss, or the first
+    # use of a prefetched page), unless the config says on every event.
+    n_done = 0 if observed or cfg[K_SCHED_ALL] != 0 else maxpf
+    while p < sched.shape[1] and sched[0, p] == gi:
+        if n_done < maxpf:
+            ps = _page(T, sched[1, p], sched[2, p])
+            if ps >= 0:
+                if logging:
+                    _log(g, T.logs, gi, ps)
+                _issue_t(T, P.eparams, ps, gi)
+                n_done += 1
+        p += 1
+    g[G_SCHED] = p
+
+
+@njit(cache=True)
+def run(T, R, P, n_rows, i0, base):
+    """Play rows ``i0..n_rows-1`` of chunk ``R`` (whose first row is global row ``base``;
+    ``R.ids`` may extend past ``n_rows``: oracle lookahead)."""
+    g, cfg, st, arr, pos, nxt, frames, heap, vlog = T.g, T.cfg, T.st, T.arr, T.pos, T.nxt, T.frames, T.heap, T.vlog
+    htab, hkey, doff, dlen, logs = T.htab, T.hkey, T.doff, T.dlen, T.logs
+    t, ids, wr, reg, pg, ahead = R.t, R.ids, R.wr, R.reg, R.pg, R.ahead
+    pstate, pparams, rpages, out_r, out_p = P.pstate, P.pparams, P.rpages, P.out_r, P.out_p
     ev = cfg[K_EVICT]
+    keyed = ev >= FIRST_EV_KIND
+    eparams = P.eparams
     kind = cfg[K_PF]
     maxpf = cfg[K_MAXPF]
     fault_cost = cfg[K_FAULT_NS] + cfg[K_LINK_LAT] + cfg[K_XFER_NS]
@@ -455,19 +600,14 @@ def run(
     qt = g[G_TAIL]
     qstamp = g[G_STAMP]
     qlen = heap.shape[1]
-    # Without a prefetcher no id is created and nothing is logged inside the loop.
-    check = kind != PF_NONE
+    # Without a prefetcher (or a victim log) no id is created and nothing is logged
+    # inside the loop.
+    check = kind != PF_NONE or cfg[K_VLOG] != 0
     for i in range(i0, n_rows):
         if i + AHEAD < len(ids):
             prefetch_hint(st, ids[i + AHEAD])
         if check:
-            # room for this row's new ids, log entries, and queue entries for the pages
-            # it may make resident (the queue follows the resident pages: simulate.py)
-            if (
-                not room(g, htab, hkey, MAX_PF + 1)
-                or (logging and g[G_LOGN] + MAX_PF > logs.shape[1])
-                or 2 * min(cfg[K_CAP], g[G_NRES] + MAX_PF + 1) + 2 * MAX_PF + 16 > qlen
-            ):
+            if not _room(g, cfg, htab, hkey, logs, vlog, heap, logging, MAX_PF):
                 g[G_POS] = i
                 _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
                 return NEED_GROW
@@ -478,9 +618,10 @@ def run(
             now += ti - last_t
             last_t = ti
         s = ids[i]
+        gi = base + i
         acc += 1
-        if ev == EV_MIN:
-            nxt[s] = nextuse[i]
+        if keyed:
+            nxt[s] = _ev_key(ev, eparams, gi, ahead[i], nxt[s], True)
         x = st[s]
         if not x & SEEN:
             x |= SEEN
@@ -520,7 +661,7 @@ def run(
                     qt += 1
             elif ev == EV_CLOCK:
                 st[s] = x | REF
-            elif ev == EV_MIN:
+            elif keyed:
                 _heap_push(g, heap, nxt, frames, nxt[s], s)
         else:
             faults += 1
@@ -529,7 +670,7 @@ def run(
             bytes_in += page_size
             g[G_TAIL] = qt
             g[G_STAMP] = qstamp
-            _insert(g, cfg, st, pos, nxt, frames, heap, s, REF if ev == EV_CLOCK else 0)
+            _insert(g, cfg, st, pos, nxt, frames, heap, vlog, s, REF if ev == EV_CLOCK else 0)
             qt = g[G_TAIL]
             qstamp = g[G_STAMP]
             if g[G_LINK] < now:
@@ -538,28 +679,15 @@ def run(
         if wr[i]:
             st[s] |= DIRTY
         if kind == PF_NONE:
+            if check:  # a victim log without a prefetcher: g stays current as below
+                g[G_TAIL] = qt
+                g[G_STAMP] = qstamp
             continue
         g[G_NOW] = now  # issue() reads the clock
         g[G_TAIL] = qt
         g[G_STAMP] = qstamp
-        gi = base + i
         if kind == PF_SCHEDULE:
-            p = g[G_SCHED]
-            while p < sched.shape[1] and sched[0, p] < gi:
-                p += 1
-            # Rows fire where a per-fault predictor would be asked (a miss, or the first
-            # use of a prefetched page), unless the config says on every event.
-            n_done = 0 if observed or cfg[K_SCHED_ALL] != 0 else maxpf
-            while p < sched.shape[1] and sched[0, p] == gi:
-                if n_done < maxpf:
-                    ps = page_id(g, cfg, htab, hkey, doff, dlen, sched[1, p], sched[2, p])
-                    if ps >= 0:
-                        if logging:
-                            _log(g, logs, gi, ps)
-                        issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
-                        n_done += 1
-                p += 1
-            g[G_SCHED] = p
+            _schedule(T, P, gi, observed, logging)
             continue
         if not observed:
             continue
@@ -570,64 +698,17 @@ def run(
             _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
             return PAUSE
         if kind == PF_ORACLE:
-            k = min(cfg[K_ORACLE_K], maxpf)
-            stamp[s] = gi + 1
-            found = 0
-            end = min(len(ids), i + 1 + cfg[K_LOOKAHEAD])
-            j = i + 1
-            while j < end and found < k:
-                q = ids[j]
-                if stamp[q] != gi + 1:
-                    stamp[q] = gi + 1
-                    found += 1
-                    if logging:
-                        _log(g, logs, gi, q)
-                    issue(g, cfg, st, arr, pos, nxt, frames, heap, q)
-                j += 1
+            _oracle(T, P, ids, i, gi, s, logging)
             continue
-        region = reg[i]
-        page = pg[i]
-        # the registry's kernel of this kind (sim.kernels: slot i = kind 16 + i)
-        if kind == 16:
-            n = SLOT0(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 17:
-            n = SLOT1(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 18:
-            n = SLOT2(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 19:
-            n = SLOT3(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 20:
-            n = SLOT4(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 21:
-            n = SLOT5(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 22:
-            n = SLOT6(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 23:
-            n = SLOT7(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 24:
-            n = SLOT8(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 25:
-            n = SLOT9(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 26:
-            n = SLOT10(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 27:
-            n = SLOT11(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 28:
-            n = SLOT12(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 29:
-            n = SLOT13(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        elif kind == 30:
-            n = SLOT14(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
-        else:
-            n = SLOT15(pstate, pparams, rpages, ti, region, page, hit, out_r, out_p)
+        n = _kernel(kind, pstate, pparams, rpages, out_r, out_p, ti, reg[i], pg[i], hit)
         for j in range(min(n, maxpf)):
             ps = page_id(g, cfg, htab, hkey, doff, dlen, out_r[j], out_p[j])
             if ps >= 0:
                 if logging:
                     _log(g, logs, gi, ps)
-                issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
+                issue(g, cfg, st, arr, pos, nxt, frames, heap, vlog, eparams, ps, gi)
     g[G_POS] = n_rows
-    if not check:  # with a prefetcher g is current: every row stored qt/qstamp before its prefetches
+    if not check:  # with a check g is current: every row stored qt/qstamp
         g[G_TAIL] = qt
         g[G_STAMP] = qstamp
     _flush(g, now, last_t, acc, hits, faults, late, stall, late_ns, distinct, bytes_in, useful, n_obs)
@@ -635,7 +716,7 @@ def run(
 
 
 @njit(cache=True)
-def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
+def run_plain(T, R, n_rows, i0):
     """``run`` without a prefetcher, for LRU, FIFO and CLOCK: the same model and counters.
 
     With no prefetch nothing is ever in flight and no id is created during the loop, so
@@ -643,6 +724,8 @@ def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
     ``st[id]`` (hinted ``AHEAD`` rows early), and for LRU one queue append. ``run``
     with ``PF_NONE`` is the reference it is tested against.
     """
+    g, cfg, st, frames, heap = T.g, T.cfg, T.st, T.frames, T.heap
+    t, ids, wr = R.t, R.ids, R.wr
     ev = cfg[K_EVICT]
     lru = ev == EV_LRU
     clock = ev == EV_CLOCK
@@ -685,23 +768,11 @@ def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
                 p = nres
                 nres += 1
             else:
+                # the victims of _evict, from the same functions
                 if clock:
-                    while st[frames[hand]] & REF:
-                        st[frames[hand]] &= ~REF
-                        hand = (hand + 1) % cap
-                    v = frames[hand]
-                    p = hand
-                    hand = (hand + 1) % cap
+                    v, p, hand = _clock_sweep(st, frames, hand, cap)
                 else:
-                    while True:  # _q_pop: the oldest live entry
-                        if qh + AHEAD < qlen:
-                            prefetch_hint(st, qid[qh + AHEAD])
-                        v = qid[qh]
-                        xv = st[v]
-                        live = (xv & RES) != 0 and (xv >> STAMP_SHIFT) == heap[0, qh]
-                        qh += 1
-                        if live:
-                            break
+                    v, qh = _q_oldest(st, heap, qh)
                 xv = st[v]
                 if xv & DIRTY:
                     dirty_out += 1
@@ -749,14 +820,15 @@ def run_plain(g, cfg, st, frames, heap, t, ids, wr, n_rows, i0):
 
 
 @njit(cache=True)
-def issue_pages(g, cfg, htab, hkey, doff, dlen, st, arr, pos, nxt, frames, heap, regions, pages, gi, logs):
+def issue_pages(T, eparams, regions, pages, gi):
     """Issue prefetches a Python prefetcher asked for (after a PAUSE)."""
+    cfg = T.cfg
     for j in range(min(len(pages), cfg[K_MAXPF])):
-        ps = page_id(g, cfg, htab, hkey, doff, dlen, regions[j], pages[j])
+        ps = _page(T, regions[j], pages[j])
         if ps >= 0:
             if cfg[K_LOG] != 0:
-                _log(g, logs, gi, ps)
-            issue(g, cfg, st, arr, pos, nxt, frames, heap, ps)
+                _log(T.g, T.logs, gi, ps)
+            _issue_t(T, eparams, ps, gi)
 
 
 @njit(cache=True)

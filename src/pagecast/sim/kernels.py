@@ -22,7 +22,7 @@ from typing import Callable
 from numba import njit
 
 from pagecast.errors import PagecastError
-from pagecast.policies.base import compiled_kernels
+from pagecast.policies.base import compiled_kernels, eviction_kernels
 
 FIRST_KIND = 16  # the engine's own modes (none, oracle, schedule, python) lie below
 SLOTS = 16  # kernel slots in the engine's loop (engine.run): raise both together
@@ -45,6 +45,31 @@ KINDS: dict[str, int] = {name: FIRST_KIND + i for i, (name, _) in enumerate(KERN
 def slot(i: int) -> Callable:
     """The kernel the engine's slot ``i`` calls (kind ``FIRST_KIND + i``)."""
     return KERNELS[i][1] if i < len(KERNELS) else no_kernel
+
+
+# Evictions the same way: the engine's own structures (LRU, FIFO, CLOCK) lie below
+# FIRST_EV_KIND; every keyed eviction (``nb_key``) gets kind FIRST_EV_KIND + its index.
+FIRST_EV_KIND = 16
+EV_SLOTS = 8
+
+
+@njit(cache=True)
+def no_key(eparams, gi, given, prev, demand):
+    """An empty eviction slot: names nothing."""
+    return given
+
+
+EV_KERNELS: list[tuple[str, Callable]] = eviction_kernels()
+if len(EV_KERNELS) > EV_SLOTS:
+    raise PagecastError(
+        f"{len(EV_KERNELS)} keyed evictions but {EV_SLOTS} eviction slots: add slots in sim/kernels.py and sim/engine.py"
+    )
+EV_KINDS: dict[str, int] = {name: FIRST_EV_KIND + i for i, (name, _) in enumerate(EV_KERNELS)}
+
+
+def ev_slot(i: int) -> Callable:
+    """The key kernel the engine's eviction slot ``i`` calls (kind ``FIRST_EV_KIND + i``)."""
+    return EV_KERNELS[i][1] if i < len(EV_KERNELS) else no_key
 
 
 def kind_of(prefetcher: object) -> int | None:

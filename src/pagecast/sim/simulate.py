@@ -17,13 +17,13 @@ import numpy as np
 
 from pagecast.errors import PagecastError
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, region_pages
-from pagecast.policies.base import Prefetcher
+from pagecast.policies.base import Eviction, Prefetcher
 from pagecast.policies.oracle import Oracle
-from pagecast.policies.spec import parse_policy_spec
+from pagecast.policies.spec import parse_eviction_spec, parse_policy_spec
 from pagecast.sim import engine as E
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.hashtab import grown, new_table
-from pagecast.sim.kernels import kind_of
+from pagecast.sim.kernels import EV_KERNELS, EV_KINDS, FIRST_EV_KIND, kind_of
 from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.keys import split_keys
 from pagecast.trace.reader import Trace
@@ -58,19 +58,23 @@ class _State:
     used.
     """
 
-    def __init__(self, cfg: np.ndarray, log: bool, regions: Sequence[Region] = ()):
+    def __init__(self, cfg: np.ndarray, log: bool, regions: Sequence[Region] = (), key_fill: int = E.INF):
         self.cfg = cfg
         self.doff, self.dlen = _dense_layout(regions)
         self.ndense = int(self.dlen.sum())
         cfg[E.K_NDENSE] = self.ndense
         ev, kind = int(cfg[E.K_EVICT]), int(cfg[E.K_PF])
+        keyed = ev >= FIRST_EV_KIND
         self.uses = {
             "st": True,
             "arr": kind != E.PF_NONE,
-            "pos": ev in (E.EV_CLOCK, E.EV_MIN),
-            "nxt": ev == E.EV_MIN,
+            "pos": ev == E.EV_CLOCK or keyed,
+            "nxt": keyed,
             "stamp": kind == E.PF_ORACLE,
         }
+        # a keyed eviction's key of a page never demanded yet (MIN: its first use, filled
+        # in by the backward pass; never used at all: INF)
+        self.key_fill = key_fill
         self.g = np.zeros(E.N_GLOBALS, np.int64)
         nh = 1024
         self.htab = new_table(nh)
@@ -79,11 +83,12 @@ class _State:
         self.st = np.zeros(n, np.int64)
         self.arr = np.zeros(n, np.int64)
         self.pos = np.zeros(n, np.int64)
-        self.nxt = np.full(n, E.INF, np.int64) if self.uses["nxt"] else np.zeros(n, np.int64)
+        self.nxt = np.full(n, key_fill, np.int64) if self.uses["nxt"] and key_fill else np.zeros(n, np.int64)
         self.stamp = np.zeros(n, np.int64)
         self.frames = np.zeros(self._frames_size(n), np.int64)
         self.heap = np.zeros((2, self._queue_size(1024)), np.int64)
         self.logs = np.zeros((2, 1 << 16 if log else 0), np.int64)
+        self.vlog = np.zeros(1 << 12 if cfg[E.K_VLOG] else 0, np.int64)
 
     def _frames_size(self, n: int) -> int:
         return min(int(self.cfg[E.K_CAP]), n) if self.uses["pos"] else 1
@@ -107,11 +112,11 @@ class _State:
             heap[:, : self.heap.shape[1]] = self.heap
             self.heap = heap
 
-    def tables(self) -> tuple[np.ndarray, ...]:
-        """The tables ``engine.run`` and ``engine.issue_pages`` take after ``g`` and ``cfg``, in
-        their order (re-read on every call: ``ensure`` replaces them when they grow)."""
-        return (self.htab, self.hkey, self.doff, self.dlen, self.st, self.arr, self.pos, self.nxt, self.frames,
-                self.heap)  # fmt: skip
+    def tier(self) -> E.Tier:
+        """The state ``engine.run`` works on (re-made for every call: ``ensure`` replaces
+        the arrays when they grow)."""
+        return E.Tier(self.g, self.cfg, self.htab, self.hkey, self.doff, self.dlen, self.st, self.arr, self.pos,
+                      self.nxt, self.frames, self.heap, self.stamp, self.logs, self.vlog)  # fmt: skip
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
@@ -121,7 +126,7 @@ class _State:
             self.hkey = _extended(self.hkey, nh, 0)
             n = self.ndense + nh
             for name, used in self.uses.items():
-                fill = E.INF if name == "nxt" and used else 0
+                fill = self.key_fill if name == "nxt" and used else 0
                 setattr(self, name, _extended(getattr(self, name), n, fill) if used else np.zeros(n, np.int64))
             nf = self._frames_size(n)
             if nf > len(self.frames):
@@ -130,6 +135,8 @@ class _State:
             logs = np.zeros((2, 2 * self.logs.shape[1]), np.int64)
             logs[:, : self.logs.shape[1]] = self.logs
             self.logs = logs
+        if self.cfg[E.K_VLOG] and self.g[E.G_VLOGN] + MAX_PREFETCH + 1 > len(self.vlog):
+            self.vlog = _extended(self.vlog, 2 * len(self.vlog), 0)
         self.reserve(MAX_PREFETCH + 1)
 
     def keys(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -176,10 +183,39 @@ def _dense_layout(regions: Sequence[Region]) -> tuple[np.ndarray, np.ndarray]:
     return doff, dlen
 
 
-def _config_array(config: SimConfig, page_size: int, kind: int) -> np.ndarray:
-    ev = config.eviction.lower()
-    if ev not in E.EVICTIONS:
-        raise PagecastError(f"unknown eviction policy {config.eviction!r} (choose from lru, fifo, clock, min)")
+EvictionSpec = str | Eviction
+
+
+def resolve_eviction(spec: EvictionSpec) -> Eviction:
+    """``"lru"``, ``"learned:model=ev.pt"`` (the spec grammar) or an Eviction → an Eviction."""
+    if isinstance(spec, Eviction):
+        return spec
+    if not isinstance(spec, str):
+        raise PagecastError(f"not an eviction policy: {spec!r}")
+    return parse_eviction_spec(spec).build()
+
+
+def eviction_label(spec: EvictionSpec) -> str:
+    if isinstance(spec, Eviction):
+        return spec.name
+    return str(parse_eviction_spec(spec))
+
+
+def eviction_kind(ev: Eviction) -> int:
+    """The engine's structure (LRU, FIFO, CLOCK) or the keyed kind running ``ev``."""
+    if ev.structure in E.STRUCTURES:
+        return E.STRUCTURES[ev.structure]
+    kind = EV_KINDS.get(ev.name)
+    if ev.structure != "keyed" or kind is None or type(ev).nb_key is not EV_KERNELS[kind - FIRST_EV_KIND][1]:
+        raise PagecastError(
+            f"eviction {ev.name!r} has no compiled kernel in the registry "
+            f"(structure {ev.structure!r}; keyed ones: {', '.join(EV_KINDS)})"
+        )
+    return kind
+
+
+def _config_array(config: SimConfig, page_size: int, kind: int, ev: Eviction | None = None) -> np.ndarray:
+    ev = resolve_eviction(config.eviction) if ev is None else ev
     if config.link_bytes_per_s <= 0:
         raise PagecastError("link bandwidth must be positive")
     cfg = np.zeros(E.N_CFG, np.int64)
@@ -188,7 +224,9 @@ def _config_array(config: SimConfig, page_size: int, kind: int) -> np.ndarray:
     cfg[E.K_FAULT_NS] = config.fault_ns
     cfg[E.K_LINK_LAT] = config.link_latency_ns
     cfg[E.K_XFER_NS] = max(1, round(page_size * 1e9 / config.link_bytes_per_s))
-    cfg[E.K_EVICT] = E.EVICTIONS[ev]
+    cfg[E.K_EVICT] = eviction_kind(ev)
+    cfg[E.K_EV_GUARD] = 1 if ev.guards_prefetch else 0
+    cfg[E.K_VLOG] = 1 if config.log_victims else 0
     cfg[E.K_PF] = kind
     cfg[E.K_MAXPF] = max(0, min(config.max_prefetch, MAX_PREFETCH))
     cfg[E.K_ORACLE_K] = config.oracle_k
@@ -248,9 +286,11 @@ def simulate(
     t_start = time.perf_counter()
     page_size = int(config.page_size or trace.page_size)
     kind, pobj = _resolve(prefetcher, config, engine)
-    cfg = _config_array(config, page_size, kind)
-    st = _State(cfg, config.log_prefetches, trace.regions)
+    ev = resolve_eviction(config.eviction)
+    cfg = _config_array(config, page_size, kind, ev)
+    st = _State(cfg, config.log_prefetches, trace.regions, E.INF if ev.uses_next_use else 0)
     rpages = region_pages(trace.regions)
+    eparams = ev.params()
 
     pstate = np.zeros(1, np.int64)
     pparams = np.zeros(1, np.int64)
@@ -266,17 +306,23 @@ def simulate(
     if isinstance(pobj, Schedule):
         s = pobj.sorted()
         sched = np.ascontiguousarray(np.stack([s.trigger, s.region.astype(np.int64), s.page]))
+    out_r = np.zeros(MAX_PREFETCH, np.int64)
+    out_p = np.zeros(MAX_PREFETCH, np.int64)
 
     nextuse_file = None
     nextuse_all: np.ndarray | None = None
     read_clock = ReadClock()
     try:
-        if cfg[E.K_EVICT] == E.EV_MIN:
+        keyed = cfg[E.K_EVICT] >= FIRST_EV_KIND
+        if keyed and ev.uses_next_use:
             nextuse_all, nextuse_file = _next_use_pass(trace, st)
+        elif keyed:
+            # batched ahead of time: the whole run's values before its first row plays
+            nextuse_all = _ahead(ev, trace, int(cfg[E.K_CAP]))
         empty = np.zeros(0, np.int64)
         base = 0
         lookahead = int(config.oracle_lookahead) if kind == E.PF_ORACLE else 0
-        plain = kind == E.PF_NONE and cfg[E.K_EVICT] != E.EV_MIN and engine != "general"
+        plain = kind == E.PF_NONE and not keyed and not config.log_victims and engine != "general"
         chunks = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
         cur = next(chunks, None)
         cur_ids = _ids(st, cur) if cur is not None else None
@@ -291,10 +337,12 @@ def simulate(
             # at most one page made resident per row by demand; ``run`` asks for more
             # room before each row's prefetches
             st.reserve(n)
+            rows = E.Rows(cur["t"], ids, cur["write"], cur["region"], cur["page"], nextuse)
             if plain:
-                E.run_plain(st.g, cfg, st.st, st.frames, st.heap, cur["t"], ids, cur["write"], n, 0)
+                E.run_plain(st.tier(), rows, n, 0)
             else:
-                _run_general(st, cfg, pobj, cur, ids, nextuse, n, base, pstate, pparams, rpages, sched)
+                pol = E.Policies(pstate, pparams, rpages, out_r, out_p, sched, eparams)
+                _run_general(st, pobj, rows, pol, n, base)
             base += n
             cur, cur_ids = nxt, nxt_ids
     finally:
@@ -308,50 +356,28 @@ def simulate(
         n = int(st.g[E.G_LOGN])
         region, page = st.keys(st.logs[1, :n])
         res.extra["prefetch_log"] = (st.logs[0, :n].copy(), region, page)
+    if config.log_victims:
+        res.extra["victims"] = st.keys(st.vlog[: int(st.g[E.G_VLOGN])])
     return res
 
 
-def _run_general(
-    st: _State,
-    cfg: np.ndarray,
-    pobj,
-    cur: dict[str, np.ndarray],
-    ids: np.ndarray,
-    nextuse: np.ndarray,
-    n: int,
-    base: int,
-    pstate: np.ndarray,
-    pparams: np.ndarray,
-    rpages: np.ndarray,
-    sched: np.ndarray,
-) -> None:
+def _ahead(ev: Eviction, trace: Trace, capacity: int) -> np.ndarray:
+    d = read_demand(trace)
+    a = ev.ahead(d, capacity)
+    n = len(d["t"])
+    if a is None:
+        return np.zeros(n, np.int64)
+    a = np.ascontiguousarray(a, np.int64)
+    if a.shape != (n,):
+        raise PagecastError(f"eviction {ev.name!r} gave {a.shape} values for {n} demand rows of {trace.path}")
+    return a
+
+
+def _run_general(st: _State, pobj, rows: E.Rows, pol: E.Policies, n: int, base: int) -> None:
     """One chunk through ``engine.run``: grow tables and ask a Python prefetcher as it asks."""
-    out_r = np.zeros(MAX_PREFETCH, np.int64)
-    out_p = np.zeros(MAX_PREFETCH, np.int64)
     i0 = 0
     while True:
-        status = E.run(
-            st.g,
-            cfg,
-            *st.tables(),
-            cur["t"],
-            ids,
-            cur["write"],
-            cur["region"],
-            cur["page"],
-            nextuse,
-            n,
-            i0,
-            base,
-            pstate,
-            pparams,
-            rpages,
-            out_r,
-            out_p,
-            st.stamp,
-            sched,
-            st.logs,
-        )
+        status = E.run(st.tier(), rows, pol, n, i0, base)
         i0 = int(st.g[E.G_POS])
         if status == E.DONE:
             break
@@ -359,18 +385,10 @@ def _run_general(
             st.ensure(0)
             continue
         i = i0
-        reqs = pobj.observe(int(cur["t"][i]), int(cur["region"][i]), int(cur["page"][i]), bool(st.g[E.G_LASTHIT]))
+        reqs = pobj.observe(int(rows.t[i]), int(rows.reg[i]), int(rows.pg[i]), bool(st.g[E.G_LASTHIT]))
         if reqs:
             arr = np.asarray(reqs, np.int64).reshape(-1, 2)
-            E.issue_pages(
-                st.g,
-                cfg,
-                *st.tables(),
-                arr[:, 0].copy(),
-                arr[:, 1].copy(),
-                base + i,
-                st.logs,
-            )
+            E.issue_pages(st.tier(), pol.eparams, arr[:, 0].copy(), arr[:, 1].copy(), base + i)
         i0 = i + 1
 
 
@@ -413,7 +431,7 @@ def _result(trace: Trace, config: SimConfig, prefetcher: PrefetcherSpec, st: _St
     return SimResult(
         trace=str(trace.path),
         prefetcher=prefetcher_label(prefetcher),
-        eviction=config.eviction.lower(),
+        eviction=eviction_label(config.eviction),
         capacity_pages=int(st.cfg[E.K_CAP]),
         page_size=page_size,
         accesses=int(g[E.C_ACCESSES]),

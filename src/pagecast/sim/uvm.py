@@ -78,9 +78,12 @@ N_BFIELDS = 9
 ) = range(28)
 N_U = 32
 # config
-(Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE) = (
-    range(11)
-)
+(Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE,
+ Q_LRU) = range(12)  # fmt: skip
+# Chunk evictions: uvm-fifo (the default: the order chunks became resident; SimConfig's
+# default "lru" and "fifo" mean it too, so configs written before stay as they were) or
+# uvm-lru (a chunk moves to the tail whenever a batch migrates pages into it).
+UVM_EVICTIONS = {"uvm": 0, "uvm-fifo": 0, "uvm-fifo-2mib": 0, "lru": 0, "fifo": 0, "uvm-lru": 1, "uvm-lru-2mib": 1}
 N_Q = 12
 # page state flags of the page-array ``tree_prefetch`` (the simulator itself keeps bit maps, below)
 P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
@@ -315,6 +318,27 @@ def _evict_block(u, q, B, W, b):
 
 
 @njit(cache=True)
+def _to_tail(u, B, b):
+    """Move resident block ``b`` to the tail of the eviction order."""
+    p, nx = B[B_PREV, b], B[B_NEXT, b]
+    if p != NIL:
+        B[B_NEXT, p] = nx
+    else:
+        u[U_HEAD] = nx
+    if nx != NIL:
+        B[B_PREV, nx] = p
+    else:
+        u[U_TAIL] = p
+    B[B_PREV, b] = u[U_TAIL]
+    B[B_NEXT, b] = NIL
+    if u[U_TAIL] != NIL:
+        B[B_NEXT, u[U_TAIL]] = b
+    else:
+        u[U_HEAD] = b
+    u[U_TAIL] = b
+
+
+@njit(cache=True)
 def _service(u, q, B, W, fb, leaves, sel, cum):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
@@ -338,6 +362,8 @@ def _service(u, q, B, W, fb, leaves, sel, cum):
             else:
                 u[U_HEAD] = b
             u[U_TAIL] = b
+        elif q[Q_LRU] != 0 and u[U_TAIL] != b:
+            _to_tail(u, B, b)
         lo, hi = B[B_LO, b], B[B_HI, b]
         res, flt, pf = W[b, W_RES], W[b, W_FLT], W[b, W_PF]
         # Faulted, selected and prefetched pages all lie in [lo, hi) (the block's range
@@ -496,6 +522,10 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
     q[Q_FAULT_NS] = p.fault_ns
     q[Q_COPY_NS] = p.copy_latency_ns
     q[Q_PS_PER_PAGE] = round(4096 * 1e12 / p.pcie_bytes_per_s)  # picoseconds per page
+    ev = config.eviction if isinstance(config.eviction, str) else getattr(config.eviction, "name", "")
+    if ev.lower() not in UVM_EVICTIONS:
+        raise PagecastError(f"UVM mode evicts 2 MiB chunks: uvm-fifo (the default) or uvm-lru, not {config.eviction!r}")
+    q[Q_LRU] = UVM_EVICTIONS[ev.lower()]
     return q
 
 
@@ -550,7 +580,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     res = SimResult(
         trace=str(trace.path),
         prefetcher="tree" if q[Q_ENABLE] else "none",
-        eviction="uvm-fifo-2MiB",
+        eviction="uvm-lru-2MiB" if q[Q_LRU] else "uvm-fifo-2MiB",
         capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK,
         page_size=4096,
         accesses=int(u[C_ACC]),
