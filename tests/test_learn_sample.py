@@ -89,3 +89,12 @@ def test_eval_switches_off_a_model_that_adds_faults_on_its_training_run(tmp_path
         # chosen on this very run: never more faults than no prefetching here
         assert model <= rows["none"]
         assert rows["oracle"] <= min(rows.values())
+    # predict at the misses of a tier, as eval shows the model: triggers are those events only
+    from pagecast.sim.misses import miss_events
+    from pagecast.trace.schedule import read_schedule
+
+    out = tmp_path / "s.parquet"
+    assert main(["predict", str(tmp_path / "m.pt"), str(path), "-o", str(out), "--capacity", "50"]) == 0
+    capsys.readouterr()
+    trig = np.unique(read_schedule(out).trigger)
+    assert len(trig) and np.isin(trig, miss_events(path, 50)).all()

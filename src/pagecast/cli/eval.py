@@ -110,12 +110,11 @@ def _model_horizon(model: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pagecast.learn.ranking import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics_stream
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.bound import oracle_bound
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
-    from pagecast.trace.demand import read_demand
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schedule import read_schedule
 
@@ -141,7 +140,6 @@ def main(args: argparse.Namespace) -> int:
         budgets[m] = why
         cands.append(_model_schedule(m, trace, k, events))
     cands.append("oracle")
-    demand = read_demand(trace)
     rows, full = [], []
     baseline = None
     done: list = []
@@ -154,7 +152,8 @@ def main(args: argparse.Namespace) -> int:
         # above, so it bounds every row shown (sim/bound.py)
         r = oracle_bound(trace, cfg, candidates=done) if c == "oracle" else simulate(trace, cfg, c)
         log = r.extra.pop("prefetch_log")
-        rank = ranking_metrics(log, demand, k=args.k, horizon=args.horizon) if len(log[0]) else {}
+        # the trace is read in blocks: memory bounded by the log, not by the trace
+        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if len(log[0]) else {}
         del log
         done.append(r)
         d = r.to_dict()

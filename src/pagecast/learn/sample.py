@@ -111,8 +111,9 @@ def split_budget(counts: list[int], budget: int) -> list[int]:
     return [min(c, max(4 * WARMUP, int(budget * c / total))) for c in counts]
 
 
-def estimate_bytes(events: int, horizon: int) -> int:
-    return BASE_BYTES + events * (BYTES_PER_EVENT + 48 * max(0, horizon - 10))
+def estimate_bytes(events: int, horizon: int, per_event: int | None = None) -> int:
+    per = BYTES_PER_EVENT + 48 * max(0, horizon - 10) if per_event is None else per_event
+    return BASE_BYTES + events * per
 
 
 def available_bytes() -> int:
@@ -138,13 +139,14 @@ def available_bytes() -> int:
     return avail if avail is not None else 1 << 62
 
 
-def memory_check(events: int, horizon: int, what: str = "training") -> int:
+def memory_check(events: int, horizon: int, what: str = "training", per_event: int | None = None) -> int:
     """The estimated peak; one clear error before starting when it does not fit."""
-    need = estimate_bytes(events, horizon)
+    need = estimate_bytes(events, horizon, per_event)
     have = available_bytes()
     if need > have:
+        hint = "lower --max-events" if what == "training" else "on a full access trace, pass --capacity"
         raise PagecastError(
             f"{what} on {events:,} demand events needs about {need / 2**30:.1f} GiB and "
-            f"{have / 2**30:.1f} GiB is available; lower --max-events"
+            f"{have / 2**30:.1f} GiB is available; {hint}"
         )
     return need

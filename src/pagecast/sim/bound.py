@@ -39,11 +39,13 @@ from pagecast.policies.oracle import Oracle
 from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.misses import has_accesses, miss_events
 from pagecast.sim.simulate import resolve_capacity, simulate
-from pagecast.trace.demand import as_trace, read_demand
+from pagecast.trace.demand import as_trace, demand_chunks
+from pagecast.trace.keys import page_keys, split_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
 
 MISS_LOOKAHEAD = 4096  # misses looked at for the next k distinct ones
+MAX_MISS_ROWS = 1 << 23  # rows of one miss-oracle schedule (~0.4 GiB while it is built and replayed)
 
 
 def oracle_ks(k_max: int) -> list[int]:
@@ -84,18 +86,37 @@ def _next_misses(keys: np.ndarray, k: int, look: int) -> tuple[np.ndarray, np.nd
     return src[:n], dst[:n], rank[:n]
 
 
-def miss_oracle_schedule(trace: Trace | str | Path, capacity_pages: int, k: int) -> Schedule:
-    """At each miss of an LRU tier of ``capacity_pages`` without prefetching, the pages of
-    the next ``k`` distinct misses (it reads the future: a reference, not a predictor)."""
-    t = as_trace(trace)
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.empty(0, np.int64)
+
+
+def _miss_rows(t: Trace, capacity_pages: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index, time, page key) of each demand event that misses in an LRU tier of
+    ``capacity_pages`` without prefetching, the trace read chunk by chunk."""
     miss = miss_events(t, capacity_pages)
-    d = read_demand(t)
-    region = d["region"][miss].astype(np.int64)
-    page = d["page"][miss].astype(np.int64)
-    keys = (region + 1) << 40 | page
+    ts, keys, base = [], [], 0
+    for d in demand_chunks(t):
+        n = len(d["t"])
+        a, b = np.searchsorted(miss, [base, base + n])
+        local = miss[a:b] - base
+        ts.append(d["t"][local])
+        keys.append(page_keys(d["region"][local], d["page"][local]))
+        base += n
+    cat = lambda x: np.concatenate(x) if x else np.empty(0, np.int64)  # noqa: E731
+    return miss, cat(ts), cat(keys)
+
+
+def miss_oracle_schedule(
+    trace: Trace | str | Path, capacity_pages: int, k: int, misses: tuple[np.ndarray, ...] | None = None
+) -> Schedule:
+    """At each miss of an LRU tier of ``capacity_pages`` without prefetching, the pages of
+    the next ``k`` distinct misses (it reads the future: a reference, not a predictor).
+    ``misses``: ``_miss_rows`` of this trace and capacity, when already computed."""
+    t = as_trace(trace)
+    miss, times, keys = misses if misses is not None else _miss_rows(t, capacity_pages)
     src, dst, rank = _next_misses(keys, int(k), MISS_LOOKAHEAD)
-    trig = miss[src]
-    s = Schedule(trig, d["t"][trig], (dst >> 40) - 1, dst & ((1 << 40) - 1), (k - rank).astype(np.float32))
+    region, page = split_keys(dst)
+    s = Schedule(miss[src], times[src], region, page, (k - rank).astype(np.float32))
     s.regions = list(t.regions)
     s.meta = {"name": f"miss-oracle k={k}", "source": "pagecast.sim.bound"}
     return s
@@ -136,8 +157,10 @@ def oracle_bound(
     oracle_log = best.extra.get("prefetch_log")
     if has_accesses(t):
         mcfg = dataclasses.replace(config, capacity=cap, schedule_triggers="all")
-        for k in ks:
-            best = _keep(best, simulate(t, mcfg, miss_oracle_schedule(t, cap, k)), f"miss-oracle k={k}")
+        misses = _miss_rows(t, cap)
+        # a schedule of misses × k rows: the k that would not fit in MAX_MISS_ROWS are skipped
+        for k in (k for k in ks if len(misses[0]) * k <= MAX_MISS_ROWS):
+            best = _keep(best, simulate(t, mcfg, miss_oracle_schedule(t, cap, k, misses)), f"miss-oracle k={k}")
     for c in candidates:
         if c.faults < best.faults:
             best = dataclasses.replace(c, extra={k: v for k, v in c.extra.items() if k != "prefetch_log"})
