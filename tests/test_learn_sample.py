@@ -98,3 +98,16 @@ def test_eval_switches_off_a_model_that_adds_faults_on_its_training_run(tmp_path
     capsys.readouterr()
     trig = np.unique(read_schedule(out).trigger)
     assert len(trig) and np.isin(trig, miss_events(path, 50)).all()
+
+
+def test_events_shown_are_read_without_the_whole_stream(tmp_path):
+    from pagecast.learn.dataset import read_demand_events
+
+    path = write_trace(tmp_path / "t.parquet", _pages(30_000), row_group_rows=4_000)
+    whole = read_demand(path)
+    ev = np.sort(np.random.default_rng(1).choice(len(whole), 700, replace=False))
+    got, n = read_demand_events(path, ev, batch_rows=1_000)
+    ref = whole.take(ev)
+    assert n == 30_000
+    for c in ("t_ns", "region", "page", "ip"):
+        assert np.array_equal(getattr(got, c), getattr(ref, c)), c

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.trace.demand import read_demand_columns
+from pagecast.trace.demand import demand_batches, read_demand_columns
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
 
@@ -112,6 +112,34 @@ def read_demand(trace: Trace | str | Path | DemandStream, batch_rows: int = 1 <<
         list(t.regions),
         str(t.path),
     )
+
+
+def read_demand_events(
+    trace: Trace | str | Path, events: np.ndarray, batch_rows: int = 1 << 20
+) -> tuple[DemandStream, int]:
+    """(the demand events of the given sorted indices, the stream's length), read chunk by
+    chunk: memory holds the events taken, not the stream (the misses of a long access trace)."""
+    t = trace if isinstance(trace, Trace) else open_trace(trace)
+    events = np.asarray(events, np.int64)
+    cols = ("t_ns", "region", "page", "ip")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+    base = 0
+    for b in demand_batches(t, list(cols), batch_rows):
+        n = len(b["page"])
+        a, z = np.searchsorted(events, [base, base + n])
+        for c in cols:
+            parts[c].append(b[c][events[a:z] - base])
+        base += n
+    out = {c: np.concatenate(v) if v else np.empty(0) for c, v in parts.items()}
+    stream = DemandStream(
+        out["t_ns"].astype(np.int64, copy=False),
+        out["region"].astype(np.int32, copy=False),
+        out["page"].astype(np.int64, copy=False),
+        out["ip"].astype(np.uint64, copy=False),
+        list(t.regions),
+        str(t.path),
+    )
+    return stream, base
 
 
 # ---------------------------------------------------------------------------------------
