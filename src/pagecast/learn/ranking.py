@@ -154,7 +154,13 @@ def ranking_metrics_stream(
     memory bounded by the block and the predictions, not by the trace."""
     from pagecast.trace.demand import demand_chunks
 
-    trig, key, score = _rows(pred)
+    if not isinstance(pred, Schedule) and len(pred) == 3 and np.all(np.diff(pred[0]) >= 0):
+        # a prefetch log: in trigger order already, each trigger's requests in rank order;
+        # no sorted copies of it (it can hold tens of millions of requests)
+        trig, reg_all, page_all = (np.asarray(a, np.int64) for a in pred)
+        key = score = None
+    else:
+        trig, key, score = _rows(pred)
     tot = np.zeros(6)
     events = scored = triggers = 0
     prev = None
@@ -164,8 +170,11 @@ def ranking_metrics_stream(
         tail = {c: nxt[c][:horizon] for c in ("region", "page")} if nxt is not None else None
         d = {c: np.concatenate([cur[c], tail[c]]) if tail else cur[c] for c in ("region", "page")}
         a, b = np.searchsorted(trig, [base, base + len(cur["page"])])
-        reg, pg = split_keys(key[a:b])
-        rows = (trig[a:b] - base, reg, pg, score[a:b])
+        if key is None:
+            rows = (trig[a:b] - base, reg_all[a:b], page_all[a:b])
+        else:
+            reg, pg = split_keys(key[a:b])
+            rows = (trig[a:b] - base, reg, pg, score[a:b])
         return ranking_metrics(rows, d, k=k, horizon=horizon, limit=len(cur["page"]))
 
     for cur in demand_chunks(as_trace(trace), block):
