@@ -52,3 +52,15 @@ def test_eval_oracle_row_bounds_every_row(tmp_path, capsys):
         oracle = rows[-1]
         assert oracle["prefetcher"] == "oracle" and oracle["oracle_source"]
         assert all(oracle["faults"] <= r["faults"] for r in rows), cap
+
+
+def test_eval_skips_ranking_on_a_long_trace_and_says_so(tmp_path, capsys):
+    path = write_trace(tmp_path / "t.parquet", hot_and_scan(50))
+    assert main(["eval", str(path), "--capacity", "48", "--policy", "nextline", "--json"]) == 0
+    full = json.loads(capsys.readouterr().out)
+    assert main(["eval", str(path), "--capacity", "48", "--policy", "nextline", "--json", "--rank-events", "100"]) == 0
+    out = capsys.readouterr()
+    short = json.loads(out.out)
+    assert "ranking metrics skipped" in out.err and short["ranking"].startswith("skipped")
+    assert [r["faults"] for r in short["results"]] == [r["faults"] for r in full["results"]]
+    assert short["results"][0].get("rank_recall_at_k") is None and full["results"][0]["rank_recall_at_k"] > 0

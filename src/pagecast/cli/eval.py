@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 from pagecast.cli._options import add_policy_option, policy_texts
@@ -45,6 +46,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="M.pt",
         help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)",
+    )
+    p.add_argument(
+        "--rank-events",
+        type=int,
+        default=4_000_000,
+        metavar="N",
+        help="ranking metrics need every prefetch request of a row (24 B each, tens of millions on a long access "
+        "trace): on a trace of more demand events they are skipped, and the output says so (default %(default)s)",
     )
     p.add_argument(
         "--model-budget",
@@ -140,20 +149,30 @@ def main(args: argparse.Namespace) -> int:
         budgets[m] = why
         cands.append(_model_schedule(m, trace, k, events))
     cands.append("oracle")
+    from pagecast.learn.sample import count_demand
+
+    n_demand = count_demand(trace)
+    rank_on = n_demand <= args.rank_events
+    if not rank_on:
+        print(
+            f"{trace.path}: {n_demand:,} demand events; ranking metrics skipped (more than --rank-events "
+            f"{args.rank_events:,}: every row's prefetch requests would be held), faults and times computed on all",
+            file=sys.stderr,
+        )
     rows, full = [], []
     baseline = None
     done: list = []
     bar = progress(len(cands), "eval", "policy")
     for c in cands:
         cfg = SimConfig(
-            capacity=cap, eviction=args.eviction, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args)
+            capacity=cap, eviction=args.eviction, log_prefetches=rank_on, oracle_k=max(args.k, 1), **model_options(args)
         )
         # the oracle row: the fewest faults of the oracle (k up to 32), the miss oracle and every row
         # above, so it bounds every row shown (sim/bound.py)
         r = oracle_bound(trace, cfg, candidates=done) if c == "oracle" else simulate(trace, cfg, c)
-        log = r.extra.pop("prefetch_log")
+        log = r.extra.pop("prefetch_log", None)
         # the trace is read in blocks: memory bounded by the log, not by the trace
-        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if len(log[0]) else {}
+        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if log and len(log[0]) else {}
         del log
         done.append(r)
         d = r.to_dict()
@@ -179,6 +198,7 @@ def main(args: argparse.Namespace) -> int:
                 "k": args.k,
                 "horizon": args.horizon,
                 "model_budget": budgets,
+                "ranking": "computed" if rank_on else f"skipped: {n_demand} demand events > --rank-events",
                 "results": full,
             }
         )
