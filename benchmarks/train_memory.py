@@ -2,7 +2,7 @@
 long full access trace.
 
 The trace is a lackey recording of ``sort -n`` over shuffled numbers (36,000 by default:
-about 27 M loads and stores, a few hundred distinct pages), recorded with
+46.7 M loads and stores over 588 distinct pages), recorded with
 ``pagecast record --lackey`` on first use and cached in ``--cache``; ``--trace`` uses an
 existing one. Each command runs as a child process; its peak resident set is the
 children's ``ru_maxrss`` (``resource.getrusage``), measured one command at a time.
