@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pagecast.learn.ranking import ranking_metrics, window_distinct
+from pagecast.learn.ranking import ranking_metrics, ranking_metrics_stream, window_distinct
 from pagecast.trace.schedule import Schedule
 from sim_helpers import write_trace
 
@@ -65,6 +65,16 @@ def test_matches_reference(tmp_path, seed):
     assert got["map"] == pytest.approx(want[2])
     assert got["micro_f1"] == pytest.approx(want[3])
     assert got["event_coverage"] == pytest.approx(len(set(trig.tolist()) - {399}) / 399)
+    # read in blocks of 37 events (each with the horizon after it): the same figures
+    streamed = ranking_metrics_stream(sched, path, k=k, horizon=h, block=37)
+    for name in ("precision_at_k", "recall_at_k", "map", "micro_f1", "event_coverage", "events_scored"):
+        assert streamed[name] == pytest.approx(got[name]), name
+    # a simulator's prefetch log (trigger order, rank order within a trigger, no scores): read as it is
+    o = np.lexsort((-score, trig))
+    log = (trig[o], np.zeros(n, np.int64), pg[o])
+    streamed = ranking_metrics_stream(log, path, k=k, horizon=h, block=37)
+    for name in ("precision_at_k", "recall_at_k", "map", "micro_f1", "event_coverage"):
+        assert streamed[name] == pytest.approx(got[name]), name
 
 
 def test_silent_events_count_as_zero(tmp_path):

@@ -39,6 +39,10 @@ def test_lru_misses_match_reference(tmp_path, cap):
     path = write_trace(tmp_path / "a.parquet", pages)
     ev = miss_events(path, cap)
     assert len(ev) == ref_lru(pages.tolist(), cap) == simulate(path, SimConfig(capacity=cap)).faults
+    flags = np.array(_ref_miss_flags(pages.tolist(), cap))
+    assert np.array_equal(ev, np.flatnonzero(flags))
+    # streamed in small chunks (the tier's state carried across them): the same events
+    assert np.array_equal(miss_events(path, cap, chunk_rows=257), ev)
     assert has_accesses(path)
     assert not has_accesses(write_trace(tmp_path / "f.parquet", pages, kind=1))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress, warn_missing_reads
 from pagecast.cli._options import add_policy_option, eviction_texts, policy_texts
@@ -23,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "simulation, faults, accuracy, coverage, timeliness and estimated time. Ranking metrics average over every event "
             "(an event without predictions scores zero; event_coverage says how many had some). A schedule fires at misses "
             "of the simulated tier; on a full access trace a --model is shown those misses. The oracle is always the last "
-            "row: the best of k = 1, 2, 4 ... 32 pages ahead, an upper bound at every capacity."
+            "row: the fewest faults of the oracle at k = 1, 2, 4 ... 32 pages ahead, the miss oracle (access traces: "
+            "the next k misses of an LRU tier) and every row above, so it bounds every row shown."
         ),
     )
     p.add_argument("trace")
@@ -44,6 +46,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=[],
         metavar="M.pt",
         help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)",
+    )
+    p.add_argument(
+        "--rank-events",
+        type=int,
+        default=4_000_000,
+        metavar="N",
+        help="ranking metrics need every prefetch request of a row (24 B each, tens of millions on a long access "
+        "trace): on a trace of more demand events they are skipped, and the output says so (default %(default)s)",
+    )
+    p.add_argument(
+        "--model-budget",
+        choices=("train", "fixed"),
+        default="train",
+        help="pages per prediction of a --model: train = chosen for this capacity by simulating the model's "
+        "training run (k = 1 ... 32, or 0: switched off when no k beats no prefetching there); fixed = -k "
+        "(default %(default)s)",
     )
     p.add_argument(
         "-k", type=int, default=10, help="top-K predictions per trigger for the ranking metrics (default %(default)s)"
@@ -81,9 +99,26 @@ def _learn_predict():
         raise PagecastError(f"--model needs pagecast.learn, which is not available here ({e})") from None
 
 
+def _model_budget(model: str, capacity: str, k: int) -> tuple[int, str]:
+    """(pages per prediction, why): chosen on the model's first readable training run, so
+    a model that adds faults there is switched off (0) rather than shown at -k."""
+    from pathlib import Path
+
+    lm = _learn_predict()._loaded(model)  # a clear error first when pagecast.learn is missing
+    from pagecast.sim.learned_budget import choose_top_k
+
+    runs = [t for t in lm.extra.get("traces", []) if Path(t).is_file()]
+    if not runs:
+        return k, f"-k {k} (its training run is not readable here)"
+    best, faults = choose_top_k(model, runs[0], capacity)
+    return best, f"k = {best} chosen on {runs[0]} (faults per k: {faults})"
+
+
 def _model_schedule(model: str, trace, k: int, events):
-    s = _learn_predict().predict_schedule(model, trace, top_k=k, events=events)
-    s.meta.setdefault("name", f"model:{model}")
+    from pagecast.sim.learned_budget import schedule_with_budget
+
+    s = schedule_with_budget(model, trace, k, events)
+    s.meta["name"] = f"model:{model}"
     return s
 
 
@@ -92,12 +127,11 @@ def _model_horizon(model: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pagecast.learn.ranking import ranking_metrics
+    from pagecast.learn.ranking import ranking_metrics_stream
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.bound import oracle_bound
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
-    from pagecast.trace.demand import read_demand
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schedule import read_schedule
 
@@ -118,25 +152,47 @@ def main(args: argparse.Namespace) -> int:
         sch = read_schedule(s)
         sch.meta.setdefault("name", f"schedule:{s}")
         cands.append(sch)
+    budgets = {}
     for m in args.model:
-        cands.append(_model_schedule(m, trace, args.k, events))
+        k, why = _model_budget(m, args.capacity, args.k) if args.model_budget == "train" else (args.k, "-k")
+        budgets[m] = why
+        cands.append(_model_schedule(m, trace, k, events))
     cands.append("oracle")
-    demand = read_demand(trace)
+    from pagecast.learn.sample import count_demand
+
+    n_demand = count_demand(trace)
+    rank_on = n_demand <= args.rank_events
+    if not rank_on:
+        print(
+            f"{trace.path}: {n_demand:,} demand events; ranking metrics skipped (more than --rank-events "
+            f"{args.rank_events:,}: every row's prefetch requests would be held), faults and times computed on all",
+            file=sys.stderr,
+        )
     rows, full = [], []
     baseline = None
     evictions = eviction_texts(args.evictions or ["lru"])
     pairs = [(ev, c) for ev in evictions for c in cands]
     if "min" not in evictions:
         pairs.append(("min", "oracle"))  # the floor: the gap of every pair to the limit in one table
+    done: dict[str, list] = {}
     bar = progress(len(pairs), "eval", "policy")
     for ev, c in pairs:
-        cfg = SimConfig(capacity=cap, eviction=ev, log_prefetches=True, oracle_k=max(args.k, 1), **model_options(args))
-        # the oracle row is the best k up to 32: an upper bound at every capacity
-        r = oracle_bound(trace, cfg) if c == "oracle" else simulate(trace, cfg, c)
-        log = r.extra.pop("prefetch_log")
-        rank = ranking_metrics(log, demand, k=args.k, horizon=args.horizon) if len(log[0]) else {}
+        cfg = SimConfig(
+            capacity=cap, eviction=ev, log_prefetches=rank_on, oracle_k=max(args.k, 1), **model_options(args)
+        )
+        # the oracle row: the fewest faults of the oracle (k up to 32), the miss oracle and every row
+        # above it under the same eviction, so it bounds every row shown (sim/bound.py)
+        same = done.setdefault(ev, [])
+        r = oracle_bound(trace, cfg, candidates=same) if c == "oracle" else simulate(trace, cfg, c)
+        log = r.extra.pop("prefetch_log", None)
+        # the trace is read in blocks: memory bounded by the log, not by the trace
+        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if log and len(log[0]) else {}
+        del log
+        same.append(r)
         d = r.to_dict()
         d.update({f"rank_{k}": v for k, v in rank.items()})
+        if "oracle_source" in r.extra:
+            d["oracle_source"] = r.extra["oracle_source"]
         if baseline is None and r.prefetcher == "none" and ev == evictions[0]:
             baseline = r.est_time_ns
         full.append(d)
@@ -150,9 +206,20 @@ def main(args: argparse.Namespace) -> int:
         rows.append(row)
     if args.json:
         print_json(
-            {"trace": str(trace.path), "capacity_pages": cap, "k": args.k, "horizon": args.horizon, "results": full}
+            {
+                "trace": str(trace.path),
+                "capacity_pages": cap,
+                "k": args.k,
+                "horizon": args.horizon,
+                "model_budget": budgets,
+                "ranking": "computed" if rank_on else f"skipped: {n_demand} demand events > --rank-events",
+                "results": full,
+            }
         )
         return 0
     print(f"{trace.path}: capacity {cap:,} pages, evictions {', '.join(evictions)}, K={args.k}, H={args.horizon}")
     print(format_table(rows))
+    for m, why in budgets.items():
+        print(f"{m}: pages per prediction {why}")
+    print(f"oracle row: {full[-1].get('oracle_source', 'oracle')} (the fewest faults of the oracles and every row)")
     return 0

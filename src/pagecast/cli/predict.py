@@ -9,6 +9,11 @@ import numpy as np
 
 from pagecast.cli._common import add_json_flag, format_table, print_json, progress
 
+# Resident bytes per event predicted (its demand columns, inputs and decode state) and per
+# schedule row (the row's columns and the blocks they are gathered from), with headroom.
+PREDICT_BYTES = 160
+ROW_BYTES = 64
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -26,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("trace", metavar="TRACE", help="trace to predict (.parquet)")
     p.add_argument("-o", "--output", required=True, metavar="SCHEDULE", help="schedule file to write (.parquet)")
     p.add_argument("--top-k", type=int, default=10, help="pages predicted per event (default: 10)")
+    p.add_argument(
+        "--capacity",
+        metavar="PAGES|SIZE|PCT",
+        help="on a full access trace, predict only after the events that miss in an LRU tier of this capacity "
+        "(what a per-fault predictor is shown; as `pagecast eval --model` does); default: after every event",
+    )
     p.add_argument("--csv", metavar="FILE", help="also export AI4Mem's predictions.csv layout")
     p.add_argument(
         "--backend",
@@ -60,11 +71,25 @@ def run(args: argparse.Namespace) -> int:
             raise PagecastError(
                 "--csv needs pagecast.importers.ai4mem_predictions, which this installation lacks"
             ) from None
+    from pagecast.learn.sample import count_demand, memory_check
+
     set_threads(args.threads)
     t0 = time.perf_counter()
     trace = open_trace(args.trace)
+    events = None
+    if args.capacity:
+        from pagecast.sim.misses import has_accesses, miss_events
+        from pagecast.sim.simulate import resolve_capacity
+
+        if has_accesses(trace):
+            events = miss_events(trace, resolve_capacity(args.capacity, trace))
+    n = len(events) if events is not None else count_demand(trace)
+    # the schedule is held whole before it is written: refuse in one line what cannot fit
+    memory_check(n, 10, what="predicting", per_event=PREDICT_BYTES + ROW_BYTES * args.top_k)
     with progress(None, "predict", unit="ev") as bar:
-        sched = predict_schedule(args.model, trace, top_k=args.top_k, backend=args.backend, progress=bar.update)
+        sched = predict_schedule(
+            args.model, trace, top_k=args.top_k, backend=args.backend, progress=bar.update, events=events
+        )
     write_schedule(args.output, sched)
     out = {
         "schedule": args.output,

@@ -105,6 +105,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="successors kept per (region, page) seen in training, merged with the delta head by a weight "
         "fitted on validation; 0 = deltas only (default: 16)",
     )
+    p.add_argument(
+        "--max-events",
+        type=int,
+        default=2_000_000,
+        metavar="N",
+        help="demand events encoded at most, over all traces: a longer trace is read as stretches spread over "
+        "it (said on stderr), which bounds memory to about 0.6 GiB + 0.8 KB per event (default: 2,000,000)",
+    )
     p.add_argument("--top-k", type=int, default=10, help="k of the validation recall@k (default: 10)")
     p.add_argument(
         "--head",
@@ -167,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
     if args.target == "eviction":
         return _run_eviction(args)
     args.epochs = 20 if args.epochs is None else args.epochs
+    if args.max_events < 4096:
+        raise PagecastError("--max-events must be at least 4096")
     t0 = time.perf_counter()
     spec = DatasetSpec(horizon=args.horizon, vocab_size=args.vocab, min_count=args.min_count, ip_buckets=args.use_ip)
     arch = Architecture(
@@ -211,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
         validation=args.validation,
         on_epoch=on_epoch,
         progress_factory=lambda n, d: progress(n, d, unit="win"),
+        max_events=args.max_events,
+        on_note=lambda line: print(line, file=sys.stderr),
     )
     out = {
         "model": args.output,

@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.trace.demand import read_demand_columns
+from pagecast.trace.demand import demand_batches, read_demand_columns
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.regions import Region, match_regions
 
@@ -68,9 +68,19 @@ class DemandStream:
     ip: np.ndarray
     regions: list[Region]
     path: str = ""
+    # A sampled stream (learn/sample.py): [start, stop) of each stretch's usable events;
+    # windows, labels and page successors stay inside one. None: one continuous stream.
+    segments: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.page)
+
+    def pieces(self, r: range) -> list[range]:
+        """``r`` cut at the joints between stretches (the whole of ``r`` when continuous)."""
+        if self.segments is None:
+            return [r] if len(r) else []
+        out = [range(max(r.start, a), min(r.stop, b)) for a, b in self.segments]
+        return [q for q in out if len(q)]
 
     def take(self, events: np.ndarray) -> "DemandStream":
         """The sub-stream of the given event indices (e.g. the misses of a fast tier)."""
@@ -102,6 +112,34 @@ def read_demand(trace: Trace | str | Path | DemandStream, batch_rows: int = 1 <<
         list(t.regions),
         str(t.path),
     )
+
+
+def read_demand_events(
+    trace: Trace | str | Path, events: np.ndarray, batch_rows: int = 1 << 20
+) -> tuple[DemandStream, int]:
+    """(the demand events of the given sorted indices, the stream's length), read chunk by
+    chunk: memory holds the events taken, not the stream (the misses of a long access trace)."""
+    t = trace if isinstance(trace, Trace) else open_trace(trace)
+    events = np.asarray(events, np.int64)
+    cols = ("t_ns", "region", "page", "ip")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+    base = 0
+    for b in demand_batches(t, list(cols), batch_rows):
+        n = len(b["page"])
+        a, z = np.searchsorted(events, [base, base + n])
+        for c in cols:
+            parts[c].append(b[c][events[a:z] - base])
+        base += n
+    out = {c: np.concatenate(v) if v else np.empty(0) for c, v in parts.items()}
+    stream = DemandStream(
+        out["t_ns"].astype(np.int64, copy=False),
+        out["region"].astype(np.int32, copy=False),
+        out["page"].astype(np.int64, copy=False),
+        out["ip"].astype(np.uint64, copy=False),
+        list(t.regions),
+        str(t.path),
+    )
+    return stream, base
 
 
 # ---------------------------------------------------------------------------------------
@@ -236,14 +274,30 @@ def generic_keys(keys: np.ndarray) -> np.ndarray:
     return np.where(keys >= 0, (np.int64(GENERIC_SLOT) << _DELTA_BITS) | (keys & _DELTA_MASK), -1)
 
 
+@numba.njit(cache=True)
+def _generic_horizon_keys(hkeys: np.ndarray, slots: np.ndarray, n_slots: int) -> np.ndarray:
+    n, h = hkeys.shape
+    out = np.full((n, h), -1, np.int64)
+    gen = np.int64(GENERIC_SLOT) << _DELTA_BITS
+    for i in range(n):
+        s = slots[i]
+        if s >= n_slots:
+            continue
+        for q in range(h):
+            j = min(i + q + 1, n - 1)
+            k = hkeys[i, q]
+            if k >= 0 and slots[j] == s:
+                out[i, q] = gen | (k & _DELTA_MASK)
+    return out
+
+
 def generic_horizon_keys(hkeys: np.ndarray, slots: np.ndarray, n_slots: int) -> np.ndarray:
     """Generic pairs of the horizon keys whose event lies in the region of event i (else −1):
-    only there is "delta from the page just touched" the same page."""
-    n, h = hkeys.shape
-    slots = np.asarray(slots, np.int64)
-    j = np.minimum(np.arange(n)[:, None] + np.arange(1, h + 1)[None, :], max(n - 1, 0))
-    same = (slots[j] == slots[:, None]) & (slots[:, None] < n_slots)
-    return np.where(same, generic_keys(hkeys), -1)
+    only there is "delta from the page just touched" the same page. One compiled pass, so
+    the only array it allocates is its result."""
+    return _generic_horizon_keys(
+        np.ascontiguousarray(hkeys, np.int64), np.ascontiguousarray(slots, np.int64), int(n_slots)
+    )
 
 
 def horizon_keys(slots: np.ndarray, page: np.ndarray, n_slots: int, horizon: int) -> np.ndarray:
@@ -325,11 +379,17 @@ class Vocabulary:
     @classmethod
     def build(cls, key_arrays: Sequence[np.ndarray], max_size: int, min_count: int = 2) -> "Vocabulary":
         """The ``max_size − 1`` most frequent pairs (ties broken by smaller key)."""
-        flat = [k[k >= 0].ravel() for k in key_arrays]
-        allk = np.concatenate(flat) if flat else np.empty(0, np.int64)
-        if len(allk) == 0:
+        # counted array by array and merged, so memory holds one array's copy, not all of them
+        us, cs = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+        for k in key_arrays:
+            u, c = np.unique(k[k >= 0], return_counts=True)
+            us.append(u.astype(np.int64))
+            cs.append(c.astype(np.int64))
+        allu = np.concatenate(us)
+        if len(allu) == 0:
             return cls(np.empty(0, np.int64))
-        uniq, counts = np.unique(allk, return_counts=True)
+        uniq, inv = np.unique(allu, return_inverse=True)
+        counts = np.bincount(inv, weights=np.concatenate(cs), minlength=len(uniq)).astype(np.int64)
         keep = counts >= min_count
         uniq, counts = uniq[keep], counts[keep]
         order = np.lexsort((uniq, -counts))[: max(max_size - 1, 0)]
@@ -398,6 +458,9 @@ def encode_inputs(
     return toks, slots.astype(np.int64), ip_buckets(stream.ip, n_ip)
 
 
+_ENCODE_ROWS = 1 << 18
+
+
 def encode_stream(
     stream: DemandStream,
     table: RegionTable,
@@ -409,9 +472,15 @@ def encode_stream(
     toks, slots, ips = encode_inputs(stream, table, vocab, n_ip)
     if hkeys is None:
         hkeys = horizon_keys(slots, stream.page, table.unknown, horizon)
-    # one class per future page: its region's own pair if the vocabulary has it, else the generic one
-    hcls = vocab.encode(hkeys, generic_horizon_keys(hkeys, slots, table.unknown))
-    hcls[hkeys < 0] = -1
+    # one class per future page: its region's own pair if the vocabulary has it, else the
+    # generic one; in blocks of rows, so the temporaries stay small on long streams
+    hcls = np.empty(hkeys.shape, np.int64)
+    for a in range(0, len(hkeys), _ENCODE_ROWS):
+        b = min(len(hkeys), a + _ENCODE_ROWS + horizon)
+        part = hkeys[a:b]
+        blk = vocab.encode(part, generic_horizon_keys(part, slots[a:b], table.unknown))
+        blk[part < 0] = -1
+        hcls[a : min(len(hkeys), a + _ENCODE_ROWS)] = blk[:_ENCODE_ROWS]
     nxt = hcls[:, 0].copy()
     nxt[hkeys[:, 0] < 0] = -100  # ignored by cross entropy (end of stream / unknown region)
     return EncodedStream(toks, slots, ips, nxt, hcls, _distinct_per_row(hkeys), np.asarray(stream.page, np.int64))
@@ -500,22 +569,26 @@ def prepare(
         hk.append(horizon_keys(slots, s.page, table.unknown, spec.horizon))
     counted = []
     for s, k, (tr, _, _) in zip(train_streams, hk, splits):
-        part = slice(tr.start, max(tr.start, tr.stop - spec.horizon))
-        counted.append(k[part])
-        if spec.generic:
-            counted.append(generic_horizon_keys(k, table.slots(s), table.unknown)[part])
+        gen = generic_horizon_keys(k, table.slots(s), table.unknown) if spec.generic else None
+        for q in s.pieces(tr):
+            part = slice(q.start, max(q.start, q.stop - spec.horizon))
+            counted.append(k[part])
+            if gen is not None:
+                counted.append(gen[part])
+        del gen
     vocab = Vocabulary.build(counted, spec.vocab_size, spec.min_count)
+    del counted
     train, val, test = [], [], []
-    for s, k, (tr, va, te) in zip(train_streams, hk, splits):
+    for i, (s, (tr, va, te)) in enumerate(zip(train_streams, splits)):
+        k, hk[i] = hk[i], None  # each key matrix freed once encoded
         enc = encode_stream(s, table, vocab, spec.horizon, spec.ip_buckets, hkeys=k)
-        train.append((enc, tr))
-        if len(va):
-            val.append((enc, va))
-        if len(te):
-            test.append((enc, te))
+        del k
+        train += [(enc, q) for q in s.pieces(tr)]
+        val += [(enc, q) for q in s.pieces(va)]
+        test += [(enc, q) for q in s.pieces(te)]
     for s in val_streams:
         enc = encode_stream(s, table, vocab, spec.horizon, spec.ip_buckets)
-        val.append((enc, range(0, len(enc))))
+        val += [(enc, q) for q in s.pieces(range(0, len(enc)))]
     # How much of the future the vocabulary can name at all (an upper bound on recall).
     cover_num = sum(int((e.horizon[r.start : r.stop] > 0).sum()) for e, r in train)
     cover_den = sum(int((e.horizon[r.start : r.stop] >= 0).sum()) for e, r in train)

@@ -34,23 +34,25 @@ def build_table(parts: Sequence[tuple[EncodedStream, range]], n_slots: int, hori
     return PageTable.build(keys, horizon, max_succ)
 
 
-def _delta_candidates(lm: LoadedModel, enc: EncodedStream, stop: int, top_k: int):
-    """Per event < stop: the decoded delta pages in slot space (ok, slot, page, score), each (stop, top_k)."""
+def _delta_candidates(lm: LoadedModel, enc: EncodedStream, begin: int, stop: int, top_k: int):
+    """Per event in [begin, stop): the decoded delta pages in slot space (ok, slot, page,
+    score), each (stop − begin, top_k). ``begin`` is a multiple of the context chunk, so the
+    context rule sees the same windows as on the whole stream."""
     k = _candidates(lm, top_k)
     cs, cd = lm.vocab.class_slots_deltas()
     n_slots = lm.table.unknown
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
     limit = np.full(n_slots, np.iinfo(np.int64).max, np.int64)  # region lengths of the training run are not kept
-    slots32 = enc.slots[:stop].astype(np.int32)
-    pages = enc.pages[:stop]
+    slots32 = enc.slots[begin:stop].astype(np.int32)
+    pages = enc.pages[begin:stop]
     parts: list[tuple] = []
 
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
         ok, rank, s, p = decode_pages(slots32, pages, start, classes.astype(np.int64), cs, cd, last, seen, top_k, limit)
         parts.append((ok, s.astype(np.int64), p, np.take_along_axis(scores, rank, 1).astype(np.float32)))
 
-    score_stream(lm, enc.tokens[:stop], enc.slots[:stop], enc.ips[:stop], k, on_block=on_block)
+    score_stream(lm, enc.tokens[begin:stop], enc.slots[begin:stop], enc.ips[begin:stop], k, on_block=on_block)
     return tuple(np.concatenate([q[i] for q in parts]) for i in range(4))
 
 
@@ -86,10 +88,14 @@ def _accumulate(lm: LoadedModel, table: PageTable, val, top_k: int, horizon: int
         stop = min(r.stop, r.start + MAX_FIT_EVENTS)
         if stop - r.start < 2:
             continue
-        ok, s, p, sc = _delta_candidates(lm, enc, stop, top_k)
-        sl = slice(r.start, stop)
-        slots = enc.slots[sl].astype(np.int64)
-        pages = enc.pages[sl]
+        # from one context chunk before the part (not from the stream's start: a sampled
+        # stream has many parts)
+        c = lm.config.chunk
+        begin = max(0, (r.start // c - 1) * c)
+        ok, s, p, sc = _delta_candidates(lm, enc, begin, stop, top_k)
+        sl = slice(r.start - begin, stop - begin)
+        slots = enc.slots[r.start : stop].astype(np.int64)
+        pages = enc.pages[r.start : stop]
         keys = page_keys(slots, pages, n_slots)
         rids = np.where(slots < n_slots, slots, -1)
         truth = {"region": rids, "page": pages}

@@ -74,6 +74,24 @@ def _distinct_steps(keys: np.ndarray) -> np.ndarray:
     return keys[keep]
 
 
+def _pair_counts(src: np.ndarray, dst: np.ndarray, n: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(src, dst, count, sum of steps) summed over equal (src, dst) pairs, sorted by src then dst."""
+    if len(src) == 0:
+        e = np.empty(0, np.int64)
+        return e, e, e, np.empty(0, np.float64)
+    order = np.lexsort((dst, src))
+    src, dst, n, steps = src[order], dst[order], n[order], steps[order]
+    new = np.r_[True, (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])]
+    g = np.cumsum(new) - 1
+    m = int(g[-1]) + 1
+    return (
+        src[new],
+        dst[new],
+        np.bincount(g, weights=n, minlength=m).astype(np.int64),
+        np.bincount(g, weights=steps, minlength=m),
+    )
+
+
 @dataclass
 class PageTable:
     """Sorted source keys; per source up to M successor keys (−1: none) and probabilities."""
@@ -91,46 +109,43 @@ class PageTable:
 
     @classmethod
     def build(cls, key_streams: Sequence[np.ndarray], horizon: int, max_succ: int) -> "PageTable":
-        """From packed key streams (``page_keys``) of the training parts of one or more runs."""
-        srcs, dsts, steps, occ = [], [], [], []
+        """From packed key streams (``page_keys``) of the training parts of one or more runs.
+
+        Pairs are counted stream by stream and merged, so memory holds the distinct
+        (page, successor) pairs and one stream's pairs, not every event's."""
+        agg: list[tuple[np.ndarray, ...]] = []
+        occ: list[tuple[np.ndarray, np.ndarray]] = []
         for k in key_streams:
             k = _distinct_steps(np.asarray(k, np.int64))
             s, d, st = _future_pairs(k, horizon)
-            srcs.append(s)
-            dsts.append(d)
-            steps.append(st)
-            occ.append(k[k >= 0])
-        src = np.concatenate(srcs) if srcs else np.empty(0, np.int64)
-        if len(src) == 0:
+            agg.append(_pair_counts(s, d, np.ones(len(s), np.int64), st.astype(np.float64)))
+            occ.append(np.unique(k[k >= 0], return_counts=True))
+        if not agg or sum(len(a[0]) for a in agg) == 0:
             return cls.empty(max_succ)
-        dst = np.concatenate(dsts)
-        uniq, inv = np.unique(np.concatenate([src, dst]), return_inverse=True)
-        u = len(uniq)
-        si, di = inv[: len(src)], inv[len(src) :]
-        pair, pair_inv, counts = np.unique(si.astype(np.int64) * u + di, return_inverse=True, return_counts=True)
-        mean_step = np.bincount(pair_inv, weights=np.concatenate(steps), minlength=len(pair)) / counts
-        ps, pd = pair // u, pair % u
-        occ_all = np.concatenate(occ)
-        occ_pos = np.searchsorted(uniq, occ_all)
-        n_occ = np.bincount(occ_pos[(occ_pos < u)], minlength=u)
+        ps_k, pd_k, counts, step_sum = _pair_counts(*(np.concatenate([a[i] for a in agg]) for i in range(4)))
+        mean_step = step_sum / counts
+        ou = np.concatenate([o[0] for o in occ])
+        occ_keys, oinv = np.unique(ou, return_inverse=True)
+        occ_n = np.bincount(oinv, weights=np.concatenate([o[1] for o in occ]), minlength=len(occ_keys))
+        n_src = occ_n[np.searchsorted(occ_keys, ps_k)]
         # A successor's score is how often it followed within H events, discounted by how
         # far ahead it usually came (5 % per step): of several pages that always follow, the
         # nearest ranks first, which is the one needed soonest. Ties: smaller key.
-        score = np.minimum(1.0, counts / np.maximum(n_occ[ps], 1)) * (1.0 - STEP_DISCOUNT * (mean_step - 1.0))
-        order = np.lexsort((pd, -score, ps))
-        ps, pd, counts, score = ps[order], pd[order], counts[order], score[order]
-        first = np.r_[True, ps[1:] != ps[:-1]]
+        score = np.minimum(1.0, counts / np.maximum(n_src, 1)) * (1.0 - STEP_DISCOUNT * (mean_step - 1.0))
+        order = np.lexsort((pd_k, -score, ps_k))
+        ps_k, pd_k, score = ps_k[order], pd_k[order], score[order]
+        first = np.r_[True, ps_k[1:] != ps_k[:-1]]
         starts = np.flatnonzero(first)
-        rank = np.arange(len(ps)) - np.repeat(starts, np.diff(np.r_[starts, len(ps)]))
+        rank = np.arange(len(ps_k)) - np.repeat(starts, np.diff(np.r_[starts, len(ps_k)]))
         keep = rank < max_succ
-        ps, pd, score, rank = ps[keep], pd[keep], score[keep], rank[keep]
-        src_ids = np.unique(ps)
-        row = np.searchsorted(src_ids, ps)
-        succ = np.full((len(src_ids), max_succ), -1, np.int64)
-        prob = np.zeros((len(src_ids), max_succ), np.float32)
-        succ[row, rank] = uniq[pd]
+        ps_k, pd_k, score, rank = ps_k[keep], pd_k[keep], score[keep], rank[keep]
+        src_keys = np.unique(ps_k)
+        row = np.searchsorted(src_keys, ps_k)
+        succ = np.full((len(src_keys), max_succ), -1, np.int64)
+        prob = np.zeros((len(src_keys), max_succ), np.float32)
+        succ[row, rank] = pd_k
         prob[row, rank] = score.astype(np.float32)
-        return cls(uniq[src_ids].astype(np.int64), succ, prob)
+        return cls(src_keys.astype(np.int64), succ, prob)
 
     def to_blob(self) -> dict:
         import torch

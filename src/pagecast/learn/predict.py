@@ -29,6 +29,7 @@ from pagecast.learn.dataset import (
     decode_pages,
     encode_inputs,
     read_demand,
+    read_demand_events,
 )
 from pagecast.learn.models import LastScorer, LSTMStep, SeqScorer
 from pagecast.learn.pagetable import PageTable, mix_block, page_keys
@@ -343,8 +344,12 @@ def predict_schedule(
     if top_k < 1:
         raise PagecastError(f"top_k must be at least 1, got {top_k}")
     lm = _loaded(model_path)
-    whole = read_demand(trace)
-    stream = whole if events is None else whole.take(events)
+    if events is not None and not isinstance(trace, DemandStream) and np.all(np.diff(events) > 0):
+        # only the events shown are read (a long access trace's misses), not the whole stream
+        stream, n_whole = read_demand_events(trace, np.asarray(events, np.int64))
+    else:
+        whole = read_demand(trace)
+        stream, n_whole = (whole if events is None else whole.take(events)), len(whole)
     tokens, slots, ips = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
     k = _candidates(lm, top_k)
     cls_slot, cls_delta = lm.vocab.class_slots_deltas()
@@ -420,7 +425,7 @@ def predict_schedule(
         "kind": lm.config.kind,
         "top_k": top_k,
         "head": lm.train_config.head,
-        "stream_rows": len(whole),
+        "stream_rows": n_whole,
         "events_shown": len(stream),
         "page_mix": float(mix[1]) if mix else 0.0,
     }

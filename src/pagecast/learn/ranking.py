@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pagecast.trace.demand import as_trace, read_demand
-from pagecast.trace.keys import page_keys
+from pagecast.trace.keys import page_keys, split_keys
 from pagecast.trace.schedule import Schedule
 
 PredictionRows = Schedule | tuple[np.ndarray, ...]
@@ -62,17 +62,22 @@ def window_distinct(ids: np.ndarray, horizon: int) -> np.ndarray:
 
 
 def ranking_metrics(
-    schedule_or_predictions: PredictionRows, trace: Any, k: int = 10, horizon: int = 64
+    schedule_or_predictions: PredictionRows, trace: Any, k: int = 10, horizon: int = 64, limit: int | None = None
 ) -> dict[str, float]:
-    """precision@K, recall@K, mAP and micro-F1 of predictions against ``trace``."""
+    """precision@K, recall@K, mAP and micro-F1 of predictions against ``trace``.
+
+    ``limit``: only triggers and events before it are scored (the events after it are the
+    truth of the last ones: a block of a longer stream, ``ranking_metrics_stream``).
+    """
     if k < 1 or horizon < 1:
         raise ValueError("k and horizon must be positive")
     d = read_demand(as_trace(trace)) if not isinstance(trace, dict) else trace
     stream = page_keys(d["region"], d["page"])
     n = len(stream)
+    limit = n if limit is None else min(n, int(limit))
     uniq, ids = np.unique(stream, return_inverse=True)
     trig, key, _ = _rows(schedule_or_predictions)
-    ok = (trig >= 0) & (trig < n)
+    ok = (trig >= 0) & (trig < limit)
     trig, key = trig[ok], key[ok]
     # top-k distinct predictions per trigger
     first = np.ones(len(trig), bool)
@@ -100,6 +105,7 @@ def ranking_metrics(
     nxt_c = np.minimum(nxt, max(n - 1, 0))
     rel = known & (nxt < n) & (combined[nxt_c] // (n + 1) == pos_c) & (combined[nxt_c] % (n + 1) <= trig + horizon)
     truth = window_distinct(ids, horizon)
+    truth[limit:] = 0  # beyond the block: scored by the next one
     g_trig = trig[np.r_[True, group[1:] != group[:-1]]] if len(trig) else np.zeros(0, np.int64)
     ng = len(g_trig)
     hits = np.bincount(group, weights=rel, minlength=ng) if ng else np.zeros(0)
@@ -129,4 +135,71 @@ def ranking_metrics(
     p = tp / pp if pp else 0.0
     r = tp / tt if tt else 0.0
     out["micro_f1"] = float(2 * p * r / (p + r)) if p + r else 0.0
+    out["_sums"] = (
+        float(np.sum(hits[valid] / k)),
+        float(np.sum(hits[valid] / t_size[valid])),
+        float(np.sum(ap_num[valid] / denom_ap[valid])),
+        float(tp),
+        float(pp),
+        float(tt),
+    )
     return out
+
+
+def ranking_metrics_stream(
+    pred: PredictionRows, trace: Any, k: int = 10, horizon: int = 64, block: int = 1 << 22
+) -> dict[str, float]:
+    """``ranking_metrics`` over a trace read ``block`` demand events at a time (plus the
+    ``horizon`` events after each block, its last triggers' truth): the same figures, in
+    memory bounded by the block and the predictions, not by the trace."""
+    from pagecast.trace.demand import demand_chunks
+
+    if not isinstance(pred, Schedule) and len(pred) == 3 and np.all(np.diff(pred[0]) >= 0):
+        # a prefetch log: in trigger order already, each trigger's requests in rank order;
+        # no sorted copies of it (it can hold tens of millions of requests)
+        trig, reg_all, page_all = (np.asarray(a, np.int64) for a in pred)
+        key = score = None
+    else:
+        trig, key, score = _rows(pred)
+    tot = np.zeros(6)
+    events = scored = triggers = 0
+    prev = None
+    base = 0
+
+    def one(cur: dict, nxt: dict | None, base: int) -> dict:
+        tail = {c: nxt[c][:horizon] for c in ("region", "page")} if nxt is not None else None
+        d = {c: np.concatenate([cur[c], tail[c]]) if tail else cur[c] for c in ("region", "page")}
+        a, b = np.searchsorted(trig, [base, base + len(cur["page"])])
+        if key is None:
+            rows = (trig[a:b] - base, reg_all[a:b], page_all[a:b])
+        else:
+            reg, pg = split_keys(key[a:b])
+            rows = (trig[a:b] - base, reg, pg, score[a:b])
+        return ranking_metrics(rows, d, k=k, horizon=horizon, limit=len(cur["page"]))
+
+    for cur in demand_chunks(as_trace(trace), block):
+        if prev is not None:
+            m = one(prev, cur, base)
+            base += len(prev["page"])
+            tot += m["_sums"]
+            events, scored, triggers = events + m["events"], scored + m["events_scored"], triggers + m["triggers"]
+        prev = cur
+    if prev is not None:
+        m = one(prev, None, base)
+        tot += m["_sums"]
+        events, scored, triggers = events + m["events"], scored + m["events_scored"], triggers + m["triggers"]
+    p = tot[3] / tot[4] if tot[4] else 0.0
+    r = tot[3] / tot[5] if tot[5] else 0.0
+    nan = float("nan")
+    return {
+        "k": k,
+        "horizon": horizon,
+        "events": events,
+        "triggers": triggers,
+        "events_scored": scored,
+        "event_coverage": triggers / scored if scored else nan,
+        "precision_at_k": tot[0] / scored if scored else nan,
+        "recall_at_k": tot[1] / scored if scored else nan,
+        "map": tot[2] / scored if scored else nan,
+        "micro_f1": float(2 * p * r / (p + r)) if p + r else 0.0,
+    }

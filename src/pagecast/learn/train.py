@@ -25,6 +25,7 @@ from torch.nn import functional as F
 from pagecast.errors import PagecastError, check_readable
 from pagecast.learn.dataset import DatasetSpec, EncodedStream, PreparedData, RegionTable, Vocabulary, window_starts
 from pagecast.learn.models import ModelConfig, build_model
+from pagecast.learn.sample import MAX_TRAIN_EVENTS
 from pagecast.util.atomic import atomic_output
 
 MODEL_FORMAT = "pagecast-model"
@@ -351,21 +352,48 @@ def train_on_traces(
     validation: str = "auto",
     on_epoch: Callable[[dict], None] | None = None,
     progress_factory: Callable[[int, str], Any] | None = None,
+    max_events: int = MAX_TRAIN_EVENTS,
+    on_note: Callable[[str], None] | None = None,
 ) -> TrainResult:
-    """Traces in, model file out: what `pagecast train` does, callable from the benchmark harness."""
-    from pagecast.learn.dataset import prepare, read_demand
+    """Traces in, model file out: what `pagecast train` does, callable from the benchmark harness.
+
+    At most ``max_events`` demand events are encoded (learn/sample.py): longer traces are
+    read as stretches spread over them, and ``on_note`` hears one line saying so. A run
+    whose estimated peak does not fit the memory available fails before reading them.
+    """
+    from pagecast.learn.dataset import prepare
+    from pagecast.learn.sample import count_demand, memory_check, plan_sample, read_sampled, split_budget
+    from pagecast.trace.reader import open_trace
 
     spec = spec or DatasetSpec()
     arch = arch or Architecture()
     tcfg = tcfg or TrainConfig()
+    opened = [open_trace(t) for t in [*traces, *val_traces]]
+    counts = [count_demand(t) for t in opened]
+    budgets = split_budget(counts, max(1, max_events))
+    plans = [plan_sample(c, b) for c, b in zip(counts, budgets)]
+    memory_check(sum(p.events for p in plans), spec.horizon)
+    sampled = {}
+    for t, p in zip(opened, plans):
+        if p.sampled:
+            sampled[str(t.path)] = {"events": p.events, "of": p.total, "stretches": len(p.stretches)}
+            if on_note:
+                on_note(
+                    f"{t.path}: {p.total:,} demand events; training on {p.events:,} of them "
+                    f"({len(p.stretches)} stretches spread over the trace) to bound memory (--max-events)"
+                )
+    streams = [read_sampled(t, p) for t, p in zip(opened, plans)]
     data = prepare(
-        [read_demand(t) for t in traces],
+        streams[: len(traces)],
         spec,
         val_fraction=val_fraction,
         test_fraction=test_fraction,
-        val_streams=[read_demand(t) for t in val_traces],
+        val_streams=streams[len(traces) :],
         validation=validation,
     )
+    del streams
+    if sampled:
+        data.stats["sampled"] = sampled
     mcfg = ModelConfig(
         kind=arch.kind,
         n_classes=len(data.vocab),

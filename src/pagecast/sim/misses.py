@@ -13,7 +13,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from pagecast.trace.demand import as_trace, read_demand
+from pagecast.trace.demand import as_trace, demand_chunks
 from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.schema import Kind
@@ -57,12 +57,87 @@ def lru_misses(ids: np.ndarray, n_ids: int, capacity: int) -> np.ndarray:
     return miss
 
 
-def miss_events(trace: Trace | str | Path, capacity_pages: int) -> np.ndarray:
-    """Indices of the demand events that miss in an LRU tier of ``capacity_pages`` pages."""
-    d = read_demand(as_trace(trace))
-    keys = page_keys(d["region"], d["page"])
-    uniq, ids = np.unique(keys, return_inverse=True)
-    return np.flatnonzero(lru_misses(ids.astype(np.int64), len(uniq), max(1, int(capacity_pages))))
+@numba.njit(cache=True)
+def _lru_chunk(ids, capacity, last, res, q_t, q_id, state, base):
+    """``lru_misses`` over one chunk, its state carried in arrays: ``last``/``res`` per id,
+    the queue ``q_t``/``q_id`` (live entries first, ``state`` = [queue length, resident])
+    with room for the chunk; times are global indices (``base`` + position)."""
+    n = len(ids)
+    miss = np.zeros(n, np.bool_)
+    head = 0
+    tail = state[0]
+    nres = state[1]
+    for i in range(n):
+        s = ids[i]
+        t = base + i
+        if not res[s]:
+            miss[i] = True
+            if nres >= capacity:
+                while True:
+                    v = q_id[head]
+                    live = res[v] and last[v] == q_t[head]
+                    head += 1
+                    if live:
+                        res[v] = False
+                        break
+            else:
+                nres += 1
+            res[s] = True
+        last[s] = t
+        q_t[tail] = t
+        q_id[tail] = s
+        tail += 1
+    # keep the live entries only (at most the capacity), oldest first
+    m = 0
+    for j in range(head, tail):
+        v = q_id[j]
+        if res[v] and last[v] == q_t[j]:
+            q_t[m] = q_t[j]
+            q_id[m] = v
+            m += 1
+    state[0] = m
+    state[1] = nres
+    return miss
+
+
+def miss_events(trace: Trace | str | Path, capacity_pages: int, chunk_rows: int = 1 << 20) -> np.ndarray:
+    """Indices of the demand events that miss in an LRU tier of ``capacity_pages`` pages.
+
+    Streams the trace chunk by chunk: memory holds the distinct pages, the tier's queue
+    and the result, not the stream."""
+    cap = max(1, int(capacity_pages))
+    known = np.empty(0, np.int64)  # sorted page keys seen so far; a key's id is its insertion order
+    known_id = np.empty(0, np.int64)
+    last = np.zeros(0, np.int64)
+    res = np.zeros(0, np.bool_)
+    q_t = np.zeros(0, np.int64)
+    q_id = np.zeros(0, np.int64)
+    state = np.zeros(2, np.int64)
+    out, base = [], 0
+    for d in demand_chunks(as_trace(trace), chunk_rows):
+        keys = page_keys(d["region"], d["page"])
+        uk = np.unique(keys)
+        if len(known):
+            pos = np.searchsorted(known, uk)
+            new = uk[(pos >= len(known)) | (known[np.minimum(pos, len(known) - 1)] != uk)]
+        else:
+            new = uk
+        if len(new):
+            n_ids = len(known) + len(new)
+            known = np.concatenate([known, new])
+            known_id = np.concatenate([known_id, np.arange(n_ids - len(new), n_ids)])
+            order = np.argsort(known, kind="stable")
+            known, known_id = known[order], known_id[order]
+            last = np.concatenate([last, np.zeros(len(new), np.int64)])
+            res = np.concatenate([res, np.zeros(len(new), np.bool_)])
+        ids = known_id[np.searchsorted(known, keys)]
+        room = int(state[0]) + len(ids)
+        if len(q_t) < room:
+            q_t = np.concatenate([q_t, np.zeros(room - len(q_t), np.int64)])
+            q_id = np.concatenate([q_id, np.zeros(room - len(q_id), np.int64)])
+        out.append(np.flatnonzero(_lru_chunk(ids, cap, last, res, q_t, q_id, state, base)) + base)
+        base += len(ids)
+    return np.concatenate(out) if out else np.empty(0, np.int64)
 
 
 def has_accesses(trace: Trace | str | Path) -> bool:
