@@ -53,6 +53,7 @@ from pagecast.bench.oversub import (  # noqa: E402
     summary,
 )
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
+from pagecast.bench.workloads import sqlite_table  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
 from pagecast.util.atomic import atomic_write_text  # noqa: E402
 
@@ -207,22 +208,7 @@ log.write(f"result {total}\n")
 
 
 def sqlite_db(cache: Path, rows: int) -> Path:
-    def make(tmp: Path) -> None:
-        con = sqlite3.connect(tmp)
-        prime = 1_000_003  # coprime with rows: a scattered permutation of the rowid
-        con.executescript(f"""
-            PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;
-            CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v BLOB NOT NULL);
-            WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < {rows - 1})
-              INSERT INTO t SELECT x, (x * {prime}) % {rows}, randomblob(300) FROM c;
-            CREATE INDEX t_k ON t(k);
-            CREATE TABLE meta(name TEXT PRIMARY KEY, value INTEGER);
-            INSERT INTO meta VALUES ('rows', {rows});
-        """)
-        con.commit()
-        con.close()
-
-    return _write_atomic(cache / f"oversub_sqlite_{rows}.db", make)
+    return sqlite_table(cache / f"oversub_sqlite_{rows}.db", rows)
 
 
 def sqlite_case(cache: Path, quick: bool) -> LimitCase:

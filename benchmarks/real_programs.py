@@ -51,6 +51,7 @@ from pagecast.bench.coldstart import (  # noqa: E402
     summary,
 )
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
+from pagecast.bench.workloads import sqlite_table  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
 
 PY = sys.executable
@@ -79,27 +80,7 @@ print(total)
 def sqlite_db(cache: Path, quick: bool) -> Path:
     """A generated table (rowid, scattered key, 300-byte blob) with an index on the key."""
     rows = 100_000 if quick else 1_000_000
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"sqlite_{rows}.db"
-    if path.exists():
-        return path
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    prime = 1_000_003  # coprime with rows: (x * prime) % rows is a permutation
-    con.executescript(f"""
-        PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;
-        CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER NOT NULL, v BLOB NOT NULL);
-        WITH RECURSIVE c(x) AS (SELECT 0 UNION ALL SELECT x + 1 FROM c WHERE x < {rows - 1})
-          INSERT INTO t SELECT x, (x * {prime}) % {rows}, randomblob(300) FROM c;
-        CREATE INDEX t_k ON t(k);
-        CREATE TABLE meta(name TEXT PRIMARY KEY, value INTEGER);
-        INSERT INTO meta VALUES ('rows', {rows});
-    """)
-    con.commit()
-    con.close()
-    tmp.replace(path)
-    return path
+    return sqlite_table(cache / f"sqlite_{rows}.db", rows)
 
 
 HELDOUT_SEED = 7

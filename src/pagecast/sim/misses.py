@@ -27,34 +27,10 @@ def lru_misses(ids: np.ndarray, n_ids: int, capacity: int) -> np.ndarray:
     and was last used at that time, so the oldest live entry is the LRU victim.
     """
     n = len(ids)
-    miss = np.zeros(n, np.bool_)
+    state = np.zeros(2, np.int64)
     last = np.full(n_ids, -1, np.int64)
     res = np.zeros(n_ids, np.bool_)
-    q_t = np.empty(n, np.int64)
-    q_id = np.empty(n, np.int64)
-    head = 0
-    tail = 0
-    nres = 0
-    for i in range(n):
-        s = ids[i]
-        if not res[s]:
-            miss[i] = True
-            if nres >= capacity:
-                while True:
-                    v = q_id[head]
-                    live = res[v] and last[v] == q_t[head]
-                    head += 1
-                    if live:
-                        res[v] = False
-                        break
-            else:
-                nres += 1
-            res[s] = True
-        last[s] = i
-        q_t[tail] = i
-        q_id[tail] = s
-        tail += 1
-    return miss
+    return _lru_chunk(ids, capacity, last, res, np.empty(n, np.int64), np.empty(n, np.int64), state, 0)
 
 
 @numba.njit(cache=True)

@@ -40,7 +40,8 @@ def create_exclusive(path: str | Path, mode: int = 0o666) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of that pid exists (ours counts; another user's too)."""
     if pid == os.getpid():
         return True
     try:
@@ -63,7 +64,7 @@ def remove_stale_temps(path: str | Path) -> int:
                 if not entry.name.startswith(prefix):
                     continue
                 m = _TEMP_TAIL.fullmatch(entry.name[len(prefix) :])
-                if m and not _pid_alive(int(m.group(1))) and entry.is_file(follow_symlinks=False):
+                if m and not pid_alive(int(m.group(1))) and entry.is_file(follow_symlinks=False):
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
                         removed += 1

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from pagecast.errors import PagecastError
+from pagecast.util.atomic import pid_alive
 from pagecast.util.sizes import parse_size
 
 ROOT_ENV = "PAGECAST_CGROUP_ROOT"
@@ -179,16 +180,6 @@ def _read_int(path: Path) -> int:
         return 0
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _procs(path: Path) -> list[int]:
     try:
         return [int(x) for x in (path / "cgroup.procs").read_text().split()]
@@ -205,7 +196,7 @@ def remove_stale(parent: Path) -> list[Path]:
         return removed
     for d in entries:
         m = _NAME.match(d.name)
-        if not m or _pid_alive(int(m.group(1))) or _procs(d):
+        if not m or pid_alive(int(m.group(1))) or _procs(d):
             continue
         try:
             d.rmdir()
