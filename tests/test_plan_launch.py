@@ -479,7 +479,12 @@ def test_a_fifo_in_place_of_a_plan_or_a_planned_file_never_blocks(tmp_path, disk
     swap = build("swap_after_stat", [Path(__file__).parent / "swap_after_stat.c"], ldflags=["-ldl"])
     plan = _plan(tmp_path, [_warm(disk_file, [(0, 8)])])
     env = pagecast_env(LD_PRELOAD=str(swap), SWAP_AFTER_STAT=str(disk_file))
-    p = subprocess.Popen([launcher_path(), "--wait", str(plan), "--", "sleep", "1"], stdout=subprocess.PIPE,
+    # the installed launcher is linked statically where it can be, and a preload reaches only
+    # a dynamically linked one: the same sources, linked dynamically, for this part
+    from pagecast.launch.binary import SOURCES
+
+    dynamic = build("pagecast-launch-dynamic", list(SOURCES), shared=False, ldflags=["-pthread"])
+    p = subprocess.Popen([str(dynamic), "--wait", str(plan), "--", "sleep", "1"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env, start_new_session=True)  # fmt: skip
     try:
         out, _ = p.communicate(timeout=60)

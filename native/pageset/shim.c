@@ -226,9 +226,18 @@ static int disk_file_fd(int fd) {
 /* Name an opened file to the recorder: a PROT_NONE one-page mapping it sees, then gone. */
 static void announce(int fd) {
     int saved = errno; /* the program's open succeeded: leave errno as it was */
-    if (regular_fd(fd)) {
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         void *p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, 0);
         if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096) syscall(SYS_munmap, p, PAGE);
+        /* and how far the file reaches as it is opened: the recorder learns it before any
+         * read of this open, so a read it processes after the program shortened the file
+         * is not cut to the shorter size */
+        if (st.st_size > (off_t)PAGE) {
+            off_t last = (st.st_size - 1) & ~(off_t)(PAGE - 1);
+            p = (void *)syscall(SYS_mmap, NULL, PAGE, PROT_NONE, MAP_PRIVATE, fd, last);
+            if (p != MAP_FAILED && (uintptr_t)p < (uintptr_t)-4096) syscall(SYS_munmap, p, PAGE);
+        }
     }
     errno = saved;
 }

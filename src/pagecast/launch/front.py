@@ -125,6 +125,7 @@ def write_pointer(key: str) -> str | None:
     from pagecast.util.atomic import atomic_write_text
 
     try:  # a temporary of a random name, created exclusively: never through a planted link
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # an editable install builds elsewhere
         atomic_write_text(path, "\n".join(lines) + "\n")
     except OSError:
         pass

@@ -28,6 +28,7 @@ them (docs/oversubscription.md).
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import select
@@ -263,6 +264,8 @@ class Controller:
         f = self.files_by_idx(key[0])
         for addr, n in self._addr(f, key[1]):
             r = process_madvise(self.pidfd, addr, n, MADV_PAGEOUT)
+            if r == -errno.ESRCH:  # the program has exited (its mm is gone): nothing left to page out
+                return
             if r < 0 and len(self.stats.errors) < 5:
                 self.stats.errors.append(f"process_madvise(PAGEOUT): {os.strerror(-r)}")
         self.stats.pageouts += 1
