@@ -81,6 +81,16 @@ def dense_ids(region: np.ndarray, page: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @njit(cache=True)
+def _prefix(bit: np.ndarray, j: int) -> int:
+    """Sum of a Fenwick tree's first ``j`` entries: the live marks among rows before ``j``."""
+    total = 0
+    while j > 0:
+        total += bit[j]
+        j -= j & -j
+    return total
+
+
+@njit(cache=True)
 def next_uses(ids: np.ndarray, n_ids: int) -> np.ndarray:
     """Row of each row's page's next use (``NEVER`` when none)."""
     out = np.empty(len(ids), np.int64)
@@ -176,15 +186,7 @@ def _features(ids, region, page, write, n_ids, cap, out):
         l = last[s]
         if l >= 0:
             # distinct pages touched since row l: live marks in (l, i)
-            sd = 0
-            j = i
-            while j > 0:
-                sd += bit[j]
-                j -= j & -j
-            j = l + 1
-            while j > 0:
-                sd -= bit[j]
-                j -= j & -j
+            sd = _prefix(bit, i) - _prefix(bit, l + 1)
             j = l + 1
             while j <= n:
                 bit[j] -= 1
@@ -435,15 +437,7 @@ def stack_distances(ids: np.ndarray, n_ids: int) -> np.ndarray:
         s = ids[i]
         l = last[s]
         if l >= 0:
-            sd = 0
-            j = i
-            while j > 0:
-                sd += bit[j]
-                j -= j & -j
-            j = l + 1
-            while j > 0:
-                sd -= bit[j]
-                j -= j & -j
+            sd = _prefix(bit, i) - _prefix(bit, l + 1)
             out[i] = sd
             j = l + 1
             while j <= n:

@@ -285,8 +285,8 @@ def tree_prefetch_bits(lo, hi, res, flt, threshold, leaves, sel, cum):
 
 
 @njit(cache=True)
-def _evict_block(u, q, B, W, b):
-    # unlink from the residency FIFO, send every resident page home
+def _unlink(u, B, b):
+    """Take block ``b`` out of the residency order (a doubly linked list)."""
     p, nx = B[B_PREV, b], B[B_NEXT, b]
     if p != NIL:
         B[B_NEXT, p] = nx
@@ -296,6 +296,12 @@ def _evict_block(u, q, B, W, b):
         B[B_PREV, nx] = p
     else:
         u[U_TAIL] = p
+
+
+@njit(cache=True)
+def _evict_block(u, q, B, W, b):
+    # unlink from the residency FIFO, send every resident page home
+    _unlink(u, B, b)
     res = W[b, W_RES]
     nres = 0
     useless = 0
@@ -320,15 +326,7 @@ def _evict_block(u, q, B, W, b):
 @njit(cache=True)
 def _to_tail(u, B, b):
     """Move resident block ``b`` to the tail of the eviction order."""
-    p, nx = B[B_PREV, b], B[B_NEXT, b]
-    if p != NIL:
-        B[B_NEXT, p] = nx
-    else:
-        u[U_HEAD] = nx
-    if nx != NIL:
-        B[B_PREV, nx] = p
-    else:
-        u[U_TAIL] = p
+    _unlink(u, B, b)
     B[B_PREV, b] = u[U_TAIL]
     B[B_NEXT, b] = NIL
     if u[U_TAIL] != NIL:
