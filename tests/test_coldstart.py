@@ -81,6 +81,7 @@ def test_unknown_case_is_one_line(capsys):
     )
 
 
+@pytest.mark.slow
 @needs_perf
 def test_smoke_sqlite_mmap(tmp_path, monkeypatch):
     """One round of every strategy on a small SQLite (mmap) case: the table has every row, the
@@ -117,6 +118,7 @@ def test_smoke_sqlite_mmap(tmp_path, monkeypatch):
     assert resident_pages(db)[got].all()
 
 
+@pytest.mark.slow
 @needs_perf
 def test_quick_cli_json_git(tmp_path, monkeypatch):
     """The command line end to end on the git case, one round: the JSON report's shape."""

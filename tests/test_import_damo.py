@@ -333,6 +333,7 @@ def test_fuzz_record_numbers(tmp_path):
     assert outcomes["error"] > 40 and outcomes["ok"] > 0, outcomes  # most edge values make a record invalid
 
 
+@pytest.mark.slow
 def test_large_record_streams(tmp_path):
     """8,000 snapshots x 50 regions, zlib-compressed: parsing holds the rows as arrays (24
     bytes a region), never the JSON text or its objects, so Python's traced peak while the
