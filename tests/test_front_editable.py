@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from copy_support import clean_copy, run_ok
 from pagecast.launch.front import editable_id, pointer_key
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 
@@ -30,39 +31,21 @@ PY_TRACE = {"PYTHONPROFILEIMPORTTIME": "1"}
 PROG = ["sh", "-c", 'printf "<%s>\\n" "$@"; echo err >&2; exit 3', "sh", "a b", "new\nline"]
 
 
-def _copy(dest: Path) -> Path:
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout: cannot tell source files from build outputs")
-    ls = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                        capture_output=True, check=True)  # fmt: skip
-    for rel in filter(None, ls.stdout.decode().split("\0")):
-        if (ROOT / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, dest / rel)
-    return dest
-
-
-def _run(cmd: list, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{p.stdout}\n{p.stderr}"
-    return p
-
-
 @pytest.fixture(scope="module")
 def editable(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("ed")
-    copy = _copy(tmp / "src")
+    copy = clean_copy(tmp / "src")
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", venv])
+    run_ok([sys.executable, "-m", "venv", "--without-pip", venv])
     py = venv / "bin" / "python"
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    site = run_ok([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PAGECAST_") and k != "PYTHONPATH"}
     env["XDG_CACHE_HOME"] = str(tmp / "cache")
-    _run([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
+    run_ok([sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", "--no-index",
           "--no-build-isolation", "-e", copy], env=env)  # fmt: skip
-    where = _run([py, "-c", "import pagecast; print(pagecast.__file__)"], cwd=tmp, env=env).stdout
+    where = run_ok([py, "-c", "import pagecast; print(pagecast.__file__)"], cwd=tmp, env=env).stdout
     assert where.startswith(str(copy)), where  # the copy's own tree, not this checkout
     key = pointer_key(editable_id(str(copy / "native")), os.path.realpath(venv / "bin"))
     pointer = tmp / "cache" / "pagecast" / "native" / f"pagecast-front-{key}"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from copy_support import clean_copy, run_ok
 from pagecast.launch.front import MAGIC, pointer_key, source_id
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, write_plan
 from pagecast.trace import open_trace
@@ -31,44 +32,17 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
 
 
-def _clean_copy(dest: Path) -> Path:
-    """The repository's own files (tracked, or new and not ignored): no build outputs."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("not a git checkout: cannot tell source files from build outputs")
-    files = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True,
-            check=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for rel in filter(None, files):
-        src = ROOT / rel
-        if src.is_file():  # a file deleted in the work tree is still listed as cached
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
-
-
-def _run(cmd: list, **kw) -> subprocess.CompletedProcess:
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    assert p.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{p.stdout}\n{p.stderr}"
-    return p
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("pkg")
-    copy = _clean_copy(tmp / "src")
+    copy = clean_copy(tmp / "src")
     # without build isolation: offline, with this environment's setuptools (the test extra)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", copy])
+    run_ok([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", tmp / "dist", copy])
     wheel = next((tmp / "dist").glob("pagecast-*.whl"))
     venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", venv])
+    run_ok([sys.executable, "-m", "venv", venv])
     py = venv / "bin" / "python"
-    site = _run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
+    site = run_ok([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout.strip()
     # the dependencies come from this interpreter's environment, appended after the venv's own
     deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(site, "pagecast-test-deps.pth").write_text("\n".join(sorted(deps)) + "\n")
@@ -78,7 +52,7 @@ def installed(tmp_path_factory) -> dict:
     work.mkdir()
     # --force-reinstall: the same name and version may be visible through the .pth line
     # (an editable install of this checkout), which pip would take as already installed
-    inst = _run([py, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index", wheel], env=env)
+    inst = run_ok([py, "-m", "pip", "install", "--force-reinstall", "--no-deps", "--no-index", wheel], env=env)
     where = subprocess.run(
         [py, "-c", "import pagecast; print(pagecast.__file__)"], capture_output=True, text=True, cwd=work, env=env
     )
@@ -107,7 +81,7 @@ def test_installed_package_builds_into_the_user_cache(installed):
         "print(pagecast.__file__); print(n.native_dir()); print(w.build_workload('touchpages')); "
         "print(launcher_path())"
     )
-    out = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=installed["env"]).stdout.split("\n")
+    out = run_ok([installed["py"], "-c", code], cwd=installed["cwd"], env=installed["env"]).stdout.split("\n")
     venv, cache = str(installed["venv"]), str(installed["cache"] / "pagecast" / "native")
     assert out[0].startswith(venv) and out[1].startswith(venv) and out[1].endswith("_native/native")
     assert out[2].startswith(cache) and out[3].startswith(cache)
@@ -120,7 +94,7 @@ def test_installed_cli_records_a_real_program(installed, tmp_path):
     compiled from the package's own copy of the sources."""
     env = installed["env"]
     code = "from pagecast.bench.workloads import build_workload as b; print(b('touchpages'))"
-    exe = _run([installed["py"], "-c", code], cwd=installed["cwd"], env=env).stdout.strip()
+    exe = run_ok([installed["py"], "-c", code], cwd=installed["cwd"], env=env).stdout.strip()
     data = tmp_path / "data.bin"
     data.write_bytes(os.urandom(16 * 4096))
     out = tmp_path / "t.parquet"
@@ -147,7 +121,7 @@ PROG = ["sh", "-c", 'printf "<%s>\\n" "$@"; echo err >&2; exit 3', "sh", "a b", 
 
 def _front(installed) -> dict:
     venv, cache = installed["venv"], installed["cache"] / "pagecast" / "native"
-    native = _run([installed["py"], "-c", "import pagecast.util.native as n; print(n.native_dir())"],
+    native = run_ok([installed["py"], "-c", "import pagecast.util.native as n; print(n.native_dir())"],
                   cwd=installed["cwd"], env=installed["env"]).stdout.strip()  # fmt: skip
     fid = source_id(native)
     key = pointer_key(fid, os.path.realpath(venv / "bin"))
@@ -187,7 +161,7 @@ def test_without_a_compiler_pagecast_is_the_python_command(installed, tmp_path):
     out = tmp_path / "scripts"
     env = {**os.environ, "CC": "no-such-cc"}
     cmd = [sys.executable, "setup.py", "-q", "build_scripts", "--build-dir", out, "-e", "python"]
-    p = _run(cmd, cwd=installed["copy"], env=env)
+    p = run_ok(cmd, cwd=installed["copy"], env=env)
     assert "no native `pagecast` front" in p.stderr
     entry = (out / "pagecast-python").read_bytes()
     assert entry.startswith(b"#!python\n") and (out / "pagecast").read_bytes() == entry

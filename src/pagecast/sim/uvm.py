@@ -327,6 +327,12 @@ def _evict_block(u, q, B, W, b):
 def _to_tail(u, B, b):
     """Move resident block ``b`` to the tail of the eviction order."""
     _unlink(u, B, b)
+    _append(u, B, b)
+
+
+@njit(cache=True)
+def _append(u, B, b):
+    """Put block ``b`` last in the residency order."""
     B[B_PREV, b] = u[U_TAIL]
     B[B_NEXT, b] = NIL
     if u[U_TAIL] != NIL:
@@ -353,13 +359,7 @@ def _service(u, q, B, W, fb, leaves, sel, cum):
                 cost += _evict_block(u, q, B, W, v)
             B[B_CHUNK, b] = 1
             u[U_USED] += 1
-            B[B_PREV, b] = u[U_TAIL]
-            B[B_NEXT, b] = NIL
-            if u[U_TAIL] != NIL:
-                B[B_NEXT, u[U_TAIL]] = b
-            else:
-                u[U_HEAD] = b
-            u[U_TAIL] = b
+            _append(u, B, b)
         elif q[Q_LRU] != 0 and u[U_TAIL] != b:
             _to_tail(u, B, b)
         lo, hi = B[B_LO, b], B[B_HI, b]
