@@ -20,9 +20,11 @@ from pagecast.plan.memory import (
     build,
     chunk_keys,
     collapse,
+    keep_set,
     plan_for_limit,
     price_run,
     read_run,
+    room_bytes,
 )
 from pagecast.plan.memory_format import for_limit, read_memory_plan, write_memory_plan
 from pagecast.sim import SimConfig, simulate
@@ -69,7 +71,9 @@ def recordings(tmp_path_factory):
 
 
 def _cfg() -> MemoryPlanConfig:
-    return MemoryPlanConfig(24 << 20, CHUNK, reserve_bytes=4 << 20, prefetch_chunks=2)
+    # the room for read-around set small: on a device reading 8 MiB around a fault it would
+    # take most of this small limit
+    return MemoryPlanConfig(24 << 20, CHUNK, reserve_bytes=4 << 20, prefetch_chunks=2, stream_room_bytes=1 << 20)
 
 
 def test_min_misses_equal_the_simulators_min(recordings):
@@ -95,6 +99,8 @@ def test_keep_and_evict_are_mins_steady_state(recordings):
     runs = [RunStream(r.file[r.file == fi], r.page[r.file == fi], 0) for r in runs]
     keep, streamed, nxt, reserve, dist = build(runs, cfg)
     cap = (cfg.limit - reserve) // CHUNK - dist  # what MIN is played at: the prefetch window set aside
+    streams = [collapse(chunk_keys(r, CHUNK // PAGE_SIZE)) for r in runs]
+    ordered, min_streamed, _ = keep_set(streams, cap)
     # MIN's steady state, from the chunk stream: the chunks it holds through every pass after the
     # first, in every run (a pass's hits beyond them are the one streaming slot, whose content rotates)
     min_kept: set[int] | None = None
@@ -107,10 +113,15 @@ def test_keep_and_evict_are_mins_steady_state(recordings):
         for lo, hi in zip(starts[1:-1], starts[2:]):
             hit = {int(k & ((1 << 40) - 1)) for k in keys[lo:hi][~miss[lo:hi]]}
             min_kept = hit if min_kept is None else min_kept & hit
+    min_keep = {c & ((1 << 40) - 1) for c in ordered if c >> 40 == fi}
+    assert min_keep == min_kept
+    assert len(min_keep) == cap - 1  # a cyclic scan: MIN holds all it can but one streaming slot
+    assert set(range(len(min_keep) - 1)) <= min_keep  # the head of the file
+    # the plan keeps MIN's most useful chunks less the room left unlocked for streaming
+    # (read-around windows) and what the read-around model says locking costs
     plan_kept = {c & ((1 << 40) - 1) for c in keep if c >> 40 == fi}
-    assert plan_kept == min_kept
-    assert len(plan_kept) == cap - 1  # a cyclic scan: MIN holds all it can but one streaming slot
-    assert set(range(len(plan_kept) - 1)) <= plan_kept  # the head of the file
+    assert plan_kept <= min_keep
+    assert 0 < len(plan_kept) <= cap - room_bytes(cfg) // CHUNK
     n_chunks = FILE_PAGES * PAGE_SIZE // CHUNK
     plan_streamed = {c & ((1 << 40) - 1) for c in streamed if c >> 40 == fi}
     assert plan_streamed == set(range(n_chunks)) - plan_kept
@@ -118,7 +129,7 @@ def test_keep_and_evict_are_mins_steady_state(recordings):
     order = sorted(plan_streamed)
     assert all(nxt[(fi << 40) + a] == (fi << 40) + b for a, b in zip(order, order[1:]))
     # page level, on the simulator: the plan reads what MIN reads at its capacity, within a chunk a pass
-    pr = price_run(runs[0], cfg, reserve, keep)
+    pr = price_run(runs[0], cfg, reserve, set(ordered))
     sim = simulate(traces[0], SimConfig(capacity=cap * CHUNK // PAGE_SIZE, eviction="min"))
     assert abs(int(pr.plan.sum()) - sim.faults) <= PASSES * CHUNK // PAGE_SIZE
     assert pr.plan.sum() < pr.lru.sum()
@@ -127,7 +138,7 @@ def test_keep_and_evict_are_mins_steady_state(recordings):
 def test_plan_cli_explain_and_other_limits(recordings, tmp_path):
     f, traces = recordings
     out = tmp_path / "p.plan"
-    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, "--chunk", "1M", "--reserve",
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, "--stream-room", "1M", "--chunk", "1M", "--reserve",
                         "4M", "--prefetch-chunks", "2", *map(str, traces), "-o", str(out), "--explain"],
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr

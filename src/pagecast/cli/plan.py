@@ -158,7 +158,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--reserve",
         metavar="SIZE",
         help="--memory: memory set aside for what is not the files (default: the recorded anonymous pages "
-        "plus max(24 MiB, limit/16))",
+        "plus max(6 MiB, limit/16), at most half the limit)",
+    )
+    p.add_argument(
+        "--stream-room",
+        metavar="SIZE",
+        help="--memory: memory the keep set leaves unlocked for what streams through (default: twice the "
+        "read-ahead window of the device of the most used file, plus two chunks)",
     )
     p.add_argument(
         "--prefetch-chunks",
@@ -490,6 +496,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         args.prefetch_chunks,
         dev_bps,
         dev_lat,
+        parse_size(args.stream_room, "--stream-room") if args.stream_room else None,
     )
     plan = plan_for_limit(args.traces, cfg)
     write_memory_plan(plan, args.output)

@@ -66,7 +66,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
                 f.write("1000")
             from pagecast.live.memctl import Controller
 
-            stats = Controller(plan, pid, cg.committed).run()
+            stats = Controller(plan, pid, cg.committed, unreclaimable=cg.unreclaimable).run()
             os.write(w, json.dumps(stats.to_dict()).encode())
         except BaseException as e:  # noqa: BLE001 - the program must run on whatever happens here
             try:

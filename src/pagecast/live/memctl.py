@@ -52,6 +52,7 @@ FULL_SCAN_EVERY = 10
 LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
+MIN_REGRETS = 8
 
 
 class _Iovec(ctypes.Structure):
@@ -62,6 +63,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 
@@ -82,6 +84,9 @@ class ControllerStats:
     prefetches: int = 0
     prefetch_bytes: int = 0
     deferred: int = 0  # prefetches postponed because the cgroup had no room
+    unpinned_bytes: int = 0  # keep pieces let go: the program's own memory grew into their room
+    regrets: int = 0  # streamed chunks entered again soon after being paged out
+    stream_off: bool = False  # evict-after-use and prefetch stopped: they cost more than they saved
     entered: int = 0
     files_changed: list[str] = field(default_factory=list)
     files_mapped: int = 0
@@ -124,11 +129,18 @@ def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
 
 class Controller:
     def __init__(
-        self, plan: MemoryPlan, pid: int, usage: Callable[[], int], warn: Callable[[str], None] = lambda s: None
+        self,
+        plan: MemoryPlan,
+        pid: int,
+        usage: Callable[[], int],
+        warn: Callable[[str], None] = lambda s: None,
+        unreclaimable: Callable[[], int] | None = None,
     ):
         self.plan = plan
         self.pid = pid
         self.usage = usage
+        self.unreclaimable = unreclaimable
+        self.paged_at: dict[tuple[int, int], int] = {}  # chunk -> chunks entered when it was paged out
         self.warn = warn
         self.cb = plan.chunk_bytes
         self.stats = ControllerStats()
@@ -206,7 +218,9 @@ class Controller:
             if self.stats.pinned_bytes + piece > room:  # beyond the plan's room: never
                 self.stats.pin_refused_bytes += n
                 continue
-            if not self._room(piece):  # the cgroup is full right now: again at the next poll
+            if not self._room(piece) or self._free_room() - piece < self.plan.room_bytes:
+                # the cgroup is full right now, or the piece would take the streamed part's room:
+                # again at a later poll
                 self._pin_queue.insert(0, (f, off, n))
                 break
             addr = _libc.mmap(None, piece, mmap.PROT_READ, mmap.MAP_SHARED, f.fd, off)
@@ -223,6 +237,28 @@ class Controller:
             if n > piece:
                 self._pin_queue.insert(0, (f, off + piece, n - piece))
         return self.stats.pinned_bytes > before
+
+    def _free_room(self) -> int:
+        """What the limit leaves for page cache to cycle in (unbounded without a reading)."""
+        if self.unreclaimable is None:
+            return 1 << 62
+        return self.plan.limit_bytes - self.unreclaimable()
+
+    def unpin_to_room(self) -> None:
+        """Let go of the last keep pieces while the room left for the streamed part is below
+        the plan's: the program's own memory grew (its heap, a cache), and a locked page it
+        cannot reclaim would otherwise make every read-ahead window evict the one before."""
+        if not self._pins or not self.plan.room_bytes:
+            return
+        short = self.plan.room_bytes - self._free_room()
+        while short > 0 and self._pins:
+            addr, n = self._pins.pop()
+            _libc.munlock(addr, n)
+            _libc.munmap(addr, n)
+            self.stats.pinned_bytes -= n
+            self.stats.unpinned_bytes += n
+            short -= n
+            self._pin_queue.clear()  # what was let go is not taken again
 
     def _room(self, n: int) -> bool:
         """Whether ``n`` more bytes fit: what reclaim cannot take first, plus every chunk
@@ -270,6 +306,7 @@ class Controller:
                 self.stats.errors.append(f"process_madvise(PAGEOUT): {os.strerror(-r)}")
         self.stats.pageouts += 1
         self.stats.pageout_bytes += min(self.cb, f.size - key[1] * self.cb)
+        self.paged_at[key] = self.stats.entered
         self.present.discard(key)
         self.issued.discard(key)
 
@@ -324,15 +361,33 @@ class Controller:
             if now and k not in self.present:
                 self.present.add(k)
                 if k not in self.recent:
+                    self._note_regret(k)
                     self.recent.append(k)
                     self.stats.entered += 1
-                    self.prefetch_from(k)
+                    if not self.stats.stream_off:
+                        self.prefetch_from(k)
             elif not now and full:
                 self.present.discard(k)
+        if self.stats.stream_off:
+            return
         for k in list(self.present):
             if k not in self.recent:
                 self.pageout(k)
         self.issue_pending()
+
+    def _note_regret(self, k: tuple[int, int]) -> None:
+        """A streamed chunk entered again before the program went through the room the plan
+        keeps for streaming was still in use when it was paged out (threads working on
+        neighbouring chunks, a program not as sequential as its recordings): past a tenth of
+        the page-outs, evicting and prefetching from outside stop and the kernel streams."""
+        at = self.paged_at.pop(k, None)
+        window = max(RECENT, self.plan.room_bytes // self.cb)
+        if at is None or self.stats.entered - at > window:
+            return
+        self.stats.regrets += 1
+        if self.stats.regrets >= MIN_REGRETS and self.stats.regrets * 10 >= self.stats.pageouts:
+            self.stats.stream_off = True
+            self.pending.clear()
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> ControllerStats:
         if not self.files:
@@ -346,6 +401,7 @@ class Controller:
             if now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
+            self.unpin_to_room()
             pinned = self.pin_some()
             self.step(full=n % FULL_SCAN_EVERY == 0)
             n += 1

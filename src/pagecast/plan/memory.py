@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,10 @@ from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
 from pagecast.plan.shared_pages import merge_ranges, recorded_identity
 from pagecast.sim.misses import lru_misses, min_misses
+from pagecast.sim.readaround import readaround_reads
 from pagecast.trace.demand import read_demand
 from pagecast.trace.reader import open_trace
+from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
 
 DEFAULT_CHUNK = 2 << 20
 # chunk sizes tried when none is given: large chunks suit programs that stream a file, small
@@ -56,6 +59,10 @@ class MemoryPlanConfig:
     prefetch_chunks: int | None = None  # default: from the device model
     device_bytes_per_s: float = 200e6  # without a calibration: a conservative disk
     device_latency_s: float = 0.002
+    # room left unlocked for what streams through: a miss in a mapping reads the device's
+    # read-ahead window around it, and a window evicted before use is read again (thrash);
+    # None: twice the read-ahead of the device of the most used file, at least 4 chunks
+    stream_room_bytes: int | None = None
 
 
 @dataclass
@@ -140,17 +147,20 @@ def prefetch_distance(cfg: MemoryPlanConfig, capacity: int) -> int:
     return max(1, min(want, capacity // 4))
 
 
-def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[set[int], set[int]]:
-    """(keep, evict after use) at ``capacity`` chunks.
+def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[list[int], set[int], set[int]]:
+    """(keep, most useful first; evict after use; left to the kernel) at ``capacity`` chunks.
 
-    Keep: chunks whose reuses MIN hits and LRU misses, for at least half of their reuses
-    (a reuse LRU hits too needs no holding). Evict after use: chunks used once in a run,
-    or whose reuses MIN misses for at least half of them (the budget cannot hold them to
-    their next use, so holding them only pushes out others). The rest (reuses both hit)
-    are left to the kernel."""
-    reuses: Counter[int] = Counter()
+    Only the reuses LRU misses count: a reuse LRU hits (a chunk used again after a few
+    others, as by threads or a kernel working on neighbouring rows) needs no decision and,
+    counted, would outnumber the far reuses that do. Keep: chunks whose far reuses MIN hits
+    for at least half of them. Evict after use: chunks used once in a run, or whose far
+    reuses MIN misses for at least half of them (the budget cannot hold them to their next
+    use, so holding them only pushes out others). The rest (reuses LRU hits) are left to
+    the kernel."""
+    far: Counter[int] = Counter()
     held: Counter[int] = Counter()
     lost: Counter[int] = Counter()
+    near: set[int] = set()
     used: set[int] = set()
     for keys in streams:
         if len(keys) == 0:
@@ -159,16 +169,18 @@ def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[set[int], se
         ids, n = _dense(keys)
         cap = max(1, capacity)
         mmiss = min_misses(ids, n, cap)
-        gain = ~mmiss & lru_misses(ids, n, cap)
-        first = _first_in_run(keys)
-        for k, g, m in zip(keys[~first].tolist(), gain[~first].tolist(), mmiss[~first].tolist()):
-            reuses[k] += 1
-            held[k] += g
+        reuse = ~_first_in_run(keys)
+        lmiss = lru_misses(ids, n, cap) & reuse
+        near.update(np.unique(keys[reuse & ~lmiss]).tolist())
+        for k, m in zip(keys[lmiss].tolist(), mmiss[lmiss].tolist()):
+            far[k] += 1
+            held[k] += not m
             lost[k] += m
-    chosen = sorted((k for k in reuses if held[k] * 2 >= reuses[k] and held[k] > 0), key=lambda k: (-held[k], k))
-    keep = set(chosen[: max(0, capacity - 1)])
-    evict = {k for k in used - keep if reuses[k] == 0 or lost[k] * 2 >= reuses[k]}
-    return keep, evict
+    chosen = sorted((k for k in far if held[k] * 2 >= far[k] and held[k] > 0), key=lambda k: (-held[k], k))
+    keep = chosen[: max(0, capacity - 1)]
+    kept = set(keep)
+    evict = {k for k in used - kept if (far[k] == 0 and k not in near) or (far[k] and lost[k] * 2 >= far[k])}
+    return keep, evict, used - kept - evict
 
 
 def successors(streams: Sequence[np.ndarray], streamed: set[int]) -> dict[int, int]:
@@ -228,15 +240,141 @@ def _ranges(chunks: Sequence[int]) -> list[tuple[int, int]]:
     return merge_ranges(np.asarray(sorted(chunks), np.int64)) if chunks else []
 
 
+def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
+    """Twice the read-ahead window of the device of the most used file."""
+    counts: Counter[int] = Counter()
+    for r in runs:
+        counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
+    ra = DEFAULT_READ_AHEAD_KB << 10
+    for fi, _ in counts.most_common(1):
+        try:
+            ra = read_ahead_kb_of(os.stat(names[fi]).st_dev) << 10
+        except (OSError, KeyError):
+            pass
+    return 2 * ra
+
+
+def _footprint_chunks(runs: Sequence[RunStream], chunk_pages: int, chunks: set[int]) -> int:
+    """Chunks' worth of the distinct pages a run uses in ``chunks`` (at most, over the runs):
+    what the part left to the kernel occupies beside the keep set."""
+    if not chunks:
+        return 0
+    sel = np.fromiter(chunks, np.int64, len(chunks))
+    most = 0
+    for r in runs:
+        pages = r.file * (1 << 40) + r.page
+        mask = np.isin(chunk_keys(r, chunk_pages), sel)
+        most = max(most, len(np.unique(pages[mask])))
+    return -(-most // chunk_pages)
+
+
+def room_bytes(cfg: MemoryPlanConfig) -> int:
+    """What the keep set leaves unlocked for the streamed part: the configured room (by
+    default twice the device's read-ahead) plus two chunks, at least four chunks."""
+    assert cfg.chunk_bytes is not None
+    ra = cfg.stream_room_bytes if cfg.stream_room_bytes is not None else 2 * (DEFAULT_READ_AHEAD_KB << 10)
+    return max(ra + 2 * cfg.chunk_bytes, 4 * cfg.chunk_bytes)
+
+
 def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], set[int], dict[int, int], int, int]:
-    """(keep chunks, streamed chunks, successors, reserve, prefetch distance) from ``runs``."""
+    """(keep chunks, streamed chunks, successors, reserve, prefetch distance) from ``runs``.
+
+    MIN is played at the capacity less the prefetch window; the keep set it yields is then
+    cut (least useful first) to leave the streamed part ``room_bytes`` unlocked and the pages left
+    to the kernel the room they use: a keep set that fills the limit makes every read-ahead
+    window evict the one before it is used."""
     reserve = default_reserve(cfg, runs)
     cap = capacity_chunks(cfg, reserve)
     dist = prefetch_distance(cfg, cap)
     chunk_pages = cfg.chunk_bytes // PAGE_SIZE
     streams = [collapse(chunk_keys(r, chunk_pages)) for r in runs]
-    keep, streamed = keep_set(streams, cap - dist)
+    ordered, streamed, left = keep_set(streams, cap - dist)
+    room_chunks = -(-room_bytes(cfg) // cfg.chunk_bytes)
+    budget = max(0, cap - dist - room_chunks - _footprint_chunks(runs, chunk_pages, left))
+    n, _ = keep_size(runs, cfg, reserve, ordered[:budget])
+    keep = set(ordered[:n])
+    streamed |= set(ordered[n:])
     return keep, streamed, successors(streams, streamed), reserve, dist
+
+
+KEEP_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
+# what the live controller adds to the cgroup (its copy-on-write pages, page tables; ~5 MiB
+# measured): a keep set is priced with that much less room than the kernel alone gets
+CONTROLLER_BYTES = 6 << 20
+# a keep set must beat the kernel alone by this share of its reads: the model's error on
+# the room left is a few MiB, and near the limit a few MiB less room reads much more
+KEEP_MARGIN = 0.05
+
+
+def _page_space(runs: Sequence[RunStream]) -> dict[int, tuple[int, int]]:
+    """Each file's (first index, pages) in one page space: up to the last page a run used."""
+    ext: dict[int, int] = {}
+    for r in runs:
+        for fi, last in zip(*(x.tolist() for x in _max_page_per_file(r))):
+            ext[fi] = max(ext.get(fi, 0), last + 1)
+    out, base = {}, 0
+    for fi in sorted(ext):
+        out[fi] = (base, ext[fi])
+        base += ext[fi]
+    return out
+
+
+def _max_page_per_file(r: RunStream) -> tuple[np.ndarray, np.ndarray]:
+    if len(r.file) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.lexsort((r.page, r.file))
+    f, p = r.file[order], r.page[order]
+    last = np.r_[f[1:] != f[:-1], True]
+    return f[last], p[last]
+
+
+def readaround_bytes(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int, keep: Sequence[int]) -> int:
+    """Bytes the kernel reads over ``runs`` with the chunks ``keep`` locked (read once a
+    run) and the rest cycling through what the limit leaves, read-around included."""
+    assert cfg.chunk_bytes is not None
+    space = _page_space(runs)
+    total = sum(n for _, n in space.values())
+    if total == 0:
+        return 0
+    chunk_pages = cfg.chunk_bytes // PAGE_SIZE
+    pinned = np.zeros(total, np.bool_)
+    for c in keep:
+        fi, ci = c >> 40, c & ((1 << 40) - 1)
+        if fi in space:
+            base, n = space[fi]
+            pinned[base + min(n, ci * chunk_pages) : base + min(n, (ci + 1) * chunk_pages)] = True
+    window = max(1, (cfg.stream_room_bytes or 2 * (DEFAULT_READ_AHEAD_KB << 10)) // 2 // PAGE_SIZE)
+    capacity = max(1, (cfg.limit - reserve) // PAGE_SIZE - int(pinned.sum()))
+    bases = np.zeros(max(space) + 1, np.int64)
+    ends = np.zeros_like(bases)
+    for fi, (base, n) in space.items():
+        bases[fi], ends[fi] = base, base + n
+    pages = 0
+    for r in runs:
+        lo, hi = bases[r.file], ends[r.file]
+        pages += readaround_reads(lo + r.page, lo, hi, window // 2, window, capacity, pinned) + int(pinned.sum())
+    return pages * PAGE_SIZE
+
+
+def keep_size(
+    runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int, keep: Sequence[int]
+) -> tuple[int, dict[str, int]]:
+    """How many of ``keep`` (most useful first) to lock: of the shares ``KEEP_SHARES``,
+    the one the kernel reads least with, read-around included (ties: the smaller), and the
+    bytes read per share. A locked part leaves the rest less room, and where each miss
+    reads a whole read-ahead window (scattered reads), that can cost more than it saves."""
+    tried: dict[str, int] = {}
+    best: tuple[float, int] | None = None
+    for share in KEEP_SHARES:
+        n = round(len(keep) * share)
+        if str(n) in tried:
+            continue
+        read = readaround_bytes(runs, cfg, reserve + (CONTROLLER_BYTES if n else 0), keep[:n])
+        tried[str(n)] = read
+        score = read if n == 0 else read * (1 + KEEP_MARGIN)
+        if best is None or score < best[0]:
+            best = (score, n)
+    return (best[1] if best else 0), tried
 
 
 def choose_chunk(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[MemoryPlanConfig, dict[str, int]]:
@@ -267,6 +405,8 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
         raise PagecastError(f"plan --memory: chunk size {cfg.chunk_bytes} is not a positive multiple of {PAGE_SIZE}")
     files: dict[str, int] = {}
     runs = [read_run(t, files) for t in traces]
+    if cfg.stream_room_bytes is None:
+        cfg = dataclasses.replace(cfg, stream_room_bytes=stream_room(runs, {i: p for p, i in files.items()}))
     tried: dict[str, int] = {}
     if cfg.chunk_bytes is None:
         cfg, tried = choose_chunk(runs, cfg)
@@ -303,7 +443,7 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
     note = ""
     if validation.get("plan_bytes") is not None and validation["plan_bytes"] >= validation["lru_bytes"]:
         backend, note = "kernel", "leave-one-run-out: the plan would read no less than the kernel's LRU"
-    return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note)
+    return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, room_bytes(cfg))
 
 
 def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:

@@ -5,6 +5,7 @@ only: the live controller that applies it is Python). JSON, one object:
 
     {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": N, "chunk_bytes": N,
      "reserve_bytes": N, "prefetch_chunks": N, "backend": "kernel-advice" | "kernel",
+     "room_bytes": N,
      "files": [{"path", "identity": {size, mtime_ns, ctime_ns, ino, dev},
                 "keep": [[first_chunk, nchunks], ...], "stream": [[first_chunk, nchunks], ...],
                 "next": {"chunk": next_chunk, ...}, "predicted": {...}}],
@@ -12,7 +13,8 @@ only: the live controller that applies it is Python). JSON, one object:
 
 Chunks are ``chunk_bytes`` pieces of a file (chunk c is bytes [c*chunk_bytes, (c+1)*chunk_bytes)).
 ``keep``: held for the whole run; ``stream``: evicted right after use; ``next``: the chunk
-usually used after a streamed one (what to prefetch ahead). ``backend`` ``kernel`` means the
+usually used after a streamed one (what to prefetch ahead); ``room_bytes``: what the keep
+set leaves unlocked for the streamed part (absent in older plans: 0). ``backend`` ``kernel`` means the
 plan found nothing to gain over the kernel: the program runs under the limit, untouched.
 """
 
@@ -60,6 +62,9 @@ class MemoryPlan:
     files: list[FileMemoryPlan] = field(default_factory=list)
     validation: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    # left unlocked for the streamed part: the keep set is cut (plan) and unpinned (live) to
+    # leave this much beside the program's own memory
+    room_bytes: int = 0
 
     def keep_bytes(self) -> int:
         return sum(f.keep_chunks() for f in self.files) * self.chunk_bytes
@@ -68,8 +73,8 @@ class MemoryPlan:
         return {"format": FORMAT, "version": VERSION, "limit_bytes": self.limit_bytes,
                 "chunk_bytes": self.chunk_bytes, "reserve_bytes": self.reserve_bytes,
                 "prefetch_chunks": self.prefetch_chunks, "backend": self.backend,
-                "files": [f.to_dict() for f in self.files], "validation": self.validation,
-                "note": self.note}  # fmt: skip
+                "room_bytes": self.room_bytes, "files": [f.to_dict() for f in self.files],
+                "validation": self.validation, "note": self.note}  # fmt: skip
 
 
 def write_memory_plan(plan: MemoryPlan, path: str | Path) -> None:
@@ -119,7 +124,7 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
         plan = MemoryPlan(
             int(doc["limit_bytes"]), int(doc["chunk_bytes"]), int(doc["reserve_bytes"]),
             int(doc["prefetch_chunks"]), str(doc["backend"]), files, dict(doc.get("validation") or {}),
-            str(doc.get("note") or ""),
+            str(doc.get("note") or ""), int(doc.get("room_bytes") or 0),
         )  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         raise PagecastError(f"memory plan: missing or malformed field ({e})", path=path) from None
@@ -152,7 +157,7 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     if limit > plan.limit_bytes:
         return plan, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has "
                       f"{limit >> 20} MiB: its keep set is used as it is")  # fmt: skip
-    window = (plan.prefetch_chunks + 2) * plan.chunk_bytes
+    window = max((plan.prefetch_chunks + 2) * plan.chunk_bytes, plan.room_bytes)
     room = limit - plan.reserve_bytes - window
     if room <= 0:
         kernel = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, 0, "kernel", note="fallback")
@@ -166,6 +171,6 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
         files.append(FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted))
     files.reverse()
     scaled = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, plan.prefetch_chunks, plan.backend, files,
-                        plan.validation, plan.note)  # fmt: skip
+                        plan.validation, plan.note, plan.room_bytes)  # fmt: skip
     return scaled, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
                     f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB")  # fmt: skip

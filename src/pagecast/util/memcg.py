@@ -344,6 +344,16 @@ class MemoryCgroup:
         inactive = st.get("inactive_file", 0) if self.version == 2 else st.get("total_inactive_file", 0)
         return max(0, self.usage() - inactive)
 
+    def unreclaimable(self) -> int:
+        """What reclaim cannot take from the cgroup without swap: anonymous and shared memory,
+        locked pages, kernel memory. The limit less this is the room page cache can cycle in."""
+        st = _read_kv(self.path / "memory.stat")
+        if self.version == 2:
+            kernel = st.get("kernel", st.get("slab", 0) + st.get("kernel_stack", 0) + st.get("pagetables", 0))
+            return st.get("anon", 0) + st.get("shmem", 0) + st.get("unevictable", 0) + kernel
+        kmem = _read_int(self.path / "memory.kmem.usage_in_bytes")
+        return st.get("total_rss", 0) + st.get("total_shmem", 0) + st.get("total_unevictable", 0) + kmem
+
     def stats(self) -> MemoryStats:
         s = MemoryStats(self.limit)
         st = _read_kv(self.path / "memory.stat")
