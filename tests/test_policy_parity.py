@@ -16,49 +16,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pagecast.policies import check
 from pagecast.policies._numba import MAX_PREFETCH, region_pages
 from pagecast.policies.base import BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry, render_ids_header
+from pagecast.policies.parity import REGIONS, c_step_decisions, option_sets, python_decisions, streams
 from pagecast.trace.regions import Region
 from pagecast.util.native import build, native_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PS = 4096
-# Two regions: one of known length (clipping), one of unknown length (region limit 0).
-REGIONS = [Region(0, "f0", kind="file", length=300 * PS), Region(1, "f1", kind="file", length=0)]
-
-
-def _streams() -> dict[str, list[tuple[int, int, bool]]]:
-    """(region, page, hit) events: runs, strides both ways, region edges, noise."""
-    rng = np.random.default_rng(16)
-    seq = [(0, p, p % 3 == 0) for p in range(0, 120)]
-    strided = [(0, 5 + 3 * k, False) for k in range(40)] + [(1, 5000 - 7 * k, bool(k % 2)) for k in range(40)]
-    edges = [(0, p, False) for p in (0, 1, 299, 298, 297, 150, 0, 299)] + [(1, p, False) for p in (0, 1, 2, 3, 1 << 30)]
-    mixed = []
-    for _ in range(400):
-        r = int(rng.integers(2))
-        if rng.random() < 0.5 and mixed:
-            lr, lp, _ = mixed[-1]
-            mixed.append((lr, max(0, lp + int(rng.choice([1, 2, 4, -3]))), bool(rng.random() < 0.3)))
-        else:
-            mixed.append((r, int(rng.integers(0, 300 if r == 0 else 100_000)), bool(rng.random() < 0.3)))
-    interleaved = [ev for k in range(30) for ev in ((0, 10 + 2 * k, False), (1, 900 - 5 * k, False))]
-    return {"sequential": seq, "strided": strided, "edges": edges, "mixed": mixed, "interleaved": interleaved}
-
-
-STREAMS = _streams()
-# Parameter sets per policy with C steps (defaults first).
-PARAMS = {
-    "nextline": [{}, {"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1}],
-    "stride": [{}, {"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3}],
-    "none": [{}],
-}
+STREAMS = streams()  # the fixed streams pagecast.policies.check runs
 MULTI = [e.name for e in policy_entries() if len(e.backends) > 1]
 
 
+def _params(name: str) -> list[dict]:
+    return option_sets(policy_entry(name).factory)
+
+
 def _python(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
-    p = get_prefetcher(name, **opts)
-    p.reset(REGIONS)
-    return [p.observe(t, r, pg, hit) for t, (r, pg, hit) in enumerate(stream)]
+    return python_decisions(get_prefetcher(name, **opts), stream)
 
 
 def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
@@ -76,26 +52,9 @@ def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     return got
 
 
-@pytest.fixture(scope="module")
-def driver() -> Path:
-    return build("policy_parity_driver", [ROOT / "tests/policy_parity_driver.c"], shared=False)
-
-
-def _c_steps(driver: Path, name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
+def _c_steps(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     """The C steps of the native backends, on the same stream (one state per region)."""
-    p = get_prefetcher(name, **opts)
-    params = p.native_params() if hasattr(p, "native_params") else (0, 0)
-    limits = [str(r.pages) for r in REGIONS]
-    text = "".join(f"{r} {pg} {int(hit)}\n" for r, pg, hit in stream)
-    res = subprocess.run(
-        [str(driver), str(policy_entry(name).native_id), *map(str, params), *limits],
-        input=text,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = res.stdout.split("\n")[: len(stream)]
-    return [[(r, int(x)) for x in line.split()] for (r, _, _), line in zip(stream, lines)]
+    return c_step_decisions(policy_entry(name).native_id, get_prefetcher(name, **opts).native_params(), stream)
 
 
 def test_ids_header_is_generated_from_the_registry() -> None:
@@ -112,7 +71,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
         if "live" in e.backends or "pager" in e.backends:
             assert e.native_id is not None
         if e.factory is not None and ({"live", "pager"} & set(e.backends)):
-            assert e.name in PARAMS, f"{e.name} claims a native backend: add it to PARAMS and the driver"
+            assert len(_params(e.name)) > 1 or e.name == "none", f"{e.name}: list check_options in its class"
     # policies with one backend have nothing to agree with; the rest are all tested below
     assert {e.name for e in policy_entries() if len(e.backends) == 1} == {"learned", "oracle", "sparse", "table"}
 
@@ -120,7 +79,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
 @pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
 @pytest.mark.parametrize("stream", sorted(STREAMS))
 def test_python_observe_equals_the_kernel_of_its_kind(name: str, stream: str) -> None:
-    for opts in PARAMS.get(name, [{}]):
+    for opts in _params(name):
         assert _kernel(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream])
 
 
@@ -154,9 +113,18 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     "name", [n for n in MULTI if "live" in policy_entry(n).backends or "pager" in policy_entry(n).backends]
 )
 @pytest.mark.parametrize("stream", sorted(STREAMS))
-def test_native_c_steps_equal_python_observe(driver: Path, name: str, stream: str) -> None:
-    for opts in PARAMS[name]:
-        assert _c_steps(driver, name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream]), opts
+def test_native_c_steps_equal_python_observe(name: str, stream: str) -> None:
+    for opts in _params(name):
+        assert _c_steps(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream]), opts
+
+
+@pytest.mark.parametrize("name", [e.name for e in policy_entries()])
+def test_check_passes_for_every_registered_policy(name: str) -> None:
+    report = check(name)
+    assert report.ok, str(report)
+    ran = {f.backend for f in report.findings if f.ok}
+    if policy_entry(name).factory is not None and name != "learned":  # learned needs a model file
+        assert ran == set(policy_entry(name).backends), str(report)
 
 
 # ---- the real pager ----------------------------------------------------------------------
