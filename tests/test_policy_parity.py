@@ -4,8 +4,10 @@ on fixed streams, and the backends must name the same pages.
 Backends (``pagecast.policies.base.BACKENDS``): the Python ``observe``; the simulator's
 compiled kernel, looked up by the kind the registry gives it (``pagecast.sim.kernels``)
 and run inside ``simulate``'s compiled loop; the C steps the live fast path and
-the pager run (``native/policy/pc_policy.h``), fed through a small driver compiled here;
-and the real userfaultfd pager, whose fault log says what it mapped for each fault.
+the pager run (``native/policy/pc_policy.h``), fed through ``native/policy/parity_driver.c``;
+and the real userfaultfd pager, whose fault log says what it mapped for each fault. The
+streams and the comparisons are the library's (``pagecast.policies.parity``), which
+``pagecast.policies.check`` runs for a policy's author.
 """
 
 from __future__ import annotations
@@ -15,10 +17,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba import njit
 
 from pagecast.policies import check
-from pagecast.policies._numba import MAX_PREFETCH, region_pages
-from pagecast.policies.base import BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry, render_ids_header
+from pagecast.policies._numba import MAX_PREFETCH, emit, region_pages
+from pagecast.policies.base import (
+    BACKENDS,
+    PolicyEntry,
+    Prefetcher,
+    get_prefetcher,
+    native_ids,
+    policy_entries,
+    policy_entry,
+    render_ids_header,
+)
+from pagecast.policies.nextline import NextLine
 from pagecast.policies.parity import REGIONS, c_step_decisions, option_sets, python_decisions, streams
 from pagecast.trace.regions import Region
 from pagecast.util.native import build, native_dir
@@ -90,9 +103,9 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     from pagecast.trace.writer import TraceWriter
 
     assert kind_of(get_prefetcher(name)) is not None, "a compiled policy fell back to the Python path"
-    ev = STREAMS["mixed"] + STREAMS["strided"] + STREAMS["sequential"] + [(1, 3 * k, False) for k in range(2000)]
+    ev = [*STREAMS["mixed"], *STREAMS["strided"], *STREAMS["sequential"]] + [(1, 3 * k, False) for k in range(2000)]
     path = tmp_path / "s.parquet"
-    with TraceWriter(path, regions=REGIONS, page_size=PS, source="test") as w:
+    with TraceWriter(path, regions=list(REGIONS), page_size=PS, source="test") as w:
         w.write(
             t_ns=np.arange(len(ev), dtype=np.int64) * 1000,
             region=np.array([e[0] for e in ev], np.int32),
@@ -125,6 +138,100 @@ def test_check_passes_for_every_registered_policy(name: str) -> None:
     ran = {f.backend for f in report.findings if f.ok}
     if policy_entry(name).factory is not None and name != "learned":  # learned needs a model file
         assert ran == set(policy_entry(name).backends), str(report)
+
+
+# ---- check() on deliberately broken policies ---------------------------------------------
+
+
+@njit
+def _skip_one(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
+    """nextline's window, forward only and one page late: p+2 .. p+window."""
+    if hit:
+        return 0
+    n = 0
+    for d in range(2, params[1] + 1):
+        n = emit(out_r, out_p, n, region, page + d, rpages)
+    return n
+
+
+class _LateNextLine(NextLine):
+    """Claims nextline's C step (pager, live) while its own kernel names other pages."""
+
+    name = "late_nextline"
+    nb_observe = _skip_one
+    check_options = ()
+
+
+class _PythonDisagrees(NextLine):
+    """A kernel (claims the simulator's compiled loop) and an observe that drifted apart."""
+
+    name = "drifted"
+    check_options = ()
+
+    def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+        return super().observe(t_ns, region, page, hit)[:-1]
+
+
+def test_check_fails_a_policy_whose_c_step_differs_from_the_simulator() -> None:
+    entry = PolicyEntry("late_nextline", _LateNextLine, native_id=1, native=("live", "pager"))
+    report = check(entry)
+    assert not report.ok
+    assert {f.backend for f in report.failures} == {"live", "pager"}
+    assert [f.ok for f in report.findings if f.backend in ("python", "sim")] == [True, True]
+    text = str(report)
+    assert text.splitlines()[0] == "policy 'late_nextline' (python, sim, live, pager): FAILED"
+    # the first disagreement, named: stream, options, event, both answers. On the first miss
+    # (page 1) the C step reads around (window 32, 16 below: 2, 0, 3 .. 16), the toy p+2 .. p+32.
+    c_step, toy = [2, 0, *range(3, 17)], list(range(3, 34))
+    want = (
+        "C step differs from the simulator's Python path: stream 'sequential', options {}, event 1 "
+        f"(region 0, page 1, miss): named {c_step}, the simulator's Python path {toy}"
+    )
+    assert want in text, text
+
+
+def test_check_fails_a_kernel_and_observe_that_drifted_apart() -> None:
+    report = check(_PythonDisagrees)  # not registered: it claims what it implements
+    assert report.claims == ("python", "sim") and not report.ok
+    (failure,) = report.failures
+    assert failure.backend == "sim" and "compiled kernel differs from the simulator's Python path" in failure.detail
+
+
+def test_check_fails_a_claimed_backend_that_is_not_implemented() -> None:
+    from pagecast.policies.none import NoPrefetcher
+
+    no_c_step = check(PolicyEntry("no_c_step", NoPrefetcher, native_id=60, native=("pager",)))
+    assert not no_c_step.ok
+    assert "policy id 60 has no shared C step in pc_policy.h" in no_c_step.failures[0].detail
+
+    class Plain(Prefetcher):
+        name = "plain"
+
+        def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+            return [(region, page + 1)]
+
+    plain = check(PolicyEntry("plain", Plain, native_id=61, native=("live",)))
+    assert [f.backend for f in plain.failures] == ["live"]
+    assert "the C step is missing (NativePrefetchPolicy: native_params(), native_config())" in str(plain)
+    assert check(Plain).ok  # claiming only the Python path, it passes
+
+
+def test_registered_policies_satisfy_the_protocols() -> None:
+    from pagecast.policies import EvictionPolicy, PrefetchPolicy
+    from pagecast.policies.base import eviction_entries, get_eviction
+    from pagecast.policies.protocol import CompiledPrefetchPolicy, NativePrefetchPolicy
+
+    for e in policy_entries():
+        if e.factory is None or e.name == "learned":
+            continue
+        p = e.factory()
+        assert isinstance(p, PrefetchPolicy), e.name
+        assert isinstance(p, CompiledPrefetchPolicy) == ("sim" in e.backends), e.name
+        if e.native:
+            assert isinstance(p, NativePrefetchPolicy), e.name
+    for e in eviction_entries():
+        if e.name not in ("learned", "reuse"):  # these need a model or a training trace
+            assert isinstance(get_eviction(e.name), EvictionPolicy), e.name
 
 
 # ---- the real pager ----------------------------------------------------------------------
