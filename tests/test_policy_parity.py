@@ -234,6 +234,28 @@ def test_registered_policies_satisfy_the_protocols() -> None:
             assert isinstance(get_eviction(e.name), EvictionPolicy), e.name
 
 
+@pytest.mark.parametrize("name", ["clock", "fifo", "lfu", "lru", "min", "learned", "reuse"])
+def test_check_passes_every_registered_eviction(name: str) -> None:
+    report = check(name, role="eviction")
+    assert report.ok, str(report)
+    if name not in ("learned", "reuse"):  # these need a model or a training trace
+        assert [f.ok for f in report.findings] == [True] * len(report.findings)
+
+
+def test_check_fails_an_eviction_that_does_not_implement_its_declaration() -> None:
+    from pagecast.policies.base import Eviction
+    from pagecast.policies.evict_lru import LRU
+
+    class NoKey(Eviction):
+        name = "nokey"
+
+    report = check(NoKey)
+    assert not report.ok and "a keyed eviction needs a compiled nb_key" in str(report)
+    lru_on_pager = check(PolicyEntry("lru2", LRU, native=("pager",), role="eviction"))
+    assert [f.backend for f in lru_on_pager.failures] == ["pager"]
+    assert "whose only eviction is CLOCK, with structure 'lru'" in str(lru_on_pager)
+
+
 # ---- the real pager ----------------------------------------------------------------------
 
 PAGER_CASES = [  # (pager spec, the Python policy it must equal)

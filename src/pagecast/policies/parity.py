@@ -10,7 +10,10 @@ event: the compiled kernel, and the C step the live fast path and the pager run
 (``native/policy/pc_policy.h``, fed through ``native/policy/parity_driver.c``).
 
 ``tests/test_policy_parity.py`` runs the same comparisons (and, above this layer, the
-simulator's whole loop and the real pager).
+simulator's whole loop and the real pager). For an eviction policy ``check`` verifies the
+declaration only (its simulator structure and key kernel, and that only a CLOCK claims
+the pager, whose sweep is CLOCK): the victims come from the simulator's loop, which sits
+above this package; the parity test compares them in every backend.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from pagecast.policies.base import (
     BACKEND_LABELS,
     BACKENDS,
     NATIVE_BACKENDS,
+    Eviction,
     PolicyEntry,
+    eviction_entries,
     policy_entries,
     policy_entry,
     supports,
 )
-from pagecast.policies.protocol import CompiledPrefetchPolicy, NativePrefetchPolicy, PrefetchPolicy
+from pagecast.policies.protocol import CompiledPrefetchPolicy, EvictionPolicy, NativePrefetchPolicy, PrefetchPolicy
 from pagecast.trace.regions import Region
 
 PS = 4096
@@ -172,35 +177,50 @@ class CheckReport:
         return "\n".join([head, *map(str, self.findings)])
 
 
-def _entry_of(policy: str | type | PolicyEntry) -> PolicyEntry:
+def _entry_of(policy: str | type | PolicyEntry, role: str) -> PolicyEntry:
     if isinstance(policy, PolicyEntry):
         return policy
+    entries = eviction_entries() if role == "eviction" else policy_entries()
     if isinstance(policy, str):
-        e = policy_entry(policy)
-        if e is None:
-            names = ", ".join(x.name for x in policy_entries())
-            raise PagecastError(f"unknown policy {policy!r} (registered: {names})")
-        return e
+        for e in entries:
+            if e.name == policy:
+                return e
+        names = ", ".join(x.name for x in entries)
+        raise PagecastError(
+            f"unknown {'eviction' if role == 'eviction' else 'policy'} {policy!r} (registered: {names})"
+        )
     if isinstance(policy, type):
-        for e in policy_entries():
+        for e in entries:
             if e.factory is policy:
                 return e
         # not registered: it claims what it implements (register it to claim native backends)
-        return PolicyEntry(getattr(policy, "name", policy.__name__), policy, module=policy.__module__)
+        return PolicyEntry(getattr(policy, "name", policy.__name__), policy, module=policy.__module__, role=role)
     raise PagecastError(f"check() takes a policy name, class or PolicyEntry, not {type(policy).__name__}")
 
 
-def check(policy: str | type | PolicyEntry, *, options: Sequence[dict] | None = None) -> CheckReport:
+def check(
+    policy: str | type | PolicyEntry, *, options: Sequence[dict] | None = None, role: str | None = None
+) -> CheckReport:
     """Check one prefetch policy: its declared backends against what it implements, and
     its decisions in every claimed backend against the simulator's Python path.
 
     ``policy``: a registered name, a policy class (registered or not) or a ``PolicyEntry``
     (what ``register_prefetcher`` would record). ``options``: the option sets to run
-    (default: the defaults plus the class's ``check_options``). The report's ``ok`` is
-    False when any claimed backend is missing or disagrees; ``str(report)`` says where.
+    (default: the defaults plus the class's ``check_options``). ``role="eviction"`` (implied
+    by an ``Eviction`` class or entry) checks an eviction policy's declaration. The
+    report's ``ok`` is False when any claimed backend is missing or disagrees;
+    ``str(report)`` says where.
     """
-    entry = _entry_of(policy)
+    if role is None:
+        is_ev = (isinstance(policy, type) and issubclass(policy, Eviction)) or (
+            isinstance(policy, PolicyEntry) and policy.role == "eviction"
+        )
+        role = "eviction" if is_ev else "prefetcher"
+    entry = _entry_of(policy, role)
     report = CheckReport(entry.name, entry.backends)
+    if role == "eviction":
+        _check_eviction(entry, options, report)
+        return report
     if entry.factory is None:
         _check_native_only(entry, report)
         return report
@@ -306,3 +326,40 @@ def _check_native_only(entry: PolicyEntry, report: CheckReport) -> None:
             report.add(b, False, "claimed, but no options function (register_native_policy(options=...))")
         else:
             report.add(b, None, "exists only in C: no Python reference to compare with")
+
+
+STRUCTURES = ("lru", "fifo", "clock", "keyed")
+
+
+def _check_eviction(entry: PolicyEntry, options: Sequence[dict] | None, report: CheckReport) -> None:
+    """An eviction's declaration against what it implements (no victims: see the module doc)."""
+    sets = list(options) if options is not None else [{}]
+    for opts in sets:
+        try:
+            ev = entry.factory(**opts)  # type: ignore[misc]
+        except Exception as e:  # noqa: BLE001 (a plug-in's constructor may raise anything)
+            ok = False if opts or options is not None else None
+            report.add("sim", ok, f"not built with {opts or 'the defaults'}: {e}")
+            return
+        if not isinstance(ev, EvictionPolicy):
+            report.add("sim", False, "the object built lacks EvictionPolicy's members (structure, params()...)")
+            return
+        if ev.structure not in STRUCTURES:
+            report.add("sim", False, f"structure {ev.structure!r} is none of the simulator's ({', '.join(STRUCTURES)})")
+            return
+        if ev.structure == "keyed" and not hasattr(getattr(type(ev), "nb_key", None), "py_func"):
+            report.add("sim", False, "a keyed eviction needs a compiled nb_key (numba.njit)")
+            return
+        for what in ("params", "init_state"):
+            arr = getattr(ev, what)()
+            if not (isinstance(arr, np.ndarray) and arr.dtype == np.int64 and arr.ndim == 1 and len(arr)):
+                report.add("sim", False, f"{what}() must return a non-empty 1-d int64 array")
+                return
+        if "pager" in entry.native and ev.structure != "clock":
+            report.add(
+                "pager", False, f"claims the pager, whose only eviction is CLOCK, with structure {ev.structure!r}"
+            )
+            return
+    report.add("sim", True, f"runs on the simulator's {ev.structure} structure")
+    if "pager" in entry.native:
+        report.add("pager", True, "the pager's CLOCK sweep, the simulator's clock (victims: see the module doc)")
