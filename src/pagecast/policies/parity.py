@@ -229,18 +229,18 @@ def check(
     if built is None:
         return report
     try:
-        reference = {(i, s): python_decisions(p, ev) for i, p in enumerate(built) for s, ev in streams().items()}
+        reference = {(i, s): python_decisions(p, ev) for i, (_, p) in enumerate(built) for s, ev in streams().items()}
     except Exception as e:  # noqa: BLE001 (a plug-in's observe may raise anything)
         report.add("python", False, f"observe failed on the fixed streams: {type(e).__name__}: {e}")
         return report
     named = sum(len(d) for dec in reference.values() for d in dec)
     report.add("python", True, f"{len(built)} option set(s) x {len(streams())} streams, {named} pages named")
     if "sim" in entry.backends:
-        _compare(report, ("sim",), entry, built, reference, _kernel_runner)
+        _compare(report, ("sim",), built, reference, _kernel_runner)
     native = tuple(b for b in NATIVE_BACKENDS if b in entry.backends)
     if native:
-        _compare(report, native, entry, built, reference, _c_runner(entry))
-    elif all(isinstance(p, NativePrefetchPolicy) for p in built):
+        _compare(report, native, built, reference, _c_runner(entry))
+    elif all(isinstance(p, NativePrefetchPolicy) for _, p in built):
         report.add("live", None, "implements native_params but claims no native backend (register native=...)")
     return report
 
@@ -254,7 +254,8 @@ def _check_registry(entry: PolicyEntry, report: CheckReport) -> None:
             report.add(b, False, f"the registry says supports={supports(entry.name, b)}, the declaration otherwise")
 
 
-def _build_all(entry: PolicyEntry, options: Sequence[dict] | None, report: CheckReport) -> list | None:
+def _build_all(entry: PolicyEntry, options: Sequence[dict] | None, report: CheckReport) -> list[tuple] | None:
+    """(options, policy) for every option set; None (and a finding) if one cannot be built."""
     sets = list(options) if options is not None else option_sets(entry.factory)
     built = []
     for opts in sets:
@@ -269,7 +270,7 @@ def _build_all(entry: PolicyEntry, options: Sequence[dict] | None, report: Check
         if not isinstance(p, PrefetchPolicy):
             report.add("python", False, "the object built has no name/reset/observe (see PrefetchPolicy)")
             return None
-        built.append(p)
+        built.append((opts, p))
     return built
 
 
@@ -287,17 +288,18 @@ def _c_runner(entry: PolicyEntry) -> Runner:
     return run
 
 
-def _compare(report: CheckReport, backends: tuple[str, ...], entry: PolicyEntry, built: list, reference: dict,
-             run: Runner) -> None:  # fmt: skip
+def _compare(report: CheckReport, backends: tuple[str, ...], built: list, reference: dict, run: Runner) -> None:
+    """``run`` (the kernel, the C step) against the reference, for ``backends``: the first
+    disagreement, or that there is none."""
     sim = backends == ("sim",)
     what = "the compiled kernel" if sim else "the C step"
     need = CompiledPrefetchPolicy if sim else NativePrefetchPolicy
-    if not all(isinstance(p, need) for p in built):
+    if not all(isinstance(p, need) for _, p in built):
         members = "nb_observe, params(), init_state()" if sim else "native_params(), native_config()"
         for b in backends:
             report.add(b, False, f"claimed, but {what} is missing ({need.__name__}: {members})")
         return
-    for i, p in enumerate(built):
+    for i, (opts, p) in enumerate(built):
         for s, ev in streams().items():
             try:
                 got = run(p, ev)
@@ -307,7 +309,6 @@ def _compare(report: CheckReport, backends: tuple[str, ...], entry: PolicyEntry,
                 return
             diff = first_difference(ev, got, reference[(i, s)])
             if diff:
-                opts = option_sets(entry.factory)[i] if i < len(option_sets(entry.factory)) else "given"
                 for b in backends:
                     report.add(b, False, f"{what} differs from {REFERENCE}: stream {s!r}, options {opts}, {diff}")
                 return
