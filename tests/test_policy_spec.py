@@ -241,7 +241,8 @@ def test_the_deprecated_alias_is_one_line_and_the_syntax_comes_from_the_registry
         ("nextline:8,window=3", "window is given twice"),
         ("table", "policy 'table': needs a file: table:FILE"),
         ("table:/nonexistent/t.tab", "no such pager table file"),
-        ("none:5", "'5' is not key=value (use none:key=value,...)"),
+        ("none:5", "'5' is not key=value (use none:key=value,...; keys: none)"),
+        ("stride:degree=4,8", "'8' is not key=value (use stride:key=value,...; keys: degree, min_conf)"),
     ],
 )
 def test_bad_pager_specs_are_one_line(text, message):

@@ -209,13 +209,12 @@ def policy_syntax(backend: str) -> str:
     ``nextline[:N], none, ...; deprecated: next[:N]``."""
     from pagecast.policies.base import aliases, policies_for
 
-    def form(name: str) -> str:
+    def form(name: str, shown: str = "") -> str:
         sh = _entry(name).shorthand
-        return name + (sh.syntax if sh else "")
+        return (shown or name) + (sh.syntax if sh else "")
 
     runs = policies_for(backend)
-    old = [a.name + (_entry(a.target).shorthand.syntax if _entry(a.target).shorthand else "") for a in aliases()
-           if a.target in runs]  # fmt: skip
+    old = [form(a.target, a.name) for a in aliases() if a.target in runs]
     return ", ".join(form(n) for n in runs) + (f"; deprecated: {', '.join(old)}" if old else "")
 
 
@@ -258,7 +257,10 @@ def parse_policy_spec(
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise PagecastError(f"policy {text!r}: {item.strip()!r} is not key=value (use {name}:key=value,...)")
+            keys = ", ".join(params) or "none"
+            raise PagecastError(
+                f"policy {text!r}: {item.strip()!r} is not key=value (use {name}:key=value,...; keys: {keys})"
+            )
         if key in opts:
             raise PagecastError(f"policy {text!r}: {key} is given twice")
         param = params.get(key)
