@@ -191,6 +191,31 @@ def test_stride_and_next_policies_cut_faults(tmp_path: Path) -> None:
     assert st.faults == -(-n // 8) and st.prefetched == n - st.faults
 
 
+def test_old_and_new_pager_specs_page_alike(tmp_path: Path, capfd: pytest.CaptureFixture) -> None:
+    """The deprecated ``next:7``, its spelling in the one spec grammar and the shorthand with
+    an option map the same pages on a real run; only the old name warns, in one line."""
+    from pagecast.cli import main as cli_main
+
+    f = tmp_path / "n.bin"
+    f.write_bytes(bytes(64 * PS))
+    script = f"import mmap,os\nm=mmap.mmap(os.open({str(f)!r},os.O_RDONLY),0,prot=mmap.PROT_READ)\n" + (
+        f"s=sum(m[p*{PS}] for p in range(64))\n"
+    )
+    for spec in ("next:7", "nextline:window=8,before=0", "nextline:7,before=0"):
+        argv = ["pager", "run", f"{f}:64p", "--policy", spec, "--json", "--", sys.executable, "-c", script]
+        assert cli_main(argv) == 0, spec
+        out, err = capfd.readouterr()
+        (st,) = json.loads(out)["regions"]
+        assert (st["faults"], st["prefetched"]) == (8, 56), spec  # one fault per 8 pages, forward only
+        warned = [line for line in err.splitlines() if "warning" in line]
+        if spec.startswith("next:"):
+            assert warned == [
+                "pagecast pager: warning: policy 'next' is deprecated: use nextline:N,before=0 (the same pages p+1..p+N)"
+            ]
+        else:
+            assert warned == [], err
+
+
 def test_table_policy_from_schedule_and_prefetcher(tmp_path: Path) -> None:
     from pagecast.policies.base import Prefetcher
     from pagecast.trace.schedule import Schedule

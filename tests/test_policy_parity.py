@@ -4,8 +4,10 @@ on fixed streams, and the backends must name the same pages.
 Backends (``pagecast.policies.base.BACKENDS``): the Python ``observe``; the simulator's
 compiled kernel, looked up by the kind the registry gives it (``pagecast.sim.kernels``)
 and run inside ``simulate``'s compiled loop; the C steps the live fast path and
-the pager run (``native/policy/pc_policy.h``), fed through a small driver compiled here;
-and the real userfaultfd pager, whose fault log says what it mapped for each fault.
+the pager run (``native/policy/pc_policy.h``), fed through ``native/policy/parity_driver.c``;
+and the real userfaultfd pager, whose fault log says what it mapped for each fault. The
+streams and the comparisons are the library's (``pagecast.policies.parity``), which
+``pagecast.policies.check`` runs for a policy's author.
 """
 
 from __future__ import annotations
@@ -15,50 +17,37 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numba import njit
 
-from pagecast.policies._numba import MAX_PREFETCH, region_pages
-from pagecast.policies.base import BACKENDS, get_prefetcher, native_ids, policy_entries, policy_entry, render_ids_header
+from pagecast.policies import check
+from pagecast.policies._numba import MAX_PREFETCH, emit, region_pages
+from pagecast.policies.base import (
+    BACKENDS,
+    PolicyEntry,
+    Prefetcher,
+    get_prefetcher,
+    native_ids,
+    policy_entries,
+    policy_entry,
+    render_ids_header,
+)
+from pagecast.policies.nextline import NextLine
+from pagecast.policies.parity import REGIONS, c_step_decisions, option_sets, python_decisions, streams
 from pagecast.trace.regions import Region
 from pagecast.util.native import build, native_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 PS = 4096
-# Two regions: one of known length (clipping), one of unknown length (region limit 0).
-REGIONS = [Region(0, "f0", kind="file", length=300 * PS), Region(1, "f1", kind="file", length=0)]
-
-
-def _streams() -> dict[str, list[tuple[int, int, bool]]]:
-    """(region, page, hit) events: runs, strides both ways, region edges, noise."""
-    rng = np.random.default_rng(16)
-    seq = [(0, p, p % 3 == 0) for p in range(0, 120)]
-    strided = [(0, 5 + 3 * k, False) for k in range(40)] + [(1, 5000 - 7 * k, bool(k % 2)) for k in range(40)]
-    edges = [(0, p, False) for p in (0, 1, 299, 298, 297, 150, 0, 299)] + [(1, p, False) for p in (0, 1, 2, 3, 1 << 30)]
-    mixed = []
-    for _ in range(400):
-        r = int(rng.integers(2))
-        if rng.random() < 0.5 and mixed:
-            lr, lp, _ = mixed[-1]
-            mixed.append((lr, max(0, lp + int(rng.choice([1, 2, 4, -3]))), bool(rng.random() < 0.3)))
-        else:
-            mixed.append((r, int(rng.integers(0, 300 if r == 0 else 100_000)), bool(rng.random() < 0.3)))
-    interleaved = [ev for k in range(30) for ev in ((0, 10 + 2 * k, False), (1, 900 - 5 * k, False))]
-    return {"sequential": seq, "strided": strided, "edges": edges, "mixed": mixed, "interleaved": interleaved}
-
-
-STREAMS = _streams()
-# Parameter sets per policy with C steps (defaults first).
-PARAMS = {
-    "nextline": [{}, {"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1}],
-    "stride": [{}, {"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3}],
-    "none": [{}],
-}
+STREAMS = streams()  # the fixed streams pagecast.policies.check runs
 MULTI = [e.name for e in policy_entries() if len(e.backends) > 1]
 
 
+def _params(name: str) -> list[dict]:
+    return option_sets(policy_entry(name).factory)
+
+
 def _python(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
-    p = get_prefetcher(name, **opts)
-    p.reset(REGIONS)
-    return [p.observe(t, r, pg, hit) for t, (r, pg, hit) in enumerate(stream)]
+    return python_decisions(get_prefetcher(name, **opts), stream)
 
 
 def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
@@ -76,26 +65,9 @@ def _kernel(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     return got
 
 
-@pytest.fixture(scope="module")
-def driver() -> Path:
-    return build("policy_parity_driver", [ROOT / "tests/policy_parity_driver.c"], shared=False)
-
-
-def _c_steps(driver: Path, name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
+def _c_steps(name: str, opts: dict, stream) -> list[list[tuple[int, int]]]:
     """The C steps of the native backends, on the same stream (one state per region)."""
-    p = get_prefetcher(name, **opts)
-    params = p.native_params() if hasattr(p, "native_params") else (0, 0)
-    limits = [str(r.pages) for r in REGIONS]
-    text = "".join(f"{r} {pg} {int(hit)}\n" for r, pg, hit in stream)
-    res = subprocess.run(
-        [str(driver), str(policy_entry(name).native_id), *map(str, params), *limits],
-        input=text,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    lines = res.stdout.split("\n")[: len(stream)]
-    return [[(r, int(x)) for x in line.split()] for (r, _, _), line in zip(stream, lines)]
+    return c_step_decisions(policy_entry(name).native_id, get_prefetcher(name, **opts).native_params(), stream)
 
 
 def test_ids_header_is_generated_from_the_registry() -> None:
@@ -112,7 +84,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
         if "live" in e.backends or "pager" in e.backends:
             assert e.native_id is not None
         if e.factory is not None and ({"live", "pager"} & set(e.backends)):
-            assert e.name in PARAMS, f"{e.name} claims a native backend: add it to PARAMS and the driver"
+            assert len(_params(e.name)) > 1 or e.name == "none", f"{e.name}: list check_options in its class"
     # policies with one backend have nothing to agree with; the rest are all tested below
     assert {e.name for e in policy_entries() if len(e.backends) == 1} == {"learned", "oracle", "sparse", "table"}
 
@@ -120,7 +92,7 @@ def test_every_claimed_backend_has_a_runner_here() -> None:
 @pytest.mark.parametrize("name", [n for n in MULTI if "sim" in policy_entry(n).backends])
 @pytest.mark.parametrize("stream", sorted(STREAMS))
 def test_python_observe_equals_the_kernel_of_its_kind(name: str, stream: str) -> None:
-    for opts in PARAMS.get(name, [{}]):
+    for opts in _params(name):
         assert _kernel(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream])
 
 
@@ -131,9 +103,9 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     from pagecast.trace.writer import TraceWriter
 
     assert kind_of(get_prefetcher(name)) is not None, "a compiled policy fell back to the Python path"
-    ev = STREAMS["mixed"] + STREAMS["strided"] + STREAMS["sequential"] + [(1, 3 * k, False) for k in range(2000)]
+    ev = [*STREAMS["mixed"], *STREAMS["strided"], *STREAMS["sequential"]] + [(1, 3 * k, False) for k in range(2000)]
     path = tmp_path / "s.parquet"
-    with TraceWriter(path, regions=REGIONS, page_size=PS, source="test") as w:
+    with TraceWriter(path, regions=list(REGIONS), page_size=PS, source="test") as w:
         w.write(
             t_ns=np.arange(len(ev), dtype=np.int64) * 1000,
             region=np.array([e[0] for e in ev], np.int32),
@@ -154,9 +126,134 @@ def test_simulator_runs_the_kernel_compiled_and_matches_observe(tmp_path: Path, 
     "name", [n for n in MULTI if "live" in policy_entry(n).backends or "pager" in policy_entry(n).backends]
 )
 @pytest.mark.parametrize("stream", sorted(STREAMS))
-def test_native_c_steps_equal_python_observe(driver: Path, name: str, stream: str) -> None:
-    for opts in PARAMS[name]:
-        assert _c_steps(driver, name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream]), opts
+def test_native_c_steps_equal_python_observe(name: str, stream: str) -> None:
+    for opts in _params(name):
+        assert _c_steps(name, opts, STREAMS[stream]) == _python(name, opts, STREAMS[stream]), opts
+
+
+@pytest.mark.parametrize("name", [e.name for e in policy_entries()])
+def test_check_passes_for_every_registered_policy(name: str) -> None:
+    report = check(name)
+    assert report.ok, str(report)
+    ran = {f.backend for f in report.findings if f.ok}
+    if policy_entry(name).factory is not None and name != "learned":  # learned needs a model file
+        assert ran == set(policy_entry(name).backends), str(report)
+
+
+# ---- check() on deliberately broken policies ---------------------------------------------
+
+
+@njit
+def _skip_one(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
+    """nextline's window, forward only and one page late: p+2 .. p+window."""
+    if hit:
+        return 0
+    n = 0
+    for d in range(2, params[1] + 1):
+        n = emit(out_r, out_p, n, region, page + d, rpages)
+    return n
+
+
+class _LateNextLine(NextLine):
+    """Claims nextline's C step (pager, live) while its own kernel names other pages."""
+
+    name = "late_nextline"
+    nb_observe = _skip_one
+    check_options = ()
+
+
+class _PythonDisagrees(NextLine):
+    """A kernel (claims the simulator's compiled loop) and an observe that drifted apart."""
+
+    name = "drifted"
+    check_options = ()
+
+    def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+        return super().observe(t_ns, region, page, hit)[:-1]
+
+
+def test_check_fails_a_policy_whose_c_step_differs_from_the_simulator() -> None:
+    entry = PolicyEntry("late_nextline", _LateNextLine, native_id=1, native=("live", "pager"))
+    report = check(entry)
+    assert not report.ok
+    assert {f.backend for f in report.failures} == {"live", "pager"}
+    assert [f.ok for f in report.findings if f.backend in ("python", "sim")] == [True, True]
+    text = str(report)
+    assert text.splitlines()[0] == "policy 'late_nextline' (python, sim, live, pager): FAILED"
+    # the first disagreement, named: stream, options, event, both answers. On the first miss
+    # (page 1) the C step reads around (window 32, 16 below: 2, 0, 3 .. 16), the toy p+2 .. p+32.
+    c_step, toy = [2, 0, *range(3, 17)], list(range(3, 34))
+    want = (
+        "C step differs from the simulator's Python path: stream 'sequential', options {}, event 1 "
+        f"(region 0, page 1, miss): named {c_step}, the simulator's Python path {toy}"
+    )
+    assert want in text, text
+
+
+def test_check_fails_a_kernel_and_observe_that_drifted_apart() -> None:
+    report = check(_PythonDisagrees)  # not registered: it claims what it implements
+    assert report.claims == ("python", "sim") and not report.ok
+    (failure,) = report.failures
+    assert failure.backend == "sim" and "compiled kernel differs from the simulator's Python path" in failure.detail
+
+
+def test_check_fails_a_claimed_backend_that_is_not_implemented() -> None:
+    from pagecast.policies.none import NoPrefetcher
+
+    no_c_step = check(PolicyEntry("no_c_step", NoPrefetcher, native_id=60, native=("pager",)))
+    assert not no_c_step.ok
+    assert "policy id 60 has no shared C step in pc_policy.h" in no_c_step.failures[0].detail
+
+    class Plain(Prefetcher):
+        name = "plain"
+
+        def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
+            return [(region, page + 1)]
+
+    plain = check(PolicyEntry("plain", Plain, native_id=61, native=("live",)))
+    assert [f.backend for f in plain.failures] == ["live"]
+    assert "the C step is missing (NativePrefetchPolicy: native_params(), native_config())" in str(plain)
+    assert check(Plain).ok  # claiming only the Python path, it passes
+
+
+def test_registered_policies_satisfy_the_protocols() -> None:
+    from pagecast.policies import EvictionPolicy, PrefetchPolicy
+    from pagecast.policies.base import eviction_entries, get_eviction
+    from pagecast.policies.protocol import CompiledPrefetchPolicy, NativePrefetchPolicy
+
+    for e in policy_entries():
+        if e.factory is None or e.name == "learned":
+            continue
+        p = e.factory()
+        assert isinstance(p, PrefetchPolicy), e.name
+        assert isinstance(p, CompiledPrefetchPolicy) == ("sim" in e.backends), e.name
+        if e.native:
+            assert isinstance(p, NativePrefetchPolicy), e.name
+    for e in eviction_entries():
+        if e.name not in ("learned", "reuse"):  # these need a model or a training trace
+            assert isinstance(get_eviction(e.name), EvictionPolicy), e.name
+
+
+@pytest.mark.parametrize("name", ["clock", "fifo", "lfu", "lru", "min", "learned", "reuse"])
+def test_check_passes_every_registered_eviction(name: str) -> None:
+    report = check(name, role="eviction")
+    assert report.ok, str(report)
+    if name not in ("learned", "reuse"):  # these need a model or a training trace
+        assert [f.ok for f in report.findings] == [True] * len(report.findings)
+
+
+def test_check_fails_an_eviction_that_does_not_implement_its_declaration() -> None:
+    from pagecast.policies.base import Eviction
+    from pagecast.policies.evict_lru import LRU
+
+    class NoKey(Eviction):
+        name = "nokey"
+
+    report = check(NoKey)
+    assert not report.ok and "a keyed eviction needs a compiled nb_key" in str(report)
+    lru_on_pager = check(PolicyEntry("lru2", LRU, native=("pager",), role="eviction"))
+    assert [f.backend for f in lru_on_pager.failures] == ["pager"]
+    assert "whose only eviction is CLOCK, with structure 'lru'" in str(lru_on_pager)
 
 
 # ---- the real pager ----------------------------------------------------------------------

@@ -158,7 +158,96 @@ def test_pager_policies_take_options_through_the_same_parser():
     for text, message in [
         ("stride:foo=1", "stride has no option 'foo' (valid: degree, min_conf)"),
         ("nextline:window=x", "window='x' is not an integer"),
-        ("sparse:foo=1", "sparse takes no options"),
+        ("sparse:foo=1", "sparse has no option 'foo' (valid: depth)"),
     ]:
         with pytest.raises(PagecastError, match=message.replace("(", r"\(").replace(")", r"\)")):
             PagerPolicy.parse(text)
+
+
+# The settings the pager's own parser (before it used this module) gave every string it
+# accepted: (name, depth, before, min_conf). nextline's before is window // 2.
+OLD_PAGER_SETTINGS = {
+    "none": ("none", 16, -1, 1),
+    "nextline": ("nextline", 31, 16, 1),
+    "nextline:8": ("nextline", 8, 4, 1),
+    "nextline:1": ("nextline", 1, 1, 1),
+    "nextline:64": ("nextline", 64, 32, 1),
+    "nextline:window=9,before=4": ("nextline", 8, 4, 1),
+    "nextline:before=0": ("nextline", 31, 0, 1),
+    "next": ("nextline", 16, 0, 1),
+    "next:5": ("nextline", 5, 0, 1),
+    "next:1": ("nextline", 1, 0, 1),
+    "stride": ("stride", 16, -1, 1),
+    "stride:4": ("stride", 4, -1, 1),
+    "stride:64": ("stride", 64, -1, 1),
+    "stride:degree=3,min_conf=2": ("stride", 3, -1, 2),
+    "stride:min_conf=0": ("stride", 16, -1, 0),
+    "sparse": ("sparse", 16, -1, 1),
+    "sparse:8": ("sparse", 8, -1, 1),
+}
+
+
+@pytest.mark.parametrize("text", sorted(OLD_PAGER_SETTINGS))
+def test_the_pager_reads_every_old_spec_as_before(text):
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+    from pagecast.policies.base import policy_entry
+
+    p = PagerPolicy.parse(text)
+    assert (p.name, p.depth, p.before, p.min_conf) == OLD_PAGER_SETTINGS[text]
+    assert p.table is None and p.policy_id == policy_entry(p.name).native_id
+    assert bool(p.warning) == text.startswith("next:") or text == "next"
+
+
+def test_the_pager_table_spec_and_the_batch_argument(tmp_path):
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+
+    tab = tmp_path / "a,b=c.tab"  # a file name with ',' and '=' is still the whole value
+    tab.write_bytes(b"")
+    p = PagerPolicy.parse(f"table:{tab}")
+    assert (p.name, p.table, p.depth) == ("table", tab, 16)
+    plain = tmp_path / "t.tab"
+    plain.write_bytes(b"")
+    assert PagerPolicy.parse(f"table:file={plain},depth=4") == PagerPolicy("table", 4, plain)
+    # depth=: the pages per batch of a spec that names none, as before
+    for text, want in [("sparse", 4), ("nextline", 4), ("stride", 4), ("next", 4), (f"table:{tab}", 4)]:
+        assert PagerPolicy.parse(text, depth=4).depth == want, text
+    assert PagerPolicy.parse("next", depth=4).before == 0
+    assert PagerPolicy.parse("nextline:window=9", depth=4).depth == 8  # the text wins
+
+
+def test_the_deprecated_alias_is_one_line_and_the_syntax_comes_from_the_registry():
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+    from pagecast.policies.spec import policy_syntax
+
+    w = PagerPolicy.parse("next:3").warning
+    assert "\n" not in w and "'next' is deprecated" in w and "nextline" in w
+    assert policy_syntax("pager") == "nextline[:N], none, sparse[:N], stride[:N], table:FILE; deprecated: next[:N]"
+    # the shorthand is the spec grammar's, not the pager's alone
+    assert parse_policy_spec("stride:8").options == {"degree": 8}
+    assert parse_policy_spec("nextline:8,before=0").options == {"window": 9, "before": 0}
+    assert parse_policy_spec("stride", backend="pager").options == {"degree": 16}
+    assert parse_policy_spec("stride").options == {}
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("nosuch", "unknown pager policy 'nosuch' (valid: nextline[:N], none, sparse[:N], stride[:N], table:FILE"),
+        ("leap:4", "policy 'leap' does not run in the pager; it runs in: Python path, simulator's compiled loop"),
+        ("stride:x", "'x' is not key=value, and as stride:N (the degree) it is not an integer (valid keys: degree, "),
+        ("stride:0", "policy 'stride:0': stride degree must be 1..64"),
+        ("sparse:0", "policy 'sparse:0': depth must be a positive integer"),
+        ("sparse:depth=x", "depth='x' is not an integer (depth: int, default 16)"),
+        ("nextline:8,window=3", "window is given twice"),
+        ("table", "policy 'table': needs a file: table:FILE"),
+        ("table:/nonexistent/t.tab", "no such pager table file"),
+        ("none:5", "'5' is not key=value (use none:key=value,...; keys: none)"),
+        ("stride:degree=4,8", "'8' is not key=value (use stride:key=value,...; keys: degree, min_conf)"),
+    ],
+)
+def test_bad_pager_specs_are_one_line(text, message):
+    from pagecast.pager.runtime import PolicySpec as PagerPolicy
+
+    with pytest.raises(PagecastError) as e:
+        PagerPolicy.parse(text)
+    assert message in str(e.value) and "\n" not in str(e.value)

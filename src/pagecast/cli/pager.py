@@ -93,8 +93,9 @@ def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument(
         "--policy",
         default="none",
-        help="none, nextline[:N], stride[:N], sparse[:N] or table:FILE; N pages per batch, nextline and stride "
-        "as in pagecast simulate (default none). Deprecated: next[:N], now nextline with before=0",
+        help="a policy the pager runs, in the spec grammar of pagecast simulate: none, nextline[:N], stride[:N], "
+        "sparse[:N], table:FILE, or NAME:key=value,...; N pages per batch (default none). Deprecated: next[:N], "
+        "nextline:N,before=0",
     )
     r.add_argument(
         "--pack", action="append", metavar="PACK", help="page pack to stream into its file's region (repeatable)"

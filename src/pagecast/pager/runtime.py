@@ -12,12 +12,13 @@ Three ways to use it:
   * ``pagecast pager run FILE:BUDGET -- CMD`` (``pagecast.cli.pager``).
 
 Policies (the pager's entries of the policy registry, ``pagecast.policies``; ids in
-``native/policy/pc_policy_ids.h``): ``none``, ``nextline[:N]`` (N pages per batch in the
-window of ``policies/nextline.py``), ``stride[:N]`` (the rule of ``policies/stride.py``),
-``sparse[:N]`` (BowerAccess: the learned set of pages, in increasing order),
-``table:FILE`` (a page → pages table built offline from a schedule or from any pagecast
-``Prefetcher`` run over a trace, see ``build_table``). ``next[:N]``, the old name, is kept
-as a deprecated alias: ``nextline`` with ``before=0`` (pages p+1 … p+N, as before).
+``native/policy/pc_policy_ids.h``; specs parsed by ``pagecast.policies.spec``): ``none``,
+``nextline[:N]`` (N pages per batch in the window of ``policies/nextline.py``),
+``stride[:N]`` (the rule of ``policies/stride.py``), ``sparse[:N]`` (BowerAccess: the
+learned set of pages, in increasing order), ``table:FILE`` (a page → pages table built
+offline from a schedule or from any pagecast ``Prefetcher`` run over a trace, see
+``build_table``). ``next[:N]``, the old name, is kept as a deprecated alias: ``nextline``
+with ``before=0`` (pages p+1 … p+N, as before); using it warns in one line.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import numpy as np
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_output, check_readable, from_os_error, one_line, os_error_text
-from pagecast.policies.base import policy_entry, require, supports, unsupported
+from pagecast.policies.base import BATCH_PAGES, alias, policy_entry, require
+from pagecast.policies.spec import parse_policy_spec
 from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
@@ -43,10 +45,6 @@ from pagecast.util.native import build, native_dir
 from pagecast.util.process import run_program
 from pagecast.util.sizes import is_size, parse_size
 
-DEFAULT_DEPTH = 16
-# Old pager names kept as aliases (deprecated): name → (policy, options it implies).
-ALIASES = {"next": ("nextline", {"before": 0})}
-POLICY_SYNTAX = "none, nextline[:N], stride[:N], sparse[:N], table:FILE (deprecated alias: next[:N])"
 # Binary layouts mirrored from native/pager/pager.h (tests/test_binary_layouts.py compares them).
 LOG_HEADER = 4096
 LOG_MAGIC = b"PGCLOG1\0"
@@ -174,13 +172,20 @@ def probe() -> None:
 
 @dataclass
 class PolicySpec:
-    """A pager policy: its registry name, pages per batch and its own parameters."""
+    """A pager policy: its registry name and the C pager's settings for it (``pgr_config``).
+
+    Parsed by the one policy-spec parser (``pagecast.policies.spec``, backend ``pager``):
+    the names, shorthands (``stride:8``, ``table:FILE``), the deprecated ``next`` and the
+    defaults are the policies' own declarations, and the settings come from the policy
+    (``native_config``), checked by its constructor, so a name means the same pages in
+    every backend. The field defaults are the C pager's own (pager.h)."""
 
     name: str = "none"
-    depth: int = DEFAULT_DEPTH
+    depth: int = BATCH_PAGES
     table: Path | None = None
     before: int = -1  # nextline: pages below the fault (-1: window // 2, as policies/nextline.py)
     min_conf: int = 1  # stride: as policies/stride.py
+    warning: str = field(default="", compare=False)  # a deprecated name was used: one line
 
     @property
     def policy_id(self) -> int:
@@ -189,65 +194,25 @@ class PolicySpec:
 
     @classmethod
     def parse(cls, text: str, depth: int | None = None) -> "PolicySpec":
-        """``none``, ``nextline[:N]``, ``stride[:N]``, ``sparse[:N]``, ``table:FILE``; options
-        as ``name:key=value,...`` (nextline: window, before; stride: degree, min_conf).
-        ``next[:N]`` (deprecated) is ``nextline`` with ``before=0``."""
-        name, _, arg = text.partition(":")
-        name, implied = ALIASES.get(name, (name, {}))
-        if not supports(name, "pager"):
-            if policy_entry(name) is None:
-                raise PagecastError(f"unknown pager policy {name!r} ({POLICY_SYNTAX})")
-            raise PagecastError(unsupported(name, "pager"))
-        if name == "table":
-            if not arg:
-                raise PagecastError("policy table needs a file: table:FILE (see `pagecast pager table`)")
-            if not Path(arg).exists():
-                raise PagecastError("no such pager table file", path=arg)
-            return cls(name, depth or DEFAULT_DEPTH, Path(arg))
-        opts: dict[str, int] = {}
-        if arg and "=" in arg:
-            from pagecast.policies.spec import parse_policy_spec, policy_names
-
-            if name not in policy_names():  # a pager-only policy (sparse)
-                raise PagecastError(f"policy {text!r}: {name} takes no options (only :N, the pages per batch)")
-            opts = dict(parse_policy_spec(f"{name}:{arg}").options)  # the keys and types of the Python policy
-        elif arg:
-            if not arg.isdigit() or int(arg) < 1:
-                raise PagecastError(f"policy {text!r}: the depth after ':' must be a positive integer")
-            depth = int(arg)
-        return cls._native(name, text, depth, {**opts, **implied}, bool(implied))
-
-    @classmethod
-    def _native(cls, name: str, text: str, depth: int | None, opts: dict[str, int], alias: bool) -> "PolicySpec":
-        """The C pager's settings for ``name``: the Python policy's own parameters, checked
-        by its constructor, so a name means the same pages in every backend."""
-        allowed = {"nextline": {"window", "before"}, "stride": {"degree", "min_conf"}}.get(name, set())
-        if set(opts) - allowed:
-            keys = ", ".join(sorted(allowed)) or "none (only :N, the pages per batch)"
-            raise PagecastError(f"policy {text!r}: unknown option {sorted(set(opts) - allowed)[0]!r} (options: {keys})")
-        if name == "nextline":
-            if alias:  # next:N = pages p+1 … p+N, any N, as the old pager name
-                return cls(name, depth or DEFAULT_DEPTH, before=0)
-            if depth is not None and "window" not in opts:
-                opts["window"] = depth + 1
-            before, window = _policy_params(name, text, opts)
-            return cls(name, window - 1, before=before)
-        if name == "stride":
-            if depth is not None and "degree" not in opts:
-                opts["degree"] = depth
-            opts.setdefault("degree", DEFAULT_DEPTH)
-            degree, min_conf = _policy_params(name, text, opts)
-            return cls(name, degree, min_conf=min_conf)
-        return cls(name, depth or DEFAULT_DEPTH)
+        """Any spec the pager runs (``policy_syntax("pager")``: ``none``, ``nextline[:N]``,
+        ``stride[:N]``, ``sparse[:N]``, ``table:FILE``, ``name:key=value,...``); ``depth``
+        is the pages per batch of a spec that gives none (its shorthand ``:N``)."""
+        spec = parse_policy_spec(text, backend="pager", defaults=_batch_options(text, depth))
+        return cls(spec.name, **spec.native_config(), warning=spec.warning)
 
 
-def _policy_params(name: str, text: str, opts: dict[str, int]) -> tuple[int, int]:
-    from pagecast.policies.base import get_prefetcher
-
-    try:
-        return get_prefetcher(name, **opts).native_params()
-    except (TypeError, ValueError) as e:
-        raise PagecastError(f"policy {text!r}: {e}") from None
+def _batch_options(text: str, depth: int | None) -> dict[str, int]:
+    """``depth`` pages per batch as the policy's options: through its shorthand (``nextline``:
+    window = depth + 1), else its own ``depth`` option (``table``)."""
+    if depth is None:
+        return {}
+    name = str(text).partition(":")[0].strip()
+    old = alias(name)
+    entry = policy_entry(old.target if old else name)
+    sh = entry.shorthand if entry is not None else None
+    if sh is not None and sh.metavar == "N":
+        return {sh.key: int(depth) + sh.offset}
+    return {"depth": int(depth)}
 
 
 _PAGES = re.compile(r"\s*(\d+)\s*[pP]\s*")
@@ -742,7 +707,7 @@ class PagerRun:
     stats: list[dict]  # one per paged mapping, written by the shim at unmap/exit
     trace: Path | None
     trace_error: str | None = None  # the program ran but its trace could not be written (disk full)
-    warnings: list[str] = field(default_factory=list)  # files to page that were never paged
+    warnings: list[str] = field(default_factory=list)  # a deprecated policy name; files never paged
 
 
 def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
@@ -806,6 +771,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
     """
     if not cmd:
         raise PagecastError("no command given (pagecast pager run FILE:BUDGET -- CMD ...)")
+    pol = policy if isinstance(policy, PolicySpec) else PolicySpec.parse(policy)
     check_paged_files(specs)
     if trace_out is not None:
         check_output(trace_out)  # before the program runs, not after
@@ -814,7 +780,7 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         tdp = Path(td)
         (tdp / "log").mkdir()
         (tdp / "stats").mkdir()
-        e = pager_env(specs, policy, log_dir=tdp / "log" if trace_out is not None else None, stats_dir=tdp / "stats",
+        e = pager_env(specs, pol, log_dir=tdp / "log" if trace_out is not None else None, stats_dir=tdp / "stats",
                       learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms, packs=packs,
                       pack_defer=pack_defer, pack_stop_after=pack_stop_after)  # fmt: skip
         try:
@@ -835,7 +801,8 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
                 trace_error = one_line(from_os_error(e, "trace not written", trace_out))
             except PagecastError as e:  # the program's exit status is still the run's result
                 trace_error = one_line(e)
-        return PagerRun(returncode, stats, trace, trace_error, unpaged_files(specs, stats))
+        warnings = ([pol.warning] if pol.warning else []) + unpaged_files(specs, stats)
+        return PagerRun(returncode, stats, trace, trace_error, warnings)
 
 
 def run_with_pager(

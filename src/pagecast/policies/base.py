@@ -15,7 +15,13 @@ A policy module declares, once, what it provides (``register_prefetcher``):
   (``native/policy/pc_policy.h``).
 
 Policies that exist only in C (the pager's ``sparse`` and ``table``) are declared with
-``register_native_policy`` so the vocabulary and the ids still have one source.
+``register_native_policy`` so the vocabulary and the ids still have one source; their
+``options`` function declares, by its signature, the options a spec may set and returns
+the native settings.
+
+How a spec names a policy is declared here too (``pagecast.policies.spec`` reads it): a
+``Shorthand`` (``stride:8`` is ``stride:degree=8``), old names kept as deprecated aliases,
+and per-backend defaults (the pager maps ``BATCH_PAGES`` pages per fault unless told).
 
 Eviction policies register the same way (``register_eviction``), in a registry of their
 own (an eviction and a prefetcher may share a name: ``min``, ``learned``): an
@@ -56,6 +62,37 @@ class Prefetcher:
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class Shorthand:
+    """``name:VALUE``: a bare value after the colon sets option ``key`` to VALUE + ``offset``.
+
+    ``metavar`` names the value in syntax lines (``nextline[:N]``, ``table:FILE``); a
+    shorthand that is ``required`` has no bare form (``table`` alone means nothing)."""
+
+    key: str
+    offset: int = 0
+    metavar: str = "N"
+    required: bool = False
+
+    @property
+    def syntax(self) -> str:
+        return f":{self.metavar}" if self.required else f"[:{self.metavar}]"
+
+
+@dataclass(frozen=True)
+class Alias:
+    """An old name kept working: the policy it now is and the options it implies
+    (defaults the spec may still override). Using it prints ``warning``, one line."""
+
+    name: str
+    target: str
+    implies: dict = field(default_factory=dict)
+    warning: str = ""
+
+
+# Pages the pager maps per fault unless a spec says otherwise (``PAGECAST_PAGER_DEPTH``'s default).
+BATCH_PAGES = 16
+
 # Backends a policy can claim, in the order messages list them.
 BACKENDS = ("python", "sim", "live", "pager")
 BACKEND_LABELS = {
@@ -78,6 +115,14 @@ class PolicyEntry:
     summary: str = ""
     module: str = field(default="", compare=False)
     role: str = "prefetcher"  # or "eviction"
+    shorthand: Shorthand | None = field(default=None, compare=False)
+    # per backend, option defaults that differ from the constructor's (the pager's batch)
+    backend_defaults: dict = field(default_factory=dict, compare=False)
+    # a native-only policy: its signature declares the options, it returns the native settings
+    options: Callable[..., dict] | None = field(default=None, compare=False)
+
+    def defaults_for(self, backend: str | None) -> dict:
+        return dict(self.backend_defaults.get(backend, {})) if backend else {}
 
     @property
     def kernel(self) -> Callable | None:
@@ -130,7 +175,10 @@ _REGISTRY: dict[str, Callable[..., Prefetcher]] = {}
 _EV_REGISTRY: dict[str, Callable[..., Eviction]] = {}
 _EV_ENTRIES: dict[str, "PolicyEntry"] = {}
 _ENTRIES: dict[str, PolicyEntry] = {}
+_ALIASES: dict[str, Alias] = {}
 _LOADED = False
+# Modules of this package that are not policies (``_load_all`` skips them).
+_NOT_POLICIES = ("base", "spec", "parity", "protocol")
 
 
 def _check_native(name: str, native_id: int | None, native: Sequence[str]) -> tuple[str, ...]:
@@ -145,24 +193,67 @@ def _check_native(name: str, native_id: int | None, native: Sequence[str]) -> tu
 
 
 def register_prefetcher(
-    name: str, *, native_id: int | None = None, native: Sequence[str] = (), summary: str = ""
+    name: str,
+    *,
+    native_id: int | None = None,
+    native: Sequence[str] = (),
+    summary: str = "",
+    shorthand: Shorthand | None = None,
+    aliases: Sequence[Alias] = (),
+    backend_defaults: dict[str, dict] | None = None,
 ) -> Callable[[Callable[..., Prefetcher]], Callable[..., Prefetcher]]:
-    """Class or factory decorator: register ``name`` (and, optionally, its C implementations)."""
+    """Class or factory decorator: register ``name`` (and, optionally, its C implementations,
+    its spec shorthand, old names and per-backend option defaults)."""
     nat = _check_native(name, native_id, native)
 
     def deco(factory: Callable[..., Prefetcher]) -> Callable[..., Prefetcher]:
         _REGISTRY[name] = factory
         module_doc = getattr(sys.modules.get(factory.__module__), "__doc__", None) or ""
         doc = summary or module_doc.strip().split("\n")[0]  # the module's first line says what it is
-        _ENTRIES[name] = PolicyEntry(name, factory, native_id, nat, doc, factory.__module__)
+        _ENTRIES[name] = PolicyEntry(
+            name, factory, native_id, nat, doc, factory.__module__, shorthand=shorthand,
+            backend_defaults=dict(backend_defaults or {}),
+        )  # fmt: skip
+        _add_aliases(name, aliases)
         return factory
 
     return deco
 
 
-def register_native_policy(name: str, *, native_id: int, native: Sequence[str], summary: str, module: str = "") -> None:
-    """Declare a policy that exists only in C (no Python ``observe``, no simulator kernel)."""
-    _ENTRIES[name] = PolicyEntry(name, None, native_id, _check_native(name, native_id, native), summary, module)
+def register_native_policy(
+    name: str,
+    *,
+    native_id: int,
+    native: Sequence[str],
+    summary: str,
+    module: str = "",
+    options: Callable[..., dict] | None = None,
+    shorthand: Shorthand | None = None,
+) -> None:
+    """Declare a policy that exists only in C (no Python ``observe``, no simulator kernel).
+
+    ``options(**spec_options)`` returns the native settings (``depth``, ``table``...); its
+    signature is what a spec may set, as a constructor's is for the other policies."""
+    nat = _check_native(name, native_id, native)
+    _ENTRIES[name] = PolicyEntry(name, None, native_id, nat, summary, module, shorthand=shorthand, options=options)
+
+
+def _add_aliases(name: str, aliases: Sequence[Alias]) -> None:
+    for a in aliases:
+        if a.target != name or a.name in _REGISTRY or a.name in _ENTRIES:
+            raise ValueError(f"alias {a.name!r} of {name!r}: must name this policy and no registered one")
+        _ALIASES[a.name] = a
+
+
+def alias(name: str) -> Alias | None:
+    """The deprecated alias ``name``, or None."""
+    _load_all()
+    return _ALIASES.get(name)
+
+
+def aliases() -> list[Alias]:
+    _load_all()
+    return [_ALIASES[k] for k in sorted(_ALIASES)]
 
 
 def register_eviction(
@@ -218,7 +309,7 @@ def _load_all() -> None:
     import pagecast.policies as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name not in ("base", "spec"):
+        if not mod.name.startswith("_") and mod.name not in _NOT_POLICIES:
             importlib.import_module(f"pagecast.policies.{mod.name}")
     _LOADED = True
 

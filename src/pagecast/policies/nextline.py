@@ -18,7 +18,15 @@ import numpy as np
 from numba import njit
 
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit
-from pagecast.policies.base import register_prefetcher
+from pagecast.policies.base import BATCH_PAGES, Alias, Shorthand, register_prefetcher
+
+# next:N, the pager's first name for this policy, looked forward only: pages p+1 .. p+N.
+_NEXT = Alias(
+    "next",
+    "nextline",
+    {"window": BATCH_PAGES + 1, "before": 0},
+    "policy 'next' is deprecated: use nextline:N,before=0 (the same pages p+1..p+N)",
+)
 
 
 @njit(cache=True)
@@ -36,10 +44,14 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     return n
 
 
-@register_prefetcher("nextline", native_id=1, native=("live", "pager"))
+@register_prefetcher(
+    "nextline", native_id=1, native=("live", "pager"), shorthand=Shorthand("window", offset=1), aliases=[_NEXT]
+)
 class NextLine(NumbaPrefetcher):
     name = "nextline"
     nb_observe = nb_observe
+    # option sets ``pagecast.policies.check`` compares across backends, besides the defaults
+    check_options = ({"window": 9, "before": 0}, {"window": 65, "before": 3}, {"window": 1})
 
     def __init__(self, window: int = 32, before: int | None = None):
         if not 1 <= window <= MAX_PREFETCH + 1:
@@ -56,6 +68,10 @@ class NextLine(NumbaPrefetcher):
     def native_params(self) -> tuple[int, int]:
         """(before, window): the parameters of the C step ``pc_nextline_step``."""
         return self.before, self.window
+
+    def native_config(self) -> dict[str, int]:
+        """The pager's settings (``pgr_config``): pages per batch and pages below the fault."""
+        return {"depth": self.window - 1, "before": self.before}
 
     def init_state(self, n_regions: int) -> np.ndarray:
         return np.zeros(1, np.int64)

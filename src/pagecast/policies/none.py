@@ -11,3 +11,11 @@ class NoPrefetcher(Prefetcher):
 
     def observe(self, t_ns: int, region: int, page: int, hit: bool) -> list[tuple[int, int]]:
         return []
+
+    def native_params(self) -> tuple[int, int]:
+        """The C step's parameters: it has none."""
+        return 0, 0
+
+    def native_config(self) -> dict[str, int]:
+        """The pager's settings: none of its own."""
+        return {}

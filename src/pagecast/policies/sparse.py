@@ -9,7 +9,15 @@ Python ``observe`` and no simulator kernel.
 
 from __future__ import annotations
 
-from pagecast.policies.base import register_native_policy
+from pagecast.policies.base import BATCH_PAGES, Shorthand, register_native_policy
+
+
+def native_config(depth: int = BATCH_PAGES) -> dict[str, int]:
+    """The pager's settings: ``depth`` learned pages per batch."""
+    if depth < 1:
+        raise ValueError("depth must be a positive integer (pages per batch)")
+    return {"depth": depth}
+
 
 register_native_policy(
     "sparse",
@@ -17,4 +25,6 @@ register_native_policy(
     native=("pager",),
     module=__name__,
     summary="next N pages of the learned page set above the fault (BowerAccess)",
+    options=native_config,
+    shorthand=Shorthand("depth"),
 )

@@ -1,11 +1,19 @@
 """Policy specs: ``name[:key=value,key=value]`` → a registered prefetcher (or, with
 ``role="eviction"``, eviction policy) and its options.
 
-Every command that names a prefetcher (simulate, eval, sweep, run, pager table, bench)
-parses it here, so the grammar, the checks and the error messages are the same
-everywhere. The valid names come from the prefetcher registry (``policies/base.py``) and
-the valid keys, their types and defaults from each constructor's signature, so a new
-prefetcher needs nothing here.
+Every command that names a prefetcher (simulate, eval, sweep, run, the pager's
+``--policy``, pager table, bench) parses it here, so the grammar, the checks and the error
+messages are the same everywhere. The valid names come from the policy registry
+(``policies/base.py``) and the valid keys, their types and defaults from each
+constructor's signature (a C-only policy's ``options`` function), so a new prefetcher
+needs nothing here.
+
+What a policy declares at registration shapes its specs: a ``Shorthand`` (``stride:8`` is
+``stride:degree=8``, ``nextline:8`` is ``window=9``: N pages per batch; ``table:FILE``),
+deprecated ``Alias``es (``next:N``, nextline with ``before=0``; the spec carries the
+one-line warning) and per-backend defaults (``parse_policy_spec(text, backend="pager")``:
+``stride`` maps 16 pages per fault in the pager, 4 elsewhere). With a backend, names the
+backend does not run are refused in one line naming the backends that do.
 
 A comma inside a spec separates options; in a comma-separated *list* of specs an item
 that is not ``key=value`` starts the next spec (``stride:degree=8,min_conf=2,nextline`` is two
@@ -65,9 +73,16 @@ class PolicySpec:
     name: str
     options: dict[str, Any] = field(default_factory=dict)
     role: str = "prefetcher"  # or "eviction"
+    backend: str | None = field(default=None, compare=False)  # whose defaults filled ``options``
+    warning: str = field(default="", compare=False)  # a deprecated alias was used: say so, one line
+    text: str = field(default="", compare=False)  # as the user wrote it, for messages
 
     def __str__(self) -> str:
         return format_policy_spec(self.name, self.options)
+
+    def _fail(self, e: Exception) -> PagecastError:
+        what = "eviction" if self.role == "eviction" else "policy"
+        return PagecastError(f"{what} {self.text or str(self)!r}: {e}")
 
     def build(self):
         """The prefetcher (or eviction policy) this spec describes."""
@@ -76,7 +91,22 @@ class PolicySpec:
         try:
             return (get_eviction if self.role == "eviction" else get_prefetcher)(self.name, **self.options)
         except (TypeError, ValueError) as e:
-            raise PagecastError(f"{'eviction' if self.role == 'eviction' else 'policy'} {self}: {e}") from None
+            raise self._fail(e) from None
+
+    def native_config(self) -> dict[str, Any]:
+        """The settings a native backend runs this policy with (the pager's ``depth``,
+        ``before``, ``min_conf``, ``table``): the policy's own ``native_config``, checked
+        by its constructor (or a C-only policy's ``options`` function)."""
+        from pagecast.policies.base import policy_entry
+
+        entry = policy_entry(self.name)
+        if entry is not None and entry.factory is None:
+            try:
+                return dict(entry.options(**self.options)) if entry.options else {}
+            except (TypeError, ValueError) as e:
+                raise self._fail(e) from None
+        built = self.build()
+        return dict(built.native_config()) if hasattr(built, "native_config") else {}
 
 
 ROLES = ("prefetcher", "eviction")
@@ -115,13 +145,15 @@ def _scalar_type(hint: Any, default: Any) -> tuple[type | None, bool]:
     return None, optional
 
 
-def policy_params(name: str, role: str = "prefetcher") -> dict[str, PolicyParam]:
-    """The options a spec may set for the registered prefetcher ``name``, in signature order.
+def policy_params(name: str, role: str = "prefetcher", backend: str | None = None) -> dict[str, PolicyParam]:
+    """The options a spec may set for the registered prefetcher ``name``, in signature order
+    (defaults as ``backend`` runs it, when given).
 
     Parameters whose type is not a scalar (the oracle's in-memory stream) are left out:
     only code can pass them.
     """
-    factory = _factory(name, role)
+    factory = _factory(name, role, backend)
+    defaults = _entry(name).defaults_for(backend) if backend else {}
     target = factory.__init__ if inspect.isclass(factory) else factory
     try:
         hints = typing.get_type_hints(target)
@@ -134,11 +166,21 @@ def policy_params(name: str, role: str = "prefetcher") -> dict[str, PolicyParam]
         default = None if p.default is inspect.Parameter.empty else p.default
         typ, optional = _scalar_type(hints.get(p.name, inspect.Parameter.empty), default)
         if typ is not None:
-            out[p.name] = PolicyParam(p.name, typ, default, optional or default is None)
+            out[p.name] = PolicyParam(p.name, typ, defaults.get(p.name, default), optional or default is None)
     return out
 
 
-def _factory(name: str, role: str = "prefetcher") -> Callable[..., Any]:
+def _entry(name: str):
+    from pagecast.policies.base import policy_entry
+
+    return policy_entry(name)
+
+
+def _factory(name: str, role: str = "prefetcher", backend: str | None = None) -> Callable[..., Any]:
+    if backend is not None and role == "prefetcher":
+        _check_backend(name, backend)
+        entry = _entry(name)
+        return entry.factory or entry.options or (lambda: {})
     reg = _registry(role)
     if name not in reg:
         what = "eviction policy" if role == "eviction" else "prefetcher"
@@ -151,11 +193,40 @@ def parse_eviction_spec(text: str) -> PolicySpec:
     return parse_policy_spec(text, role="eviction")
 
 
-def parse_policy_spec(text: str, role: str = "prefetcher") -> PolicySpec:
-    """``name`` or ``name:key=value,key=value`` → PolicySpec, checked against the registry.
+def _check_backend(name: str, backend: str) -> None:
+    """A one-line PagecastError unless ``backend`` runs the registered policy ``name``."""
+    from pagecast.policies.base import supports, unsupported
 
-    Unknown names, unknown keys and values of the wrong type are one-line PagecastErrors
-    that list what is valid.
+    if supports(name, backend):
+        return
+    if _entry(name) is None:
+        raise PagecastError(f"unknown {backend} policy {name!r} (valid: {policy_syntax(backend)})")
+    raise PagecastError(unsupported(name, backend))
+
+
+def policy_syntax(backend: str) -> str:
+    """The names ``backend`` runs with their shorthands, and the deprecated aliases:
+    ``nextline[:N], none, ...; deprecated: next[:N]``."""
+    from pagecast.policies.base import aliases, policies_for
+
+    def form(name: str, shown: str = "") -> str:
+        sh = _entry(name).shorthand
+        return (shown or name) + (sh.syntax if sh else "")
+
+    runs = policies_for(backend)
+    old = [form(a.target, a.name) for a in aliases() if a.target in runs]
+    return ", ".join(form(n) for n in runs) + (f"; deprecated: {', '.join(old)}" if old else "")
+
+
+def parse_policy_spec(
+    text: str, role: str = "prefetcher", backend: str | None = None, defaults: dict[str, Any] | None = None
+) -> PolicySpec:
+    """``name``, ``name:key=value,key=value`` or ``name:VALUE[,key=value...]`` (the policy's
+    declared shorthand) → PolicySpec, checked against the registry.
+
+    With ``backend`` (``"pager"``...), the names are those it runs and the options start
+    from its defaults; ``defaults`` (the caller's) come next, then the text's. Unknown names, unknown keys and values of the wrong type are
+    one-line PagecastErrors that list what is valid.
     """
     if isinstance(text, PolicySpec):
         return text
@@ -163,16 +234,33 @@ def parse_policy_spec(text: str, role: str = "prefetcher") -> PolicySpec:
     name = name.strip()
     if not name:
         raise PagecastError(f"empty policy name in {text!r} (use NAME[:key=value,...])")
+    implied: dict[str, Any] = {}
+    warning = ""
+    shorthand = None
     if role == "eviction":
         name = name.lower()
         name = {"belady": "min"}.get(name, name)
-    params = policy_params(name, role)
+    else:
+        from pagecast.policies.base import alias
+
+        old = alias(name)
+        if old is not None:
+            name, implied, warning = old.target, dict(old.implies), old.warning
+        entry = _entry(name)
+        shorthand = entry.shorthand if entry is not None else None
+    params = policy_params(name, role, backend)
+    bare, items = _split_rest(rest, params, shorthand)
     opts: dict[str, Any] = {}
-    for item in rest.split(",") if rest.strip() else ():
+    if bare is not None:
+        opts[shorthand.key] = _bare_value(text, name, bare, shorthand, params)
+    for item in items:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise PagecastError(f"policy {text!r}: {item.strip()!r} is not key=value (use {name}:key=value,...)")
+            keys = ", ".join(params) or "none"
+            raise PagecastError(
+                f"policy {text!r}: {item.strip()!r} is not key=value (use {name}:key=value,...; keys: {keys})"
+            )
         if key in opts:
             raise PagecastError(f"policy {text!r}: {key} is given twice")
         param = params.get(key)
@@ -183,7 +271,34 @@ def parse_policy_spec(text: str, role: str = "prefetcher") -> PolicySpec:
             opts[key] = param.convert(value.strip())
         except ValueError as e:
             raise PagecastError(f"policy {text!r}: {key}={value.strip()!r} is {e} ({_describe(param)})") from None
-    return PolicySpec(name, opts, role)
+    first = _entry(name).defaults_for(backend) if backend and role == "prefetcher" else {}
+    given = {k: v for k, v in (defaults or {}).items() if k in params}
+    return PolicySpec(name, {**first, **implied, **given, **opts}, role, backend, warning, str(text).strip())
+
+
+def _split_rest(rest: str, params: dict[str, PolicyParam], shorthand: Any) -> tuple[str | None, list[str]]:
+    """(the bare shorthand value or None, the ``key=value`` items)."""
+    if not rest.strip():
+        return None, []
+    if shorthand is not None and shorthand.key in params and params[shorthand.key].type is str:
+        if rest.partition("=")[0].strip() not in params:  # a file name, ',' and '=' included
+            return rest.strip(), []
+    items = rest.split(",")
+    if shorthand is not None and shorthand.key in params and "=" not in items[0]:
+        return items[0].strip(), items[1:]
+    return None, items
+
+
+def _bare_value(text: str, name: str, value: str, shorthand: Any, params: dict[str, PolicyParam]) -> Any:
+    param = params[shorthand.key]
+    try:
+        v = param.convert(value)
+    except ValueError as e:
+        raise PagecastError(
+            f"policy {text!r}: {value!r} is not key=value, and as {name}:{shorthand.metavar} "
+            f"(the {shorthand.key}) it is {e} (valid keys: {', '.join(params)})"
+        ) from None
+    return v + shorthand.offset if shorthand.offset and isinstance(v, int) else v
 
 
 def format_policy_spec(name: str, options: dict[str, Any] | None = None) -> str:

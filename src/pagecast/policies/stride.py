@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from pagecast.policies._numba import MAX_PREFETCH, NumbaPrefetcher, emit_run, region_index
-from pagecast.policies.base import register_prefetcher
+from pagecast.policies.base import BATCH_PAGES, Shorthand, register_prefetcher
 
 
 @njit(cache=True)
@@ -41,10 +41,17 @@ def nb_observe(state, params, rpages, t_ns, region, page, hit, out_r, out_p):
     return n
 
 
-@register_prefetcher("stride", native_id=2, native=("live", "pager"))
+@register_prefetcher(
+    "stride",
+    native_id=2,
+    native=("live", "pager"),
+    shorthand=Shorthand("degree"),
+    backend_defaults={"pager": {"degree": BATCH_PAGES}},  # the pager maps a whole batch along the stride
+)
 class Stride(NumbaPrefetcher):
     name = "stride"
     nb_observe = nb_observe
+    check_options = ({"degree": 8, "min_conf": 0}, {"degree": 64, "min_conf": 3})
 
     def __init__(self, degree: int = 4, min_conf: int = 1):
         if not 1 <= degree <= MAX_PREFETCH:
@@ -58,6 +65,10 @@ class Stride(NumbaPrefetcher):
     def native_params(self) -> tuple[int, int]:
         """(degree, min_conf): the parameters of the C step ``pc_stride_step``."""
         return self.degree, self.min_conf
+
+    def native_config(self) -> dict[str, int]:
+        """The pager's settings (``pgr_config``): pages per batch and the confidence to prefetch."""
+        return {"depth": self.degree, "min_conf": self.min_conf}
 
     def init_state(self, n_regions: int) -> np.ndarray:
         s = np.zeros(3 * (n_regions + 1), np.int64)

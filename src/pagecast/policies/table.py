@@ -8,7 +8,22 @@ policies drive the pager without Python per fault.
 
 from __future__ import annotations
 
-from pagecast.policies.base import register_native_policy
+from pathlib import Path
+
+from pagecast.errors import PagecastError
+from pagecast.policies.base import BATCH_PAGES, Shorthand, register_native_policy
+
+
+def native_config(file: str | None = None, depth: int = BATCH_PAGES) -> dict:
+    """The pager's settings: the table file and at most ``depth`` pages per batch."""
+    if not file:
+        raise ValueError("needs a file: table:FILE (see `pagecast pager table`)")
+    if not Path(file).exists():
+        raise PagecastError("no such pager table file", path=file)
+    if depth < 1:
+        raise ValueError("depth must be a positive integer (pages per batch)")
+    return {"table": Path(file), "depth": depth}
+
 
 register_native_policy(
     "table",
@@ -16,4 +31,6 @@ register_native_policy(
     native=("pager",),
     module=__name__,
     summary="fault at page p -> the pages a table built offline lists for p",
+    options=native_config,
+    shorthand=Shorthand("file", metavar="FILE", required=True),
 )

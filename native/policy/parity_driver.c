@@ -1,6 +1,7 @@
-/* Test driver for tests/test_policy_parity.py: feeds an access stream to the C policy steps
- * the native backends run (native/policy/pc_policy.h: the live fast path calls them per
- * file, the pager per mapping) and prints the pages each event names, one line per event.
+/* Parity driver for pagecast.policies.parity (check() and tests/test_policy_parity.py):
+ * feeds an access stream to the C policy steps the native backends run
+ * (native/policy/pc_policy.h: the live fast path calls them per file, the pager per
+ * mapping) and prints the pages each event names, one line per event.
  *
  *   policy_parity_driver ID P0 P1 LIMIT0 [LIMIT1 ...]  < "region page hit" lines
  *
