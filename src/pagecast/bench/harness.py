@@ -102,14 +102,16 @@ def _plain(cfg: BenchConfig, weights: Path, advice: str, name: str, rnd: int, wa
     o = wl.run_plain(_workload(cfg, weights, cfg.test_prompt, advice))
     if o.returncode != 0:
         raise PagecastError(f"{name}: workload failed ({o.stderr.strip()[:200]})")
-    return workload_row(name, "warm" if warm else "kernel", rnd, o)
+    return workload_row(name, "warm" if warm else "kernel", rnd, o.result, o.bytes_cached, o.major_faults)
 
 
-def workload_row(name: str, kind: str, rnd: int, o: wl.RunOutcome, prefetched: int = 0) -> RunRow:
-    """The row of a run of the workload: its own timings and checksum, the harness's counts."""
-    r = o.result
-    return RunRow(name, kind, rnd, r["wall_s"], o.bytes_cached, major_faults=o.major_faults, prefetched=prefetched,
-                  ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"], checksum=r["checksum"])  # fmt: skip
+def workload_row(
+    name: str, kind: str, rnd: int, result: dict[str, Any], bytes_read: int, major_faults: int, prefetched: int = 0
+) -> RunRow:
+    """The row of a run of the workload: its own timings and checksum (``result``, its JSON
+    line) and what the harness counted around it."""
+    return RunRow(name, kind, rnd, result["wall_s"], bytes_read, major_faults=major_faults, prefetched=prefetched,
+                  ttft_s=result["ttft_s"], tokens_per_s=result["tokens_per_s"], checksum=result["checksum"])  # fmt: skip
 
 
 def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int, kind: str = "pagecast") -> RunRow:
@@ -130,8 +132,7 @@ def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int
     if res.returncode != 0 or not r:
         raise PagecastError(f"{name}: workload failed under pagecast run (status {res.returncode})")
     cached = int(wl.resident_pages(weights).sum()) * wl.PAGE
-    row = RunRow(name, kind, rnd, r["wall_s"], cached, major_faults=res.faults_major, prefetched=res.prefetch_pages,
-                 ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"], checksum=r["checksum"])  # fmt: skip
+    row = workload_row(name, kind, rnd, r, cached, res.faults_major, res.prefetch_pages)
     row.live = res  # type: ignore[attr-defined]
     return row
 
@@ -154,9 +155,8 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     # state 3 with pages installed: the program ended before the loader reached the pack's tail
     if pack is not None and (st["pack_state"] == 0 or st["pack_installed"] == 0):
         raise PagecastError(f"{name}: the page pack was not loaded (state {st['pack_state']}; see the warning above)")
-    return RunRow(name, kind, rnd, r["wall_s"], st["bytes_read"] + st["pack_bytes_read"],
-                  major_faults=st["faults"] + st["pack_deferred"], prefetched=st["pack_installed"],
-                  ttft_s=r["ttft_s"], tokens_per_s=r["tokens_per_s"], checksum=r["checksum"])  # fmt: skip
+    read, faults = st["bytes_read"] + st["pack_bytes_read"], st["faults"] + st["pack_deferred"]
+    return workload_row(name, kind, rnd, r, read, faults, st["pack_installed"])
 
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,

@@ -94,7 +94,7 @@ def memory_rows(
         def make(name: str, kind: str, p: Path | None) -> tuple[str, Callable[[int], RunRow]]:
             def fn(rnd: int) -> RunRow:
                 o, _ = limited_run(workload(weights, test_prompt).argv(), limit, p, weights)
-                return workload_row(name, kind, rnd, o)
+                return workload_row(name, kind, rnd, o.result, o.bytes_cached, o.major_faults)
 
             return name, fn
 

@@ -89,7 +89,7 @@ def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig
             status = Path(out_dir) / "demo.plan-status.json"
             status.unlink(missing_ok=True)
             o = planned_run(plan, workload_for(weights), status)
-            return workload_row(LABEL, "pagecast", rnd, o, prefetched=_pages_issued(status))
+            return workload_row(LABEL, "pagecast", rnd, o.result, o.bytes_cached, o.major_faults, _pages_issued(status))
 
         return [(LABEL, one)]
 
