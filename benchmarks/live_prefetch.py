@@ -32,7 +32,7 @@ def main() -> int:
         f"{report['load_average_end']}"
     )
     for s in report["strategies"]:
-        print(f"  {s['strategy']:<36} {s['wall_s']:.3f} s   {s['vs_best_kernel']}x vs baseline")
+        print(f"  {s['strategy']:<36} {s['wall_s']:.3f} s   {s['vs_best_kernel']:.2f}x vs baseline")
     return 0
 
 

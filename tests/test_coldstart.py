@@ -22,6 +22,7 @@ from pagecast.bench import coldstart as cs
 from pagecast.bench.sparse_weights import resident_pages
 from pagecast.live.sources import schedule_from_trace
 from pagecast.pager.pack import pages_from_schedule
+from pagecast.trace.pageset import file_page_sets
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,14 +44,6 @@ def test_page_ranges_are_maximal_runs():
     rebuilt = np.concatenate([np.arange(f, f + c) for f, c in zip(first, count)])
     assert np.array_equal(rebuilt, np.unique(p))
     assert np.all(first[1:] > first[:-1] + count[:-1])  # no two ranges touch: maximal
-
-
-def test_headroom_share():
-    assert cs.headroom(2.0, 1.5, 1.0) == pytest.approx(0.5)
-    assert cs.headroom(2.0, 3.0, 1.0) == pytest.approx(-1.0)  # slower than the best kernel strategy
-    assert cs.headroom(1.0, 0.5, 1.2) is None  # the oracle is no faster: no headroom to share
-    assert cs.headroom(1.0, 0.9, 0.98) is None  # 2 % faster: within the noise, no share worth quoting
-    assert cs.headroom(1.0, 0.98, 0.96) == pytest.approx(0.5)
 
 
 def test_willneed_pages_reads_exactly_those_pages(tmp_path):
@@ -103,7 +96,7 @@ def test_smoke_sqlite_mmap(tmp_path, monkeypatch):
     # the oracle's page set is exactly the held-out run's recorded set (independent path: replay schedule → file pages)
     held = tmp_path / "work" / "sqlite-mmap" / "heldout.parquet"
     ref = pages_from_schedule(schedule_from_trace(str(held)), db)
-    oracle = cs.file_page_sets(held)
+    oracle = file_page_sets(held)
     got = oracle[next(p for p in oracle if os.path.exists(p) and os.path.samefile(p, db))]
     assert len(got) == len(ref) > 0
     assert np.array_equal(np.sort(got), np.sort(ref))

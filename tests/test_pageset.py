@@ -516,3 +516,35 @@ def test_pages_used_then_truncated_away_stay_in_the_page_set(data_dir, tmp_path,
     assert r.returncode == 0, r.stderr
     assert "not recorded" not in r.stderr, r.stderr  # tracefs was there: reads are in the trace
     assert file_page_sets(out)[str(f)].tolist() == list(range(31, -1, -1))
+
+
+def test_planner_file_pages_against_the_page_sets(touch, data_dir, tmp_path):
+    """Two readings of one recording, kept apart on purpose: the planner's ``file_pages``
+    (every row of a file region but PREFETCH and EVICT, sorted) and ``file_page_sets``
+    (page-set rows when there are any, else fault rows, in first-use order). Without
+    page-set rows they are the same pages; with them, the data files the program used
+    have the same pages, and the planner's may count more (fault rows with no page-set
+    row, as in the libraries of a Python run), never fewer."""
+    from pagecast.plan.shared_pages import file_pages
+    from pagecast.trace.pageset import read_page_sets
+
+    mapped, read = _write(data_dir / "cmp_map.bin", 64, 15), _write(data_dir / "cmp_read.bin", 32, 16)
+    specs = [f"mmap:{mapped}:9,3,40,41,0,63", f"pread:{read}:7,2,30", f"mmap:{read}:20,2"]
+    for ps in (False, True):
+        drop_file(mapped)
+        drop_file(read)
+        out = tmp_path / f"t{int(ps)}.parquet"
+        assert record_faults([str(touch), *specs], out, pageset=ps).exit_status == 0
+        sets, planner = file_page_sets(out), file_pages(out)
+        assert read_page_sets(out).source == ("pageset" if ps else "faults")
+        named = {k: v for k, v in sets.items() if not k.startswith("inode ")}  # the planner names files by path
+        assert set(named) <= set(planner)
+        for f in (mapped, read):
+            assert np.array_equal(np.unique(sets[str(f)]), planner[str(f)]), (ps, f.name)
+        for k, pages in named.items():
+            assert np.isin(pages, planner[k]).all(), k
+            if not ps:
+                assert np.array_equal(np.unique(pages), planner[k]), k
+        if not ps:
+            assert set(named) == set(planner)
+    assert file_pages(tmp_path / "t1.parquet")[str(read)].tolist() == [2, 7, 20, 30]

@@ -17,7 +17,9 @@ whose ``launch`` turns the case's context into a command (or ``None`` when it do
 apply), optionally with a ``train`` step that builds its artifacts from the training
 recordings.
 
-The oracle warms exactly this run's own page set (``file_page_sets`` of the held-out
+Rows and the table of medians are ``pagecast.bench.results``'s, as for ``pagecast bench``.
+
+The oracle warms exactly this run's own page set (``pagecast.trace.pageset`` of the held-out
 recording) with WILLNEED, in file order as merged ranges, timed as part of the run. The
 bound does the same with only those of its pages that some training run used
 (``recurring_pages``): what a plan of warmed pages, built from the recordings, could at
@@ -42,13 +44,14 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from pagecast.bench.results import RunRow, summarise
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.trace.pageset import file_page_sets, read_page_sets
 from pagecast.util.pagecache import make_cold
 from pagecast.util.process import run_blocking
 
 PAGE = PAGE_SIZE
-KINDS = ("kernel", "pagecast", "bound", "oracle", "warm")
 
 
 @dataclass
@@ -130,67 +133,12 @@ def pagecast_script() -> list[str]:
 @dataclass
 class Strategy:
     name: str
-    kind: str  # kernel | pagecast | bound | oracle | warm
+    kind: str  # one of pagecast.bench.results.KINDS
     launch: Callable[[Context], Launch | None]
     train: Callable[[Context], None] | None = None  # builds artifacts into ctx.artifacts
 
 
-@dataclass
-class RunRow:
-    case: str
-    strategy: str
-    round: int
-    wall_s: float
-    device_bytes: int
-    cached_bytes: int
-
-
 # --------------------------------------------------------------------------- page sets
-
-
-def file_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    """Per file: the 4 KiB page indices (of the file) a recorded run used, in first-use order.
-
-    Uses the recorder's own ``pagecast.trace.pageset.file_page_sets`` (mmap faults and
-    read() pages) when this build has it; otherwise the file pages of the trace's demand
-    faults (mmap only).
-    """
-    try:
-        from pagecast.trace.pageset import file_page_sets as recorded
-    except ImportError:
-        return _fault_page_sets(trace)
-    return recorded(trace)
-
-
-def _fault_page_sets(trace: str | Path) -> dict[str, np.ndarray]:
-    from pagecast.trace.demand import read_demand_columns
-    from pagecast.trace.keys import page_keys as key_of
-    from pagecast.trace.reader import open_trace
-
-    tr = open_trace(trace)
-    cols = read_demand_columns(tr, ["region", "page"])
-    files = {r.id: r for r in tr.regions if r.kind == "file" and r.path}
-    sel = np.isin(cols["region"], np.asarray(sorted(files), np.int32))
-    region, page = cols["region"][sel].astype(np.int64), cols["page"][sel].astype(np.int64)
-    nreg = max(files, default=-1) + 1
-    offset = np.zeros(nreg, np.int64)
-    for rid, r in files.items():
-        offset[rid] = r.file_offset // PAGE
-    fpage = page + offset[region] if len(region) else page
-    # regions of one file share a path: group by path id, keep first use per (path, page)
-    path_names = list(dict.fromkeys(r.path for r in files.values()))
-    path_of = np.zeros(nreg, np.int64)
-    for rid, r in files.items():
-        path_of[rid] = path_names.index(r.path)
-    pid = path_of[region] if len(region) else region
-    _, first = np.unique(key_of(pid, fpage), return_index=True)
-    first.sort()
-    out: dict[str, np.ndarray] = {}
-    for i, name in enumerate(path_names):
-        p = fpage[first][pid[first] == i]
-        if len(p):
-            out[name] = p
-    return out
 
 
 def union_page_sets(sets: Iterable[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -581,8 +529,9 @@ def record(case: Case, inp: Input, out: Path, files: Sequence[Path]) -> Path:
 
 
 def timed_run(
-    case: Case, name: str, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int, timeout: float
+    case: Case, strategy: Strategy, launch: Launch, files: Sequence[Path], dev: str | None, rnd: int, timeout: float
 ) -> RunRow:
+    name, kind = strategy.name, strategy.kind
     if launch.cold:
         make_cold(files)
     if launch.untimed:
@@ -601,7 +550,7 @@ def timed_run(
             err.seek(0)
             tail = " | ".join(err.read().decode(errors="replace").strip().splitlines()[-3:])
             raise PagecastError(f"{case.name} / {name}: command failed with status {proc.returncode}: {tail[:400]}")
-    return RunRow(case.name, name, rnd, wall, (s1 - s0) * 512, cached_bytes(files))
+    return RunRow(name, kind, rnd, wall, (s1 - s0) * 512, case=case.name, cached_bytes=cached_bytes(files))
 
 
 def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None) -> tuple[Context, list[Path]]:
@@ -617,11 +566,13 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     log(f"{case.name}: recording the held-out input {case.heldout.name} (the oracle's page set)")
     held = record(case, case.heldout, work / "heldout.parquet", base)
     train_sets = [file_page_sets(t) for t in traces]
-    oracle = file_page_sets(held)
+    held_sets = read_page_sets(held)
+    oracle = held_sets.pages
     touched = [p for s in [*train_sets, oracle] for p in s]
     files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
     ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle, plan_args=list(cfg.plan_args))
     ctx.artifacts["recurrence"] = recurrence(train_sets, oracle)
+    ctx.artifacts["page_set_source"] = PAGE_SET_SOURCES[held_sets.source]
     for s in cfg.strategies or default_strategies():
         if s.train:
             s.train(ctx)
@@ -650,8 +601,8 @@ def run_case(
         # device queue, the tail of a prefetch) then fell on the same neighbour every round
         for s, lch in random.Random(rnd).sample(active, len(active)):
             progress(f"{case.name} r{rnd + 1} {s.name}")
-            rows.append(timed_run(case, s.name, lch, files, dev, rnd, cfg.timeout_s))
-    summary = summarise(rows, [s for s, _ in active])
+            rows.append(timed_run(case, s, lch, files, dev, rnd, cfg.timeout_s))
+    summary = summarise(rows, [s.name for s, _ in active])
     return {
         "case": case.name,
         "title": case.title,
@@ -664,7 +615,7 @@ def run_case(
         "oracle_pages": int(sum(len(v) for v in ctx.oracle_pages.values())),
         "oracle_files": len(ctx.oracle_pages),
         "train_pages": int(sum(len(v) for v in ctx.train_pages.values())),
-        "page_set_source": page_set_source(),
+        "page_set_source": ctx.artifacts["page_set_source"],
         "skipped": skipped,
         "notes": ctx.artifacts.get("notes", []),
         "recurrence": ctx.artifacts.get("recurrence", {}),
@@ -684,52 +635,8 @@ def case_noise(strategies: list[dict[str, Any]]) -> float:
     return float(statistics.median(spreads)) if spreads else 0.0
 
 
-def page_set_source() -> str:
-    try:
-        import pagecast.trace.pageset  # noqa: F401
-    except ImportError:
-        return "page faults (mmap) only"
-    return "pagecast.trace.pageset (mmap and read())"
-
-
-def summarise(rows: list[RunRow], strategies: list[Strategy]) -> list[dict[str, Any]]:
-    med = lambda xs: float(statistics.median(xs))  # noqa: E731
-    out = []
-    for s in strategies:
-        rs = [r for r in rows if r.strategy == s.name]
-        if rs:
-            out.append(
-                {
-                    "strategy": s.name,
-                    "kind": s.kind,
-                    "runs": len(rs),
-                    "wall_s": med([r.wall_s for r in rs]),
-                    "wall_min_s": min(r.wall_s for r in rs),
-                    "wall_max_s": max(r.wall_s for r in rs),
-                    "mib_read": med([r.device_bytes for r in rs]) / 2**20,
-                    "mib_cached": med([r.cached_bytes for r in rs]) / 2**20,
-                }
-            )
-    kern = [x for x in out if x["kind"] == "kernel"]
-    best = min(kern, key=lambda x: x["wall_s"]) if kern else None
-    oracle = next((x for x in out if x["kind"] == "oracle"), None)
-    for x in out:
-        x["best_kernel"] = x is best
-        x["vs_best_kernel"] = best["wall_s"] / x["wall_s"] if best else None
-        x["headroom_captured"] = headroom(best["wall_s"], x["wall_s"], oracle["wall_s"]) if best and oracle else None
-    return out
-
-
-# below this share of the best kernel strategy's time, the oracle's lead is within run-to-run
-# noise, and a share of it (a ratio of two small differences) means nothing
-MIN_HEADROOM = 0.03
-
-
-def headroom(best_kernel: float, strategy: float, oracle: float) -> float | None:
-    """(best kernel - strategy) / (best kernel - oracle); None when the oracle is not
-    ``MIN_HEADROOM`` faster than the best kernel strategy (no headroom worth sharing)."""
-    gap = best_kernel - oracle
-    return (best_kernel - strategy) / gap if gap > MIN_HEADROOM * best_kernel else None
+# what the held-out recording's page set was read from (pagecast.trace.pageset.PageSets.source)
+PAGE_SET_SOURCES = {"pageset": "page-set rows (mmap and read())", "faults": "page faults only (mmap, no read())"}
 
 
 def format_case(result: dict[str, Any]) -> str:

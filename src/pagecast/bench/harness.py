@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -29,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pagecast.bench import sparse_weights as wl
+from pagecast.bench.results import RunRow, summarise
 from pagecast.errors import PagecastError
 from pagecast.live.loop import LiveConfig, run_live
 from pagecast.live.sources import default_min_runs, merge_schedules, schedule_from_trace
@@ -69,19 +69,6 @@ class BenchConfig:
     extra: list[str] = field(default_factory=list)  # more workload flags
 
 
-@dataclass
-class RunRow:
-    strategy: str
-    round: int
-    wall_s: float
-    ttft_s: float
-    tokens_per_s: float
-    major_faults: int
-    bytes_read: int
-    prefetched: int = 0
-    checksum: float = 0.0
-
-
 def _workload(cfg: BenchConfig, weights: Path, prompt: int, advice: str) -> wl.WorkloadConfig:
     return wl.WorkloadConfig(weights, prompt=prompt, tokens=cfg.tokens, advice=advice, extra=list(cfg.extra))
 
@@ -115,13 +102,19 @@ def _plain(cfg: BenchConfig, weights: Path, advice: str, name: str, rnd: int, wa
     o = wl.run_plain(_workload(cfg, weights, cfg.test_prompt, advice))
     if o.returncode != 0:
         raise PagecastError(f"{name}: workload failed ({o.stderr.strip()[:200]})")
-    r = o.result
-    return RunRow(
-        name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached, checksum=r["checksum"]
-    )
+    return workload_row(name, "warm" if warm else "kernel", rnd, o.result, o.bytes_cached, o.major_faults)
 
 
-def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int) -> RunRow:
+def workload_row(
+    name: str, kind: str, rnd: int, result: dict[str, Any], bytes_read: int, major_faults: int, prefetched: int = 0
+) -> RunRow:
+    """The row of a run of the workload: its own timings and checksum (``result``, its JSON
+    line) and what the harness counted around it."""
+    return RunRow(name, kind, rnd, result["wall_s"], bytes_read, major_faults=major_faults, prefetched=prefetched,
+                  ttft_s=result["ttft_s"], tokens_per_s=result["tokens_per_s"], checksum=result["checksum"])  # fmt: skip
+
+
+def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int, kind: str = "pagecast") -> RunRow:
     wl.drop_cache(weights)
     out_r, out_w = os.pipe()  # the workload's JSON line; it is one short line, the pipe cannot fill
     res = run_live(
@@ -139,22 +132,12 @@ def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int
     if res.returncode != 0 or not r:
         raise PagecastError(f"{name}: workload failed under pagecast run (status {res.returncode})")
     cached = int(wl.resident_pages(weights).sum()) * wl.PAGE
-    row = RunRow(
-        name,
-        rnd,
-        r["wall_s"],
-        r["ttft_s"],
-        r["tokens_per_s"],
-        res.faults_major,
-        cached,
-        prefetched=res.prefetch_pages,
-        checksum=r["checksum"],
-    )
+    row = workload_row(name, kind, rnd, r, cached, res.faults_major, res.prefetch_pages)
     row.live = res  # type: ignore[attr-defined]
     return row
 
 
-def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: int) -> RunRow:
+def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: int, kind: str = "pagecast") -> RunRow:
     from pagecast.pager.runtime import run_pager
 
     wl.drop_cache(weights)
@@ -172,17 +155,8 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     # state 3 with pages installed: the program ended before the loader reached the pack's tail
     if pack is not None and (st["pack_state"] == 0 or st["pack_installed"] == 0):
         raise PagecastError(f"{name}: the page pack was not loaded (state {st['pack_state']}; see the warning above)")
-    return RunRow(
-        name,
-        rnd,
-        r["wall_s"],
-        r["ttft_s"],
-        r["tokens_per_s"],
-        st["faults"] + st["pack_deferred"],
-        st["bytes_read"] + st["pack_bytes_read"],
-        prefetched=st["pack_installed"],
-        checksum=r["checksum"],
-    )
+    read, faults = st["bytes_read"] + st["pack_bytes_read"], st["faults"] + st["pack_deferred"]
+    return workload_row(name, kind, rnd, r, read, faults, st["pack_installed"])
 
 
 def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
@@ -229,11 +203,11 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
     def plain(name: str, advice: str, warm: bool = False) -> None:
         strategies.append((name, lambda r: _plain(cfg, weights, advice, name, r, warm=warm)))
 
-    def live(name: str, spec: SourceSpec) -> None:
-        strategies.append((name, lambda r: _live(cfg, weights, spec, name, r)))
+    def live(name: str, spec: SourceSpec, kind: str = "pagecast") -> None:
+        strategies.append((name, lambda r: _live(cfg, weights, spec, name, r, kind)))
 
-    def pager(name: str, pack: Path | None) -> None:
-        strategies.append((name, lambda r: _pager(cfg, weights, pack, name, r)))
+    def pager(name: str, pack: Path | None, kind: str = "pagecast") -> None:
+        strategies.append((name, lambda r: _pager(cfg, weights, pack, name, r, kind)))
 
     for adv in KERNEL:
         plain(KERNEL_LABEL[adv], adv)
@@ -249,9 +223,10 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         pager("pagecast: page pack (replay)", pack_path)
     if extra_rows is not None:
         strategies.extend(extra_rows(traces, weights))
-    live("oracle (this run's pages)", SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead))
+    oracle_spec = SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead)
+    live("oracle (this run's pages)", oracle_spec, "oracle")
     if oracle_pack is not None:
-        pager("oracle page pack (this run's pages)", oracle_pack)
+        pager("oracle page pack (this run's pages)", oracle_pack, "oracle")
     plain("warm cache", "normal", warm=True)
 
     rows: list[RunRow] = []
@@ -293,49 +268,12 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         "same_output_every_run": len(checks) == 1,
         "elapsed_s": round(time.time() - t_start, 1),
     }
-    best = report["best_kernel"] = min(
-        (s for s in summary if s["strategy"] in KERNEL_LABEL.values()), key=lambda s: s["wall_s"]
-    )["strategy"]
-    report["speedup_vs_best_kernel"] = {
-        s["strategy"]: s["vs_best_kernel"] for s in summary if s["strategy"].startswith("pagecast")
-    }
+    report["best_kernel"] = next(s["strategy"] for s in summary if s["best_kernel"])
+    report["speedup_vs_best_kernel"] = {s["strategy"]: s["vs_best_kernel"] for s in summary if s["kind"] == "pagecast"}
     atomic_write_text(out / "bench.json", json.dumps(report, indent=2))
     report["plot"] = str(plot(report, out / "bench.png"))
     report["report"] = str(out / "bench.json")
-    del best
     return report
-
-
-def summarise(rows: list[RunRow], order: list[str]) -> list[dict[str, Any]]:
-    by: dict[str, list[RunRow]] = {}
-    for r in rows:
-        by.setdefault(r.strategy, []).append(r)
-    med = lambda xs: float(statistics.median(xs))  # noqa: E731
-    out = []
-    for name in order:
-        rs = by.get(name, [])
-        if not rs:
-            continue
-        out.append(
-            {
-                "strategy": name,
-                "runs": len(rs),
-                "wall_s": med([r.wall_s for r in rs]),
-                "ttft_s": med([r.ttft_s for r in rs]),
-                "tokens_per_s": med([r.tokens_per_s for r in rs]),
-                "major_faults": int(med([r.major_faults for r in rs])),
-                "mib_read": round(med([r.bytes_read for r in rs]) / 2**20, 1),
-                "prefetched": int(med([r.prefetched for r in rs])),
-                "wall_min_s": min(r.wall_s for r in rs),
-                "wall_max_s": max(r.wall_s for r in rs),
-            }
-        )
-    kern = [s["wall_s"] for s in out if s["strategy"] in KERNEL_LABEL.values()]
-    warm = [s["wall_s"] for s in out if s["strategy"] == "warm cache"]
-    for s in out:
-        s["vs_best_kernel"] = round(min(kern) / s["wall_s"], 2) if kern else None
-        s["vs_warm"] = round(s["wall_s"] / warm[0], 2) if warm else None
-    return out
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:
@@ -349,9 +287,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     walls = [x["wall_s"] for x in s]
     lo = [x["wall_s"] - x["wall_min_s"] for x in s]
     hi = [x["wall_max_s"] - x["wall_s"] for x in s]
-    colors = [
-        "#999999" if n.startswith("kernel") else "#1f77b4" if n.startswith("pagecast") else "#2ca02c" for n in names
-    ]
+    colors = ["#999999" if x["kind"] == "kernel" else "#1f77b4" if x["kind"] == "pagecast" else "#2ca02c" for x in s]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(names) + 1.5))
     y = np.arange(len(names))
     ax.barh(y, walls, xerr=[lo, hi], color=colors)
@@ -363,7 +299,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         f"{report['config']['runs']} runs each"
     )
     for yi, x in zip(y, s):
-        ax.text(x["wall_s"], yi, f"  {x['vs_best_kernel']}x", va="center")
+        ax.text(x["wall_s"], yi, f"  {x['vs_best_kernel']:.2f}x", va="center")
     fig.tight_layout()
     with atomic_output(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")

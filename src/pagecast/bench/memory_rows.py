@@ -12,11 +12,13 @@ from __future__ import annotations
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from pagecast.bench import sparse_weights as wl
+from pagecast.bench.harness import workload_row
+from pagecast.bench.results import RunRow
 from pagecast.collect.record import record_faults
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
@@ -70,13 +72,12 @@ def memory_rows(
     workload: Callable[[Path, int], wl.WorkloadConfig],
     train_prompts: tuple[int, ...],
     test_prompt: int,
-    row_type: type,
     log: Callable[[str], None],
-) -> Callable[[list[Path], Path], list[tuple[str, Callable[[int], Any]]]]:
+) -> Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]]:
     """``extra_rows`` for ``run_bench``: the training prompts recorded under the limit, a
     memory plan from them, and two strategies (kernel, plan) on the test prompt."""
 
-    def rows(traces: list[Path], weights: Path) -> list[tuple[str, Callable[[int], Any]]]:
+    def rows(traces: list[Path], weights: Path) -> list[tuple[str, Callable[[int], RunRow]]]:
         limit = resolve_limit(limit_spec, traces)
         mib = limit >> 20
         recs = []
@@ -90,18 +91,16 @@ def memory_rows(
         write_memory_plan(plan, plan_path)
         log(f"memory plan for {mib} MiB: keep {plan.keep_bytes() >> 20} MiB ({plan.backend})")
 
-        def make(name: str, p: Path | None) -> Callable[[int], Any]:
-            def fn(rnd: int) -> Any:
+        def make(name: str, kind: str, p: Path | None) -> tuple[str, Callable[[int], RunRow]]:
+            def fn(rnd: int) -> RunRow:
                 o, _ = limited_run(workload(weights, test_prompt).argv(), limit, p, weights)
-                r = o.result
-                return row_type(name, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults,
-                                o.bytes_cached, checksum=r["checksum"])  # fmt: skip
+                return workload_row(name, kind, rnd, o.result, o.bytes_cached, o.major_faults)
 
-            return fn
+            return name, fn
 
         return [
-            (f"kernel: under a {mib} MiB limit", make(f"kernel: under a {mib} MiB limit", None)),
-            (f"pagecast: memory plan, {mib} MiB limit", make(f"pagecast: memory plan, {mib} MiB limit", plan_path)),
+            make(f"kernel: under a {mib} MiB limit", "kernel", None),
+            make(f"pagecast: memory plan, {mib} MiB limit", "pagecast", plan_path),
         ]
 
     return rows

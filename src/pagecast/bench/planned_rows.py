@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pagecast.bench import sparse_weights as wl
+from pagecast.bench.harness import workload_row
+from pagecast.bench.results import RunRow
 from pagecast.errors import PagecastError
 from pagecast.util.signals import SignalRelay
 
@@ -72,7 +74,7 @@ def _pages_issued(status: Path, wait_s: float = 2.0) -> int:
 
 
 def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig], min_runs: int,
-                 row: Callable[..., Any], log: Callable[[str], None]) -> Callable[[list[Path], Path], list]:  # fmt: skip
+                 log: Callable[[str], None]) -> Callable[[list[Path], Path], list]:  # fmt: skip
     """A hook for ``run_bench(extra_rows=...)``: plan on the training traces, then one row."""
 
     def rows(traces: list[Path], weights: Path) -> list:
@@ -83,13 +85,11 @@ def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig
                            for f in summary.get("files", []) if f.get("strategy") != "nothing" or f.get("advice", "default") != "default")  # fmt: skip
         log(f"plan: {chosen or 'nothing for every file'}")
 
-        def one(rnd: int) -> Any:
+        def one(rnd: int) -> RunRow:
             status = Path(out_dir) / "demo.plan-status.json"
             status.unlink(missing_ok=True)
             o = planned_run(plan, workload_for(weights), status)
-            r = o.result
-            return row(LABEL, rnd, r["wall_s"], r["ttft_s"], r["tokens_per_s"], o.major_faults, o.bytes_cached,
-                       prefetched=_pages_issued(status), checksum=r["checksum"])  # fmt: skip
+            return workload_row(LABEL, "pagecast", rnd, o.result, o.bytes_cached, o.major_faults, _pages_issued(status))
 
         return [(LABEL, one)]
 

@@ -89,13 +89,7 @@ def memory_extra(cfg, args: argparse.Namespace, log):
         return wl.WorkloadConfig(weights, prompt=prompt, tokens=cfg.tokens, advice="random", extra=list(cfg.extra))
 
     # three training prompts: leave-one-run-out needs two or more, and each costs a recorded run
-    return memory_rows(cfg.out_dir, args.memory, workload, cfg.train_prompts[:3], cfg.test_prompt, _row_type(), log)
-
-
-def _row_type():
-    from pagecast.bench.harness import RunRow
-
-    return RunRow
+    return memory_rows(cfg.out_dir, args.memory, workload, cfg.train_prompts[:3], cfg.test_prompt, log)
 
 
 def combine(*extras):
@@ -185,6 +179,17 @@ def parse_prompts(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _shown(s: dict) -> dict:
+    """A summary row as the table shows it: ratios to 2 decimals, MiB to 1."""
+    r2 = lambda v: None if v is None else round(v, 2)  # noqa: E731
+    return {
+        **s,
+        "mib_read": round(s["mib_read"], 1),
+        "vs_best_kernel": r2(s["vs_best_kernel"]),
+        "vs_warm": r2(s["vs_warm"]),
+    }
+
+
 def print_report(report: dict, as_json: bool) -> None:
     if as_json:
         print_json(report)
@@ -200,11 +205,11 @@ def print_report(report: dict, as_json: bool) -> None:
         "vs_best_kernel",
         "vs_warm",
     ]
-    print(format_table(report["strategies"], cols))
+    print(format_table([_shown(s) for s in report["strategies"]], cols))
     print()
     print(f"best kernel strategy: {report['best_kernel']}")
     for name, x in report["speedup_vs_best_kernel"].items():
-        print(f"  {name}: {x}x faster than it")
+        print(f"  {name}: {x:.2f}x faster than it")
     for name, runs in report["live"].items():
         sub = [r["submit"] for r in runs if r["submit"]["n"]]
         if sub:  # runs whose prefetches all went out at start (replay) have none

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from pagecast.bench import sparse_weights as wl
-    from pagecast.bench.harness import RunRow, run_bench
+    from pagecast.bench.harness import run_bench
     from pagecast.bench.planned_rows import planned_rows
     from pagecast.cli._options import policy_texts
     from pagecast.cli.bench import DEFAULT_POLICIES, combine, config_from_args, memory_extra, print_report
@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             min_runs = cfg.min_runs if cfg.min_runs is not None else default_min_runs(len(cfg.train_prompts))
             workload = lambda w: wl.WorkloadConfig(w, prompt=cfg.test_prompt, tokens=cfg.tokens, advice="normal",  # noqa: E731
                                                    extra=list(cfg.extra))  # fmt: skip
-            extra = planned_rows(cfg.out_dir, workload, min_runs, RunRow, log)
+            extra = planned_rows(cfg.out_dir, workload, min_runs, log)
         report = run_bench(cfg, log=log, extra_rows=combine(extra, memory_extra(cfg, args, log)))
     if args.json:
         print_json(report)

@@ -39,7 +39,11 @@ class PlanConfig:
 
 def file_pages(trace_path: str | Path, on_rows: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
     """File path → sorted unique file pages (offset // 4096) the run used; the files in the
-    order the run first used them (the row of a file's first use)."""
+    order the run first used them (the row of a file's first use).
+
+    Every row kind counts here, page-set and fault rows alike, so these are never fewer
+    pages than ``pagecast.trace.pageset.file_page_sets`` (page-set rows only, when the
+    recording has them) and sometimes more (fault rows with no page-set row)."""
     t = open_trace(trace_path)
     if t.page_size != PAGE_SIZE:
         raise PagecastError(f"page size {t.page_size}: plans are in {PAGE_SIZE}-byte pages", path=trace_path)
