@@ -449,6 +449,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=None, help="runs of each strategy per limit (default 2; quick 1)")
     ap.add_argument("--fractions", default=None, help="limits as shares of the data read (default 0.75,0.5)")
     ap.add_argument("--backends", default=",".join(BACKENDS), help="pagecast run --backend values to measure")
+    ap.add_argument(
+        "--measure-rounds",
+        type=int,
+        default=None,
+        help="plan --memory --measure rounds on the "
+        "training inputs: the plan kept only where it beats the kernel alone (default 2; quick 1; 0: off)",
+    )
     ap.add_argument("--work-dir", type=Path, default=None, help="recordings and plans (default: under the cache)")
     ap.add_argument("--llama-venv", type=Path, default=None, help="venv with llama-cpp-python and gguf (default: "
                     "under the cache; made there on first use)")  # fmt: skip
@@ -472,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
             fractions=fractions,
             rounds=a.rounds or (1 if a.quick else 2),
             backends=tuple(b for b in a.backends.split(",") if b),
+            measure_rounds=a.measure_rounds if a.measure_rounds is not None else (1 if a.quick else 2),
         )
         results = []
         for name in names:

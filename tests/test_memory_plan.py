@@ -176,3 +176,36 @@ def test_corrupt_memory_plan_is_one_line(tmp_path):
 def test_plan_for_limit_needs_recordings():
     with pytest.raises(PagecastError):
         plan_for_limit([], _cfg())
+
+
+def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
+    f, traces = recordings
+    out = tmp_path / "m.plan"
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, "--stream-room", "1M", "--chunk", "1M",
+                        "--reserve", "4M", "--prefetch-chunks", "2", *map(str, traces), "-o", str(out), "--measure",
+                        "--rounds", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "measured wall s under the limit" in r.stderr and "chosen:" in r.stderr
+    plan = read_memory_plan(out)
+    m = plan.validation["measured"]
+    assert set(m["total_s"]) == {"kernel", "half", "keep", "plan"}
+    assert all(len(runs) == 1 for by in m["runs_s"].values() for runs in by.values())
+    assert all(len(by) == len(traces) for by in m["runs_s"].values())
+    # the plan written is the variant chosen
+    row = next(p for p in plan.files if p.path == str(f))
+    if m["chosen"] == "kernel":
+        assert plan.backend == "kernel" and "measured" in plan.note
+    elif m["chosen"] in ("keep", "half"):
+        assert plan.backend != "kernel" and not row.stream and plan.prefetch_chunks == 0
+    else:
+        assert row.stream and plan.backend != "kernel"
+
+
+def test_measured_choice_is_the_simplest_clear_winner():
+    from pagecast.plan.memory_measure import choose
+
+    # within the noise of the kernel: the kernel alone
+    assert choose({"kernel": 1.0, "half": 0.99, "keep": 0.98, "plan": 0.97}, 0.05, 0.02)[0] == "kernel"
+    # clearly faster, and the simpler within the tie of the fastest
+    assert choose({"kernel": 1.0, "half": 0.61, "keep": 0.60, "plan": 0.59}, 0.05, 0.05)[0] == "half"
+    assert choose({"kernel": 1.0, "half": 0.9, "keep": 0.5, "plan": 0.6}, 0.05, 0.02)[0] == "keep"

@@ -93,6 +93,7 @@ class Config:
     kernel_rows: tuple[str, ...] = tuple(KERNEL_ROWS)
     roof: bool = True
     timeout_s: float = 1800.0
+    measure_rounds: int = 0  # plan --measure: rounds of timing the plan on the training inputs (0: off)
 
 
 @dataclass
@@ -325,9 +326,16 @@ def record(inp: Input, limit: int, out: Path, case: LimitCase, timeout: float) -
     return out
 
 
-def make_plan(traces: Sequence[Path], limit: int, out: Path, timeout: float) -> tuple[Path | None, str]:
-    argv = pagecast("plan", "--memory", str(limit), *map(str, traces), "-o", str(out))
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+def make_plan(
+    traces: Sequence[Path], limit: int, out: Path, timeout: float, measure_rounds: int = 0
+) -> tuple[Path | None, str]:
+    """``pagecast plan --memory`` on the training recordings; with ``measure_rounds``, the plan
+    timed against the kernel alone on the training inputs (``--measure``), kept only if faster."""
+    measure = ["--measure", "--rounds", str(measure_rounds)] if measure_rounds else []
+    argv = pagecast("plan", "--memory", str(limit), *map(str, traces), "-o", str(out), *measure)
+    with tempfile.TemporaryDirectory(prefix="pc-passes-") as tmp:
+        env = {**os.environ, PASSES_ENV: str(Path(tmp) / "passes")}  # the programs write their pass times
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         return None, (proc.stderr.strip().splitlines() or ["?"])[-1]
     return out, ""
@@ -453,7 +461,7 @@ def _prepare_limit(
         for i, inp in enumerate(case.train):
             log(f"{case.name} @ {limit >> 20} MiB: recording training input {inp.name}")
             traces.append(record(inp, limit, d / f"train{i}.parquet", case, cfg.timeout_s))
-        plan, why = make_plan(traces, limit, d / "train.plan", cfg.timeout_s)
+        plan, why = make_plan(traces, limit, d / "train.plan", cfg.timeout_s, cfg.measure_rounds)
         if plan is None:
             notes.append(f"no plan: {why}")
         log(f"{case.name} @ {limit >> 20} MiB: recording the held-out input (MIN's stream)")

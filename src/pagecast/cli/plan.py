@@ -118,7 +118,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "candidates that beat default by more than the measured noise, the simplest within a standard error "
         "of the fastest; else the fastest kernel plan. A predicted plan so chosen is timed again against the "
         "fastest kernel plan, the two alone for --rounds more rounds, and kept only if it is faster again by "
-        "more than a standard error",
+        "more than a standard error. With --memory: the program alone under the limit against the plan, "
+        "its keep set alone and half of it, through pagecast run --memory; the simplest that beats the "
+        "kernel by more than the noise, else backend kernel",
     )
     p.add_argument(
         "--rounds",
@@ -486,8 +488,9 @@ def _memory_plan(args: argparse.Namespace) -> int:
     from pagecast.util.memcg import parse_limit
     from pagecast.util.sizes import parse_size
 
-    if args.measure:
-        raise PagecastError("--measure does not go with --memory")
+    if args.rounds is not None and (not args.measure or args.rounds < 1):
+        raise PagecastError("--rounds goes with --measure and must be at least 1")
+    recordings = _recordings_to_measure(args.traces) if args.measure else None
     dev_bps, dev_lat = _memory_device(args.device_model, args.traces)
     cfg = MemoryPlanConfig(
         parse_limit(args.memory),
@@ -499,7 +502,13 @@ def _memory_plan(args: argparse.Namespace) -> int:
         parse_size(args.stream_room, "--stream-room") if args.stream_room else None,
     )
     plan = plan_for_limit(args.traces, cfg)
+    measured = None
+    if recordings is not None and plan.backend != "kernel":
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3)
+        plan.validation["measured"] = measured.to_dict()
     write_memory_plan(plan, args.output)
+    if measured is not None and (args.explain or not args.json):
+        print("\n".join([*measured.table(), f"chosen: {measured.chosen}: {measured.why}"]), file=sys.stderr)
     rows = explain_rows(plan)
     if args.explain:
         print(format_table(rows) if rows else "no file pages in the recordings", file=sys.stderr)
@@ -514,6 +523,21 @@ def _memory_plan(args: argparse.Namespace) -> int:
               f"stream the rest in {plan.chunk_bytes >> 10} KiB chunks, {plan.prefetch_chunks} ahead "
               f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
     return 0
+
+
+def _measure_memory(plan, recordings, rounds: int) -> tuple:
+    """Time the memory plan's variants against the kernel alone under the limit."""
+    from pagecast.plan.measure import MeasureConfig
+    from pagecast.plan.memory_measure import CANDIDATES, measure_memory_plan
+
+    def argv(plan_path: str | None, prog: list[str]) -> list[str]:
+        with_plan = ["--plan", plan_path] if plan_path else []
+        return [sys.executable, "-m", "pagecast", "run", "--memory", str(plan.limit_bytes), *with_plan, "--", *prog]
+
+    total = len(CANDIDATES) * len(recordings) * rounds
+    with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
+        cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1))
+        return measure_memory_plan(plan, recordings, cfg)
 
 
 def _show_memory(path: str, as_json: bool) -> int:

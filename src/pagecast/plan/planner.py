@@ -712,9 +712,20 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
         fp.reason = f"{chosen}: {why}"
         used = [len(r) for r in runs if len(r)]
         live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
-        fc = FileChoice(path, chosen, why, predicted | live_means, pricing.skipped, pricing.validation, dev.source,
-                        dev.read_ahead_kb, len(used), float(np.mean(used)) if used else 0.0, npages)  # fmt: skip
-        fc.objects = pricing.layout.describe() if pricing.layout else ""
+        fc = FileChoice(
+            path,
+            chosen,
+            why,
+            predicted_s=predicted | live_means,
+            skipped=pricing.skipped,
+            validation=pricing.validation,
+            device=dev.source,
+            read_ahead_kb=dev.read_ahead_kb,
+            runs_using=len(used),
+            mean_pages_used=float(np.mean(used)) if used else 0.0,
+            file_pages=npages,
+            objects=pricing.layout.describe() if pricing.layout else "",
+        )
         choices.append(fc)
         plans[path] = (fp, fc)
         priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
@@ -729,11 +740,7 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
     for p in priced:
         if p.path in upgrades:
             c, why = upgrades[p.path]
-            fp, fc = plans[p.path]
-            _file_plan(fp, c, p.pricing.warm_sets, p.npages)
-            p.chosen, fc.chosen, fc.why = c, c, why
-            fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
-            fp.reason = f"{c}: {why}"
+            _rechoose(plans[p.path], p, c, why, p.pricing.warm_sets)
     everything = list(priced)
     live = live_choices(priced, cfg)
     live_needs_python = False
@@ -742,11 +749,9 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
         for p in priced:
             if p.path in chosen_live:
                 c = chosen_live[p.path]
-                fp, fc = plans[p.path]
-                _file_plan(fp, c, p.pricing.warm_sets, p.npages, cfg.pack_dir, cfg.pack_writer, p.pricing.args)
-                p.chosen, fc.chosen, fc.why = c, c, why
-                fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[c]) * 1e3
-                fp.reason = f"{c}: {why}"
+                _rechoose(
+                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
+                )
                 live_needs_python |= not runs_natively(c, p.mapped)
         priced = [p for p in priced if p.path not in chosen_live]
     group = small_files_group(priced, left, cfg, n)
@@ -756,12 +761,8 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
         # the program starts, and a sentence repeated for each of git's 470 small files was 117 KB
         doc.note = "\n".join(x for x in (doc.note, why) if x)
         for path in paths:
-            fp, fc = plans[path]
-            _file_plan(fp, "whole", {}, fc.file_pages)
-            fc.chosen, fc.why = "whole", why
-            fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s["whole"]) * 1e3
-            fp.reason = f"whole: {SMALL_FILES} (the plan's note)"
-            next(p for p in priced if p.path == path).chosen = "whole"
+            p = next(p for p in priced if p.path == path)
+            _rechoose(plans[path], p, "whole", why, {}, reason=f"whole: {SMALL_FILES} (the plan's note)")
     why_nothing = never_slower(everything, credit, cfg, live_needs_python)
     if why_nothing:
         _all_nothing(doc, choices, plans, why_nothing)
@@ -769,6 +770,24 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
             p.chosen = "nothing"
     model.per_run = run_predictions(everything, n)
     return doc, choices, model
+
+
+def _rechoose(
+    planned: tuple[FilePlan, FileChoice],
+    p: _Priced,
+    chosen: str,
+    why: str,
+    warm_sets: dict,
+    pack: tuple | None = None,
+    reason: str | None = None,
+) -> None:
+    """A later stage's choice for one file: its plan entry, its explanation and its pricing
+    record all say ``chosen``. ``pack``: (directory, writer, arguments) where it writes one."""
+    fp, fc = planned
+    _file_plan(fp, chosen, warm_sets, fc.file_pages, *(pack or ()))
+    p.chosen, fc.chosen, fc.why = chosen, chosen, why
+    fp.gain_ms = (fc.predicted_s["nothing"] - fc.predicted_s[chosen]) * 1e3
+    fp.reason = reason or f"{chosen}: {why}"
 
 
 def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],

@@ -1,0 +1,125 @@
+"""``pagecast plan --memory --measure``: time the memory plan against the kernel alone under
+the limit, on the recordings' own commands, and keep it only where it is faster.
+
+The planner prices keep sets with a model of the kernel's page cache (``sim.readaround``)
+on the recordings' demand streams. Those see faults only: a page the program used while it
+stayed mapped is not in them, so a plan that leaves the kernel less room than the recording
+had can be priced too well (a database's point queries, each reading a read-ahead window,
+measured slower with a keep set the model said would read less). So, as for cold-start plans
+(``pagecast.plan.measure``, whose timed rounds this reuses), the candidates are run:
+
+- ``kernel``: ``pagecast run --memory LIMIT`` (the program alone under the limit);
+- ``half``: the keep set halved (the less useful half streamed), locked only;
+- ``keep``: the keep set locked, nothing evicted or prefetched from outside;
+- ``plan``: the plan as built (keep, evict after use, prefetch).
+
+Every run starts cold (the plan's files), candidates interleaved in a seeded order per round,
+a candidate's time the sum over recordings of its median wall time. Eligible: faster than
+``kernel`` by more than the measured noise; of those within a standard error of the fastest,
+the simplest (the order above). None eligible: the kernel alone (``backend kernel``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from pagecast.plan.measure import MeasureConfig, Recording, _timed_rounds, noise_of, tie_of
+from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
+
+CANDIDATES = ("kernel", "half", "keep", "plan")  # simplest first
+
+
+def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
+    """``plan`` with nothing streamed from outside and ``share`` of its keep chunks (in file
+    order, the rest left to the kernel)."""
+    budget = round(sum(f.keep_chunks() for f in plan.files) * share)
+    files = []
+    for f in plan.files:
+        keep = []
+        for a, n in f.keep:
+            take = min(n, budget)
+            if take > 0:
+                keep.append((a, take))
+                budget -= take
+        files.append(FileMemoryPlan(f.path, f.identity, keep, [], {}, f.predicted))
+    return dataclasses.replace(plan, files=files, prefetch_chunks=0)
+
+
+def variants(plan: MemoryPlan) -> dict[str, MemoryPlan | None]:
+    return {"kernel": None, "half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+
+
+@dataclass
+class MemoryMeasured:
+    recordings: list[str]
+    runs: dict[str, dict[str, list[float]]]  # candidate -> recording -> wall seconds
+    rounds: int
+    noise: float = 0.0
+    chosen: str = "kernel"
+    why: str = ""
+
+    def totals(self) -> dict[str, float]:
+        return {c: sum(statistics.median(xs) for xs in by.values()) for c, by in self.runs.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        tot = self.totals()
+        return {"rounds": self.rounds, "noise": round(self.noise, 4), "chosen": self.chosen, "why": self.why,
+                "total_s": {c: round(t, 6) for c, t in tot.items()},
+                "runs_s": {c: {Path(r).name: [round(x, 4) for x in xs] for r, xs in by.items()}
+                           for c, by in self.runs.items()}}  # fmt: skip
+
+    def table(self) -> list[str]:
+        tot = self.totals()
+        lines = [f"measured wall s under the limit (median of {self.rounds} cold runs each; noise {self.noise:.1%}):"]
+        for c in sorted(tot, key=tot.__getitem__):
+            mark = " <- chosen" if c == self.chosen else ""
+            lines.append(f"  {c}: {tot[c]:.3f} s, {tot['kernel'] / tot[c]:.2f}x the kernel alone{mark}")
+        return lines
+
+
+def choose(totals: dict[str, float], noise: float, tie: float) -> tuple[str, str]:
+    kernel = totals["kernel"]
+    eligible = [c for c in CANDIDATES if c != "kernel" and c in totals and totals[c] < kernel * (1 - noise)]
+    if not eligible:
+        return "kernel", f"no variant of the plan beat the kernel alone by more than the noise ({noise:.1%})"
+    fastest = min(totals[c] for c in eligible)
+    pick = next(c for c in CANDIDATES if c in eligible and totals[c] <= fastest * (1 + tie))
+    return pick, f"{kernel / totals[pick]:.2f}x the kernel alone, the simplest within {tie:.1%} of the fastest"
+
+
+def measure_memory_plan(
+    plan: MemoryPlan, recordings: Sequence[Recording], cfg: MeasureConfig
+) -> tuple[MemoryPlan, MemoryMeasured]:
+    """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``)."""
+    cands = variants(plan)
+    work = Path(tempfile.mkdtemp(prefix="pagecast-memmeasure-"))
+    try:
+        no_plan = work / "kernel.plan"  # never written: ``launch_argv`` is given None for it
+        plan_of: dict[str, dict[str, Path]] = {}
+        for name, p in cands.items():
+            path = no_plan
+            if p is not None:
+                path = work / f"{name}.plan"
+                write_memory_plan(p, path)
+            plan_of[name] = {r.trace: path for r in recordings}
+        base = cfg.launch_argv
+        run_cfg = dataclasses.replace(
+            cfg, launch_argv=lambda path, argv: base(None if path == str(no_plan) else path, argv)
+        )
+        cold = [f.path for f in plan.files]
+        runs = _timed_rounds(list(cands), recordings, plan_of, cold, run_cfg, cfg.rounds, 0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = MemoryMeasured([r.trace for r in recordings], runs, cfg.rounds)
+    out.noise = noise_of(runs, cfg.min_noise)
+    out.chosen, out.why = choose(out.totals(), out.noise, tie_of(out.noise, cfg.rounds, len(recordings)))
+    chosen = cands[out.chosen]
+    if chosen is None:
+        chosen = dataclasses.replace(plan, backend="kernel", note=f"measured: {out.why}")
+    return chosen, out
