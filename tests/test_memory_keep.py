@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from pagecast.live.memctl import Controller
+from pagecast.live.memctl import PIN_PIECE, Controller
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory import MemoryPlanConfig, RunStream, keep_set, keep_size
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
@@ -54,19 +54,20 @@ def test_keep_size_follows_the_read_around_model():
 
 def test_controller_lets_go_of_keep_pieces_when_the_room_shrinks(tmp_path):
     f = tmp_path / "data"
-    f.write_bytes(os.urandom(8 * MIB))
+    f.write_bytes(os.urandom(4 * PIN_PIECE))
     ident = FileIdentity.of(f)
-    plan = MemoryPlan(256 * MIB, MIB, 0, 0, "kernel-advice", [FileMemoryPlan(str(f), ident, [(0, 8)], [], {})],
+    chunks = 4 * PIN_PIECE // MIB
+    plan = MemoryPlan(256 * MIB, MIB, 0, 0, "kernel-advice", [FileMemoryPlan(str(f), ident, [(0, chunks)], [], {})],
                       room_bytes=32 * MIB)  # fmt: skip
     used = [0]
     ctl = Controller(plan, os.getpid(), usage=lambda: 0, unreclaimable=lambda: used[0])
     while ctl.pin_some():
         pass
-    assert ctl.stats.pinned_bytes == 8 * MIB  # room to spare: every piece locked
+    assert ctl.stats.pinned_bytes == 4 * PIN_PIECE  # room to spare: every piece locked
     used[0] = 256 * MIB - 29 * MIB  # the program's own memory grew: 3 MiB short of the room
-    ctl.unpin_to_room()
-    assert ctl.stats.pinned_bytes == 5 * MIB and ctl.stats.unpinned_bytes == 3 * MIB
+    ctl.unpin_to_room()  # the last piece goes (pieces of PIN_PIECE, at least 3 MiB)
+    assert ctl.stats.pinned_bytes == 3 * PIN_PIECE and ctl.stats.unpinned_bytes == PIN_PIECE
     assert not ctl.pin_some()  # what was let go is not locked again
     used[0] = 256 * MIB - 100 * MIB
     ctl.unpin_to_room()
-    assert ctl.stats.pinned_bytes == 5 * MIB
+    assert ctl.stats.pinned_bytes == 3 * PIN_PIECE

@@ -48,7 +48,7 @@ def resolve_limit(spec: str, traces: list[Path]) -> int:
 
 def record_under_limit(argv: list[str], limit: int, out: Path) -> Path:
     with MemoryCgroup(limit) as cg:
-        res = record_faults(cg.wrap(argv), out, stdout=subprocess.DEVNULL, meta={"command": argv})
+        res = record_faults(cg.wrap(argv), out, stdout=subprocess.DEVNULL, meta={"command": argv}, every_read=True)
     if res.exit_status != 0:
         raise PagecastError(f"recording under the limit failed with status {res.exit_status}")
     return out

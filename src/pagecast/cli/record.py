@@ -105,6 +105,7 @@ def _record(
                 on_batch=bar.update,
                 pageset=not args.faults_only,
                 meta={"command": shown, "memory_limit": memory()["limit_bytes"]} if shown and memory else None,
+                every_read=memory is not None,
             )
     d = result.to_dict()
     for line in d.get("info") or []:

@@ -6,7 +6,8 @@ filemap tracepoints: the file page each fault maps and the pages each read-famil
 call asks for, by inode. ``PageSetRows`` turns them into
 one ``Kind.FILE_MAPPED`` row per file page first touched through a mapping and one
 ``Kind.FILE_READ`` row per file page first asked for by a read, each at the time of that
-first use, streaming: it keeps one bitmap per file region and per kind.
+first use, streaming: it keeps one bitmap per file region and per kind. Recording under a
+memory limit, every later read of a page is a ``Kind.FILE_REREAD`` row too.
 """
 
 from __future__ import annotations
@@ -91,9 +92,12 @@ def expand_ranges(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.n
 class PageSetRows:
     """Adds the page-set rows to each batch of a recording, in time order."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_read: bool = False) -> None:
         self.mapped = FirstUse()
         self.read = FirstUse()
+        # also a FILE_REREAD row for every later read of a page: under a memory limit the
+        # pages a program reads again are its reuse, which first uses alone do not show
+        self.every_read = every_read
 
     def rows(self, batch: FaultBatch, from_samples: np.ndarray) -> Rows:
         """The batch's fault rows followed in time by its page-set rows (a page-set row sorts
@@ -140,13 +144,18 @@ class PageSetRows:
             rep, pages = expand_ranges(uses.first[rd], uses.last[rd])
             region = uses.region[rd][rep]
             take = self.read.take(region, pages)
+            kind = np.full(len(take), Kind.FILE_READ, np.uint8)
+            if self.every_read:
+                kind = np.full(len(pages), Kind.FILE_REREAD, np.uint8)
+                kind[take] = Kind.FILE_READ
+                take = np.arange(len(pages))
             src = rep[take]
             parts.append(
                 Rows(
                     uses.t_ns[rd][src],
                     region[take],
                     pages[take],
-                    np.full(len(take), Kind.FILE_READ, np.uint8),
+                    kind,
                     uses.tid[rd][src],
                     np.zeros(len(take), np.uint64),
                 )

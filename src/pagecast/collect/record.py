@@ -70,16 +70,18 @@ def record_faults(
     on_batch: Callable[[int], None] | None = None,
     pageset: bool = True,
     meta: dict[str, Any] | None = None,
+    every_read: bool = False,
 ) -> RecordResult:
     """Run ``cmd`` under the fault collector and write its trace to ``out``.
 
     ``meta``: trace metadata that replaces the defaults (``command``: the program as the
-    user gave it, when ``cmd`` wraps it, e.g. in a memory cgroup)."""
+    user gave it, when ``cmd`` wraps it, e.g. in a memory cgroup). ``every_read``: a
+    ``FILE_REREAD`` row for every read of a file page after its first (under a limit)."""
     cmd = [str(c) for c in cmd]
     start = time.monotonic()
     major = minor = 0
     mon = FaultMonitor(cmd, stdout=stdout, stderr=stderr, ring_pages=ring_pages, pageset=pageset, require_reads=pageset)
-    pages = PageSetRows() if pageset else None
+    pages = PageSetRows(every_read) if pageset else None
     # Ctrl-C at the terminal reaches the program itself; a SIGTERM, SIGHUP or a SIGINT sent
     # to pagecast alone is passed on to it. Either way: record until it exits, write the trace.
     with SignalRelay() as relay:

@@ -53,6 +53,10 @@ LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
 MIN_REGRETS = 8
+# keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
+# mlock each, few enough that a large keep set is locked within the program's first pass,
+# small enough to let go of a part when the program's own memory grows
+PIN_PIECE = 4 << 20
 
 
 class _Iovec(ctypes.Structure):
@@ -214,7 +218,7 @@ class Controller:
             n = min(n, f.size - off)
             if n <= 0:
                 continue
-            piece = min(n, self.cb)
+            piece = min(n, max(self.cb, PIN_PIECE // self.cb * self.cb))
             if self.stats.pinned_bytes + piece > room:  # beyond the plan's room: never
                 self.stats.pin_refused_bytes += n
                 continue

@@ -39,7 +39,8 @@ from pagecast.plan.shared_pages import merge_ranges, recorded_identity
 from pagecast.sim.misses import lru_misses, min_misses
 from pagecast.sim.readaround import readaround_reads
 from pagecast.trace.demand import read_demand
-from pagecast.trace.reader import open_trace
+from pagecast.trace.reader import Trace, open_trace
+from pagecast.trace.schema import Kind
 from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
 
 DEFAULT_CHUNK = 2 << 20
@@ -74,10 +75,32 @@ class RunStream:
     anon_pages: int
 
 
+def _reads(t: Trace) -> dict[str, np.ndarray]:
+    """The recording's read-family requests for file pages (first reads, and under a limit
+    every later one), as demand rows: a program reading a file with ``read()`` uses it so."""
+    parts: list[tuple[np.ndarray, ...]] = []
+    for b in t.iter_batches(["t_ns", "region", "page", "kind"], 1 << 21):
+        sel = (b["kind"] == Kind.FILE_READ) | (b["kind"] == Kind.FILE_REREAD)
+        if sel.any():
+            parts.append((b["t_ns"][sel], b["region"][sel], b["page"][sel]))
+    if not parts:
+        return {"t": np.empty(0, np.int64), "region": np.empty(0, np.int64), "page": np.empty(0, np.int64)}
+    return {k: np.concatenate([p[i] for p in parts]).astype(np.int64) for i, k in enumerate(("t", "region", "page"))}
+
+
+def _with_reads(d: dict[str, np.ndarray], r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    if not len(r["t"]):
+        return d
+    t = np.concatenate([d["t"].astype(np.int64), r["t"]])
+    order = np.argsort(t, kind="stable")
+    return {k: np.concatenate([d[k].astype(np.int64), r[k]])[order] for k in ("region", "page")}
+
+
 def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
-    """The demand stream of one recording in file pages; ``files`` grows with new paths."""
+    """The demand stream of one recording in file pages, with its reads of files
+    (``read()``); ``files`` grows with new paths."""
     t = open_trace(trace_path)
-    d = read_demand(t)
+    d = _with_reads(read_demand(t), _reads(t))
     reg_file = {}
     reg_off = {}
     anon = set()

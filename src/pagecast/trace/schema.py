@@ -63,6 +63,9 @@ class Kind(enum.IntEnum):
     # accessed (DAMON nr_accesses). ACCESSED when tid > 0 (a demand kind), IDLE when 0.
     RANGE_ACCESSED = 16
     RANGE_IDLE = 17
+    # a read-family system call asked for a file page already read in this run (recorded
+    # under --memory, where what a program reads again is what the limit costs it)
+    FILE_REREAD = 18
 
     @classmethod
     def parse(cls, name: str) -> "Kind":

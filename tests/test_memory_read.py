@@ -1,0 +1,101 @@
+"""A program reading a file with ``read()`` pass after pass under a memory limit: the
+recording shows its re-reads (``FILE_REREAD``), the plan keeps part of the file, and the run
+under the plan reads less again than the kernel alone, with the same output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from cold_support import cold_file_maker
+from pagecast.errors import PagecastError
+from pagecast.plan.memory_format import read_memory_plan
+from pagecast.trace.reader import open_trace
+from pagecast.trace.schema import Kind
+from pagecast.util.memcg import find_hierarchy
+from pagecast.util.pagecache import make_cold
+
+FILE_PAGES = 64 * 256  # 64 MiB
+LIMIT = "48M"
+PASSES = 4
+# every pass reads the whole file with read() and prints a checksum of it
+PROGRAM = """
+import hashlib, sys
+for _ in range(int(sys.argv[2])):
+    h = hashlib.sha1()
+    with open(sys.argv[1], "rb", buffering=0) as f:
+        while b := f.read(1 << 17):
+            h.update(b)
+    print(h.hexdigest())
+"""
+
+
+def _run(args: list[str], f) -> tuple[subprocess.CompletedProcess, dict]:
+    make_cold([f])
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--json", *args, "--", sys.executable, "-c", PROGRAM,
+                        str(f), str(PASSES)], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(r.stdout[r.stdout.index("{") :])
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("memory cgroups and tracepoints need root")
+    try:
+        find_hierarchy()
+    except PagecastError as e:
+        pytest.skip(str(e))
+    out = tmp_path_factory.mktemp("memread")
+    with cold_file_maker("memread") as make:
+        f = make(FILE_PAGES)
+        traces = []
+        for i in range(2):
+            make_cold([f])
+            t = out / f"r{i}.parquet"
+            r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--json", "--memory", LIMIT, "-o", str(t),
+                                "--", sys.executable, "-c", PROGRAM, str(f), str(PASSES)],
+                               capture_output=True, text=True, timeout=180)  # fmt: skip
+            if r.returncode == 2 and "tracepoint" in r.stderr:
+                pytest.skip(r.stderr.strip())
+            assert r.returncode == 0, r.stderr
+            traces.append(t)
+        plan = out / "p.plan"
+        r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, *map(str, traces), "-o",
+                            str(plan)], capture_output=True, text=True, timeout=180)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        yield f, traces, plan
+
+
+def test_the_recording_shows_every_pass_of_reads(planned):
+    f, traces, _ = planned
+    t = open_trace(traces[0])
+    region = [r.id for r in t.regions if r.path == str(f)]
+    kinds = []
+    for b in t.iter_batches(["region", "kind"], 1 << 20):
+        kinds.append(b["kind"][np.isin(b["region"], region)])
+    k = np.concatenate(kinds)
+    assert np.count_nonzero(k == Kind.FILE_READ) == FILE_PAGES  # each page once, at its first read
+    # and every later read (a call that waited for its pages under read asks again: a few twice)
+    rereads = np.count_nonzero(k == Kind.FILE_REREAD)
+    assert (PASSES - 1) * FILE_PAGES <= rereads <= (PASSES - 1) * FILE_PAGES * 1.05
+
+
+def test_the_plan_keeps_part_of_the_file_and_the_run_reads_less(planned):
+    f, _, plan_path = planned
+    plan = read_memory_plan(plan_path)
+    row = next(p for p in plan.files if p.path == str(f))
+    assert plan.backend != "kernel" and row.keep_chunks() > 0
+    assert row.predicted["plan"] < row.predicted["lru"]
+    alone, rep_alone = _run(["--memory", LIMIT], f)
+    with_plan, rep = _run(["--memory", LIMIT, "--plan", str(plan_path)], f)
+    assert with_plan.stdout.split("{")[0] == alone.stdout.split("{")[0]  # the checksums, every pass
+    assert rep["controller"]["pinned_bytes"] > 0 and rep["memory"]["oom_kills"] == 0
+    # the kernel alone reads the whole file again every pass; the kept part is read once
+    assert rep_alone["memory"]["refaults"] >= (PASSES - 1) * FILE_PAGES * 0.9
+    assert rep["memory"]["refaults"] < rep_alone["memory"]["refaults"] * 0.8
