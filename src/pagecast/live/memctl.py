@@ -43,6 +43,7 @@ from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan
 
 SYS_PROCESS_MADVISE = 440  # x86_64 and the generic table
+MADV_RANDOM = 1
 MADV_COLD = 20
 MADV_PAGEOUT = 21
 RECENT = 2  # streamed chunks kept after entering: the one in use and the one before
@@ -53,6 +54,9 @@ LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
 MIN_REGRETS = 8
+# share of the streamed chunks the plan knows a successor of, below which evicting after use
+# and prefetching from outside are not tried
+STREAM_CHAIN = 0.9
 # keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
 # mlock each, few enough that a large keep set is locked within the program's first pass,
 # small enough to let go of a part when the program's own memory grows
@@ -68,6 +72,7 @@ _libc.syscall.restype = ctypes.c_long
 _libc.mlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _libc.munlock.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 
@@ -174,6 +179,12 @@ class Controller:
         self.pending: deque[tuple[int, int]] = deque()
         self._pins: list[tuple[int, int]] = []  # (address, length) locked
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
+        streamed = sum(len(f.stream) for f in self.files)
+        chained = sum(1 for f in self.files for c in f.stream if c in f.next)
+        if streamed and chained < STREAM_CHAIN * streamed:
+            # scattered streamed chunks: no order to follow, so paging out after use from outside
+            # evicts what the program comes back to (measured: twice the reads); keep alone
+            self.stats.stream_off = True
 
     # -- where the program's mappings are --------------------------------------------
     def refresh_maps(self) -> None:
@@ -231,6 +242,11 @@ class Controller:
             if addr in (None, ctypes.c_void_p(-1).value):
                 self.stats.errors.append(f"pin {f.path}: mmap: {os.strerror(ctypes.get_errno())}")
                 continue
+            # the piece and nothing around it: mlock faults the pages in, and a fault in a
+            # mapping left to the kernel's read-around reads its whole window (8 MiB on a disk
+            # set so) for every scattered piece; one request for the piece instead
+            _libc.madvise(addr, piece, MADV_RANDOM)
+            os.posix_fadvise(f.fd, off, piece, os.POSIX_FADV_WILLNEED)
             if _libc.mlock(addr, piece) != 0:
                 self.stats.errors.append(f"mlock {f.path}: {os.strerror(ctypes.get_errno())}")
                 _libc.munmap(addr, piece)

@@ -25,7 +25,7 @@ import dataclasses
 import math
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -46,9 +46,10 @@ from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
 DEFAULT_CHUNK = 2 << 20
 # chunk sizes tried when none is given: large chunks suit programs that stream a file, small
 # ones programs that use scattered pages of it (a 2 MiB chunk kept for a few pages wastes it)
-CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10)  # largest first
+CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10, 4 << 10)  # largest first
 SMALLER_CHUNK_GAIN = 0.05
 SUCCESSOR_SHARE = 0.5
+MIN_MAJORS = 100  # major faults of a file before its pages per major fault are believed
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class RunStream:
     file: np.ndarray
     page: np.ndarray
     anon_pages: int
+    # per file: (faults, major faults) of the recording; pages per major fault is how much the
+    # kernel read around each miss (a mapping advised MADV_RANDOM reads one page)
+    faults: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 def _reads(t: Trace) -> dict[str, np.ndarray]:
@@ -120,7 +124,27 @@ def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
     reg = region[is_file]
     anon_mask = np.isin(region, np.fromiter(anon, np.int64, len(anon)))
     anon_keys = np.unique(region[anon_mask] * (1 << 40) + d["page"][anon_mask])
-    return RunStream(fmap[reg], d["page"][is_file].astype(np.int64) + omap[reg], len(anon_keys))
+    return RunStream(
+        fmap[reg], d["page"][is_file].astype(np.int64) + omap[reg], len(anon_keys), _fault_counts(t, reg_file)
+    )
+
+
+def _fault_counts(t: Trace, reg_file: dict[int, int]) -> dict[int, tuple[int, int]]:
+    """(faults, major faults) per file index in the recording."""
+    n = max(reg_file, default=-1) + 1
+    faults, majors = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
+    for b in t.iter_batches(["region", "kind"], 1 << 21):
+        reg = b["region"].astype(np.int64)
+        ok = (reg >= 0) & (reg < n)
+        k = b["kind"]
+        f = ok & ((k == Kind.FAULT_MINOR) | (k == Kind.FAULT_MAJOR))
+        faults += np.bincount(reg[f], minlength=n + 1)[: n + 1]
+        majors += np.bincount(reg[f & (k == Kind.FAULT_MAJOR)], minlength=n + 1)[: n + 1]
+    out: dict[int, tuple[int, int]] = {}
+    for rid, fi in reg_file.items():
+        a, m = out.get(fi, (0, 0))
+        out[fi] = (a + int(faults[rid]), m + int(majors[rid]))
+    return out
 
 
 def _first_in_run(keys: np.ndarray) -> np.ndarray:
@@ -264,7 +288,9 @@ def _ranges(chunks: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
-    """Twice the read-ahead window of the device of the most used file."""
+    """Twice what the kernel reads around a miss in the most used file: the read-ahead window
+    of its device, or less where the recordings show fewer pages per major fault (a mapping
+    advised MADV_RANDOM reads the faulting page alone)."""
     counts: Counter[int] = Counter()
     for r in runs:
         counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
@@ -274,6 +300,10 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
             ra = read_ahead_kb_of(os.stat(names[fi]).st_dev) << 10
         except (OSError, KeyError):
             pass
+        faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
+        majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
+        if majors >= MIN_MAJORS:
+            ra = min(ra, max(1, round(faults / majors)) * PAGE_SIZE)
     return 2 * ra
 
 
