@@ -153,7 +153,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--chunk",
         metavar="SIZE",
         default=None,
-        help="--memory: the unit of keep/evict/prefetch decisions (default: of 2M, 512K, 128K, 32K and 4K, the "
+        help="--memory: the unit of keep/evict/prefetch decisions (default: of 2M, 512K, 128K and 32K, the "
         "one whose plan reads least, leave-one-run-out)",
     )
     p.add_argument(

@@ -368,6 +368,8 @@ class Controller:
         return out
 
     def step(self, full: bool) -> None:
+        if self.stats.stream_off:
+            return  # the keep set alone: nothing to follow
         seen = set()
         scanned = {f.idx: self._present_all(f) for f in self.files if f.maps} if full else {}
         for k in self._candidates(full):

@@ -46,7 +46,7 @@ from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
 DEFAULT_CHUNK = 2 << 20
 # chunk sizes tried when none is given: large chunks suit programs that stream a file, small
 # ones programs that use scattered pages of it (a 2 MiB chunk kept for a few pages wastes it)
-CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10, 4 << 10)  # largest first
+CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10)  # largest first
 SMALLER_CHUNK_GAIN = 0.05
 SUCCESSOR_SHARE = 0.5
 MIN_MAJORS = 100  # major faults of a file before its pages per major fault are believed
