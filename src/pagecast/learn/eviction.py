@@ -82,6 +82,9 @@ class EvictionModelInfo:
     train_accuracy: float
     val_accuracy: float | None = None
     history: list[float] = field(default_factory=list)
+    # per training capacity: [fraction, LRU's faults, the model's faults] replayed on the
+    # training runs with the cross-fitted prior (``_replay``)
+    replay: list[list[float]] = field(default_factory=list)
 
 
 # --- the stream -----------------------------------------------------------------------
@@ -360,6 +363,38 @@ def _cases(runs: list[_Run], cfg: EvictionTrainConfig, rng: np.random.Generator)
     return np.concatenate(xs), np.concatenate(ys)
 
 
+def _scores(net, x: np.ndarray, batch: int = 1 << 16) -> np.ndarray:
+    import torch
+
+    p = np.empty(len(x), np.float32)
+    with torch.no_grad():
+        for k in range(0, len(x), batch):
+            p[k : k + batch] = torch.sigmoid(net(torch.from_numpy(x[k : k + batch]))[:, 0]).numpy()
+    return p
+
+
+def _replay(net, runs: list[_Run], cfg: EvictionTrainConfig) -> list[list[float]]:
+    """[fraction, LRU's faults, the model's faults] per training capacity, summed over the
+    training runs played with the prior of the other runs (as a held-out run gets it):
+    where the model is no better than LRU there, it plays LRU (``EvictionModel.scores``).
+    The keyed heap of ``min_hits`` plays any keys, so no simulator is needed."""
+    out = []
+    for frac in cfg.capacities:
+        lru = model = 0
+        for k, r in enumerate(runs):
+            others = [o for j, o in enumerate(runs) if j != k] or [r]
+            pages = MinTable.merge([o.pages for o in others])
+            chunks = MinTable.merge([o.chunks for o in others])
+            cap = max(1, int(round(r.n_ids * frac)))
+            p = _scores(net, _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks))
+            keys = keys_from_scores(p, 0.5, cfg.levels)
+            n = len(r.ids)
+            lru += n - int(min_hits(r.ids, -np.arange(n, dtype=np.int64), r.n_ids, cap).sum())
+            model += n - int(min_hits(r.ids, keys, r.n_ids, cap).sum())
+        out.append([float(frac), float(lru), float(model)])
+    return out
+
+
 # --- the model ------------------------------------------------------------------------
 def _net(cfg: EvictionTrainConfig):
     import torch
@@ -419,7 +454,8 @@ def train_eviction(
         acc = float(((net(x)[:, 0] > 0).float() == y).float().mean())
     pages = MinTable.merge([r.pages for r in loaded])
     chunks = MinTable.merge([r.chunks for r in loaded])
-    model = EvictionModel(net, EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, None, history))
+    info = EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, None, history, _replay(net, loaded, cfg))
+    model = EvictionModel(net, info)
     model.pages, model.chunks = pages, chunks
     if validate:
         model.info.val_accuracy = float(np.mean([model.accuracy(v, f) for v in validate for f in cfg.capacities]))
@@ -487,17 +523,23 @@ class EvictionModel:
             setattr(model, name, MinTable(*(t[f].numpy() for f in _TABLE_FIELDS), float(t["pages"])))
         return model
 
-    def scores(self, d: dict[str, np.ndarray], cap: int, batch: int = 1 << 16) -> np.ndarray:
-        """P(friendly) of every demand row, batched (the whole run before it is simulated)."""
-        import torch
-
+    def scores(self, d: dict[str, np.ndarray], cap: int) -> np.ndarray:
+        """P(friendly) of every demand row, batched (the whole run before it is simulated);
+        1 everywhere (LRU's order) at a capacity where the model lost to LRU on its
+        training runs."""
+        if not self.trusted(cap):
+            return np.ones(len(d["page"]), np.float32)
         ids, n_ids = dense_ids(d["region"], d["page"])
-        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks)
-        p = np.empty(len(ids), np.float32)
-        with torch.no_grad():
-            for k in range(0, len(ids), batch):
-                p[k : k + batch] = torch.sigmoid(self.net(torch.from_numpy(x[k : k + batch]))[:, 0]).numpy()
-        return p
+        return _scores(self.net, _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks))
+
+    def trusted(self, cap: int) -> bool:
+        """Whether the model beat LRU on its training runs at the training capacity
+        nearest to ``cap`` (relative to the training runs' distinct pages)."""
+        if not self.info.replay:
+            return True
+        frac = cap / max(self.pages.pages, 1.0)
+        _, lru, model = min(self.info.replay, key=lambda r: abs(r[0] - frac))
+        return model < lru
 
     def prior(self, d: dict[str, np.ndarray], cap: int) -> np.ndarray:
         """The MIN table's share for every demand row alone (the network left out)."""
@@ -515,7 +557,8 @@ class EvictionModel:
         cap = max(1, int(round(n_ids * frac)))
         y, nu = min_labels(ids, n_ids, cap)
         mask = nu != np.arange(1, len(ids) + 1)
-        pred = self.scores(d, cap)[mask] >= 0.5
+        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks)
+        pred = _scores(self.net, x)[mask] >= 0.5  # the network's, trusted or not
         lab = y[mask].astype(bool)
         return np.array([[np.sum(~lab & ~pred), np.sum(~lab & pred)], [np.sum(lab & ~pred), np.sum(lab & pred)]])
 
