@@ -45,7 +45,7 @@ from numba import njit
 
 from pagecast.errors import PagecastError
 from pagecast.trace.demand import as_trace, read_demand
-from pagecast.trace.regions import region_hashes
+from pagecast.trace.regions import row_region_hashes
 from pagecast.util.jitcache import configure as _configure_jit_cache
 
 _configure_jit_cache()
@@ -263,7 +263,7 @@ def read_run(path: str | Path) -> dict[str, np.ndarray]:
     d = read_demand(t)
     if len(d["t"]) < 2:
         raise PagecastError(f"{path}: fewer than two demand rows, nothing to learn eviction from")
-    d["region_key"] = region_hashes(t.regions)[d["region"]]
+    d["region_key"] = row_region_hashes(t.regions, d["region"])
     return d
 
 

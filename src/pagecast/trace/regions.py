@@ -125,6 +125,15 @@ def region_hashes(regions: Sequence[Region]) -> np.ndarray:
     return out
 
 
+def row_region_hashes(regions: Sequence[Region], region: np.ndarray) -> np.ndarray:
+    """``region_hashes`` of each row's region id (an id the table lacks keeps its own
+    number, negated, so it never matches a known region)."""
+    table = region_hashes(regions)
+    region = np.asarray(region, np.int64)
+    known = (region >= 0) & (region < len(table))
+    return np.where(known, table[np.clip(region, 0, max(len(table) - 1, 0))] if len(table) else 0, -1 - region)
+
+
 def match_regions(old: Sequence[Region], new: Sequence[Region]) -> dict[int, int]:
     """Map region ids of an earlier run to the ids of the same regions in a later run.
 
