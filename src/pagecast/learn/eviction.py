@@ -22,7 +22,7 @@ from another run can be trusted, not to copy a label.
 Inference is batched ahead of time: ``EvictionModel.scores`` scores every access of a
 trace before the simulation and ``keys_from_scores`` turns the score into the key the
 simulator's keyed heap evicts by (largest first): the least confident page leaves first
-(P quantised to ``levels`` steps), and among equals the least recently used. With one
+(logit P cut into ``levels`` steps), and among equals the least recently used. With one
 level it is Hawkeye's binary rule (averse before friendly); many levels keep the most
 confidently friendly pages when the pages predicted friendly do not all fit, where the
 binary rule falls back to LRU among them and a loop thrashes.
@@ -57,6 +57,7 @@ NEVER = np.iinfo(np.int64).max // 4
 PRIOR_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # capacities of the MIN table
 CHUNK_SHIFT = 6  # a chunk: 64 pages of a region
 PAGE_BITS = 31  # a stable page key: region hash << PAGE_BITS | page
+UNKNOWN = 0.5  # the share of a page the table does not know
 
 
 @dataclass
@@ -291,7 +292,7 @@ class MinTable:
 
     def share(self, keys: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
         """(share of accesses MIN kept at ``cap`` pages, 1 where the table knows the key);
-        unknown keys get 1 (friendly: plain LRU order among them)."""
+        unknown keys get ``UNKNOWN``."""
         frac = cap / max(self.pages, 1.0)
         grid = np.asarray(PRIOR_GRID)
         j = int(np.clip(np.searchsorted(grid, frac), 1, len(grid) - 1))
@@ -301,7 +302,7 @@ class MinTable:
             return np.ones(len(keys), np.float32), np.zeros(len(keys), np.float32)
         pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
         known = (self.keys[pos] == keys) & (self.count[pos] > 0)
-        return np.where(known, col[pos], 1.0).astype(np.float32), known.astype(np.float32)
+        return np.where(known, col[pos], UNKNOWN).astype(np.float32), known.astype(np.float32)
 
 
 def _table(keys: np.ndarray, labels: list[np.ndarray], mask: np.ndarray, pages: int) -> MinTable:
@@ -567,15 +568,23 @@ LEVEL = 1 << 48  # above every row number: a less confident level leaves before 
 AVERSE = LEVEL
 
 
+LOGIT_SPAN = 8.0  # steps cover logit(P) in [-8, 8]: a network's confident calls stay apart
+
+
 def keys_from_scores(p: np.ndarray, threshold: float = 0.5, levels: int = 1) -> np.ndarray:
     """Eviction keys (largest leaves first): with one level, ``AVERSE`` for P(friendly) <
-    threshold; with more, P quantised to ``levels`` steps, the lowest step leaving first;
+    threshold; with more, logit(P) in [-8, 8] cut into ``levels`` equal steps, the lowest
+    step leaving first (on the logit scale, P = 0.99 and 0.999 are steps apart: pages
+    called friendly with near certainty still have an order when they do not all fit);
     among equals the least recently used (minus the row)."""
     rows = np.arange(len(p), dtype=np.int64)
     if levels <= 1:
         lev = (p < threshold).astype(np.int64)
     else:
-        lev = np.clip(np.floor((1.0 - np.clip(p, 0.0, 1.0)) * levels), 0, levels - 1).astype(np.int64)
+        q = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
+        logit = np.log(q) - np.log1p(-q)
+        lev = np.floor((LOGIT_SPAN - logit) * levels / (2 * LOGIT_SPAN))
+        lev = np.clip(lev, 0, levels - 1).astype(np.int64)
     return lev * LEVEL - rows
 
 

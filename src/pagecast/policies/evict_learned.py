@@ -3,7 +3,7 @@
 Every access of the run is scored before the simulation (batched inference,
 ``learn/eviction.py``): P(MIN keeps the page until its next use), from the MIN table of
 the training runs (which pages MIN kept, by their identity across runs) and the
-access's recency features. The least confident page leaves first (P in ``levels``
+access's recency features. The least confident page leaves first (logit P in ``levels``
 steps, the model's 64 by default; ``levels=1``: Hawkeye's rule, pages with P below
 ``threshold`` before the rest), and among equals the least recently used.
 ``source=table`` uses the MIN table's share alone (the network left out: the baseline
