@@ -2,21 +2,30 @@
 
 Labels: MIN is played on each training run at a capacity; an access is *friendly* when
 MIN keeps its page until the page's next use (that next use is a hit), *averse*
-otherwise (MIN evicts it first, or the page is never used again). A small network learns
-P(friendly) from what is known at the access — the page's recency, its stack distance
-(distinct pages since its last use) and its previous one, both relative to the
-capacity, its use count, its previous reuse interval, the delta from the previous page
-of its region, whether it writes — and from the region-relative page itself (a hashed
-embedding, as the prefetchers' page table keys pages by region and page), so what one
-run taught about a page applies to the next run of the program.
+otherwise (MIN evicts it first, or the page is never used again).
+
+What carries from one run of a program to the next is mostly *which* pages MIN keeps: a
+loop over a file keeps the same part of the file in every run, an index keeps its inner
+pages. Pages are named by their region's identity across runs (``region_hashes``: a
+file by its path, an anonymous region by its kind, order and length) and their page
+within it, and a **MIN table** keeps, per page and per chunk of 64 pages, the share of
+its accesses MIN kept at capacities of 10 %..100 % of the run's distinct pages. Read at
+the capacity being played (relative to the training runs' distinct pages), it is the
+prior. A small network learns P(friendly) from the prior (page, chunk, whether the
+table knows the page) and from what is known at the access: the page's recency, its
+stack distance (distinct pages since its last use) and its previous one, both relative
+to the capacity, its use count, its previous reuse interval, the delta from the
+previous page of its region, whether it writes. The prior of each training run comes
+from the *other* training runs (cross-fitting), so the network learns how far a prior
+from another run can be trusted, not to copy a label.
 
 Inference is batched ahead of time: ``EvictionModel.scores`` scores every access of a
 trace before the simulation and ``keys_from_scores`` turns the score into the key the
-simulator's keyed heap evicts by (largest first): a page predicted averse (P(friendly)
-below ``threshold``) leaves before every page predicted friendly, and among equals the
-least recently used leaves first — Hawkeye's rule. The loss is plain cross-entropy, so
-P is calibrated: a page is called averse only when the network is confident, since
-evicting a page MIN would keep costs a fault and keeping an averse one only delays LRU.
+simulator's keyed heap evicts by (largest first): the least confident page leaves first
+(logit P cut into ``levels`` steps), and among equals the least recently used. With one
+level it is Hawkeye's binary rule (averse before friendly); many levels keep the most
+confidently friendly pages when the pages predicted friendly do not all fit, where the
+binary rule falls back to LRU among them and a loop thrashes.
 
 Only accesses after which some other page is touched are trained on: a page used again
 on the very next access is kept by every policy, and the key its access sets is
@@ -36,13 +45,19 @@ from numba import njit
 
 from pagecast.errors import PagecastError
 from pagecast.trace.demand import as_trace, read_demand
+from pagecast.trace.regions import row_region_hashes
 from pagecast.util.jitcache import configure as _configure_jit_cache
 
 _configure_jit_cache()
 
 EVICTION_FORMAT = "pagecast-eviction-model"
-N_FEATURES = 8
+N_BASE = 8  # features of the access (``_features``)
+N_FEATURES = N_BASE + 3  # + the page's prior, whether the table knows the page, the chunk's prior
 NEVER = np.iinfo(np.int64).max // 4
+PRIOR_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # capacities of the MIN table
+CHUNK_SHIFT = 6  # a chunk: 64 pages of a region
+PAGE_BITS = 31  # a stable page key: region hash << PAGE_BITS | page
+UNKNOWN = 0.5  # the share of a page the table does not know
 
 
 @dataclass
@@ -54,10 +69,8 @@ class EvictionTrainConfig:
     epochs: int = 4
     batch: int = 512
     lr: float = 3e-3
-    hidden: int = 64
-    buckets: int = 1 << 15  # hashed (region, page) embedding rows
-    embed: int = 8
-    threshold: float = 0.5  # P(friendly) below it: predicted averse
+    hidden: int = 32
+    levels: int = 64  # steps of P(friendly) in the eviction key (1: Hawkeye's averse-first rule)
     seed: int = 0
     threads: int = 1
 
@@ -70,6 +83,9 @@ class EvictionModelInfo:
     train_accuracy: float
     val_accuracy: float | None = None
     history: list[float] = field(default_factory=list)
+    # per training capacity: [fraction, LRU's faults, the model's faults] replayed on the
+    # training runs with the cross-fitted prior (``_replay``)
+    replay: list[list[float]] = field(default_factory=list)
 
 
 # --- the stream -----------------------------------------------------------------------
@@ -168,7 +184,7 @@ def min_labels(ids: np.ndarray, n_ids: int, cap: int) -> tuple[np.ndarray, np.nd
 
 @njit(cache=True)
 def _features(ids, region, page, write, n_ids, cap, out):
-    """Per row, from the past only: the N_FEATURES columns of the module docstring."""
+    """Per row, from the past only: the N_BASE columns of the module docstring."""
     n = len(ids)
     last = np.full(n_ids, -1, np.int64)
     prev_gap = np.full(n_ids, -1, np.int64)
@@ -224,74 +240,173 @@ def _features(ids, region, page, write, n_ids, cap, out):
 
 
 def features(d: dict[str, np.ndarray], ids: np.ndarray, n_ids: int, cap: int) -> np.ndarray:
-    out = np.empty((len(ids), N_FEATURES), np.float32)
+    out = np.empty((len(ids), N_BASE), np.float32)
     _features(ids, d["region"].astype(np.int64), d["page"].astype(np.int64), d["write"], n_ids, int(cap), out)
     return out
 
 
-def page_buckets(region: np.ndarray, page: np.ndarray, buckets: int) -> np.ndarray:
-    """Hashed (region, page): the row of the page's embedding."""
-    h = (region.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15) ^ page.astype(np.uint64) * np.uint64(
-        0xBF58476D1CE4E5B9
+def stable_keys(d: dict[str, np.ndarray]) -> np.ndarray:
+    """Per row, the page's name in every run of the program: region identity and page.
+    ``d["region_key"]`` (``region_hashes``) when the reader gave it, else the region id."""
+    rk = d.get("region_key")
+    rk = d["region"].astype(np.int64) if rk is None else np.asarray(rk, np.int64)
+    return (rk << PAGE_BITS) | (d["page"].astype(np.int64) & ((1 << PAGE_BITS) - 1))
+
+
+def chunk_keys(keys: np.ndarray) -> np.ndarray:
+    region = keys >> PAGE_BITS
+    return (region << PAGE_BITS) | ((keys & ((1 << PAGE_BITS) - 1)) >> CHUNK_SHIFT)
+
+
+def read_run(path: str | Path) -> dict[str, np.ndarray]:
+    """The demand columns of a run with ``region_key`` (what the simulator gives ``ahead``)."""
+    t = as_trace(path)
+    d = read_demand(t)
+    if len(d["t"]) < 2:
+        raise PagecastError(f"{path}: fewer than two demand rows, nothing to learn eviction from")
+    d["region_key"] = row_region_hashes(t.regions, d["region"])
+    return d
+
+
+# --- the MIN table: which pages MIN kept in the training runs ------------------------
+@dataclass
+class MinTable:
+    """Per stable key (sorted): accesses MIN kept until their next use at each of
+    ``PRIOR_GRID``'s capacities, and the accesses counted; ``pages``: distinct pages of a run."""
+
+    keys: np.ndarray
+    kept: np.ndarray  # [len(keys), len(PRIOR_GRID)] float32
+    count: np.ndarray  # [len(keys)] float32
+    pages: float
+
+    @staticmethod
+    def merge(tables: Sequence["MinTable"]) -> "MinTable":
+        keys = np.unique(np.concatenate([t.keys for t in tables]))
+        kept = np.zeros((len(keys), len(PRIOR_GRID)), np.float32)
+        count = np.zeros(len(keys), np.float32)
+        for t in tables:
+            pos = np.searchsorted(keys, t.keys)
+            kept[pos] += t.kept
+            count[pos] += t.count
+        return MinTable(keys, kept, count, float(np.mean([t.pages for t in tables])))
+
+    def share(self, keys: np.ndarray, cap: int) -> tuple[np.ndarray, np.ndarray]:
+        """(share of accesses MIN kept at ``cap`` pages, 1 where the table knows the key);
+        unknown keys get ``UNKNOWN``."""
+        frac = cap / max(self.pages, 1.0)
+        grid = np.asarray(PRIOR_GRID)
+        j = int(np.clip(np.searchsorted(grid, frac), 1, len(grid) - 1))
+        w = float(np.clip((frac - grid[j - 1]) / (grid[j] - grid[j - 1]), 0.0, 1.0))
+        col = (self.kept[:, j - 1] * (1 - w) + self.kept[:, j] * w) / np.maximum(self.count, 1.0)
+        if not len(self.keys):
+            return np.ones(len(keys), np.float32), np.zeros(len(keys), np.float32)
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        known = (self.keys[pos] == keys) & (self.count[pos] > 0)
+        return np.where(known, col[pos], UNKNOWN).astype(np.float32), known.astype(np.float32)
+
+
+def _table(keys: np.ndarray, labels: list[np.ndarray], mask: np.ndarray, pages: int) -> MinTable:
+    uk, inv = np.unique(keys[mask], return_inverse=True)
+    kept = np.stack([np.bincount(inv, weights=y[mask], minlength=len(uk)) for y in labels], 1).astype(np.float32)
+    return MinTable(uk, kept, np.bincount(inv, minlength=len(uk)).astype(np.float32), float(pages))
+
+
+@dataclass
+class _Run:
+    """One training run: its rows, MIN tables (page, chunk) and labelled rows."""
+
+    d: dict[str, np.ndarray]
+    keys: np.ndarray
+    ids: np.ndarray
+    n_ids: int
+    mask: np.ndarray  # rows trained on: the page is not used again on the very next row
+    pages: MinTable
+    chunks: MinTable
+
+
+def _load_run(path: str | Path) -> _Run:
+    d = read_run(path)
+    keys = stable_keys(d)
+    ids, n_ids = dense_ids(d["region"], d["page"])
+    nu = next_uses(ids, n_ids)
+    mask = nu != np.arange(1, len(ids) + 1)
+    labels = [min_labels(ids, n_ids, max(1, int(round(n_ids * f))))[0].astype(np.float64) for f in PRIOR_GRID]
+    return _Run(
+        d, keys, ids, n_ids, mask, _table(keys, labels, mask, n_ids), _table(chunk_keys(keys), labels, mask, n_ids)
     )
-    return ((h >> np.uint64(17)) % np.uint64(buckets)).astype(np.int64)
+
+
+def _inputs(d, keys, ids, n_ids, cap, pages: MinTable, chunks: MinTable) -> np.ndarray:
+    x = np.empty((len(ids), N_FEATURES), np.float32)
+    x[:, :N_BASE] = features(d, ids, n_ids, cap)
+    x[:, N_BASE], x[:, N_BASE + 1] = pages.share(keys, cap)
+    x[:, N_BASE + 2] = chunks.share(chunk_keys(keys), cap)[0]
+    return x
+
+
+def _cases(runs: list[_Run], cfg: EvictionTrainConfig, rng: np.random.Generator):
+    """Sampled (inputs, MIN label) of each run at each training capacity, the prior taken
+    from the other runs (from the run itself when it is the only one)."""
+    xs, ys = [], []
+    for k, r in enumerate(runs):
+        others = [o for j, o in enumerate(runs) if j != k] or [r]
+        pages = MinTable.merge([o.pages for o in others])
+        chunks = MinTable.merge([o.chunks for o in others])
+        for frac in cfg.capacities:
+            cap = max(1, int(round(r.n_ids * frac)))
+            y = min_labels(r.ids, r.n_ids, cap)[0]
+            keep = np.flatnonzero(r.mask)
+            if len(keep) > cfg.rows_per_case:
+                keep = np.sort(rng.choice(keep, cfg.rows_per_case, replace=False))
+            x = _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks)
+            xs.append(x[keep])
+            ys.append(y[keep].astype(np.float32))
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def _scores(net, x: np.ndarray, batch: int = 1 << 16) -> np.ndarray:
+    import torch
+
+    p = np.empty(len(x), np.float32)
+    with torch.no_grad():
+        for k in range(0, len(x), batch):
+            p[k : k + batch] = torch.sigmoid(net(torch.from_numpy(x[k : k + batch]))[:, 0]).numpy()
+    return p
+
+
+def _replay(net, runs: list[_Run], cfg: EvictionTrainConfig) -> list[list[float]]:
+    """[fraction, LRU's faults, the model's faults] per training capacity, summed over the
+    training runs played with the prior of the other runs (as a held-out run gets it):
+    where the model is no better than LRU there, it plays LRU (``EvictionModel.scores``).
+    The keyed heap of ``min_hits`` plays any keys, so no simulator is needed."""
+    out = []
+    for frac in cfg.capacities:
+        lru = model = 0
+        for k, r in enumerate(runs):
+            others = [o for j, o in enumerate(runs) if j != k] or [r]
+            pages = MinTable.merge([o.pages for o in others])
+            chunks = MinTable.merge([o.chunks for o in others])
+            cap = max(1, int(round(r.n_ids * frac)))
+            p = _scores(net, _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks))
+            keys = keys_from_scores(p, 0.5, cfg.levels)
+            n = len(r.ids)
+            lru += n - int(min_hits(r.ids, -np.arange(n, dtype=np.int64), r.n_ids, cap).sum())
+            model += n - int(min_hits(r.ids, keys, r.n_ids, cap).sum())
+        out.append([float(frac), float(lru), float(model)])
+    return out
 
 
 # --- the model ------------------------------------------------------------------------
 def _net(cfg: EvictionTrainConfig):
     import torch
 
-    class EvictionNet(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = torch.nn.Embedding(cfg.buckets, cfg.embed)
-            self.mlp = torch.nn.Sequential(
-                torch.nn.Linear(N_FEATURES + cfg.embed, cfg.hidden),
-                torch.nn.ReLU(),
-                torch.nn.Linear(cfg.hidden, cfg.hidden),
-                torch.nn.ReLU(),
-                torch.nn.Linear(cfg.hidden, 2),
-            )
-
-        def forward(self, x, b):
-            """(logit of P(friendly), log2 of the rows to the page's next use / GAP_SCALE)."""
-            out = self.mlp(torch.cat([x, self.emb(b)], 1))
-            return out[:, 0], out[:, 1]
-
-    return EvictionNet()
-
-
-GAP_SCALE = 32.0  # log2 of a next-use distance in rows, divided by this (targets in 0..1)
-
-
-@dataclass
-class _Case:
-    x: np.ndarray
-    b: np.ndarray
-    y: np.ndarray
-    gap: np.ndarray  # log2(rows to the next use) / GAP_SCALE; never used again: twice the run
-
-
-def _cases(path: str | Path, cfg: EvictionTrainConfig, rng: np.random.Generator) -> list[_Case]:
-    """Sampled (features, page bucket, MIN label) of one run at each training capacity."""
-    d = read_demand(as_trace(path))
-    if len(d["t"]) < 2:
-        raise PagecastError(f"{path}: fewer than two demand rows, nothing to learn eviction from")
-    ids, n_ids = dense_ids(d["region"], d["page"])
-    buckets = page_buckets(d["region"], d["page"], cfg.buckets)
-    out = []
-    for frac in cfg.capacities:
-        cap = max(1, int(round(n_ids * frac)))
-        y, nu = min_labels(ids, n_ids, cap)
-        keep = np.flatnonzero(nu != np.arange(1, len(ids) + 1))  # not used again on the very next row
-        if len(keep) > cfg.rows_per_case:
-            keep = np.sort(rng.choice(keep, cfg.rows_per_case, replace=False))
-        x = features(d, ids, n_ids, cap)
-        rows = np.arange(len(ids), dtype=np.int64)
-        gap = np.where(nu < len(ids), nu - rows, 2 * len(ids)).astype(np.float64)
-        lg = (np.log2(gap[keep]) / GAP_SCALE).astype(np.float32)
-        out.append(_Case(x[keep], buckets[keep], y[keep].astype(np.float32), lg))
-    return out
+    return torch.nn.Sequential(
+        torch.nn.Linear(N_FEATURES, cfg.hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(cfg.hidden, cfg.hidden),
+        torch.nn.ReLU(),
+        torch.nn.Linear(cfg.hidden, 1),
+    )
 
 
 def train_eviction(
@@ -308,15 +423,15 @@ def train_eviction(
     cfg = cfg or EvictionTrainConfig()
     if not runs:
         raise PagecastError("train --target eviction needs at least one trace")
+    if cfg.levels < 1:
+        raise PagecastError(f"eviction levels must be at least 1, not {cfg.levels}")
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     rng = np.random.default_rng(cfg.seed)
-    cases = [c for r in runs for c in _cases(r, cfg, rng)]
-    x = torch.from_numpy(np.concatenate([c.x for c in cases]))
-    b = torch.from_numpy(np.concatenate([c.b for c in cases]))
-    y = torch.from_numpy(np.concatenate([c.y for c in cases]))
-    gap = torch.from_numpy(np.concatenate([c.gap for c in cases]))
+    loaded = [_load_run(r) for r in runs]
+    xn, yn = _cases(loaded, cfg, rng)
+    x, y = torch.from_numpy(xn), torch.from_numpy(yn)
     net = _net(cfg)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     lossf = torch.nn.BCEWithLogitsLoss()
@@ -328,8 +443,7 @@ def train_eviction(
         for k in range(0, len(y), cfg.batch):
             j = perm[k : k + cfg.batch]
             opt.zero_grad()
-            logit, lg = net(x[j], b[j])
-            loss = lossf(logit, y[j]) + 10.0 * torch.nn.functional.mse_loss(lg, gap[j])
+            loss = lossf(net(x[j])[:, 0], y[j])
             loss.backward()
             opt.step()
             total += loss.item() * len(j)
@@ -338,24 +452,28 @@ def train_eviction(
             log(f"epoch {epoch + 1}/{cfg.epochs}: loss {history[-1]:.4f} ({time.perf_counter() - t0:.0f} s)")
     net.eval()
     with torch.no_grad():
-        acc = float(((net(x, b)[0] > 0).float() == y).float().mean())
-    val = None
-    if validate:
-        vc = [c for r in validate for c in _cases(r, cfg, rng)]
-        with torch.no_grad():
-            vx = torch.from_numpy(np.concatenate([c.x for c in vc]))
-            vb = torch.from_numpy(np.concatenate([c.b for c in vc]))
-            vy = torch.from_numpy(np.concatenate([c.y for c in vc]))
-            val = float(((net(vx, vb)[0] > 0).float() == vy).float().mean())
-    info = EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, val, history)
+        acc = float(((net(x)[:, 0] > 0).float() == y).float().mean())
+    pages = MinTable.merge([r.pages for r in loaded])
+    chunks = MinTable.merge([r.chunks for r in loaded])
+    info = EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, None, history, _replay(net, loaded, cfg))
     model = EvictionModel(net, info)
+    model.pages, model.chunks = pages, chunks
+    if validate:
+        model.info.val_accuracy = float(np.mean([model.accuracy(v, f) for v in validate for f in cfg.capacities]))
     if out is not None:
         model.save(out)
     return model
 
 
+_TABLE_FIELDS = ("keys", "kept", "count")
+
+
 class EvictionModel:
-    """A trained eviction network and what it was trained with."""
+    """A trained eviction network, the MIN tables of its training runs, and what it was
+    trained with."""
+
+    pages: MinTable
+    chunks: MinTable
 
     def __init__(self, net, info: EvictionModelInfo):
         self.net, self.info = net, info
@@ -365,10 +483,15 @@ class EvictionModel:
 
         from pagecast.util.atomic import atomic_output
 
+        tables = {
+            name: {**{f: torch.from_numpy(getattr(t, f)) for f in _TABLE_FIELDS}, "pages": t.pages}
+            for name, t in (("pages", self.pages), ("chunks", self.chunks))
+        }
         blob = {
             "format": EVICTION_FORMAT,
-            "version": 1,
+            "version": 2,
             "state": self.net.state_dict(),
+            "tables": tables,
             "info": {**asdict(self.info), "config": asdict(self.info.config)},
         }
         with atomic_output(path) as tmp:
@@ -386,6 +509,8 @@ class EvictionModel:
             raise PagecastError(f"{path}: not a model file ({type(e).__name__})") from None
         if not isinstance(blob, dict) or blob.get("format") != EVICTION_FORMAT:
             raise PagecastError(f"{path}: not an eviction model (train one with pagecast train --target eviction)")
+        if blob.get("version") != 2:
+            raise PagecastError(f"{path}: an eviction model of an older version: train it again")
         info = dict(blob["info"])
         c = dict(info.pop("config"))
         c["capacities"] = tuple(c["capacities"])
@@ -393,36 +518,74 @@ class EvictionModel:
         net = _net(cfg)
         net.load_state_dict(blob["state"])
         net.eval()
-        return cls(net, EvictionModelInfo(cfg, **info))
+        model = cls(net, EvictionModelInfo(cfg, **info))
+        for name in ("pages", "chunks"):
+            t = blob["tables"][name]
+            setattr(model, name, MinTable(*(t[f].numpy() for f in _TABLE_FIELDS), float(t["pages"])))
+        return model
 
-    def scores(self, d: dict[str, np.ndarray], cap: int, batch: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
-        """(P(friendly), predicted rows to the next use) of every demand row, batched (the
-        whole run before it is simulated)."""
-        import torch
-
+    def scores(self, d: dict[str, np.ndarray], cap: int) -> np.ndarray:
+        """P(friendly) of every demand row, batched (the whole run before it is simulated);
+        1 everywhere (LRU's order) at a capacity where the model lost to LRU on its
+        training runs."""
+        if not self.trusted(cap):
+            return np.ones(len(d["page"]), np.float32)
         ids, n_ids = dense_ids(d["region"], d["page"])
-        x = features(d, ids, n_ids, cap)
-        b = page_buckets(d["region"], d["page"], self.info.config.buckets)
-        p = np.empty(len(ids), np.float32)
-        lg = np.empty(len(ids), np.float32)
-        with torch.no_grad():
-            for k in range(0, len(ids), batch):
-                logit, g = self.net(torch.from_numpy(x[k : k + batch]), torch.from_numpy(b[k : k + batch]))
-                p[k : k + batch] = torch.sigmoid(logit).numpy()
-                lg[k : k + batch] = g.numpy()
-        return p, np.exp2(np.clip(lg, 0.0, 1.5) * GAP_SCALE)
+        return _scores(self.net, _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks))
+
+    def trusted(self, cap: int) -> bool:
+        """Whether the model beat LRU on its training runs at the training capacity
+        nearest to ``cap`` (relative to the training runs' distinct pages)."""
+        if not self.info.replay:
+            return True
+        frac = cap / max(self.pages.pages, 1.0)
+        _, lru, model = min(self.info.replay, key=lambda r: abs(r[0] - frac))
+        return model < lru
+
+    def prior(self, d: dict[str, np.ndarray], cap: int) -> np.ndarray:
+        """The MIN table's share for every demand row alone (the network left out)."""
+        return self.pages.share(stable_keys(d), cap)[0]
+
+    def accuracy(self, path: str | Path, frac: float) -> float:
+        """Share of a run's labelled rows whose MIN label the model predicts at ``frac``."""
+        c = self.confusion(read_run(path), frac)
+        return float(np.trace(c) / max(c.sum(), 1))
+
+    def confusion(self, d: dict[str, np.ndarray], frac: float) -> np.ndarray:
+        """[[averse predicted averse, averse predicted friendly], [friendly .., friendly ..]]
+        over a run's labelled rows at ``frac`` of its distinct pages (P >= 0.5: friendly)."""
+        ids, n_ids = dense_ids(d["region"], d["page"])
+        cap = max(1, int(round(n_ids * frac)))
+        y, nu = min_labels(ids, n_ids, cap)
+        mask = nu != np.arange(1, len(ids) + 1)
+        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks)
+        pred = _scores(self.net, x)[mask] >= 0.5  # the network's, trusted or not
+        lab = y[mask].astype(bool)
+        return np.array([[np.sum(~lab & ~pred), np.sum(~lab & pred)], [np.sum(lab & ~pred), np.sum(lab & pred)]])
 
 
-AVERSE = 1 << 48  # above every row number: averse pages leave before friendly ones
+LEVEL = 1 << 48  # above every row number: a less confident level leaves before a more confident one
+AVERSE = LEVEL
 
 
-def keys_from_scores(p: np.ndarray, threshold: float = 0.5, gap: np.ndarray | None = None) -> np.ndarray:
-    """Eviction keys (largest leaves first): ``AVERSE`` for P(friendly) < threshold, plus
-    the predicted row of the next use (row + predicted gap; without ``gap``, minus the
-    row: least recently used first)."""
+LOGIT_SPAN = 8.0  # steps cover logit(P) in [-8, 8]: a network's confident calls stay apart
+
+
+def keys_from_scores(p: np.ndarray, threshold: float = 0.5, levels: int = 1) -> np.ndarray:
+    """Eviction keys (largest leaves first): with one level, ``AVERSE`` for P(friendly) <
+    threshold; with more, logit(P) in [-8, 8] cut into ``levels`` equal steps, the lowest
+    step leaving first (on the logit scale, P = 0.99 and 0.999 are steps apart: pages
+    called friendly with near certainty still have an order when they do not all fit);
+    among equals the least recently used (minus the row)."""
     rows = np.arange(len(p), dtype=np.int64)
-    base = -rows if gap is None else rows + np.minimum(gap, AVERSE // 4).astype(np.int64)
-    return np.where(p < threshold, AVERSE, 0).astype(np.int64) + base
+    if levels <= 1:
+        lev = (p < threshold).astype(np.int64)
+    else:
+        q = np.clip(p.astype(np.float64), 1e-6, 1 - 1e-6)
+        logit = np.log(q) - np.log1p(-q)
+        lev = np.floor((LOGIT_SPAN - logit) * levels / (2 * LOGIT_SPAN))
+        lev = np.clip(lev, 0, levels - 1).astype(np.int64)
+    return lev * LEVEL - rows
 
 
 # --- the non-learned baseline: a training run's reuse distances ----------------------

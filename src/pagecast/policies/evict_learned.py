@@ -1,13 +1,14 @@
 """A network trained on Belady's MIN decisions (``pagecast train --target eviction``).
 
 Every access of the run is scored before the simulation (batched inference,
-``learn/eviction.py``): P(MIN keeps the page until its next use) and the predicted
-distance to that use. Pages predicted averse (P below ``threshold``) leave before pages
-predicted friendly, and among equals the least recently used (``rule=averse``, the
-default: Hawkeye's rule) or the page whose predicted next use is farthest
-(``rule=nextuse``: Belady's rule on predicted next uses, as LRB relaxes it; pages whose
-predicted use passed stay, which thrashed on the programs measured).
-``learned:model=ev.pt[,threshold=P][,rule=averse|nextuse]``.
+``learn/eviction.py``): P(MIN keeps the page until its next use), from the MIN table of
+the training runs (which pages MIN kept, by their identity across runs) and the
+access's recency features. The least confident page leaves first (logit P in ``levels``
+steps, the model's 64 by default; ``levels=1``: Hawkeye's rule, pages with P below
+``threshold`` before the rest), and among equals the least recently used.
+``source=table`` uses the MIN table's share alone (the network left out: the baseline
+the network is measured against).
+``learned:model=ev.pt[,levels=N][,threshold=P][,source=net|table]``.
 """
 
 from __future__ import annotations
@@ -33,25 +34,33 @@ class LearnedEviction(Eviction):
     name = "learned"
     nb_key = nb_key
 
-    def __init__(self, model: str | None = None, threshold: float | None = None, rule: str = "averse"):
+    def __init__(
+        self, model: str | None = None, levels: int | None = None, threshold: float = 0.5, source: str = "net"
+    ):
         if not model:
             raise PagecastError("the learned eviction needs a model file: learned:model=ev.pt")
         from pagecast.learn.eviction import EvictionModel
 
         self.model_path = model
         self.model = EvictionModel.load(model)
-        self.threshold = float(threshold) if threshold is not None else self.model.info.config.threshold
+        self.levels = int(levels) if levels is not None else self.model.info.config.levels
+        if self.levels < 1:
+            raise PagecastError(f"learned eviction: levels must be at least 1, not {levels}")
+        self.threshold = float(threshold)
         if not 0 < self.threshold < 1:
             raise PagecastError(f"learned eviction: threshold must be in (0, 1), not {threshold}")
-        if rule not in ("averse", "nextuse"):
-            raise PagecastError(f"learned eviction: rule must be averse or nextuse, not {rule!r}")
-        self.rule = rule
+        if source not in ("net", "table"):
+            raise PagecastError(f"learned eviction: source must be net or table, not {source!r}")
+        self.source = source
         self.inference_s = 0.0
 
     def ahead(self, demand: dict[str, np.ndarray], capacity_pages: int) -> np.ndarray:
         from pagecast.learn.eviction import keys_from_scores
 
         t0 = time.perf_counter()
-        p, gap = self.model.scores(demand, capacity_pages)
+        if self.source == "table":
+            p = self.model.prior(demand, capacity_pages)
+        else:
+            p = self.model.scores(demand, capacity_pages)
         self.inference_s = time.perf_counter() - t0
-        return keys_from_scores(p, self.threshold, gap if self.rule == "nextuse" else None)
+        return keys_from_scores(p, self.threshold, self.levels)

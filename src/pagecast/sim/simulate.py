@@ -27,7 +27,7 @@ from pagecast.sim.kernels import EV_KERNELS, EV_KINDS, FIRST_EV_KIND, kind_of
 from pagecast.trace.demand import ReadClock, as_trace, demand_chunks, demand_chunks_reversed, read_demand
 from pagecast.trace.keys import split_keys
 from pagecast.trace.reader import Trace
-from pagecast.trace.regions import Region
+from pagecast.trace.regions import Region, row_region_hashes
 from pagecast.trace.schedule import Schedule
 
 PrefetcherSpec = str | Prefetcher | Schedule | None
@@ -363,6 +363,8 @@ def simulate(
 
 def _ahead(ev: Eviction, trace: Trace, capacity: int) -> np.ndarray:
     d = read_demand(trace)
+    # the region of every row by its identity across runs, for evictions trained on other runs
+    d["region_key"] = row_region_hashes(trace.regions, d["region"])
     a = ev.ahead(d, capacity)
     n = len(d["t"])
     if a is None:

@@ -113,6 +113,27 @@ def region_key(region: Region) -> tuple:
     return (region.kind, region.order if region.order >= 0 else region.id, region.length)
 
 
+def region_hashes(regions: Sequence[Region]) -> np.ndarray:
+    """Per region id, a 32-bit hash of ``region_key``: the same number for the same region
+    in every run of a program (ids follow the order regions appeared in, which varies)."""
+    import hashlib
+
+    out = np.zeros(max((r.id for r in regions), default=-1) + 1, np.int64)
+    for r in regions:
+        digest = hashlib.blake2b(repr(region_key(r)).encode(), digest_size=4).digest()
+        out[r.id] = int.from_bytes(digest, "little")
+    return out
+
+
+def row_region_hashes(regions: Sequence[Region], region: np.ndarray) -> np.ndarray:
+    """``region_hashes`` of each row's region id (an id the table lacks keeps its own
+    number, negated, so it never matches a known region)."""
+    table = region_hashes(regions)
+    region = np.asarray(region, np.int64)
+    known = (region >= 0) & (region < len(table))
+    return np.where(known, table[np.clip(region, 0, max(len(table) - 1, 0))] if len(table) else 0, -1 - region)
+
+
 def match_regions(old: Sequence[Region], new: Sequence[Region]) -> dict[int, int]:
     """Map region ids of an earlier run to the ids of the same regions in a later run.
 
