@@ -71,6 +71,17 @@ struct pgr_region {
     uint32_t *slot;       /* page -> its ring slot */
     uint8_t *wbuf, *ebuf; /* snapshot + file page scratch: write_back under mu / emergency */
     pid_t owner;          /* the process that opened the region (a forked child is not) */
+    /* memory plan (pgr_plan_load, policy/pc_evict_plan.h): NULL cls = none */
+    uint8_t *cls;         /* region page -> PC_CLASS_* */
+    int64_t *pnext;       /* file chunk -> the chunk to prefetch after it, -1 none */
+    uint64_t chunk_pages; /* pages per chunk */
+    uint64_t nchunks;     /* chunks of the file */
+    uint64_t first_page;  /* file page of region page 0 */
+    uint64_t pf_chunks;   /* chunks read ahead along the next chain */
+    uint64_t keep_max;    /* keep pages pinned at most (the rest of the budget streams) */
+    int64_t hist[2];      /* the last two distinct chunks faulted in (pc_plan_enter) */
+    uint64_t *freef;      /* frames freed by evict-after-use, taken first */
+    uint64_t nfree;
 };
 
 struct deferred {

@@ -16,8 +16,10 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pagecast.errors import PagecastError
@@ -31,11 +33,14 @@ class MemoryRunReport:
     memory: dict[str, Any]
     controller: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    pager: dict[str, Any] | None = None  # --backend pager: budgets and the regions' counters
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mode": "memory", "exit_status": self.exit_status, "memory": self.memory}
         if self.controller is not None:
             d["controller"] = self.controller
+        if self.pager is not None:
+            d["pager"] = self.pager
         if self.warnings:
             d["warnings"] = self.warnings
         return d
@@ -103,6 +108,49 @@ def load_plan(path: str, limit: int, warn: Callable[[str], None]) -> MemoryPlan 
     return None if plan.backend == "kernel" else plan
 
 
+def _pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:
+    """The program's environment under the pager and the report's ``pager`` object, or
+    (None, None) and a warning when the limit leaves the pager no room: the kernel alone."""
+    from pagecast.launch.memlimit_pager import plan_budget, usable_files, write_plan_map
+    from pagecast.pager.runtime import pager_env, probe
+
+    files, changed = usable_files(plan)
+    warnings.extend(changed)
+    budget = plan_budget(plan, limit, files)
+    if budget is None:
+        if files:
+            warnings.append(f"the limit leaves the pager no room beside the plan's reserve of "
+                            f"{plan.reserve_bytes >> 20} MiB: the program runs with the kernel alone")  # fmt: skip
+        return None, None
+    try:
+        probe()
+    except PagecastError as e:
+        warnings.append(f"{e}: the program runs with the kernel alone")
+        return None, None
+    (tmp / "stats").mkdir()
+    maps = [write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes)
+            for i, (f, pf) in enumerate(zip(files, budget.files))]  # fmt: skip
+    specs = [(pf.path, pf.budget_bytes) for pf in budget.files]
+    env = pager_env(specs, "none", stats_dir=tmp / "stats", strict=False)
+    from pagecast.pager.runtime import encode_list
+
+    env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
+    env["PAGECAST_PAGER_DEPTH"] = str(budget.depth)
+    info = {"budget_bytes": budget.total_bytes, "margin_bytes": budget.margin_bytes, "depth": budget.depth,
+            "files": [vars(pf) for pf in budget.files], "specs": specs}  # fmt: skip
+    return env, info
+
+
+def _pager_report(info: dict, tmp: Path, warnings: list[str]) -> dict:
+    from pagecast.pager.runtime import unpaged_files
+
+    stats = [json.loads(p.read_text()) for p in sorted((tmp / "stats").glob("*.json"))]
+    for w in unpaged_files(info.pop("specs"), stats):
+        warnings.append(f"{w} by the pager: the kernel served it under the limit (the pager serves mmap only)")
+    info["regions"] = stats
+    return info
+
+
 def run_under_limit(
     cmd: Sequence[str],
     limit: int | str,
@@ -110,20 +158,24 @@ def run_under_limit(
     *,
     warn: Callable[[str], None] = lambda s: None,
     stdout: Any = None,
+    backend: str = "kernel",
 ) -> MemoryRunReport:
+    """``backend``: ``kernel`` (the controller, ``pagecast.live.memctl``) or ``pager`` (the
+    userfaultfd pager serving the plan's files, ``pagecast.launch.memlimit_pager``)."""
     if not cmd:
         raise PagecastError("no command given (usage: pagecast run --memory LIMIT [--plan P] -- CMD ARGS...)")
     limit = parse_limit(limit)
     plan = load_plan(plan_path, limit, warn) if plan_path else None
     warnings: list[str] = []
-    with MemoryCgroup(limit) as cg:
+    with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
+        env, pager = _pager_setup(plan, limit, Path(td), warnings) if plan and backend == "pager" else (None, None)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout)
+            proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout, env=env)
         except OSError as e:
             raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
-        ctl = _start_controller(plan, proc.pid, cg) if plan is not None else None
+        ctl = _start_controller(plan, proc.pid, cg) if plan is not None and backend == "kernel" else None
         term = {"sig": 0}
 
         def forward(sig: int, _frame: object) -> None:
@@ -158,6 +210,8 @@ def run_under_limit(
                 warnings.append(f"the memory controller stopped: {controller['error']}")
             for p in controller.get("files_changed") or []:
                 warnings.append(f"{p} changed since the plan was made: not acted on")
+        if pager is not None:
+            pager = _pager_report(pager, Path(td), warnings)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats = cg.stats()
         if stats.read_bytes is None:
@@ -166,4 +220,4 @@ def run_under_limit(
         mem["wall_s"] = round(wall, 6)
     for w in warnings:
         warn(f"pagecast run: warning: {w}")
-    return MemoryRunReport(_exit_status(rc), mem, controller, warnings)
+    return MemoryRunReport(_exit_status(rc), mem, controller, warnings, pager)

@@ -105,6 +105,7 @@ class _Stats(ctypes.Structure):
         + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
         + [(n, ctypes.c_uint64) for n in _PACK_FIELDS]
         + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)]
+        + [(n, ctypes.c_uint64) for n in ("plan_keep_resident", "plan_keep_demoted", "plan_after_use")]
     )
 
 
