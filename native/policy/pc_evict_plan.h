@@ -1,7 +1,7 @@
 /* Eviction guided by a memory plan (pagecast plan --memory), beside the CLOCK sweep of
  * pc_evict.h: the userfaultfd pager's rule under `pagecast run --memory --plan --backend
- * pager`, and the rule tests/evict_plan_driver.c feeds streams through for
- * tests/test_memory_pager.py (whose Python reference is policies/evict_plan.py).
+ * pager` (native/pager/pager.c), and the rule tests/evict_plan_driver.c feeds streams
+ * through for tests/test_evict_plan.py, against a Python reference of it.
  *
  * Every page has a class from the plan: keep (held for the whole run), stream (used once
  * per pass: its next use is farther than the budget holds) or other. Three steps:
