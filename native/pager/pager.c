@@ -408,10 +408,14 @@ static void chunk_range(pgr_region *r, uint64_t c, uint64_t *lo, uint64_t *hi) {
     if (*lo > *hi) *lo = *hi;
 }
 
-/* The program moved past chunk c: its stream pages leave now, their frames go first. */
+/* The program moved past chunk c: its stream pages leave now, their frames go first. So do
+ * the chunk's pages in the page cache, which the region's copy made dead weight: under a
+ * memory limit the kernel would reclaim them anyway, at the cost of a reclaim scan. */
 static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
     uint64_t lo, hi;
     chunk_range(r, c, &lo, &hi);
+    if (lo < hi && r->cls[lo] == PC_CLASS_STREAM)
+        posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
     for (uint64_t q = lo; q < hi; q++) {
         if (r->cls[q] != PC_CLASS_STREAM || !(r->state[q] & ST_RES) || (r->state[q] & ST_PIN)) continue;
         uint32_t h = r->slot[q];
