@@ -24,12 +24,12 @@ from pagecast.util.pagecache import make_cold
 
 MIB = 1 << 20
 PAGE = 4096
-FILE_MIB = 32
-LIMIT = 24 * MIB
+FILE_MIB = 64
+LIMIT = 40 * MIB
 RESERVE = 4 * MIB
 PREFETCH = 2
 CHUNK = MIB
-KEEP = 8  # chunks
+KEEP = 12  # chunks
 PASSES = 4
 FAULT, PREFETCHED, EVICT = 8, 6, 7  # fault log record kinds (pager.h)
 
@@ -136,7 +136,7 @@ def test_pager_backend_applies_the_plan(setup, tmp_path):
 
 def test_keep_set_larger_than_the_budget_is_pinned_in_part(setup, tmp_path):
     prog, f = setup
-    plan = _plan(tmp_path / "greedy.plan", f, keep=24)  # 24 MiB kept: more than the limit
+    plan = _plan(tmp_path / "greedy.plan", f, keep=40)  # 40 MiB kept: all of the limit
     make_cold([f])
     r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--backend", "pager", "--",
                                str(prog), str(f), "2"])  # fmt: skip

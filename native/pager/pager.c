@@ -320,6 +320,17 @@ static int needs_writeback(pgr_region *r, uint64_t p) {
     return r->cfg.writeback && (r->state[p] & ST_DIRTY);
 }
 
+/* Page p's memory was dropped: its state and counters. */
+static void evicted(pgr_region *r, uint64_t p, int64_t t, int dirty) {
+    if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
+    if (r->cls && r->cls[p] == PC_CLASS_KEEP && r->st.plan_keep_resident) r->st.plan_keep_resident--;
+    r->state[p] = 0;
+    if (r->slot) r->slot[p] = NO_SLOT;
+    r->st.evictions++;
+    r->st.resident--;
+    log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
+}
+
 static int evict(pgr_region *r, uint64_t p, int64_t t) {
     int dirty = needs_writeback(r, p);
     if (dirty && clean_page(r, p) < 0) {
@@ -331,13 +342,7 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
         handler_error(r, "madvise(MADV_DONTNEED)", errno);
         return -1;
     }
-    if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
-    if (r->cls && r->cls[p] == PC_CLASS_KEEP && r->st.plan_keep_resident) r->st.plan_keep_resident--;
-    r->state[p] = 0;
-    if (r->slot) r->slot[p] = NO_SLOT;
-    r->st.evictions++;
-    r->st.resident--;
-    log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
+    evicted(r, p, t, dirty);
     return 0;
 }
 
@@ -408,6 +413,15 @@ static void chunk_range(pgr_region *r, uint64_t c, uint64_t *lo, uint64_t *hi) {
     if (*lo > *hi) *lo = *hi;
 }
 
+/* Page q left frame h after use: the frame is taken first. */
+static void free_frame(pgr_region *r, uint64_t q, uint32_t h) {
+    r->st.plan_after_use++;
+    if (h != NO_SLOT && r->ring[h] == (int64_t)q) {
+        r->ring[h] = -1;
+        if (r->nfree < r->cap) r->freef[r->nfree++] = h;
+    }
+}
+
 /* The program moved past chunk c: its stream pages leave now, their frames go first. So do
  * the chunk's pages in the page cache, which the region's copy made dead weight: under a
  * memory limit the kernel would reclaim them anyway, at the cost of a reclaim scan. */
@@ -416,14 +430,30 @@ static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
     chunk_range(r, c, &lo, &hi);
     if (lo < hi && r->cls[lo] == PC_CLASS_STREAM)
         posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
-    for (uint64_t q = lo; q < hi; q++) {
-        if (r->cls[q] != PC_CLASS_STREAM || !(r->state[q] & ST_RES) || (r->state[q] & ST_PIN)) continue;
-        uint32_t h = r->slot[q];
-        if (evict(r, q, t) < 0) continue;
-        r->st.plan_after_use++;
-        if (h != NO_SLOT && r->ring[h] == (int64_t)q) {
-            r->ring[h] = -1;
-            if (r->nfree < r->cap) r->freef[r->nfree++] = h;
+    /* One MADV_DONTNEED a run of pages, not a page: each call flushes the TLB of every CPU
+     * the program runs on. A dirty page goes alone (evict writes it back first). */
+    uint64_t q = lo;
+    while (q < hi) {
+        uint64_t a = q;
+        while (q < hi && r->cls[q] == PC_CLASS_STREAM && (r->state[q] & ST_RES) && !(r->state[q] & ST_PIN) &&
+               !needs_writeback(r, q))
+            q++;
+        if (q == a) { /* not one of the chunk's clean resident stream pages: page by page */
+            if (r->cls[q] == PC_CLASS_STREAM && (r->state[q] & ST_RES) && !(r->state[q] & ST_PIN)) {
+                uint32_t h = r->slot[q];
+                if (evict(r, q, t) == 0) free_frame(r, q, h);
+            }
+            q++;
+            continue;
+        }
+        if (madvise(r->base + a * r->ps, (q - a) * r->ps, MADV_DONTNEED) < 0) {
+            handler_error(r, "madvise(MADV_DONTNEED)", errno);
+            continue;
+        }
+        for (uint64_t k = a; k < q; k++) {
+            uint32_t h = r->slot[k];
+            evicted(r, k, t, 0);
+            free_frame(r, k, h);
         }
     }
 }

@@ -30,7 +30,7 @@ PAGE = 4096
 MIB = 1 << 20
 MAP_MAGIC = b"PGCMAP1\0"  # PGR_MAP_MAGIC + PGR_MAP_VERSION (native/pager/pager.h)
 CLASS_OTHER, CLASS_KEEP, CLASS_STREAM = 0, 1, 2  # PC_CLASS_* (native/policy/pc_evict_plan.h)
-MAX_DEPTH = 64  # pages per fault batch: a fault in every chunk keeps evict-after-use informed
+MAX_DEPTH = 256  # pages per fault batch, at most half a chunk: a fault in every chunk keeps evict-after-use informed
 
 
 @dataclass
@@ -48,9 +48,16 @@ class PagerBudget:
     files: list[PagedFile]
 
 
-def margin_bytes(limit: int) -> int:
-    """Beside the regions: the page cache the pager reads through, its tables, the shim."""
-    return max(8 * MIB, limit // 16)
+def margin_bytes(plan: MemoryPlan, files: list[FileMemoryPlan], depth: int) -> int:
+    """Beside the regions: the page cache of the chunks in flight (the one passed, whose
+    copies are dropped with it, and those the program is in) and the slack the kernel needs
+    to read, 8 MiB; the pager's tables per file (a state, class and slot entry a page, two
+    ring entries and a service-time sample a frame at most, its batch buffer)."""
+    tables = 0
+    for f in files:
+        npages = -(-os.path.getsize(f.path) // PAGE)
+        tables += npages * 6 + npages * 16 + (1 << 22) + (depth + 2) * PAGE
+    return 8 * MIB + 3 * plan.chunk_bytes + tables
 
 
 def batch_depth(plan: MemoryPlan) -> int:
@@ -61,14 +68,16 @@ def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> Pa
     """The regions' budgets under ``limit``: None when the limit leaves no room for them.
 
     A file's budget is its keep set plus a share of the rest in proportion to its pages
-    outside the keep set; a keep set larger than the budget leaves for streaming (two fault
-    batches and one chunk a file) is pinned only in part (the C core serves the rest as
+    outside the keep set; a keep set larger than the budget leaves for streaming (three
+    chunks and two fault batches a file) is pinned only in part (the C core serves the rest as
     other pages)."""
-    margin = margin_bytes(limit)
     depth = batch_depth(plan)
+    margin = margin_bytes(plan, files, depth)
     total = limit - plan.reserve_bytes - plan.prefetch_chunks * plan.chunk_bytes - margin
     total -= total % PAGE
-    stream_min = 2 * (depth + 1) * PAGE + plan.chunk_bytes
+    # evict-after-use frees a chunk once the program is two chunks on: the chunk before the
+    # one it is in, that one and the batch reaching into the next stay resident
+    stream_min = 3 * plan.chunk_bytes + 2 * (depth + 1) * PAGE
     if not files or total < len(files) * stream_min:
         return None
     sizes = [max(PAGE, os.path.getsize(f.path)) for f in files]
@@ -128,9 +137,14 @@ def write_plan_map(out: Path, f: FileMemoryPlan, plan: MemoryPlan, keep_bytes: i
 
 
 def usable_files(plan: MemoryPlan) -> tuple[list[FileMemoryPlan], list[str]]:
-    """The plan's files as they were planned, and one warning per file that changed."""
+    """The plan's files with something to keep or stream, as they were planned, and one
+    warning per such file that changed. A file the plan has no chunks of (the program's
+    binary and libraries, which the recordings saw too) is left to the kernel: paging it
+    would only take budget from the others."""
     ok, warnings = [], []
     for f in plan.files:
+        if not f.keep and not f.stream:
+            continue
         try:
             same = FileIdentity.of(f.path) == f.identity
         except OSError:
