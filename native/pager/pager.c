@@ -347,13 +347,13 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
 }
 
 /* A keep page of the plan is pinned while that leaves the budget room to stream through
- * (keep_max); past it, it is served as any other page. */
+ * (keep_max); past it, it is streamed (as for_limit streams the chunks it drops). */
 static void plan_admit(pgr_region *r, uint64_t p, int delta) {
     if (!r->cls || r->cls[p] != PC_CLASS_KEEP) return;
     if (delta < 0) {
         if (r->st.plan_keep_resident) r->st.plan_keep_resident--;
     } else if (r->st.plan_keep_resident >= r->keep_max) {
-        r->cls[p] = PC_CLASS_OTHER;
+        r->cls[p] = PC_CLASS_STREAM;
         r->st.plan_keep_demoted++;
     } else {
         r->st.plan_keep_resident++;
@@ -458,13 +458,24 @@ static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
     }
 }
 
+/* The chunk to read after chunk k: the plan's next, else the next chunk in file order when
+ * both are kept (the keep set is read whole once; its chunks have no next in the plan). */
+static int64_t plan_succ(pgr_region *r, int64_t k) {
+    if (r->pnext[k] >= 0 || (uint64_t)k + 1 >= r->nchunks) return r->pnext[k];
+    uint64_t lo, hi, lo2, hi2;
+    chunk_range(r, (uint64_t)k, &lo, &hi);
+    chunk_range(r, (uint64_t)k + 1, &lo2, &hi2);
+    int kept = lo < hi && lo2 < hi2 && r->cls[hi - 1] == PC_CLASS_KEEP && r->cls[lo2] == PC_CLASS_KEEP;
+    return kept ? k + 1 : -1;
+}
+
 /* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
  * program's work on this one, and the faults there copy them from memory. */
 static void plan_read_ahead(pgr_region *r, uint64_t c) {
     if (c >= r->nchunks) return; /* past the file the plan knew (it grew) */
     int64_t k = (int64_t)c;
     for (uint64_t i = 0; i < r->pf_chunks; i++) {
-        k = r->pnext[k];
+        k = plan_succ(r, k);
         if (k < 0) return;
         uint64_t lo, hi;
         chunk_range(r, (uint64_t)k, &lo, &hi);
@@ -483,7 +494,7 @@ static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
 }
 
 /* The batch for a fault at p: the rest of its chunk when the chunk is kept whole or
- * streamed, then on along the next chain; nothing for the plan's other pages. */
+ * streamed, then on along the chain (plan_succ); nothing for the plan's other pages. */
 static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
     if (r->cls[p] == PC_CLASS_OTHER) return 0;
     uint64_t c = chunk_of(r, p), n = 0, lo, hi;
@@ -491,7 +502,7 @@ static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max
     for (uint64_t q = p + 1; q < hi && n < max; q++) out[n++] = (int64_t)q;
     int64_t k = (int64_t)c;
     for (uint64_t hops = 0; n < max && hops < r->nchunks; hops++) {
-        k = r->pnext[k];
+        k = plan_succ(r, k);
         if (k < 0) break;
         chunk_range(r, (uint64_t)k, &lo, &hi);
         for (uint64_t q = lo; q < hi && n < max; q++) out[n++] = (int64_t)q;

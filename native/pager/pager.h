@@ -98,7 +98,7 @@ typedef struct pgr_stats {
     int32_t pack_pad;
     /* memory plan (pgr_plan_load) */
     uint64_t plan_keep_resident; /* keep pages resident now: never evicted (pinned) */
-    uint64_t plan_keep_demoted;  /* keep pages served as others: pinning them would leave the stream no room */
+    uint64_t plan_keep_demoted;  /* keep pages streamed: pinning them would leave the stream no room */
     uint64_t plan_after_use;     /* stream pages evicted once the program moved past their chunk */
 } pgr_stats;
 

@@ -111,9 +111,10 @@ def page_classes(f: FileMemoryPlan, chunk_bytes: int, npages: int) -> np.ndarray
 
 
 def pin_limit(cls: np.ndarray, keep_pages: int) -> np.ndarray:
-    """Keep pages past the first ``keep_pages`` (in file order) become other pages."""
+    """Keep pages past the first ``keep_pages`` (in file order) are streamed, as
+    ``for_limit`` streams the chunks it drops from a keep set."""
     idx = np.flatnonzero(cls == CLASS_KEEP)
-    cls[idx[keep_pages:]] = CLASS_OTHER
+    cls[idx[keep_pages:]] = CLASS_STREAM
     return cls
 
 
