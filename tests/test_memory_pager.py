@@ -160,3 +160,23 @@ def test_a_file_read_with_read_is_one_warning_and_the_kernel(setup, tmp_path):
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "never mapped" in warnings[0] and str(f) in warnings[0], r.stderr
     assert rep["pager"]["regions"] == [] and rep["memory"]["oom_kills"] == 0
+
+
+def test_a_malformed_plan_map_is_one_line_and_clock(setup, tmp_path):
+    """The map reaches the shim through its environment: the C core checks every field."""
+    from pagecast.launch.memlimit_pager import write_plan_map
+    from pagecast.pager.runtime import encode_list, pager_env
+    from pagecast.plan.memory_format import read_memory_plan
+
+    prog, f = setup
+    plan = read_memory_plan(_plan(tmp_path / "p.plan", f))
+    good = write_plan_map(tmp_path / "good.map", plan.files[0], plan, KEEP * CHUNK)
+    bad = tmp_path / "bad.map"
+    bad.write_bytes(good.read_bytes()[:-200])  # truncated: the path and part of the chains gone
+    bare = subprocess.run([str(prog), str(f), "2"], capture_output=True, text=True, timeout=60)
+    env = pager_env([(str(f), 16 * MIB)], "none", strict=False)
+    env["PAGECAST_PAGER_PLAN"] = encode_list([bad])
+    r = subprocess.run([str(prog), str(f), "2"], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0 and r.stdout == bare.stdout
+    lines = [line for line in r.stderr.splitlines() if line.startswith("pagecast pager:")]
+    assert len(lines) == 1 and str(bad) in lines[0] and "without its plan" in lines[0], r.stderr
