@@ -159,6 +159,7 @@ def test_a_file_read_with_read_is_one_warning_and_the_kernel(setup, tmp_path):
     assert bare.stdout.strip() in r.stderr.splitlines()
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "never mapped" in warnings[0] and str(f) in warnings[0], r.stderr
+    assert "the kernel served it under the limit" in warnings[0]
     assert rep["pager"]["regions"] == [] and rep["memory"]["oom_kills"] == 0
 
 

@@ -142,11 +142,14 @@ def _pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -
 
 
 def _pager_report(info: dict, tmp: Path, warnings: list[str]) -> dict:
-    from pagecast.pager.runtime import unpaged_files
-
     stats = [json.loads(p.read_text()) for p in sorted((tmp / "stats").glob("*.json"))]
-    for w in unpaged_files(info.pop("specs"), stats):
-        warnings.append(f"{w} by the pager: the kernel served it under the limit (the pager serves mmap only)")
+    specs = info.pop("specs")
+    mapped = {os.path.realpath(st.get("path", "")) for st in stats}
+    missed = [p for p, _ in specs if os.path.realpath(p) not in mapped]
+    if missed:  # one line, however many: a program that reads its data with read() misses them all
+        names = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
+        warnings.append(f"the program never mapped {names} with mmap (read() instead?): the kernel served "
+                        f"{'it' if len(missed) == 1 else 'them'} under the limit, without the plan")  # fmt: skip
     info["regions"] = stats
     return info
 

@@ -52,11 +52,11 @@ def margin_bytes(plan: MemoryPlan, files: list[FileMemoryPlan], depth: int) -> i
     """Beside the regions: the page cache of the chunks in flight (the one passed, whose
     copies are dropped with it, and those the program is in) and the slack the kernel needs
     to read, 8 MiB; the pager's tables per file (a state, class and slot entry a page, two
-    ring entries and a service-time sample a frame at most, its batch buffer)."""
+    ring entries a frame at most, service-time samples, at most 4 MiB, its batch buffer)."""
     tables = 0
     for f in files:
         npages = -(-os.path.getsize(f.path) // PAGE)
-        tables += npages * 6 + npages * 16 + (1 << 22) + (depth + 2) * PAGE
+        tables += npages * 22 + min(1 << 22, 32 * npages) + (depth + 2) * PAGE
     return 8 * MIB + 3 * plan.chunk_bytes + tables
 
 
@@ -67,37 +67,34 @@ def batch_depth(plan: MemoryPlan) -> int:
 def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> PagerBudget | None:
     """The regions' budgets under ``limit``: None when the limit leaves no room for them.
 
-    A file's budget is its keep set plus a share of the rest in proportion to its pages
-    outside the keep set; a keep set larger than the budget leaves for streaming (three
-    chunks and two fault batches a file) is pinned only in part (the C core serves the rest as
-    other pages)."""
+    Every file first gets its floor, the room to stream through it (three chunks and two
+    fault batches: the chunk passed, the one the program is in, the batch reaching into the
+    next), or all of it if it is smaller; then its keep set, the keep sets cut from the last
+    files when they do not fit (the cut pages are streamed); the rest is shared in proportion
+    to the files' pages outside their keep sets. No budget exceeds its file."""
     depth = batch_depth(plan)
     margin = margin_bytes(plan, files, depth)
     total = limit - plan.reserve_bytes - plan.prefetch_chunks * plan.chunk_bytes - margin
     total -= total % PAGE
-    # evict-after-use frees a chunk once the program is two chunks on: the chunk before the
-    # one it is in, that one and the batch reaching into the next stay resident
+    # evict-after-use frees a chunk once the program is two chunks on
     stream_min = 3 * plan.chunk_bytes + 2 * (depth + 1) * PAGE
-    if not files or total < len(files) * stream_min:
+    sizes = [-(-max(1, os.path.getsize(f.path)) // PAGE) * PAGE for f in files]
+    floor = [min(s, stream_min) for s in sizes]
+    if not files or total < sum(floor):
         return None
-    sizes = [max(PAGE, os.path.getsize(f.path)) for f in files]
     keep = [min(f.keep_chunks() * plan.chunk_bytes, s) for f, s in zip(files, sizes)]
-    over = sum(keep) - (total - len(files) * stream_min)
-    if over > 0:  # the first files keep theirs longest, as for_limit trims them
-        for i in reversed(range(len(files))):
-            cut = min(keep[i], over)
-            keep[i] -= cut
-            over -= cut
-    rest = total - sum(keep)
-    outside = [s - k for s, k in zip(sizes, keep)]
+    base = [min(s, k + fl) for s, k, fl in zip(sizes, keep, floor)]
+    over = sum(base) - total
+    for i in reversed(range(len(files))):  # the first files keep theirs longest, as for_limit trims them
+        cut = min(base[i] - floor[i], max(0, over))
+        base[i] -= cut
+        keep[i] = min(keep[i], base[i] - floor[i]) // PAGE * PAGE
+        over -= cut
+    rest = total - sum(base)
+    outside = [s - b for s, b in zip(sizes, base)]
     weight = sum(outside) or 1
-    out = []
-    for f, k, o in zip(files, keep, outside):
-        share = max(stream_min, rest * o // weight)
-        out.append(PagedFile(f.path, (k + share) // PAGE * PAGE, k))
-    while sum(p.budget_bytes for p in out) > total:  # the floors pushed it over: shave the largest
-        big = max(out, key=lambda p: p.budget_bytes - p.keep_bytes)
-        big.budget_bytes -= PAGE
+    out = [PagedFile(f.path, min(s, b + rest * o // weight) // PAGE * PAGE, k)
+           for f, s, b, k, o in zip(files, sizes, base, keep, outside)]  # fmt: skip
     return PagerBudget(total, margin, depth, out)
 
 
@@ -139,12 +136,13 @@ def write_plan_map(out: Path, f: FileMemoryPlan, plan: MemoryPlan, keep_bytes: i
 
 def usable_files(plan: MemoryPlan) -> tuple[list[FileMemoryPlan], list[str]]:
     """The plan's files with something to keep or stream, as they were planned, and one
-    warning per such file that changed. A file the plan has no chunks of (the program's
-    binary and libraries, which the recordings saw too) is left to the kernel: paging it
-    would only take budget from the others."""
+    warning per such file that changed. A file the plan has no chunks of is left to the
+    kernel, and so are the program's binary and libraries, which the recordings saw too:
+    the dynamic loader maps them with its own system calls, which the shim never sees, so a
+    budget for them would only be taken from the others."""
     ok, warnings = [], []
     for f in plan.files:
-        if not f.keep and not f.stream:
+        if (not f.keep and not f.stream) or is_elf(f.path):
             continue
         try:
             same = FileIdentity.of(f.path) == f.identity
@@ -155,3 +153,11 @@ def usable_files(plan: MemoryPlan) -> tuple[list[FileMemoryPlan], list[str]]:
         else:
             warnings.append(f"{f.path} changed since the plan was made: not acted on")
     return ok, warnings
+
+
+def is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"\x7fELF"
+    except OSError:
+        return False
