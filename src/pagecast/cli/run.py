@@ -266,4 +266,8 @@ def _run_memory(args: argparse.Namespace) -> int:
         print(f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
               f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
               f"peak {m['peak_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+        for st in (report.pager or {}).get("regions", []):
+            print(f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
+                  f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
+                  f"use {st['plan_after_use']}", file=sys.stderr)  # fmt: skip
     return report.exit_status

@@ -3,7 +3,8 @@
 The program runs in a memory cgroup of LIMIT bytes (``pagecast.util.memcg``), with its
 stdio, its pid (the sh that enters the cgroup ``exec``s it) and its exit status. With a
 memory plan, a controller (``pagecast.live.memctl``) forked from this process enters the
-same cgroup and applies the plan beside the program. The report's ``memory`` object holds
+same cgroup and applies the plan beside the program; with ``--backend pager`` the
+userfaultfd pager applies it inside the program instead (``pagecast.launch.memlimit_pager``). The report's ``memory`` object holds
 the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
 program's and the controller's, from their rusage), peak usage, wall time.
 """
