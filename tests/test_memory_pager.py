@@ -113,7 +113,7 @@ def test_pager_backend_applies_the_plan(setup, tmp_path):
     assert st["errors"] == 0 and st["max_resident"] <= budget // PAGE
     keep_pages = KEEP * CHUNK // PAGE
     assert st["plan_keep_resident"] == keep_pages and st["plan_keep_demoted"] == 0
-    assert st["plan_after_use"] > 0
+    assert st["plan_after_use"] > 0 and st["plan_regrets"] == 0 and st["plan_stream_off"] == 0
     passes, rec = _installs_per_pass(logs)
     assert len(passes) == PASSES
     # kept pages: brought in once, in the first pass, never evicted

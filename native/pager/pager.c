@@ -469,27 +469,63 @@ static int64_t plan_succ(pgr_region *r, int64_t k) {
     return kept ? k + 1 : -1;
 }
 
-/* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
- * program's work on this one, and the faults there copy them from memory. */
-static void plan_read_ahead(pgr_region *r, uint64_t c) {
-    if (c >= r->nchunks) return; /* past the file the plan knew (it grew) */
-    int64_t k = (int64_t)c;
-    for (uint64_t i = 0; i < r->pf_chunks; i++) {
+/* The chain from chunk c (plan_succ), at most max chunks, stopping where it comes back to
+ * a chunk it named (threads working on neighbouring chunks make the plan's next a cycle). */
+static uint64_t plan_chain(pgr_region *r, uint64_t c, int64_t *out, uint64_t max) {
+    uint64_t n = 0;
+    for (int64_t k = (int64_t)c; n < max;) {
         k = plan_succ(r, k);
-        if (k < 0) return;
-        uint64_t lo, hi;
-        chunk_range(r, (uint64_t)k, &lo, &hi);
+        int seen = k == (int64_t)c;
+        for (uint64_t i = 0; i < n && !seen; i++) seen = out[i] == k;
+        if (k < 0 || seen) break;
+        out[n++] = k;
+    }
+    return n;
+}
+
+#define PLAN_MAX_AHEAD 64
+
+/* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
+ * program's work on this one, and the faults there copy them from memory. A chunk is read
+ * ahead once until it is evicted after use, however often the program comes back to the
+ * chunks before it. */
+static void plan_read_ahead(pgr_region *r, uint64_t c) {
+    int64_t ch[PLAN_MAX_AHEAD];
+    uint64_t n = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t k = (uint64_t)ch[i], lo, hi;
+        if (r->ra[k]) continue;
+        r->ra[k] = 1;
+        chunk_range(r, k, &lo, &hi);
         while (lo < hi && (r->state[lo] & ST_RES)) lo++;
         if (lo < hi)
             posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_WILLNEED);
     }
 }
 
+/* A chunk evicted after use that the program enters again within PLAN_REGRET_ENTRIES chunk
+ * entries was still in use (threads working on neighbouring chunks, as BLAS over a memmap
+ * does): a regret. From 8 regrets that make a tenth of the chunks evicted after use, it
+ * stops for the region (the kernel backend's rule): CLOCK does the rest. */
+#define PLAN_REGRET_ENTRIES 3
+
 static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
     uint64_t c = chunk_of(r, p);
-    if ((int64_t)c == r->hist[0]) return;
+    if ((int64_t)c == r->hist[0] || c >= r->nchunks) return;
+    r->entries++;
+    if (r->gone_at[c] && r->entries - r->gone_at[c] <= PLAN_REGRET_ENTRIES) {
+        r->st.plan_regrets++;
+        if (!r->st.plan_stream_off && r->st.plan_regrets >= 8 && r->st.plan_regrets * 10 >= r->after_use_chunks)
+            r->st.plan_stream_off = 1;
+    }
+    r->gone_at[c] = 0;
     int64_t passed = pc_plan_enter(r->hist, (int64_t)c);
-    if (passed >= 0) evict_after_use(r, (uint64_t)passed, t);
+    if (passed >= 0 && !r->st.plan_stream_off) {
+        evict_after_use(r, (uint64_t)passed, t);
+        r->gone_at[passed] = r->entries;
+        r->ra[passed] = 0;
+        r->after_use_chunks++;
+    }
     plan_read_ahead(r, c);
 }
 
@@ -500,11 +536,10 @@ static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max
     uint64_t c = chunk_of(r, p), n = 0, lo, hi;
     chunk_range(r, c, &lo, &hi);
     for (uint64_t q = p + 1; q < hi && n < max; q++) out[n++] = (int64_t)q;
-    int64_t k = (int64_t)c;
-    for (uint64_t hops = 0; n < max && hops < r->nchunks; hops++) {
-        k = plan_succ(r, k);
-        if (k < 0) break;
-        chunk_range(r, (uint64_t)k, &lo, &hi);
+    int64_t ch[PLAN_MAX_AHEAD];
+    uint64_t nch = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
+    for (uint64_t i = 0; i < nch && n < max; i++) {
+        chunk_range(r, (uint64_t)ch[i], &lo, &hi);
         for (uint64_t q = lo; q < hi && n < max; q++) out[n++] = (int64_t)q;
     }
     return n;
@@ -1072,6 +1107,8 @@ static void free_region(pgr_region *r) {
     free(r->cls);
     free(r->pnext);
     free(r->freef);
+    free(r->ra);
+    free(r->gone_at);
     free(r->wbuf);
     free(r->ebuf);
     if (r->twins) sys_munmap(r->twins, r->cap * r->ps);
@@ -1647,14 +1684,16 @@ int pgr_plan_load(pgr_region *r, const char *path) {
     struct stat want, st;
     int other = !why && (fstat(r->fd, &want) < 0 || stat(m.src, &st) < 0 || st.st_dev != want.st_dev ||
                          st.st_ino != want.st_ino);
-    uint8_t *cls = NULL;
-    uint64_t *freef = NULL;
+    uint8_t *cls = NULL, *ra = NULL;
+    uint64_t *freef = NULL, *gone_at = NULL;
     uint32_t *slot = r->slot;
     if (!why && !other) {
         cls = calloc(r->npages, 1);
         freef = malloc(r->cap * sizeof *freef);
+        ra = calloc(m.nchunks, 1);
+        gone_at = calloc(m.nchunks, sizeof *gone_at);
         if (!slot && (slot = malloc(r->npages * sizeof *slot))) memset(slot, 0xff, r->npages * sizeof *slot);
-        if (!cls || !freef || !slot) why = "out of memory";
+        if (!cls || !freef || !slot || !ra || !gone_at) why = "out of memory";
     }
     if (why || other) {
         if (why) set_err("memory plan map %s: %s", path, why);
@@ -1662,6 +1701,8 @@ int pgr_plan_load(pgr_region *r, const char *path) {
         free(m.next);
         free(cls);
         free(freef);
+        free(ra);
+        free(gone_at);
         if (slot != r->slot) free(slot);
         return why ? -1 : 1;
     }
@@ -1677,6 +1718,8 @@ int pgr_plan_load(pgr_region *r, const char *path) {
     uint64_t room = 2 * ((uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0) + 1);
     r->keep_max = r->cap > room ? r->cap - room : 0;
     r->freef = freef;
+    r->ra = ra;
+    r->gone_at = gone_at;
     r->cls = cls; /* last: the handler reads the plan once cls is set */
     pthread_mutex_unlock(&r->mu);
     return 0;

@@ -100,6 +100,8 @@ typedef struct pgr_stats {
     uint64_t plan_keep_resident; /* keep pages resident now: never evicted (pinned) */
     uint64_t plan_keep_demoted;  /* keep pages streamed: pinning them would leave the stream no room */
     uint64_t plan_after_use;     /* stream pages evicted once the program moved past their chunk */
+    uint64_t plan_regrets;       /* chunks evicted after use that the program came back to at once */
+    uint64_t plan_stream_off;    /* 1: regrets stopped evict-after-use for this region */
 } pgr_stats;
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };
