@@ -519,6 +519,12 @@ static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
             r->st.plan_stream_off = 1;
     }
     r->gone_at[c] = 0;
+    if (r->hist[0] >= 0) { /* a kept chunk left: its pages are pinned, their page-cache copies dead weight */
+        uint64_t lo, hi;
+        chunk_range(r, (uint64_t)r->hist[0], &lo, &hi);
+        if (lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP)
+            posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
+    }
     int64_t passed = pc_plan_enter(r->hist, (int64_t)c);
     if (passed >= 0 && !r->st.plan_stream_off) {
         evict_after_use(r, (uint64_t)passed, t);

@@ -50,14 +50,15 @@ class PagerBudget:
 
 def margin_bytes(plan: MemoryPlan, files: list[FileMemoryPlan], depth: int) -> int:
     """Beside the regions: the page cache of the chunks in flight (the one passed, whose
-    copies are dropped with it, and those the program is in) and the slack the kernel needs
-    to read, 8 MiB; the pager's tables per file (a state, class and slot entry a page, two
-    ring entries a frame at most, service-time samples, at most 4 MiB, its batch buffer)."""
+    copies are dropped with it, and those the program is in) and 4 MiB of slack for the
+    kernel to read through (the plan's reserve already holds the program's headroom); the
+    pager's tables per file (a state, class and slot entry a page, two ring entries a frame at
+    most, service-time samples, at most 4 MiB, its batch buffer)."""
     tables = 0
     for f in files:
         npages = -(-os.path.getsize(f.path) // PAGE)
         tables += npages * 22 + min(1 << 22, 32 * npages) + (depth + 2) * PAGE
-    return 8 * MIB + 3 * plan.chunk_bytes + tables
+    return 4 * MIB + 3 * plan.chunk_bytes + tables
 
 
 def batch_depth(plan: MemoryPlan) -> int:
