@@ -428,8 +428,7 @@ static void free_frame(pgr_region *r, uint64_t q, uint32_t h) {
 static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
     uint64_t lo, hi;
     chunk_range(r, c, &lo, &hi);
-    if (lo < hi && r->cls[lo] == PC_CLASS_STREAM)
-        posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
+    if (lo < hi && r->cls[lo] == PC_CLASS_STREAM && r->npend_drop < 2) r->pend_drop[r->npend_drop++] = (int64_t)c;
     /* One MADV_DONTNEED a run of pages, not a page: each call flushes the TLB of every CPU
      * the program runs on. A dirty page goes alone (evict writes it back first). */
     uint64_t q = lo;
@@ -522,8 +521,8 @@ static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
     if (r->hist[0] >= 0) { /* a kept chunk left: its pages are pinned, their page-cache copies dead weight */
         uint64_t lo, hi;
         chunk_range(r, (uint64_t)r->hist[0], &lo, &hi);
-        if (lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP)
-            posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
+        if (lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP && r->npend_drop < 2)
+            r->pend_drop[r->npend_drop++] = r->hist[0];
     }
     int64_t passed = pc_plan_enter(r->hist, (int64_t)c);
     if (passed >= 0 && !r->st.plan_stream_off) {
@@ -532,7 +531,22 @@ static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
         r->ra[passed] = 0;
         r->after_use_chunks++;
     }
-    plan_read_ahead(r, c);
+    r->pend_ra = (int64_t)c;
+}
+
+/* The page-cache work a chunk entry asks for (read ahead along the chain, drop the copies of
+ * chunks done with), done once the faulting thread runs again: each call allocates or frees
+ * a chunk's pages, hundreds of microseconds the program need not wait for. */
+static void plan_after_wake(pgr_region *r) {
+    for (int i = 0; i < r->npend_drop; i++) {
+        uint64_t lo, hi;
+        chunk_range(r, (uint64_t)r->pend_drop[i], &lo, &hi);
+        if (lo < hi)
+            posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
+    }
+    r->npend_drop = 0;
+    if (r->pend_ra >= 0) plan_read_ahead(r, (uint64_t)r->pend_ra);
+    r->pend_ra = -1;
 }
 
 /* The batch for a fault at p: the rest of its chunk when the chunk is kept whole or
@@ -969,6 +983,7 @@ static void serve_deferred(pgr_region *r) {
             serve_missing(r, (uint64_t)d.page, d.write, d.tid, t);
         log_flush(r);
         if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+        if (r->cls) plan_after_wake(r);
     }
     r->ndfr = 0;
 }
@@ -1045,6 +1060,7 @@ static void *handler_main(void *arg) {
             log_flush(r);
             record_sample(r, t);
             if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+            if (r->cls) plan_after_wake(r);
         }
         /* A fault deferred just as the loader ended: its eventfd may already be consumed. */
         if (r->ndfr && r->st.pack_state != PGR_PACK_RUNNING) serve_deferred(r);
@@ -1199,6 +1215,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->st.wp_enabled = r->wp;
     pc_stride_init(&r->stride);
     r->hist[0] = r->hist[1] = -1;
+    r->pend_ra = -1;
     r->t0 = now_ns();
     snprintf(r->path, sizeof r->path, "%s", path);
     if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);

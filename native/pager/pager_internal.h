@@ -86,6 +86,9 @@ struct pgr_region {
     uint64_t *gone_at; /* file chunk -> chunk entries counted when it was evicted after use (0: not) */
     uint64_t entries;  /* chunk entries (pc_plan_enter) */
     uint64_t after_use_chunks;
+    int64_t pend_ra;      /* chunk entered: read ahead from it after the wake-up (-1: none) */
+    int64_t pend_drop[2]; /* chunks whose page-cache copies are dropped after the wake-up */
+    int npend_drop;
 };
 
 struct deferred {
