@@ -181,3 +181,16 @@ def test_a_malformed_plan_map_is_one_line_and_clock(setup, tmp_path):
     assert r.returncode == 0 and r.stdout == bare.stdout
     lines = [line for line in r.stderr.splitlines() if line.startswith("pagecast pager:")]
     assert len(lines) == 1 and str(bad) in lines[0] and "without its plan" in lines[0], r.stderr
+
+
+def test_a_changed_file_is_one_warning_and_the_kernel(setup, tmp_path):
+    prog, f = setup
+    plan = _plan(tmp_path / "p.plan", f)
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # mtime (and ctime) move: the plan no longer matches
+    r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--backend", "pager", "--",
+                               str(prog), str(f), "1"])  # fmt: skip
+    assert r.returncode == 0 == rep["exit_status"]
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and "changed since the plan" in warnings[0], r.stderr
+    assert "pager" not in rep  # nothing left to page: the kernel alone under the limit

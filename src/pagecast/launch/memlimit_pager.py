@@ -1,7 +1,7 @@
 """``pagecast run --memory LIMIT --plan P --backend pager``: a memory plan applied by the
 userfaultfd pager.
 
-The program's read-only mappings of the plan's files are served by the pager's shim
+The program's mappings of the plan's files are served by the pager's shim
 (``native/pager/shim.c``) into anonymous regions of a fixed page budget, inside the memory
 cgroup of the limit. The regions' pages are anonymous memory charged to the cgroup, which
 reclaim cannot take (no swap), so the budgets together are what the limit leaves after the
