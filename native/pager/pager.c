@@ -486,15 +486,15 @@ static uint64_t plan_chain(pgr_region *r, uint64_t c, int64_t *out, uint64_t max
 
 /* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
  * program's work on this one, and the faults there copy them from memory. A chunk is read
- * ahead once until it is evicted after use, however often the program comes back to the
- * chunks before it. */
+ * ahead again only once it was evicted after use or the program entered more chunks since
+ * than the window holds, however often it comes back to the chunks before it. */
 static void plan_read_ahead(pgr_region *r, uint64_t c) {
     int64_t ch[PLAN_MAX_AHEAD];
     uint64_t n = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t k = (uint64_t)ch[i], lo, hi;
-        if (r->ra[k]) continue;
-        r->ra[k] = 1;
+        if (r->ra[k] && r->entries - r->ra[k] <= 2 * r->pf_chunks + 2) continue;
+        r->ra[k] = r->entries;
         chunk_range(r, k, &lo, &hi);
         while (lo < hi && (r->state[lo] & ST_RES)) lo++;
         if (lo < hi)
@@ -1707,13 +1707,13 @@ int pgr_plan_load(pgr_region *r, const char *path) {
     struct stat want, st;
     int other = !why && (fstat(r->fd, &want) < 0 || stat(m.src, &st) < 0 || st.st_dev != want.st_dev ||
                          st.st_ino != want.st_ino);
-    uint8_t *cls = NULL, *ra = NULL;
-    uint64_t *freef = NULL, *gone_at = NULL;
+    uint8_t *cls = NULL;
+    uint64_t *freef = NULL, *gone_at = NULL, *ra = NULL;
     uint32_t *slot = r->slot;
     if (!why && !other) {
         cls = calloc(r->npages, 1);
         freef = malloc(r->cap * sizeof *freef);
-        ra = calloc(m.nchunks, 1);
+        ra = calloc(m.nchunks, sizeof *ra);
         gone_at = calloc(m.nchunks, sizeof *gone_at);
         if (!slot && (slot = malloc(r->npages * sizeof *slot))) memset(slot, 0xff, r->npages * sizeof *slot);
         if (!cls || !freef || !slot || !ra || !gone_at) why = "out of memory";
@@ -1743,6 +1743,17 @@ int pgr_plan_load(pgr_region *r, const char *path) {
     r->freef = freef;
     r->ra = ra;
     r->gone_at = gone_at;
+    /* The plan reads ahead along its chain itself: the kernel's read-ahead on the pager's
+     * reads (up to the device's window, 8 MiB on some disks) would fill the limit with pages
+     * evicted unread and read again. A descriptor of its own, so the program's is untouched. */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", r->fd);
+    int rfd = r->cfg.writeback ? -1 : open(self, O_RDONLY | O_CLOEXEC);
+    if (rfd >= 0) {
+        posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
+        close(r->fd);
+        r->fd = pc_fd_high_or_keep(rfd);
+    }
     r->cls = cls; /* last: the handler reads the plan once cls is set */
     pthread_mutex_unlock(&r->mu);
     return 0;

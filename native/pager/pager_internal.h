@@ -82,7 +82,7 @@ struct pgr_region {
     int64_t hist[2];      /* the last two distinct chunks faulted in (pc_plan_enter) */
     uint64_t *freef;      /* frames freed by evict-after-use, taken first */
     uint64_t nfree;
-    uint8_t *ra;       /* file chunk -> read ahead and not evicted after use since */
+    uint64_t *ra;      /* file chunk -> chunk entries counted when it was read ahead (0: not since evicted) */
     uint64_t *gone_at; /* file chunk -> chunk entries counted when it was evicted after use (0: not) */
     uint64_t entries;  /* chunk entries (pc_plan_enter) */
     uint64_t after_use_chunks;
