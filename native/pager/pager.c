@@ -549,13 +549,17 @@ static void plan_after_wake(pgr_region *r) {
     r->pend_ra = -1;
 }
 
-/* The batch for a fault at p: the rest of its chunk when the chunk is kept whole or
- * streamed, then on along the chain (plan_succ); nothing for the plan's other pages. */
+/* The batch for a fault at p: the rest of its chunk (the kernel's read-around would read
+ * more), then, for a kept or streamed chunk, on along the chain (plan_succ). Once regrets
+ * stopped evict-after-use, the whole batch depth. */
 static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
-    if (r->cls[p] == PC_CLASS_OTHER) return 0;
+    /* at most half a chunk while evicting after use: every chunk then takes a miss, which
+     * is how the pager learns the program entered it */
+    if (!r->st.plan_stream_off && max > r->chunk_pages / 2) max = r->chunk_pages / 2 ? r->chunk_pages / 2 : 1;
     uint64_t c = chunk_of(r, p), n = 0, lo, hi;
     chunk_range(r, c, &lo, &hi);
     for (uint64_t q = p + 1; q < hi && n < max; q++) out[n++] = (int64_t)q;
+    if (r->cls[p] == PC_CLASS_OTHER) return n;
     int64_t ch[PLAN_MAX_AHEAD];
     uint64_t nch = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
     for (uint64_t i = 0; i < nch && n < max; i++) {
@@ -805,8 +809,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
     if (maxpf > r->cap - 1) maxpf = r->cap - 1;
     if (r->cls) plan_enter(r, p, t);
-    uint64_t cand =
-        r->cls && r->cls[p] != PC_CLASS_OTHER ? plan_pages(r, p, r->batch, maxpf) : policy_pages(r, p, r->batch, maxpf);
+    uint64_t cand = r->cls ? plan_pages(r, p, r->batch, maxpf) : policy_pages(r, p, r->batch, maxpf);
     uint64_t n = 0;
     r->state[p] |= ST_PIN;
     for (uint64_t i = 0; i < cand; i++) {

@@ -112,7 +112,7 @@ def load_plan(path: str, limit: int, warn: Callable[[str], None]) -> MemoryPlan 
 def _pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:
     """The program's environment under the pager and the report's ``pager`` object, or
     (None, None) and a warning when the limit leaves the pager no room: the kernel alone."""
-    from pagecast.launch.memlimit_pager import plan_budget, usable_files, write_plan_map
+    from pagecast.launch.memlimit_pager import MAX_DEPTH, plan_budget, usable_files, write_plan_map
     from pagecast.pager.runtime import pager_env, probe
 
     files, changed = usable_files(plan)
@@ -136,7 +136,7 @@ def _pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -
     from pagecast.pager.runtime import encode_list
 
     env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
-    env["PAGECAST_PAGER_DEPTH"] = str(budget.depth)
+    env["PAGECAST_PAGER_DEPTH"] = str(MAX_DEPTH)  # the C core batches half a chunk while evicting after use
     info = {"budget_bytes": budget.total_bytes, "margin_bytes": budget.margin_bytes, "depth": budget.depth,
             "files": [vars(pf) for pf in budget.files], "specs": specs}  # fmt: skip
     return env, info

@@ -57,11 +57,12 @@ def margin_bytes(plan: MemoryPlan, files: list[FileMemoryPlan], depth: int) -> i
     tables = 0
     for f in files:
         npages = -(-os.path.getsize(f.path) // PAGE)
-        tables += npages * 22 + min(1 << 22, 32 * npages) + (depth + 2) * PAGE
+        tables += npages * 22 + min(1 << 22, 32 * npages) + (MAX_DEPTH + 2) * PAGE
     return 4 * MIB + 3 * plan.chunk_bytes + tables
 
 
 def batch_depth(plan: MemoryPlan) -> int:
+    """Pages per fault batch while evicting after use (the C core's cap: half a chunk)."""
     return max(1, min(MAX_DEPTH, plan.chunk_bytes // PAGE // 2))
 
 
