@@ -4,8 +4,8 @@ The program runs in a memory cgroup of LIMIT bytes (``pagecast.util.memcg``), wi
 stdio, its pid (the sh that enters the cgroup ``exec``s it) and its exit status. With a
 memory plan, a controller (``pagecast.live.memctl``) forked from this process enters the
 same cgroup and applies the plan beside the program; with ``--backend pager`` the
-userfaultfd pager applies it inside the program instead (``pagecast.launch.memlimit_pager``). The report's ``memory`` object holds
-the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
+userfaultfd pager applies it inside the program instead (``pagecast.launch.memlimit_pager``).
+The report's ``memory`` object holds the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
 program's and the controller's, from their rusage), peak usage, wall time.
 """
 
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pagecast.errors import PagecastError
+from pagecast.launch.memlimit_pager import pager_report, pager_setup
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
 from pagecast.util.memcg import MemoryCgroup, parse_limit
 
@@ -109,52 +110,6 @@ def load_plan(path: str, limit: int, warn: Callable[[str], None]) -> MemoryPlan 
     return None if plan.backend == "kernel" else plan
 
 
-def _pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:
-    """The program's environment under the pager and the report's ``pager`` object, or
-    (None, None) and a warning when the limit leaves the pager no room: the kernel alone."""
-    from pagecast.launch.memlimit_pager import MAX_DEPTH, plan_budget, usable_files, write_plan_map
-    from pagecast.pager.runtime import pager_env, probe
-
-    files, changed = usable_files(plan)
-    warnings.extend(changed)
-    budget = plan_budget(plan, limit, files)
-    if budget is None:
-        if files:
-            warnings.append(f"the limit leaves the pager no room beside the plan's reserve of "
-                            f"{plan.reserve_bytes >> 20} MiB: the program runs with the kernel alone")  # fmt: skip
-        return None, None
-    try:
-        probe()
-    except PagecastError as e:
-        warnings.append(f"{e}: the program runs with the kernel alone")
-        return None, None
-    (tmp / "stats").mkdir()
-    maps = [write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes)
-            for i, (f, pf) in enumerate(zip(files, budget.files))]  # fmt: skip
-    specs = [(pf.path, pf.budget_bytes) for pf in budget.files]
-    env = pager_env(specs, "none", stats_dir=tmp / "stats", strict=False)
-    from pagecast.pager.runtime import encode_list
-
-    env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
-    env["PAGECAST_PAGER_DEPTH"] = str(MAX_DEPTH)  # the C core batches half a chunk while evicting after use
-    info = {"budget_bytes": budget.total_bytes, "margin_bytes": budget.margin_bytes, "depth": budget.depth,
-            "files": [vars(pf) for pf in budget.files], "specs": specs}  # fmt: skip
-    return env, info
-
-
-def _pager_report(info: dict, tmp: Path, warnings: list[str]) -> dict:
-    stats = [json.loads(p.read_text()) for p in sorted((tmp / "stats").glob("*.json"))]
-    specs = info.pop("specs")
-    mapped = {os.path.realpath(st.get("path", "")) for st in stats}
-    missed = [p for p, _ in specs if os.path.realpath(p) not in mapped]
-    if missed:  # one line, however many: a program that reads its data with read() misses them all
-        names = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
-        warnings.append(f"the program never mapped {names} with mmap (read() instead?): the kernel served "
-                        f"{'it' if len(missed) == 1 else 'them'} under the limit, without the plan")  # fmt: skip
-    info["regions"] = stats
-    return info
-
-
 def run_under_limit(
     cmd: Sequence[str],
     limit: int | str,
@@ -172,7 +127,7 @@ def run_under_limit(
     plan = load_plan(plan_path, limit, warn) if plan_path else None
     warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
-        env, pager = _pager_setup(plan, limit, Path(td), warnings) if plan and backend == "pager" else (None, None)
+        env, pager = pager_setup(plan, limit, Path(td), warnings) if plan and backend == "pager" else (None, None)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
@@ -215,7 +170,7 @@ def run_under_limit(
             for p in controller.get("files_changed") or []:
                 warnings.append(f"{p} changed since the plan was made: not acted on")
         if pager is not None:
-            pager = _pager_report(pager, Path(td), warnings)
+            pager = pager_report(pager, Path(td), warnings)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats = cg.stats()
         if stats.read_bytes is None:

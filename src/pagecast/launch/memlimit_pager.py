@@ -16,6 +16,7 @@ soon as the program moved past it, prefetches along the chain and runs CLOCK for
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
 
@@ -163,3 +165,46 @@ def is_elf(path: str) -> bool:
             return f.read(4) == b"\x7fELF"
     except OSError:
         return False
+
+
+def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:
+    """The program's environment under the pager and the report's ``pager`` object, or
+    (None, None) and a warning when the limit leaves the pager no room: the kernel alone."""
+    from pagecast.pager.runtime import encode_list, pager_env, probe
+
+    files, changed = usable_files(plan)
+    warnings.extend(changed)
+    budget = plan_budget(plan, limit, files)
+    if budget is None:
+        if files:
+            warnings.append(f"the limit leaves the pager no room beside the plan's reserve of "
+                            f"{plan.reserve_bytes >> 20} MiB: the program runs with the kernel alone")  # fmt: skip
+        return None, None
+    try:
+        probe()
+    except PagecastError as e:
+        warnings.append(f"{e}: the program runs with the kernel alone")
+        return None, None
+    (tmp / "stats").mkdir()
+    maps = [write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes)
+            for i, (f, pf) in enumerate(zip(files, budget.files))]  # fmt: skip
+    specs = [(pf.path, pf.budget_bytes) for pf in budget.files]
+    env = pager_env(specs, "none", stats_dir=tmp / "stats", strict=False)
+    env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
+    env["PAGECAST_PAGER_DEPTH"] = str(MAX_DEPTH)  # the C core batches half a chunk while evicting after use
+    info = {"budget_bytes": budget.total_bytes, "margin_bytes": budget.margin_bytes, "depth": budget.depth,
+            "files": [vars(pf) for pf in budget.files], "specs": specs}  # fmt: skip
+    return env, info
+
+
+def pager_report(info: dict, tmp: Path, warnings: list[str]) -> dict:
+    stats = [json.loads(p.read_text()) for p in sorted((tmp / "stats").glob("*.json"))]
+    specs = info.pop("specs")
+    mapped = {os.path.realpath(st.get("path", "")) for st in stats}
+    missed = [p for p, _ in specs if os.path.realpath(p) not in mapped]
+    if missed:  # one line, however many: a program that reads its data with read() misses them all
+        names = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
+        warnings.append(f"the program never mapped {names} with mmap (read() instead?): the kernel served "
+                        f"{'it' if len(missed) == 1 else 'them'} under the limit, without the plan")  # fmt: skip
+    info["regions"] = stats
+    return info
