@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pagecast.errors import PagecastError
-from pagecast.launch.memlimit_pager import pager_report, pager_setup
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
 from pagecast.util.memcg import MemoryCgroup, parse_limit
 
@@ -127,7 +126,13 @@ def run_under_limit(
     plan = load_plan(plan_path, limit, warn) if plan_path else None
     warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
-        env, pager = pager_setup(plan, limit, Path(td), warnings) if plan and backend == "pager" else (None, None)
+        env, pager = None, None
+        if plan and backend == "pager":
+            # imported here: the kernel backend's controller is forked from this process, and
+            # what this process loads (numpy) it may copy into the limit
+            from pagecast.launch.memlimit_pager import pager_setup
+
+            env, pager = pager_setup(plan, limit, Path(td), warnings)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
@@ -170,6 +175,8 @@ def run_under_limit(
             for p in controller.get("files_changed") or []:
                 warnings.append(f"{p} changed since the plan was made: not acted on")
         if pager is not None:
+            from pagecast.launch.memlimit_pager import pager_report
+
             pager = pager_report(pager, Path(td), warnings)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats = cg.stats()
