@@ -28,6 +28,7 @@
 #include "outfile.h"
 #include "pager_internal.h"
 #include "policy/pc_evict.h"
+#include "policy/pc_evict_plan.h"
 #include "policy/pc_policy.h"
 
 #include <errno.h>
@@ -147,7 +148,7 @@ int pgr_probe(void) {
 
 void log_rec(pgr_region *r, int64_t t, int64_t page, int kind, int flags, int tid) {
     if (r->cfg.log_fd < 0) return;
-    if (r->nlog == r->logcap) return; /* logcap bounds one batch; never reached */
+    if (r->nlog == r->logcap) log_flush(r); /* more than a batch: evictions after use, drop_all */
     pgr_log_rec *x = &r->log[r->nlog++];
     x->t_ns = t - r->t0;
     x->page = (int64_t)(r->file_offset / r->ps) + page;
@@ -319,6 +320,17 @@ static int needs_writeback(pgr_region *r, uint64_t p) {
     return r->cfg.writeback && (r->state[p] & ST_DIRTY);
 }
 
+/* Page p's memory was dropped: its state and counters. */
+static void evicted(pgr_region *r, uint64_t p, int64_t t, int dirty) {
+    if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
+    if (r->cls && r->cls[p] == PC_CLASS_KEEP && r->st.plan_keep_resident) r->st.plan_keep_resident--;
+    r->state[p] = 0;
+    if (r->slot) r->slot[p] = NO_SLOT;
+    r->st.evictions++;
+    r->st.resident--;
+    log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
+}
+
 static int evict(pgr_region *r, uint64_t p, int64_t t) {
     int dirty = needs_writeback(r, p);
     if (dirty && clean_page(r, p) < 0) {
@@ -330,36 +342,231 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
         handler_error(r, "madvise(MADV_DONTNEED)", errno);
         return -1;
     }
-    if (r->state[p] & ST_PF) r->st.prefetch_evicted_untouched++;
-    r->state[p] = 0;
-    if (r->slot) r->slot[p] = NO_SLOT;
-    r->st.evictions++;
-    r->st.resident--;
-    log_rec(r, t, (int64_t)p, PGR_REC_EVICT, dirty ? PGR_RF_DIRTY : 0, -1);
+    evicted(r, p, t, dirty);
     return 0;
 }
 
+/* A keep page of the plan is pinned while that leaves the budget room to stream through
+ * (keep_max); past it, it is streamed (as for_limit streams the chunks it drops). */
+static void plan_admit(pgr_region *r, uint64_t p, int delta) {
+    if (!r->cls || r->cls[p] != PC_CLASS_KEEP) return;
+    if (delta < 0) {
+        if (r->st.plan_keep_resident) r->st.plan_keep_resident--;
+    } else if (r->st.plan_keep_resident >= r->keep_max) {
+        r->cls[p] = PC_CLASS_STREAM;
+        r->st.plan_keep_demoted++;
+    } else {
+        r->st.plan_keep_resident++;
+    }
+}
+
+static void ring_place(pgr_region *r, uint64_t h, uint64_t p) {
+    r->ring[h] = (int64_t)p;
+    if (r->slot) r->slot[p] = (uint32_t)h;
+}
+
 /* Place page p in the CLOCK ring, evicting a victim if the budget is full. The sweep is
- * pc_clock_next (native/policy/pc_evict.h), the simulator's CLOCK rule. */
+ * pc_clock_next (native/policy/pc_evict.h), the simulator's CLOCK rule; with a memory plan,
+ * frames freed by evict-after-use first, then pc_plan_clock_next (pc_evict_plan.h). */
 int ring_insert(pgr_region *r, uint64_t p, int64_t t) {
+    plan_admit(r, p, 1);
     if (r->fill < r->cap) {
-        if (r->slot) r->slot[p] = (uint32_t)r->fill;
-        r->ring[r->fill++] = (int64_t)p;
+        ring_place(r, r->fill++, p);
+        return 0;
+    }
+    while (r->nfree) {
+        uint64_t h = r->freef[--r->nfree];
+        if (r->ring[h] >= 0) continue; /* the sweep took it meanwhile */
+        ring_place(r, h, p);
         return 0;
     }
     for (uint64_t tries = 0; tries < r->cap + 1; tries++) {
-        int64_t hh = pc_clock_next(r->ring, r->cap, &r->hand, r->state, ST_RES, ST_REF, ST_PIN, 3 * r->cap + 3);
+        int64_t hh = r->cls
+                         ? pc_plan_clock_next(r->ring, r->cap, &r->hand, r->state, r->cls, ST_RES, ST_REF, ST_PIN,
+                                              3 * r->cap + 3)
+                         : pc_clock_next(r->ring, r->cap, &r->hand, r->state, ST_RES, ST_REF, ST_PIN, 3 * r->cap + 3);
         if (hh < 0) break;
         uint64_t h = (uint64_t)hh;
         int64_t v = r->ring[h];
         if (v >= 0 && (r->state[v] & ST_RES) && evict(r, (uint64_t)v, t) < 0) continue;
         if (v >= 0 && r->slot && r->slot[v] == h) r->slot[v] = NO_SLOT; /* a page whose install failed */
-        r->ring[h] = (int64_t)p;
-        if (r->slot) r->slot[p] = (uint32_t)h;
+        ring_place(r, h, p);
         return 0;
     }
+    plan_admit(r, p, -1);
     errno = ENOMEM;
     return -1;
+}
+
+/* ---- memory plan: evict after use, prefetch along the next chain ------------------- */
+
+static uint64_t chunk_of(pgr_region *r, uint64_t p) {
+    return (r->first_page + p) / r->chunk_pages;
+}
+
+/* Region pages [*lo, *hi) of file chunk c (empty if outside the region). */
+static void chunk_range(pgr_region *r, uint64_t c, uint64_t *lo, uint64_t *hi) {
+    uint64_t a = c * r->chunk_pages, b = a + r->chunk_pages;
+    *lo = a > r->first_page ? a - r->first_page : 0;
+    *hi = b > r->first_page ? b - r->first_page : 0;
+    if (*hi > r->npages) *hi = r->npages;
+    if (*lo > *hi) *lo = *hi;
+}
+
+/* Page q left frame h after use: the frame is taken first. */
+static void free_frame(pgr_region *r, uint64_t q, uint32_t h) {
+    r->st.plan_after_use++;
+    if (h != NO_SLOT && r->ring[h] == (int64_t)q) {
+        r->ring[h] = -1;
+        if (r->nfree < r->cap) r->freef[r->nfree++] = h;
+    }
+}
+
+/* The program moved past chunk c: its stream pages leave now, their frames go first. So do
+ * the chunk's pages in the page cache, which the region's copy made dead weight: under a
+ * memory limit the kernel would reclaim them anyway, at the cost of a reclaim scan. */
+static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
+    uint64_t lo, hi;
+    chunk_range(r, c, &lo, &hi);
+    if (lo < hi && r->cls[lo] == PC_CLASS_STREAM && r->npend_drop < 2) r->pend_drop[r->npend_drop++] = (int64_t)c;
+    /* One MADV_DONTNEED a run of pages, not a page: each call flushes the TLB of every CPU
+     * the program runs on. A dirty page goes alone (evict writes it back first). */
+    uint64_t q = lo;
+    while (q < hi) {
+        uint64_t a = q;
+        while (q < hi && r->cls[q] == PC_CLASS_STREAM && (r->state[q] & ST_RES) && !(r->state[q] & ST_PIN) &&
+               !needs_writeback(r, q))
+            q++;
+        if (q == a) { /* not one of the chunk's clean resident stream pages: page by page */
+            if (r->cls[q] == PC_CLASS_STREAM && (r->state[q] & ST_RES) && !(r->state[q] & ST_PIN)) {
+                uint32_t h = r->slot[q];
+                if (evict(r, q, t) == 0) free_frame(r, q, h);
+            }
+            q++;
+            continue;
+        }
+        if (madvise(r->base + a * r->ps, (q - a) * r->ps, MADV_DONTNEED) < 0) {
+            handler_error(r, "madvise(MADV_DONTNEED)", errno);
+            continue;
+        }
+        for (uint64_t k = a; k < q; k++) {
+            uint32_t h = r->slot[k];
+            evicted(r, k, t, 0);
+            free_frame(r, k, h);
+        }
+    }
+}
+
+/* The chunk to read after chunk k: the plan's next, else the next chunk in file order when
+ * both are kept (the keep set is read whole once; its chunks have no next in the plan). */
+static int64_t plan_succ(pgr_region *r, int64_t k) {
+    if (r->pnext[k] >= 0 || (uint64_t)k + 1 >= r->nchunks) return r->pnext[k];
+    uint64_t lo, hi, lo2, hi2;
+    chunk_range(r, (uint64_t)k, &lo, &hi);
+    chunk_range(r, (uint64_t)k + 1, &lo2, &hi2);
+    int kept = lo < hi && lo2 < hi2 && r->cls[hi - 1] == PC_CLASS_KEEP && r->cls[lo2] == PC_CLASS_KEEP;
+    return kept ? k + 1 : -1;
+}
+
+/* The chain from chunk c (plan_succ), at most max chunks, stopping where it comes back to
+ * a chunk it named (threads working on neighbouring chunks make the plan's next a cycle). */
+static uint64_t plan_chain(pgr_region *r, uint64_t c, int64_t *out, uint64_t max) {
+    uint64_t n = 0;
+    for (int64_t k = (int64_t)c; n < max;) {
+        k = plan_succ(r, k);
+        int seen = k == (int64_t)c;
+        for (uint64_t i = 0; i < n && !seen; i++) seen = out[i] == k;
+        if (k < 0 || seen) break;
+        out[n++] = k;
+    }
+    return n;
+}
+
+#define PLAN_MAX_AHEAD 64
+
+/* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
+ * program's work on this one, and the faults there copy them from memory. A chunk is read
+ * ahead again only once it was evicted after use or the program entered more chunks since
+ * than the window holds, however often it comes back to the chunks before it. */
+static void plan_read_ahead(pgr_region *r, uint64_t c) {
+    int64_t ch[PLAN_MAX_AHEAD];
+    uint64_t n = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t k = (uint64_t)ch[i], lo, hi;
+        if (r->ra[k] && r->entries - r->ra[k] <= 2 * r->pf_chunks + 2) continue;
+        r->ra[k] = r->entries;
+        chunk_range(r, k, &lo, &hi);
+        while (lo < hi && (r->state[lo] & ST_RES)) lo++;
+        if (lo < hi)
+            posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_WILLNEED);
+    }
+}
+
+/* A chunk evicted after use that the program enters again within PLAN_REGRET_ENTRIES chunk
+ * entries was still in use (threads working on neighbouring chunks, as BLAS over a memmap
+ * does): a regret. From 8 regrets that make a tenth of the chunks evicted after use, it
+ * stops for the region (the kernel backend's rule): CLOCK does the rest. */
+#define PLAN_REGRET_ENTRIES 3
+
+static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
+    uint64_t c = chunk_of(r, p);
+    if ((int64_t)c == r->hist[0] || c >= r->nchunks) return;
+    r->entries++;
+    if (r->gone_at[c] && r->entries - r->gone_at[c] <= PLAN_REGRET_ENTRIES) {
+        r->st.plan_regrets++;
+        if (!r->st.plan_stream_off && r->st.plan_regrets >= 8 && r->st.plan_regrets * 10 >= r->after_use_chunks)
+            r->st.plan_stream_off = 1;
+    }
+    r->gone_at[c] = 0;
+    if (r->hist[0] >= 0) { /* a kept chunk left: its pages are pinned, their page-cache copies dead weight */
+        uint64_t lo, hi;
+        chunk_range(r, (uint64_t)r->hist[0], &lo, &hi);
+        if (lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP && r->npend_drop < 2)
+            r->pend_drop[r->npend_drop++] = r->hist[0];
+    }
+    int64_t passed = pc_plan_enter(r->hist, (int64_t)c);
+    if (passed >= 0 && !r->st.plan_stream_off) {
+        evict_after_use(r, (uint64_t)passed, t);
+        r->gone_at[passed] = r->entries;
+        r->ra[passed] = 0;
+        r->after_use_chunks++;
+    }
+    r->pend_ra = (int64_t)c;
+}
+
+/* The page-cache work a chunk entry asks for (read ahead along the chain, drop the copies of
+ * chunks done with), done once the faulting thread runs again: each call allocates or frees
+ * a chunk's pages, hundreds of microseconds the program need not wait for. */
+static void plan_after_wake(pgr_region *r) {
+    for (int i = 0; i < r->npend_drop; i++) {
+        uint64_t lo, hi;
+        chunk_range(r, (uint64_t)r->pend_drop[i], &lo, &hi);
+        if (lo < hi)
+            posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_DONTNEED);
+    }
+    r->npend_drop = 0;
+    if (r->pend_ra >= 0) plan_read_ahead(r, (uint64_t)r->pend_ra);
+    r->pend_ra = -1;
+}
+
+/* The batch for a fault at p: the rest of its chunk (the kernel's read-around would read
+ * more), then, for a kept or streamed chunk, on along the chain (plan_succ). Once regrets
+ * stopped evict-after-use, the whole batch depth. */
+static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
+    /* at most half a chunk while evicting after use: every chunk then takes a miss, which
+     * is how the pager learns the program entered it */
+    if (!r->st.plan_stream_off && max > r->chunk_pages / 2) max = r->chunk_pages / 2 ? r->chunk_pages / 2 : 1;
+    uint64_t c = chunk_of(r, p), n = 0, lo, hi;
+    chunk_range(r, c, &lo, &hi);
+    for (uint64_t q = p + 1; q < hi && n < max; q++) out[n++] = (int64_t)q;
+    if (r->cls[p] == PC_CLASS_OTHER) return n;
+    int64_t ch[PLAN_MAX_AHEAD];
+    uint64_t nch = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
+    for (uint64_t i = 0; i < nch && n < max; i++) {
+        chunk_range(r, (uint64_t)ch[i], &lo, &hi);
+        for (uint64_t q = lo; q < hi && n < max; q++) out[n++] = (int64_t)q;
+    }
+    return n;
 }
 
 /* ---- prefetch policies ------------------------------------------------------------- */
@@ -601,7 +808,8 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     /* Batch: prefetch candidates (in range, not resident, unique), at most budget-1. */
     uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
     if (maxpf > r->cap - 1) maxpf = r->cap - 1;
-    uint64_t cand = policy_pages(r, p, r->batch, maxpf);
+    if (r->cls) plan_enter(r, p, t);
+    uint64_t cand = r->cls ? plan_pages(r, p, r->batch, maxpf) : policy_pages(r, p, r->batch, maxpf);
     uint64_t n = 0;
     r->state[p] |= ST_PIN;
     for (uint64_t i = 0; i < cand; i++) {
@@ -778,6 +986,7 @@ static void serve_deferred(pgr_region *r) {
             serve_missing(r, (uint64_t)d.page, d.write, d.tid, t);
         log_flush(r);
         if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+        if (r->cls) plan_after_wake(r);
     }
     r->ndfr = 0;
 }
@@ -854,6 +1063,7 @@ static void *handler_main(void *arg) {
             log_flush(r);
             record_sample(r, t);
             if (r->pending_wake >= 0) wake(r, (uint64_t)r->pending_wake);
+            if (r->cls) plan_after_wake(r);
         }
         /* A fault deferred just as the loader ended: its eventfd may already be consumed. */
         if (r->ndfr && r->st.pack_state != PGR_PACK_RUNNING) serve_deferred(r);
@@ -919,6 +1129,11 @@ static void free_region(pgr_region *r) {
     free(r->log);
     free(r->samples);
     free(r->slot);
+    free(r->cls);
+    free(r->pnext);
+    free(r->freef);
+    free(r->ra);
+    free(r->gone_at);
     free(r->wbuf);
     free(r->ebuf);
     if (r->twins) sys_munmap(r->twins, r->cap * r->ps);
@@ -983,6 +1198,7 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     r->len = (length + r->ps - 1) / r->ps * r->ps;
     r->npages = r->len / r->ps;
     r->file_offset = offset;
+    r->first_page = offset / r->ps;
     uint64_t fend = offset + length;
     r->valid_end = (uint64_t)sb.st_size < fend ? (uint64_t)sb.st_size : fend;
     r->map_end = fend;
@@ -1001,6 +1217,8 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     }
     r->st.wp_enabled = r->wp;
     pc_stride_init(&r->stride);
+    r->hist[0] = r->hist[1] = -1;
+    r->pend_ra = -1;
     r->t0 = now_ns();
     snprintf(r->path, sizeof r->path, "%s", path);
     if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);
@@ -1165,6 +1383,7 @@ long pgr_drop_all(pgr_region *r) {
         r->ring[i] = -1;
     }
     r->fill = r->hand = 0;
+    r->nfree = 0;
     log_flush(r);
     pthread_mutex_unlock(&r->mu);
     return n;
@@ -1418,6 +1637,128 @@ int pgr_table_load(pgr_region *r, const char *path) {
         return -1;
     }
     table_install(r, t.off, t.pages);
+    return 0;
+}
+
+/* Memory plan map: see pager.h (PGR_MAP_MAGIC). Every field is checked against the file's
+ * size before use. */
+typedef struct {
+    uint64_t npages, chunk_pages, pf_chunks, nchunks;
+    uint8_t *cls;
+    int64_t *next;
+    char src[PATH_MAX];
+} plan_map;
+
+static const char *plan_map_check(const uint8_t *raw, uint64_t size, plan_map *m) {
+    if (size < 40 + 2) return "too short to be a memory plan map";
+    if (memcmp(raw, PGR_MAP_MAGIC, 6) != 0 || raw[6] != '0' + PGR_MAP_VERSION || raw[7] != 0)
+        return "not a memory plan map of this version (bad magic)";
+    memcpy(&m->npages, raw + 8, 8);
+    memcpy(&m->chunk_pages, raw + 16, 8);
+    memcpy(&m->pf_chunks, raw + 24, 8);
+    memcpy(&m->nchunks, raw + 32, 8);
+    if (m->npages == 0 || m->chunk_pages == 0 || m->npages > size)
+        return "page count or chunk size is zero or does not fit the file";
+    if (m->nchunks != (m->npages + m->chunk_pages - 1) / m->chunk_pages) return "chunk count does not match the pages";
+    uint64_t next_at = 40 + (m->npages + 7) / 8 * 8;
+    if (next_at > size || m->nchunks > (size - next_at) / 8) return "the classes and chains do not fit the file";
+    if (m->pf_chunks > m->nchunks) return "prefetch distance larger than the file";
+    for (uint64_t i = 0; i < m->npages; i++)
+        if (raw[40 + i] > PC_CLASS_STREAM) return "a page class is not keep, stream or other";
+    for (uint64_t i = 0; i < m->nchunks; i++) {
+        int64_t v;
+        memcpy(&v, raw + next_at + 8 * i, 8);
+        if (v < -1 || v >= (int64_t)m->nchunks) return "a next chunk is outside the file";
+    }
+    uint64_t at = next_at + 8 * m->nchunks, rem = size - at;
+    const uint8_t *nul = rem ? memchr(raw + at, 0, rem) : NULL;
+    if (!nul || rem < 2 || (uint64_t)(nul - raw) != size - 1 || rem > PATH_MAX)
+        return "no NUL-terminated data file path ending the file";
+    memcpy(m->src, raw + at, rem);
+    m->cls = malloc(m->npages);
+    m->next = malloc(m->nchunks * 8);
+    if (!m->cls || !m->next) return "out of memory";
+    memcpy(m->cls, raw + 40, m->npages);
+    memcpy(m->next, raw + next_at, m->nchunks * 8);
+    return NULL;
+}
+
+int pgr_plan_load(pgr_region *r, const char *path) {
+    if (foreign(r)) return -1;
+    struct stat sb;
+    int fd = pc_open_regular(path, O_RDONLY, &sb);
+    if (fd < 0) {
+        set_err("memory plan map %s: %s", path, pc_open_why(errno));
+        return -1;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    plan_map m = {0};
+    const char *why = NULL;
+    uint8_t *raw = NULL;
+    if (!S_ISREG(sb.st_mode))
+        why = "not a regular file";
+    else if (size > (1ull << 40))
+        why = "larger than 1 TiB";
+    else if (!(raw = malloc(size ? size : 1)))
+        why = "out of memory";
+    else if (pread_full(fd, raw, size, 0) < 0)
+        why = "read failed";
+    else
+        why = plan_map_check(raw, size, &m);
+    close(fd);
+    free(raw);
+    struct stat want, st;
+    int other = !why && (fstat(r->fd, &want) < 0 || stat(m.src, &st) < 0 || st.st_dev != want.st_dev ||
+                         st.st_ino != want.st_ino);
+    uint8_t *cls = NULL;
+    uint64_t *freef = NULL, *gone_at = NULL, *ra = NULL;
+    uint32_t *slot = r->slot;
+    if (!why && !other) {
+        cls = calloc(r->npages, 1);
+        freef = malloc(r->cap * sizeof *freef);
+        ra = calloc(m.nchunks, sizeof *ra);
+        gone_at = calloc(m.nchunks, sizeof *gone_at);
+        if (!slot && (slot = malloc(r->npages * sizeof *slot))) memset(slot, 0xff, r->npages * sizeof *slot);
+        if (!cls || !freef || !slot || !ra || !gone_at) why = "out of memory";
+    }
+    if (why || other) {
+        if (why) set_err("memory plan map %s: %s", path, why);
+        free(m.cls);
+        free(m.next);
+        free(cls);
+        free(freef);
+        free(ra);
+        free(gone_at);
+        if (slot != r->slot) free(slot);
+        return why ? -1 : 1;
+    }
+    for (uint64_t p = 0; p < r->npages; p++)
+        cls[p] = r->first_page + p < m.npages ? m.cls[r->first_page + p] : PC_CLASS_OTHER;
+    free(m.cls);
+    pthread_mutex_lock(&r->mu);
+    r->slot = slot;
+    r->pnext = m.next;
+    r->nchunks = m.nchunks;
+    r->chunk_pages = m.chunk_pages;
+    r->pf_chunks = m.pf_chunks;
+    uint64_t room = 2 * ((uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0) + 1);
+    r->keep_max = r->cap > room ? r->cap - room : 0;
+    r->freef = freef;
+    r->ra = ra;
+    r->gone_at = gone_at;
+    /* The plan reads ahead along its chain itself: the kernel's read-ahead on the pager's
+     * reads (up to the device's window, 8 MiB on some disks) would fill the limit with pages
+     * evicted unread and read again. A descriptor of its own, so the program's is untouched. */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", r->fd);
+    int rfd = r->cfg.writeback ? -1 : open(self, O_RDONLY | O_CLOEXEC);
+    if (rfd >= 0) {
+        posix_fadvise(rfd, 0, 0, POSIX_FADV_RANDOM);
+        close(r->fd);
+        r->fd = pc_fd_high_or_keep(rfd);
+    }
+    r->cls = cls; /* last: the handler reads the plan once cls is set */
+    pthread_mutex_unlock(&r->mu);
     return 0;
 }
 

@@ -96,6 +96,12 @@ typedef struct pgr_stats {
     uint64_t pack_done_ns;    /* region open -> loader finished (0 while running / no pack) */
     int32_t pack_state;       /* PGR_PACK_* */
     int32_t pack_pad;
+    /* memory plan (pgr_plan_load) */
+    uint64_t plan_keep_resident; /* keep pages resident now: never evicted (pinned) */
+    uint64_t plan_keep_demoted;  /* keep pages streamed: pinning them would leave the stream no room */
+    uint64_t plan_after_use;     /* stream pages evicted once the program moved past their chunk */
+    uint64_t plan_regrets;       /* chunks evicted after use that the program came back to at once */
+    uint64_t plan_stream_off;    /* 1: regrets stopped evict-after-use for this region */
 } pgr_stats;
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };
@@ -109,6 +115,14 @@ typedef struct pgr_table_header {
     char magic[8];
     uint64_t npages;
 } pgr_table_header;
+
+/* Memory plan map (pgr_plan_load; written by pagecast.launch.memlimit_pager): "PGCMAP" +
+ * the version as one ASCII digit + NUL, u64 npages (file pages), u64 chunk_pages, u64
+ * prefetch_chunks, u64 nchunks, u8 class[npages] (PC_CLASS_*, pc_evict_plan.h), zero
+ * padding to a multiple of 8, i64 next[nchunks] (the chunk to prefetch after each, -1
+ * none), then the path of the data file, NUL-terminated, ending the file. */
+#define PGR_MAP_MAGIC   "PGCMAP"
+#define PGR_MAP_VERSION 1
 
 typedef struct pgr_region pgr_region;
 
@@ -143,6 +157,10 @@ int pgr_table_check(const char *path, uint64_t *npages, char *src, size_t srclen
 /* Load a table file into the region if it was built for the region's file: 0 loaded, 1 it
  * names another file, -1 malformed or of another size (reason in pgr_last_error()). */
 int pgr_table_load(pgr_region *r, const char *path);
+/* Load a memory plan map into the region if it was built for the region's file: 0 loaded,
+ * 1 it names another file, -1 malformed (reason in pgr_last_error()). Call before the
+ * first fault. */
+int pgr_plan_load(pgr_region *r, const char *path);
 /* Sparse policy: mark pages as learned (e.g. from an earlier run's trace). */
 int pgr_learn_pages(pgr_region *r, const int64_t *pages, uint64_t n);
 uint64_t pgr_learned_count(pgr_region *r);

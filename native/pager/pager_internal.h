@@ -71,6 +71,24 @@ struct pgr_region {
     uint32_t *slot;       /* page -> its ring slot */
     uint8_t *wbuf, *ebuf; /* snapshot + file page scratch: write_back under mu / emergency */
     pid_t owner;          /* the process that opened the region (a forked child is not) */
+    /* memory plan (pgr_plan_load, policy/pc_evict_plan.h): NULL cls = none */
+    uint8_t *cls;         /* region page -> PC_CLASS_* */
+    int64_t *pnext;       /* file chunk -> the chunk to prefetch after it, -1 none */
+    uint64_t chunk_pages; /* pages per chunk */
+    uint64_t nchunks;     /* chunks of the file */
+    uint64_t first_page;  /* file page of region page 0 */
+    uint64_t pf_chunks;   /* chunks read ahead along the next chain */
+    uint64_t keep_max;    /* keep pages pinned at most (the rest of the budget streams) */
+    int64_t hist[2];      /* the last two distinct chunks faulted in (pc_plan_enter) */
+    uint64_t *freef;      /* frames freed by evict-after-use, taken first */
+    uint64_t nfree;
+    uint64_t *ra;      /* file chunk -> chunk entries counted when it was read ahead (0: not since evicted) */
+    uint64_t *gone_at; /* file chunk -> chunk entries counted when it was evicted after use (0: not) */
+    uint64_t entries;  /* chunk entries (pc_plan_enter) */
+    uint64_t after_use_chunks;
+    int64_t pend_ra;      /* chunk entered: read ahead from it after the wake-up (-1: none) */
+    int64_t pend_drop[2]; /* chunks whose page-cache copies are dropped after the wake-up */
+    int npend_drop;
 };
 
 struct deferred {

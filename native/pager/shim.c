@@ -28,6 +28,9 @@
  *   PAGECAST_PAGER_PACK_DIRECT=0              read packs through the page cache (default O_DIRECT)
  *   PAGECAST_PAGER_PACK_STOP_AFTER=N          tests: the loader stops after N pages, as if it died
  *   PAGECAST_PAGER_NO_WP=1                    tests: behave as on a kernel without userfaultfd WP
+ *   PAGECAST_PAGER_PLAN=M[,M]                 memory plan maps (pagecast run --memory --backend pager):
+ *                                             keep pages pinned, stream pages evicted after use, the
+ *                                             next chain prefetched; each names its data file
  * A file matches by device and inode, whatever name the program opens it by; it need not
  * exist before the run (a file the program creates is paged when it maps it).
  * Lists of paths: items separated by ',', a ',' or '\' inside a path written '\,' or '\\'.
@@ -260,6 +263,20 @@ static void load_table(pgr_region *r) {
     }
 }
 
+/* Memory plan: the first map of PAGECAST_PAGER_PLAN built for this file (every field
+ * checked in pgr_plan_load). A malformed one is refused with one line; the region then
+ * serves faults with CLOCK alone. */
+static void load_plan(pgr_region *r) {
+    const char *cur = getenv("PAGECAST_PAGER_PLAN");
+    char t[PATH_MAX];
+    while (cur && next_item(&cur, t, sizeof t)) {
+        if (!*t) continue;
+        int rc = pgr_plan_load(r, t);
+        if (rc < 0) fprintf(stderr, "pagecast pager: %s; this mapping is served without its plan\n", pgr_last_error());
+        if (rc <= 0) break;
+    }
+}
+
 static void start_pack(pgr_region *r) {
     const char *env = getenv("PAGECAST_PAGER_PACK");
     if (!env || !*env) return;
@@ -344,6 +361,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
         return real_mmap(addr, len, prot, flags, fd, off);
     }
     if (cfg.policy == PC_POLICY_TABLE) load_table(r);
+    load_plan(r);
     start_pack(r);
     pthread_mutex_lock(&g_mu);
     int slot = -1;
@@ -408,7 +426,8 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             "\"service_ns_total\": %llu, \"service_ns_p50\": %llu, \"service_ns_p99\": %llu, "
             "\"errors\": %d, \"wp_enabled\": %d, \"pack_pages\": %llu, \"pack_installed\": %llu, "
             "\"pack_skipped\": %llu, \"pack_bytes_read\": %llu, \"pack_deferred\": %llu, \"pack_done_ns\": %llu, "
-            "\"pack_state\": %d, \"close_ok\": %s}\n",
+            "\"pack_state\": %d, \"plan_keep_resident\": %llu, \"plan_keep_demoted\": %llu, "
+            "\"plan_after_use\": %llu, \"plan_regrets\": %llu, \"plan_stream_off\": %llu, \"close_ok\": %s}\n",
             esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults, (unsigned long long)s->late_faults,
             (unsigned long long)s->prefetched, (unsigned long long)s->prefetch_hits,
             (unsigned long long)s->prefetch_evicted_untouched, (unsigned long long)s->evictions,
@@ -418,7 +437,9 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             (unsigned long long)p99, s->errors, s->wp_enabled, (unsigned long long)s->pack_pages,
             (unsigned long long)s->pack_installed, (unsigned long long)s->pack_skipped,
             (unsigned long long)s->pack_bytes_read, (unsigned long long)s->pack_deferred,
-            (unsigned long long)s->pack_done_ns, s->pack_state, rc == 0 ? "true" : "false");
+            (unsigned long long)s->pack_done_ns, s->pack_state, (unsigned long long)s->plan_keep_resident,
+            (unsigned long long)s->plan_keep_demoted, (unsigned long long)s->plan_after_use,
+            (unsigned long long)s->plan_regrets, (unsigned long long)s->plan_stream_off, rc == 0 ? "true" : "false");
     pc_out_fcommit(f, tmp, p);
 }
 

@@ -129,7 +129,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--backend",
         choices=("kernel", "pager"),
         default="kernel",
-        help="--memory --plan: act through the kernel's page cache (default) or the userfaultfd pager",
+        help="--memory --plan: who applies the plan. kernel (default): a controller beside the program locks the "
+        "keep set in the page cache, pages streamed chunks out after use and prefetches with fadvise. pager: the "
+        "program's mmaps of the plan's files are served by the userfaultfd pager (LD_PRELOAD) into a page budget of "
+        "what the limit leaves after the plan's reserve, prefetch window and a margin: keep pages pinned, streamed "
+        "chunks evicted right after use, the next chain prefetched, CLOCK for the rest; files read with read() stay "
+        "with the kernel (one warning)",
     )
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
@@ -243,13 +248,16 @@ def _run_memory(args: argparse.Namespace) -> int:
         raise PagecastError(
             f"--memory --plan wants a memory plan (pagecast plan --memory), not a cold-start plan: {args.plan}"
         )
-    if args.backend == "pager":
-        raise PagecastError("--memory --backend pager is not available yet: use --backend kernel")
     cmd = list(args.cmd)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     report = run_under_limit(
-        cmd, args.memory, args.plan, warn=lambda line: print(line, file=sys.stderr), stdout=2 if args.json else None
+        cmd,
+        args.memory,
+        args.plan,
+        warn=lambda line: print(line, file=sys.stderr),
+        stdout=2 if args.json else None,
+        backend=args.backend,
     )
     if args.json:
         print_json(report.to_dict())
@@ -258,4 +266,8 @@ def _run_memory(args: argparse.Namespace) -> int:
         print(f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
               f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
               f"peak {m['peak_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+        for st in (report.pager or {}).get("regions", []):
+            print(f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
+                  f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
+                  f"use {st['plan_after_use']}", file=sys.stderr)  # fmt: skip
     return report.exit_status

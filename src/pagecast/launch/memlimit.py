@@ -3,8 +3,9 @@
 The program runs in a memory cgroup of LIMIT bytes (``pagecast.util.memcg``), with its
 stdio, its pid (the sh that enters the cgroup ``exec``s it) and its exit status. With a
 memory plan, a controller (``pagecast.live.memctl``) forked from this process enters the
-same cgroup and applies the plan beside the program. The report's ``memory`` object holds
-the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
+same cgroup and applies the plan beside the program; with ``--backend pager`` the
+userfaultfd pager applies it inside the program instead (``pagecast.launch.memlimit_pager``).
+The report's ``memory`` object holds the cgroup's counters: limit, refaults, major faults, bytes read from the device (the
 program's and the controller's, from their rusage), peak usage, wall time.
 """
 
@@ -16,8 +17,10 @@ import os
 import resource
 import signal
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pagecast.errors import PagecastError
@@ -31,11 +34,14 @@ class MemoryRunReport:
     memory: dict[str, Any]
     controller: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    pager: dict[str, Any] | None = None  # --backend pager: budgets and the regions' counters
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"mode": "memory", "exit_status": self.exit_status, "memory": self.memory}
         if self.controller is not None:
             d["controller"] = self.controller
+        if self.pager is not None:
+            d["pager"] = self.pager
         if self.warnings:
             d["warnings"] = self.warnings
         return d
@@ -110,20 +116,30 @@ def run_under_limit(
     *,
     warn: Callable[[str], None] = lambda s: None,
     stdout: Any = None,
+    backend: str = "kernel",
 ) -> MemoryRunReport:
+    """``backend``: ``kernel`` (the controller, ``pagecast.live.memctl``) or ``pager`` (the
+    userfaultfd pager serving the plan's files, ``pagecast.launch.memlimit_pager``)."""
     if not cmd:
         raise PagecastError("no command given (usage: pagecast run --memory LIMIT [--plan P] -- CMD ARGS...)")
     limit = parse_limit(limit)
     plan = load_plan(plan_path, limit, warn) if plan_path else None
     warnings: list[str] = []
-    with MemoryCgroup(limit) as cg:
+    with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
+        env, pager = None, None
+        if plan and backend == "pager":
+            # imported here: the kernel backend's controller is forked from this process, and
+            # what this process loads (numpy) it may copy into the limit
+            from pagecast.launch.memlimit_pager import pager_setup
+
+            env, pager = pager_setup(plan, limit, Path(td), warnings)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
-            proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout)
+            proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout, env=env)
         except OSError as e:
             raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
-        ctl = _start_controller(plan, proc.pid, cg) if plan is not None else None
+        ctl = _start_controller(plan, proc.pid, cg) if plan is not None and backend == "kernel" else None
         term = {"sig": 0}
 
         def forward(sig: int, _frame: object) -> None:
@@ -158,6 +174,10 @@ def run_under_limit(
                 warnings.append(f"the memory controller stopped: {controller['error']}")
             for p in controller.get("files_changed") or []:
                 warnings.append(f"{p} changed since the plan was made: not acted on")
+        if pager is not None:
+            from pagecast.launch.memlimit_pager import pager_report
+
+            pager = pager_report(pager, Path(td), warnings)
         ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
         stats = cg.stats()
         if stats.read_bytes is None:
@@ -166,4 +186,4 @@ def run_under_limit(
         mem["wall_s"] = round(wall, 6)
     for w in warnings:
         warn(f"pagecast run: warning: {w}")
-    return MemoryRunReport(_exit_status(rc), mem, controller, warnings)
+    return MemoryRunReport(_exit_status(rc), mem, controller, warnings, pager)

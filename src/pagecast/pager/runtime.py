@@ -96,6 +96,7 @@ _STAT_FIELDS = [
 ]  # fmt: skip
 
 
+_PLAN_FIELDS = ["plan_keep_resident", "plan_keep_demoted", "plan_after_use", "plan_regrets", "plan_stream_off"]
 _PACK_FIELDS = ["pack_pages", "pack_installed", "pack_skipped", "pack_bytes_read", "pack_deferred", "pack_done_ns"]
 
 
@@ -105,6 +106,7 @@ class _Stats(ctypes.Structure):
         + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
         + [(n, ctypes.c_uint64) for n in _PACK_FIELDS]
         + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)]
+        + [(n, ctypes.c_uint64) for n in _PLAN_FIELDS]
     )
 
 
