@@ -45,6 +45,7 @@ from pagecast.bench.coldstart import (
     pagecast_script,
     regular_files,
 )
+from pagecast.bench.results import KINDS, headroom
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.util.pagecache import make_cold
@@ -101,7 +102,7 @@ class Row:
     case: str
     limit_bytes: int
     strategy: str
-    kind: str  # kernel | pagecast | roof
+    kind: str  # of pagecast.bench.results.KINDS: kernel | pagecast | warm (the roof)
     round: int
     wall_s: float
     per_pass_s: float | None  # median over the passes after the first
@@ -381,7 +382,7 @@ def strategies(case: LimitCase, cfg: Config, limit: int, plan: Path | None) -> l
             cmd = pagecast("run", "--memory", str(limit), "--plan", str(plan), "--backend", b, "--json", "--", *argv)
             out.append((f"pagecast run --plan ({b} backend)", "pagecast", Launch(cmd, pagecast_json=True)))
     if cfg.roof:
-        out.append((ROOF, "roof", Launch(argv, warm=True)))
+        out.append((ROOF, "warm", Launch(argv, warm=True)))
     return out
 
 
@@ -512,15 +513,14 @@ def _row(
     )
 
 
-def headroom(kernel: float, x: float, roof: float) -> float | None:
-    """(kernel - x) / (kernel - roof): the share of what memory would gain that x gains."""
-    gap = kernel - roof
-    return (kernel - x) / gap if gap > 0 else None
+def _kind_of(rows: list[Row], name: str) -> str:
+    return next(r.kind for r in rows if r.strategy == name)
 
 
 def _summarise_limit(limit: int, fraction: float, rows: list[Row], prep: dict[str, Any]) -> dict[str, Any]:
     med = lambda xs: float(statistics.median(xs)) if xs else None  # noqa: E731
-    names = list(dict.fromkeys(r.strategy for r in rows))
+    # listed by kind as every harness lists them (pagecast.bench.results.KINDS), run order within
+    names = sorted(dict.fromkeys(r.strategy for r in rows), key=lambda n: KINDS.index(_kind_of(rows, n)))
     out = []
     for n in names:
         rs = [r for r in rows if r.strategy == n]
@@ -542,7 +542,7 @@ def _summarise_limit(limit: int, fraction: float, rows: list[Row], prep: dict[st
         )
     kern = [x for x in out if x["kind"] == "kernel" and x["per_pass_s"]]
     best = min(kern, key=lambda x: x["per_pass_s"]) if kern else None
-    roof = next((x for x in out if x["kind"] == "roof" and x["per_pass_s"] is not None), None)
+    roof = next((x for x in out if x["kind"] == "warm" and x["per_pass_s"] is not None), None)
     for x in out:
         x["best_kernel"] = x is best
         ok = best is not None and x["per_pass_s"]
@@ -550,7 +550,7 @@ def _summarise_limit(limit: int, fraction: float, rows: list[Row], prep: dict[st
         x["headroom_captured"] = (
             headroom(best["per_pass_s"], x["per_pass_s"], roof["per_pass_s"]) if ok and roof else None
         )
-    results = {r for x in out if x["kind"] != "roof" for r in x["results"]}
+    results = {r for x in out if x["kind"] != "warm" for r in x["results"]}
     return {
         "limit_bytes": limit,
         "fraction": fraction,
@@ -583,7 +583,7 @@ def format_limit(case: dict[str, Any], lim: dict[str, Any]) -> str:
         per = "—" if x["per_pass_s"] is None else f"{x['per_pass_s']:.3f}"
         first = "—" if x["first_pass_s"] is None else f"{x['first_pass_s']:.3f}"
         ratio = "—" if x["vs_best_kernel"] is None else f"{x['vs_best_kernel']:.2f}×"
-        hr = "—" if x["headroom_captured"] is None or x["kind"] == "roof" else f"{x['headroom_captured']:.0%}"
+        hr = "—" if x["headroom_captured"] is None or x["kind"] == "warm" else f"{x['headroom_captured']:.0%}"
         ref = "—" if x["refaults"] is None else f"{x['refaults']:,.0f}"
         lines.append(f"| {name} | {per} | {first} | {_mib(x['read_bytes'])} | {ref} | {ratio} | {hr} |")
     if lim["min_read_bytes"] is not None:
