@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
@@ -72,7 +73,7 @@ def write_pair(cfg: HotsetConfig, slow_path: str | Path, fast_path: str | Path) 
     for tier, mem_ns, path, salt in (("slow", cfg.slow_ns, slow_path, 1), ("fast", cfg.fast_ns, fast_path, 2)):
         noise = np.random.default_rng([cfg.seed, salt]).normal(1.0, cfg.jitter, size=len(gaps)).clip(0.5, 1.5)
         t = np.cumsum((gaps + mem_ns) * noise).astype(np.int64)
-        region = Region(0, "hotset#0", "anon", base=0x7F0000000000, length=cfg.pages * 4096, order=0)
+        region = Region(0, "hotset#0", "anon", base=0x7F0000000000, length=cfg.pages * PAGE_SIZE, order=0)
         meta = {
             "generator": "moving-hotset",
             "tier": tier,

@@ -105,7 +105,7 @@ class PackInfo:
 
 def _data_offset(npages: int, block_pages: int) -> int:
     nblocks = -(-npages // block_pages)
-    return -(-(HEADER + 8 * (npages + nblocks)) // 4096) * 4096
+    return -(-(HEADER + 8 * (npages + nblocks)) // PAGE_SIZE) * PAGE_SIZE
 
 
 def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_pages: int = BLOCK_PAGES,

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.util.atomic import atomic_write_text
@@ -128,7 +129,7 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
         )  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         raise PagecastError(f"memory plan: missing or malformed field ({e})", path=path) from None
-    if plan.backend not in BACKENDS or plan.chunk_bytes <= 0 or plan.chunk_bytes % 4096:
+    if plan.backend not in BACKENDS or plan.chunk_bytes <= 0 or plan.chunk_bytes % PAGE_SIZE:
         raise PagecastError(f"memory plan: bad backend {plan.backend!r} or chunk size {plan.chunk_bytes}", path=path)
     return plan
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.policies.base import (
     BACKEND_LABELS,
@@ -41,7 +42,7 @@ from pagecast.policies.base import (
 from pagecast.policies.protocol import CompiledPrefetchPolicy, EvictionPolicy, NativePrefetchPolicy, PrefetchPolicy
 from pagecast.trace.regions import Region
 
-PS = 4096
+PS = PAGE_SIZE
 # Two regions: one of known length (clipping), one of unknown length (region limit 0).
 REGIONS = (Region(0, "f0", kind="file", length=300 * PS), Region(1, "f1", kind="file", length=0))
 REFERENCE = "the simulator's Python path"

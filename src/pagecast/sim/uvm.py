@@ -501,7 +501,7 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
         raise PagecastError("uvm_perf_prefetch_min_faults must be 1..20 (as in the driver)")
     if not 1 <= p.uvm_perf_fault_batch_count <= 256:
         raise PagecastError("uvm_perf_fault_batch_count must be 1..256")
-    cap_bytes = config.capacity_pages(4096) * 4096
+    cap_bytes = config.capacity_pages(PAGE_SIZE) * PAGE_SIZE
     if cap_bytes <= 0:
         raise PagecastError("UVM capacity must be positive")
     # The driver allocates and evicts GPU memory in whole 2 MiB root chunks; a smaller
@@ -519,7 +519,7 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
     q[Q_BATCH_NS] = p.fault_batch_ns
     q[Q_FAULT_NS] = p.fault_ns
     q[Q_COPY_NS] = p.copy_latency_ns
-    q[Q_PS_PER_PAGE] = round(4096 * 1e12 / p.pcie_bytes_per_s)  # picoseconds per page
+    q[Q_PS_PER_PAGE] = round(PAGE_SIZE * 1e12 / p.pcie_bytes_per_s)  # picoseconds per page
     ev = config.eviction if isinstance(config.eviction, str) else getattr(config.eviction, "name", "")
     if ev.lower() not in UVM_EVICTIONS:
         raise PagecastError(f"UVM mode evicts 2 MiB chunks: uvm-fifo (the default) or uvm-lru, not {config.eviction!r}")
@@ -580,7 +580,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         prefetcher="tree" if q[Q_ENABLE] else "none",
         eviction="uvm-lru-2MiB" if q[Q_LRU] else "uvm-fifo-2MiB",
         capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK,
-        page_size=4096,
+        page_size=PAGE_SIZE,
         accesses=int(u[C_ACC]),
         hits=int(u[C_HITS]),
         faults=int(u[C_FAULTS]),
