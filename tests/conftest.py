@@ -26,3 +26,17 @@ def datafile(tmp_path: Path, request):
     p.write_bytes(np.random.default_rng(5).integers(0, 256, 160 * 4096, dtype=np.uint8).tobytes())
     yield p
     p.unlink(missing_ok=True)
+
+
+def require_memcg(why: str = "memory cgroups need root") -> None:
+    """Skip the calling test (or fixture) where no memory cgroup can be made: not root, or no
+    usable memory controller (the one line pagecast itself would print)."""
+    from pagecast.errors import PagecastError
+    from pagecast.util.memcg import find_hierarchy
+
+    if os.geteuid() != 0:
+        pytest.skip(why)
+    try:
+        find_hierarchy()
+    except PagecastError as e:
+        pytest.skip(str(e))

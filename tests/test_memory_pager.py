@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cold_support import cold_file_maker
+from conftest import require_memcg
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
@@ -36,12 +37,7 @@ FAULT, PREFETCHED, EVICT = 8, 6, 7  # fault log record kinds (pager.h)
 
 @pytest.fixture(scope="module")
 def setup():
-    if os.geteuid() != 0:
-        pytest.skip("memory cgroups need root")
-    try:
-        find_hierarchy()
-    except PagecastError as e:
-        pytest.skip(str(e))
+    require_memcg("memory cgroups need root")
     from pagecast.bench.workloads import build_workload
     from pagecast.pager.runtime import probe
 

@@ -4,7 +4,6 @@ and evict-after-use decisions against MIN's steady state on the project's simula
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -12,6 +11,7 @@ import numpy as np
 import pytest
 
 from cold_support import cold_file_maker
+from conftest import require_memcg
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.memory import (
@@ -32,7 +32,6 @@ from pagecast.sim.misses import lru_misses, min_misses
 from pagecast.trace.demand import read_demand
 from pagecast.trace.keys import page_keys
 from pagecast.trace.reader import open_trace
-from pagecast.util.memcg import find_hierarchy
 
 FILE_PAGES = 8192  # 32 MiB
 LIMIT = "24M"
@@ -42,12 +41,7 @@ CHUNK = 1 << 20
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("memory cgroups and perf need root")
-    try:
-        find_hierarchy()
-    except PagecastError as e:
-        pytest.skip(str(e))
+    require_memcg("memory cgroups and perf need root")
     from pagecast.bench.workloads import build_workload
 
     prog = build_workload("cyclic_scan")

@@ -5,7 +5,6 @@ under the plan reads less again than the kernel alone, with the same output."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -13,11 +12,10 @@ import numpy as np
 import pytest
 
 from cold_support import cold_file_maker
-from pagecast.errors import PagecastError
+from conftest import require_memcg
 from pagecast.plan.memory_format import read_memory_plan
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
-from pagecast.util.memcg import find_hierarchy
 from pagecast.util.pagecache import make_cold
 
 FILE_PAGES = 64 * 256  # 64 MiB
@@ -45,12 +43,7 @@ def _run(args: list[str], f) -> tuple[subprocess.CompletedProcess, dict]:
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("memory cgroups and tracepoints need root")
-    try:
-        find_hierarchy()
-    except PagecastError as e:
-        pytest.skip(str(e))
+    require_memcg("memory cgroups and tracepoints need root")
     out = tmp_path_factory.mktemp("memread")
     with cold_file_maker("memread") as make:
         f = make(FILE_PAGES)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cold_support import cold_file_maker
-from pagecast.errors import PagecastError
+from conftest import require_memcg
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
 from pagecast.util.memcg import find_hierarchy
@@ -28,12 +28,7 @@ CHUNK = MIB
 
 @pytest.fixture(scope="module")
 def setup():
-    if os.geteuid() != 0:
-        pytest.skip("memory cgroups and process_madvise on another process need root")
-    try:
-        find_hierarchy()
-    except PagecastError as e:
-        pytest.skip(str(e))
+    require_memcg("memory cgroups and process_madvise on another process need root")
     from pagecast.bench.workloads import build_workload
 
     prog = build_workload("cyclic_scan")
@@ -112,8 +107,6 @@ def test_cold_start_plan_with_memory_is_one_line(setup, tmp_path):
 def test_sigterm_reaches_the_program_and_the_cgroup_goes(setup, tmp_path):
     import signal
     import time
-
-    from pagecast.util.memcg import find_hierarchy
 
     prog, f = setup
     plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2, reserve=8 * MIB)
