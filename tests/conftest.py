@@ -40,3 +40,25 @@ def require_memcg(why: str = "memory cgroups need root") -> None:
         find_hierarchy()
     except PagecastError as e:
         pytest.skip(str(e))
+
+
+def record_under_limit(out: Path, cold: Path, argv: list[str], limit: str, runs: int = 2) -> list[tuple[Path, dict]]:
+    """``runs`` recordings of ``argv`` by ``pagecast record --memory limit``, each from a cold
+    ``cold``: (trace, its --json report) each. Skips where tracepoints cannot be had."""
+    import json
+    import subprocess
+    import sys
+
+    from pagecast.util.pagecache import make_cold
+
+    out_list = []
+    for i in range(runs):
+        make_cold([cold])
+        t = out / f"r{i}.parquet"
+        r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--json", "--memory", limit, "-o", str(t),
+                            "--", *argv], capture_output=True, text=True, timeout=180)  # fmt: skip
+        if r.returncode == 2 and "tracepoint" in r.stderr:
+            pytest.skip(r.stderr.strip())
+        assert r.returncode == 0, r.stderr
+        out_list.append((t, json.loads(r.stdout)))
+    return out_list

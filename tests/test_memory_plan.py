@@ -3,7 +3,6 @@ and evict-after-use decisions against MIN's steady state on the project's simula
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -11,7 +10,7 @@ import numpy as np
 import pytest
 
 from cold_support import cold_file_maker
-from conftest import require_memcg
+from conftest import record_under_limit, require_memcg
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.memory import (
@@ -49,15 +48,7 @@ def recordings(tmp_path_factory):
     with cold_file_maker("memplan") as make:
         f = make(FILE_PAGES)
         traces = []
-        for i in range(2):
-            from pagecast.util.pagecache import make_cold
-
-            make_cold([f])
-            t = out / f"r{i}.parquet"
-            r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--json", "--memory", LIMIT, "-o", str(t),
-                                "--", str(prog), str(f), str(PASSES)], capture_output=True, text=True, timeout=120)  # fmt: skip
-            assert r.returncode == 0, r.stderr
-            rep = json.loads(r.stdout)
+        for t, rep in record_under_limit(out, f, [str(prog), str(f), str(PASSES)], LIMIT):
             assert rep["memory"]["refaults"] > 0  # the limit made it read pages again
             assert rep["command"][0] == str(prog)  # the program as given, not the sh that entered the cgroup
             traces.append(t)

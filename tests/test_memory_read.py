@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cold_support import cold_file_maker
-from conftest import require_memcg
+from conftest import record_under_limit, require_memcg
 from pagecast.plan.memory_format import read_memory_plan
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
@@ -47,17 +47,7 @@ def planned(tmp_path_factory):
     out = tmp_path_factory.mktemp("memread")
     with cold_file_maker("memread") as make:
         f = make(FILE_PAGES)
-        traces = []
-        for i in range(2):
-            make_cold([f])
-            t = out / f"r{i}.parquet"
-            r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--json", "--memory", LIMIT, "-o", str(t),
-                                "--", sys.executable, "-c", PROGRAM, str(f), str(PASSES)],
-                               capture_output=True, text=True, timeout=180)  # fmt: skip
-            if r.returncode == 2 and "tracepoint" in r.stderr:
-                pytest.skip(r.stderr.strip())
-            assert r.returncode == 0, r.stderr
-            traces.append(t)
+        traces = [t for t, _ in record_under_limit(out, f, [sys.executable, "-c", PROGRAM, str(f), str(PASSES)], LIMIT)]
         plan = out / "p.plan"
         r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, *map(str, traces), "-o",
                             str(plan)], capture_output=True, text=True, timeout=180)  # fmt: skip
