@@ -244,6 +244,10 @@ def _run_memory(args: argparse.Namespace) -> int:
     others = [o for o in ("policy", "model", "schedule", "pager", "pack", "output") if getattr(args, o)]
     if others or args.cuda:
         raise PagecastError(f"--memory goes with --plan only, not --{(others or ['cuda'])[0]}")
+    if args.backend == "pager" and not args.plan:
+        raise PagecastError(
+            "--memory --backend pager applies a memory plan: give it one with --plan (pagecast plan --memory)"
+        )
     if args.plan and not is_memory_plan(args.plan) and os.path.exists(args.plan):
         raise PagecastError(
             f"--memory --plan wants a memory plan (pagecast plan --memory), not a cold-start plan: {args.plan}"

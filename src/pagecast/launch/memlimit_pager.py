@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
 
-PAGE = 4096
 MIB = 1 << 20
 MAP_MAGIC = b"PGCMAP1\0"  # PGR_MAP_MAGIC + PGR_MAP_VERSION (native/pager/pager.h)
 CLASS_OTHER, CLASS_KEEP, CLASS_STREAM = 0, 1, 2  # PC_CLASS_* (native/policy/pc_evict_plan.h)
@@ -58,14 +58,14 @@ def margin_bytes(plan: MemoryPlan, files: list[FileMemoryPlan], depth: int) -> i
     most, service-time samples, at most 4 MiB, its batch buffer)."""
     tables = 0
     for f in files:
-        npages = -(-os.path.getsize(f.path) // PAGE)
-        tables += npages * 22 + min(1 << 22, 32 * npages) + (MAX_DEPTH + 2) * PAGE
+        npages = -(-os.path.getsize(f.path) // PAGE_SIZE)
+        tables += npages * 22 + min(1 << 22, 32 * npages) + (MAX_DEPTH + 2) * PAGE_SIZE
     return 4 * MIB + 3 * plan.chunk_bytes + tables
 
 
 def batch_depth(plan: MemoryPlan) -> int:
     """Pages per fault batch while evicting after use (the C core's cap: half a chunk)."""
-    return max(1, min(MAX_DEPTH, plan.chunk_bytes // PAGE // 2))
+    return max(1, min(MAX_DEPTH, plan.chunk_bytes // PAGE_SIZE // 2))
 
 
 def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> PagerBudget | None:
@@ -79,10 +79,10 @@ def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> Pa
     depth = batch_depth(plan)
     margin = margin_bytes(plan, files, depth)
     total = limit - plan.reserve_bytes - plan.prefetch_chunks * plan.chunk_bytes - margin
-    total -= total % PAGE
+    total -= total % PAGE_SIZE
     # evict-after-use frees a chunk once the program is two chunks on
-    stream_min = 3 * plan.chunk_bytes + 2 * (depth + 1) * PAGE
-    sizes = [-(-max(1, os.path.getsize(f.path)) // PAGE) * PAGE for f in files]
+    stream_min = 3 * plan.chunk_bytes + 2 * (depth + 1) * PAGE_SIZE
+    sizes = [-(-max(1, os.path.getsize(f.path)) // PAGE_SIZE) * PAGE_SIZE for f in files]
     floor = [min(s, stream_min) for s in sizes]
     if not files or total < sum(floor):
         return None
@@ -92,19 +92,19 @@ def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> Pa
     for i in reversed(range(len(files))):  # the first files keep theirs longest, as for_limit trims them
         cut = min(base[i] - floor[i], max(0, over))
         base[i] -= cut
-        keep[i] = min(keep[i], base[i] - floor[i]) // PAGE * PAGE
+        keep[i] = min(keep[i], base[i] - floor[i]) // PAGE_SIZE * PAGE_SIZE
         over -= cut
     rest = total - sum(base)
     outside = [s - b for s, b in zip(sizes, base)]
     weight = sum(outside) or 1
-    out = [PagedFile(f.path, min(s, b + rest * o // weight) // PAGE * PAGE, k)
+    out = [PagedFile(f.path, min(s, b + rest * o // weight) // PAGE_SIZE * PAGE_SIZE, k)
            for f, s, b, k, o in zip(files, sizes, base, keep, outside)]  # fmt: skip
     return PagerBudget(total, margin, depth, out)
 
 
 def page_classes(f: FileMemoryPlan, chunk_bytes: int, npages: int) -> np.ndarray:
     cls = np.zeros(npages, np.uint8)
-    cp = chunk_bytes // PAGE
+    cp = chunk_bytes // PAGE_SIZE
     for ranges, c in ((f.stream, CLASS_STREAM), (f.keep, CLASS_KEEP)):
         for a, n in ranges:
             cls[a * cp : (a + n) * cp] = c
@@ -121,10 +121,10 @@ def pin_limit(cls: np.ndarray, keep_pages: int) -> np.ndarray:
 
 def write_plan_map(out: Path, f: FileMemoryPlan, plan: MemoryPlan, keep_bytes: int) -> Path:
     """The file's plan map for the pager (format: PGR_MAP_MAGIC in native/pager/pager.h)."""
-    npages = max(1, -(-os.path.getsize(f.path) // PAGE))
-    cp = plan.chunk_bytes // PAGE
+    npages = max(1, -(-os.path.getsize(f.path) // PAGE_SIZE))
+    cp = plan.chunk_bytes // PAGE_SIZE
     nchunks = -(-npages // cp)
-    cls = pin_limit(page_classes(f, plan.chunk_bytes, npages), keep_bytes // PAGE)
+    cls = pin_limit(page_classes(f, plan.chunk_bytes, npages), keep_bytes // PAGE_SIZE)
     nxt = np.full(nchunks, -1, np.int64)
     for a, b in f.next.items():
         if 0 <= a < nchunks and 0 <= b < nchunks:

@@ -43,7 +43,6 @@ from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan
 
 SYS_PROCESS_MADVISE = 440  # x86_64 and the generic table
-MADV_RANDOM = 1
 MADV_COLD = 20
 MADV_PAGEOUT = 21
 RECENT = 2  # streamed chunks kept after entering: the one in use and the one before
@@ -245,7 +244,7 @@ class Controller:
             # the piece and nothing around it: mlock faults the pages in, and a fault in a
             # mapping left to the kernel's read-around reads its whole window (8 MiB on a disk
             # set so) for every scattered piece; one request for the piece instead
-            _libc.madvise(addr, piece, MADV_RANDOM)
+            _libc.madvise(addr, piece, mmap.MADV_RANDOM)
             os.posix_fadvise(f.fd, off, piece, os.POSIX_FADV_WILLNEED)
             if _libc.mlock(addr, piece) != 0:
                 self.stats.errors.append(f"mlock {f.path}: {os.strerror(ctypes.get_errno())}")
