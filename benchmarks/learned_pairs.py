@@ -142,7 +142,7 @@ _CXX = {
     "std::map<std::string, int> count(const std::vector<std::string>& w) {\n"
     "  std::map<std::string, int> m; for (auto& s : w) ++m[s]; return m; }\n"
     "std::string join(const std::vector<std::string>& w) { std::ostringstream o; for (auto& s : w) o << s; return o.str(); }\n",
-    2: "#include <algorithm>\n#include <numeric>\n#include <unordered_map>\n#include <iostream>\n#include <memory>\n"
+    2: "#include <algorithm>\n#include <numeric>\n#include <unordered_map>\n#include <iostream>\n#include <memory>\n#include <vector>\n"
     "struct Node { int v; std::unique_ptr<Node> next; };\n"
     "int main() { std::unordered_map<int, double> h; for (int i = 0; i < 100; ++i) h[i] = i * 0.5;\n"
     "  std::vector<int> v(10); std::iota(v.begin(), v.end(), 0); std::sort(v.rbegin(), v.rend());\n"
@@ -163,8 +163,8 @@ _NODE = {
 }
 
 _BC = {
-    1: "scale=40; s=0; for (i=1; i<300; i++) s += sqrt(i); s",
-    2: "scale=30; p=1; for (i=1; i<120; i++) p = p * (1 + 1/(i*i)); p; l(p)",
+    1: "scale=20; s=0; for (i=1; i<40; i++) s += sqrt(i); s",
+    2: "scale=16; p=1; for (i=1; i<60; i++) p = p * (1 + 1/(i*i)); p; l(p)",
 }
 
 
@@ -196,7 +196,15 @@ def _heldout_inputs(d: Path) -> dict[str, Path]:
             words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(3, 8))) for _ in range(3000)]
             _write_text(big, "\n".join(" ".join(rng.choices(words, k=12)) for _ in range(20000 * seed)) + "\n")
         out[f"words{seed}"] = big
+        small = d / f"small{seed}.txt"
+        if not small.exists():
+            _write_text(small, inp_text(d, seed)[: 6000 * seed])
+        out[f"small{seed}"] = small
     return out
+
+
+def inp_text(d: Path, seed: int) -> str:
+    return _inputs(d)[f"text{seed}"].read_text()
 
 
 def heldout_pairs(d: Path) -> list[Pair]:
@@ -222,7 +230,7 @@ def heldout_pairs(d: Path) -> list[Pair]:
         Pair("node require", "faults", ["node", "-e", _NODE[1]], ["node", "-e", _NODE[2]], "heldout"),
         Pair("objdump -d", "faults", ["objdump", "-d", str(which["grep"])], ["objdump", "-d", str(which["sed"])],
              "heldout"),
-        Pair("bzip2 -1 (lackey)", "lackey", ["bzip2", "-1", "-c", str(inp["text1"])], ["bzip2", "-1", "-c", str(inp["text2"])],
+        Pair("bzip2 -1 (lackey)", "lackey", ["bzip2", "-1", "-c", str(h["small1"])], ["bzip2", "-1", "-c", str(h["small2"])],
              "heldout"),
         Pair("bc -l (lackey)", "lackey", ["bc", "-lq", str(h["bc1.bc"])], ["bc", "-lq", str(h["bc2.bc"])], "heldout"),
     ]  # fmt: skip

@@ -61,7 +61,8 @@ from pagecast.util.atomic import atomic_output  # noqa: E402
 CLASSIC = ["nextline", "stride", "leap", "markov", "bestoffset", "extent"]
 # development pairs whose runs choose the gate's threshold (the others fit its MLP)
 GATE_VALIDATION = ("sqlite3 lookups", "sort -n (lackey)")
-TAUS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.4)
+BUDGETS = (1 / 4, 1 / 16, 1 / 64)  # pages per event at most, as a share of the capacity
 TIMES: list[float] = []
 
 
@@ -94,19 +95,10 @@ class Cell:
     table: object = None  # labelled at the capacity's horizon (for fitting)
 
 
-def prepare_cell(pair, train_trace: Path, test_trace: Path, cap_spec: str, tmp: Path, args, seed: int) -> Cell:
-    access = has_accesses(test_trace)
+def classic_cell(pair, train_trace: Path, test_trace: Path, cap_spec: str) -> Cell:
+    """What does not depend on a training seed: the classic rows and the classic experts."""
     cap = resolve_capacity(cap_spec, test_trace)
-    stream = read_demand(train_trace)
-    events = None
-    if access:
-        stream = stream.take(miss_events(train_trace, resolve_capacity(cap_spec, train_trace)))
-        events = miss_events(test_trace, cap)
-    tag = cap_spec.rstrip("%") if access else "all"
-    m = tmp / f"{pair.key()}-{tag}-s{seed}.pt"
-    if not m.exists():
-        train(stream, m, "lstm", args, seed)
-        print(f"  trained lstm on {len(stream):,} events of {train_trace.name} (seed {seed})", file=sys.stderr)
+    events = miss_events(test_trace, cap) if has_accesses(test_trace) else None
     c = Cell(pair, cap_spec, cap, test_trace, train_trace, events)
     cfg = SimConfig(capacity=cap)
     c.sims = [simulate(test_trace, cfg, None)]
@@ -116,24 +108,46 @@ def prepare_cell(pair, train_trace: Path, test_trace: Path, cap_spec: str, tmp: 
         c.faults[name] = c.sims[-1].faults
     c.sims.append(simulate(test_trace, cfg, parse_prefetcher(f"pagesucc:train={train_trace}")))
     c.faults["pagesucc(train)"] = c.sims[-1].faults
-    top_k, _ = choose_top_k(m, train_trace, cap_spec)
-    # the gate's model expert names at least one page: the gate, not the budget, decides when it is off
-    sched = schedule_with_budget(m, test_trace, max(top_k, 1), events)
-    c.sims.append(simulate(test_trace, cfg, sched if top_k else schedule_with_budget(m, test_trace, 0)))
-    c.faults["lstm"] = c.sims[-1].faults
     c.stream = G.read_stream(test_trace, events)
-    c.preds = G.expert_predictions(c.stream, G.default_experts(train_trace), sched)
-    c.table = G.build_table(c.stream, c.preds, G.GateConfig(seed=seed), G.label_horizon(cap))
+    c.preds = G.expert_predictions(c.stream, G.default_experts(train_trace), None)
     return c
 
 
-def gate_faults(gm, c: Cell, tau: float):
-    r = G.decide(gm, c.table, c.preds, c.stream, tau)
+def model_cell(base: Cell, tmp: Path, args, seed: int) -> Cell:
+    """``base`` with the LSTM of this seed: trained on the training run (its misses at this
+    capacity on an access trace), its row, and its predictions as the gate's model expert."""
+    pair, train_trace, test_trace, cap_spec = base.pair, base.train, base.test, base.cap_spec
+    stream = read_demand(train_trace)
+    access = base.events is not None
+    if access:
+        stream = stream.take(miss_events(train_trace, resolve_capacity(cap_spec, train_trace)))
+    m = tmp / f"{pair.key()}-{cap_spec.rstrip('%') if access else 'all'}-s{seed}.pt"
+    if not m.exists():
+        train(stream, m, "lstm", args, seed)
+        print(f"  trained lstm on {len(stream):,} events of {train_trace.name} (seed {seed})", file=sys.stderr)
+    c = Cell(pair, cap_spec, base.cap, test_trace, train_trace, base.events, list(base.sims), dict(base.faults))
+    cfg = SimConfig(capacity=base.cap)
+    top_k, _ = choose_top_k(m, train_trace, cap_spec)
+    # the gate's model expert names at least one page: the gate, not the budget, decides when it is off
+    sched = schedule_with_budget(m, test_trace, max(top_k, 1), base.events)
+    c.sims.append(simulate(test_trace, cfg, sched if top_k else schedule_with_budget(m, test_trace, 0)))
+    c.faults["lstm"] = c.sims[-1].faults
+    c.stream = base.stream
+    mp = G.expert_predictions(base.stream, [], sched)
+    c.preds = G.Predictions(base.preds.names + mp.names, base.preds.ptr + mp.ptr, base.preds.region + mp.region,
+                            base.preds.page + mp.page)  # fmt: skip
+    c.table = G.build_table(c.stream, c.preds, G.GateConfig(seed=seed), G.label_horizon(base.cap))
+    return c
+
+
+def gate_faults(gm, c: Cell, tau: float, share: float):
+    r = G.decide(gm, c.table, c.preds, c.stream, tau, max(1, round(c.cap * share)))
     return simulate(c.test, SimConfig(capacity=c.cap), r.schedule), r.choices
 
 
-def finish(c: Cell, gm, tau: float, seed: int, split: str) -> dict:
-    sim, choices = gate_faults(gm, c, tau)
+def finish(c: Cell, gm, seed: int, split: str) -> dict:
+    tau, share = gm.threshold[c.cap_spec], gm.budget[c.cap_spec]
+    sim, choices = gate_faults(gm, c, tau, share)
     c.sims.append(sim)
     res = dict(c.faults)
     res["gate"] = sim.faults
@@ -143,27 +157,28 @@ def finish(c: Cell, gm, tau: float, seed: int, split: str) -> dict:
     best = min(CLASSIC + ["pagesucc(train)"], key=lambda k: res[k])
     return {
         "pair": c.pair.name, "split": split, "kind": c.pair.kind, "capacity": c.cap_spec, "capacity_pages": c.cap,
-        "seed": seed, "tau": tau, "faults": res, "fraction": frac, "best_classic": best, "gate_choices": choices,
+        "seed": seed, "tau": tau, "budget": share, "faults": res, "fraction": frac, "best_classic": best, "gate_choices": choices,
     }  # fmt: skip
 
 
 def fit_gate(dev: list[Cell], cap_spec: str, seed: int):
-    """The MLP on the development pairs outside GATE_VALIDATION; τ on those inside."""
+    """The MLP on the development pairs outside GATE_VALIDATION; τ and the budget on those inside."""
     fit = [c.table for c in dev if c.cap_spec == cap_spec and c.pair.name not in GATE_VALIDATION]
     val = [c for c in dev if c.cap_spec == cap_spec and c.pair.name in GATE_VALIDATION]
     gm = G.fit_gate(fit, G.GateConfig(seed=seed))
     score = {}
-    for tau in TAUS:
+    for tau, share in ((t, b) for t in TAUS for b in BUDGETS):
         fr = []
         for c in val:
-            f = gate_faults(gm, c, tau)[0].faults
+            f = gate_faults(gm, c, tau, share)[0].faults
             best = min(c.faults[k] for k in CLASSIC + ["pagesucc(train)", "lstm"])
             span = c.faults["none"] - min(best, f)
             fr.append((c.faults["none"] - f) / span if span > 0 else 1.0)
-        score[tau] = sum(fr) / max(len(fr), 1)
-    tau = max(TAUS, key=lambda t: (score[t], -t))
-    gm.threshold[cap_spec] = tau
-    print(f"  gate {cap_spec} seed {seed}: τ = {tau} (validation: {score})", file=sys.stderr)
+        score[tau, share] = sum(fr) / max(len(fr), 1)
+    tau, share = max(score, key=lambda k: (score[k], k[1], -k[0]))
+    gm.threshold[cap_spec], gm.budget[cap_spec] = tau, share
+    print(f"  gate {cap_spec} seed {seed}: τ = {tau}, budget {share:.3f} of the capacity "
+          f"(validation mean fraction {score[tau, share]:.3f})", file=sys.stderr)  # fmt: skip
     return gm
 
 
@@ -208,6 +223,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=4096, help="training windows per epoch")
     ap.add_argument("--quick", action="store_true", help="2 epochs of 1024 windows")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument(
+        "--save-gate", metavar="DIR", help="write each fitted gate as DIR/gate-CAP-sSEED.pt (pagecast eval --gate)"
+    )
     args = ap.parse_args()
     if args.quick:
         args.epochs, args.windows = 2, 1024
@@ -222,21 +240,28 @@ def main() -> None:
     print("development programs: " + ", ".join(p.name for p, _, _ in dev))
     print("held-out programs: " + ", ".join(p.name for p, _, _ in held))
     rows = []
+    seeds = [int(x) for x in args.seeds.split(",")]
     with tempfile.TemporaryDirectory() as d:
-        for seed in [int(x) for x in args.seeds.split(",")]:
-            dcells = []
-            for pair, a, b in dev:
-                print(f"{pair.name} (dev, seed {seed}): train {a.name}, test {b.name}", file=sys.stderr)
-                dcells += [prepare_cell(pair, a, b, cap, Path(d), args, seed) for cap in args.capacities]
-            gates = {cap: fit_gate(dcells, cap, seed) for cap in args.capacities}
+        dcells: dict[int, list[Cell]] = {s: [] for s in seeds}
+        for pair, a, b in dev:
+            print(f"{pair.name} (dev): train {a.name}, test {b.name}", file=sys.stderr)
+            for cap in args.capacities:
+                base = classic_cell(pair, a, b, cap)
+                for seed in seeds:
+                    dcells[seed].append(model_cell(base, Path(d), args, seed))
+        gates = {s: {cap: fit_gate(dcells[s], cap, s) for cap in args.capacities} for s in seeds}
+        for seed in seeds:
+            for cap, gm in gates[seed].items() if args.save_gate else ():
+                gm.save(Path(args.save_gate) / f"gate-{cap.rstrip('%')}-s{seed}.pt")
             if args.split != "heldout":
-                rows += [finish(c, gates[c.cap_spec], gates[c.cap_spec].tau(c.cap_spec), seed, "dev") for c in dcells]
-            for pair, a, b in held:
-                print(f"{pair.name} (held out, seed {seed}): train {a.name}, test {b.name}", file=sys.stderr)
-                for cap in args.capacities:
-                    c = prepare_cell(pair, a, b, cap, Path(d), args, seed)
-                    rows.append(finish(c, gates[cap], gates[cap].tau(cap), seed, "heldout"))
-                    c.table = c.preds = c.stream = None
+                rows += [finish(c, gates[seed][c.cap_spec], seed, "dev") for c in dcells[seed]]
+        del dcells
+        for pair, a, b in held:
+            print(f"{pair.name} (held out): train {a.name}, test {b.name}", file=sys.stderr)
+            for cap in args.capacities:
+                base = classic_cell(pair, a, b, cap)
+                for seed in seeds:
+                    rows.append(finish(model_cell(base, Path(d), args, seed), gates[seed][cap], seed, "heldout"))
     print_table(rows)
     print("\nsummary (fraction of the oracle's reduction; beats = fewer faults than the best classic of the row)")
     print("\n".join(summary(rows)))

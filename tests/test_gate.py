@@ -111,3 +111,19 @@ def test_gate_file_round_trip(world, tmp_path):
     (tmp_path / "bad.pt").write_text("not a gate")
     with pytest.raises(Exception, match="not a gate file"):
         G.load_gate(tmp_path / "bad.pt")
+
+
+def test_eval_reports_the_gates_choices(world, tmp_path, capsys):
+    from pagecast.cli import main as cli_main
+
+    runs, model, gm, _ = world
+    gm.threshold["64"], gm.budget["64"] = 0.2, 1 / 16
+    gm.save(tmp_path / "g.pt")
+    code = cli_main(["eval", str(runs["pat_test"]), "--model", str(model), "--gate", str(tmp_path / "g.pt"),
+                     "--capacity", "64", "--policy", "none,nextline"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.startswith("gate "))
+    assert "model" in line and "nextline" in line and "none" in line
+    assert f"gate:{tmp_path / 'g.pt'}" in out  # its row in the table
+    assert cli_main(["eval", str(runs["pat_test"]), "--gate", str(tmp_path / "g.pt")]) == 2  # needs --model

@@ -26,9 +26,11 @@ prefetchers.
   between runs, their shape does not.
 * **Model**: a small MLP over (features, expert one-hot) → precision logit, trained by
   weighted binary cross entropy (weight: pages named) on several runs.
-* **Decision**: score_e = pages_e · (p̂_e − τ); the best expert's pages are issued when
-  its score is positive. τ (``GateModel.threshold`` per capacity) is chosen on runs the
-  MLP was not fitted on, by simulating the schedule (``choose_threshold``).
+* **Decision**: score_e = min(pages_e, L) · (p̂_e − τ); the best expert's first L pages
+  are issued when its score is positive. τ (``GateModel.threshold``) and L, a share of the
+  tier's capacity (``GateModel.budget``: a tier of 40 pages is flushed by a 31-page
+  read-around), are chosen per capacity on runs the MLP was not fitted on, by simulating
+  the schedule (benchmarks/learned_real.py).
 
 The gate's output is a ``Schedule`` (``gate_schedule``), so it runs in the simulator's
 compiled loop (``simulate``, ``pagecast eval --gate``); the live loop and the pager do not
@@ -339,6 +341,8 @@ class GateModel:
     experts: list[str]  # labels (expert_label), in the order of the one-hot
     state: dict
     threshold: dict[str, float] = field(default_factory=dict)  # per capacity spec ("10%"); "*": any
+    # pages issued per event at most, as a share of the tier's capacity, per capacity spec
+    budget: dict[str, float] = field(default_factory=dict)
     config: GateConfig = field(default_factory=GateConfig)
 
     def net(self):
@@ -353,6 +357,11 @@ class GateModel:
 
     def tau(self, capacity: str | None) -> float:
         return self.threshold.get(str(capacity), self.threshold.get("*", 0.3))
+
+    def limit(self, capacity: str | None, capacity_pages: int) -> int:
+        """Pages per event at most: a share of the tier, so a small tier is not flushed."""
+        share = self.budget.get(str(capacity), self.budget.get("*", 1 / 16))
+        return max(1, int(round(capacity_pages * share)))
 
     def scores(self, t: Table) -> np.ndarray:
         """(n, experts of t) estimated precision."""
@@ -377,7 +386,8 @@ class GateModel:
         with atomic_output(path) as tmp:
             torch.save(
                 {"format": GATE_FORMAT, "experts": list(self.experts), "state": self.state,
-                 "threshold": dict(self.threshold), "config": dict(self.config.__dict__)}, tmp,
+                 "threshold": dict(self.threshold), "budget": dict(self.budget),
+                 "config": dict(self.config.__dict__)}, tmp,
             )  # fmt: skip
 
 
@@ -394,7 +404,8 @@ def load_gate(path: str | Path) -> GateModel:
         raise PagecastError(f"{path}: not a gate file ({type(e).__name__})") from None
     if not isinstance(d, dict) or d.get("format") != GATE_FORMAT:
         raise PagecastError(f"{path}: not a gate file (made by pagecast's sim.gate.fit_gate)")
-    return GateModel(list(d["experts"]), d["state"], dict(d["threshold"]), GateConfig(**d["config"]))
+    return GateModel(list(d["experts"]), d["state"], dict(d["threshold"]), dict(d.get("budget", {})),
+                     GateConfig(**d["config"]))  # fmt: skip
 
 
 def fit_gate(tables: Sequence[Table], cfg: GateConfig | None = None) -> GateModel:
@@ -421,7 +432,18 @@ def fit_gate(tables: Sequence[Table], cfg: GateConfig | None = None) -> GateMode
         pick = rng.choice(len(x), cfg.max_rows, replace=False)
         x, y, w = x[pick], y[pick], w[pick]
     torch.manual_seed(cfg.seed)
-    gm = GateModel(experts, {}, {}, cfg)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny MLP: a second thread only spin-waits on shared cores
+    try:
+        return _fit(experts, x, y, w, cfg)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(experts: list[str], x: np.ndarray, y: np.ndarray, w: np.ndarray, cfg: GateConfig) -> GateModel:
+    import torch
+
+    gm = GateModel(experts, {}, {}, {}, cfg)
     net = gm.net()
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
@@ -444,10 +466,13 @@ class GateResult:
     choices: dict[str, int]  # events given to each expert (label), and "none"
 
 
-def decide(gm: GateModel, t: Table, p: Predictions, s: Stream, tau: float) -> GateResult:
-    """At each event the expert with the largest pages · (p̂ − τ), if positive; its pages are issued."""
+def decide(gm: GateModel, t: Table, p: Predictions, s: Stream, tau: float, limit: int | None = None) -> GateResult:
+    """At each event the expert with the largest pages · (p̂ − τ), if positive; its first
+    ``limit`` pages (all: None) are issued."""
     sc = gm.scores(t)
     pages = np.stack(t.pages, axis=1) if t.pages else np.zeros((len(s.page), 0), np.float32)
+    if limit is not None:
+        pages = np.minimum(pages, limit)
     util = pages * (sc - tau)
     util[pages == 0] = -np.inf
     best = np.argmax(util, axis=1) if util.shape[1] else np.zeros(len(s.page), np.int64)
@@ -461,7 +486,7 @@ def decide(gm: GateModel, t: Table, p: Predictions, s: Stream, tau: float) -> Ga
         if not len(ev):
             continue
         a, b = p.ptr[e][ev], p.ptr[e][ev + 1]
-        cnt = b - a
+        cnt = b - a if limit is None else np.minimum(b - a, limit)
         rows = np.repeat(a - np.cumsum(np.concatenate([[0], cnt[:-1]])), cnt) + np.arange(cnt.sum())
         trig.append(np.repeat(s.index[ev], cnt))
         reg.append(p.region[e][rows])
@@ -487,11 +512,14 @@ def gate_schedule(
     model_schedule: Schedule | None,
     train_run: str | Path | None = None,
     capacity: str | None = None,
+    capacity_pages: int | None = None,
     events: np.ndarray | None = None,
 ) -> GateResult:
     """The gate's schedule on ``trace`` (experts: the classic ones, pagesucc from
-    ``train_run``, the model's schedule); ``events``: the shown events (an access trace's misses)."""
+    ``train_run``, the model's schedule) for a tier of ``capacity_pages`` (its spec
+    ``capacity`` picks τ and the budget); ``events``: the shown events (an access trace's misses)."""
     s = read_stream(trace, events)
     p = expert_predictions(s, [x for x in default_experts(train_run) if expert_label(x) in gm.experts], model_schedule)
     t = build_table(s, p, gm.config)
-    return decide(gm, t, p, s, gm.tau(capacity))
+    limit = gm.limit(capacity, capacity_pages) if capacity_pages else None
+    return decide(gm, t, p, s, gm.tau(capacity), limit)
