@@ -177,15 +177,17 @@ def main(args: argparse.Namespace) -> int:
         sch.meta.setdefault("name", f"schedule:{s}")
         cands.append(sch)
     budgets = {}
+    model_scheds = []
     for m in args.model:
         k, why = _model_budget(m, args.capacity, args.k) if args.model_budget == "train" else (args.k, "-k")
         budgets[m] = why
-        cands.append(_model_schedule(m, trace, k, events))
+        model_scheds.append(_model_schedule(m, trace, k, events))
+        cands.append(model_scheds[-1])
     gate_choices = None
     if args.gate:
         if not args.model:
             raise PagecastError("--gate needs a --model: the model is one of the gate's experts")
-        gs, gate_choices = _gate_schedule(args, trace, cap, cands[-1], events)
+        gs, gate_choices = _gate_schedule(args, trace, cap, model_scheds[0], events)
         cands.append(gs)
     cands.append("oracle")
     from pagecast.learn.sample import count_demand

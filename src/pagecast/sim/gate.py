@@ -398,6 +398,8 @@ def _relabel(t: Table) -> Table:
 def load_gate(path: str | Path) -> GateModel:
     import torch
 
+    if not Path(path).is_file():
+        raise PagecastError(f"{path}: no such gate file")
     try:
         d = torch.load(path, weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file gets one line
