@@ -14,8 +14,10 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ class Pair:
     kind: str  # "faults" (perf) or "lackey" (every load/store)
     train: list[str]
     test: list[str]
+    split: str = "dev"  # "dev": defaults were chosen on it; "heldout": reported as it falls
 
     def key(self) -> str:
         return hashlib.sha1(json.dumps([self.kind, self.train, self.test]).encode()).hexdigest()[:10]
@@ -134,6 +137,106 @@ def pairs(d: Path) -> list[Pair]:
     ]
 
 
+_CXX = {
+    1: "#include <map>\n#include <string>\n#include <vector>\n#include <sstream>\n"
+    "std::map<std::string, int> count(const std::vector<std::string>& w) {\n"
+    "  std::map<std::string, int> m; for (auto& s : w) ++m[s]; return m; }\n"
+    "std::string join(const std::vector<std::string>& w) { std::ostringstream o; for (auto& s : w) o << s; return o.str(); }\n",
+    2: "#include <algorithm>\n#include <numeric>\n#include <unordered_map>\n#include <iostream>\n#include <memory>\n#include <vector>\n"
+    "struct Node { int v; std::unique_ptr<Node> next; };\n"
+    "int main() { std::unordered_map<int, double> h; for (int i = 0; i < 100; ++i) h[i] = i * 0.5;\n"
+    "  std::vector<int> v(10); std::iota(v.begin(), v.end(), 0); std::sort(v.rbegin(), v.rend());\n"
+    "  auto n = std::make_unique<Node>(); std::cout << h.size() + v[0] + n->v << std::endl; }\n",
+}
+
+_PERL = {
+    1: "use POSIX qw(floor); use Data::Dumper; use List::Util qw(sum max); my %h; "
+    "$h{$_ % 97} += floor($_ / 3) for 1..20000; print sum(values %h), Dumper([max(keys %h)]);",
+    2: "use File::Basename; use Text::Wrap; use Getopt::Long; use Storable qw(dclone); "
+    "my @a = map { basename(\"/x/y/f$_.txt\") } 1..5000; my $c = dclone(\\@a); print wrap('', '', @$c[0..50]);",
+}
+
+_NODE = {
+    1: "const z = require('zlib'); const b = z.gzipSync(Buffer.alloc(1 << 20, 7)); console.log(b.length)",
+    2: "const c = require('crypto'); const u = require('util'); "
+    "console.log(c.createHash('sha256').update('x'.repeat(1 << 20)).digest('hex'), u.inspect({a: 1}))",
+}
+
+_BC = {
+    1: "scale=20; s=0; for (i=1; i<40; i++) s += sqrt(i); s",
+    2: "scale=16; p=1; for (i=1; i<60; i++) p = p * (1 + 1/(i*i)); p; l(p)",
+}
+
+
+def _heldout_inputs(d: Path) -> dict[str, Path]:
+    """Sources, scripts and query files of the held-out programs (deterministic)."""
+    out = {}
+    for seed in (1, 2):
+        for name, body in (
+            (f"src{seed}.cc", _CXX[seed]),
+            (f"script{seed}.pl", _PERL[seed]),
+            (f"bc{seed}.bc", _BC[seed] + "\n"),
+        ):
+            p = d / name
+            if not p.exists():
+                _write_text(p, body)
+            out[name] = p
+        q = d / f"queries{seed}.sql"
+        if not q.exists():
+            rng = random.Random(200 + seed)
+            lines = [
+                f"select count(*), max(length(v)) from kv where k between {k} and {k + 2000 * seed};"
+                for k in (rng.randrange(1000003) for _ in range(400))
+            ]
+            _write_text(q, "PRAGMA mmap_size=268435456;\n" + "\n".join(lines) + "\n")
+        out[f"queries{seed}"] = q
+        big = d / f"words{seed}.txt"
+        if not big.exists():
+            rng = random.Random(300 + seed)
+            words = ["".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(3, 8))) for _ in range(3000)]
+            _write_text(big, "\n".join(" ".join(rng.choices(words, k=12)) for _ in range(20000 * seed)) + "\n")
+        out[f"words{seed}"] = big
+        small = d / f"small{seed}.txt"
+        if not small.exists():
+            _write_text(small, inp_text(d, seed)[: 6000 * seed])
+        out[f"small{seed}"] = small
+    return out
+
+
+def inp_text(d: Path, seed: int) -> str:
+    return _inputs(d)[f"text{seed}"].read_text()
+
+
+def heldout_pairs(d: Path) -> list[Pair]:
+    """Programs none of whose runs chose a default: other compilers, interpreters, a database
+    CLI, text tools, a compressor and a numeric program (each where installed)."""
+    inp = _inputs(d)
+    h = _heldout_inputs(d)
+    std = Path(sysconfig.get_paths()["stdlib"])
+    obj = str(d / "gxx-out.o")
+    awk = "{for (i = 1; i <= NF; i++) c[$i]++} END {for (w in c) if (c[w] > 40) n++; print n}"
+    which = {
+        b: shutil.which(b) for b in ("g++", "perl", "sqlite3", "grep", "awk", "node", "objdump", "bzip2", "bc", "sed")
+    }
+    out = [
+        Pair("g++ -O2 -c", "faults", ["g++", "-O2", "-c", str(h["src1.cc"]), "-o", obj],
+             ["g++", "-O2", "-c", str(h["src2.cc"]), "-o", obj], "heldout"),
+        Pair("perl modules", "faults", ["perl", str(h["script1.pl"])], ["perl", str(h["script2.pl"])], "heldout"),
+        Pair("sqlite3 CLI (mmap)", "faults", ["sqlite3", str(inp["db"]), f".read {h['queries1']}"],
+             ["sqlite3", str(inp["db"]), f".read {h['queries2']}"], "heldout"),
+        Pair("grep -r", "faults", ["grep", "-rc", "def ", str(std / "email")],
+             ["grep", "-rc", "import", str(std / "json"), str(std / "http"), str(std / "xml")], "heldout"),
+        Pair("awk word count", "faults", ["awk", awk, str(h["words1"])], ["awk", awk, str(h["words2"])], "heldout"),
+        Pair("node require", "faults", ["node", "-e", _NODE[1]], ["node", "-e", _NODE[2]], "heldout"),
+        Pair("objdump -d", "faults", ["objdump", "-d", str(which["grep"])], ["objdump", "-d", str(which["sed"])],
+             "heldout"),
+        Pair("bzip2 -1 (lackey)", "lackey", ["bzip2", "-1", "-c", str(h["small1"])], ["bzip2", "-1", "-c", str(h["small2"])],
+             "heldout"),
+        Pair("bc -l (lackey)", "lackey", ["bc", "-lq", str(h["bc1.bc"])], ["bc", "-lq", str(h["bc2.bc"])], "heldout"),
+    ]  # fmt: skip
+    return [p for p in out if which.get(p.train[0]) or shutil.which(p.train[0])]
+
+
 def record(cmd: list[str], out: Path, kind: str) -> None:
     """``pagecast record`` (the CLI, as a user runs it) into ``out``; the program's output is dropped."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -148,11 +251,13 @@ def record(cmd: list[str], out: Path, kind: str) -> None:
         raise RuntimeError(f"recording failed ({r.returncode}: {why}): {' '.join(cmd)[:80]}")
 
 
-def recorded_pairs(only: list[str] | None = None, log=print) -> list[tuple[Pair, Path, Path]]:
-    """(pair, train trace, test trace), recording what is not cached yet."""
+def recorded_pairs(only: list[str] | None = None, log=print, split: str = "dev") -> list[tuple[Pair, Path, Path]]:
+    """(pair, train trace, test trace) of the ``split`` ("dev", "heldout" or "all"),
+    recording what is not cached yet."""
     d = cache_root()
     out = []
-    for p in pairs(d):
+    chosen = (pairs(d) if split in ("dev", "all") else []) + (heldout_pairs(d) if split in ("heldout", "all") else [])
+    for p in chosen:
         if only and not any(o in p.name for o in only):
             continue
         paths = []
@@ -173,5 +278,5 @@ def recorded_pairs(only: list[str] | None = None, log=print) -> list[tuple[Pair,
 
 
 if __name__ == "__main__":
-    for p, a, b in recorded_pairs(sys.argv[1:] or None):
-        print(p.name, a, b)
+    for p, a, b in recorded_pairs(sys.argv[2:] or None, split=sys.argv[1] if len(sys.argv) > 1 else "dev"):
+        print(p.split, p.name, a, b)

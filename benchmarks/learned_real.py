@@ -1,26 +1,35 @@
-"""Learned prefetchers on real programs: train on one run, test on another input.
+"""Learned prefetchers on real programs: train on one run, test on another input,
+on programs the defaults were chosen on (development) and on programs they were not (held out).
 
-Six train/test pairs of programs the project did not write (benchmarks/learned_pairs.py:
-git, gcc, sqlite via Python, CPython imports recorded with ``pagecast record``; sort and
-gzip recorded with ``pagecast record --lackey``), recorded on first use and cached. On
-the held-out run of each pair, at two capacities of the simulated fast tier (percent of
-its distinct pages), it prints the faults of: no prefetching, every classic prefetcher,
-the page-successor table filled from the training run (``pagesucc:train=``), the LSTM
-and the Transformer trained on the training run, and the oracle (the fewest faults of the
-next-k oracle at k = 1 … 32, the miss oracle and every row, ``pagecast.sim.bound``, so it
-bounds every row); and each one's fraction
-of the oracle's fault reduction,
+**Protocol.** Pairs of runs of programs the project did not write (benchmarks/learned_pairs.py),
+recorded on first use and cached, in two sets of *programs*:
+
+* development (``--split dev``): git, gcc, sqlite via Python, CPython imports (``pagecast
+  record``), sort and gzip (``pagecast record --lackey``). Every default — the model's size
+  and training, the gate's features, its horizon and its threshold τ — was chosen on these.
+  The gate's MLP is fitted on the held-out runs of four of them (git, gcc, CPython, gzip)
+  and τ is chosen per capacity on the other two (sqlite, sort): runs it was not fitted on.
+* held out (``--split heldout``): g++ (cc1plus), perl with different modules, the sqlite3
+  CLI over mmap, grep -r, awk, node requiring different modules, objdump -d (page-fault
+  recordings), bzip2 and bc -l (lackey). Nothing is tuned on them: their rows are reported
+  as they fall.
+
+On the test run of each pair, at each capacity of the simulated fast tier (percent of its
+distinct pages, LRU), it prints the faults of: no prefetching, every classic prefetcher,
+the page-successor table filled from the training run (``pagesucc(train)``), the LSTM
+trained on the training run (pages per prediction chosen by simulating the training run,
+``pagecast.sim.learned_budget``), the gate over all of them (``pagecast.sim.gate``) and the
+oracle (the fewest faults of the next-k oracles, the miss oracle and every row,
+``pagecast.sim.bound``); and each one's fraction of the oracle's fault reduction,
 
     fraction = (faults_none − faults_x) / (faults_none − faults_oracle)
 
-(negative: worse than no prefetching). On the access traces a schedule fires at misses
-of the simulated tier, and the models train on and predict at the training run's and the
-held-out run's LRU misses at that capacity (``pagecast.sim.misses``). The pages per
-prediction (k = 1, 2, 4, 10, 16 or 32, or none) are chosen per capacity by simulating the
-training run (``pagecast.sim.learned_budget``); the held-out run is never looked at. Training is short (``--epochs``, small models);
-the time it took is printed.
+(negative: worse than no prefetching). On the access traces the models train on, predict
+at, and the experts see, the LRU misses at that capacity (``pagecast.sim.misses``). Each
+``--seeds`` value trains every LSTM and the gate again; the summary is per split, capacity
+and seed. ``--quick``: fewer epochs and windows (the figures of the report).
 
-    PYTHONPATH=src python benchmarks/learned_real.py [--only gcc,git] [--epochs 4] [--json out.json]
+    PYTHONPATH=src python benchmarks/learned_real.py [--split all] [--seeds 0,1,2] [--quick] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,6 +51,7 @@ from pagecast.learn.dataset import DatasetSpec, prepare, read_demand  # noqa: E4
 from pagecast.learn.models import ModelConfig  # noqa: E402
 from pagecast.learn.train import TrainConfig, save_model, train_model  # noqa: E402
 from pagecast.sim import SimConfig, simulate  # noqa: E402
+from pagecast.sim import gate as G  # noqa: E402
 from pagecast.sim.bound import oracle_bound  # noqa: E402
 from pagecast.sim.learned_budget import choose_top_k, schedule_with_budget  # noqa: E402
 from pagecast.sim.misses import has_accesses, miss_events  # noqa: E402
@@ -48,136 +59,213 @@ from pagecast.sim.simulate import parse_prefetcher, resolve_capacity  # noqa: E4
 from pagecast.util.atomic import atomic_output  # noqa: E402
 
 CLASSIC = ["nextline", "stride", "leap", "markov", "bestoffset", "extent"]
+# development pairs whose runs choose the gate's threshold (the others fit its MLP)
+GATE_VALIDATION = ("sqlite3 lookups", "sort -n (lackey)")
+TAUS = (0.05, 0.1, 0.2, 0.3, 0.4)
+BUDGETS = (1 / 4, 1 / 16, 1 / 64)  # pages per event at most, as a share of the capacity
+TIMES: list[float] = []
 
 
-def train(stream, out: Path, kind: str, args) -> tuple[Path, float]:
+def train(stream, out: Path, kind: str, args, seed: int) -> Path:
     t0 = time.perf_counter()
     spec = DatasetSpec()
     data = prepare([stream], spec, val_fraction=0.1)
     cfg = ModelConfig(kind=kind, n_classes=len(data.vocab), n_slots=data.table.unknown, horizon=spec.horizon)
-    tcfg = TrainConfig(epochs=args.epochs, patience=2, threads=1, windows_per_epoch=args.windows, seed=0)
+    tcfg = TrainConfig(epochs=args.epochs, patience=2, threads=1, windows_per_epoch=args.windows, seed=seed)
     res = train_model(data, cfg, tcfg)
     save_model(out, res, data, spec, tcfg)
-    return out, time.perf_counter() - t0
+    TIMES.append(time.perf_counter() - t0)
+    return out
 
 
-def models_for(pair, train_trace: Path, events, tag: str, tmp: Path, args) -> dict[str, Path]:
+@dataclass
+class Cell:
+    """One pair at one capacity: the test run's rows and what the gate needs."""
+
+    pair: object
+    cap_spec: str
+    cap: int
+    test: Path
+    train: Path
+    events: object
+    sims: list = field(default_factory=list)
+    faults: dict = field(default_factory=dict)
+    stream: object = None
+    preds: object = None
+    table: object = None  # labelled at the capacity's horizon (for fitting)
+
+
+def classic_cell(pair, train_trace: Path, test_trace: Path, cap_spec: str) -> Cell:
+    """What does not depend on a training seed: the classic rows and the classic experts."""
+    cap = resolve_capacity(cap_spec, test_trace)
+    events = miss_events(test_trace, cap) if has_accesses(test_trace) else None
+    c = Cell(pair, cap_spec, cap, test_trace, train_trace, events)
+    cfg = SimConfig(capacity=cap)
+    c.sims = [simulate(test_trace, cfg, None)]
+    c.faults["none"] = c.sims[0].faults
+    for name in CLASSIC:
+        c.sims.append(simulate(test_trace, cfg, name))
+        c.faults[name] = c.sims[-1].faults
+    c.sims.append(simulate(test_trace, cfg, parse_prefetcher(f"pagesucc:train={train_trace}")))
+    c.faults["pagesucc(train)"] = c.sims[-1].faults
+    c.stream = G.read_stream(test_trace, events)
+    c.preds = G.expert_predictions(c.stream, G.default_experts(train_trace), None)
+    return c
+
+
+def model_cell(base: Cell, tmp: Path, args, seed: int) -> Cell:
+    """``base`` with the LSTM of this seed: trained on the training run (its misses at this
+    capacity on an access trace), its row, and its predictions as the gate's model expert."""
+    pair, train_trace, test_trace, cap_spec = base.pair, base.train, base.test, base.cap_spec
     stream = read_demand(train_trace)
-    if events is not None:
-        stream = stream.take(events)
-    models = {}
-    for kind in ("lstm", "transformer"):
-        m, secs = train(stream, tmp / f"{pair.key()}-{tag}-{kind}.pt", kind, args)
-        models[kind] = m
-        TIMES.append(secs)
-        print(f"  trained {kind} on {len(stream):,} events of {train_trace.name} in {secs:.1f} s", file=sys.stderr)
-    return models
+    access = base.events is not None
+    if access:
+        stream = stream.take(miss_events(train_trace, resolve_capacity(cap_spec, train_trace)))
+    m = tmp / f"{pair.key()}-{cap_spec.rstrip('%') if access else 'all'}-s{seed}.pt"
+    if not m.exists():
+        train(stream, m, "lstm", args, seed)
+        print(f"  trained lstm on {len(stream):,} events of {train_trace.name} (seed {seed})", file=sys.stderr)
+    c = Cell(pair, cap_spec, base.cap, test_trace, train_trace, base.events, list(base.sims), dict(base.faults))
+    cfg = SimConfig(capacity=base.cap)
+    top_k, _ = choose_top_k(m, train_trace, cap_spec)
+    # the gate's model expert names at least one page: the gate, not the budget, decides when it is off
+    sched = schedule_with_budget(m, test_trace, max(top_k, 1), base.events)
+    c.sims.append(simulate(test_trace, cfg, sched if top_k else schedule_with_budget(m, test_trace, 0)))
+    c.faults["lstm"] = c.sims[-1].faults
+    c.stream = base.stream
+    mp = G.expert_predictions(base.stream, [], sched)
+    c.preds = G.Predictions(base.preds.names + mp.names, base.preds.ptr + mp.ptr, base.preds.region + mp.region,
+                            base.preds.page + mp.page)  # fmt: skip
+    c.table = G.build_table(c.stream, c.preds, G.GateConfig(seed=seed), G.label_horizon(base.cap))
+    return c
 
 
-TIMES: list[float] = []
-chosen: dict[str, int] = {}
+def gate_faults(gm, c: Cell, tau: float, share: float):
+    r = G.decide(gm, c.table, c.preds, c.stream, tau, max(1, round(c.cap * share)))
+    return simulate(c.test, SimConfig(capacity=c.cap), r.schedule), r.choices
 
 
-def run_pair(pair, train_trace: Path, test_trace: Path, tmp: Path, args) -> list[dict]:
-    """On an access trace (lackey) the models train on, and predict at, the misses of an LRU
-    tier of the capacity simulated (percent of each run's distinct pages): the events a
-    per-fault predictor is asked at. On a fault trace every event is one."""
-    access = has_accesses(test_trace)
-    models = None if access else models_for(pair, train_trace, None, "all", tmp, args)
-    rows = []
-    for cap_spec in args.capacities:
-        cap = resolve_capacity(cap_spec, test_trace)
-        events = None
-        if access:
-            models = models_for(
-                pair,
-                train_trace,
-                miss_events(train_trace, resolve_capacity(cap_spec, train_trace)),
-                cap_spec.rstrip("%"),
-                tmp,
-                args,
-            )
-            events = miss_events(test_trace, cap)
-        cfg = SimConfig(capacity=cap)
-        sims = [simulate(test_trace, cfg, None)]
-        res = {"none": sims[0].faults}
-        for name in CLASSIC:
-            sims.append(simulate(test_trace, cfg, name))
-            res[name] = sims[-1].faults
-        sims.append(simulate(test_trace, cfg, parse_prefetcher(f"pagesucc:train={train_trace}")))
-        res["pagesucc(train)"] = sims[-1].faults
-        for k, m in models.items():
-            # pages per prediction for this capacity, chosen on the training run (0: none helps there)
-            top_k, _ = choose_top_k(m, train_trace, cap_spec)
-            chosen[f"{pair.name} {cap_spec} {k}"] = top_k
-            sims.append(simulate(test_trace, cfg, schedule_with_budget(m, test_trace, top_k, events)))
-            res[k] = sims[-1].faults
-        # the reference: the fewest faults of the oracles and every row (sim/bound.py)
-        res["oracle"] = oracle_bound(test_trace, cfg, candidates=sims).faults
-        span = res["none"] - res["oracle"]
-        frac = {k: ((res["none"] - v) / span if span > 0 else float("nan")) for k, v in res.items()}
-        best_classic = min(CLASSIC + ["pagesucc(train)"], key=lambda k: res[k])
-        rows.append(
-            {
-                "pair": pair.name,
-                "kind": pair.kind,
-                "capacity": cap_spec,
-                "capacity_pages": cap,
-                "events": len(read_demand(test_trace)),
-                "faults": res,
-                "fraction": frac,
-                "best_classic": best_classic,
-            }
-        )
-    return rows
+def finish(c: Cell, gm, seed: int, split: str) -> dict:
+    tau, share = gm.threshold[c.cap_spec], gm.budget[c.cap_spec]
+    sim, choices = gate_faults(gm, c, tau, share)
+    c.sims.append(sim)
+    res = dict(c.faults)
+    res["gate"] = sim.faults
+    res["oracle"] = oracle_bound(c.test, SimConfig(capacity=c.cap), candidates=c.sims).faults
+    span = res["none"] - res["oracle"]
+    frac = {k: ((res["none"] - v) / span if span > 0 else float("nan")) for k, v in res.items()}
+    best = min(CLASSIC + ["pagesucc(train)"], key=lambda k: res[k])
+    return {
+        "pair": c.pair.name, "split": split, "kind": c.pair.kind, "capacity": c.cap_spec, "capacity_pages": c.cap,
+        "seed": seed, "tau": tau, "budget": share, "faults": res, "fraction": frac, "best_classic": best, "gate_choices": choices,
+    }  # fmt: skip
+
+
+def fit_gate(dev: list[Cell], cap_spec: str, seed: int):
+    """The MLP on the development pairs outside GATE_VALIDATION; τ and the budget on those inside."""
+    fit = [c.table for c in dev if c.cap_spec == cap_spec and c.pair.name not in GATE_VALIDATION]
+    val = [c for c in dev if c.cap_spec == cap_spec and c.pair.name in GATE_VALIDATION]
+    gm = G.fit_gate(fit, G.GateConfig(seed=seed))
+    score = {}
+    for tau, share in ((t, b) for t in TAUS for b in BUDGETS):
+        fr = []
+        for c in val:
+            f = gate_faults(gm, c, tau, share)[0].faults
+            best = min(c.faults[k] for k in CLASSIC + ["pagesucc(train)", "lstm"])
+            span = c.faults["none"] - min(best, f)
+            fr.append((c.faults["none"] - f) / span if span > 0 else 1.0)
+        score[tau, share] = sum(fr) / max(len(fr), 1)
+    tau, share = max(score, key=lambda k: (score[k], k[1], -k[0]))
+    gm.threshold[cap_spec], gm.budget[cap_spec] = tau, share
+    print(f"  gate {cap_spec} seed {seed}: τ = {tau}, budget {share:.3f} of the capacity "
+          f"(validation mean fraction {score[tau, share]:.3f})", file=sys.stderr)  # fmt: skip
+    return gm
 
 
 def print_table(rows: list[dict]) -> None:
     names = list(rows[0]["faults"])
-    head = ["pair", "cap"] + names
-    print("\nfaults on the held-out run (fraction of the oracle's fault reduction below)")
-    print(" | ".join(head))
+    print("\nfaults on the test run (fraction of the oracle's fault reduction below)")
+    print(" | ".join(["split", "pair", "cap", "seed"] + names))
     for r in rows:
-        print(
-            " | ".join([r["pair"], f"{r['capacity']} ({r['capacity_pages']})"] + [f"{r['faults'][n]:,}" for n in names])
-        )
-        print(" | ".join(["", ""] + [f"{r['fraction'][n]:.2f}" for n in names]))
-    for model in ("lstm", "transformer"):
-        fr = [r["fraction"][model] for r in rows]
-        wins = sum(r["faults"][model] < r["faults"][r["best_classic"]] for r in rows)
-        worse = sum(r["faults"][model] > r["faults"]["none"] for r in rows)
-        print(
-            f"{model}: median fraction {statistics.median(fr):.2f}; beats the best classic (incl. pagesucc) in "
-            f"{wins}/{len(rows)} rows; worse than none in {worse}/{len(rows)}"
-        )
-    fr = [r["fraction"][r["best_classic"]] for r in rows]
-    print(f"best classic per row: median fraction {statistics.median(fr):.2f}")
+        print(" | ".join([r["split"], r["pair"], f"{r['capacity']} ({r['capacity_pages']})", str(r["seed"])]
+                         + [f"{r['faults'][n]:,}" for n in names]))  # fmt: skip
+        print(" | ".join(["", "", "", ""] + [f"{r['fraction'][n]:.2f}" for n in names]))
+        print("   gate choices: " + ", ".join(f"{k} {v}" for k, v in r["gate_choices"].items() if v))
+
+
+def summary(rows: list[dict]) -> list[str]:
+    out = []
+    keys = sorted({(r["split"], r["capacity"], r["seed"]) for r in rows})
+    for split, cap, seed in keys:
+        sel = [r for r in rows if (r["split"], r["capacity"], r["seed"]) == (split, cap, seed)]
+        for model in ("gate", "lstm"):
+            fr = [r["fraction"][model] for r in sel]
+            gap = [r["fraction"][r["best_classic"]] - r["fraction"][model] for r in sel]
+            wins = sum(r["faults"][model] < r["faults"][r["best_classic"]] for r in sel)
+            ties = sum(r["faults"][model] == r["faults"][r["best_classic"]] for r in sel)
+            worse = sum(r["faults"][model] > r["faults"]["none"] for r in sel)
+            out.append(
+                f"{split:8} {cap:4} seed {seed} {model:5}: median {statistics.median(fr):.2f}, beats best classic "
+                f"{wins}/{len(sel)} (ties {ties}), largest shortfall {max(gap):.3f}, worse than none {worse}"
+            )
+        bc = [r["fraction"][r["best_classic"]] for r in sel]
+        out.append(f"{split:8} {cap:4} seed {seed} best classic per row: median {statistics.median(bc):.2f}")
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="", help="comma-separated substrings of pair names")
+    ap.add_argument("--only", default="", help="comma-separated substrings of pair names (dev pairs are always run)")
+    ap.add_argument("--split", choices=("dev", "heldout", "all"), default="all", help="which rows to report")
     ap.add_argument("--capacities", default="10%,50%")
+    ap.add_argument("--seeds", default="0", help="comma-separated training seeds")
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--windows", type=int, default=4096, help="training windows per epoch")
+    ap.add_argument("--quick", action="store_true", help="2 epochs of 1024 windows")
     ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument(
+        "--save-gate", metavar="DIR", help="write each fitted gate as DIR/gate-CAP-sSEED.pt (pagecast eval --gate)"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.epochs, args.windows = 2, 1024
     args.capacities = args.capacities.split(",")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    pairs = recorded_pairs([o for o in args.only.split(",") if o] or None, log=lambda m: print(m, file=sys.stderr))
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    dev = recorded_pairs(None, log=log, split="dev")
+    only = [o for o in args.only.split(",") if o] or None
+    held = recorded_pairs(only, log=log, split="heldout") if args.split != "dev" else []
     print(f"recordings ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print("development programs: " + ", ".join(p.name for p, _, _ in dev))
+    print("held-out programs: " + ", ".join(p.name for p, _, _ in held))
     rows = []
+    seeds = [int(x) for x in args.seeds.split(",")]
     with tempfile.TemporaryDirectory() as d:
-        for pair, a, b in pairs:
-            print(f"{pair.name}: train {a.name}, test {b.name}", file=sys.stderr)
-            rows += run_pair(pair, a, b, Path(d), args)
+        dcells: dict[int, list[Cell]] = {s: [] for s in seeds}
+        for pair, a, b in dev:
+            print(f"{pair.name} (dev): train {a.name}, test {b.name}", file=sys.stderr)
+            for cap in args.capacities:
+                base = classic_cell(pair, a, b, cap)
+                for seed in seeds:
+                    dcells[seed].append(model_cell(base, Path(d), args, seed))
+        gates = {s: {cap: fit_gate(dcells[s], cap, s) for cap in args.capacities} for s in seeds}
+        for seed in seeds:
+            for cap, gm in gates[seed].items() if args.save_gate else ():
+                gm.save(Path(args.save_gate) / f"gate-{cap.rstrip('%')}-s{seed}.pt")
+            if args.split != "heldout":
+                rows += [finish(c, gates[seed][c.cap_spec], seed, "dev") for c in dcells[seed]]
+        del dcells
+        for pair, a, b in held:
+            print(f"{pair.name} (held out): train {a.name}, test {b.name}", file=sys.stderr)
+            for cap in args.capacities:
+                base = classic_cell(pair, a, b, cap)
+                for seed in seeds:
+                    rows.append(finish(model_cell(base, Path(d), args, seed), gates[seed][cap], seed, "heldout"))
     print_table(rows)
-    print("pages per prediction chosen on the training run: " + ", ".join(f"{k}: {v}" for k, v in chosen.items()))
-    print(
-        f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all (median {statistics.median(TIMES):.1f} s), 1 thread"
-    )
-    print(f"total {time.perf_counter() - t0:.0f} s")
+    print("\nsummary (fraction of the oracle's reduction; beats = fewer faults than the best classic of the row)")
+    print("\n".join(summary(rows)))
+    print(f"training: {len(TIMES)} models, {sum(TIMES):.0f} s in all, 1 thread; total {time.perf_counter() - t0:.0f} s")
     if args.json:
         with atomic_output(args.json) as tmp:
             tmp.write_text(json.dumps(rows, indent=1))

@@ -48,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a trained model: its schedule is predicted on this trace (needs pagecast.learn)",
     )
     p.add_argument(
+        "--gate",
+        metavar="G.pt",
+        help="a gate (pagecast.sim.gate) over the first --model and the classic prefetchers: its row is added "
+        "and the events it gave each expert are reported",
+    )
+    p.add_argument(
         "--rank-events",
         type=int,
         default=4_000_000,
@@ -122,6 +128,24 @@ def _model_schedule(model: str, trace, k: int, events):
     return s
 
 
+def _gate_schedule(args, trace, cap: int, model_schedule, events):
+    """The gate's schedule on ``trace`` (the model's one of its experts; the page-successor
+    expert filled from the model's first readable training run) and its choices."""
+    from pathlib import Path
+
+    from pagecast.sim.gate import gate_schedule, load_gate
+
+    gm = load_gate(args.gate)
+    runs = [t for t in _learn_predict()._loaded(args.model[0]).extra.get("traces", []) if Path(t).is_file()]
+    sched = model_schedule
+    if len(sched) == 0:  # switched off by its budget: the gate still sees what one page would be
+        sched = _model_schedule(args.model[0], trace, 1, events)
+    r = gate_schedule(gm, trace, model_schedule=sched, train_run=runs[0] if runs else None,
+                      capacity=args.capacity, capacity_pages=cap, events=events)  # fmt: skip
+    r.schedule.meta["name"] = f"gate:{args.gate}"
+    return r.schedule, r.choices
+
+
 def _model_horizon(model: str) -> int:
     return int(_learn_predict()._loaded(model).spec.horizon)
 
@@ -153,10 +177,18 @@ def main(args: argparse.Namespace) -> int:
         sch.meta.setdefault("name", f"schedule:{s}")
         cands.append(sch)
     budgets = {}
+    model_scheds = []
     for m in args.model:
         k, why = _model_budget(m, args.capacity, args.k) if args.model_budget == "train" else (args.k, "-k")
         budgets[m] = why
-        cands.append(_model_schedule(m, trace, k, events))
+        model_scheds.append(_model_schedule(m, trace, k, events))
+        cands.append(model_scheds[-1])
+    gate_choices = None
+    if args.gate:
+        if not args.model:
+            raise PagecastError("--gate needs a --model: the model is one of the gate's experts")
+        gs, gate_choices = _gate_schedule(args, trace, cap, model_scheds[0], events)
+        cands.append(gs)
     cands.append("oracle")
     from pagecast.learn.sample import count_demand
 
@@ -212,6 +244,7 @@ def main(args: argparse.Namespace) -> int:
                 "k": args.k,
                 "horizon": args.horizon,
                 "model_budget": budgets,
+                "gate_choices": gate_choices,
                 "ranking": "computed" if rank_on else f"skipped: {n_demand} demand events > --rank-events",
                 "results": full,
             }
@@ -221,5 +254,9 @@ def main(args: argparse.Namespace) -> int:
     print(format_table(rows))
     for m, why in budgets.items():
         print(f"{m}: pages per prediction {why}")
+    if gate_choices is not None:
+        shown = sum(gate_choices.values())
+        print(f"gate {args.gate}: events given to each expert (of {shown:,}): " + ", ".join(
+            f"{k} {v:,} ({v / max(shown, 1):.0%})" for k, v in gate_choices.items()))  # fmt: skip
     print(f"oracle row: {full[-1].get('oracle_source', 'oracle')} (the fewest faults of the oracles and every row)")
     return 0
