@@ -674,9 +674,9 @@ def _given(ev: Eviction, trace: Trace, cap_pages: int) -> np.ndarray:
         out = np.empty(len(ids), np.int64)
         next_use_backward(np.full(n_ids, INF, np.int64), ids, 0, out)
         return out
-    from pagecast.sim.simulate import _ahead
+    from pagecast.sim.simulate import ahead_values
 
-    return _ahead(ev, trace, cap_pages)
+    return ahead_values(ev, trace, cap_pages)
 
 
 def _plan(trace: Trace, plan: Schedule | str | None) -> tuple[np.ndarray, np.ndarray]:
