@@ -101,10 +101,20 @@ def replay_schedule(trace: str | Path) -> Schedule:
 
 
 def write_prefetch_file(
-    schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None
+    schedule: Schedule,
+    path: str | Path,
+    regions: Sequence[Region] | None = None,
+    pre_evict: Schedule | None = None,
 ) -> dict[str, int]:
-    """Write the injector's predictions file atomically (the injector reloads on rename)."""
+    """Write the injector's predictions file atomically (the injector reloads on rename).
+
+    ``pre_evict`` names pages to send to the host ahead of need (``evict`` lines: the
+    injector issues them as cuMemPrefetchAsync to the CPU, before the prefetches)."""
     lines, stats = schedule_to_lines(schedule, regions)
+    if pre_evict is not None:
+        ev_lines, ev_stats = schedule_to_lines(pre_evict, regions)
+        lines = [f"evict {line}" for line in ev_lines] + lines
+        stats = {**stats, **{f"evict_{k}": v for k, v in ev_stats.items()}}
     with atomic_output(path) as tmp:
         tmp.write_text(
             "pagecast-prefetch 1\n# <kind> <allocation order> <page> <score>\n"
