@@ -87,3 +87,31 @@ def test_bad_evict_line_is_one_message_driver_double(libs, tmp_path):
     assert r.calls("cuMemPrefetchAsync_v2") == []
     msgs = [m for m in r.file("messages").read_text().splitlines() if "plan.txt:2" in m]
     assert len(msgs) == 1 and "expected '[evict] <managed|device> <order> <page> [score]'" in msgs[0]
+
+
+def test_cuda_run_pre_evict_plan_cli_driver_double(libs, tmp_path, monkeypatch, capsys):
+    from pagecast.cli import main
+    from pagecast.trace.schedule import write_schedule
+
+    monkeypatch.setenv("PAGECAST_CUDA_DRIVER", str(libs.double))
+    monkeypatch.setenv("PAGECAST_TEST_DOUBLE_LOG", str(tmp_path / "double.log"))
+    regions = [Region(0, "managed#0", "managed", order=0, length=1 << 20)]
+    write_schedule(tmp_path / "s.parquet", _schedule([(0, 4)], regions))
+    write_schedule(tmp_path / "e.parquet", _schedule([(0, 200), (0, 201)], regions))
+    out = tmp_path / "run"
+    argv = ["cuda", "run", "--schedule", str(tmp_path / "s.parquet"), "--pre-evict", str(tmp_path / "e.parquet")]
+    argv += ["--out-dir", str(out), "--poll-ms", "20", "--json", "--"]
+    argv += [str(libs.client), "resolve", "gpa2", "managed", "1048576", "sleep", "400", "launch"]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["evict_pages"] == 2 and summary["pages"] == 1
+    (st,) = summary["api"]["injector"].values()
+    assert (st["evict_chunks"], st["evict_bytes"], st["chunks"], st["bytes"]) == (1, 2 * PAGE, 1, PAGE)
+    log = [ln.split() for ln in (tmp_path / "double.log").read_text().splitlines()]
+    locs = [dict(kv.split("=", 1) for kv in ln[1:])["loc_type"] for ln in log if ln[0] == "cuMemPrefetchAsync_v2"]
+    assert locs == [str(LOC_HOST), str(LOC_DEVICE)]
+    # a ready predictions file cannot take a plan beside it: one line, no traceback
+    (tmp_path / "p.txt").write_text("pagecast-prefetch 1\nmanaged 0 1\n")
+    argv[3] = str(tmp_path / "p.txt")
+    assert main(argv) != 0
+    assert "pre-eviction plan" in capsys.readouterr().err
