@@ -150,3 +150,18 @@ def test_planned_pre_eviction_driver_fifo_order(tmp_path):
     same = _run(path, cap, pre_evict_plan=idle)
     assert (same.faults, same.evictions, same.stall_ns) == (base.faults, base.evictions, base.stall_ns)
     assert same.extra["pre_evictions"] == 0
+
+
+def test_learned_eviction_runs_on_chunks(tmp_path):
+    from pagecast.learn.eviction import EvictionTrainConfig, train_eviction
+
+    rng = np.random.default_rng(5)
+    runs = []
+    for k in range(2):
+        ids, pages = _chunk_stream(rng, 600, 10)
+        runs.append((ids, _trace(tmp_path / f"r{k}.parquet", pages)))
+    model = tmp_path / "ev.pt"
+    train_eviction([str(runs[0][1])], model, EvictionTrainConfig(capacities=(0.05, 0.1), rows_per_case=600, epochs=2))
+    r = _run(runs[1][1], 3, f"learned:model={model}")
+    assert r.eviction == "learned-2MiB" and r.accesses == 600
+    assert r.evictions >= _belady_evictions(list(runs[1][0]), 3)
