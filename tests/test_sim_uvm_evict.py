@@ -126,6 +126,7 @@ def test_pre_eviction_on_cyclic_stream_leaves_critical_path(tmp_path, prefetcher
     assert pre.extra["pre_evictions"] == pre.evictions == base.evictions + 1
     # 1 ms of compute between visits covers a 2 MiB copy: no batch waited for one
     assert pre.extra["pre_evictions_late"] == 0 and pre.extra["pre_eviction_wait_ns"] == 0
+    assert pre.extra["evictions_off_critical_path"] == pre.evictions
     assert pre.stall_ns < base.stall_ns
 
 

@@ -783,8 +783,10 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         va_blocks=nb,
         # evictions = critical_path_evictions (inside a batch that needed the chunk) +
         # pre_evictions (copies in the background; pre_evictions_late of them had not
-        # ended when a batch took their chunk, which waited pre_eviction_wait_ns in all)
+        # ended when a batch took their chunk, which waited pre_eviction_wait_ns in all;
+        # the others are evictions_off_critical_path)
         pre_evictions=int(u[C_PRE]),
+        evictions_off_critical_path=int(u[C_PRE] - u[C_PRE_LATE]),
         critical_path_evictions=int(u[C_CRIT]),
         pre_evictions_late=int(u[C_PRE_LATE]),
         pre_eviction_wait_ns=int(u[C_PRE_WAIT]),
