@@ -166,3 +166,19 @@ def test_learned_eviction_runs_on_chunks(tmp_path):
     r = _run(runs[1][1], 3, f"learned:model={model}")
     assert r.eviction == "learned-2MiB" and r.accesses == 600
     assert r.evictions >= _belady_evictions(list(runs[1][0]), 3)
+
+
+def test_planned_pre_evictions_past_the_ring_all_count(tmp_path):
+    # each of 1100 chunks used once (8 rows 10 µs apart: a batch of 3 faults, then the tree
+    # prefetcher's big page serves the rest) and sent home when the next one starts: more
+    # pending copies than the model keeps end times for, and none is lost
+    n, per_visit = 1100, 8
+    pages, visits, starts = _cyclic(n, 1, per_visit)
+    path = _trace(tmp_path / "once.parquet", pages, n_chunks=n, t_step=10_000)
+    z = np.zeros(n)
+    plan = Schedule(starts + per_visit, z, np.zeros(n, np.int32), visits * CHUNK_PAGES, z + 1)
+    r = _run(path, 2048, prefetcher="tree", pre_evict_plan=plan, batch_window_ns=20_000, uvm_perf_fault_batch_count=256)
+    assert r.faults == 3 * n and r.fault_batches == n
+    # the last chunk's trigger lies past the trace's end
+    assert r.extra["pre_evictions"] == r.evictions == n - 1
+    assert r.extra["critical_path_evictions"] == 0

@@ -96,7 +96,9 @@ N_BFIELDS = 10
     U_SCHED,
 ) = range(36)
 N_U = 36
-PE_RING = 64  # pre-evicted chunks whose copy end time is kept (the most a batch can take)
+# pre-evicted chunks whose copy end time is kept; past that the oldest is taken as ended
+# (copies end in the order they were queued)
+PE_RING = 1024
 # config
 (Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE,
  Q_LRU, Q_EVKIND, Q_PRE) = range(14)  # fmt: skip
@@ -387,6 +389,9 @@ def _pre_evict(u, q, B, W, v):
     """Evict chunk ``v`` ahead of need: its copy queues on the device-to-host engine, off
     the critical path; the ring after the globals keeps when each such chunk is free."""
     c = _evict_block(u, q, B, W, v)
+    if u[U_PE_N] == PE_RING:
+        u[U_PE_HEAD] = (u[U_PE_HEAD] + 1) % PE_RING
+        u[U_PE_N] -= 1
     u[U_PE_FREE] = max(u[U_NOW], u[U_PE_FREE]) + c
     u[N_U + (u[U_PE_HEAD] + u[U_PE_N]) % PE_RING] = u[U_PE_FREE]
     u[U_PE_N] += 1
@@ -478,7 +483,7 @@ def _close(u, q, B, W, fb, leaves, sel, cum):
 @njit(cache=True)
 def _keep_free(u, q, B, W):
     """After a batch: pre-evict in the eviction's order until ``Q_PRE`` chunks are free."""
-    while q[Q_CHUNKS] - u[U_USED] < q[Q_PRE] and u[U_PE_N] < PE_RING:
+    while q[Q_CHUNKS] - u[U_USED] < q[Q_PRE]:
         v = _victim(u, q, B, u[U_BATCHID])  # not the chunks this batch just needed
         if v == NIL:
             break
@@ -492,9 +497,7 @@ def _planned(u, q, htab, B, W, pe_t, pe_key, gi):
     while u[U_SCHED] < len(pe_t) and pe_t[u[U_SCHED]] <= gi:
         v = lookup(htab, pe_key[u[U_SCHED]])
         u[U_SCHED] += 1
-        if v < 0 or B[B_CHUNK, v] == 0 or (u[U_OPEN] and B[B_INBATCH, v] == u[U_BATCHID]):
-            continue
-        if u[U_PE_N] < PE_RING:
+        if v >= 0 and B[B_CHUNK, v] != 0 and not (u[U_OPEN] and B[B_INBATCH, v] == u[U_BATCHID]):
             _pre_evict(u, q, B, W, v)
 
 
