@@ -508,6 +508,8 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
     eviction; ``pe_t``, ``pe_key`` a pre-eviction plan (trigger rows, chunk keys)."""
     n = len(t)
     eparams, given = ev
+    keyed = q[Q_EVKIND] != 0  # locals: the default path pays two predictable branches a row
+    planned = len(pe_t) > 0
     last_key = -2
     last_b = -1
     for i in range(i0, n):
@@ -524,7 +526,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
             _close(u, q, B, W, fb, leaves, sel, cum)
             _keep_free(u, q, B, W)
-        if u[U_SCHED] < len(pe_t):
+        if planned:
             _planned(u, q, htab, B, W, pe_t, pe_key, base + i)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
@@ -560,7 +562,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
         if j >= B[B_HI, b]:
             B[B_HI, b] = j + 1
         u[C_ACC] += 1
-        if q[Q_EVKIND]:
+        if keyed:
             B[B_EKEY, b] = _ev_key(q[Q_EVKIND], eparams, base + i, given[i], B[B_EKEY, b], True)
         w = j >> 6
         m = _ONE << np.uint64(j & 63)
