@@ -502,14 +502,12 @@ def _planned(u, q, htab, B, W, pe_t, pe_key, gi):
 
 
 @njit(cache=True)
-def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish, ev, base, pe_t, pe_key):
+def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish, ev, base, pe):
     """Play rows ``i0..`` of one chunk (global row index ``base + i``); returns the row to
     resume at. ``ev`` is (eviction parameters, the chunk's ``given`` per row) of a keyed
-    eviction; ``pe_t``, ``pe_key`` a pre-eviction plan (trigger rows, chunk keys)."""
+    eviction, ``pe`` a pre-eviction plan (trigger rows, chunk keys); None when unused,
+    so numba compiles the driver's own path without their branches."""
     n = len(t)
-    eparams, given = ev
-    keyed = q[Q_EVKIND] != 0  # locals: the default path pays two predictable branches a row
-    planned = len(pe_t) > 0
     last_key = -2
     last_b = -1
     for i in range(i0, n):
@@ -526,8 +524,8 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
             _close(u, q, B, W, fb, leaves, sel, cum)
             _keep_free(u, q, B, W)
-        if planned:
-            _planned(u, q, htab, B, W, pe_t, pe_key, base + i)
+        if pe is not None:
+            _planned(u, q, htab, B, W, pe[0], pe[1], base + i)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -562,8 +560,8 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
         if j >= B[B_HI, b]:
             B[B_HI, b] = j + 1
         u[C_ACC] += 1
-        if keyed:
-            B[B_EKEY, b] = _ev_key(q[Q_EVKIND], eparams, base + i, given[i], B[B_EKEY, b], True)
+        if ev is not None:
+            B[B_EKEY, b] = _ev_key(q[Q_EVKIND], ev[0], base + i, ev[1][i], B[B_EKEY, b], True)
         w = j >> 6
         m = _ONE << np.uint64(j & 63)
         if not W[b, W_SEEN, w] & m:
@@ -720,6 +718,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         q[Q_EVKIND] = eviction_kind(ev)
         given, eparams = _given(ev, trace, int(q[Q_CHUNKS]) * PAGES_PER_BLOCK), ev.params()
     pe_t, pe_key = _plan(trace, config.uvm_params.pre_evict_plan)
+    pe = (pe_t, pe_key) if len(pe_t) else None
     roff, rlen = _region_layout(trace)
     u = np.zeros(N_U + PE_RING, np.int64)
     u[U_HEAD] = u[U_TAIL] = NIL
@@ -738,11 +737,11 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         nxt = next(it, None)
         i = 0
         n = len(cur["t"])
-        evs = (eparams, given[base : base + n] if ev is not None else empty)
+        evs = (eparams, given[base : base + n]) if ev is not None else None
         while i < n:
             i = run_uvm(
                 u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i,
-                nxt is None, evs, base, pe_t, pe_key,
+                nxt is None, evs, base, pe,
             )  # fmt: skip
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
