@@ -182,3 +182,31 @@ def test_planned_pre_evictions_past_the_ring_all_count(tmp_path):
     # the last chunk's trigger lies past the trace's end
     assert r.extra["pre_evictions"] == r.evictions == n - 1
     assert r.extra["critical_path_evictions"] == 0
+
+
+def test_simulate_command_uvm_eviction_and_pre_eviction(tmp_path, capsys):
+    import json
+
+    from pagecast.cli import main
+    from pagecast.trace.schedule import write_schedule
+
+    pages, visits, starts = _cyclic(10, 4)
+    path = str(_trace(tmp_path / "c.parquet", pages))
+    common = ["simulate", path, "--uvm", "--policy", "none", "--capacity", "12MiB", "--json"]
+    assert main(common) == 0
+    base = json.loads(capsys.readouterr().out)
+    assert main([*common, "--eviction", "uvm-fifo", "--uvm-pre-evict-chunks", "1"]) == 0
+    pre = json.loads(capsys.readouterr().out)
+    assert pre["faults"] == base["faults"] and pre["extra"]["critical_path_evictions"] == 0
+    assert main([*common, "--eviction", "min"]) == 0
+    assert json.loads(capsys.readouterr().out)["evictions"] == _belady_evictions(list(visits), 6)
+    z = np.zeros(3)
+    write_schedule(tmp_path / "plan.parquet", Schedule(starts[5:8] + 1, z, np.zeros(3, np.int32), visits[:3] * 512, z))
+    assert main([*common, "--uvm-pre-evict-plan", str(tmp_path / "plan.parquet")]) == 0
+    assert json.loads(capsys.readouterr().out)["extra"]["pre_evictions"] == 3
+    for bad, words in ((["--eviction", "clock"], "'clock' works on page frames"),
+                       (["--uvm-pre-evict-chunks", "6"], "pre_evict_chunks must be 0..5"),
+                       (["--uvm-pre-evict-plan", str(tmp_path / "none.parquet")], "none.parquet")):  # fmt: skip
+        assert main([*common, *bad]) != 0
+        err = capsys.readouterr().err.strip()
+        assert words in err and len(err.splitlines()) == 1
