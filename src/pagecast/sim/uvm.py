@@ -682,6 +682,10 @@ def _given(ev: Eviction, trace: Trace, cap_pages: int) -> np.ndarray:
     return ahead_values(ev, trace, cap_pages)
 
 
+def _plan_label(plan: Schedule | str | None) -> str | None:
+    return None if plan is None else (f"schedule of {len(plan)} rows" if isinstance(plan, Schedule) else str(plan))
+
+
 def _plan(trace: Trace, plan: Schedule | str | None) -> tuple[np.ndarray, np.ndarray]:
     """A pre-eviction plan (a Schedule or its file: each row's page's chunk leaves at the
     row's trigger) → (trigger rows, chunk keys), by trigger."""
@@ -794,7 +798,7 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         critical_path_evictions=int(u[C_CRIT]),
         pre_evictions_late=int(u[C_PRE_LATE]),
         pre_eviction_wait_ns=int(u[C_PRE_WAIT]),
-        uvm_params={k: v for k, v in config.uvm_params.__dict__.items() if k != "pre_evict_plan"},
+        uvm_params=config.uvm_params.__dict__ | {"pre_evict_plan": _plan_label(config.uvm_params.pre_evict_plan)},
         read_cpu_s=read_clock.cpu_s,
     )
     res.wall_s = time.perf_counter() - t_start
