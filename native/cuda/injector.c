@@ -12,6 +12,10 @@
  * File formats (see docs/cuda.md):
  *   pagecast-prefetch 1                      first line
  *   <managed|device> <order> <page> [score]  one page per line; '#' starts a comment
+ *   evict <managed|device> <order> <page> [score]
+ *                                            a pre-eviction: the page goes to the host
+ *                                            (cuMemPrefetchAsync to the CPU location), issued
+ *                                            before the prefetches of the same launch
  * or AI4Mem's predictions CSV with absolute addresses (header naming page_addr or
  * Prefetch_Address, optional score/Confidence column). */
 #define _GNU_SOURCE
@@ -35,6 +39,7 @@
 #define KIND_ABSOLUTE (-1)
 
 struct range {
+    int to_host;   /* a pre-eviction (to the CPU), not a prefetch */
     int kind;      /* PC_ALLOC_MANAGED / PC_ALLOC_DEVICE, or KIND_ABSOLUTE */
     int32_t order; /* allocation order among its kind (unused for absolute) */
     uint64_t page; /* first page (relative, or absolute address >> 12) */
@@ -43,6 +48,7 @@ struct range {
 };
 
 struct entry {
+    int to_host;
     int kind;
     int32_t order;
     uint64_t page;
@@ -59,7 +65,7 @@ struct config {
 
 struct stats {
     uint64_t loads_ok, loads_failed, ranges_loaded, chunks, bytes, errors, skipped_freed, skipped_no_alloc,
-        pages_out_of_range;
+        pages_out_of_range, evict_chunks, evict_bytes;
 };
 
 static struct config cfg;
@@ -81,6 +87,7 @@ static pid_t owner; /* the process that runs the watcher (a forked child has non
 /* ---- parsing --------------------------------------------------------------------------- */
 static int cmp_entry(const void *a, const void *b) {
     const struct entry *x = a, *y = b;
+    if (x->to_host != y->to_host) return x->to_host < y->to_host ? -1 : 1;
     if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
     if (x->order != y->order) return x->order < y->order ? -1 : 1;
     if (x->page != y->page) return x->page < y->page ? -1 : 1;
@@ -89,6 +96,8 @@ static int cmp_entry(const void *a, const void *b) {
 
 static int cmp_range_line(const void *a, const void *b) {
     const struct range *x = a, *y = b;
+    /* pre-evictions first: they make room for the prefetches of the same launch */
+    if (x->to_host != y->to_host) return x->to_host > y->to_host ? -1 : 1;
     return x->line < y->line ? -1 : (x->line > y->line);
 }
 
@@ -194,22 +203,28 @@ static int parse_file(const char *path, struct range **out, size_t *n_out, char 
         if (mode == 1) {
             int nf = split(s, 0, fld, 16);
             uint64_t order, page;
+            char **fp = fld; /* the fields after an 'evict' word */
+            if (nf > 0 && strcmp(fld[0], "evict") == 0) {
+                x.to_host = 1;
+                fp++, nf--;
+            }
             if (nf < 3 || nf > 4) {
-                snprintf(err, errlen, "%s:%zu: expected '<managed|device> <order> <page> [score]'", path, lineno);
+                snprintf(err, errlen, "%s:%zu: expected '[evict] <managed|device> <order> <page> [score]'", path,
+                         lineno);
                 rc = -1;
                 break;
             }
-            if (strcmp(fld[0], "managed") == 0)
+            if (strcmp(fp[0], "managed") == 0)
                 x.kind = PC_ALLOC_MANAGED;
-            else if (strcmp(fld[0], "device") == 0)
+            else if (strcmp(fp[0], "device") == 0)
                 x.kind = PC_ALLOC_DEVICE;
             else {
-                snprintf(err, errlen, "%s:%zu: unknown allocation kind '%.32s'", path, lineno, fld[0]);
+                snprintf(err, errlen, "%s:%zu: unknown allocation kind '%.32s'", path, lineno, fp[0]);
                 rc = -1;
                 break;
             }
-            if (parse_u64(fld[1], &order) || order > INT32_MAX || parse_u64(fld[2], &page) ||
-                page > (UINT64_MAX >> PAGE_SHIFT) || (nf == 4 && parse_double(fld[3], &score))) {
+            if (parse_u64(fp[1], &order) || order > INT32_MAX || parse_u64(fp[2], &page) ||
+                page > (UINT64_MAX >> PAGE_SHIFT) || (nf == 4 && parse_double(fp[3], &score))) {
                 snprintf(err, errlen, "%s:%zu: bad number", path, lineno);
                 rc = -1;
                 break;
@@ -260,12 +275,13 @@ static int parse_file(const char *path, struct range **out, size_t *n_out, char 
     size_t nr = 0;
     for (size_t i = 0; i < n; i++) {
         struct range *last = nr ? &r[nr - 1] : NULL;
-        if (last && last->kind == e[i].kind && last->order == e[i].order && e[i].page <= last->page + last->npages) {
+        if (last && last->to_host == e[i].to_host && last->kind == e[i].kind && last->order == e[i].order &&
+            e[i].page <= last->page + last->npages) {
             if (e[i].page == last->page + last->npages) last->npages++; /* else a duplicate page */
             if (e[i].line < last->line) last->line = e[i].line;
             continue;
         }
-        r[nr++] = (struct range){e[i].kind, e[i].order, e[i].page, 1, e[i].line};
+        r[nr++] = (struct range){e[i].to_host, e[i].kind, e[i].order, e[i].page, 1, e[i].line};
     }
     free(e);
     if (nr) qsort(r, nr, sizeof *r, cmp_range_line);
@@ -280,7 +296,9 @@ typedef CUresult (*stream_sync_fn)(CUstream);
 typedef CUresult (*prefetch_v1_fn)(CUdeviceptr, size_t, CUdevice, CUstream);
 typedef CUresult (*prefetch_v2_fn)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
 
-static CUresult prefetch_chunk(uint64_t addr, uint64_t bytes) {
+/* One cuMemPrefetchAsync of [addr, addr+bytes): to the device, or to the host for a
+ * pre-eviction (CU_MEM_LOCATION_TYPE_HOST in the v2 ABI, CU_DEVICE_CPU in the v1 ABI). */
+static CUresult prefetch_chunk(uint64_t addr, uint64_t bytes, int to_host) {
     static prefetch_v2_fn v2;
     static prefetch_v1_fn v1;
     static int resolved;
@@ -292,23 +310,30 @@ static CUresult prefetch_chunk(uint64_t addr, uint64_t bytes) {
     int64_t t0 = pc_now_ns();
     CUresult r = CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND;
     if (v2) {
-        CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = cfg.device};
+        CUmemLocation loc = {.type = to_host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE,
+                             .id = to_host ? 0 : cfg.device};
         r = v2((CUdeviceptr)addr, (size_t)bytes, loc, 0, stream);
     } else if (v1) {
-        r = v1((CUdeviceptr)addr, (size_t)bytes, (CUdevice)cfg.device, stream);
+        r = v1((CUdeviceptr)addr, (size_t)bytes, to_host ? CU_DEVICE_CPU : (CUdevice)cfg.device, stream);
     }
-    pc_log_call(SLOT_PREFETCH, "pagecast_prefetch", t0, pc_now_ns() - t0, bytes, PC_DIR_TO_DEVICE, addr, (int)r);
+    if (to_host)
+        pc_log_call(SLOT_PREFETCH + 1, "pagecast_pre_evict", t0, pc_now_ns() - t0, bytes, PC_DIR_TO_HOST, addr, (int)r);
+    else
+        pc_log_call(SLOT_PREFETCH, "pagecast_prefetch", t0, pc_now_ns() - t0, bytes, PC_DIR_TO_DEVICE, addr, (int)r);
     return r;
 }
 
 /* Issues [addr, addr+bytes) of allocation a in chunks aligned to the chunk size. */
-static void issue_span(const struct pc_alloc *a, uint64_t off, uint64_t bytes) {
+static void issue_span(const struct pc_alloc *a, uint64_t off, uint64_t bytes, int to_host) {
     uint64_t end = off + bytes;
     while (off < end) {
         uint64_t next = (off / cfg.chunk + 1) * cfg.chunk;
         if (next > end) next = end;
-        CUresult r = prefetch_chunk(a->base + off, next - off);
-        if (r == CUDA_SUCCESS) {
+        CUresult r = prefetch_chunk(a->base + off, next - off, to_host);
+        if (r == CUDA_SUCCESS && to_host) {
+            st.evict_chunks++;
+            st.evict_bytes += next - off;
+        } else if (r == CUDA_SUCCESS) {
             st.chunks++;
             st.bytes += next - off;
         } else {
@@ -337,7 +362,7 @@ static int try_range(const struct range *rg) {
             uint64_t avail = a.size - off;
             uint64_t want = left << PAGE_SHIFT;
             uint64_t bytes = want < avail ? want : avail;
-            issue_span(&a, off, bytes);
+            issue_span(&a, off, bytes, rg->to_host);
             uint64_t used = (bytes + (1u << PAGE_SHIFT) - 1) >> PAGE_SHIFT;
             page += used, left -= used;
         }
@@ -361,7 +386,7 @@ static int try_range(const struct range *rg) {
     uint64_t off = rg->page << PAGE_SHIFT;
     uint64_t bytes = n << PAGE_SHIFT;
     if (off + bytes > a.size) bytes = a.size - off; /* last partial page */
-    issue_span(&a, off, bytes);
+    issue_span(&a, off, bytes, rg->to_host);
     return RANGE_ISSUED;
 }
 
@@ -496,12 +521,14 @@ static void write_stats(void) {
             "{\"predictions_file\": \"%s\", \"loads_ok\": %llu, \"loads_failed\": %llu, \"ranges_loaded\": %llu, "
             "\"chunks\": %llu, \"bytes\": %llu, \"errors\": %llu, \"skipped_freed\": %llu, "
             "\"skipped_no_alloc\": %llu, \"pages_out_of_range\": %llu, \"pending_ranges\": %zu, "
+            "\"evict_chunks\": %llu, \"evict_bytes\": %llu, "
             "\"chunk_bytes\": %llu, \"device\": %d, \"sync\": %d, \"repeat\": %d}\n",
             cfg.path, (unsigned long long)st.loads_ok, (unsigned long long)st.loads_failed,
             (unsigned long long)st.ranges_loaded, (unsigned long long)st.chunks, (unsigned long long)st.bytes,
             (unsigned long long)st.errors, (unsigned long long)st.skipped_freed,
             (unsigned long long)st.skipped_no_alloc, (unsigned long long)st.pages_out_of_range, n_armed,
-            (unsigned long long)cfg.chunk, cfg.device, cfg.sync, cfg.repeat);
+            (unsigned long long)st.evict_chunks, (unsigned long long)st.evict_bytes, (unsigned long long)cfg.chunk,
+            cfg.device, cfg.sync, cfg.repeat);
     pc_out_fcommit(f, tmp, path);
 }
 

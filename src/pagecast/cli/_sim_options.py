@@ -45,7 +45,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     u.add_argument(
         "--uvm",
         action="store_true",
-        help="model the NVIDIA UVM driver: 2 MiB VA blocks, fault batches, tree prefetcher, 2 MiB chunk FIFO eviction",
+        help="model the NVIDIA UVM driver: 2 MiB VA blocks, fault batches, tree prefetcher, 2 MiB chunk FIFO eviction "
+        "(--eviction uvm-lru or a keyed one: min, lfu, reuse, learned)",
     )
     u.add_argument(
         "--uvm-perf-prefetch-threshold",
@@ -74,6 +75,19 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         default=UvmParams.pcie_bytes_per_s / 1e9,
         help="PCIe bandwidth GB/s (default %(default)s)",
     )
+    u.add_argument(
+        "--uvm-pre-evict-chunks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="pre-eviction: after each batch, evict in the eviction's order until N chunks are free, "
+        "copies off the critical path (default 0: off)",
+    )
+    u.add_argument(
+        "--uvm-pre-evict-plan",
+        metavar="PLAN",
+        help="pre-eviction plan: a schedule (.parquet) whose rows' chunks are evicted at their trigger rows",
+    )
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -99,6 +113,8 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
             batch_window_ns=args.uvm_batch_window_ns,
             fault_batch_ns=args.uvm_fault_batch_ns,
             pcie_bytes_per_s=args.uvm_pcie_gbps * 1e9,
+            pre_evict_chunks=getattr(args, "uvm_pre_evict_chunks", 0),
+            pre_evict_plan=getattr(args, "uvm_pre_evict_plan", None),
         ),
     )
 

@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument(
         "--record", action="store_true", help="also record the injected run with CUPTI (OUT_DIR/trace.parquet)"
     )
+    u.add_argument(
+        "--pre-evict",
+        metavar="PLAN",
+        help="schedule (.parquet) of pages to move to the host ahead of need (cuMemPrefetchAsync to the CPU, "
+        "issued before the prefetches)",
+    )
     add_json_flag(u)
     u.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     u.set_defaults(func=_run)
@@ -129,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         poll_ms=args.poll_ms,
         record=args.record,
         repeat=args.repeat,
+        pre_evict=args.pre_evict,
         json_out=args.json,
     )
 

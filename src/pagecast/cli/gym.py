@@ -98,7 +98,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument(
         "--baselines",
         default=",".join(POLICIES),
-        help=f"baselines to run, comma-separated (default {','.join(POLICIES)})",
+        help=f"baselines to run, comma-separated (default {','.join(POLICIES)}); also evict:SPEC, "
+        "a keyed eviction as a placement (evict:reuse:trace=T.parquet, evict:learned:model=ev.pt)",
     )
     add_deprecated_alias(e, "--policies", "--baselines", "baselines")
     e.add_argument("--per-trace", action="store_true", help="one row per trace and policy, not the mean")
@@ -258,7 +259,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from pagecast.gym.agent import evaluate, load_agent
 
     policies = [p for p in args.baselines.split(",") if p]
-    bad = [p for p in policies if p not in POLICIES]
+    bad = [p for p in policies if p not in POLICIES and not p.startswith("evict:")]
     if bad:
         raise PagecastError(f"unknown policies {bad} (valid: {', '.join(POLICIES)})")
     model = None

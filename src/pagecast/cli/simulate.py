@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     from pagecast.sim import SimConfig, simulate
     from pagecast.sim.simulate import resolve_capacity
+    from pagecast.sim.uvm import UVM_EVICTIONS
     from pagecast.trace.reader import open_trace
     from pagecast.trace.schedule import read_schedule
 
@@ -55,7 +56,10 @@ def main(args: argparse.Namespace) -> int:
         # UVM mode has its own names (tree, none), checked by the UVM model
         pf = (args.policy if args.uvm else policy_text(args)) or ("tree" if args.uvm else "none")
     cap = resolve_capacity(args.capacity, trace)
-    r = simulate(trace, SimConfig(capacity=cap, eviction=eviction_text(args.eviction), **model_options(args)), pf)
+    ev = args.eviction
+    if not (args.uvm and ev.lower() in UVM_EVICTIONS):  # the driver's own orders: uvm-fifo, uvm-lru
+        ev = eviction_text(ev)
+    r = simulate(trace, SimConfig(capacity=cap, eviction=ev, **model_options(args)), pf)
     d = r.to_dict()
     if args.json:
         print_json(d)

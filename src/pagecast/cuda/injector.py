@@ -101,10 +101,20 @@ def replay_schedule(trace: str | Path) -> Schedule:
 
 
 def write_prefetch_file(
-    schedule: Schedule, path: str | Path, regions: Sequence[Region] | None = None
+    schedule: Schedule,
+    path: str | Path,
+    regions: Sequence[Region] | None = None,
+    pre_evict: Schedule | None = None,
 ) -> dict[str, int]:
-    """Write the injector's predictions file atomically (the injector reloads on rename)."""
+    """Write the injector's predictions file atomically (the injector reloads on rename).
+
+    ``pre_evict`` names pages to send to the host ahead of need (``evict`` lines: the
+    injector issues them as cuMemPrefetchAsync to the CPU, before the prefetches)."""
     lines, stats = schedule_to_lines(schedule, regions)
+    if pre_evict is not None:
+        ev_lines, ev_stats = schedule_to_lines(pre_evict, regions)
+        lines = [f"evict {line}" for line in ev_lines] + lines
+        stats = {**stats, **{f"evict_{k}": v for k, v in ev_stats.items()}}
     with atomic_output(path) as tmp:
         tmp.write_text(
             "pagecast-prefetch 1\n# <kind> <allocation order> <page> <score>\n"
@@ -127,7 +137,7 @@ def run_cuda(cmd: Sequence[str], *, json_out: bool = False, **options: Any) -> i
     """Run ``cmd`` with the prefetch injector, print its summary; returns the program's exit status.
 
     ``options`` are ``run_cuda_summary``'s (schedule, model, out_dir, trace, top_k,
-    poll_ms, record, repeat), which documents them.
+    poll_ms, record, repeat, pre_evict), which documents them.
     """
     from pagecast.collect.cuda import print_summary
 
@@ -147,6 +157,7 @@ def run_cuda_summary(
     poll_ms: int = 200,
     record: bool = False,
     repeat: bool = False,
+    pre_evict: Schedule | str | Path | None = None,
     json_out: bool = False,
 ) -> tuple[int, dict[str, Any]]:
     """Run ``cmd`` with the prefetch injector: (the program's exit status, the summary).
@@ -157,6 +168,8 @@ def run_cuda_summary(
     same program), or, without one, from a recording made first (``record_cuda``).
     With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
     ``repeat=True`` the pages are prefetched again before every kernel launch.
+    ``pre_evict``: a Schedule or schedule file of pages to send to the host ahead of need
+    (``evict`` lines, issued before the prefetches; not with a ready predictions file).
     ``json_out``: the program's stdout goes to stderr.
     Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
     """
@@ -187,13 +200,18 @@ def run_cuda_summary(
 
             regions = open_trace(trace).regions
     loaded = _load_schedule(schedule)
+    evict = _load_schedule(pre_evict) if pre_evict is not None else None
+    if isinstance(evict, Path) or (evict is not None and isinstance(loaded, Path)):
+        raise PagecastError(
+            "a pre-eviction plan is a schedule (.parquet) given with a schedule or a model, not a predictions file"
+        )
     if isinstance(loaded, Path):
         if not loaded.exists():
             raise PagecastError("no such predictions file", path=loaded)
         predictions = loaded.resolve()
     else:
         predictions = out_dir / "prefetch.txt"
-        info.update(write_prefetch_file(loaded, predictions, regions))
+        info.update(write_prefetch_file(loaded, predictions, regions, pre_evict=evict))
     raw = out_dir
     for pattern in RAW_PATTERNS:  # a previous run's files would be summarised as this one's
         for old in raw.glob(pattern):

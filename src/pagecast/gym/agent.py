@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pagecast.errors import PagecastError
-from pagecast.gym.baselines import BASELINES, run_episode
+from pagecast.gym.baselines import BASELINES, make_baseline, run_episode
 from pagecast.gym.env import EnvConfig, TieredPlacementEnv, load_windows
 from pagecast.gym.estimator import CostModel, WindowConfig, Windows
 
@@ -166,7 +166,7 @@ def evaluate(
         for name in policies:
             if name == "all-fast" and not fits:
                 continue  # does not fit: reported as a bound below, not as a policy
-            results[name] = run_episode(env, BASELINES[name](), trace=i)
+            results[name] = run_episode(env, make_baseline(name), trace=i)
         if model is not None:
             results["ppo"] = run_episode(env, trace=i, predict=lambda o: model.predict(o, deterministic=True)[0])
         slow = float(ep.t_slow.sum())

@@ -10,9 +10,12 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import numpy as np
+from numba import njit
 
+from pagecast.errors import PagecastError
 from pagecast.gym._kernels import first_fit
-from pagecast.gym.env import TieredPlacementEnv
+from pagecast.gym.env import Episode, TieredPlacementEnv
+from pagecast.gym.estimator import _boundaries, _touched_pages, load_demand
 
 Policy = Callable[[TieredPlacementEnv, np.ndarray], np.ndarray]
 
@@ -54,6 +57,79 @@ def oracle_next(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
     """The chunks most accessed in the window about to play (knows the future; ignores
     migration cost, so it bounds placement quality, not necessarily total time)."""
     return fill(env, env.next_counts() / np.maximum(env.ep.chunk_pages, 1))
+
+
+@njit(cache=True)
+def _chunk_keys_at_windows(nb_key, eparams, chunk, given, bounds, n_chunks):
+    """Per window start: each chunk's key after the rows before it (the key of its latest
+    access, from the eviction's kernel), and whether it was touched yet."""
+    keys = np.zeros(n_chunks, np.int64)
+    seen = np.zeros(n_chunks, np.bool_)
+    out = np.zeros((len(bounds) - 1, n_chunks), np.int64)
+    touched = np.zeros((len(bounds) - 1, n_chunks), np.bool_)
+    for w in range(len(bounds) - 1):
+        out[w] = keys
+        touched[w] = seen
+        for i in range(bounds[w], bounds[w + 1]):
+            c = chunk[i]
+            keys[c] = nb_key(eparams, i, given[i], keys[c], True)
+            seen[c] = True
+    return out, touched
+
+
+def eviction_window_keys(spec: str, ep: Episode, n_chunks: int, window) -> tuple[np.ndarray, np.ndarray]:
+    """An eviction of the registry (a keyed one: ``min``, ``lfu``, ``reuse:trace=…``,
+    ``learned:model=…``) run over the episode's trace at the fast tier's capacity: each
+    chunk's key at every window start, and which chunks were touched by then."""
+    from pagecast.sim.engine import INF, next_use_backward
+    from pagecast.sim.simulate import ahead_values, resolve_eviction
+    from pagecast.trace.demand import as_trace
+
+    ev = resolve_eviction(spec)
+    if ev.structure != "keyed" or ev.nb_key is None:
+        raise PagecastError(f"gym baseline evict:{spec}: only keyed evictions rank chunks (min, lfu, reuse, learned)")
+    if not ep.source:
+        raise PagecastError(f"gym baseline evict:{spec}: episode {ep.name!r} has no trace file to read")
+    d = load_demand(ep.source)
+    units, inverse = _touched_pages(d.region, d.page)
+    # the chunks of ``Windows.chunked``: touched pages in key order, cut into equal runs
+    chunk = (inverse * n_chunks) // max(len(units), 1)
+    if ev.uses_next_use:
+        given = np.empty(len(chunk), np.int64)
+        next_use_backward(np.full(n_chunks, INF, np.int64), chunk, 0, given)
+    else:
+        given = ahead_values(ev, as_trace(ep.source), ep.capacity_pages)
+    if len(given) != len(chunk):
+        raise PagecastError(f"{ep.source}: {len(given)} demand rows for the eviction, {len(chunk)} for the windows")
+    return _chunk_keys_at_windows(type(ev).nb_key, ev.params(), chunk, given, _boundaries(d, window), n_chunks)
+
+
+def make_eviction(spec: str) -> Policy:
+    """A keyed eviction as a placement: in each window the fast tier holds the touched
+    chunks it would keep (smallest keys first), filled to the capacity; causal as the
+    eviction is (``min`` knows the future, the others do not)."""
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def evict_policy(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
+        key = id(env.ep)
+        if key not in cache:
+            cache[key] = eviction_window_keys(spec, env.ep, env.cfg.n_chunks, env.cfg.window)
+        keys, touched = cache[key]
+        k, seen = keys[env.t], touched[env.t]
+        rank = np.empty(len(k), np.float64)
+        rank[np.lexsort((np.arange(len(k)), k))] = np.arange(len(k), 0, -1)
+        return fill(env, np.where(seen, rank, 0.0))
+
+    return evict_policy
+
+
+def make_baseline(name: str) -> Policy:
+    """A baseline by name: one of ``BASELINES`` or ``evict:SPEC`` (an eviction spec)."""
+    if name in BASELINES:
+        return BASELINES[name]()
+    if name.startswith("evict:"):
+        return make_eviction(name[len("evict:") :])
+    raise PagecastError(f"unknown baseline {name!r} ({', '.join(BASELINES)} or evict:SPEC)")
 
 
 def to_action(env: TieredPlacementEnv, target: np.ndarray) -> np.ndarray:

@@ -90,6 +90,7 @@ class Episode:
     capacity_pages: int
     page_size: int
     scale: float
+    source: str = ""  # the (slow) trace the windows were cut from, for baselines that read it
 
     def __post_init__(self) -> None:
         # plain Python scalars: indexing lists is several times cheaper than numpy scalars per step
@@ -124,6 +125,7 @@ def prepare_episode(w: Windows, cfg: EnvConfig, name: str = "") -> Episode:
         int(cap),
         w.page_size,
         scale,
+        str(w.info.get("slow") or w.info.get("trace") or ""),
     )
 
 

@@ -60,6 +60,10 @@ class UvmParams:
     pcie_bytes_per_s: float = 12e9  # PCIe 3 x16, large transfers
     big_page_size: int = 64 << 10
     va_block_size: int = 2 << 20
+    # pre-eviction (pagecast): chunks kept free after each batch, taken in the eviction's order
+    pre_evict_chunks: int = 0
+    # a Schedule or its file: each row's page's chunk is evicted ahead of need at its trigger row
+    pre_evict_plan: Any = None
 
 
 @dataclass

@@ -318,7 +318,7 @@ def simulate(
             nextuse_all, nextuse_file = _next_use_pass(trace, st)
         elif keyed:
             # batched ahead of time: the whole run's values before its first row plays
-            nextuse_all = _ahead(ev, trace, int(cfg[E.K_CAP]))
+            nextuse_all = ahead_values(ev, trace, int(cfg[E.K_CAP]))
         empty = np.zeros(0, np.int64)
         base = 0
         lookahead = int(config.oracle_lookahead) if kind == E.PF_ORACLE else 0
@@ -361,7 +361,8 @@ def simulate(
     return res
 
 
-def _ahead(ev: Eviction, trace: Trace, capacity: int) -> np.ndarray:
+def ahead_values(ev: Eviction, trace: Trace, capacity: int) -> np.ndarray:
+    """``ev.ahead`` over the trace's whole demand stream (zeros if it gives none), checked."""
     d = read_demand(trace)
     # the region of every row by its identity across runs, for evictions trained on other runs
     d["region_key"] = row_region_hashes(trace.regions, d["region"])

@@ -17,7 +17,16 @@ Follows kernel-open/nvidia-uvm of NVIDIA/open-gpu-kernel-modules (read, not copi
   the block's end. Prefetched = union − faulted pages. No thrashing detection.
 * GPU memory is handed out in 2 MiB root chunks; a block with resident pages holds one.
   When none is free, the chunk that became resident first is evicted (FIFO: the driver
-  does not move a chunk on access) and all its pages go back to the host.
+  does not move a chunk on access) and all its pages go back to the host. A keyed
+  eviction of the registry (``min``, ``lfu``, ``reuse``, ``learned``) may choose instead:
+  every access gives its chunk the policy's key, the resident chunk with the largest key
+  leaves (pagecast's model, not the driver's).
+* Pre-eviction (pagecast's model of ``cuMemPrefetchAsync`` to the CPU or
+  ``cuMemAdvise(SetPreferredLocation, CPU)``): after a batch, chunks the eviction policy
+  would take next are evicted until ``pre_evict_chunks`` are free, or chunks named by a
+  plan are evicted at their trigger rows; their copies run on the device-to-host copy
+  engine in the background, and a batch that takes such a chunk before its copy ended
+  waits only for the rest.
 * Costs: ``fault_batch_ns`` per batch + ``fault_ns`` per distinct faulted page + per
   contiguous copy ``copy_latency_ns`` + bytes / ``pcie_bytes_per_s``.
 """
@@ -31,20 +40,22 @@ from numba import njit
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.policies.base import Eviction
 from pagecast.sim.config import SimConfig, SimResult
-from pagecast.sim.hashtab import grown, intern, new_table
-from pagecast.trace.demand import ReadClock, demand_chunks
-from pagecast.trace.keys import make_key
+from pagecast.sim.engine import INF, _ev_key, next_use_backward
+from pagecast.sim.hashtab import grown, intern, lookup, new_table
+from pagecast.trace.demand import ReadClock, demand_chunks, read_demand
+from pagecast.trace.keys import make_key, page_keys
 from pagecast.trace.reader import Trace
-from pagecast.trace.schedule import Schedule
+from pagecast.trace.schedule import Schedule, read_schedule
 
 PAGES_PER_BLOCK = 512
 BIG = 16  # 4 KiB pages per 64 KiB big page
 NIL = -1
 
 # block fields B[field, block]
-B_KEY, B_LO, B_HI, B_NRES, B_CHUNK, B_PREV, B_NEXT, B_INBATCH, B_FAULTS = range(9)
-N_BFIELDS = 9
+B_KEY, B_LO, B_HI, B_NRES, B_CHUNK, B_PREV, B_NEXT, B_INBATCH, B_FAULTS, B_EKEY = range(10)
+N_BFIELDS = 10
 # globals
 (
     U_NBLOCKS,
@@ -75,16 +86,27 @@ N_BFIELDS = 9
     C_EVICT,
     C_COPIES,
     C_DISTINCT,
-) = range(28)
-N_U = 32
+    C_PRE,
+    C_PRE_LATE,
+    C_PRE_WAIT,
+    C_CRIT,
+    U_PE_FREE,
+    U_PE_HEAD,
+    U_PE_N,
+    U_SCHED,
+) = range(36)
+N_U = 36
+# pre-evicted chunks whose copy end time is kept; past that the oldest is taken as ended
+# (copies end in the order they were queued)
+PE_RING = 1024
 # config
 (Q_CHUNKS, Q_PAGE, Q_ENABLE, Q_THRESH, Q_MINF, Q_BATCH, Q_WINDOW, Q_BATCH_NS, Q_FAULT_NS, Q_COPY_NS, Q_PS_PER_PAGE,
- Q_LRU) = range(12)  # fmt: skip
+ Q_LRU, Q_EVKIND, Q_PRE) = range(14)  # fmt: skip
 # Chunk evictions: uvm-fifo (the default: the order chunks became resident; SimConfig's
 # default "lru" and "fifo" mean it too, so configs written before stay as they were) or
 # uvm-lru (a chunk moves to the tail whenever a batch migrates pages into it).
 UVM_EVICTIONS = {"uvm": 0, "uvm-fifo": 0, "uvm-fifo-2mib": 0, "lru": 0, "fifo": 0, "uvm-lru": 1, "uvm-lru-2mib": 1}
-N_Q = 12
+N_Q = 14
 # page state flags of the page-array ``tree_prefetch`` (the simulator itself keeps bit maps, below)
 P_RES, P_FAULT, P_PF, P_SEEN = 1, 2, 4, 8
 
@@ -343,6 +365,56 @@ def _append(u, B, b):
 
 
 @njit(cache=True)
+def _victim(u, q, B, batch):
+    """The chunk to evict, passing over chunks of ``batch`` (NIL if only those are left):
+    the first in residency order, or for a keyed eviction the largest key (ties: the
+    first in that order). A keyed eviction scans the resident chunks: a few thousand at
+    most (GPU memory / 2 MiB), once per eviction."""
+    if q[Q_EVKIND] == 0:
+        v = u[U_HEAD]
+        while v != NIL and B[B_INBATCH, v] == batch:
+            v = B[B_NEXT, v]
+        return v
+    best = NIL
+    v = u[U_HEAD]
+    while v != NIL:
+        if B[B_INBATCH, v] != batch and (best == NIL or B[B_EKEY, v] > B[B_EKEY, best]):
+            best = v
+        v = B[B_NEXT, v]
+    return best
+
+
+@njit(cache=True)
+def _pre_evict(u, q, B, W, v):
+    """Evict chunk ``v`` ahead of need: its copy queues on the device-to-host engine, off
+    the critical path; the ring after the globals keeps when each such chunk is free."""
+    c = _evict_block(u, q, B, W, v)
+    if u[U_PE_N] == PE_RING:
+        u[U_PE_HEAD] = (u[U_PE_HEAD] + 1) % PE_RING
+        u[U_PE_N] -= 1
+    u[U_PE_FREE] = max(u[U_NOW], u[U_PE_FREE]) + c
+    u[N_U + (u[U_PE_HEAD] + u[U_PE_N]) % PE_RING] = u[U_PE_FREE]
+    u[U_PE_N] += 1
+    u[C_PRE] += 1
+
+
+@njit(cache=True)
+def _take_free(u, q, start):
+    """A batch starting at ``start`` takes a free chunk: the wait (ns) if every free chunk is
+    one whose pre-eviction copy may not have ended."""
+    if u[U_PE_N] == 0 or q[Q_CHUNKS] - u[U_USED] > u[U_PE_N]:
+        return 0
+    done = u[N_U + u[U_PE_HEAD]]
+    u[U_PE_HEAD] = (u[U_PE_HEAD] + 1) % PE_RING
+    u[U_PE_N] -= 1
+    wait = max(0, done - start)
+    if wait > 0:
+        u[C_PRE_LATE] += 1
+        u[C_PRE_WAIT] += wait
+    return wait
+
+
+@njit(cache=True)
 def _service(u, q, B, W, fb, leaves, sel, cum):
     """Service the open batch: chunks, tree prefetch, migrations; returns its cost (ns)."""
     cost = q[Q_BATCH_NS] + q[Q_FAULT_NS] * u[U_NF]
@@ -351,12 +423,13 @@ def _service(u, q, B, W, fb, leaves, sel, cum):
         b = fb[k]
         if B[B_CHUNK, b] == 0:
             if u[U_USED] >= q[Q_CHUNKS]:
-                v = u[U_HEAD]
-                while v != NIL and B[B_INBATCH, v] == batch:
-                    v = B[B_NEXT, v]
+                v = _victim(u, q, B, batch)
                 if v == NIL:
                     v = u[U_HEAD]
                 cost += _evict_block(u, q, B, W, v)
+                u[C_CRIT] += 1
+            else:
+                cost += _take_free(u, q, u[U_NOW] + cost)
             B[B_CHUNK, b] = 1
             u[U_USED] += 1
             _append(u, B, b)
@@ -408,7 +481,32 @@ def _close(u, q, B, W, fb, leaves, sel, cum):
 
 
 @njit(cache=True)
-def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish):
+def _keep_free(u, q, B, W):
+    """After a batch: pre-evict in the eviction's order until ``Q_PRE`` chunks are free."""
+    while q[Q_CHUNKS] - u[U_USED] < q[Q_PRE]:
+        v = _victim(u, q, B, u[U_BATCHID])  # not the chunks this batch just needed
+        if v == NIL:
+            break
+        _pre_evict(u, q, B, W, v)
+
+
+@njit(cache=True)
+def _planned(u, q, htab, B, W, pe_t, pe_key, gi):
+    """Pre-evict the chunks a plan names for rows up to ``gi`` (those resident and not
+    needed by the open batch)."""
+    while u[U_SCHED] < len(pe_t) and pe_t[u[U_SCHED]] <= gi:
+        v = lookup(htab, pe_key[u[U_SCHED]])
+        u[U_SCHED] += 1
+        if v >= 0 and B[B_CHUNK, v] != 0 and not (u[U_OPEN] and B[B_INBATCH, v] == u[U_BATCHID]):
+            _pre_evict(u, q, B, W, v)
+
+
+@njit(cache=True)
+def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish, ev, base, pe):
+    """Play rows ``i0..`` of one chunk (global row index ``base + i``); returns the row to
+    resume at. ``ev`` is (eviction parameters, the chunk's ``given`` per row) of a keyed
+    eviction, ``pe`` a pre-eviction plan (trigger rows, chunk keys); None when unused,
+    so numba compiles the driver's own path without their branches."""
     n = len(t)
     last_key = -2
     last_b = -1
@@ -425,6 +523,9 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
             u[U_LAST_T] = ti
         if u[U_OPEN] and u[U_NOW] - u[U_BSTART] > q[Q_WINDOW]:
             _close(u, q, B, W, fb, leaves, sel, cum)
+            _keep_free(u, q, B, W)
+        if pe is not None:
+            _planned(u, q, htab, B, W, pe[0], pe[1], base + i)
         r = reg[i]
         ri = r if 0 <= r < len(roff) else len(roff) - 1
         off = roff[ri]
@@ -450,6 +551,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
             B[B_CHUNK, b] = 0
             B[B_INBATCH, b] = -1
             B[B_FAULTS, b] = 0
+            B[B_EKEY, b] = 0
             for k in range(N_MAPS):
                 for w in range(WORDS):
                     W[b, k, w] = _ZERO
@@ -458,6 +560,8 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
         if j >= B[B_HI, b]:
             B[B_HI, b] = j + 1
         u[C_ACC] += 1
+        if ev is not None:
+            B[B_EKEY, b] = _ev_key(q[Q_EVKIND], ev[0], base + i, ev[1][i], B[B_EKEY, b], True)
         w = j >> 6
         m = _ONE << np.uint64(j & 63)
         if not W[b, W_SEEN, w] & m:
@@ -475,6 +579,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
             continue
         if u[U_OPEN] and u[U_NF] >= q[Q_BATCH]:
             _close(u, q, B, W, fb, leaves, sel, cum)
+            _keep_free(u, q, B, W)
         if not u[U_OPEN]:
             u[U_OPEN] = 1
             u[U_BSTART] = u[U_NOW]
@@ -521,10 +626,76 @@ def _q(config: SimConfig, trace: Trace) -> np.ndarray:
     q[Q_COPY_NS] = p.copy_latency_ns
     q[Q_PS_PER_PAGE] = round(PAGE_SIZE * 1e12 / p.pcie_bytes_per_s)  # picoseconds per page
     ev = config.eviction if isinstance(config.eviction, str) else getattr(config.eviction, "name", "")
-    if ev.lower() not in UVM_EVICTIONS:
-        raise PagecastError(f"UVM mode evicts 2 MiB chunks: uvm-fifo (the default) or uvm-lru, not {config.eviction!r}")
-    q[Q_LRU] = UVM_EVICTIONS[ev.lower()]
+    if ev.lower() in UVM_EVICTIONS:
+        q[Q_LRU] = UVM_EVICTIONS[ev.lower()]
+    if not 0 <= p.pre_evict_chunks <= min(PE_RING, chunks - 1) and p.pre_evict_chunks:
+        raise PagecastError(
+            f"pre_evict_chunks must be 0..{min(PE_RING, chunks - 1)} (fewer than the {chunks} chunks of the capacity)"
+        )
+    q[Q_PRE] = p.pre_evict_chunks
     return q
+
+
+def chunk_eviction(config: SimConfig) -> Eviction | None:
+    """The registry's keyed eviction that chooses among chunks, or None for the driver's
+    own order (uvm-fifo, uvm-lru; ``lru`` and ``fifo`` mean uvm-fifo)."""
+    from pagecast.sim.simulate import eviction_kind, resolve_eviction
+
+    spec = config.eviction
+    name = spec if isinstance(spec, str) else getattr(spec, "name", "")
+    if name.lower() in UVM_EVICTIONS:
+        return None
+    ev = resolve_eviction(spec)
+    if ev.structure != "keyed":
+        raise PagecastError(
+            f"UVM mode evicts 2 MiB chunks: {ev.name!r} works on page frames ({ev.structure}), which the chunk "
+            "allocator does not have; use uvm-fifo (the default), uvm-lru or a keyed eviction (min, lfu, reuse, learned)"
+        )
+    eviction_kind(ev)  # one clear line if it has no compiled kernel
+    return ev
+
+
+def chunk_ids(trace: Trace, d: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per demand row: the key of its 2 MiB VA block (as the simulator's table keys it) and
+    a dense id of it."""
+    roff, _ = _region_layout(trace)
+    r = d["region"].astype(np.int64)
+    ri = np.where((r >= 0) & (r < len(roff)), r, len(roff) - 1)
+    blk = (roff[ri] + d["page"].astype(np.int64)) >> 9
+    keys = page_keys(r, blk)
+    uniq, ids = np.unique(keys, return_inverse=True)
+    return keys, ids.astype(np.int64), len(uniq)
+
+
+def _given(ev: Eviction, trace: Trace, cap_pages: int) -> np.ndarray:
+    """Each row's ``given`` for the chunk-level keys: MIN gets its chunk's next use (rows,
+    INF: never), any other keyed eviction its page-level values (``ahead``) at the
+    capacity in pages, so a chunk carries the key of the access that touched it last."""
+    if ev.uses_next_use:
+        d = read_demand(trace)
+        _, ids, n_ids = chunk_ids(trace, d)
+        out = np.empty(len(ids), np.int64)
+        next_use_backward(np.full(n_ids, INF, np.int64), ids, 0, out)
+        return out
+    from pagecast.sim.simulate import ahead_values
+
+    return ahead_values(ev, trace, cap_pages)
+
+
+def _plan_label(plan: Schedule | str | None) -> str | None:
+    return None if plan is None else (f"schedule of {len(plan)} rows" if isinstance(plan, Schedule) else str(plan))
+
+
+def _plan(trace: Trace, plan: Schedule | str | None) -> tuple[np.ndarray, np.ndarray]:
+    """A pre-eviction plan (a Schedule or its file: each row's page's chunk leaves at the
+    row's trigger) → (trigger rows, chunk keys), by trigger."""
+    if plan is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if not isinstance(plan, Schedule):
+        plan = read_schedule(plan)
+    s = plan.sorted()
+    keys, _, _ = chunk_ids(trace, {"region": s.region, "page": s.page})
+    return np.ascontiguousarray(s.trigger, np.int64), np.ascontiguousarray(keys, np.int64)
 
 
 def _region_layout(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
@@ -542,8 +713,18 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         config.uvm_params.uvm_perf_prefetch_enable = False
     t_start = time.perf_counter()
     q = _q(config, trace)
+    ev = chunk_eviction(config)
+    empty = np.zeros(0, np.int64)
+    given, eparams = empty, np.zeros(1, np.int64)
+    if ev is not None:
+        from pagecast.sim.simulate import eviction_kind
+
+        q[Q_EVKIND] = eviction_kind(ev)
+        given, eparams = _given(ev, trace, int(q[Q_CHUNKS]) * PAGES_PER_BLOCK), ev.params()
+    pe_t, pe_key = _plan(trace, config.uvm_params.pre_evict_plan)
+    pe = (pe_t, pe_key) if len(pe_t) else None
     roff, rlen = _region_layout(trace)
-    u = np.zeros(N_U, np.int64)
+    u = np.zeros(N_U + PE_RING, np.int64)
     u[U_HEAD] = u[U_TAIL] = NIL
     htab = new_table(1024)
     B = np.zeros((N_BFIELDS, 1024), np.int64)
@@ -555,14 +736,17 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
     read_clock = ReadClock()
     it = read_clock.wrap(demand_chunks(trace, config.chunk_rows))
     cur = next(it, None)
+    base = 0
     while cur is not None:
         nxt = next(it, None)
         i = 0
         n = len(cur["t"])
+        evs = (eparams, given[base : base + n]) if ev is not None else None
         while i < n:
             i = run_uvm(
-                u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i, nxt is None
-            )
+                u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i,
+                nxt is None, evs, base, pe,
+            )  # fmt: skip
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
@@ -573,12 +757,13 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
                     W2 = np.zeros((size, N_MAPS, WORDS), np.uint64)
                     W2[: W.shape[0]] = W
                     B, W = B2, W2
+        base += n
         cur = nxt
     compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
     res = SimResult(
         trace=str(trace.path),
         prefetcher="tree" if q[Q_ENABLE] else "none",
-        eviction="uvm-lru-2MiB" if q[Q_LRU] else "uvm-fifo-2MiB",
+        eviction=f"{ev.name}-2MiB" if ev is not None else ("uvm-lru-2MiB" if q[Q_LRU] else "uvm-fifo-2MiB"),
         capacity_pages=int(q[Q_CHUNKS]) * PAGES_PER_BLOCK,
         page_size=PAGE_SIZE,
         accesses=int(u[C_ACC]),
@@ -604,7 +789,16 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         copies=int(u[C_COPIES]),
         chunks=int(q[Q_CHUNKS]),
         va_blocks=nb,
-        uvm_params=config.uvm_params.__dict__.copy(),
+        # evictions = critical_path_evictions (inside a batch that needed the chunk) +
+        # pre_evictions (copies in the background; pre_evictions_late of them had not
+        # ended when a batch took their chunk, which waited pre_eviction_wait_ns in all;
+        # the others are evictions_off_critical_path)
+        pre_evictions=int(u[C_PRE]),
+        evictions_off_critical_path=int(u[C_PRE] - u[C_PRE_LATE]),
+        critical_path_evictions=int(u[C_CRIT]),
+        pre_evictions_late=int(u[C_PRE_LATE]),
+        pre_eviction_wait_ns=int(u[C_PRE_WAIT]),
+        uvm_params=config.uvm_params.__dict__ | {"pre_evict_plan": _plan_label(config.uvm_params.pre_evict_plan)},
         read_cpu_s=read_clock.cpu_s,
     )
     res.wall_s = time.perf_counter() - t_start
