@@ -85,6 +85,7 @@ typedef struct {
     dev_t dev; /* the file and the byte range of it the region maps */
     ino_t ino;
     uint64_t foff;
+    int partial_warned;
     char path[PATH_MAX];
 } live_t;
 
@@ -395,6 +396,7 @@ static void *shim_map(spec_t *s, void *addr, size_t len, int prot, int flags, in
     l->ino = sb.st_ino;
     l->foff = (uint64_t)off;
     l->writable = (prot & PROT_WRITE) != 0;
+    l->partial_warned = 0;
     snprintf(l->path, sizeof l->path, "%s", path);
     pthread_mutex_unlock(&g_mu);
     return l->base;
@@ -651,8 +653,21 @@ int munmap(void *addr, size_t len) {
             /* munmap's length is rounded up to whole pages, as the kernel does: the mmap
              * length given back is a full unmap even when it is not a page multiple */
             size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-            if (a != l->base || (len + ps - 1) / ps * ps < l->len)
-                fprintf(stderr, "pagecast pager: %s: partial munmap of a paged region unmaps all of it\n", l->path);
+            if (a != l->base || (len + ps - 1) / ps * ps < l->len) {
+                /* Part of the region: it stays mapped and served whole until the program
+                 * unmaps all of it or exits. Unmapping the part would leave the pager's page
+                 * table and budget describing pages that are gone, and tearing down the
+                 * whole region kills a program that goes on using the rest (llama.cpp drops
+                 * the fragments of its weights file no tensor uses, then computes). */
+                if (!l->partial_warned)
+                    fprintf(stderr,
+                            "pagecast pager: %s: partial munmap of a paged region: the range stays mapped until the "
+                            "region is unmapped whole\n",
+                            l->path);
+                l->partial_warned = 1;
+                pthread_mutex_unlock(&g_mu);
+                return 0;
+            }
             int rc = close_live(l);
             pthread_mutex_unlock(&g_mu);
             if (rc < 0) {
