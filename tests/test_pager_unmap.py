@@ -12,19 +12,24 @@ from uffd_support import needs_uffd
 
 pytestmark = needs_uffd
 
-UNMAP = """
+PRELUDE = """
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype = ctypes.c_void_p
 libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 fd = os.open(sys.argv[1], os.O_RDONLY)
+"""
+UNMAP = (
+    PRELUDE
+    + """
 length, unmap = int(sys.argv[2]), int(sys.argv[3])
 p = libc.mmap(None, length, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
 assert p not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
 total = sum(ctypes.c_ubyte.from_address(p + off).value for off in range(0, length, 4096))
 print(total, libc.munmap(p, unmap))
 """
+)
 
 
 def _run(tmp_path, length: int, unmap: int) -> str:
@@ -50,17 +55,14 @@ def test_partial_munmap_still_warns(tmp_path):
 
 # unmap the first page, then read the others (llama.cpp drops the fragments of its weights
 # file no tensor uses, then computes from the rest)
-UNMAP_THEN_READ = """
-import ctypes, os, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-fd = os.open(sys.argv[1], os.O_RDONLY)
+UNMAP_THEN_READ = (
+    PRELUDE
+    + """
 p = libc.mmap(None, 3 * 4096, 1, 1, fd, 0)
 print(libc.munmap(p, 4096), libc.munmap(p + 2 * 4096, 4096))
 print(sum(ctypes.c_ubyte.from_address(p + 4096 + off).value for off in range(0, 4096, 512)))
 """
+)
 
 
 def test_partial_munmap_leaves_the_rest_served(tmp_path):
