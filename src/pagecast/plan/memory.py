@@ -79,17 +79,33 @@ class RunStream:
     faults: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def _reads(t: Trace) -> dict[str, np.ndarray]:
-    """The recording's read-family requests for file pages (first reads, and under a limit
-    every later one), as demand rows: a program reading a file with ``read()`` uses it so."""
+@dataclass
+class _Extra:
+    """What the demand stream leaves out, from one more pass over the recording: its read-family
+    requests for file pages (first reads, and under a limit every later one: how a program
+    reading a file with ``read()`` uses it) and its faults and major faults per region."""
+
+    reads: dict[str, np.ndarray]
+    faults: np.ndarray
+    majors: np.ndarray
+
+
+def _extra(t: Trace) -> _Extra:
+    n = len(t.regions) + 1
+    faults, majors = np.zeros(n, np.int64), np.zeros(n, np.int64)
     parts: list[tuple[np.ndarray, ...]] = []
     for b in t.iter_batches(["t_ns", "region", "page", "kind"], 1 << 21):
-        sel = (b["kind"] == Kind.FILE_READ) | (b["kind"] == Kind.FILE_REREAD)
+        k, reg = b["kind"], b["region"].astype(np.int64)
+        sel = (k == Kind.FILE_READ) | (k == Kind.FILE_REREAD)
         if sel.any():
-            parts.append((b["t_ns"][sel], b["region"][sel], b["page"][sel]))
-    if not parts:
-        return {"t": np.empty(0, np.int64), "region": np.empty(0, np.int64), "page": np.empty(0, np.int64)}
-    return {k: np.concatenate([p[i] for p in parts]).astype(np.int64) for i, k in enumerate(("t", "region", "page"))}
+            parts.append((b["t_ns"][sel], reg[sel], b["page"][sel]))
+        f = (reg >= 0) & (reg < n) & ((k == Kind.FAULT_MINOR) | (k == Kind.FAULT_MAJOR))
+        faults += np.bincount(reg[f], minlength=n)[:n]
+        majors += np.bincount(reg[f & (k == Kind.FAULT_MAJOR)], minlength=n)[:n]
+    names = ("t", "region", "page")
+    reads = {k: np.concatenate([p[i] for p in parts]).astype(np.int64) if parts else np.empty(0, np.int64)
+             for i, k in enumerate(names)}  # fmt: skip
+    return _Extra(reads, faults, majors)
 
 
 def _with_reads(d: dict[str, np.ndarray], r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -104,7 +120,8 @@ def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
     """The demand stream of one recording in file pages, with its reads of files
     (``read()``); ``files`` grows with new paths."""
     t = open_trace(trace_path)
-    d = _with_reads(read_demand(t), _reads(t))
+    extra = _extra(t)
+    d = _with_reads(read_demand(t), extra.reads)
     reg_file = {}
     reg_off = {}
     anon = set()
@@ -125,25 +142,18 @@ def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
     anon_mask = np.isin(region, np.fromiter(anon, np.int64, len(anon)))
     anon_keys = np.unique(region[anon_mask] * (1 << 40) + d["page"][anon_mask])
     return RunStream(
-        fmap[reg], d["page"][is_file].astype(np.int64) + omap[reg], len(anon_keys), _fault_counts(t, reg_file)
+        fmap[reg], d["page"][is_file].astype(np.int64) + omap[reg], len(anon_keys), _fault_counts(extra, reg_file)
     )
 
 
-def _fault_counts(t: Trace, reg_file: dict[int, int]) -> dict[int, tuple[int, int]]:
+def _fault_counts(extra: _Extra, reg_file: dict[int, int]) -> dict[int, tuple[int, int]]:
     """(faults, major faults) per file index in the recording."""
-    n = max(reg_file, default=-1) + 1
-    faults, majors = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
-    for b in t.iter_batches(["region", "kind"], 1 << 21):
-        reg = b["region"].astype(np.int64)
-        ok = (reg >= 0) & (reg < n)
-        k = b["kind"]
-        f = ok & ((k == Kind.FAULT_MINOR) | (k == Kind.FAULT_MAJOR))
-        faults += np.bincount(reg[f], minlength=n + 1)[: n + 1]
-        majors += np.bincount(reg[f & (k == Kind.FAULT_MAJOR)], minlength=n + 1)[: n + 1]
     out: dict[int, tuple[int, int]] = {}
     for rid, fi in reg_file.items():
         a, m = out.get(fi, (0, 0))
-        out[fi] = (a + int(faults[rid]), m + int(majors[rid]))
+        if 0 <= rid < len(extra.faults):
+            a, m = a + int(extra.faults[rid]), m + int(extra.majors[rid])
+        out[fi] = (a, m)
     return out
 
 
