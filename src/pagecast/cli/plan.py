@@ -519,9 +519,13 @@ def _memory_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
     else:
-        print(f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
-              f"stream the rest in {plan.chunk_bytes >> 10} KiB chunks, {plan.prefetch_chunks} ahead "
-              f"(backend {plan.backend}{': ' + plan.note if plan.note else ''})")  # fmt: skip
+        followed = plan.followed_bytes()
+        stream = (f"evict after use and prefetch {followed >> 20} MiB in {plan.chunk_bytes >> 10} KiB chunks, "
+                  f"{plan.prefetch_chunks} ahead, the rest" if followed else "the rest")  # fmt: skip
+        print(
+            f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
+            f"{stream} left to the kernel (backend {plan.backend}{': ' + plan.note if plan.note else ''})"
+        )
     return 0
 
 

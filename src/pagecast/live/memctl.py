@@ -53,9 +53,6 @@ LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
 MIN_REGRETS = 8
-# share of the streamed chunks the plan knows a successor of, below which evicting after use
-# and prefetching from outside are not tried
-STREAM_CHAIN = 0.9
 # keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
 # mlock each, few enough that a large keep set is locked within the program's first pass,
 # small enough to let go of a part when the program's own memory grows
@@ -178,11 +175,10 @@ class Controller:
         self.pending: deque[tuple[int, int]] = deque()
         self._pins: list[tuple[int, int]] = []  # (address, length) locked
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
-        streamed = sum(len(f.stream) for f in self.files)
-        chained = sum(1 for f in self.files for c in f.stream if c in f.next)
-        if streamed and chained < STREAM_CHAIN * streamed:
-            # scattered streamed chunks: no order to follow, so paging out after use from outside
-            # evicts what the program comes back to (measured: twice the reads); keep alone
+        for f in self.files:
+            if not plan.files[f.idx].followed():
+                f.stream = set()  # no order to follow: the kernel streams this file
+        if not any(f.stream for f in self.files):
             self.stats.stream_off = True
 
     # -- where the program's mappings are --------------------------------------------

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -49,6 +49,11 @@ DEFAULT_CHUNK = 2 << 20
 CHUNK_CANDIDATES = (2 << 20, 512 << 10, 128 << 10, 32 << 10)  # largest first
 SMALLER_CHUNK_GAIN = 0.05
 SUCCESSOR_SHARE = 0.5
+# distinct chunks a program works in at once (threads splitting a tensor, a loop over two
+# arrays): coming back to one of them is not entering a chunk
+ENTRY_WINDOW = 4
+# share of a file's streamed uses that were returns above which it is not streamed from outside
+RETURN_SHARE = 0.5
 MIN_MAJORS = 100  # major faults of a file before its pages per major fault are believed
 
 
@@ -240,18 +245,50 @@ def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[list[int], s
     return keep, evict, used - kept - evict
 
 
+def _entries(keys: Sequence[int], window: int) -> tuple[list[int], int]:
+    """The chunks in the order the program entered them, and how many uses were returns: a
+    chunk among the last ``window`` distinct ones is a return, not an entry. Threads sharing
+    a tensor work on neighbouring chunks at once (``169 170 169 170 171``): a successor taken
+    from every change of chunk would chain 170 back to 169 and never reach 171."""
+    recent: deque[int] = deque(maxlen=window)
+    out, returns = [], 0
+    for k in keys:
+        if k in recent:
+            returns += 1
+            continue
+        recent.append(k)
+        out.append(k)
+    return out, returns
+
+
 def successors(streams: Sequence[np.ndarray], streamed: set[int]) -> dict[int, int]:
-    """For each streamed chunk, the streamed chunk that came next, where one did at least
+    """For each streamed chunk, the streamed chunk entered next, where one was at least
     ``SUCCESSOR_SHARE`` of at least two times: a guess below that would read chunks the
-    program does not use next and evict ones it does (scattered reads get no prefetch)."""
+    program does not use next and evict ones it does (scattered reads get no prefetch).
+
+    None for a file whose streamed chunks were mostly returns (``RETURN_SHARE``): threads
+    working side by side (llama.cpp's matrix products, BLAS over a memmap) are still in a
+    chunk when another enters the next, and paging out or prefetching from outside measured
+    slower there than the keep set alone (docs/oversubscription.md)."""
     counts: dict[int, Counter[int]] = defaultdict(Counter)
+    uses: Counter[int] = Counter()
+    returned: Counter[int] = Counter()
     for keys in streams:
-        s = [k for k in keys.tolist() if k in streamed]
-        for a, b in zip(s, s[1:]):
-            if a != b:
+        by_file: dict[int, list[int]] = defaultdict(list)
+        for k in keys.tolist():
+            if k in streamed:
+                by_file[k >> 40].append(k)
+        for fi, ks in by_file.items():
+            s, r = _entries(ks, ENTRY_WINDOW)
+            uses[fi] += len(ks)
+            returned[fi] += r
+            for a, b in zip(s, s[1:]):
                 counts[a][b] += 1
     out = {}
     for a, c in counts.items():
+        fi = a >> 40
+        if returned[fi] > RETURN_SHARE * uses[fi]:
+            continue
         b, n = c.most_common(1)[0]
         total = sum(c.values())
         if total >= 2 and n >= SUCCESSOR_SHARE * total:

@@ -33,6 +33,10 @@ from pagecast.util.atomic import atomic_write_text
 FORMAT = "pagecast-memory-plan"
 VERSION = 1
 BACKENDS = ("kernel-advice", "kernel")
+# share of a file's streamed chunks the plan must know a successor of for them to be followed
+# from outside (evicted after use, prefetched ahead): below it, paging out from outside
+# evicts what the program comes back to (measured: twice the reads on scattered reads)
+STREAM_CHAIN = 0.9
 
 
 @dataclass
@@ -46,6 +50,11 @@ class FileMemoryPlan:
 
     def keep_chunks(self) -> int:
         return sum(n for _, n in self.keep)
+
+    def followed(self) -> bool:
+        """Whether its streamed chunks are followed from outside; else the kernel streams them."""
+        chunks = [a + k for a, n in self.stream for k in range(n)]
+        return bool(chunks) and sum(1 for c in chunks if c in self.next) >= STREAM_CHAIN * len(chunks)
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "identity": vars(self.identity), "keep": [list(r) for r in self.keep],
@@ -69,6 +78,9 @@ class MemoryPlan:
 
     def keep_bytes(self) -> int:
         return sum(f.keep_chunks() for f in self.files) * self.chunk_bytes
+
+    def followed_bytes(self) -> int:
+        return sum(n for f in self.files if f.followed() for _, n in f.stream) * self.chunk_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "limit_bytes": self.limit_bytes,
