@@ -50,11 +50,11 @@ def setup():
         yield prog, make(FILE_MIB * MIB // PAGE)
 
 
-def _plan(path: Path, f: Path, keep: int = KEEP) -> Path:
+def _plan(path: Path, f: Path, keep: int = KEEP, backend: str = "kernel-advice") -> Path:
     n = FILE_MIB * MIB // CHUNK
     nxt = {c: c + 1 for c in range(keep, n - 1)}
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)], [(keep, n - keep)], nxt)
-    write_memory_plan(MemoryPlan(LIMIT, CHUNK, RESERVE, PREFETCH, "kernel-advice", [fp]), path)
+    write_memory_plan(MemoryPlan(LIMIT, CHUNK, RESERVE, PREFETCH, backend, [fp]), path)
     return path
 
 
@@ -190,3 +190,17 @@ def test_a_changed_file_is_one_warning_and_the_kernel(setup, tmp_path):
     warnings = [line for line in r.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "changed since the plan" in warnings[0], r.stderr
     assert "pager" not in rep  # nothing left to page: the kernel alone under the limit
+
+
+def test_a_plan_measured_for_the_pager_runs_there_unless_told(setup, tmp_path):
+    prog, f = setup
+    plan = _plan(tmp_path / "p.plan", f, backend="pager")
+    argv = ["--", str(prog), str(f), "2"]
+    make_cold([f])
+    r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), *argv])
+    assert r.returncode == 0 == rep["exit_status"], r.stderr
+    assert rep["pager"]["regions"] and "controller" not in rep
+    make_cold([f])
+    r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--backend", "kernel", *argv])
+    assert r.returncode == 0 == rep["exit_status"], r.stderr
+    assert "pager" not in rep and rep["controller"]["pinned_bytes"] > 0

@@ -173,17 +173,21 @@ def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
     assert "measured wall s under the limit" in r.stderr and "chosen:" in r.stderr
     plan = read_memory_plan(out)
     m = plan.validation["measured"]
-    assert set(m["total_s"]) == {"kernel", "half", "keep", "plan"}
+    kernel_side = {"kernel", "half", "keep", "plan"}
+    assert set(m["total_s"]) == kernel_side | {c + "+pager" for c in kernel_side - {"kernel"}}
     assert all(len(runs) == 1 for by in m["runs_s"].values() for runs in by.values())
     assert all(len(by) == len(traces) for by in m["runs_s"].values())
-    # the plan written is the variant chosen
+    # the plan written is the variant chosen, with the backend that applied it
     row = next(p for p in plan.files if p.path == str(f))
-    if m["chosen"] == "kernel":
+    variant, _, by_pager = m["chosen"].partition("+")
+    if variant == "kernel":
         assert plan.backend == "kernel" and "measured" in plan.note
-    elif m["chosen"] in ("keep", "half"):
-        assert plan.backend != "kernel" and not row.stream and plan.prefetch_chunks == 0
     else:
-        assert row.stream and plan.backend != "kernel"
+        assert plan.backend == ("pager" if by_pager else "kernel-advice")
+        if variant in ("keep", "half"):
+            assert not row.stream and plan.prefetch_chunks == 0
+        else:
+            assert row.stream
 
 
 def test_measured_choice_is_the_simplest_clear_winner():
@@ -194,3 +198,8 @@ def test_measured_choice_is_the_simplest_clear_winner():
     # clearly faster, and the simpler within the tie of the fastest
     assert choose({"kernel": 1.0, "half": 0.61, "keep": 0.60, "plan": 0.59}, 0.05, 0.05)[0] == "half"
     assert choose({"kernel": 1.0, "half": 0.9, "keep": 0.5, "plan": 0.6}, 0.05, 0.02)[0] == "keep"
+    # the pager only where it is clearly the faster: the kernel's page cache is the simpler
+    pager = {"half+pager": 0.3, "keep+pager": 0.31, "plan+pager": 0.32}
+    assert choose({"kernel": 1.0, "half": 0.8, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half+pager"
+    pager = {"half+pager": 0.59, "keep+pager": 0.9, "plan+pager": 0.9}
+    assert choose({"kernel": 1.0, "half": 0.6, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half"

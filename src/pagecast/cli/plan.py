@@ -531,17 +531,26 @@ def _memory_plan(args: argparse.Namespace) -> int:
 
 def _measure_memory(plan, recordings, rounds: int) -> tuple:
     """Time the memory plan's variants against the kernel alone under the limit."""
+    from pagecast.errors import PagecastError
+    from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
-    from pagecast.plan.memory_measure import CANDIDATES, measure_memory_plan
+    from pagecast.plan.memory_measure import CANDIDATES, KERNEL_CANDIDATES, measure_memory_plan
 
     def argv(plan_path: str | None, prog: list[str]) -> list[str]:
         with_plan = ["--plan", plan_path] if plan_path else []
         return [sys.executable, "-m", "pagecast", "run", "--memory", str(plan.limit_bytes), *with_plan, "--", *prog]
 
-    total = len(CANDIDATES) * len(recordings) * rounds
+    try:
+        probe()
+        no_pager = ""
+    except PagecastError as e:
+        no_pager = str(e)
+    if no_pager:
+        print(f"pagecast plan: the pager variants are not measured ({no_pager})", file=sys.stderr)
+    total = len(KERNEL_CANDIDATES if no_pager else CANDIDATES) * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
         cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1))
-        return measure_memory_plan(plan, recordings, cfg)
+        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager)
 
 
 def _show_memory(path: str, as_json: bool) -> int:

@@ -128,8 +128,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--backend",
         choices=("kernel", "pager"),
-        default="kernel",
-        help="--memory --plan: who applies the plan. kernel (default): a controller beside the program locks the "
+        default=None,
+        help="--memory --plan: who applies the plan (default: the plan's own choice, kernel unless "
+        "plan --memory --measure timed the pager faster). kernel: a controller beside the program locks the "
         "keep set in the page cache, pages streamed chunks out after use and prefetches with fadvise. pager: the "
         "program's mmaps of the plan's files are served by the userfaultfd pager (LD_PRELOAD) into a page budget of "
         "what the limit leaves after the plan's reserve, prefetch window and a margin: keep pages pinned, streamed "

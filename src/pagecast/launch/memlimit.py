@@ -116,14 +116,17 @@ def run_under_limit(
     *,
     warn: Callable[[str], None] = lambda s: None,
     stdout: Any = None,
-    backend: str = "kernel",
+    backend: str | None = None,
 ) -> MemoryRunReport:
     """``backend``: ``kernel`` (the controller, ``pagecast.live.memctl``) or ``pager`` (the
-    userfaultfd pager serving the plan's files, ``pagecast.launch.memlimit_pager``)."""
+    userfaultfd pager serving the plan's files, ``pagecast.launch.memlimit_pager``); None:
+    the plan's own (``pager`` for a plan whose measured stage chose it, else ``kernel``)."""
     if not cmd:
         raise PagecastError("no command given (usage: pagecast run --memory LIMIT [--plan P] -- CMD ARGS...)")
     limit = parse_limit(limit)
     plan = load_plan(plan_path, limit, warn) if plan_path else None
+    if backend is None:
+        backend = "pager" if plan is not None and plan.backend == "pager" else "kernel"
     warnings: list[str] = []
     with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
         env, pager = None, None

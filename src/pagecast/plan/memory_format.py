@@ -4,7 +4,7 @@ Written by ``pagecast plan --memory``, read by ``pagecast run --memory --plan`` 
 only: the live controller that applies it is Python). JSON, one object:
 
     {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": N, "chunk_bytes": N,
-     "reserve_bytes": N, "prefetch_chunks": N, "backend": "kernel-advice" | "kernel",
+     "reserve_bytes": N, "prefetch_chunks": N, "backend": "kernel-advice" | "pager" | "kernel",
      "room_bytes": N,
      "files": [{"path", "identity": {size, mtime_ns, ctime_ns, ino, dev},
                 "keep": [[first_chunk, nchunks], ...], "stream": [[first_chunk, nchunks], ...],
@@ -14,8 +14,10 @@ only: the live controller that applies it is Python). JSON, one object:
 Chunks are ``chunk_bytes`` pieces of a file (chunk c is bytes [c*chunk_bytes, (c+1)*chunk_bytes)).
 ``keep``: held for the whole run; ``stream``: evicted right after use; ``next``: the chunk
 usually used after a streamed one (what to prefetch ahead); ``room_bytes``: what the keep
-set leaves unlocked for the streamed part (absent in older plans: 0). ``backend`` ``kernel`` means the
-plan found nothing to gain over the kernel: the program runs under the limit, untouched.
+set leaves unlocked for the streamed part (absent in older plans: 0). ``backend``: who applies
+it by default (``kernel-advice``: the controller beside the program; ``pager``: the userfaultfd
+pager, where ``plan --measure`` timed it faster); ``kernel`` means the plan found nothing to
+gain over the kernel: the program runs under the limit, untouched.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pagecast.util.atomic import atomic_write_text
 
 FORMAT = "pagecast-memory-plan"
 VERSION = 1
-BACKENDS = ("kernel-advice", "kernel")
+BACKENDS = ("kernel-advice", "kernel", "pager")
 # share of a file's streamed chunks the plan must know a successor of for them to be followed
 # from outside (evicted after use, prefetched ahead): below it, paging out from outside
 # evicts what the program comes back to (measured: twice the reads on scattered reads)

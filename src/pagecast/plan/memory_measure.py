@@ -11,7 +11,11 @@ measured slower with a keep set the model said would read less). So, as for cold
 - ``kernel``: ``pagecast run --memory LIMIT`` (the program alone under the limit);
 - ``half``: the keep set halved (the less useful half streamed), locked only;
 - ``keep``: the keep set locked, nothing evicted or prefetched from outside;
-- ``plan``: the plan as built (keep, evict after use, prefetch).
+- ``plan``: the plan as built (keep, evict after use, prefetch);
+- ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
+  pager instead (page-sized faults into a budget: where the kernel reads a read-around
+  window for every scattered miss, the pager reads what is asked and what the plan names),
+  unless ``backends`` leaves it out (no userfaultfd on the machine).
 
 Every run starts cold (the plan's files), candidates interleaved in a seeded order per round,
 a candidate's time the sum over recordings of its median wall time. Eligible: faster than
@@ -32,7 +36,9 @@ from typing import Any, Sequence
 from pagecast.plan.measure import MeasureConfig, Recording, _timed_rounds, noise_of, tie_of
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
 
-CANDIDATES = ("kernel", "half", "keep", "plan")  # simplest first
+KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan")  # simplest first
+PAGER = "+pager"
+CANDIDATES = (*KERNEL_CANDIDATES, *(c + PAGER for c in KERNEL_CANDIDATES[1:]))
 
 
 def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
@@ -51,8 +57,15 @@ def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
     return dataclasses.replace(plan, files=files, prefetch_chunks=0)
 
 
-def variants(plan: MemoryPlan) -> dict[str, MemoryPlan | None]:
-    return {"kernel": None, "half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+def variants(plan: MemoryPlan, pager: bool = True) -> dict[str, MemoryPlan | None]:
+    out: dict[str, MemoryPlan | None] = {"kernel": None, "half": _keep_only(plan, 0.5), "keep": _keep_only(plan)}
+    out["plan"] = dataclasses.replace(plan, backend="kernel-advice")
+    if pager:
+        for name in KERNEL_CANDIDATES[1:]:
+            p = out[name]
+            assert p is not None
+            out[name + PAGER] = dataclasses.replace(p, backend="pager")
+    return out
 
 
 @dataclass
@@ -94,10 +107,11 @@ def choose(totals: dict[str, float], noise: float, tie: float) -> tuple[str, str
 
 
 def measure_memory_plan(
-    plan: MemoryPlan, recordings: Sequence[Recording], cfg: MeasureConfig
+    plan: MemoryPlan, recordings: Sequence[Recording], cfg: MeasureConfig, pager: bool = True
 ) -> tuple[MemoryPlan, MemoryMeasured]:
-    """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``)."""
-    cands = variants(plan)
+    """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``);
+    ``pager``: whether the pager variants are timed too."""
+    cands = variants(plan, pager)
     work = Path(tempfile.mkdtemp(prefix="pagecast-memmeasure-"))
     try:
         no_plan = work / "kernel.plan"  # never written: ``launch_argv`` is given None for it
