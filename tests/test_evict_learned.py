@@ -99,10 +99,16 @@ def test_train_and_simulate_commands(tmp_path):
     runs = [write_trace(tmp_path / f"r{k}.parquet", _run(k)[:2000]) for k in range(2)]
     model = tmp_path / "ev.pt"
     py = [sys.executable, "-m", "pagecast"]
-    r = subprocess.run([*py, "train", "--target", "eviction", *map(str, runs), "-o", str(model), "--epochs", "1"],
-                       capture_output=True, text=True)  # fmt: skip
+    r = subprocess.run([*py, "train", "--target", "eviction", *map(str, runs), "-o", str(model), "--epochs", "1",
+                        "--eviction-capacities", "0.2,0.4"], capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert model.exists()
+    from pagecast.learn.eviction import EvictionModel
+
+    assert EvictionModel.load(model).info.config.capacities == (0.2, 0.4)
+    assert [row[0] for row in EvictionModel.load(model).info.replay] == [0.2, 0.4]
+    r = subprocess.run([*py, "train", "--target", "eviction", str(runs[0]), "-o", str(tmp_path / "x.pt"),
+                        "--eviction-capacities", "0.2,2"], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "--eviction-capacities" in r.stderr
     r = subprocess.run([*py, "simulate", str(runs[1]), "--capacity", "50%", "--eviction", f"learned:model={model}"],
                        capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
