@@ -129,3 +129,13 @@ def test_gym_play_and_eval_take_learned_and_reuse_end_to_end(runs, tmp_path, cap
     assert rows[spec]["time_ms"] < rows["all-slow"]["time_ms"]
     assert main(["gym", "play", pair, "--baseline", "evict:clock"]) == 2
     assert "only keyed evictions and lru" in capsys.readouterr().err
+
+
+def test_sticky_placements_move_less_and_finish_sooner(runs):
+    from pagecast.gym.baselines import make_eviction
+
+    env = TieredPlacementEnv([runs[0]], CFG)
+    fresh = run_episode(env, make_eviction("min", sticky=0.0))
+    sticky = run_episode(env, make_eviction("min"))
+    assert sticky["migration_ns"] < 0.75 * fresh["migration_ns"]
+    assert sticky["total_ns"] < fresh["total_ns"]
