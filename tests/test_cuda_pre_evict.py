@@ -115,3 +115,58 @@ def test_cuda_run_pre_evict_plan_cli_driver_double(libs, tmp_path, monkeypatch, 
     argv[3] = str(tmp_path / "p.txt")
     assert main(argv) != 0
     assert "pre-eviction plan" in capsys.readouterr().err
+
+
+def _managed_run(path, seed: int):
+    """A recording of a program over one managed allocation of 256 pages: a hot set of 24
+    pages it keeps coming back to, between pages of a scan each used once (pages 64-255)."""
+    from sim_helpers import write_trace
+
+    rng = np.random.default_rng(seed)
+    hot = rng.permutation(24)
+    pages: list[int] = []
+    for k in range(192):
+        pages += [int(hot[(3 * k + j) % 24]) for j in range(3)] + [64 + k]
+    regions = [Region(0, "managed#0", "managed", order=0, length=256 * PAGE)]
+    return write_trace(path, pages, regions=regions)
+
+
+def test_pre_evict_plan_from_a_model_cli_driver_double(libs, tmp_path, monkeypatch, capsys):
+    # at 16 pages LRU lets the scan push the hot set out and MIN keeps most of it; the plan
+    # from a learned eviction names the scan's pages (used once) after their use; the
+    # injector sends exactly the plan's pages to the host before the first launch
+    from pagecast.cli import main
+    from pagecast.cuda.injector import pre_evict_from_model
+    from pagecast.learn.eviction import EvictionModel, EvictionTrainConfig, read_run, train_eviction
+
+    runs = [_managed_run(tmp_path / f"r{s}.parquet", s) for s in (1, 2, 3)]
+    model = tmp_path / "ev.pt"
+    train_eviction(runs[:2], model, EvictionTrainConfig(capacities=(0.05, 0.1), rows_per_case=2000))
+    plan = pre_evict_from_model(model, runs[2], 16)
+    # independent reference: the model's score at each page's last access, below 0.5
+    d = read_run(runs[2])
+    p = EvictionModel.load(model).scores(d, 16)
+    last = {int(pg): i for i, pg in enumerate(d["page"])}
+    expect = sorted(pg for pg, i in last.items() if p[i] < 0.5)
+    assert sorted(plan.page.tolist()) == expect
+    assert len(set(expect) & set(range(64, 256))) >= 150
+    from pagecast.cuda.injector import replay_schedule
+    from pagecast.trace.schedule import write_schedule
+
+    monkeypatch.setenv("PAGECAST_CUDA_DRIVER", str(libs.double))
+    monkeypatch.setenv("PAGECAST_TEST_DOUBLE_LOG", str(tmp_path / "double.log"))
+    write_schedule(tmp_path / "s.parquet", replay_schedule(runs[2]))
+    head = ["cuda", "run", "--schedule", str(tmp_path / "s.parquet"), "--pre-evict", str(model)]
+    rest = ["--pre-evict-capacity", "16", "--out-dir", str(tmp_path / "run"), "--poll-ms", "20", "--json", "--"]
+    rest += [str(libs.client), "resolve", "gpa2", "managed", str(256 * PAGE), "sleep", "400", "launch"]
+    assert main([*head, "--trace", str(runs[2]), *rest]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["evict_pages"] == len(expect) and summary["pre_evict_capacity_pages"] == 16
+    (st,) = summary["api"]["injector"].values()
+    assert st["evict_bytes"] == len(expect) * PAGE
+    log = [ln.split() for ln in (tmp_path / "double.log").read_text().splitlines()]
+    host = [dict(kv.split("=", 1) for kv in ln[1:]) for ln in log if ln[0] == "cuMemPrefetchAsync_v2"]
+    assert sum(int(c["bytes"]) for c in host if c["loc_type"] == str(LOC_HOST)) == len(expect) * PAGE
+    # without a recording to play the model on: one line, no traceback
+    assert main([*head, *rest]) != 0
+    assert "needs a previous recording" in capsys.readouterr().err

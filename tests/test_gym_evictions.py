@@ -85,3 +85,57 @@ def test_reuse_and_learned_baselines_beside_hottest_and_oracle(runs, tmp_path):
         run_episode(env, make_baseline("evict:clock"))
     with pytest.raises(PagecastError, match="unknown baseline"):
         make_baseline("nope")
+
+
+def test_lru_keys_are_each_chunks_latest_access(runs):
+    env = TieredPlacementEnv([runs[0]], CFG)
+    keys, touched = eviction_window_keys("lru", env.ep, CFG.n_chunks, WIN)
+    chunk = _chunks(runs[0][0], CFG.n_chunks)
+    for w in (1, 8, 19):
+        start = w * WIN.size
+        for c in np.flatnonzero(touched[w]):
+            assert keys[w, c] == -np.flatnonzero(chunk[:start] == c)[-1]
+
+
+def test_baseline_lists_keep_eviction_options_together():
+    from pagecast.gym.baselines import split_baselines
+
+    assert split_baselines("all-slow,evict:learned:model=ev.pt,levels=1,hottest-last,evict:min") == [
+        "all-slow",
+        "evict:learned:model=ev.pt,levels=1",
+        "hottest-last",
+        "evict:min",
+    ]
+    assert split_baselines("evict:reuse:trace=a.parquet,,random") == ["evict:reuse:trace=a.parquet", "random"]
+
+
+def test_gym_play_and_eval_take_learned_and_reuse_end_to_end(runs, tmp_path, capsys):
+    from pagecast.cli import main
+
+    model = tmp_path / "ev.pt"
+    train_eviction([runs[1][0]], model, EvictionTrainConfig(capacities=(0.2, 0.3), rows_per_case=4000, epochs=2))
+    pair = ",".join(runs[0])
+    assert main(["gym", "play", pair, "--baseline", f"evict:learned:model={model}", "--every", "100",
+                 "--chunks", "16", "--capacity", "0.25", "--window", "1000"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "window 24/24" in out and "so far: simulated" in out
+    spec = f"evict:learned:model={model},levels=1"
+    assert main(["gym", "eval", pair, "--json", "--chunks", "16", "--capacity", "0.25", "--window", "1000",
+                 "--baselines", f"all-slow,{spec},evict:reuse:trace={runs[1][0]},evict:lru"]) == 0  # fmt: skip
+    import json
+
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["per_trace"]}
+    assert set(rows) == {"all-slow", spec, f"evict:reuse:trace={runs[1][0]}", "evict:lru", "all-fast bound"}
+    assert rows[spec]["time_ms"] < rows["all-slow"]["time_ms"]
+    assert main(["gym", "play", pair, "--baseline", "evict:clock"]) == 2
+    assert "only keyed evictions and lru" in capsys.readouterr().err
+
+
+def test_sticky_placements_move_less_and_finish_sooner(runs):
+    from pagecast.gym.baselines import make_eviction
+
+    env = TieredPlacementEnv([runs[0]], CFG)
+    fresh = run_episode(env, make_eviction("min", sticky=0.0))
+    sticky = run_episode(env, make_eviction("min"))
+    assert sticky["migration_ns"] < 0.75 * fresh["migration_ns"]
+    assert sticky["total_ns"] < fresh["total_ns"]

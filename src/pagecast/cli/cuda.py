@@ -42,7 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument(
         "--model", help="trained model; its schedule is predicted from --trace (or from a recording made first)"
     )
-    u.add_argument("--trace", help="with --model: a previous recording of the program to predict from")
+    u.add_argument(
+        "--trace", help="with --model or --pre-evict MODEL: a previous recording of the program to predict from"
+    )
     u.add_argument("--top-k", type=int, default=10, help="with --model: pages predicted per fault (default 10)")
     u.add_argument(
         "--out-dir",
@@ -64,7 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--pre-evict",
         metavar="PLAN",
         help="schedule (.parquet) of pages to move to the host ahead of need (cuMemPrefetchAsync to the CPU, "
-        "issued before the prefetches)",
+        "issued before the prefetches), or an eviction model (.pt, pagecast train --target eviction) whose plan "
+        "comes from --trace: pages whose last access there it scores as not kept",
+    )
+    u.add_argument(
+        "--pre-evict-capacity",
+        default="50%",
+        help="with --pre-evict MODEL: the GPU memory the model plays, pages, a size (4GiB) or a share of "
+        "the recording's distinct pages (default 50%%)",
     )
     add_json_flag(u)
     u.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
@@ -136,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         record=args.record,
         repeat=args.repeat,
         pre_evict=args.pre_evict,
+        pre_evict_capacity=args.pre_evict_capacity,
         json_out=args.json,
     )
 

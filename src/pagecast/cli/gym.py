@@ -12,6 +12,15 @@ from pagecast.cli._options import add_deprecated_alias
 from pagecast.errors import PagecastError
 
 POLICIES = ["all-slow", "all-fast", "random", "hottest-last", "oracle-next"]
+
+
+def _baseline_name(text: str) -> str:
+    """A baseline of ``POLICIES`` or ``evict:SPEC`` (the spec is checked when it is built)."""
+    if text in POLICIES or (text.startswith("evict:") and len(text) > len("evict:")):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(POLICIES)} or evict:SPEC)")
+
+
 ARCHS = ["chunkwise", "mlp"]  # the PPO agent's network (gym train --arch)
 
 
@@ -112,10 +121,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument(
         "--baseline",
         default="hottest-last",
-        choices=POLICIES,
-        help="the placement baseline to play (default %(default)s)",
+        type=_baseline_name,
+        metavar="NAME",
+        help=f"the placement baseline to play: {', '.join(POLICIES)} or evict:SPEC, a keyed eviction "
+        "(evict:learned:model=ev.pt, evict:reuse:trace=T.parquet, evict:min, evict:lru) (default %(default)s)",
     )
-    add_deprecated_alias(pl, "--policy", "--baseline", "baseline", choices=POLICIES)
+    add_deprecated_alias(pl, "--policy", "--baseline", "baseline", type=_baseline_name)
     pl.add_argument("--every", type=int, default=1, help="render every N-th window")
     _env_args(pl)
     pl.set_defaults(func=run_play)
@@ -257,8 +268,9 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from pagecast.gym.agent import evaluate, load_agent
+    from pagecast.gym.baselines import split_baselines
 
-    policies = [p for p in args.baselines.split(",") if p]
+    policies = split_baselines(args.baselines)
     bad = [p for p in policies if p not in POLICIES and not p.startswith("evict:")]
     if bad:
         raise PagecastError(f"unknown policies {bad} (valid: {', '.join(POLICIES)})")
@@ -272,11 +284,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_play(args: argparse.Namespace) -> int:
-    from pagecast.gym.baselines import BASELINES, to_action
+    from pagecast.gym.baselines import make_baseline, to_action
     from pagecast.gym.env import TieredPlacementEnv
 
+    policy = make_baseline(args.baseline)
     env = TieredPlacementEnv(parse_trace_specs([args.trace]), _env_config(args), render_mode="ansi")
-    policy = BASELINES[args.baseline]()
     obs, _ = env.reset(seed=0)
     done = False
     while not done:

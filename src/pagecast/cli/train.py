@@ -34,7 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.pt)")
     p.add_argument("--model", choices=("lstm", "transformer"), default="lstm", help="architecture (default: lstm)")
-    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (default: 20; --target eviction: 6)")
+    p.add_argument(
+        "--eviction-capacities",
+        default=None,
+        metavar="F,F,...",
+        help="--target eviction: fractions of each run's distinct pages whose MIN decisions label it "
+        "(default 0.3,0.5,0.6,0.75,0.9); include the capacity the model will play at",
+    )
+    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (default: 20; --target eviction: 4)")
     p.add_argument(
         "--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)"
     )
@@ -136,6 +143,16 @@ def _run_eviction(args: argparse.Namespace) -> int:
     from pagecast.learn.eviction import EvictionTrainConfig, train_eviction
 
     cfg = EvictionTrainConfig(seed=args.seed, threads=args.threads, lr=args.lr)
+    if args.eviction_capacities is not None:
+        try:
+            caps = tuple(float(c) for c in args.eviction_capacities.split(",") if c.strip())
+        except ValueError:
+            raise PagecastError(
+                f"--eviction-capacities: not a list of fractions: {args.eviction_capacities!r}"
+            ) from None
+        if not caps or not all(0 < c <= 1 for c in caps):
+            raise PagecastError("--eviction-capacities: fractions in (0, 1], e.g. 0.125,0.25")
+        cfg.capacities = caps
     if args.epochs is not None:
         if args.epochs < 1:
             raise PagecastError("--epochs must be at least 1")

@@ -124,6 +124,46 @@ def write_prefetch_file(
     return stats
 
 
+def pre_evict_from_model(
+    model: str | Path, trace: str | Path, capacity: int | str = "50%", threshold: float = 0.5
+) -> Schedule:
+    """A pre-eviction plan from a learned eviction (``pagecast train --target eviction``)
+    played over a previous recording of the program, in DeepUM's manner (evict what is not
+    needed soon): every access of the recording is scored at the GPU's ``capacity`` (pages,
+    or a size or share of the recording's distinct pages, as ``simulate --capacity``), in
+    one batch as the simulator's ``learned`` eviction does, and each page whose *last*
+    access there scores below ``threshold`` (MIN would not keep it until a next use) is
+    named once, triggered at that access. Rows keep the recording's region ids and regions,
+    so the injector names allocations by their creation order."""
+    from pagecast.learn.eviction import EvictionModel, dense_ids, read_run
+    from pagecast.sim.simulate import resolve_capacity
+    from pagecast.trace import open_trace
+
+    if not 0 < threshold < 1:
+        raise PagecastError(f"pre-eviction threshold must be in (0, 1), not {threshold}")
+    m = EvictionModel.load(model)
+    d = read_run(trace)
+    cap = resolve_capacity(capacity, trace)
+    p = m.scores(d, cap)
+    ids, n_ids = dense_ids(d["region"], d["page"])
+    last = np.full(n_ids, -1, np.int64)
+    last[ids] = np.arange(len(ids))  # later rows overwrite: each page's last access
+    rows = np.sort(last[p[last] < threshold])
+    return Schedule(
+        rows,
+        d["t"][rows],
+        d["region"][rows],
+        d["page"][rows],
+        1.0 - p[rows],
+        regions=open_trace(trace).regions,
+        meta={"kind": "pre-evict", "model": str(model), "from": str(trace), "capacity_pages": int(cap)},
+    )
+
+
+def _is_eviction_model(path: Schedule | str | Path) -> bool:
+    return not isinstance(path, Schedule) and Path(path).suffix.lower() in (".pt", ".pth")
+
+
 def _load_schedule(schedule: Schedule | str | Path) -> Schedule | Path:
     if isinstance(schedule, Schedule):
         return schedule
@@ -158,6 +198,7 @@ def run_cuda_summary(
     record: bool = False,
     repeat: bool = False,
     pre_evict: Schedule | str | Path | None = None,
+    pre_evict_capacity: int | str = "50%",
     json_out: bool = False,
 ) -> tuple[int, dict[str, Any]]:
     """Run ``cmd`` with the prefetch injector: (the program's exit status, the summary).
@@ -169,7 +210,9 @@ def run_cuda_summary(
     With ``record=True`` the injected run is recorded too (CUPTI; needs a GPU); with
     ``repeat=True`` the pages are prefetched again before every kernel launch.
     ``pre_evict``: a Schedule or schedule file of pages to send to the host ahead of need
-    (``evict`` lines, issued before the prefetches; not with a ready predictions file).
+    (``evict`` lines, issued before the prefetches; not with a ready predictions file),
+    or an eviction model (``.pt``): its plan comes from ``trace`` at the GPU capacity
+    ``pre_evict_capacity`` (``pre_evict_from_model``).
     ``json_out``: the program's stdout goes to stderr.
     Files: ``out_dir/prefetch.txt``, the interposer's metrics/timeline/injector stats.
     """
@@ -200,6 +243,11 @@ def run_cuda_summary(
 
             regions = open_trace(trace).regions
     loaded = _load_schedule(schedule)
+    if pre_evict is not None and _is_eviction_model(pre_evict):
+        if trace is None:
+            raise PagecastError("a pre-eviction model needs a previous recording of the program (--trace)")
+        pre_evict = pre_evict_from_model(pre_evict, trace, pre_evict_capacity)
+        info["pre_evict_capacity_pages"] = pre_evict.meta["capacity_pages"]
     evict = _load_schedule(pre_evict) if pre_evict is not None else None
     if isinstance(evict, Path) or (evict is not None and isinstance(loaded, Path)):
         raise PagecastError(

@@ -77,37 +77,56 @@ def _chunk_keys_at_windows(nb_key, eparams, chunk, given, bounds, n_chunks):
     return out, touched
 
 
+@njit(cache=True)
+def _recency_key(eparams, gi, given, prev, demand):
+    # LRU as a key: the chunk touched longest ago has the largest key
+    return -gi
+
+
 def eviction_window_keys(spec: str, ep: Episode, n_chunks: int, window) -> tuple[np.ndarray, np.ndarray]:
     """An eviction of the registry (a keyed one: ``min``, ``lfu``, ``reuse:trace=…``,
-    ``learned:model=…``) run over the episode's trace at the fast tier's capacity: each
-    chunk's key at every window start, and which chunks were touched by then."""
+    ``learned:model=…``; or ``lru``, whose recency order is a key too) run over the
+    episode's trace at the fast tier's capacity: each chunk's key at every window start,
+    and which chunks were touched by then."""
     from pagecast.sim.engine import INF, next_use_backward
     from pagecast.sim.simulate import ahead_values, resolve_eviction
     from pagecast.trace.demand import as_trace
 
     ev = resolve_eviction(spec)
-    if ev.structure != "keyed" or ev.nb_key is None:
-        raise PagecastError(f"gym baseline evict:{spec}: only keyed evictions rank chunks (min, lfu, reuse, learned)")
+    lru = ev.structure == "lru"
+    if not lru and (ev.structure != "keyed" or ev.nb_key is None):
+        raise PagecastError(
+            f"gym baseline evict:{spec}: only keyed evictions and lru rank chunks (lru, min, lfu, reuse, learned)"
+        )
     if not ep.source:
         raise PagecastError(f"gym baseline evict:{spec}: episode {ep.name!r} has no trace file to read")
     d = load_demand(ep.source)
     units, inverse = _touched_pages(d.region, d.page)
     # the chunks of ``Windows.chunked``: touched pages in key order, cut into equal runs
     chunk = (inverse * n_chunks) // max(len(units), 1)
-    if ev.uses_next_use:
+    if lru:
+        given = np.zeros(len(chunk), np.int64)
+    elif ev.uses_next_use:
         given = np.empty(len(chunk), np.int64)
         next_use_backward(np.full(n_chunks, INF, np.int64), chunk, 0, given)
     else:
         given = ahead_values(ev, as_trace(ep.source), ep.capacity_pages)
     if len(given) != len(chunk):
         raise PagecastError(f"{ep.source}: {len(given)} demand rows for the eviction, {len(chunk)} for the windows")
-    return _chunk_keys_at_windows(type(ev).nb_key, ev.params(), chunk, given, _boundaries(d, window), n_chunks)
+    kernel = _recency_key if lru else type(ev).nb_key
+    return _chunk_keys_at_windows(kernel, ev.params(), chunk, given, _boundaries(d, window), n_chunks)
 
 
-def make_eviction(spec: str) -> Policy:
+STICKY = 0.25  # share of the chunks a resident chunk may rank behind and still stay
+
+
+def make_eviction(spec: str, sticky: float = STICKY) -> Policy:
     """A keyed eviction as a placement: in each window the fast tier holds the touched
     chunks it would keep (smallest keys first), filled to the capacity; causal as the
-    eviction is (``min`` knows the future, the others do not)."""
+    eviction is (``min`` knows the future, the others do not). A resident chunk ranks
+    ``sticky`` × chunks places higher than its key says: an eviction reorders chunks at
+    every access, and moving a chunk in for one window and out the next costs two
+    migrations for one window's gain (0: the keys' order alone)."""
     cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def evict_policy(env: TieredPlacementEnv, obs: np.ndarray) -> np.ndarray:
@@ -118,6 +137,7 @@ def make_eviction(spec: str) -> Policy:
         k, seen = keys[env.t], touched[env.t]
         rank = np.empty(len(k), np.float64)
         rank[np.lexsort((np.arange(len(k)), k))] = np.arange(len(k), 0, -1)
+        rank += sticky * len(k) * env.resident
         return fill(env, np.where(seen, rank, 0.0))
 
     return evict_policy
@@ -130,6 +150,20 @@ def make_baseline(name: str) -> Policy:
     if name.startswith("evict:"):
         return make_eviction(name[len("evict:") :])
     raise PagecastError(f"unknown baseline {name!r} ({', '.join(BASELINES)} or evict:SPEC)")
+
+
+def split_baselines(text: str) -> list[str]:
+    """A comma-separated baseline list; a piece ``k=v`` without a ``:`` continues the
+    eviction spec before it, so ``evict:learned:model=ev.pt,levels=1,hottest-last`` is two."""
+    out: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        if out and out[-1].startswith("evict:") and "=" in piece and ":" not in piece.split("=", 1)[0]:
+            out[-1] += "," + piece
+        else:
+            out.append(piece)
+    return out
 
 
 def to_action(env: TieredPlacementEnv, target: np.ndarray) -> np.ndarray:

@@ -15,9 +15,15 @@ prior. A small network learns P(friendly) from the prior (page, chunk, whether t
 table knows the page) and from what is known at the access: the page's recency, its
 stack distance (distinct pages since its last use) and its previous one, both relative
 to the capacity, its use count, its previous reuse interval, the delta from the
-previous page of its region, whether it writes. The prior of each training run comes
-from the *other* training runs (cross-fitting), so the network learns how far a prior
-from another run can be trusted, not to copy a label.
+previous page of its region, whether it writes; and, in-run, what carries across inputs
+when the pages MIN keeps differ from run to run (a mixture-of-experts reader routes
+each prompt to other experts): the run's progress and the row the page was first seen,
+both in units of a training run's length, its chunk's visits so far, the chunk's
+recency in units of its own previous revisit interval, its visits decayed per
+capacity's worth of rows (an LRFU score), and the share of first uses among recent
+rows. The prior of each training run comes from the *other* training runs
+(cross-fitting), so the network learns how far a prior from another run can be
+trusted, not to copy a label.
 
 Inference is batched ahead of time: ``EvictionModel.scores`` scores every access of a
 trace before the simulation and ``keys_from_scores`` turns the score into the key the
@@ -52,12 +58,15 @@ _configure_jit_cache()
 
 EVICTION_FORMAT = "pagecast-eviction-model"
 N_BASE = 8  # features of the access (``_features``)
-N_FEATURES = N_BASE + 3  # + the page's prior, whether the table knows the page, the chunk's prior
+N_ONLINE = 6  # in-run features of the page's object and of the run so far (``_online_features``)
+N_FEATURES = N_BASE + N_ONLINE + 3  # + the page's prior, whether the table knows the page, the chunk's prior
 NEVER = np.iinfo(np.int64).max // 4
 PRIOR_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # capacities of the MIN table
 CHUNK_SHIFT = 6  # a chunk: 64 pages of a region
+VISIT_GAP = 1 << CHUNK_SHIFT  # rows without the chunk after which its next access starts a new visit
 PAGE_BITS = 31  # a stable page key: region hash << PAGE_BITS | page
 UNKNOWN = 0.5  # the share of a page the table does not know
+TRUST_MARGIN = 0.002  # the model plays only where its replay beat LRU by this share of LRU's faults
 
 
 @dataclass
@@ -86,6 +95,7 @@ class EvictionModelInfo:
     # per training capacity: [fraction, LRU's faults, the model's faults] replayed on the
     # training runs with the cross-fitted prior (``_replay``)
     replay: list[list[float]] = field(default_factory=list)
+    run_rows: float = 0.0  # mean rows of the training runs: the unit of the progress features
 
 
 # --- the stream -----------------------------------------------------------------------
@@ -239,9 +249,64 @@ def _features(ids, region, page, write, n_ids, cap, out):
             j += j & -j
 
 
-def features(d: dict[str, np.ndarray], ids: np.ndarray, n_ids: int, cap: int) -> np.ndarray:
-    out = np.empty((len(ids), N_BASE), np.float32)
+@njit(cache=True)
+def _online_features(ids, n_ids, cids, n_chunks, cap, scale, out):
+    """Per row, from the past only: the run's progress and the page's first sight in run
+    lengths (``scale``: a training run's rows), its chunk's visits so far, the chunk's
+    recency in units of its own previous revisit interval, its visits decayed with a
+    half-life of ``cap`` rows (LRFU), and the share of first uses among recent rows."""
+    n = len(ids)
+    first = np.full(n_ids, -1, np.int64)
+    c_last = np.full(n_chunks, -1, np.int64)
+    c_entry = np.full(n_chunks, -1, np.int64)
+    c_interval = np.full(n_chunks, -1, np.int64)
+    c_visits = np.zeros(n_chunks, np.int64)
+    c_freq = np.zeros(n_chunks, np.float64)
+    c_freq_t = np.zeros(n_chunks, np.int64)
+    half = float(max(cap, 1))
+    inv_scale = 1.0 / max(scale, 1.0)
+    novel = 0.0  # exponentially weighted share of first uses, time constant cap rows
+    alpha = 1.0 / half
+    for i in range(n):
+        s = ids[i]
+        c = cids[i]
+        if first[s] < 0:
+            first[s] = i
+            novel += alpha * (1.0 - novel)
+        else:
+            novel -= alpha * novel
+        out[i, 0] = min(i * inv_scale, 2.0) / 2.0
+        out[i, 1] = min(first[s] * inv_scale, 2.0) / 2.0
+        if c_last[c] < 0 or i - c_last[c] > VISIT_GAP:  # a new visit of the chunk
+            if c_entry[c] >= 0:
+                c_interval[c] = i - c_entry[c]
+            c_entry[c] = i
+            c_visits[c] += 1
+            c_freq[c] = c_freq[c] * 2.0 ** (-(i - c_freq_t[c]) / half) + 1.0
+            c_freq_t[c] = i
+        c_last[c] = i
+        out[i, 2] = math.log2(1.0 + c_visits[c]) / 4.0
+        if c_interval[c] > 0:
+            r = math.log2((i - c_entry[c] + 1.0) / c_interval[c])
+            out[i, 3] = max(-4.0, min(4.0, r)) / 4.0
+        else:
+            out[i, 3] = 1.0
+        out[i, 4] = math.log2(1.0 + c_freq[c]) / 4.0
+        out[i, 5] = novel
+
+
+def features(
+    d: dict[str, np.ndarray], ids: np.ndarray, n_ids: int, cap: int, scale: float = 0.0, keys=None
+) -> np.ndarray:
+    out = np.zeros((len(ids), N_BASE + N_ONLINE), np.float32)
     _features(ids, d["region"].astype(np.int64), d["page"].astype(np.int64), d["write"], n_ids, int(cap), out)
+    ck = chunk_keys(stable_keys(d) if keys is None else keys)
+    _, cids = np.unique(ck, return_inverse=True)
+    on = np.empty((len(ids), N_ONLINE), np.float32)
+    n_chunks = int(cids.max()) + 1 if len(cids) else 1
+    # a model always carries its training runs' length; the run's own only when features are inspected alone
+    _online_features(ids, n_ids, cids.astype(np.int64), n_chunks, int(cap), float(scale or len(ids)), on)
+    out[:, N_BASE:] = on
     return out
 
 
@@ -336,12 +401,17 @@ def _load_run(path: str | Path) -> _Run:
     )
 
 
-def _inputs(d, keys, ids, n_ids, cap, pages: MinTable, chunks: MinTable) -> np.ndarray:
+def _inputs(d, keys, ids, n_ids, cap, pages: MinTable, chunks: MinTable, scale: float = 0.0) -> np.ndarray:
     x = np.empty((len(ids), N_FEATURES), np.float32)
-    x[:, :N_BASE] = features(d, ids, n_ids, cap)
-    x[:, N_BASE], x[:, N_BASE + 1] = pages.share(keys, cap)
-    x[:, N_BASE + 2] = chunks.share(chunk_keys(keys), cap)[0]
+    nb = N_BASE + N_ONLINE
+    x[:, :nb] = features(d, ids, n_ids, cap, scale, keys)
+    x[:, nb], x[:, nb + 1] = pages.share(keys, cap)
+    x[:, nb + 2] = chunks.share(chunk_keys(keys), cap)[0]
     return x
+
+
+def _run_rows(runs: list[_Run]) -> float:
+    return float(np.mean([len(r.ids) for r in runs]))
 
 
 def _cases(runs: list[_Run], cfg: EvictionTrainConfig, rng: np.random.Generator):
@@ -358,7 +428,7 @@ def _cases(runs: list[_Run], cfg: EvictionTrainConfig, rng: np.random.Generator)
             keep = np.flatnonzero(r.mask)
             if len(keep) > cfg.rows_per_case:
                 keep = np.sort(rng.choice(keep, cfg.rows_per_case, replace=False))
-            x = _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks)
+            x = _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks, _run_rows(runs))
             xs.append(x[keep])
             ys.append(y[keep].astype(np.float32))
     return np.concatenate(xs), np.concatenate(ys)
@@ -387,7 +457,7 @@ def _replay(net, runs: list[_Run], cfg: EvictionTrainConfig) -> list[list[float]
             pages = MinTable.merge([o.pages for o in others])
             chunks = MinTable.merge([o.chunks for o in others])
             cap = max(1, int(round(r.n_ids * frac)))
-            p = _scores(net, _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks))
+            p = _scores(net, _inputs(r.d, r.keys, r.ids, r.n_ids, cap, pages, chunks, _run_rows(runs)))
             keys = keys_from_scores(p, 0.5, cfg.levels)
             n = len(r.ids)
             lru += n - int(min_hits(r.ids, -np.arange(n, dtype=np.int64), r.n_ids, cap).sum())
@@ -455,7 +525,9 @@ def train_eviction(
         acc = float(((net(x)[:, 0] > 0).float() == y).float().mean())
     pages = MinTable.merge([r.pages for r in loaded])
     chunks = MinTable.merge([r.chunks for r in loaded])
-    info = EvictionModelInfo(cfg, [str(r) for r in runs], int(len(y)), acc, None, history, _replay(net, loaded, cfg))
+    info = EvictionModelInfo(
+        cfg, [str(r) for r in runs], int(len(y)), acc, None, history, _replay(net, loaded, cfg), _run_rows(loaded)
+    )
     model = EvictionModel(net, info)
     model.pages, model.chunks = pages, chunks
     if validate:
@@ -489,7 +561,7 @@ class EvictionModel:
         }
         blob = {
             "format": EVICTION_FORMAT,
-            "version": 2,
+            "version": 3,
             "state": self.net.state_dict(),
             "tables": tables,
             "info": {**asdict(self.info), "config": asdict(self.info.config)},
@@ -509,7 +581,7 @@ class EvictionModel:
             raise PagecastError(f"{path}: not a model file ({type(e).__name__})") from None
         if not isinstance(blob, dict) or blob.get("format") != EVICTION_FORMAT:
             raise PagecastError(f"{path}: not an eviction model (train one with pagecast train --target eviction)")
-        if blob.get("version") != 2:
+        if blob.get("version") != 3:
             raise PagecastError(f"{path}: an eviction model of an older version: train it again")
         info = dict(blob["info"])
         c = dict(info.pop("config"))
@@ -531,16 +603,19 @@ class EvictionModel:
         if not self.trusted(cap):
             return np.ones(len(d["page"]), np.float32)
         ids, n_ids = dense_ids(d["region"], d["page"])
-        return _scores(self.net, _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks))
+        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks, self.info.run_rows)
+        return _scores(self.net, x)
 
     def trusted(self, cap: int) -> bool:
         """Whether the model beat LRU on its training runs at the training capacity
-        nearest to ``cap`` (relative to the training runs' distinct pages)."""
+        nearest to ``cap`` (relative to the training runs' distinct pages) by more than
+        ``TRUST_MARGIN`` of LRU's faults: a smaller gain there is a page or two of an
+        in-sample replay, and on another run the model's other choices can cost more."""
         if not self.info.replay:
             return True
         frac = cap / max(self.pages.pages, 1.0)
         _, lru, model = min(self.info.replay, key=lambda r: abs(r[0] - frac))
-        return model < lru
+        return model < lru * (1.0 - TRUST_MARGIN)
 
     def prior(self, d: dict[str, np.ndarray], cap: int) -> np.ndarray:
         """The MIN table's share for every demand row alone (the network left out)."""
@@ -558,7 +633,7 @@ class EvictionModel:
         cap = max(1, int(round(n_ids * frac)))
         y, nu = min_labels(ids, n_ids, cap)
         mask = nu != np.arange(1, len(ids) + 1)
-        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks)
+        x = _inputs(d, stable_keys(d), ids, n_ids, cap, self.pages, self.chunks, self.info.run_rows)
         pred = _scores(self.net, x)[mask] >= 0.5  # the network's, trusted or not
         lab = y[mask].astype(bool)
         return np.array([[np.sum(~lab & ~pred), np.sum(~lab & pred)], [np.sum(lab & ~pred), np.sum(lab & pred)]])
