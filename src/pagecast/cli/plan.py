@@ -519,14 +519,21 @@ def _memory_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
     else:
-        followed = plan.followed_bytes()
-        stream = (f"evict after use and prefetch {followed >> 20} MiB in {plan.chunk_bytes >> 10} KiB chunks, "
-                  f"{plan.prefetch_chunks} ahead, the rest" if followed else "the rest")  # fmt: skip
-        print(
-            f"{args.output}: memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, "
-            f"{stream} left to the kernel (backend {plan.backend}{': ' + plan.note if plan.note else ''})"
-        )
+        print(f"{args.output}: {_memory_summary(plan)}")
     return 0
+
+
+def _memory_summary(plan) -> str:
+    """One line: what the plan keeps, follows from outside and leaves, and who applies it."""
+    followed = plan.followed_bytes()
+    stream = (f"evict after use and prefetch {followed >> 20} MiB in {plan.chunk_bytes >> 10} KiB chunks, "
+              f"{plan.prefetch_chunks} ahead, " if followed else "")  # fmt: skip
+    rest = {"pager": "the rest to the userfaultfd pager's CLOCK in its budget (backend pager)",
+            "kernel": "the kernel alone (backend kernel)"}.get(plan.backend, "the rest to the kernel (backend kernel-advice)")  # fmt: skip
+    note = f": {plan.note}" if plan.note else ""
+    if plan.backend == "kernel":
+        return f"memory plan for {plan.limit_bytes >> 20} MiB: {rest}{note}"
+    return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{rest}{note}"
 
 
 def _measure_memory(plan, recordings, rounds: int) -> tuple:
