@@ -110,8 +110,18 @@ def workload_row(
 ) -> RunRow:
     """The row of a run of the workload: its own timings and checksum (``result``, its JSON
     line) and what the harness counted around it."""
-    return RunRow(name, kind, rnd, result["wall_s"], bytes_read, major_faults=major_faults, prefetched=prefetched,
-                  ttft_s=result["ttft_s"], tokens_per_s=result["tokens_per_s"], checksum=result["checksum"])  # fmt: skip
+    return RunRow(
+        name,
+        kind,
+        rnd,
+        result["wall_s"],
+        bytes_read,
+        major_faults=major_faults,
+        prefetched=prefetched,
+        ttft_s=result["ttft_s"],
+        tokens_per_s=result["tokens_per_s"],
+        checksum=result["checksum"],
+    )
 
 
 def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int, kind: str = "pagecast") -> RunRow:
@@ -144,8 +154,14 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     if pack is not None:
         wl.drop_cache(pack)
     out_r, out_w = os.pipe()
-    res = run_pager(_workload(cfg, weights, cfg.test_prompt, "random").argv(), [(str(weights), weights.stat().st_size)],
-                    policy="none", packs=[pack] if pack else (), pack_defer=cfg.pack_defer, stdout=out_w)  # fmt: skip
+    res = run_pager(
+        _workload(cfg, weights, cfg.test_prompt, "random").argv(),
+        [(str(weights), weights.stat().st_size)],
+        policy="none",
+        packs=[pack] if pack else (),
+        pack_defer=cfg.pack_defer,
+        stdout=out_w,
+    )
     os.close(out_w)
     with os.fdopen(out_r) as f:
         r = wl.parse_result(f.read())
@@ -159,9 +175,11 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     return workload_row(name, kind, rnd, r, read, faults, st["pack_installed"])
 
 
-def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
-              extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None = None,
-              ) -> dict[str, Any]:  # fmt: skip
+def run_bench(
+    cfg: BenchConfig,
+    log: Callable[[str], None] = lambda s: None,
+    extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None = None,
+) -> dict[str, Any]:
     """``extra_rows(training traces, weights)``: more strategies, run in the same interleaved rounds."""
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -140,8 +140,15 @@ def _gate_schedule(args, trace, cap: int, model_schedule, events):
     sched = model_schedule
     if len(sched) == 0:  # switched off by its budget: the gate still sees what one page would be
         sched = _model_schedule(args.model[0], trace, 1, events)
-    r = gate_schedule(gm, trace, model_schedule=sched, train_run=runs[0] if runs else None,
-                      capacity=args.capacity, capacity_pages=cap, events=events)  # fmt: skip
+    r = gate_schedule(
+        gm,
+        trace,
+        model_schedule=sched,
+        train_run=runs[0] if runs else None,
+        capacity=args.capacity,
+        capacity_pages=cap,
+        events=events,
+    )
     r.schedule.meta["name"] = f"gate:{args.gate}"
     return r.schedule, r.choices
 
@@ -256,7 +263,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"{m}: pages per prediction {why}")
     if gate_choices is not None:
         shown = sum(gate_choices.values())
-        print(f"gate {args.gate}: events given to each expert (of {shown:,}): " + ", ".join(
-            f"{k} {v:,} ({v / max(shown, 1):.0%})" for k, v in gate_choices.items()))  # fmt: skip
+        print(
+            f"gate {args.gate}: events given to each expert (of {shown:,}): "
+            + ", ".join(f"{k} {v:,} ({v / max(shown, 1):.0%})" for k, v in gate_choices.items())
+        )
     print(f"oracle row: {full[-1].get('oracle_source', 'oracle')} (the fewest faults of the oracles and every row)")
     return 0

@@ -217,8 +217,18 @@ def _print_text(report: RunReport, req: RunRequest) -> None:
     if report.mode == "pager":
         if not req.backends.packs:
             return  # the pager's counters are in the trace (-o) and the JSON report
-        keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
-                "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
+        keys = [
+            "path",
+            "faults",
+            "pack_pages",
+            "pack_installed",
+            "pack_skipped",
+            "pack_deferred",
+            "bytes_read",
+            "pack_bytes_read",
+            "pack_done_ns",
+            "pack_state",
+        ]
         print(format_table([{k: st.get(k) for k in keys} for st in report.pager["regions"]], keys), file=sys.stderr)
     elif report.mode == "cuda":
         from pagecast.collect.cuda import print_summary
@@ -267,11 +277,17 @@ def _run_memory(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
     else:
         m = report.memory
-        print(f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
-              f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
-              f"peak {m['peak_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+        print(
+            f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
+            f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
+            f"peak {m['peak_bytes'] >> 20} MiB",
+            file=sys.stderr,
+        )
         for st in (report.pager or {}).get("regions", []):
-            print(f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
-                  f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
-                  f"use {st['plan_after_use']}", file=sys.stderr)  # fmt: skip
+            print(
+                f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
+                f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
+                f"use {st['plan_after_use']}",
+                file=sys.stderr,
+            )
     return report.exit_status

@@ -624,7 +624,19 @@ def _summarise(
     return result
 
 
-def _write_live_trace(cfg: LiveConfig, mon: FaultMonitor, result: LiveResult, faults: dict[str, np.ndarray], f_t: np.ndarray, p_t: np.ndarray, f_kind: np.ndarray, flags_f: np.ndarray, flags_p: np.ndarray, p_reg: np.ndarray, p_page: np.ndarray) -> None:  # fmt: skip
+def _write_live_trace(
+    cfg: LiveConfig,
+    mon: FaultMonitor,
+    result: LiveResult,
+    faults: dict[str, np.ndarray],
+    f_t: np.ndarray,
+    p_t: np.ndarray,
+    f_kind: np.ndarray,
+    flags_f: np.ndarray,
+    flags_p: np.ndarray,
+    p_reg: np.ndarray,
+    p_page: np.ndarray,
+) -> None:
     """The run's faults and PREFETCH rows, in time order, as the trace ``cfg.trace_out``."""
     t_all = np.concatenate([f_t, p_t])
     order_all = np.argsort(t_all, kind="stable")

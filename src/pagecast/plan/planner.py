@@ -55,13 +55,13 @@ from pagecast.plan.cost_model import (
     predict,
     predict_extent,
     predict_objects,
-    predict_pack,  # fmt: skip
+    predict_pack,
 )
 from pagecast.plan.format import (
     DEFAULT_CHUNK_KIB,
     DEFAULT_DEPTH,
     PAGE_SIZE,
-    FilePlan,  # fmt: skip
+    FilePlan,
     PlanDoc,
 )
 from pagecast.plan.objects import ObjectLayout, learn_layout, object_pages
@@ -70,8 +70,16 @@ from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
 # near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
-PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default", "objects+random",
-              "objects+default")  # fmt: skip
+PREFERENCE = (
+    "nothing",
+    "nothing+random",
+    "stream",
+    "whole",
+    "warm+random",
+    "warm+default",
+    "objects+random",
+    "objects+default",
+)
 TIE = 0.01
 SMALL_FILES = "small files whole"
 OBJECTS = "per-fault:objects"  # a mapped file's objects fetched whole on their first touch
@@ -200,8 +208,9 @@ class FilePricing:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
 
 
-def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
-                cfg: PlannerConfig) -> FilePricing:  # fmt: skip
+def price_folds(
+    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> FilePricing:
     params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     n = len(runs)
     used = [np.unique(r[(r >= 0) & (r < file_pages)]) for r in runs]
@@ -240,8 +249,10 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
         for adv in advices:
             name = _warm_name(adv, k, default_k)
             warm_sets[name] = final
-            out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
-                         for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+            out[name] = [
+                predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                for (_, held), s in zip(folds, fold_sets)
+            ]
     layout = learn_layout(used) if cfg.objects else None
     if layout is not None:
         # warm the objects that recur, whole: each fold learns which from its training runs
@@ -254,8 +265,10 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
             for adv in advices:
                 name = _warm_name(adv, k, default_k).replace("warm+", "objects+")
                 warm_sets[name] = final
-                out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
-                             for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+                out[name] = [
+                    predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                    for (_, held), s in zip(folds, fold_sets)
+                ]
     elif cfg.objects and file_pages * PAGE_SIZE > cfg.small_kib * 1024:
         skipped["objects"] = "no object structure in the recordings (runs of pages of one size and alignment)"
     none = np.empty(0, np.int64)
@@ -283,8 +296,9 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
     return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
 
 
-def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
-               cfg: PlannerConfig) -> tuple[dict[str, float], dict[str, str], str]:  # fmt: skip
+def price_file(
+    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> tuple[dict[str, float], dict[str, str], str]:
     """Mean predicted seconds per candidate over held-out runs; (predictions, skipped, validation)."""
     fp = price_folds(runs, file_pages, mapped, dev, cfg)
     return fp.mean(), fp.skipped, fp.validation
@@ -304,9 +318,11 @@ def eligible(predicted: dict[str, float], margin: float) -> dict[str, float]:
     on its own against the same plan with the kernel's read-ahead, because the two are
     often within the model's error of each other (measured: either can be 10-20 % ahead
     on the same sparse mapped file from one run to the next)."""
-    return {c: v for c, v in predicted.items()
-            if "+random" not in c or _default_twin(c) not in predicted
-            or v <= (1.0 - margin) * predicted[_default_twin(c)]}  # fmt: skip
+    return {
+        c: v
+        for c, v in predicted.items()
+        if "+random" not in c or _default_twin(c) not in predicted or v <= (1.0 - margin) * predicted[_default_twin(c)]
+    }
 
 
 def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
@@ -322,10 +338,14 @@ def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
     if best == "nothing":
         return "nothing", f"nothing is predicted cheapest ({base * 1e3:.1f} ms)"
     if predicted[best] <= (1.0 - margin) * base:
-        return best, (f"{best} predicted {predicted[best] * 1e3:.1f} ms vs nothing {base * 1e3:.1f} ms "
-                      f"({1 - predicted[best] / base:.0%} less)")  # fmt: skip
-    return "nothing", (f"best {best} predicted {predicted[best] * 1e3:.1f} ms, not {margin:.0%} below nothing "
-                       f"{base * 1e3:.1f} ms: not worth the risk")  # fmt: skip
+        return best, (
+            f"{best} predicted {predicted[best] * 1e3:.1f} ms vs nothing {base * 1e3:.1f} ms "
+            f"({1 - predicted[best] / base:.0%} less)"
+        )
+    return "nothing", (
+        f"best {best} predicted {predicted[best] * 1e3:.1f} ms, not {margin:.0%} below nothing "
+        f"{base * 1e3:.1f} ms: not worth the risk"
+    )
 
 
 def pack_path(pack_dir: Path, path: str) -> Path:
@@ -333,10 +353,15 @@ def pack_path(pack_dir: Path, path: str) -> Path:
     return Path(pack_dir) / f"{Path(path).name}.{zlib.crc32(path.encode()):08x}.pack"
 
 
-def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
-               pack_dir: Path | None = None,
-               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
-               args: dict[str, str] | None = None) -> None:  # fmt: skip
+def _file_plan(
+    fp: FilePlan,
+    chosen: str,
+    warm_sets: dict[str, np.ndarray],
+    npages: int,
+    pack_dir: Path | None = None,
+    pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
+    args: dict[str, str] | None = None,
+) -> None:
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
@@ -384,8 +409,9 @@ def _mean_split(preds: list[Prediction]) -> tuple[float, float]:
     return float(np.mean([p.pre_s for p in preds])), float(np.mean([p.prog_s for p in preds]))
 
 
-def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
-                     max_regret: float = 0.2) -> tuple[dict[str, tuple[str, str]], float]:  # fmt: skip
+def overlap_upgrades(
+    priced: list[_Priced], credit_s: float, margin: float, max_regret: float = 0.2
+) -> tuple[dict[str, tuple[str, str]], float]:
     """Per-file choices revisited with the prefetcher's time hidden behind the program's CPU.
 
     Each file was first priced with its prefetch time added to the program's (no overlap).
@@ -462,8 +488,11 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
         offers: dict[str, tuple[str, float]] = {}
         for p in priced:
             cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
-            live = [(float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()
-                    if not native_only or runs_natively(c, p.mapped)]  # fmt: skip
+            live = [
+                (float(np.mean([x.seconds for x in ps])), c)
+                for c, ps in p.pricing.live.items()
+                if not native_only or runs_natively(c, p.mapped)
+            ]
             top = min(live, default=None)
             if top and top[0] < cur:
                 offers[p.path] = (top[1], cur - top[0])
@@ -484,8 +513,9 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
     return {path: c for path, (c, _) in offers.items()}, why
 
 
-def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig,
-                      nruns: int) -> tuple[list[str], str] | None:  # fmt: skip
+def small_files_group(
+    priced: list[_Priced], credit_s: float, cfg: PlannerConfig, nruns: int
+) -> tuple[list[str], str] | None:
     """Whole-file warming of every small file any run used, priced as one candidate.
 
     A file only one recording used gets ``nothing`` from its own leave-one-run-out (held
@@ -625,8 +655,11 @@ def run_predictions(priced: list[_Priced], nruns: int) -> dict[str, list[float]]
     (``default``), read-ahead off where priced (``random``) and the plan's choices (``predicted``)."""
     out = {k: [0.0] * nruns for k in ("default", "random", "predicted")}
     for p in priced:
-        by = {"default": "nothing", "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
-              "predicted": p.chosen}  # fmt: skip
+        by = {
+            "default": "nothing",
+            "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
+            "predicted": p.chosen,
+        }
         for k, c in by.items():
             preds = p.pricing.folds.get(c) or p.pricing.live.get(c) or []
             for i, x in enumerate(preds[:nruns]):
@@ -654,15 +687,17 @@ def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, liv
     )
 
 
-def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
-                           on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice]]:  # fmt: skip
+def plan_by_predicted_time(
+    traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(), on_rows: Callable[[int], None] | None = None
+) -> tuple[PlanDoc, list[FileChoice]]:
     """The plan and, per file, why (``plan_with_model`` without the run-level model)."""
     doc, choices, _ = plan_with_model(traces, cfg, on_rows)
     return doc, choices
 
 
-def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
-                    on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice], RunModel]:  # fmt: skip
+def plan_with_model(
+    traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(), on_rows: Callable[[int], None] | None = None
+) -> tuple[PlanDoc, list[FileChoice], RunModel]:
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
@@ -790,8 +825,9 @@ def _rechoose(
     fp.reason = reason or f"{chosen}: {why}"
 
 
-def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],
-                 why: str) -> None:  # fmt: skip
+def _all_nothing(
+    doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]], why: str
+) -> None:
     """Turn every file of the plan to ``nothing`` (a page pack already written is removed)."""
     for fp, fc in plans.values():
         if fp.strategy == "pack" and fp.arg:

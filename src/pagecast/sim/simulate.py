@@ -115,8 +115,23 @@ class _State:
     def tier(self) -> E.Tier:
         """The state ``engine.run`` works on (re-made for every call: ``ensure`` replaces
         the arrays when they grow)."""
-        return E.Tier(self.g, self.cfg, self.htab, self.hkey, self.doff, self.dlen, self.st, self.arr, self.pos,
-                      self.nxt, self.frames, self.heap, self.stamp, self.logs, self.vlog)  # fmt: skip
+        return E.Tier(
+            self.g,
+            self.cfg,
+            self.htab,
+            self.hkey,
+            self.doff,
+            self.dlen,
+            self.st,
+            self.arr,
+            self.pos,
+            self.nxt,
+            self.frames,
+            self.heap,
+            self.stamp,
+            self.logs,
+            self.vlog,
+        )
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1

@@ -744,9 +744,26 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         evs = (eparams, given[base : base + n]) if ev is not None else None
         while i < n:
             i = run_uvm(
-                u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i,
-                nxt is None, evs, base, pe,
-            )  # fmt: skip
+                u,
+                q,
+                htab,
+                B,
+                W,
+                fb,
+                leaves,
+                sel,
+                cum,
+                cur["t"],
+                cur["region"],
+                cur["page"],
+                roff,
+                rlen,
+                i,
+                nxt is None,
+                evs,
+                base,
+                pe,
+            )
             if i < n:
                 need = int(u[U_NBLOCKS]) + 2
                 htab = grown(htab, need)
