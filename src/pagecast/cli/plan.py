@@ -31,6 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="*", help="recordings (.parquet) of the program")
     p.add_argument("-o", "--output", help="plan file to write")
     p.add_argument("--show", metavar="PLAN", help="print an existing plan instead (table; --json: the JSON view)")
+    _add_pricing_args(p)
+    _add_measure_args(p)
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print per file the candidates' predicted times, the choice and why (stderr)",
+    )
+    _add_memory_args(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _add_pricing_args(p: argparse.ArgumentParser) -> None:
+    """How each file's candidates are priced and chosen."""
     p.add_argument(
         "--min-runs",
         type=int,
@@ -103,6 +117,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
         "default: the stored model of each file's device, else a conservative built-in one",
     )
+
+
+def _add_measure_args(p: argparse.ArgumentParser) -> None:
+    """--measure: choosing by measured time."""
     p.add_argument(
         "--measure",
         action="store_true",
@@ -136,11 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "willneed, willneed-beside, predicted, predicted-before, predicted+willneed, predicted+stream); "
         "default is always timed, as the others are judged against it. Fewer candidates, fewer runs",
     )
-    p.add_argument(
-        "--explain",
-        action="store_true",
-        help="print per file the candidates' predicted times, the choice and why (stderr)",
-    )
+
+
+def _add_memory_args(p: argparse.ArgumentParser) -> None:
+    """--memory: a plan for a run under a memory limit."""
     p.add_argument(
         "--memory",
         metavar="LIMIT",
@@ -173,8 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="--memory: chunks prefetched ahead of the program (default: from the device model)",
     )
-    add_json_flag(p)
-    p.set_defaults(func=run)
 
 
 def show(path: str, as_json: bool) -> int:
