@@ -229,12 +229,7 @@ def price_folds(
     if frac < cfg.stream_min_fraction:
         fixed.remove("stream")
         skipped["stream"] = f"runs use {frac:.0%} of the file (< {cfg.stream_min_fraction:.0%})"
-    if n == 1:
-        folds = [(used, used[0])]
-        validation = "in-sample: one recording, nothing held out"
-    else:
-        folds = [(used[:i] + used[i + 1 :], used[i]) for i in range(n)]
-        validation = f"leave-one-run-out over {n} runs"
+    folds, validation = _folds(used)
     default_k = _k(cfg, n)
     out: dict[str, list[Prediction]] = {c: [] for c in fixed}
     warm_sets: dict[str, np.ndarray] = {}
@@ -274,6 +269,34 @@ def price_folds(
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
+    live, args = _price_live(used, folds, file_pages, mapped, dev, cfg, layout, warm_sets, skipped)
+    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
+
+
+def _folds(used: list[np.ndarray]) -> tuple[list[tuple[list[np.ndarray], np.ndarray]], str]:
+    """(training runs, held-out run) pairs: leave-one-run-out, or in-sample with one run."""
+    n = len(used)
+    if n == 1:
+        return [(used, used[0])], "in-sample: one recording, nothing held out"
+    return [(used[:i] + used[i + 1 :], used[i]) for i in range(n)], f"leave-one-run-out over {n} runs"
+
+
+def _price_live(
+    used: list[np.ndarray],
+    folds: list[tuple[list[np.ndarray], np.ndarray]],
+    file_pages: int,
+    mapped: bool,
+    dev: DeviceCosts,
+    cfg: PlannerConfig,
+    layout: ObjectLayout | None,
+    warm_sets: dict[str, np.ndarray],
+    skipped: dict[str, str],
+) -> tuple[dict[str, list[Prediction]], dict[str, str]]:
+    """The candidates only pagecast's live machinery runs (page packs, objects fetched on
+    first touch, a per-fault policy) priced per fold, and the policy arguments they need."""
+    n = len(used)
+    default_k = _k(cfg, n)
+    params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     live: dict[str, list[Prediction]] = {}
     if mapped and cfg.pack_dir is not None and cfg.pack_writer is not None:
         for k in hot_thresholds(cfg, n):
@@ -293,7 +316,7 @@ def price_folds(
         live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
     else:
         skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
-    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
+    return live, args
 
 
 def price_file(
@@ -701,20 +724,9 @@ def plan_with_model(
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
-    if cfg.min_runs is not None and not 1 <= cfg.min_runs <= n:
-        raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
-    if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
-        raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
-        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
+    _check_config(cfg, n)
     per_run = [file_pages(t, on_rows) for t in traces]
-    mapped_pages: dict[str, int] = {}
-    read_pages: dict[str, int] = {}
-    for t in traces:
-        ps = read_page_sets(t)
-        for key, m in ps.mapped.items():
-            mapped_pages[key] = mapped_pages.get(key, 0) + m
-            read_pages[key] = read_pages.get(key, 0) + ps.read[key]
+    mapped_pages, read_pages = _page_counts(traces)
     doc, choices = PlanDoc(note=recurrence_line(per_run)), []
     priced: list[_Priced] = []
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
@@ -737,33 +749,10 @@ def plan_with_model(
     scale = fit_scale(spans, io_per_run) if cfg.fit else 1.0
     io_per_run *= scale
     for rf, fp, runs, mapped, dev in files:
-        path, npages = rf.path, rf.pages
-        dev = scaled(dev, scale)
-        pricing = price_folds(runs, npages, mapped, dev, cfg)
-        predicted = pricing.mean()
-        chosen, why = choose(predicted, cfg.margin)
-        _file_plan(fp, chosen, pricing.warm_sets, npages)
-        fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
-        fp.reason = f"{chosen}: {why}"
-        used = [len(r) for r in runs if len(r)]
-        live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
-        fc = FileChoice(
-            path,
-            chosen,
-            why,
-            predicted_s=predicted | live_means,
-            skipped=pricing.skipped,
-            validation=pricing.validation,
-            device=dev.source,
-            read_ahead_kb=dev.read_ahead_kb,
-            runs_using=len(used),
-            mean_pages_used=float(np.mean(used)) if used else 0.0,
-            file_pages=npages,
-            objects=pricing.layout.describe() if pricing.layout else "",
-        )
+        fc, p = _choose_file(rf.path, rf.pages, fp, runs, mapped, scaled(dev, scale), cfg)
         choices.append(fc)
-        plans[path] = (fp, fc)
-        priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
+        plans[rf.path] = (fp, fc)
+        priced.append(p)
     cpu = np.maximum(0.0, spans - io_per_run)
     model = RunModel(scale, spans.tolist(), io_per_run.tolist(), cpu.tolist())
     if cfg.fit and scale < 1.0:
@@ -777,18 +766,7 @@ def plan_with_model(
             c, why = upgrades[p.path]
             _rechoose(plans[p.path], p, c, why, p.pricing.warm_sets)
     everything = list(priced)
-    live = live_choices(priced, cfg)
-    live_needs_python = False
-    if live:
-        chosen_live, why = live
-        for p in priced:
-            if p.path in chosen_live:
-                c = chosen_live[p.path]
-                _rechoose(
-                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
-                )
-                live_needs_python |= not runs_natively(c, p.mapped)
-        priced = [p for p in priced if p.path not in chosen_live]
+    priced, live_needs_python = _apply_live_choices(priced, plans, cfg)
     group = small_files_group(priced, left, cfg, n)
     if group:
         paths, why = group
@@ -805,6 +783,77 @@ def plan_with_model(
             p.chosen = "nothing"
     model.per_run = run_predictions(everything, n)
     return doc, choices, model
+
+
+def _check_config(cfg: PlannerConfig, n: int) -> None:
+    if cfg.min_runs is not None and not 1 <= cfg.min_runs <= n:
+        raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
+    if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
+        raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
+        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
+
+
+def _page_counts(traces: Sequence[str | Path]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per file, over all recordings: the pages mapped and the pages read with read()."""
+    mapped_pages: dict[str, int] = {}
+    read_pages: dict[str, int] = {}
+    for t in traces:
+        ps = read_page_sets(t)
+        for key, m in ps.mapped.items():
+            mapped_pages[key] = mapped_pages.get(key, 0) + m
+            read_pages[key] = read_pages.get(key, 0) + ps.read[key]
+    return mapped_pages, read_pages
+
+
+def _choose_file(
+    path: str, npages: int, fp: FilePlan, runs: list[np.ndarray], mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> tuple[FileChoice, _Priced]:
+    """One file's candidates priced leave-one-run-out on its (scaled) device, and the one
+    chosen written into ``fp``."""
+    pricing = price_folds(runs, npages, mapped, dev, cfg)
+    predicted = pricing.mean()
+    chosen, why = choose(predicted, cfg.margin)
+    _file_plan(fp, chosen, pricing.warm_sets, npages)
+    fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
+    fp.reason = f"{chosen}: {why}"
+    used = [len(r) for r in runs if len(r)]
+    live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
+    fc = FileChoice(
+        path,
+        chosen,
+        why,
+        predicted_s=predicted | live_means,
+        skipped=pricing.skipped,
+        validation=pricing.validation,
+        device=dev.source,
+        read_ahead_kb=dev.read_ahead_kb,
+        runs_using=len(used),
+        mean_pages_used=float(np.mean(used)) if used else 0.0,
+        file_pages=npages,
+        objects=pricing.layout.describe() if pricing.layout else "",
+    )
+    return fc, _Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped)
+
+
+def _apply_live_choices(
+    priced: list[_Priced], plans: dict[str, tuple[FilePlan, FileChoice]], cfg: PlannerConfig
+) -> tuple[list[_Priced], bool]:
+    """Files given a page pack or a per-fault policy (``live_choices``): the files left for
+    the other run-wide choices, and whether the plan then needs pagecast's Python machinery."""
+    live = live_choices(priced, cfg)
+    live_needs_python = False
+    if live:
+        chosen_live, why = live
+        for p in priced:
+            if p.path in chosen_live:
+                c = chosen_live[p.path]
+                _rechoose(
+                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
+                )
+                live_needs_python |= not runs_natively(c, p.mapped)
+        priced = [p for p in priced if p.path not in chosen_live]
+    return priced, live_needs_python
 
 
 def _rechoose(
