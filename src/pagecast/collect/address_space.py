@@ -107,13 +107,15 @@ class AddressSpaces:
         rid = self.files.region(name, dev, int(m["ino"]), start, length, pgoff, t_rel)
         proc.rmap.add(start, start + length, rid, pgoff // PAGE_SIZE)
 
+    def _new_numbered(self, kind: str, start: int, length: int, t_rel: int) -> int:
+        """A new [heap] or [stack] region, numbered among those of its kind."""
+        order = self.table.count(kind)
+        return self.table.new(name=f"[{kind}]", kind=kind, base=start, length=length, created_ns=t_rel, order=order).id
+
     def _map_heap(self, proc: _Proc, start: int, length: int, t_rel: int) -> None:
         end = start + length
         if proc.heap < 0:
-            order = self.table.count("heap")
-            proc.heap = self.table.new(
-                name="[heap]", kind="heap", base=start, length=length, created_ns=t_rel, order=order
-            ).id
+            proc.heap = self._new_numbered("heap", start, length, t_rel)
         r = self.table.regions[proc.heap]
         if end - r.base > r.length:
             r.length = end - r.base
@@ -122,10 +124,7 @@ class AddressSpaces:
 
     def _map_stack(self, proc: _Proc, start: int, length: int, t_rel: int) -> None:
         if proc.stack < 0:
-            order = self.table.count("stack")
-            proc.stack = self.table.new(
-                name="[stack]", kind="stack", base=start, length=length, created_ns=t_rel, order=order
-            ).id
+            proc.stack = self._new_numbered("stack", start, length, t_rel)
         r = self.table.regions[proc.stack]
         proc.rmap.add(start, start + length, r.id, max(start - r.base, 0) // PAGE_SIZE)
 

@@ -737,6 +737,8 @@ def run_plain(T, R, n_rows, i0):
     qh = g[G_HEAD]
     qt = g[G_TAIL]
     qstamp = g[G_STAMP]
+    qlen = heap.shape[1]
+    qid = heap[1]
     nres = g[G_NRES]
     hand = g[G_HAND]
     hits = faults = distinct = dirty_out = evictions = 0
@@ -766,8 +768,15 @@ def run_plain(T, R, n_rows, i0):
                 p = nres
                 nres += 1
             else:
-                p, hand, qh, dirty = _evict_local(st, frames, heap, hand, qh, cap, clock)
-                dirty_out += dirty
+                # the victims of _evict, from the same functions
+                if clock:
+                    v, p, hand = _clock_sweep(st, frames, hand, cap)
+                else:
+                    v, qh = _q_oldest(st, heap, qh)
+                xv = st[v]
+                if xv & DIRTY:
+                    dirty_out += 1
+                st[v] = xv & CLEAR_ON_EVICT
                 evictions += 1
             x = (x & CLEAR_ON_EVICT) | RES
             if clock:
@@ -775,11 +784,22 @@ def run_plain(T, R, n_rows, i0):
                 frames[p] = s
             else:
                 push = True
-        if push:
-            x, qh, qt, qstamp = _q_push_local(g, st, heap, s, x, qh, qt, qstamp)
+        if push:  # _q_push
+            if qt == qlen:
+                g[G_HEAD] = qh
+                g[G_TAIL] = qt
+                _q_compact(g, st, heap)
+                qh = g[G_HEAD]
+                qt = g[G_TAIL]
+            qstamp += 1
+            x = (qstamp << STAMP_SHIFT) | (x & FLAG_MASK)
+            heap[0, qt] = qstamp
+            qid[qt] = s
+            qt += 1
         if wr[i]:
             x |= DIRTY
         st[s] = x
+    n = max(n_rows - i0, 0)
     g[G_POS] = n_rows
     g[G_NOW] = now
     g[G_LAST_T] = last_t
@@ -788,46 +808,6 @@ def run_plain(T, R, n_rows, i0):
     g[G_STAMP] = qstamp
     g[G_NRES] = nres
     g[G_HAND] = hand
-    _add_plain_counts(g, cfg, max(n_rows - i0, 0), hits, faults, fault_cost, dirty_out, evictions, distinct)
-    return DONE
-
-
-@njit(cache=True, inline="always")
-def _evict_local(st, frames, heap, hand, qh, cap, clock):
-    """``_evict`` for ``run_plain``, the clock hand and queue head in its locals: the victim
-    (from the same functions) leaves; returns its frame (CLOCK; -1 otherwise), the new hand
-    and head, and 1 if it was dirty."""
-    p = -1
-    if clock:
-        v, p, hand = _clock_sweep(st, frames, hand, cap)
-    else:
-        v, qh = _q_oldest(st, heap, qh)
-    xv = st[v]
-    st[v] = xv & CLEAR_ON_EVICT
-    return p, hand, qh, 1 if xv & DIRTY else 0
-
-
-@njit(cache=True, inline="always")
-def _q_push_local(g, st, heap, s, x, qh, qt, qstamp):
-    """``_q_push`` on the queue's head, tail and stamp held in the caller's locals (written to
-    ``g`` only around a compaction): returns ``s``'s new state word ``x`` and the three."""
-    if qt == heap.shape[1]:
-        g[G_HEAD] = qh
-        g[G_TAIL] = qt
-        _q_compact(g, st, heap)
-        qh = g[G_HEAD]
-        qt = g[G_TAIL]
-    qstamp += 1
-    x = (qstamp << STAMP_SHIFT) | (x & FLAG_MASK)
-    heap[0, qt] = qstamp
-    heap[1, qt] = s
-    qt += 1
-    return x, qh, qt, qstamp
-
-
-@njit(cache=True, inline="always")
-def _add_plain_counts(g, cfg, n, hits, faults, fault_cost, dirty_out, evictions, distinct):
-    """``run_plain``'s per-call counters added to the run's totals in ``g``."""
     g[C_ACCESSES] += n
     g[C_HITS] += hits
     g[C_FAULTS] += faults
@@ -836,6 +816,7 @@ def _add_plain_counts(g, cfg, n, hits, faults, fault_cost, dirty_out, evictions,
     g[C_BYTES_OUT] += dirty_out * cfg[K_PAGE]
     g[C_EVICTIONS] += evictions
     g[G_DISTINCT] += distinct
+    return DONE
 
 
 @njit(cache=True)
