@@ -6,7 +6,7 @@ GPU traces (simulated figures: faults, evictions left on the critical path, stal
 Each row is one simulation (tree prefetcher) of the streaming trace (64 Ki pages swept
 again and again, 10 % random) and of the skewed one, oversubscribed 2:1; the baseline is
 the driver's FIFO of chunks, and every other row prints its stall and faults as a ratio
-to it. Simulated time, not measured: the numbers are the model's (docs/simulator.md).
+to it. Simulated time, not measured: the numbers are the model's (docs/uvm.md).
 """
 
 from __future__ import annotations

@@ -569,6 +569,65 @@ static void usage(void) {
     exit(126);
 }
 
+/* The forked child: waits for the go byte, takes the program's bare signal state and the
+ * preloaded shim, and execs the command; an exec error goes back through ``execerr``. */
+static void run_child(char **cmd, int go, int execerr, const char *preload, int sig_given, unsigned long long sig_ign,
+                      unsigned long long sig_mask) {
+    char c;
+    if (out_fd > 2) close(out_fd);
+    if (read(go, &c, 1) != 1) _exit(127); /* parent gave up */
+    signal(SIGPIPE, SIG_DFL);
+    if (sig_given) bare_signals(sig_ign, sig_mask);
+    if (preload) {
+        const char *old = getenv("LD_PRELOAD");
+        char *v = malloc(strlen(preload) + (old ? strlen(old) : 0) + 2);
+        if (v) {
+            strcpy(v, preload);
+            if (old && *old) {
+                strcat(v, ":");
+                strcat(v, old);
+            }
+            setenv("LD_PRELOAD", v, 1);
+        }
+    }
+    execvp(cmd[0], cmd);
+    int e = errno;
+    if (write(execerr, &e, sizeof e) < 0) _exit(127);
+    _exit(127);
+}
+
+/* Drain the rings until the traced program exits; its wait status. */
+static int drain_until_exit(pid_t child, int poll_ms, int fast_poll_ms) {
+    struct pollfd *pfd = calloc((size_t)nrings, sizeof *pfd);
+    for (int k = 0; k < nrings; k++) {
+        pfd[k].fd = rings[k].fd_maj;
+        pfd[k].events = POLLIN;
+    }
+    int status = 0;
+    uint64_t next_report = fm_now_ns() + (uint64_t)poll_ms * 1000000ull;
+    for (;;) {
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child) break;
+        if (w < 0 && errno != EINTR) fm_fail("waitpid: %s", strerror(errno));
+        if (!fast) {
+            poll(pfd, (nfds_t)nrings, poll_ms);
+            drain_all();
+            continue;
+        }
+        /* Fast path: act on samples at once, report to the reader every poll_ms. */
+        uint64_t now = fm_now_ns();
+        if (now >= next_report) {
+            drain_all();
+            next_report = now + (uint64_t)poll_ms * 1000000ull;
+            continue;
+        }
+        int wait_ms = (int)((next_report - now + 999999) / 1000000);
+        if (poll(pfd, (nfds_t)nrings, wait_ms < fast_poll_ms ? wait_ms : fast_poll_ms) > 0) wakeups++;
+        drain_pass();
+    }
+    return status;
+}
+
 int main(int argc, char **argv) {
     int poll_ms = 20, fast_poll_ms = 1;
     const char *fast_config = NULL;
@@ -623,29 +682,9 @@ int main(int argc, char **argv) {
     pid_t child = fork();
     if (child < 0) fm_fail("fork: %s", strerror(errno));
     if (child == 0) {
-        char c;
         close(go[1]);
         close(execerr[0]);
-        if (out_fd > 2) close(out_fd);
-        if (read(go[0], &c, 1) != 1) _exit(127); /* parent gave up */
-        signal(SIGPIPE, SIG_DFL);
-        if (sig_given) bare_signals(sig_ign, sig_mask);
-        if (preload) {
-            const char *old = getenv("LD_PRELOAD");
-            char *v = malloc(strlen(preload) + (old ? strlen(old) : 0) + 2);
-            if (v) {
-                strcpy(v, preload);
-                if (old && *old) {
-                    strcat(v, ":");
-                    strcat(v, old);
-                }
-                setenv("LD_PRELOAD", v, 1);
-            }
-        }
-        execvp(cmd[0], cmd);
-        int e = errno;
-        if (write(execerr[1], &e, sizeof e) < 0) _exit(127);
-        _exit(127);
+        run_child(cmd, go[0], execerr[1], preload, sig_given, sig_ign, sig_mask);
     }
     close(go[0]);
     close(execerr[1]);
@@ -677,33 +716,7 @@ int main(int argc, char **argv) {
     }
     if (fast) fp_start();
 
-    struct pollfd *pfd = calloc((size_t)nrings, sizeof *pfd);
-    for (int k = 0; k < nrings; k++) {
-        pfd[k].fd = rings[k].fd_maj;
-        pfd[k].events = POLLIN;
-    }
-    int status = 0;
-    uint64_t next_report = fm_now_ns() + (uint64_t)poll_ms * 1000000ull;
-    for (;;) {
-        pid_t w = waitpid(child, &status, WNOHANG);
-        if (w == child) break;
-        if (w < 0 && errno != EINTR) fm_fail("waitpid: %s", strerror(errno));
-        if (!fast) {
-            poll(pfd, (nfds_t)nrings, poll_ms);
-            drain_all();
-            continue;
-        }
-        /* Fast path: act on samples at once, report to the reader every poll_ms. */
-        uint64_t now = fm_now_ns();
-        if (now >= next_report) {
-            drain_all();
-            next_report = now + (uint64_t)poll_ms * 1000000ull;
-            continue;
-        }
-        int wait_ms = (int)((next_report - now + 999999) / 1000000);
-        if (poll(pfd, (nfds_t)nrings, wait_ms < fast_poll_ms ? wait_ms : fast_poll_ms) > 0) wakeups++;
-        drain_pass();
-    }
+    int status = drain_until_exit(child, poll_ms, fast_poll_ms);
     drain_all();
     if (fast) fp_finish(wakeups);
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

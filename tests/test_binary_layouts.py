@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pagecast.collect import cupti_records, faultmon
+from pagecast.collect import cupti_records, faultmon, frames
 from pagecast.errors import PagecastError
 from pagecast.live import anon, fastpath
 from pagecast.pager import pack
@@ -94,16 +94,16 @@ def layout_of_struct(fmt: struct.Struct, names: tuple[str, ...], total: int | No
 
 # (C type, its Python mirror)
 MIRRORS: list[tuple[str, Layout]] = [
-    ("struct fm_hello", layout_of_dtype(faultmon.HELLO_DTYPE)),
-    ("struct fm_sample", layout_of_dtype(faultmon.SAMPLE_DTYPE)),
-    ("struct fm_read", layout_of_dtype(faultmon.FILE_USE_DTYPE)),
-    ("struct fm_mmap", layout_of_dtype(faultmon.MMAP_DTYPE)),
-    ("struct fm_fork", layout_of_dtype(faultmon.FORK_DTYPE)),
-    ("struct fm_exec", layout_of_dtype(faultmon.EXEC_DTYPE)),
-    ("struct fm_lost", layout_of_dtype(faultmon.LOST_DTYPE)),
-    ("struct fm_exit", layout_of_dtype(faultmon.EXIT_DTYPE)),
-    ("struct fp_issued", layout_of_dtype(faultmon.ISSUED_DTYPE)),
-    ("struct fp_file_frame", layout_of_dtype(faultmon.FILE_FRAME_DTYPE)),
+    ("struct fm_hello", layout_of_dtype(frames.HELLO_DTYPE)),
+    ("struct fm_sample", layout_of_dtype(frames.SAMPLE_DTYPE)),
+    ("struct fm_read", layout_of_dtype(frames.FILE_USE_DTYPE)),
+    ("struct fm_mmap", layout_of_dtype(frames.MMAP_DTYPE)),
+    ("struct fm_fork", layout_of_dtype(frames.FORK_DTYPE)),
+    ("struct fm_exec", layout_of_dtype(frames.EXEC_DTYPE)),
+    ("struct fm_lost", layout_of_dtype(frames.LOST_DTYPE)),
+    ("struct fm_exit", layout_of_dtype(frames.EXIT_DTYPE)),
+    ("struct fp_issued", layout_of_dtype(frames.ISSUED_DTYPE)),
+    ("struct fp_file_frame", layout_of_dtype(frames.FILE_FRAME_DTYPE)),
     ("struct fp_config_head", layout_of_struct(fastpath.CONFIG_HEAD, fastpath.CONFIG_HEAD_FIELDS)),
     ("struct pc_anon_hello", layout_of_dtype(anon.HELLO_DTYPE)),
     ("struct pc_anon_request", layout_of_dtype(anon.REQUEST_DTYPE)),
@@ -119,10 +119,10 @@ MIRRORS: list[tuple[str, Layout]] = [
 
 # (C expression, Python value): magics, versions, sizes and the numbers naming frames and records
 CONSTANTS: list[tuple[str, Any]] = [
-    ("FM_STREAM_MAGIC", faultmon.STREAM_MAGIC),
-    ("FM_STREAM_VERSION", faultmon.STREAM_VERSION),
+    ("FM_STREAM_MAGIC", frames.STREAM_MAGIC),
+    ("FM_STREAM_VERSION", frames.STREAM_VERSION),
     *[
-        (f"FR_{n}", getattr(faultmon, f"FR_{n}"))
+        (f"FR_{n}", getattr(frames, f"FR_{n}"))
         for n in (
             "HELLO",
             "SAMPLES",
@@ -140,7 +140,7 @@ CONSTANTS: list[tuple[str, Any]] = [
             "FASTSTAT",
         )
     ],
-    ("FP_NSTATS", len(faultmon.FASTSTAT_FIELDS)),
+    ("FP_NSTATS", len(frames.FASTSTAT_FIELDS)),
     ("FP_CONFIG_MAGIC", fastpath.MAGIC[:6]),
     ("FP_CONFIG_VERSION", fastpath.CONFIG_VERSION),
     ("PC_ANON_MAGIC", anon.MAGIC),
@@ -252,7 +252,7 @@ def test_a_python_only_change_is_caught(compiled):
     sizes, fields, consts = compiled
     changed = [(c, lay) for c, lay in MIRRORS]
     i = next(k for k, (c, _) in enumerate(MIRRORS) if c == "struct fm_sample")
-    dt = faultmon.SAMPLE_DTYPE.descr
+    dt = frames.SAMPLE_DTYPE.descr
     dt[5] = ("kind", "<i4")  # unsigned → signed
     changed[i] = ("struct fm_sample", layout_of_dtype(np.dtype(dt)))
     j = next(k for k, (c, _) in enumerate(MIRRORS) if c == "struct pc_rec")
@@ -260,7 +260,7 @@ def test_a_python_only_change_is_caught(compiled):
     rec[3] = ("stream", "<u8")  # wider: every later offset moves
     changed[j] = ("struct pc_rec", layout_of_dtype(np.dtype(rec)))
     consts2 = list(CONSTANTS)
-    consts2[0] = ("FM_STREAM_MAGIC", faultmon.STREAM_MAGIC + 1)
+    consts2[0] = ("FM_STREAM_MAGIC", frames.STREAM_MAGIC + 1)
     bad = mismatches(changed, consts2, sizes, fields, consts)
     assert any(b.startswith("struct fm_sample.kind:") for b in bad)
     assert any(b.startswith("struct pc_rec: sizeof 48 in C, 52 in Python") for b in bad)
@@ -300,16 +300,16 @@ def test_a_c_only_change_is_caught(tmp_path, monkeypatch):
 def test_faultmon_stream_hello_checked():
     """A collector of another build: wrong magic and wrong version each one line."""
     mon = faultmon.FaultMonitor(["true"])
-    hello = np.zeros(1, faultmon.HELLO_DTYPE)
-    hello["magic"], hello["version"], hello["pid"] = faultmon.STREAM_MAGIC, faultmon.STREAM_VERSION, 42
+    hello = np.zeros(1, frames.HELLO_DTYPE)
+    hello["magic"], hello["version"], hello["pid"] = frames.STREAM_MAGIC, frames.STREAM_VERSION, 42
     assert int(mon._check_hello(hello.tobytes())["pid"]) == 42
     with pytest.raises(PagecastError, match=r"fault collector: not a pagecast fault collector stream \(bad magic"):
-        mon._check_hello(b"\0" * faultmon.HELLO_DTYPE.itemsize)
+        mon._check_hello(b"\0" * frames.HELLO_DTYPE.itemsize)
     with pytest.raises(
         PagecastError, match=r"malformed fault collector stream \(first frame of 40 bytes, expected 32\)"
     ):
         mon._check_hello(hello.tobytes() + bytes(8))
-    hello["version"] = faultmon.STREAM_VERSION + 1
+    hello["version"] = frames.STREAM_VERSION + 1
     want = r"fault collector stream version 2 not supported \(this pagecast reads 1\)"
     with pytest.raises(PagecastError, match=want):
         mon._check_hello(hello.tobytes())

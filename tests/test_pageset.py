@@ -252,12 +252,12 @@ def test_records_pread_and_mmap_pages_with_tracefs_unmounted(touch, data_dir, tm
 def test_page_sets_refused_in_one_line_when_tracefs_is_out_of_reach(touch, tmp_path, monkeypatch, capsys):
     """Not mounted, and this user may not mount it: `record` refuses page-set mode before
     the program runs, naming the missing piece and the fixes; --faults-only goes on."""
-    import pagecast.collect.faultmon as faultmon
+    import pagecast.collect.filemap_tp as filemap_tp
     import pagecast.collect.tracefs as tracefs
 
     monkeypatch.setattr(tracefs, "mounted_root", lambda: None)
     monkeypatch.setattr(tracefs.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(faultmon, "_tracepoints_refused", lambda: "")  # as a user allowed tracepoint samples
+    monkeypatch.setattr(filemap_tp, "_tracepoints_refused", lambda: "")  # as a user allowed tracepoint samples
     ran, out = tmp_path / "ran", tmp_path / "t.parquet"
     rc = cli_main(["record", "-o", str(out), "--", "touch", str(ran)])
     err = capsys.readouterr().err.strip().splitlines()

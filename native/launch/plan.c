@@ -140,6 +140,119 @@ static int read_all(const char *path, char **buf, size_t *len, char *err, size_t
         goto fail;                                                                                                     \
     } while (0)
 
+/* Version 3: the plan options before the first file record, from ``*linep`` on (advanced past
+ * them). An unknown key refuses the plan: it was written by a newer pagecast, and half of
+ * its intent is worse than none. */
+static int parse_options(struct pcl_plan *plan, char **linep, char *end, int *linenop, char *err, size_t errlen) {
+    char *line = *linep;
+    int lineno = *linenop;
+    for (int seen = 0; line < end && strncmp(line, "opt ", 4) == 0; lineno++) {
+        char *next = strchr(line, '\n');
+        if (next) *next = 0;
+        char *o[4];
+        if (split(line, o, 3) != 3) FAIL("not a usable plan: line %d: expected an option 'opt KEY VALUE'", lineno);
+        int key = strcmp(o[1], "issue") == 0 ? 1 : strcmp(o[1], "note") == 0 ? 2 : 0;
+        if (!key)
+            FAIL("not a usable plan: line %d: unknown option '%.40s' (this launcher knows issue, note; written by a "
+                 "newer pagecast?)",
+                 lineno, o[1]);
+        if (seen & key) FAIL("not a usable plan: line %d: option '%s' given twice", lineno, o[1]);
+        seen |= key;
+        if (unescape(o[2]) < 0) FAIL("not a usable plan: line %d: bad %%-escape in option '%s'", lineno, o[1]);
+        if (key == 2) {
+            plan->note = o[2];
+        } else {
+            int k;
+            for (k = 0; k < PCL_NISSUES; k++)
+                if (strcmp(o[2], pcl_issue_names[k]) == 0) break;
+            if (k == PCL_NISSUES)
+                FAIL("not a usable plan: line %d: unknown issue option '%.40s' (valid: beside, before)", lineno, o[2]);
+            plan->issue = (enum pcl_issue)k;
+        }
+        line = next ? next + 1 : end;
+    }
+    *linep = line;
+    *linenop = lineno;
+    return 0;
+fail:
+    return -1;
+}
+
+/* One 'file' record (its fields ``f``) and the range lines after it; ``*linep``, ``*nextp``
+ * and ``*linenop`` end at its last range line. */
+static int parse_file(struct pcl_file *pf, char **f, int nfields, char **linep, char **nextp, char *end, int *linenop,
+                      char *err, size_t errlen) {
+    char *line = *linep, *next = *nextp;
+    int lineno = *linenop;
+    int64_t v[5], depth, chunk, nr;
+    for (int i = 0; i < 5; i++)
+        if (parse_i64(f[2 + i], &v[i]) < 0) FAIL("not a usable plan: line %d: bad identity field", lineno);
+    pf->size = (uint64_t)v[0];
+    pf->mtime_ns = v[1];
+    pf->ctime_ns = v[2];
+    pf->ino = (uint64_t)v[3];
+    pf->dev = (uint64_t)v[4];
+    int s;
+    for (s = 0; s < PCL_NSTRATEGIES; s++)
+        if (strcmp(f[7], pcl_strategy_names[s]) == 0) break;
+    if (s == PCL_NSTRATEGIES) FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
+    pf->strategy = (enum pcl_strategy)s;
+    pf->advice = PCL_ADV_DEFAULT;
+    if (nfields == 15) {
+        int a;
+        for (a = 0; a < PCL_NADVICES; a++)
+            if (strcmp(f[13], pcl_advice_names[a]) == 0) break;
+        if (a == PCL_NADVICES) FAIL("not a usable plan: line %d: unknown advice '%.40s'", lineno, f[13]);
+        pf->advice = (enum pcl_advice)a;
+    }
+    if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 ||
+        chunk > (1 << 20) || parse_i64(f[nfields - 1], &nr) < 0 || nr < 0)
+        FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
+    pf->depth = (int)depth;
+    pf->chunk_kib = chunk;
+    if (parse_decimal(f[10], &pf->gain_ms) < 0) FAIL("not a usable plan: line %d: bad gain '%.40s'", lineno, f[10]);
+    if (unescape(f[1]) < 0 || unescape(f[11]) < 0 || unescape(f[12]) < 0)
+        FAIL("not a usable plan: line %d: bad %%-escape", lineno);
+    pf->path = f[1];
+    pf->arg = f[11];
+    pf->reason = f[12];
+    if ((pf->strategy == PCL_PACK || pf->strategy == PCL_PER_FAULT) && !*pf->arg)
+        FAIL("not a usable plan: line %d: strategy %s needs an argument (pack file or policy)", lineno,
+             pcl_strategy_names[pf->strategy]);
+    pf->fd = -1;
+    pf->fb_slot = -1;
+    /* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
+     * honest, and would overflow the allocation below */
+    if (nr > (end - line) / 6 + 1)
+        FAIL("not a usable plan: line %d: range count %lld runs past the end", lineno, (long long)nr);
+    pf->nranges = nr;
+    pf->ranges = malloc((size_t)(nr ? nr : 1) * sizeof *pf->ranges);
+    if (!pf->ranges) FAIL("not a usable plan: line %d: out of memory for %lld ranges", lineno, (long long)nr);
+    int64_t prev_end = -1;
+    for (int64_t j = 0; j < nr; j++) {
+        line = next ? next + 1 : end;
+        lineno++;
+        if (line >= end) FAIL("not a usable plan: line %d: range count runs past the end", lineno);
+        next = strchr(line, '\n');
+        if (next) *next = 0;
+        char *r[4];
+        int64_t a, n;
+        if (split(line, r, 3) != 3 || strcmp(r[0], "r") != 0 || parse_i64(r[1], &a) < 0 || parse_i64(r[2], &n) < 0 ||
+            a < 0 || n < 1 || a < prev_end || n > INT64_MAX - a)
+            FAIL("not a usable plan: line %d: expected a range 'r FIRST NPAGES' in file order", lineno);
+        pf->ranges[j][0] = a;
+        pf->ranges[j][1] = n;
+        pf->pages_planned += n;
+        prev_end = a + n;
+    }
+    *linep = line;
+    *nextp = next;
+    *linenop = lineno;
+    return 0;
+fail:
+    return -1;
+}
+
 int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t errlen) {
     char *buf;
     size_t len;
@@ -197,101 +310,14 @@ int pcl_plan_read(const char *path, struct pcl_plan *plan, char *err, size_t err
     plan->files = calloc(cap ? cap : 1, sizeof *plan->files);
     char *line = nl + 1;
     int lineno = 2;
-    /* version 3: plan options before the first file record. An unknown key refuses the
-     * plan: it was written by a newer pagecast, and half of its intent is worse than none. */
-    for (int seen = 0; version >= 3 && line < end && strncmp(line, "opt ", 4) == 0; lineno++) {
-        char *next = strchr(line, '\n');
-        if (next) *next = 0;
-        char *o[4];
-        if (split(line, o, 3) != 3) FAIL("not a usable plan: line %d: expected an option 'opt KEY VALUE'", lineno);
-        int key = strcmp(o[1], "issue") == 0 ? 1 : strcmp(o[1], "note") == 0 ? 2 : 0;
-        if (!key)
-            FAIL("not a usable plan: line %d: unknown option '%.40s' (this launcher knows issue, note; written by a "
-                 "newer pagecast?)",
-                 lineno, o[1]);
-        if (seen & key) FAIL("not a usable plan: line %d: option '%s' given twice", lineno, o[1]);
-        seen |= key;
-        if (unescape(o[2]) < 0) FAIL("not a usable plan: line %d: bad %%-escape in option '%s'", lineno, o[1]);
-        if (key == 2) {
-            plan->note = o[2];
-        } else {
-            int k;
-            for (k = 0; k < PCL_NISSUES; k++)
-                if (strcmp(o[2], pcl_issue_names[k]) == 0) break;
-            if (k == PCL_NISSUES)
-                FAIL("not a usable plan: line %d: unknown issue option '%.40s' (valid: beside, before)", lineno, o[2]);
-            plan->issue = (enum pcl_issue)k;
-        }
-        line = next ? next + 1 : end;
-    }
+    if (version >= 3 && parse_options(plan, &line, end, &lineno, err, errlen) < 0) goto fail;
     while (line < end) {
         char *next = strchr(line, '\n');
         if (next) *next = 0;
         char *f[16];
         if (split(line, f, nfields) != nfields || strcmp(f[0], "file") != 0)
             FAIL("not a usable plan: line %d: expected a 'file' record with %d fields", lineno, nfields);
-        struct pcl_file *pf = &plan->files[plan->nfiles];
-        int64_t v[5], depth, chunk, nr;
-        for (int i = 0; i < 5; i++)
-            if (parse_i64(f[2 + i], &v[i]) < 0) FAIL("not a usable plan: line %d: bad identity field", lineno);
-        pf->size = (uint64_t)v[0];
-        pf->mtime_ns = v[1];
-        pf->ctime_ns = v[2];
-        pf->ino = (uint64_t)v[3];
-        pf->dev = (uint64_t)v[4];
-        int s;
-        for (s = 0; s < PCL_NSTRATEGIES; s++)
-            if (strcmp(f[7], pcl_strategy_names[s]) == 0) break;
-        if (s == PCL_NSTRATEGIES) FAIL("not a usable plan: line %d: unknown strategy '%.40s'", lineno, f[7]);
-        pf->strategy = (enum pcl_strategy)s;
-        pf->advice = PCL_ADV_DEFAULT;
-        if (nfields == 15) {
-            int a;
-            for (a = 0; a < PCL_NADVICES; a++)
-                if (strcmp(f[13], pcl_advice_names[a]) == 0) break;
-            if (a == PCL_NADVICES) FAIL("not a usable plan: line %d: unknown advice '%.40s'", lineno, f[13]);
-            pf->advice = (enum pcl_advice)a;
-        }
-        if (parse_i64(f[8], &depth) < 0 || depth < 1 || depth > 64 || parse_i64(f[9], &chunk) < 0 || chunk < 4 ||
-            chunk > (1 << 20) || parse_i64(f[nfields - 1], &nr) < 0 || nr < 0)
-            FAIL("not a usable plan: line %d: bad depth, chunk or range count", lineno);
-        pf->depth = (int)depth;
-        pf->chunk_kib = chunk;
-        if (parse_decimal(f[10], &pf->gain_ms) < 0) FAIL("not a usable plan: line %d: bad gain '%.40s'", lineno, f[10]);
-        if (unescape(f[1]) < 0 || unescape(f[11]) < 0 || unescape(f[12]) < 0)
-            FAIL("not a usable plan: line %d: bad %%-escape", lineno);
-        pf->path = f[1];
-        pf->arg = f[11];
-        pf->reason = f[12];
-        if ((pf->strategy == PCL_PACK || pf->strategy == PCL_PER_FAULT) && !*pf->arg)
-            FAIL("not a usable plan: line %d: strategy %s needs an argument (pack file or policy)", lineno,
-                 pcl_strategy_names[pf->strategy]);
-        pf->fd = -1;
-        pf->fb_slot = -1;
-        /* every range line takes at least 6 bytes ("r 0 1\n"): a larger count cannot be
-		 * honest, and would overflow the allocation below */
-        if (nr > (end - line) / 6 + 1)
-            FAIL("not a usable plan: line %d: range count %lld runs past the end", lineno, (long long)nr);
-        pf->nranges = nr;
-        pf->ranges = malloc((size_t)(nr ? nr : 1) * sizeof *pf->ranges);
-        if (!pf->ranges) FAIL("not a usable plan: line %d: out of memory for %lld ranges", lineno, (long long)nr);
-        int64_t prev_end = -1;
-        for (int64_t j = 0; j < nr; j++) {
-            line = next ? next + 1 : end;
-            lineno++;
-            if (line >= end) FAIL("not a usable plan: line %d: range count runs past the end", lineno);
-            next = strchr(line, '\n');
-            if (next) *next = 0;
-            char *r[4];
-            int64_t a, n;
-            if (split(line, r, 3) != 3 || strcmp(r[0], "r") != 0 || parse_i64(r[1], &a) < 0 ||
-                parse_i64(r[2], &n) < 0 || a < 0 || n < 1 || a < prev_end || n > INT64_MAX - a)
-                FAIL("not a usable plan: line %d: expected a range 'r FIRST NPAGES' in file order", lineno);
-            pf->ranges[j][0] = a;
-            pf->ranges[j][1] = n;
-            pf->pages_planned += n;
-            prev_end = a + n;
-        }
+        if (parse_file(&plan->files[plan->nfiles], f, nfields, &line, &next, end, &lineno, err, errlen) < 0) goto fail;
         plan->nfiles++;
         line = next ? next + 1 : end;
         lineno++;

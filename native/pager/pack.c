@@ -222,6 +222,56 @@ void pack_free(struct pgr_pack *k) {
     free(k);
 }
 
+/* The pack's header against this pagecast, its own size (``ps_st``) and the mapped file as it
+ * is now (``cur``). -1 with the error set. */
+static int check_header(const pgr_region *r, const char *pack_path, const struct pack_header *h,
+                        const struct stat *ps_st, const struct stat *cur, uint64_t data_off) {
+    if (h->version != PGR_PACK_VERSION) {
+        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h->version,
+                PGR_PACK_VERSION);
+        return -1;
+    }
+    if (h->page_size != r->ps || h->block_pages < 1 || h->block_pages > (1u << 16) || h->npages > (1ull << 31) - 1 ||
+        h->index_offset != PGR_PACK_HEADER || h->data_offset != data_off) {
+        set_err("page pack %s: malformed header (page size %u)", pack_path, h->page_size);
+        return -1;
+    }
+    if ((uint64_t)ps_st->st_size != data_off + h->npages * r->ps) {
+        set_err("page pack %s: truncated or padded: %llu bytes, the header says %llu", pack_path,
+                (unsigned long long)ps_st->st_size, (unsigned long long)(data_off + h->npages * r->ps));
+        return -1;
+    }
+    if ((uint64_t)cur->st_size != h->src_size ||
+        (int64_t)cur->st_mtim.tv_sec * 1000000000LL + cur->st_mtim.tv_nsec != h->src_mtime_ns ||
+        (int64_t)cur->st_ctim.tv_sec * 1000000000LL + cur->st_ctim.tv_nsec != h->src_ctime_ns ||
+        (uint64_t)cur->st_ino != h->src_ino || (uint64_t)cur->st_dev != h->src_dev) {
+        set_err("page pack %s is stale: %s changed since the pack was built (size/mtime/ctime/inode differ); ignored",
+                pack_path, r->path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Each pack page's page in the region (``k->rpage``, -1: outside it or past the file's end)
+ * and each region page's first place in the pack (``pos``, -1: none); returns the region
+ * pages the pack holds. */
+static uint64_t place_pack_pages(const pgr_region *r, struct pgr_pack *k, const uint64_t *idx, int32_t *pos) {
+    for (uint64_t p = 0; p < r->npages; p++) pos[p] = -1;
+    uint64_t first_page = r->file_offset / r->ps, inside = 0;
+    for (uint64_t j = 0; j < k->n; j++) {
+        int64_t fp = (int64_t)idx[j], p = fp - (int64_t)first_page;
+        int ok = fp >= 0 && p >= 0 && (uint64_t)p < r->npages && r->file_offset + (uint64_t)p * r->ps < r->valid_end;
+        k->rpage[j] = ok ? p : -1;
+        if (ok && pos[p] < 0) {
+            pos[p] = (int32_t)j;
+            inside++;
+        }
+    }
+    return inside;
+}
+
+static int start_loaders(pgr_region *r, struct pgr_pack *k, const char *pack_path);
+
 int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_t stop_after, int threads) {
     _Static_assert(sizeof(struct pack_header) == PGR_PACK_HEADER, "pack header size");
     if (foreign(r)) return -1;
@@ -249,30 +299,7 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     uint64_t nblocks = h.block_pages ? (h.npages + h.block_pages - 1) / h.block_pages : 0;
     uint64_t idx_bytes = (h.npages + nblocks) * 8;
     uint64_t data_off = (h.index_offset + idx_bytes + 4095) / 4096 * 4096;
-    if (h.version != PGR_PACK_VERSION) {
-        set_err("page pack %s: unsupported version %u (this pagecast reads %d)", pack_path, h.version,
-                PGR_PACK_VERSION);
-        close(fd);
-        return -1;
-    }
-    if (h.page_size != r->ps || h.block_pages < 1 || h.block_pages > (1u << 16) || h.npages > (1ull << 31) - 1 ||
-        h.index_offset != PGR_PACK_HEADER || h.data_offset != data_off) {
-        set_err("page pack %s: malformed header (page size %u)", pack_path, h.page_size);
-        close(fd);
-        return -1;
-    }
-    if ((uint64_t)ps_st.st_size != data_off + h.npages * r->ps) {
-        set_err("page pack %s: truncated or padded: %llu bytes, the header says %llu", pack_path,
-                (unsigned long long)ps_st.st_size, (unsigned long long)(data_off + h.npages * r->ps));
-        close(fd);
-        return -1;
-    }
-    if ((uint64_t)cur.st_size != h.src_size ||
-        (int64_t)cur.st_mtim.tv_sec * 1000000000LL + cur.st_mtim.tv_nsec != h.src_mtime_ns ||
-        (int64_t)cur.st_ctim.tv_sec * 1000000000LL + cur.st_ctim.tv_nsec != h.src_ctime_ns ||
-        (uint64_t)cur.st_ino != h.src_ino || (uint64_t)cur.st_dev != h.src_dev) {
-        set_err("page pack %s is stale: %s changed since the pack was built (size/mtime/ctime/inode differ); ignored",
-                pack_path, r->path);
+    if (check_header(r, pack_path, &h, &ps_st, &cur, data_off) < 0) {
         close(fd);
         return -1;
     }
@@ -330,17 +357,7 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
         return -1;
     }
     memcpy(k->sums, idx + k->n, nblocks * 8);
-    for (uint64_t p = 0; p < r->npages; p++) pos[p] = -1;
-    uint64_t first_page = r->file_offset / r->ps, inside = 0;
-    for (uint64_t j = 0; j < k->n; j++) {
-        int64_t fp = (int64_t)idx[j], p = fp - (int64_t)first_page;
-        int ok = fp >= 0 && p >= 0 && (uint64_t)p < r->npages && r->file_offset + (uint64_t)p * r->ps < r->valid_end;
-        k->rpage[j] = ok ? p : -1;
-        if (ok && pos[p] < 0) {
-            pos[p] = (int32_t)j;
-            inside++;
-        }
-    }
+    uint64_t inside = place_pack_pages(r, k, idx, pos);
     free(idx);
     pthread_mutex_lock(&r->mu);
     r->pack = k;
@@ -351,7 +368,12 @@ int pgr_pack_start(pgr_region *r, const char *pack_path, uint64_t defer, uint64_
     r->st.pack_bytes_read = PGR_PACK_HEADER + idx_bytes;
     r->st.pack_state = PGR_PACK_RUNNING;
     pthread_mutex_unlock(&r->mu);
-    /* several threads: while the program waits for its next page, the idle core maps pages too */
+    return start_loaders(r, k, pack_path);
+}
+
+/* The loader threads. Several: while the program waits for its next page, the idle core maps
+ * pages too. -1 with the error set when none could start. */
+static int start_loaders(pgr_region *r, struct pgr_pack *k, const char *pack_path) {
     /* Every thread counts as live from the start: counted one by one, a thread that failed
      * (a corrupted first block) before the next was created would find itself the last
      * and report the end, and so would the next one. */

@@ -773,6 +773,65 @@ static void lookahead_io(pgr_region *r, uint64_t last, uint64_t max) {
     }
 }
 
+/* The prefetch batch of a fault on p: the policy's (or plan's) candidates that are in range,
+ * not resident, not pinned and before the file's end, pinned and sorted in r->batch, at
+ * most budget-1 of them (``maxpf``, also returned). p is pinned too. */
+static uint64_t pin_batch(pgr_region *r, uint64_t p, int64_t t, uint64_t *maxpf_out) {
+    uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
+    if (maxpf > r->cap - 1) maxpf = r->cap - 1;
+    *maxpf_out = maxpf;
+    if (r->cls) plan_enter(r, p, t);
+    uint64_t cand = r->cls ? plan_pages(r, p, r->batch, maxpf) : policy_pages(r, p, r->batch, maxpf);
+    uint64_t n = 0;
+    r->state[p] |= ST_PIN;
+    for (uint64_t i = 0; i < cand; i++) {
+        int64_t q = r->batch[i];
+        if (q < 0 || (uint64_t)q >= r->npages || (r->state[q] & (ST_RES | ST_PIN))) continue;
+        if (r->file_offset + (uint64_t)q * r->ps >= r->valid_end) continue;
+        r->state[q] |= ST_PIN;
+        r->batch[n++] = q;
+    }
+    qsort(r->batch, n, sizeof(int64_t), cmp_i64);
+    return n;
+}
+
+/* The first n pages of r->batch (sorted, placed in the ring) installed: one pread and one
+ * UFFDIO_COPY per contiguous run, not woken. Pages that could not be installed are unpinned. */
+static void install_prefetched(pgr_region *r, uint64_t n, int64_t t) {
+    for (uint64_t i = 0; i < n;) {
+        uint64_t j = i + 1;
+        while (j < n && r->batch[j] == r->batch[j - 1] + 1) j++;
+        uint64_t q = (uint64_t)r->batch[i], run = j - i;
+        ssize_t rd = read_page(r, q, r->buf, run);
+        if (rd >= 0 && (uint64_t)rd < run * r->ps && r->file_offset + (q + run) * r->ps <= r->valid_end) {
+            /* The file shrank: prefetch only pages that still have data behind them. */
+            uint64_t keep = ((uint64_t)rd + r->ps - 1) / r->ps;
+            for (uint64_t k = i + keep; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
+            if (!keep) {
+                i = j;
+                continue;
+            }
+            j = i + keep;
+            run = keep;
+        }
+        if (rd < 0 || copy_pages(r, q, r->buf, run, 1, 0) < 0) {
+            handler_error(r, "prefetch", errno);
+            for (uint64_t k = i; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
+            i = j;
+            continue;
+        }
+        for (uint64_t k = i; k < j; k++) {
+            uint64_t s = (uint64_t)r->batch[k];
+            r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
+            if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
+            r->st.resident++;
+            r->st.prefetched++;
+            log_rec(r, t, (int64_t)s, PGR_REC_PREFETCH, 0, -1);
+        }
+        i = j;
+    }
+}
+
 static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t t) {
     if (r->state[p] & ST_RES) { /* raced a batch (or another thread): it is there now */
         r->st.late_faults++;
@@ -805,21 +864,8 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         log_rec(r, t, (int64_t)p, PGR_REC_FAULT, (write ? PGR_RF_WRITE : 0) | PGR_RF_PACK, tid);
         return;
     }
-    /* Batch: prefetch candidates (in range, not resident, unique), at most budget-1. */
-    uint64_t maxpf = (uint64_t)(r->cfg.depth > 0 ? r->cfg.depth : 0);
-    if (maxpf > r->cap - 1) maxpf = r->cap - 1;
-    if (r->cls) plan_enter(r, p, t);
-    uint64_t cand = r->cls ? plan_pages(r, p, r->batch, maxpf) : policy_pages(r, p, r->batch, maxpf);
-    uint64_t n = 0;
-    r->state[p] |= ST_PIN;
-    for (uint64_t i = 0; i < cand; i++) {
-        int64_t q = r->batch[i];
-        if (q < 0 || (uint64_t)q >= r->npages || (r->state[q] & (ST_RES | ST_PIN))) continue;
-        if (r->file_offset + (uint64_t)q * r->ps >= r->valid_end) continue;
-        r->state[q] |= ST_PIN;
-        r->batch[n++] = q;
-    }
-    qsort(r->batch, n, sizeof(int64_t), cmp_i64);
+    uint64_t maxpf;
+    uint64_t n = pin_batch(r, p, t, &maxpf);
     if (n) {
         start_io(r, p, n);
         lookahead_io(r, (uint64_t)r->batch[n - 1], maxpf);
@@ -870,39 +916,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     }
     n = placed;
 
-    /* Prefetched pages: one pread and one UFFDIO_COPY per contiguous run, not woken. */
-    for (uint64_t i = 0; i < n;) {
-        uint64_t j = i + 1;
-        while (j < n && r->batch[j] == r->batch[j - 1] + 1) j++;
-        uint64_t q = (uint64_t)r->batch[i], run = j - i;
-        ssize_t rd = read_page(r, q, r->buf, run);
-        if (rd >= 0 && (uint64_t)rd < run * r->ps && r->file_offset + (q + run) * r->ps <= r->valid_end) {
-            /* The file shrank: prefetch only pages that still have data behind them. */
-            uint64_t keep = ((uint64_t)rd + r->ps - 1) / r->ps;
-            for (uint64_t k = i + keep; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
-            if (!keep) {
-                i = j;
-                continue;
-            }
-            j = i + keep;
-            run = keep;
-        }
-        if (rd < 0 || copy_pages(r, q, r->buf, run, 1, 0) < 0) {
-            handler_error(r, "prefetch", errno);
-            for (uint64_t k = i; k < j; k++) r->state[r->batch[k]] &= (uint8_t)~ST_PIN;
-            i = j;
-            continue;
-        }
-        for (uint64_t k = i; k < j; k++) {
-            uint64_t s = (uint64_t)r->batch[k];
-            r->state[s] = ST_RES | ST_PF | (r->wp ? 0 : ST_DIRTY);
-            if (r->pack_pos && r->pack_pos[s] >= 0) r->pack_pos[s] = -2 - r->pack_pos[s];
-            r->st.resident++;
-            r->st.prefetched++;
-            log_rec(r, t, (int64_t)s, PGR_REC_PREFETCH, 0, -1);
-        }
-        i = j;
-    }
+    install_prefetched(r, n, t);
     for (uint64_t i = 0; i < n; i++) r->state[r->batch[i]] &= (uint8_t)~ST_PIN;
 
     /* The demanded page last: its copy wakes the faulting thread. A write fault installs
@@ -1140,37 +1154,130 @@ static void free_region(pgr_region *r) {
     free(r);
 }
 
-pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
-                        void *addr, int fixed, int prot) {
-    long ps = sysconf(_SC_PAGESIZE);
+/* The arguments of pgr_open_fd checked against the file (``sb``); a length of 0 becomes
+ * the rest of the file. -1 with the error set. */
+static int check_open_args(int fd_in, const char *path, uint64_t offset, uint64_t *length, const pgr_config *cfg,
+                           long ps, struct stat *sb) {
     if (!cfg || cfg->budget_pages < 1) {
         set_err("budget must be at least one page");
         errno = EINVAL;
-        return NULL;
+        return -1;
     }
     if (offset % (uint64_t)ps) {
         set_err("%s: offset %llu is not page aligned", path, (unsigned long long)offset);
         errno = EINVAL;
-        return NULL;
+        return -1;
     }
-    struct stat sb;
-    if (fstat(fd_in, &sb) < 0) {
+    if (fstat(fd_in, sb) < 0) {
         set_err("%s: %s", path, strerror(errno));
-        return NULL;
+        return -1;
     }
-    if (!S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sb->st_mode)) {
         set_err("%s: not a regular file", path);
         errno = EINVAL;
-        return NULL;
+        return -1;
     }
-    if (length == 0) {
-        if ((uint64_t)sb.st_size <= offset) {
+    if (*length == 0) {
+        if ((uint64_t)sb->st_size <= offset) {
             set_err("%s: empty file (nothing to map)", path);
             errno = EINVAL;
-            return NULL;
+            return -1;
         }
-        length = (uint64_t)sb.st_size - offset;
+        *length = (uint64_t)sb->st_size - offset;
     }
+    return 0;
+}
+
+/* The region's page state, eviction ring, read buffers and logs, sized by its pages, its
+ * budget and the read depth; with write-back, the twins of written pages. -1: out of memory. */
+static int alloc_region_buffers(pgr_region *r, const pgr_config *cfg) {
+    uint64_t maxb = (uint64_t)(cfg->depth > 0 ? cfg->depth : 0) + 1;
+    r->nwords = (r->npages + 63) / 64;
+    r->state = calloc(r->npages, 1);
+    r->ring = malloc(r->cap * sizeof(int64_t));
+    r->learned = calloc(r->nwords, 8);
+    r->buf = malloc(maxb * r->ps);
+    r->dbuf = malloc(r->ps);
+    r->batch = malloc((maxb + 1) * sizeof(int64_t));
+    r->logcap = 2 * maxb + 2;
+    r->log = malloc(r->logcap * sizeof(pgr_log_rec));
+    r->samples = malloc(NSAMPLES * sizeof(uint32_t));
+    pthread_mutex_init(&r->mu, NULL);
+    if (!r->state || !r->ring || !r->learned || !r->buf || !r->dbuf || !r->batch || !r->log || !r->samples) {
+        set_err("out of memory");
+        return -1;
+    }
+    for (uint64_t i = 0; i < r->cap; i++) r->ring[i] = -1;
+    r->owner = getpid();
+    if (r->cfg.writeback) {
+        r->twins = sys_mmap(NULL, r->cap * r->ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+        if (r->twins == MAP_FAILED) r->twins = NULL;
+        r->slot = malloc(r->npages * sizeof *r->slot);
+        if (r->slot) memset(r->slot, 0xff, r->npages * sizeof *r->slot); /* NO_SLOT */
+        r->wbuf = malloc(r->ps);
+        r->ebuf = malloc(r->ps);
+        if (!r->twins || !r->slot || !r->wbuf || !r->ebuf) {
+            set_err("out of memory");
+            return -1;
+        }
+        madvise(r->twins, r->cap * r->ps, MADV_DONTFORK);
+    }
+    return 0;
+}
+
+/* The region's own descriptor of the file, its memory registered with userfaultfd, its
+ * log header, stop pipe and pack eventfd, and its fault handler thread. -1 with the error set. */
+static int start_region(pgr_region *r, int fd_in, const char *path, void *addr, int fixed, int prot) {
+    r->fd = pc_fd_high_or_keep(fcntl(fd_in, F_DUPFD_CLOEXEC, 3));
+    if (r->fd < 0) {
+        set_err("%s: dup: %s", path, strerror(errno));
+        return -1;
+    }
+    int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED : 0);
+    r->base = sys_mmap(addr, r->len, prot, mflags);
+    if (r->base == MAP_FAILED) {
+        r->base = NULL;
+        set_err("%s: mmap of %llu bytes: %s", path, (unsigned long long)r->len, strerror(errno));
+        return -1;
+    }
+    /* A forked child would see unregistered anonymous memory (zeros): give it nothing. */
+    madvise(r->base, r->len, MADV_DONTFORK);
+    struct uffdio_register reg = {
+        .range = {.start = (uint64_t)(uintptr_t)r->base, .len = r->len},
+        .mode = UFFDIO_REGISTER_MODE_MISSING | (r->wp ? UFFDIO_REGISTER_MODE_WP : 0),
+    };
+    if (ioctl(r->uffd, UFFDIO_REGISTER, &reg) < 0) {
+        set_err("%s: UFFDIO_REGISTER: %s", path, strerror(errno));
+        return -1;
+    }
+    if (r->cfg.log_fd >= 0 && write_log_header(r) < 0) {
+        set_err("%s: writing the fault log header: %s", path, strerror(errno));
+        return -1;
+    }
+    if (pipe2(r->stop_pipe, O_CLOEXEC) < 0) {
+        set_err("pipe: %s", strerror(errno));
+        return -1;
+    }
+    r->stop_pipe[0] = pc_fd_high_or_keep(r->stop_pipe[0]);
+    r->stop_pipe[1] = pc_fd_high_or_keep(r->stop_pipe[1]);
+    r->pack_efd = pc_fd_high_or_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (r->pack_efd < 0) {
+        set_err("eventfd: %s", strerror(errno));
+        return -1;
+    }
+    if (pthread_create(&r->thr, NULL, handler_main, r) != 0) {
+        set_err("cannot start the fault handler thread");
+        return -1;
+    }
+    r->thr_started = 1;
+    return 0;
+}
+
+pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t length, const pgr_config *cfg,
+                        void *addr, int fixed, int prot) {
+    long ps = sysconf(_SC_PAGESIZE);
+    struct stat sb;
+    if (check_open_args(fd_in, path, offset, &length, cfg, ps, &sb) < 0) return NULL;
     char why[400];
     int feat = 0;
     /* every descriptor of a region goes high (highfd.h): under the shim they live in the
@@ -1223,82 +1330,11 @@ pgr_region *pgr_open_fd(int fd_in, const char *path, uint64_t offset, uint64_t l
     snprintf(r->path, sizeof r->path, "%s", path);
     if (cfg->learn_path) snprintf(r->learn_path, sizeof r->learn_path, "%s", cfg->learn_path);
     r->cfg.learn_path = r->learn_path[0] ? r->learn_path : NULL;
-    uint64_t maxb = (uint64_t)(cfg->depth > 0 ? cfg->depth : 0) + 1;
-    r->nwords = (r->npages + 63) / 64;
-    r->state = calloc(r->npages, 1);
-    r->ring = malloc(r->cap * sizeof(int64_t));
-    r->learned = calloc(r->nwords, 8);
-    r->buf = malloc(maxb * r->ps);
-    r->dbuf = malloc(r->ps);
-    r->batch = malloc((maxb + 1) * sizeof(int64_t));
-    r->logcap = 2 * maxb + 2;
-    r->log = malloc(r->logcap * sizeof(pgr_log_rec));
-    r->samples = malloc(NSAMPLES * sizeof(uint32_t));
-    pthread_mutex_init(&r->mu, NULL);
-    if (!r->state || !r->ring || !r->learned || !r->buf || !r->dbuf || !r->batch || !r->log || !r->samples) {
-        set_err("out of memory");
-        goto fail;
-    }
-    for (uint64_t i = 0; i < r->cap; i++) r->ring[i] = -1;
-    r->owner = getpid();
-    if (r->cfg.writeback) {
-        r->twins = sys_mmap(NULL, r->cap * r->ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
-        if (r->twins == MAP_FAILED) r->twins = NULL;
-        r->slot = malloc(r->npages * sizeof *r->slot);
-        if (r->slot) memset(r->slot, 0xff, r->npages * sizeof *r->slot); /* NO_SLOT */
-        r->wbuf = malloc(r->ps);
-        r->ebuf = malloc(r->ps);
-        if (!r->twins || !r->slot || !r->wbuf || !r->ebuf) {
-            set_err("out of memory");
-            goto fail;
-        }
-        madvise(r->twins, r->cap * r->ps, MADV_DONTFORK);
-    }
+    if (alloc_region_buffers(r, cfg) < 0) goto fail;
     if (r->learn_path[0] && load_learned(r) < 0)
         fprintf(stderr, "pagecast pager: %s: ignoring learned pages file %s (unreadable or other size)\n", path,
                 r->learn_path);
-    r->fd = pc_fd_high_or_keep(fcntl(fd_in, F_DUPFD_CLOEXEC, 3));
-    if (r->fd < 0) {
-        set_err("%s: dup: %s", path, strerror(errno));
-        goto fail;
-    }
-    int mflags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED : 0);
-    r->base = sys_mmap(addr, r->len, prot, mflags);
-    if (r->base == MAP_FAILED) {
-        r->base = NULL;
-        set_err("%s: mmap of %llu bytes: %s", path, (unsigned long long)r->len, strerror(errno));
-        goto fail;
-    }
-    /* A forked child would see unregistered anonymous memory (zeros): give it nothing. */
-    madvise(r->base, r->len, MADV_DONTFORK);
-    struct uffdio_register reg = {
-        .range = {.start = (uint64_t)(uintptr_t)r->base, .len = r->len},
-        .mode = UFFDIO_REGISTER_MODE_MISSING | (r->wp ? UFFDIO_REGISTER_MODE_WP : 0),
-    };
-    if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
-        set_err("%s: UFFDIO_REGISTER: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (r->cfg.log_fd >= 0 && write_log_header(r) < 0) {
-        set_err("%s: writing the fault log header: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (pipe2(r->stop_pipe, O_CLOEXEC) < 0) {
-        set_err("pipe: %s", strerror(errno));
-        goto fail;
-    }
-    r->stop_pipe[0] = pc_fd_high_or_keep(r->stop_pipe[0]);
-    r->stop_pipe[1] = pc_fd_high_or_keep(r->stop_pipe[1]);
-    r->pack_efd = pc_fd_high_or_keep(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (r->pack_efd < 0) {
-        set_err("eventfd: %s", strerror(errno));
-        goto fail;
-    }
-    if (pthread_create(&r->thr, NULL, handler_main, r) != 0) {
-        set_err("cannot start the fault handler thread");
-        goto fail;
-    }
-    r->thr_started = 1;
+    if (start_region(r, fd_in, path, addr, fixed, prot) < 0) goto fail;
     return r;
 fail:
     {

@@ -130,6 +130,40 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* n launches, timed: the interposer's cost per call */
+static CUresult timed_launches(unsigned long long n) {
+    CUresult r = CUDA_SUCCESS;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (unsigned long long k = 0; k < n && r == CUDA_SUCCESS; k++)
+        r = api.launch(NULL, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    printf("launches %llu ns_per_call %.1f\n", n,
+           ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)(n ? n : 1));
+    return r;
+}
+
+/* t threads (at most 64) running ``worker`` with k each, joined */
+static void run_threads(int t, int k) {
+    pthread_t th[64];
+    if (t > 64) t = 64;
+    for (int j = 0; j < t; j++) pthread_create(&th[j], NULL, worker, &k);
+    for (int j = 0; j < t; j++) pthread_join(th[j], NULL);
+}
+
+/* a launch from a forked child: the interposer must work after fork */
+static CUresult launch_in_child(void) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        api.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+        exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
 int main(int argc, char **argv) {
     const char *path = getenv("PAGECAST_CUDA_DRIVER");
     void *h = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -202,14 +236,7 @@ int main(int argc, char **argv) {
             r = api.launch_ex(&cfg, NULL, NULL, NULL);
         } else if (strcmp(op, "launches") == 0) {
             NEED(1);
-            unsigned long long n = ARG(1);
-            struct timespec a, b;
-            clock_gettime(CLOCK_MONOTONIC, &a);
-            for (unsigned long long k = 0; k < n && r == CUDA_SUCCESS; k++)
-                r = api.launch(NULL, 4, 1, 1, 256, 1, 1, 0, NULL, NULL, NULL);
-            clock_gettime(CLOCK_MONOTONIC, &b);
-            printf("launches %llu ns_per_call %.1f\n", n,
-                   ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)(n ? n : 1));
+            r = timed_launches(ARG(1));
             i += 1;
         } else if (strcmp(op, "pf1") == 0 || strcmp(op, "pf2") == 0) {
             NEED(4);
@@ -234,22 +261,10 @@ int main(int argc, char **argv) {
             continue;
         } else if (strcmp(op, "threads") == 0) {
             NEED(2);
-            int t = (int)ARG(1), k = (int)ARG(2);
-            pthread_t th[64];
-            if (t > 64) t = 64;
-            for (int j = 0; j < t; j++) pthread_create(&th[j], NULL, worker, &k);
-            for (int j = 0; j < t; j++) pthread_join(th[j], NULL);
+            run_threads((int)ARG(1), (int)ARG(2));
             i += 2;
         } else if (strcmp(op, "fork_launch") == 0) {
-            fflush(stdout);
-            pid_t pid = fork();
-            if (pid == 0) {
-                api.launch(NULL, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
-                exit(0);
-            }
-            int status = 0;
-            waitpid(pid, &status, 0);
-            r = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+            r = launch_in_child();
         } else if (strcmp(op, "wait_stdin") == 0) {
             char buf[64];
             printf("waiting\n");

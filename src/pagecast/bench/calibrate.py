@@ -236,9 +236,14 @@ def _fill_by_readaround(f: Path, rng: np.random.Generator, windows: int = 16) ->
             time.sleep(0.001)
         total = time.perf_counter_ns() - t0
     p50, p99 = _percentiles(ns)
-    return FillCost("readaround", p50, p99, ns_per_page_batched=int(total / max(1, got)),
-                    note=f"{len(picks)} faults in distinct {w * PAGE // 1024} KiB read-around windows "
-                         f"(default advice); batched: total time per page brought in")  # fmt: skip
+    return FillCost(
+        "readaround",
+        p50,
+        p99,
+        ns_per_page_batched=int(total / max(1, got)),
+        note=f"{len(picks)} faults in distinct {w * PAGE // 1024} KiB read-around windows "
+        f"(default advice); batched: total time per page brought in",
+    )
 
 
 def _resident(addr: int, npages: int, vec: ctypes.Array) -> np.ndarray:

@@ -173,8 +173,10 @@ def format_recurrence(r: dict[str, Any]) -> str:
         return ""
     n = max(r["heldout_pages"], 1)
     ks = "; ".join(f"k={x['k']}: {x['hits']:,} of {x['warmed']:,} ({x['hits'] / n:.0%})" for x in r["by_k"])
-    return (f"recurrence in {r['file']} ({r['heldout_pages']:,} held-out pages; pages used by >= k of "
-            f"{r['train_runs']} training runs, and how many the held-out run used): {ks or 'none used'}")  # fmt: skip
+    return (
+        f"recurrence in {r['file']} ({r['heldout_pages']:,} held-out pages; pages used by >= k of "
+        f"{r['train_runs']} training runs, and how many the held-out run used): {ks or 'none used'}"
+    )
 
 
 def page_ranges(pages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -669,8 +671,12 @@ def summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         names += [x["strategy"] for x in r["strategies"] if x["kind"] not in ("kernel", "oracle", "warm")]
     noise = {r["case"]: r.get("noise", 0.0) for r in results}
     errs = {r["case"]: r["model"]["median_abs_error"] for r in results if r.get("model")}
-    out: dict[str, Any] = {"noise": noise, "strategies": {}, "model_error": errs,
-                           "median_model_error": float(statistics.median(errs.values())) if errs else None}  # fmt: skip
+    out: dict[str, Any] = {
+        "noise": noise,
+        "strategies": {},
+        "model_error": errs,
+        "median_model_error": float(statistics.median(errs.values())) if errs else None,
+    }
     for name in dict.fromkeys(names):
         rows = {r["case"]: next((x for x in r["strategies"] if x["strategy"] == name), None) for r in results}
         ratios = {c: x["vs_best_kernel"] for c, x in rows.items() if x and x["vs_best_kernel"] is not None}
@@ -708,6 +714,9 @@ def format_summary(summ: dict[str, Any], cases: list[str]) -> str:
     if errs:
         cells = [f"{errs[c]:.0%}" if c in errs else "—" for c in cases]
         med = summ["median_model_error"]
-        lines.append("| cost model's median absolute error on held-out runs (target ≤ 30 %) | " + " | ".join(cells)
-                     + f" | | {med:.0%} over {len(errs)} case{'' if len(errs) == 1 else 's'} | |")  # fmt: skip
+        lines.append(
+            "| cost model's median absolute error on held-out runs (target ≤ 30 %) | "
+            + " | ".join(cells)
+            + f" | | {med:.0%} over {len(errs)} case{'' if len(errs) == 1 else 's'} | |"
+        )
     return "\n".join(lines)

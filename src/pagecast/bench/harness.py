@@ -110,8 +110,18 @@ def workload_row(
 ) -> RunRow:
     """The row of a run of the workload: its own timings and checksum (``result``, its JSON
     line) and what the harness counted around it."""
-    return RunRow(name, kind, rnd, result["wall_s"], bytes_read, major_faults=major_faults, prefetched=prefetched,
-                  ttft_s=result["ttft_s"], tokens_per_s=result["tokens_per_s"], checksum=result["checksum"])  # fmt: skip
+    return RunRow(
+        name,
+        kind,
+        rnd,
+        result["wall_s"],
+        bytes_read,
+        major_faults=major_faults,
+        prefetched=prefetched,
+        ttft_s=result["ttft_s"],
+        tokens_per_s=result["tokens_per_s"],
+        checksum=result["checksum"],
+    )
 
 
 def _live(cfg: BenchConfig, weights: Path, spec: SourceSpec, name: str, rnd: int, kind: str = "pagecast") -> RunRow:
@@ -144,8 +154,14 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     if pack is not None:
         wl.drop_cache(pack)
     out_r, out_w = os.pipe()
-    res = run_pager(_workload(cfg, weights, cfg.test_prompt, "random").argv(), [(str(weights), weights.stat().st_size)],
-                    policy="none", packs=[pack] if pack else (), pack_defer=cfg.pack_defer, stdout=out_w)  # fmt: skip
+    res = run_pager(
+        _workload(cfg, weights, cfg.test_prompt, "random").argv(),
+        [(str(weights), weights.stat().st_size)],
+        policy="none",
+        packs=[pack] if pack else (),
+        pack_defer=cfg.pack_defer,
+        stdout=out_w,
+    )
     os.close(out_w)
     with os.fdopen(out_r) as f:
         r = wl.parse_result(f.read())
@@ -159,19 +175,23 @@ def _pager(cfg: BenchConfig, weights: Path, pack: Path | None, name: str, rnd: i
     return workload_row(name, kind, rnd, r, read, faults, st["pack_installed"])
 
 
-def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
-              extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None = None,
-              ) -> dict[str, Any]:  # fmt: skip
-    """``extra_rows(training traces, weights)``: more strategies, run in the same interleaved rounds."""
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    t_start = time.time()
-    load_start = list(os.getloadavg())
-    log("building the workload")
-    wl.binary()
-    weights = wl.ensure_weights(cfg.weights, cfg.size_mib)
-    log(f"weights: {weights} ({weights.stat().st_size >> 20} MiB)")
+@dataclass
+class _Inputs:
+    """What every strategy of one benchmark is built from."""
 
+    traces: list[Path]
+    min_runs: int
+    sched_len: int
+    sched_path: Path
+    oracle_path: Path
+    pack_path: Path | None
+    oracle_pack: Path | None
+    model: Path | str | None
+    learned_note: str | None
+
+
+def _prepare(cfg: BenchConfig, weights: Path, out: Path, log: Callable[[str], None]) -> _Inputs:
+    """The training runs and what is learned from them, the oracle run, and the packs."""
     traces = []
     for p in cfg.train_prompts:
         log(f"recording training run, prompt {p}")
@@ -198,6 +218,16 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         model = train_learned(traces, out / "model.pt", cfg.epochs)
         if model is None:
             learned_note = "learned model skipped: torch is not installed (pip install 'pagecast[learn]')"
+    return _Inputs(traces, min_runs, len(sched), sched_path, oracle_path, pack_path, oracle_pack, model, learned_note)
+
+
+def _strategies(
+    cfg: BenchConfig,
+    weights: Path,
+    inp: _Inputs,
+    extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None,
+) -> list[tuple[str, Callable[[int], RunRow]]]:
+    """Every strategy of a round, in the order they run: the kernel's, pagecast's, the oracles."""
     strategies: list[tuple[str, Callable[[int], RunRow]]] = []
 
     def plain(name: str, advice: str, warm: bool = False) -> None:
@@ -215,20 +245,26 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
     for pol in cfg.policies:
         ps = parse_policy_spec(pol)
         live(f"pagecast: {pol}", SourceSpec("policy", ps.name, options=ps.options))
-    live("pagecast: schedule replay", SourceSpec("schedule", "replay", str(sched_path), lookahead=cfg.lookahead))
-    if model is not None:
-        live("pagecast: learned model", SourceSpec("model", "model", str(model)))
-    if pack_path is not None:
+    live("pagecast: schedule replay", SourceSpec("schedule", "replay", str(inp.sched_path), lookahead=cfg.lookahead))
+    if inp.model is not None:
+        live("pagecast: learned model", SourceSpec("model", "model", str(inp.model)))
+    if inp.pack_path is not None:
         pager("pagecast: pager, no pack", None)
-        pager("pagecast: page pack (replay)", pack_path)
+        pager("pagecast: page pack (replay)", inp.pack_path)
     if extra_rows is not None:
-        strategies.extend(extra_rows(traces, weights))
-    oracle_spec = SourceSpec("schedule", "oracle", str(oracle_path), lookahead=cfg.lookahead)
+        strategies.extend(extra_rows(inp.traces, weights))
+    oracle_spec = SourceSpec("schedule", "oracle", str(inp.oracle_path), lookahead=cfg.lookahead)
     live("oracle (this run's pages)", oracle_spec, "oracle")
-    if oracle_pack is not None:
-        pager("oracle page pack (this run's pages)", oracle_pack, "oracle")
+    if inp.oracle_pack is not None:
+        pager("oracle page pack (this run's pages)", inp.oracle_pack, "oracle")
     plain("warm cache", "normal", warm=True)
+    return strategies
 
+
+def _run_rounds(
+    cfg: BenchConfig, strategies: list[tuple[str, Callable[[int], RunRow]]], log: Callable[[str], None]
+) -> tuple[list[RunRow], dict[str, list[dict]]]:
+    """``cfg.runs`` rounds of every strategy in turn; the rows, and the live loop's latencies."""
     rows: list[RunRow] = []
     lat: dict[str, list[dict]] = {}
     for rnd in range(cfg.runs):
@@ -248,6 +284,26 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
                 )
                 del row.live  # type: ignore[attr-defined]
             rows.append(row)
+    return rows, lat
+
+
+def run_bench(
+    cfg: BenchConfig,
+    log: Callable[[str], None] = lambda s: None,
+    extra_rows: Callable[[list[Path], Path], list[tuple[str, Callable[[int], RunRow]]]] | None = None,
+) -> dict[str, Any]:
+    """``extra_rows(training traces, weights)``: more strategies, run in the same interleaved rounds."""
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    load_start = list(os.getloadavg())
+    log("building the workload")
+    wl.binary()
+    weights = wl.ensure_weights(cfg.weights, cfg.size_mib)
+    log(f"weights: {weights} ({weights.stat().st_size >> 20} MiB)")
+    inp = _prepare(cfg, weights, out, log)
+    strategies = _strategies(cfg, weights, inp, extra_rows)
+    rows, lat = _run_rounds(cfg, strategies, log)
     summary = summarise(rows, [n for n, _ in strategies])
     checks = {r.checksum for r in rows}
     report = {
@@ -255,13 +311,13 @@ def run_bench(cfg: BenchConfig, log: Callable[[str], None] = lambda s: None,
         "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
         "weights": str(weights),
         "weights_mib": weights.stat().st_size >> 20,
-        "replay_pages": len(sched),
-        "min_runs": min_runs,
-        "pack": str(pack_path) if pack_path else None,
+        "replay_pages": inp.sched_len,
+        "min_runs": inp.min_runs,
+        "pack": str(inp.pack_path) if inp.pack_path else None,
         "load_average_start": load_start,
         "load_average_end": list(os.getloadavg()),
-        "model": str(model) if model else None,
-        "learned_note": learned_note,
+        "model": str(inp.model) if inp.model else None,
+        "learned_note": inp.learned_note,
         "strategies": summary,
         "live": lat,
         "runs": [asdict(r) for r in rows],

@@ -29,8 +29,18 @@ LABEL = "pagecast: planned (pagecast plan + run --plan)"
 
 def make_plan(traces: list[Path], out: Path, min_runs: int) -> dict[str, Any]:
     """``pagecast plan`` on the recordings, as a user runs it; its JSON summary."""
-    cmd = [sys.executable, "-m", "pagecast", "plan", *map(str, traces), "-o", str(out), "--min-runs", str(min_runs),
-           "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "pagecast",
+        "plan",
+        *map(str, traces),
+        "-o",
+        str(out),
+        "--min-runs",
+        str(min_runs),
+        "--json",
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise PagecastError(f"pagecast plan failed: {(p.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -58,8 +68,15 @@ def planned_run(plan: Path, workload: wl.WorkloadConfig, status: Path | None = N
     res = wl.parse_result(out.decode())
     if rc != 0 or not res:
         raise PagecastError(f"{LABEL}: workload failed (status {rc}: {err.decode(errors='replace').strip()[:200]})")
-    return wl.RunOutcome(rc, res, res["wall_s"], ru.ru_majflt, ru.ru_minflt,
-                         int(wl.resident_pages(workload.weights).sum()) * wl.PAGE, err.decode(errors="replace"))  # fmt: skip
+    return wl.RunOutcome(
+        rc,
+        res,
+        res["wall_s"],
+        ru.ru_majflt,
+        ru.ru_minflt,
+        int(wl.resident_pages(workload.weights).sum()) * wl.PAGE,
+        err.decode(errors="replace"),
+    )
 
 
 def _pages_issued(status: Path, wait_s: float = 2.0) -> int:
@@ -73,16 +90,20 @@ def _pages_issued(status: Path, wait_s: float = 2.0) -> int:
     return 0
 
 
-def planned_rows(out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig], min_runs: int,
-                 log: Callable[[str], None]) -> Callable[[list[Path], Path], list]:  # fmt: skip
+def planned_rows(
+    out_dir: Path, workload_for: Callable[[Path], wl.WorkloadConfig], min_runs: int, log: Callable[[str], None]
+) -> Callable[[list[Path], Path], list]:
     """A hook for ``run_bench(extra_rows=...)``: plan on the training traces, then one row."""
 
     def rows(traces: list[Path], weights: Path) -> list:
         plan = Path(out_dir) / "demo.plan"
         summary = make_plan(traces, plan, min_runs)
-        chosen = ", ".join(f"{Path(f['path']).name}: {f['strategy']}"
-                           + (f"+{f['advice']}" if f.get("advice", "default") != "default" else "")
-                           for f in summary.get("files", []) if f.get("strategy") != "nothing" or f.get("advice", "default") != "default")  # fmt: skip
+        chosen = ", ".join(
+            f"{Path(f['path']).name}: {f['strategy']}"
+            + (f"+{f['advice']}" if f.get("advice", "default") != "default" else "")
+            for f in summary.get("files", [])
+            if f.get("strategy") != "nothing" or f.get("advice", "default") != "default"
+        )
         log(f"plan: {chosen or 'nothing for every file'}")
 
         def one(rnd: int) -> RunRow:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from pagecast.cli._common import print_json, progress
 
@@ -89,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
         extra = None
         if plan:
             min_runs = cfg.min_runs if cfg.min_runs is not None else default_min_runs(len(cfg.train_prompts))
-            workload = lambda w: wl.WorkloadConfig(w, prompt=cfg.test_prompt, tokens=cfg.tokens, advice="normal",  # noqa: E731
-                                                   extra=list(cfg.extra))  # fmt: skip
+
+            def workload(w: Path) -> wl.WorkloadConfig:
+                return wl.WorkloadConfig(
+                    w, prompt=cfg.test_prompt, tokens=cfg.tokens, advice="normal", extra=list(cfg.extra)
+                )
+
             extra = planned_rows(cfg.out_dir, workload, min_runs, log)
         report = run_bench(cfg, log=log, extra_rows=combine(extra, memory_extra(cfg, args, log)))
     if args.json:
@@ -119,7 +124,10 @@ def _auto_memory() -> str | None:
         print(f"pagecast demo: the rows under a memory limit are skipped: {e}", file=sys.stderr)
         return None
     if not os.access(parent, os.W_OK):
-        print(f"pagecast demo: the rows under a memory limit are skipped: cannot create cgroups in {parent} "
-              "(run as root or in a delegated cgroup)", file=sys.stderr)  # fmt: skip
+        print(
+            f"pagecast demo: the rows under a memory limit are skipped: cannot create cgroups in {parent} "
+            "(run as root or in a delegated cgroup)",
+            file=sys.stderr,
+        )
         return None
     return "auto"

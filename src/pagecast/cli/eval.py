@@ -140,8 +140,15 @@ def _gate_schedule(args, trace, cap: int, model_schedule, events):
     sched = model_schedule
     if len(sched) == 0:  # switched off by its budget: the gate still sees what one page would be
         sched = _model_schedule(args.model[0], trace, 1, events)
-    r = gate_schedule(gm, trace, model_schedule=sched, train_run=runs[0] if runs else None,
-                      capacity=args.capacity, capacity_pages=cap, events=events)  # fmt: skip
+    r = gate_schedule(
+        gm,
+        trace,
+        model_schedule=sched,
+        train_run=runs[0] if runs else None,
+        capacity=args.capacity,
+        capacity_pages=cap,
+        events=events,
+    )
     r.schedule.meta["name"] = f"gate:{args.gate}"
     return r.schedule, r.choices
 
@@ -151,13 +158,9 @@ def _model_horizon(model: str) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from pagecast.learn.ranking import ranking_metrics_stream
-    from pagecast.sim import SimConfig, simulate
-    from pagecast.sim.bound import oracle_bound
     from pagecast.sim.misses import has_accesses, miss_events
     from pagecast.sim.simulate import resolve_capacity
     from pagecast.trace.reader import open_trace
-    from pagecast.trace.schedule import read_schedule
 
     if args.uvm:
         raise PagecastError("eval compares host-side prefetchers; use `pagecast simulate --uvm` for the UVM model")
@@ -170,26 +173,7 @@ def main(args: argparse.Namespace) -> int:
         raise PagecastError("-k and --horizon must be at least 1")
     # On a full access trace a model is shown the misses of the tier, as a per-fault predictor is.
     events = miss_events(trace, cap) if args.model and has_accesses(trace) else None
-    names = [n for n in policy_texts(args, DEFAULT_POLICIES) if n != "oracle"]
-    cands: list = list(names)
-    for s in args.schedule:
-        sch = read_schedule(s)
-        sch.meta.setdefault("name", f"schedule:{s}")
-        cands.append(sch)
-    budgets = {}
-    model_scheds = []
-    for m in args.model:
-        k, why = _model_budget(m, args.capacity, args.k) if args.model_budget == "train" else (args.k, "-k")
-        budgets[m] = why
-        model_scheds.append(_model_schedule(m, trace, k, events))
-        cands.append(model_scheds[-1])
-    gate_choices = None
-    if args.gate:
-        if not args.model:
-            raise PagecastError("--gate needs a --model: the model is one of the gate's experts")
-        gs, gate_choices = _gate_schedule(args, trace, cap, model_scheds[0], events)
-        cands.append(gs)
-    cands.append("oracle")
+    cands, budgets, gate_choices = _candidates(args, trace, cap, events)
     from pagecast.learn.sample import count_demand
 
     n_demand = count_demand(trace)
@@ -200,36 +184,12 @@ def main(args: argparse.Namespace) -> int:
             f"{args.rank_events:,}: every row's prefetch requests would be held), faults and times computed on all",
             file=sys.stderr,
         )
-    rows, full = [], []
-    baseline = None
     evictions = eviction_texts(args.evictions or ["lru"])
     pairs = [(ev, c) for ev in evictions for c in cands]
     if "min" not in evictions:
         pairs.append(("min", "oracle"))  # the floor: the gap of every pair to the limit in one table
-    done: dict[str, list] = {}
-    bar = progress(len(pairs), "eval", "policy")
-    for ev, c in pairs:
-        cfg = SimConfig(
-            capacity=cap, eviction=ev, log_prefetches=rank_on, oracle_k=max(args.k, 1), **model_options(args)
-        )
-        # the oracle row: the fewest faults of the oracle (k up to 32), the miss oracle and every row
-        # above it under the same eviction, so it bounds every row shown (sim/bound.py)
-        same = done.setdefault(ev, [])
-        r = oracle_bound(trace, cfg, candidates=same) if c == "oracle" else simulate(trace, cfg, c)
-        log = r.extra.pop("prefetch_log", None)
-        # the trace is read in blocks: memory bounded by the log, not by the trace
-        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if log and len(log[0]) else {}
-        del log
-        same.append(r)
-        d = r.to_dict()
-        d.update({f"rank_{k}": v for k, v in rank.items()})
-        if "oracle_source" in r.extra:
-            d["oracle_source"] = r.extra["oracle_source"]
-        if baseline is None and r.prefetcher == "none" and ev == evictions[0]:
-            baseline = r.est_time_ns
-        full.append(d)
-        bar.update(1)
-    bar.close()
+    full, baseline = _simulate_pairs(args, trace, cap, pairs, evictions[0], rank_on)
+    rows = []
     for d in full:
         row = summary_row(d, baseline)
         row["timeliness"] = d["timeliness"]
@@ -256,7 +216,74 @@ def main(args: argparse.Namespace) -> int:
         print(f"{m}: pages per prediction {why}")
     if gate_choices is not None:
         shown = sum(gate_choices.values())
-        print(f"gate {args.gate}: events given to each expert (of {shown:,}): " + ", ".join(
-            f"{k} {v:,} ({v / max(shown, 1):.0%})" for k, v in gate_choices.items()))  # fmt: skip
+        print(
+            f"gate {args.gate}: events given to each expert (of {shown:,}): "
+            + ", ".join(f"{k} {v:,} ({v / max(shown, 1):.0%})" for k, v in gate_choices.items())
+        )
     print(f"oracle row: {full[-1].get('oracle_source', 'oracle')} (the fewest faults of the oracles and every row)")
     return 0
+
+
+def _candidates(args: argparse.Namespace, trace, cap: int, events) -> tuple[list, dict[str, str], dict | None]:
+    """What is compared, in the table's order: policies, schedules, models, the gate, the
+    oracle; the pages per prediction each model was given, and the gate's choices."""
+    from pagecast.trace.schedule import read_schedule
+
+    names = [n for n in policy_texts(args, DEFAULT_POLICIES) if n != "oracle"]
+    cands: list = list(names)
+    for s in args.schedule:
+        sch = read_schedule(s)
+        sch.meta.setdefault("name", f"schedule:{s}")
+        cands.append(sch)
+    budgets = {}
+    model_scheds = []
+    for m in args.model:
+        k, why = _model_budget(m, args.capacity, args.k) if args.model_budget == "train" else (args.k, "-k")
+        budgets[m] = why
+        model_scheds.append(_model_schedule(m, trace, k, events))
+        cands.append(model_scheds[-1])
+    gate_choices = None
+    if args.gate:
+        if not args.model:
+            raise PagecastError("--gate needs a --model: the model is one of the gate's experts")
+        gs, gate_choices = _gate_schedule(args, trace, cap, model_scheds[0], events)
+        cands.append(gs)
+    cands.append("oracle")
+    return cands, budgets, gate_choices
+
+
+def _simulate_pairs(
+    args: argparse.Namespace, trace, cap: int, pairs: list, first_eviction: str, rank_on: bool
+) -> tuple[list[dict], float | None]:
+    """Each (eviction, candidate) simulated, with its ranking metrics; the baseline's time."""
+    from pagecast.learn.ranking import ranking_metrics_stream
+    from pagecast.sim import SimConfig, simulate
+    from pagecast.sim.bound import oracle_bound
+
+    full = []
+    baseline = None
+    done: dict[str, list] = {}
+    bar = progress(len(pairs), "eval", "policy")
+    for ev, c in pairs:
+        cfg = SimConfig(
+            capacity=cap, eviction=ev, log_prefetches=rank_on, oracle_k=max(args.k, 1), **model_options(args)
+        )
+        # the oracle row: the fewest faults of the oracle (k up to 32), the miss oracle and every row
+        # above it under the same eviction, so it bounds every row shown (sim/bound.py)
+        same = done.setdefault(ev, [])
+        r = oracle_bound(trace, cfg, candidates=same) if c == "oracle" else simulate(trace, cfg, c)
+        log = r.extra.pop("prefetch_log", None)
+        # the trace is read in blocks: memory bounded by the log, not by the trace
+        rank = ranking_metrics_stream(log, trace, k=args.k, horizon=args.horizon) if log and len(log[0]) else {}
+        del log
+        same.append(r)
+        d = r.to_dict()
+        d.update({f"rank_{k}": v for k, v in rank.items()})
+        if "oracle_source" in r.extra:
+            d["oracle_source"] = r.extra["oracle_source"]
+        if baseline is None and r.prefetcher == "none" and ev == first_eviction:
+            baseline = r.est_time_ns
+        full.append(d)
+        bar.update(1)
+    bar.close()
+    return full, baseline

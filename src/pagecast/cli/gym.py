@@ -37,6 +37,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     gs = p.add_subparsers(dest="gym_command", metavar="SUBCOMMAND")
 
+    _register_gen(gs)
+    _register_train(gs)
+    _register_eval(gs)
+    _register_play(gs)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _register_gen(gs: argparse._SubParsersAction) -> None:
+    """gym gen: synthetic traces."""
     g = gs.add_parser(
         "gen",
         help="write slow/fast trace pairs of a program whose hot set moves (cost model)",
@@ -62,6 +71,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(g)
     g.set_defaults(func=run_gen)
 
+
+def _register_train(gs: argparse._SubParsersAction) -> None:
+    """gym train: an agent."""
     t = gs.add_parser(
         "train",
         help="train a PPO agent (stable-baselines3) on traces",
@@ -90,6 +102,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(t)
     t.set_defaults(func=run_train)
 
+
+def _register_eval(gs: argparse._SubParsersAction) -> None:
+    """gym eval: agents against baselines."""
     e = gs.add_parser(
         "eval",
         help="score baselines (and a trained agent) on traces; prints a table",
@@ -116,6 +131,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(e)
     e.set_defaults(func=run_eval)
 
+
+def _register_play(gs: argparse._SubParsersAction) -> None:
+    """gym play: one episode, step by step."""
     pl = gs.add_parser("play", help="play one trace with one policy and render every window")
     pl.add_argument("trace", metavar="TRACE", help="SLOW.parquet,FAST.parquet pair or one trace")
     pl.add_argument(
@@ -130,7 +148,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.add_argument("--every", type=int, default=1, help="render every N-th window")
     _env_args(pl)
     pl.set_defaults(func=run_play)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def _env_args(p: argparse.ArgumentParser) -> None:

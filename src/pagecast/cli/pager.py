@@ -142,8 +142,16 @@ def _run(args: argparse.Namespace) -> int:
         from pagecast.pager.pack import usable_packs
 
         packs = [i.path for i in usable_packs(args.pack, warn=lambda m: print(m, file=sys.stderr))]
-    res = run_pager(cmd, parse_specs(args.specs), policy=args.policy, trace_out=args.trace, learn_dir=args.learn,
-                    strict=not args.no_strict, flush_ms=args.flush_ms, packs=packs)  # fmt: skip
+    res = run_pager(
+        cmd,
+        parse_specs(args.specs),
+        policy=args.policy,
+        trace_out=args.trace,
+        learn_dir=args.learn,
+        strict=not args.no_strict,
+        flush_ms=args.flush_ms,
+        packs=packs,
+    )
     if args.json:
         print_json({"returncode": res.returncode, "regions": res.stats, "trace": str(res.trace) if res.trace else None})
     else:
@@ -181,8 +189,11 @@ def _pack(args: argparse.Namespace) -> int:
     file = args.file
     if not file:
         s0 = scheds[0]
-        rows = {r.path: int(np.count_nonzero(s0.region == r.id)) for r in s0.regions
-                if r.kind == "file" and r.path and Path(r.path).exists()}  # fmt: skip
+        rows = {
+            r.path: int(np.count_nonzero(s0.region == r.id))
+            for r in s0.regions
+            if r.kind == "file" and r.path and Path(r.path).exists()
+        }
         if not rows or max(rows.values()) == 0:
             raise PagecastError(
                 "no existing file with faults in the first run: name one with --file", path=args.runs[0]
@@ -260,8 +271,13 @@ def _table(args: argparse.Namespace) -> int:
 
         table = table_from_prefetcher(parse_policy_spec(args.policy).build(), tr, args.region, npages)
     write_table(args.out, table, file)
-    info = {"table": args.out, "file": file, "pages": npages, "entries": int(len(table.pages)),
-            "trigger_pages": int(np.count_nonzero(np.diff(table.offsets.astype(np.int64))))}  # fmt: skip
+    info = {
+        "table": args.out,
+        "file": file,
+        "pages": npages,
+        "entries": int(len(table.pages)),
+        "trigger_pages": int(np.count_nonzero(np.diff(table.offsets.astype(np.int64)))),
+    }
     if args.json:
         print_json(info)
     else:

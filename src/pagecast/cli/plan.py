@@ -31,6 +31,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="*", help="recordings (.parquet) of the program")
     p.add_argument("-o", "--output", help="plan file to write")
     p.add_argument("--show", metavar="PLAN", help="print an existing plan instead (table; --json: the JSON view)")
+    _add_pricing_args(p)
+    _add_measure_args(p)
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print per file the candidates' predicted times, the choice and why (stderr)",
+    )
+    _add_memory_args(p)
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _add_pricing_args(p: argparse.ArgumentParser) -> None:
+    """How each file's candidates are priced and chosen."""
     p.add_argument(
         "--min-runs",
         type=int,
@@ -103,6 +117,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="device model to price with (pagecast calibrate's JSON, or a calibrated directory); "
         "default: the stored model of each file's device, else a conservative built-in one",
     )
+
+
+def _add_measure_args(p: argparse.ArgumentParser) -> None:
+    """--measure: choosing by measured time."""
     p.add_argument(
         "--measure",
         action="store_true",
@@ -136,11 +154,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "willneed, willneed-beside, predicted, predicted-before, predicted+willneed, predicted+stream); "
         "default is always timed, as the others are judged against it. Fewer candidates, fewer runs",
     )
-    p.add_argument(
-        "--explain",
-        action="store_true",
-        help="print per file the candidates' predicted times, the choice and why (stderr)",
-    )
+
+
+def _add_memory_args(p: argparse.ArgumentParser) -> None:
+    """--memory: a plan for a run under a memory limit."""
     p.add_argument(
         "--memory",
         metavar="LIMIT",
@@ -173,8 +190,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="--memory: chunks prefetched ahead of the program (default: from the device model)",
     )
-    add_json_flag(p)
-    p.set_defaults(func=run)
 
 
 def show(path: str, as_json: bool) -> int:
@@ -188,8 +203,19 @@ def show(path: str, as_json: bool) -> int:
     if as_json:
         print_json({"plan": path, **doc.to_dict()})
         return 0
-    rows = [{"file": f.path, "strategy": f.strategy, "advice": f.advice, "pages": f.pages, "ranges": len(f.ranges),
-             "depth": f.depth, "arg": f.arg or "-", "reason": f.reason} for f in doc.files]  # fmt: skip
+    rows = [
+        {
+            "file": f.path,
+            "strategy": f.strategy,
+            "advice": f.advice,
+            "pages": f.pages,
+            "ranges": len(f.ranges),
+            "depth": f.depth,
+            "arg": f.arg or "-",
+            "reason": f.reason,
+        }
+        for f in doc.files
+    ]
     print(format_table(rows) if rows else f"{path}: a plan with no files")
     print(f"issue: {doc.issue} ({'before the program starts' if doc.issue == 'before' else 'beside the program'})")
     if doc.note:
@@ -226,8 +252,11 @@ def explain(choices) -> None:
     for c in choices:
         print(f"{c.path}: {c.chosen}: {c.why}", file=sys.stderr)
         if c.predicted_s:
-            print(f"  {c.validation}; device: {c.device}, read_ahead_kb {c.read_ahead_kb}; {c.runs_using} runs used "
-                  f"it, {c.mean_pages_used:.0f} of {c.file_pages} pages on average", file=sys.stderr)  # fmt: skip
+            print(
+                f"  {c.validation}; device: {c.device}, read_ahead_kb {c.read_ahead_kb}; {c.runs_using} runs used "
+                f"it, {c.mean_pages_used:.0f} of {c.file_pages} pages on average",
+                file=sys.stderr,
+            )
         if c.objects:
             print(f"  {c.objects}", file=sys.stderr)
         for k, why in c.skipped.items():
@@ -247,8 +276,14 @@ def model_dict(model, traces: list[str], measured) -> dict:
     for kind in MODEL_KINDS:
         for t, pred in zip(traces, model.wall(kind)):
             m = med.get(kind, {}).get(t)
-            rows.append({"candidate": kind, "recording": t, "predicted_s": round(pred, 6),
-                         "measured_s": round(m, 6) if m is not None else None})  # fmt: skip
+            rows.append(
+                {
+                    "candidate": kind,
+                    "recording": t,
+                    "predicted_s": round(pred, 6),
+                    "measured_s": round(m, 6) if m is not None else None,
+                }
+            )
     errs = [abs(r["predicted_s"] - r["measured_s"]) / r["measured_s"] for r in rows if r["measured_s"]]
     return {
         "scale": round(model.scale, 4),
@@ -262,13 +297,19 @@ def model_dict(model, traces: list[str], measured) -> dict:
 
 def explain_runs(model, traces: list[str], measured) -> None:
     d = model_dict(model, traces, measured)
-    print(f"run model: I/O times x {d['scale']:.2f} (fitted to the recordings' spans); per recording held out, "
-          "predicted wall ms = CPU (the least over the recordings of span less I/O) + the files' I/O" + (", measured ms (--measure)" if measured
-          else ""), file=sys.stderr)  # fmt: skip
+    print(
+        f"run model: I/O times x {d['scale']:.2f} (fitted to the recordings' spans); per recording held out, "
+        "predicted wall ms = CPU (the least over the recordings of span less I/O) + the files' I/O"
+        + (", measured ms (--measure)" if measured else ""),
+        file=sys.stderr,
+    )
     for r in d["runs"]:
         meas = f", measured {r['measured_s'] * 1e3:.1f}" if r["measured_s"] is not None else ""
-        print(f"  {r['candidate']} ({MODEL_KINDS[r['candidate']]}), {Path(r['recording']).name}: predicted "
-              f"{r['predicted_s'] * 1e3:.1f}{meas}", file=sys.stderr)  # fmt: skip
+        print(
+            f"  {r['candidate']} ({MODEL_KINDS[r['candidate']]}), {Path(r['recording']).name}: predicted "
+            f"{r['predicted_s'] * 1e3:.1f}{meas}",
+            file=sys.stderr,
+        )
     if d["median_abs_error"] is not None:
         print(f"  median absolute error: {d['median_abs_error']:.0%} of the measured time", file=sys.stderr)
 
@@ -296,12 +337,22 @@ def run(args: argparse.Namespace) -> int:
 
     from pagecast.pager.pack import build_pack
 
-    cfg = PlannerConfig(min_runs=args.min_runs, depth=args.depth, chunk_kib=args.chunk_kib, margin=args.margin,
-                        overlap=args.overlap, small_kib=args.small_kib, max_regret=args.max_regret,
-                        live_startup_s=args.live_startup_ms / 1e3, startup_s=args.startup_ms / 1e3,
-                        noise=args.noise, fit=not args.no_fit,
-                        pack_dir=Path(args.output).resolve().parent, pack_writer=build_pack,
-                        device=_device(args.device_model))  # fmt: skip
+    cfg = PlannerConfig(
+        min_runs=args.min_runs,
+        depth=args.depth,
+        chunk_kib=args.chunk_kib,
+        margin=args.margin,
+        overlap=args.overlap,
+        small_kib=args.small_kib,
+        max_regret=args.max_regret,
+        live_startup_s=args.live_startup_ms / 1e3,
+        startup_s=args.startup_ms / 1e3,
+        noise=args.noise,
+        fit=not args.no_fit,
+        pack_dir=Path(args.output).resolve().parent,
+        pack_writer=build_pack,
+        device=_device(args.device_model),
+    )
     with progress(desc="rows", unit="row") as bar:
         doc, choices, model = plan_with_model(args.traces, cfg, on_rows=bar.update)
     measured = None
@@ -331,8 +382,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.json and doc.note.startswith("recurrence"):
         print(doc.note.splitlines()[0])
     if measured is None and not args.json and _rerunnable(args.traces):
-        print("chosen by predicted time only: --measure times this plan against the kernel's strategies and a "
-              "whole-file stream by running the recorded commands again (only for commands safe to repeat)")  # fmt: skip
+        print(
+            "chosen by predicted time only: --measure times this plan against the kernel's strategies and a "
+            "whole-file stream by running the recorded commands again (only for commands safe to repeat)"
+        )
     return 0
 
 
@@ -374,8 +427,11 @@ def _recordings_to_measure(traces: list[str]) -> "list[Recording]":  # noqa: F82
     recs = recordings_of(traces)
     old = [r for r in recs if not r.cwd_recorded]
     if old:
-        print(f"pagecast plan: {len(old)} of {len(recs)} recordings store no working directory (recorded by an "
-              f"older pagecast): their commands run in the current one, {os.getcwd()}", file=sys.stderr)  # fmt: skip
+        print(
+            f"pagecast plan: {len(old)} of {len(recs)} recordings store no working directory (recorded by an "
+            f"older pagecast): their commands run in the current one, {os.getcwd()}",
+            file=sys.stderr,
+        )
     return recs
 
 
@@ -447,8 +503,12 @@ def _measure(args: argparse.Namespace, predicted, recordings, cfg) -> tuple:
         cold = cold_set(recordings, [f.path for f in kernel["default"].files])
         total = runs_needed(candidates, recordings, args.rounds)
         with progress(total=total, desc="measured runs", unit="run") as bar:
-            mcfg = MeasureConfig(lambda plan, prog: launcher_argv(launcher, plan, False, None, prog), args.rounds,
-                                 on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))  # fmt: skip
+            mcfg = MeasureConfig(
+                lambda plan, prog: launcher_argv(launcher, plan, False, None, prog),
+                args.rounds,
+                on_run=lambda _c: bar.update(1),
+                on_extra=lambda n: _grow(bar, n),
+            )
             try:
                 measured = measure(candidates, recordings, cold.files, mcfg)
             except BaseException:
@@ -514,8 +574,11 @@ def _memory_plan(args: argparse.Namespace) -> int:
         print(format_table(rows) if rows else "no file pages in the recordings", file=sys.stderr)
         v = plan.validation
         if v.get("plan_bytes") is not None:
-            print(f"leave-one-run-out over {v['runs']} runs: LRU reads {v['lru_bytes'] >> 20} MiB, MIN "
-                  f"{v['min_bytes'] >> 20} MiB, the plan {v['plan_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+            print(
+                f"leave-one-run-out over {v['runs']} runs: LRU reads {v['lru_bytes'] >> 20} MiB, MIN "
+                f"{v['min_bytes'] >> 20} MiB, the plan {v['plan_bytes'] >> 20} MiB",
+                file=sys.stderr,
+            )
     if args.json:
         print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
     else:
@@ -570,8 +633,10 @@ def _show_memory(path: str, as_json: bool) -> int:
         return 0
     rows = explain_rows(plan)
     print(format_table(rows) if rows else f"{path}: a memory plan with no files")
-    print(f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
-          f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}")  # fmt: skip
+    print(
+        f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
+        f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}"
+    )
     return 0
 
 

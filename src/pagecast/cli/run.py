@@ -33,28 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         epilog="example: pagecast run --schedule train.sched.parquet -o live.parquet -- ./prog args",
     )
-    src = p.add_mutually_exclusive_group()
-    add_policy_option(
-        src,
-        list_defaults=False,
-        help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)",
-    )
-    src.add_argument("--model", help="learned model file (pagecast train) used per fault")
-    src.add_argument(
-        "--schedule",
-        help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run",
-    )
-    src.add_argument(
-        "--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)"
-    )
-    src.add_argument(
-        "--plan",
-        metavar="PLAN",
-        help="plan file (pagecast plan): per file, the strategy learned from recordings. The program is "
-        "exec'd by a native launcher within milliseconds and keeps its pid, stdio, signals and exit "
-        "status; warm/stream prefetching runs beside it at low priority; pack and per-fault files "
-        "go through the live machinery. A corrupt plan or a changed file costs one warning line",
-    )
+    _add_source_args(p)
     p.add_argument(
         "--plan-status",
         metavar="FILE",
@@ -77,6 +56,42 @@ def register(sub: argparse._SubParsersAction) -> None:
         "warning. Repeatable; combine with --pager FILE:BUDGET to cap memory (default: the whole file)",
     )
     p.add_argument("-o", "--output", help="trace file to write (faults + PREFETCH rows)")
+    _add_live_args(p)
+    p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
+    _add_memory_args(p)
+    add_json_flag(p)
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
+    p.set_defaults(func=run)
+
+
+def _add_source_args(p: argparse.ArgumentParser) -> None:
+    """Where the predictions come from: one of a policy, a model, a schedule, CUDA or a plan."""
+    src = p.add_mutually_exclusive_group()
+    add_policy_option(
+        src,
+        list_defaults=False,
+        help="classic prefetcher (pagecast.policies: nextline, stride:degree=8, leap, markov, ...; with --pager: a pager policy)",
+    )
+    src.add_argument("--model", help="learned model file (pagecast train) used per fault")
+    src.add_argument(
+        "--schedule",
+        help="schedule to replay: a schedule file (pagecast predict) or the trace of an earlier run (pagecast record / run -o); regions are matched to this run",
+    )
+    src.add_argument(
+        "--cuda", action="store_true", help="CUDA managed memory: prefetch through the CUDA shim (cuda helper)"
+    )
+    src.add_argument(
+        "--plan",
+        metavar="PLAN",
+        help="plan file (pagecast plan): per file, the strategy learned from recordings. The program is "
+        "exec'd by a native launcher within milliseconds and keeps its pid, stdio, signals and exit "
+        "status; warm/stream prefetching runs beside it at low priority; pack and per-fault files "
+        "go through the live machinery. A corrupt plan or a changed file costs one warning line",
+    )
+
+
+def _add_live_args(p: argparse.ArgumentParser) -> None:
+    """The live loop's tuning: how predictions are issued, collected and throttled."""
     p.add_argument(
         "--lookahead", type=int, default=8192, help="schedule replay: pages issued ahead of the program's position"
     )
@@ -116,7 +131,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay, nextline and stride run natively inside the collector by default (fault -> fadvise "
         "in microseconds, file pages only); this forces the Python predictor process instead",
     )
-    p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
+
+
+def _add_memory_args(p: argparse.ArgumentParser) -> None:
+    """--memory: the program under a memory limit."""
     p.add_argument(
         "--memory",
         metavar="LIMIT",
@@ -137,9 +155,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "chunks evicted right after use, the next chain prefetched, CLOCK for the rest; files read with read() stay "
         "with the kernel (one warning)",
     )
-    add_json_flag(p)
-    p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
-    p.set_defaults(func=run)
 
 
 def _pager_specs(args: argparse.Namespace) -> list[tuple[str, int]]:
@@ -218,8 +233,18 @@ def _print_text(report: RunReport, req: RunRequest) -> None:
     if report.mode == "pager":
         if not req.backends.packs:
             return  # the pager's counters are in the trace (-o) and the JSON report
-        keys = ["path", "faults", "pack_pages", "pack_installed", "pack_skipped", "pack_deferred", "bytes_read",
-                "pack_bytes_read", "pack_done_ns", "pack_state"]  # fmt: skip
+        keys = [
+            "path",
+            "faults",
+            "pack_pages",
+            "pack_installed",
+            "pack_skipped",
+            "pack_deferred",
+            "bytes_read",
+            "pack_bytes_read",
+            "pack_done_ns",
+            "pack_state",
+        ]
         print(format_table([{k: st.get(k) for k in keys} for st in report.pager["regions"]], keys), file=sys.stderr)
     elif report.mode == "cuda":
         from pagecast.collect.cuda import print_summary
@@ -268,11 +293,17 @@ def _run_memory(args: argparse.Namespace) -> int:
         print_json(report.to_dict())
     else:
         m = report.memory
-        print(f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
-              f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
-              f"peak {m['peak_bytes'] >> 20} MiB", file=sys.stderr)  # fmt: skip
+        print(
+            f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
+            f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
+            f"peak {m['peak_bytes'] >> 20} MiB",
+            file=sys.stderr,
+        )
         for st in (report.pager or {}).get("regions", []):
-            print(f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
-                  f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
-                  f"use {st['plan_after_use']}", file=sys.stderr)  # fmt: skip
+            print(
+                f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
+                f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
+                f"use {st['plan_after_use']}",
+                file=sys.stderr,
+            )
     return report.exit_status

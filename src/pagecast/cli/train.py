@@ -45,6 +45,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)"
     )
+    _add_model_args(p)
+    p.add_argument("--batch", type=int, default=64, help="windows per training step (default: 64)")
+    p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default: 3e-3)")
+    p.add_argument(
+        "--windows-per-epoch",
+        type=int,
+        default=8192,
+        help="training windows drawn per epoch (a subset of a long trace, several passes over a short one); 0 = one pass (default: 8192)",
+    )
+    _add_validation_args(p)
+    _add_inference_args(p)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)",
+    )
+    add_json_flag(p)
+    p.set_defaults(func=run)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model's shape and what it reads of each event."""
     p.add_argument(
         "--seq-len", type=int, default=32, help="training window; inference context is seq_len/2..seq_len (default: 32)"
     )
@@ -72,14 +96,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="BUCKETS",
         help="also feed the instruction pointer, hashed into BUCKETS (default: 0 = off)",
     )
-    p.add_argument("--batch", type=int, default=64, help="windows per training step (default: 64)")
-    p.add_argument("--lr", type=float, default=3e-3, help="learning rate (default: 3e-3)")
-    p.add_argument(
-        "--windows-per-epoch",
-        type=int,
-        default=8192,
-        help="training windows drawn per epoch (a subset of a long trace, several passes over a short one); 0 = one pass (default: 8192)",
-    )
+
+
+def _add_validation_args(p: argparse.ArgumentParser) -> None:
+    """What the model is validated on."""
     p.add_argument(
         "--val-fraction", type=float, default=0.1, help="last fraction of each trace used for validation (default: 0.1)"
     )
@@ -104,6 +124,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "stopping (leave-one-run-out: it predicts the next run); time: the last --val-fraction of each "
         "trace (default: auto)",
     )
+
+
+def _add_inference_args(p: argparse.ArgumentParser) -> None:
+    """The page table, the memory bound on events, and how pages are ranked."""
     p.add_argument(
         "--page-table",
         type=int,
@@ -127,15 +151,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="horizon",
         help="head that ranks pages at inference (default: horizon)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch threads, 0 = all cores (default: 1; small models gain little from more, and lose a lot on shared cores)",
-    )
-    add_json_flag(p)
-    p.set_defaults(func=run)
 
 
 def _run_eviction(args: argparse.Namespace) -> int:

@@ -290,16 +290,7 @@ def convert_stream(
     t0 = min([cupti0, *starts])
     shift = page_size.bit_length() - 1
     region, page = translate(um["address"], um["start"].astype(np.int64), regions, shift)
-    lut = np.zeros(256, np.uint8)
-    for k, v in UM_TO_KIND.items():
-        lut[k] = int(v)
-    um_kind = lut[um["subkind"]]
-    sub = (um["flags"] & 0xF).astype(np.uint8)
-    flags = (sub << FLAG_SUBKIND_SHIFT).astype(np.uint8)
-    write = (um["subkind"] == UM_GPU_FAULT) & ((sub == ACCESS_WRITE) | (sub == ACCESS_ATOMIC))
-    flags[write] |= FLAG_WRITE
-    moved = np.isin(um["subkind"], (UM_HTOD, UM_DTOH))
-    nbytes = np.where(moved, np.minimum(um["value"], np.uint64(0xFFFFFFFF)), 0).astype(np.uint32)
+    um_kind, flags, nbytes = _um_columns(um)
     korder = np.argsort(kern["start"], kind="stable")
     kern = kern[korder]
     t = np.concatenate([um["start"].astype(np.int64), kern["start"].astype(np.int64)]) - t0
@@ -332,16 +323,7 @@ def convert_stream(
         meta["command"] = list(command)
         meta["cwd"] = os.getcwd()  # the command ran here (cuda record, the injector): as pagecast record stores it
     with TraceWriter(out, regions=regions, source="cuda", page_size=page_size, meta=meta) as w:
-        for i, k in enumerate(kern):
-            w.add_kernel(
-                stream.kernel_names.get(int(k["value"]), f"kernel#{int(k['value'])}"),
-                int(k["start"]) - t0,
-                int(k["end"]) - t0,
-                stream=int(k["stream"]),
-                device=int(k["src"]),
-                correlation=int(k["address"]),
-                grid_x=int(k["dst"]),
-            )
+        _add_kernels(w, kern, stream.kernel_names, t0)
         w.write(**{c: v[order] for c, v in cols.items()})
     kinds, counts = np.unique(cols["kind"], return_counts=True)
     return {
@@ -354,6 +336,34 @@ def convert_stream(
         "unmatched_addresses": int(np.count_nonzero(region < 0)),
         "dropped_records": stream.dropped,
     }
+
+
+def _um_columns(um: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unified-memory records' row kind, flags (access subkind, write) and bytes moved."""
+    lut = np.zeros(256, np.uint8)
+    for k, v in UM_TO_KIND.items():
+        lut[k] = int(v)
+    um_kind = lut[um["subkind"]]
+    sub = (um["flags"] & 0xF).astype(np.uint8)
+    flags = (sub << FLAG_SUBKIND_SHIFT).astype(np.uint8)
+    write = (um["subkind"] == UM_GPU_FAULT) & ((sub == ACCESS_WRITE) | (sub == ACCESS_ATOMIC))
+    flags[write] |= FLAG_WRITE
+    moved = np.isin(um["subkind"], (UM_HTOD, UM_DTOH))
+    nbytes = np.where(moved, np.minimum(um["value"], np.uint64(0xFFFFFFFF)), 0).astype(np.uint32)
+    return um_kind, flags, nbytes
+
+
+def _add_kernels(w: TraceWriter, kern: np.ndarray, names: dict[int, str], t0: int) -> None:
+    for k in kern:
+        w.add_kernel(
+            names.get(int(k["value"]), f"kernel#{int(k['value'])}"),
+            int(k["start"]) - t0,
+            int(k["end"]) - t0,
+            stream=int(k["stream"]),
+            device=int(k["src"]),
+            correlation=int(k["address"]),
+            grid_x=int(k["dst"]),
+        )
 
 
 def convert_dir(raw_dir: str | Path, out: str | Path, *, command: Sequence[str] | None = None) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pagecast.collect.batches import FaultBatch
 from pagecast.collect.faultmon import FaultMonitor
 from pagecast.collect.pageset import PageSetRows
 from pagecast.errors import PagecastError
@@ -95,49 +96,16 @@ def record_faults(
             mon.start()
             relay.attach(mon.pid)
             for batch in mon.batches():
-                while len(writer.regions) < len(mon.regions):
-                    writer.add_region(mon.regions[len(writer.regions)])
-                for rid in mon.take_changed_regions():
-                    writer.update_region(rid)
-                if pages is not None:
-                    writer.write(**pages.rows(batch, mon.page_set_fault_regions()).columns())
-                else:
-                    writer.write(
-                        t_ns=batch.t_ns,
-                        region=batch.region,
-                        page=batch.page,
-                        kind=batch.kind,
-                        tid=batch.tid,
-                        ip=batch.ip,
-                    )
+                _sync_regions(writer, mon)
+                _write_batch(writer, batch, mon, pages)
                 nmaj = int(np.count_nonzero(batch.kind == Kind.FAULT_MAJOR))
                 major += nmaj
                 minor += len(batch) - nmaj
                 if on_batch:
                     on_batch(len(batch))
             relay.detach()
-            while len(writer.regions) < len(mon.regions):
-                writer.add_region(mon.regions[len(writer.regions)])
-            for rid in mon.take_changed_regions():
-                writer.update_region(rid)
-            writer.meta.update(
-                {
-                    "exit_status": exit_status(mon.returncode or 0),
-                    "lost": mon.lost,
-                    "faults": major + minor,
-                    "user_faults_only": mon.exclude_kernel,
-                    "collector": "perf_event_open page-faults (maj+min), sample_period=1",
-                    "sources": trace_sources(mon),
-                    "pageset": {
-                        "mapped": pageset,
-                        "reads": mon.reads_on,
-                        "fault_tracepoint": mon.fault_tp_on,
-                        "warnings": mon.notes,
-                    }
-                    if pageset
-                    else None,
-                }
-            )
+            _sync_regions(writer, mon)
+            writer.meta.update(_recording_meta(mon, major + minor, pageset))
         except PagecastError:
             # The program never ran (or the collector failed): nothing worth recovering.
             writer.abort()
@@ -169,6 +137,47 @@ def record_faults(
         sources=trace_sources(mon),
         info=list(mon.info),
     )
+
+
+def _sync_regions(writer: TraceWriter, mon: FaultMonitor) -> None:
+    """The regions the monitor found since, and those that changed, into the trace."""
+    while len(writer.regions) < len(mon.regions):
+        writer.add_region(mon.regions[len(writer.regions)])
+    for rid in mon.take_changed_regions():
+        writer.update_region(rid)
+
+
+def _write_batch(writer: TraceWriter, batch: FaultBatch, mon: FaultMonitor, pages: PageSetRows | None) -> None:
+    if pages is not None:
+        writer.write(**pages.rows(batch, mon.page_set_fault_regions()).columns())
+    else:
+        writer.write(
+            t_ns=batch.t_ns,
+            region=batch.region,
+            page=batch.page,
+            kind=batch.kind,
+            tid=batch.tid,
+            ip=batch.ip,
+        )
+
+
+def _recording_meta(mon: FaultMonitor, faults: int, pageset: bool) -> dict[str, Any]:
+    return {
+        "exit_status": exit_status(mon.returncode or 0),
+        "lost": mon.lost,
+        "faults": faults,
+        "user_faults_only": mon.exclude_kernel,
+        "collector": "perf_event_open page-faults (maj+min), sample_period=1",
+        "sources": trace_sources(mon),
+        "pageset": {
+            "mapped": pageset,
+            "reads": mon.reads_on,
+            "fault_tracepoint": mon.fault_tp_on,
+            "warnings": mon.notes,
+        }
+        if pageset
+        else None,
+    }
 
 
 def trace_sources(mon: FaultMonitor) -> list[str]:

@@ -186,6 +186,66 @@ def run_cuda(cmd: Sequence[str], *, json_out: bool = False, **options: Any) -> i
     return rc
 
 
+def _predicted_schedule(
+    cmd: Sequence[str],
+    model: str | Path,
+    trace: str | Path | None,
+    out_dir: Path,
+    top_k: int,
+    json_out: bool,
+    info: dict[str, Any],
+) -> tuple[Schedule, list[Region] | None]:
+    """The model's schedule from ``trace`` (recorded first when none is given), and the
+    regions its rows name when it carries none."""
+    from pagecast.collect.cuda import record_cuda
+    from pagecast.learn.predict import predict_schedule  # lazy: torch only when a model is used
+
+    if trace is None:
+        trace = out_dir / "profile.parquet"
+        record_cuda(cmd, trace, json_out=json_out)
+    schedule = predict_schedule(str(model), str(trace), top_k=top_k)
+    info["predicted_from"] = str(trace)
+    regions = None
+    if not schedule.regions:  # rows name the trace's region ids
+        from pagecast.trace import open_trace
+
+        regions = open_trace(trace).regions
+    return schedule, regions
+
+
+def _pre_evict_from(model: str | Path, trace: str | Path | None, capacity: int | str, info: dict[str, Any]) -> Schedule:
+    """An eviction model's pre-eviction plan from ``trace`` at the GPU capacity ``capacity``."""
+    if trace is None:
+        raise PagecastError("a pre-eviction model needs a previous recording of the program (--trace)")
+    plan = pre_evict_from_model(model, trace, capacity)
+    info["pre_evict_capacity_pages"] = plan.meta["capacity_pages"]
+    return plan
+
+
+def _predictions_file(
+    schedule: Schedule | str | Path,
+    pre_evict: Schedule | str | Path | None,
+    out_dir: Path,
+    regions: list[Region] | None,
+    info: dict[str, Any],
+) -> Path:
+    """The file the injector reads: a ready predictions file as given, else the schedule
+    (and pre-eviction plan) written as ``out_dir/prefetch.txt``."""
+    loaded = _load_schedule(schedule)
+    evict = _load_schedule(pre_evict) if pre_evict is not None else None
+    if isinstance(evict, Path) or (evict is not None and isinstance(loaded, Path)):
+        raise PagecastError(
+            "a pre-eviction plan is a schedule (.parquet) given with a schedule or a model, not a predictions file"
+        )
+    if isinstance(loaded, Path):
+        if not loaded.exists():
+            raise PagecastError("no such predictions file", path=loaded)
+        return loaded.resolve()
+    predictions = out_dir / "prefetch.txt"
+    info.update(write_prefetch_file(loaded, predictions, regions, pre_evict=evict))
+    return predictions
+
+
 def run_cuda_summary(
     cmd: Sequence[str],
     *,
@@ -230,36 +290,11 @@ def run_cuda_summary(
     info: dict[str, Any] = {}
     regions: list[Region] | None = None
     if model is not None:
-        from pagecast.collect.cuda import record_cuda
-        from pagecast.learn.predict import predict_schedule  # lazy: torch only when a model is used
-
-        if trace is None:
-            trace = out_dir / "profile.parquet"
-            record_cuda(cmd, trace, json_out=json_out)
-        schedule = predict_schedule(str(model), str(trace), top_k=top_k)
-        info["predicted_from"] = str(trace)
-        if not schedule.regions:  # rows name the trace's region ids
-            from pagecast.trace import open_trace
-
-            regions = open_trace(trace).regions
-    loaded = _load_schedule(schedule)
+        schedule, regions = _predicted_schedule(cmd, model, trace, out_dir, top_k, json_out, info)
+        trace = info["predicted_from"]  # recorded first when none was given
     if pre_evict is not None and _is_eviction_model(pre_evict):
-        if trace is None:
-            raise PagecastError("a pre-eviction model needs a previous recording of the program (--trace)")
-        pre_evict = pre_evict_from_model(pre_evict, trace, pre_evict_capacity)
-        info["pre_evict_capacity_pages"] = pre_evict.meta["capacity_pages"]
-    evict = _load_schedule(pre_evict) if pre_evict is not None else None
-    if isinstance(evict, Path) or (evict is not None and isinstance(loaded, Path)):
-        raise PagecastError(
-            "a pre-eviction plan is a schedule (.parquet) given with a schedule or a model, not a predictions file"
-        )
-    if isinstance(loaded, Path):
-        if not loaded.exists():
-            raise PagecastError("no such predictions file", path=loaded)
-        predictions = loaded.resolve()
-    else:
-        predictions = out_dir / "prefetch.txt"
-        info.update(write_prefetch_file(loaded, predictions, regions, pre_evict=evict))
+        pre_evict = _pre_evict_from(pre_evict, trace, pre_evict_capacity, info)
+    predictions = _predictions_file(schedule, pre_evict, out_dir, regions, info)
     raw = out_dir
     for pattern in RAW_PATTERNS:  # a previous run's files would be summarised as this one's
         for old in raw.glob(pattern):

@@ -90,18 +90,7 @@ def train(
     torch.set_num_threads(1)  # tiny MLP: threads only add overhead on a shared machine
     windows = preload(specs, cfg)
     venv = make_vec_env(lambda: TieredPlacementEnv(windows, cfg), n_envs=ppo.n_envs, seed=ppo.seed)
-    if ppo.policy == "chunkwise":
-        from pagecast.gym.policy import ChunkwisePolicy
-
-        policy: Any = ChunkwisePolicy
-        kwargs: dict[str, Any] = {
-            "features_extractor_kwargs": {"n_chunks": cfg.n_chunks, "history": cfg.history, "hidden": ppo.hidden},
-            "request_prob": min(max(cfg.capacity, 0.02), 0.5),
-        }
-    elif ppo.policy == "mlp":
-        policy, kwargs = "MlpPolicy", {"net_arch": list(ppo.net)}
-    else:
-        raise PagecastError(f"unknown policy {ppo.policy!r} (chunkwise, mlp)")
+    policy, kwargs = _policy_network(ppo, cfg)
     model = PPO(
         policy,
         venv,
@@ -119,8 +108,27 @@ def train(
     # SB3's default logger makes an empty /tmp/SB3-<date> directory on every training run
     model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose else []))
     model.learn(total_timesteps=ppo.timesteps, callback=_Progress())
-    out = Path(out_dir)
-    # build in a temporary sibling directory, then rename: never a half-written agent
+    return _save_agent(model, Path(out_dir), cfg, ppo, specs)
+
+
+def _policy_network(ppo: PPOConfig, cfg: EnvConfig) -> tuple[Any, dict[str, Any]]:
+    """The PPO policy class (or SB3's name for it) and its keyword arguments."""
+    if ppo.policy == "chunkwise":
+        from pagecast.gym.policy import ChunkwisePolicy
+
+        kwargs: dict[str, Any] = {
+            "features_extractor_kwargs": {"n_chunks": cfg.n_chunks, "history": cfg.history, "hidden": ppo.hidden},
+            "request_prob": min(max(cfg.capacity, 0.02), 0.5),
+        }
+        return ChunkwisePolicy, kwargs
+    if ppo.policy == "mlp":
+        return "MlpPolicy", {"net_arch": list(ppo.net)}
+    raise PagecastError(f"unknown policy {ppo.policy!r} (chunkwise, mlp)")
+
+
+def _save_agent(model: Any, out: Path, cfg: EnvConfig, ppo: PPOConfig, specs: Sequence[Any]) -> Path:
+    """The agent and its configuration in ``out``, built in a temporary sibling directory
+    and renamed: never a half-written agent."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

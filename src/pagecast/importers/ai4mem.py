@@ -207,38 +207,17 @@ def import_trace(
 ) -> dict[str, Any]:
     src = Path(src)
     cols, kernels, snapshots = read_csv(src, on_bytes)
-    names, name_inv = np.unique(cols["name"], return_inverse=True)
-    kind_of_name = np.zeros(len(names), np.uint8)
-    for j, nm in enumerate(names):
-        if nm not in EVENT_KINDS:
-            line = int(cols["line"][np.flatnonzero(name_inv == j)[0]])
-            raise PagecastError(
-                f"unknown UVM event {nm.decode(errors='replace')!r} "
-                f"(known: {', '.join(k.decode() for k in EVENT_KINDS)})",
-                path=src,
-                line=line,
-            )
-        kind_of_name[j] = EVENT_KINDS[nm]
-    kind = kind_of_name[name_inv]
+    kind = _event_kinds(cols, src)
     addr, start = cols["addr"], cols["start"]
     duplicates = 0
+    phys = cols["phys"]
     if dedupe and snapshots > 1 and len(addr):
         # the same event seen in two snapshots: identical (event, address, start)
-        key = np.stack([kind.astype(np.int64), addr.view(np.int64), start], axis=1)
-        _, first = np.unique(key, axis=0, return_index=True)
-        keep = np.zeros(len(addr), bool)
-        keep[first] = True
+        keep = _first_of_each(np.stack([kind.astype(np.int64), addr.view(np.int64), start], axis=1))
         duplicates = int(len(addr) - keep.sum())
-        kind, addr, start, phys = kind[keep], addr[keep], start[keep], cols["phys"][keep]
-    else:
-        phys = cols["phys"]
+        kind, addr, start, phys = kind[keep], addr[keep], start[keep], phys[keep]
     if dedupe and snapshots > 1:
-        seen, uniq_k = set(), []
-        for k in kernels:
-            sig = (k["name"], k["start_ns"], k["end_ns"])
-            if sig not in seen:
-                seen.add(sig)
-                uniq_k.append(k)
+        uniq_k = _unique_kernels(kernels)
         duplicates += len(kernels) - len(uniq_k)
         kernels = uniq_k
     phys_names, phys_code = np.unique(phys, return_inverse=True)
@@ -249,14 +228,7 @@ def import_trace(
         r.device = 0
     region, page = clusters.translate(addr) if len(addr) else (np.empty(0, np.int32), np.empty(0, np.int64))
     kstart = np.array([k["start_ns"] for k in kernels], np.int64)
-    t0 = int(
-        min(
-            start.min() if len(start) else np.iinfo(np.int64).max,
-            kstart.min() if len(kstart) else np.iinfo(np.int64).max,
-        )
-    )
-    if t0 == np.iinfo(np.int64).max:
-        t0 = 0
+    t0 = _first_time(start, kstart)
     korder = np.argsort(kstart, kind="stable")
     kernels = [kernels[i] for i in korder]
     kstart = kstart[korder]
@@ -303,3 +275,50 @@ def import_trace(
         "snapshots": snapshots,
         "duplicates_dropped": duplicates,
     }
+
+
+def _event_kinds(cols: dict[str, np.ndarray], src: Path) -> np.ndarray:
+    """Each event's row kind, from its name; an unknown name is refused at its line."""
+    names, name_inv = np.unique(cols["name"], return_inverse=True)
+    kind_of_name = np.zeros(len(names), np.uint8)
+    for j, nm in enumerate(names):
+        if nm not in EVENT_KINDS:
+            line = int(cols["line"][np.flatnonzero(name_inv == j)[0]])
+            raise PagecastError(
+                f"unknown UVM event {nm.decode(errors='replace')!r} "
+                f"(known: {', '.join(k.decode() for k in EVENT_KINDS)})",
+                path=src,
+                line=line,
+            )
+        kind_of_name[j] = EVENT_KINDS[nm]
+    return kind_of_name[name_inv]
+
+
+def _first_of_each(key: np.ndarray) -> np.ndarray:
+    """Rows whose key row (``key``: one row per event) is seen for the first time."""
+    _, first = np.unique(key, axis=0, return_index=True)
+    keep = np.zeros(len(key), bool)
+    keep[first] = True
+    return keep
+
+
+def _unique_kernels(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Kernels in first-seen order, one per (name, start, end): snapshots repeat them."""
+    seen, uniq_k = set(), []
+    for k in kernels:
+        sig = (k["name"], k["start_ns"], k["end_ns"])
+        if sig not in seen:
+            seen.add(sig)
+            uniq_k.append(k)
+    return uniq_k
+
+
+def _first_time(start: np.ndarray, kstart: np.ndarray) -> int:
+    """The earliest event or kernel start (0 when there is none)."""
+    t0 = int(
+        min(
+            start.min() if len(start) else np.iinfo(np.int64).max,
+            kstart.min() if len(kstart) else np.iinfo(np.int64).max,
+        )
+    )
+    return 0 if t0 == np.iinfo(np.int64).max else t0

@@ -145,8 +145,14 @@ def _pager(req: RunRequest, warn: Warn) -> RunReport:
     if not specs:
         raise PagecastError(f"the file of page pack {packs[0]} ({infos[0].source}) does not exist")
     t0 = time.monotonic()
-    res = run_pager(req.argv, specs, policy=req.source.policy or "none", trace_out=req.output,
-                    packs=[i.path for i in usable], stdout=2 if req.json else None)  # fmt: skip
+    res = run_pager(
+        req.argv,
+        specs,
+        policy=req.source.policy or "none",
+        trace_out=req.output,
+        packs=[i.path for i in usable],
+        stdout=2 if req.json else None,
+    )
     for w in res.warnings:
         warn(f"pagecast run: warning: {w}")
     if res.trace_error:

@@ -46,9 +46,22 @@ def run_planned(plan: str, cmd: list[str], *, as_json: bool = False, status: str
         except OSError as oe:
             raise PagecastError(f"cannot run {cmd[0]} ({oe.strerror})") from None
         if as_json:
-            print(json.dumps({"mode": "plan", "plan": plan, "plan_error": why, "returncode": rc,
-                              "exit_status": _exit_status(rc), "wall_s": time.monotonic() - t0, "prefetch": None,
-                              "files": [], "live": None}, indent=2))  # fmt: skip
+            print(
+                json.dumps(
+                    {
+                        "mode": "plan",
+                        "plan": plan,
+                        "plan_error": why,
+                        "returncode": rc,
+                        "exit_status": _exit_status(rc),
+                        "wall_s": time.monotonic() - t0,
+                        "prefetch": None,
+                        "files": [],
+                        "live": None,
+                    },
+                    indent=2,
+                )
+            )
         return _exit_status(rc)
     argv = launcher_argv(launcher, plan, as_json, status, cmd)
     return _exit_status(run_program(argv))  # the launcher execs the program: its pid is the program's
@@ -77,8 +90,9 @@ def _current(fp: FilePlan) -> bool:
         return False
 
 
-def run_handover(plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False,
-                 warn: Callable[[str], None] = _warn) -> int:  # fmt: skip
+def run_handover(
+    plan: str, cmd: list[str], status_path: Path | None, *, as_json: bool = False, warn: Callable[[str], None] = _warn
+) -> int:
     """The pack and per-fault files of a plan the launcher accepted. Whatever of them
     cannot run costs one warning naming the file, and the program runs anyway: the
     launcher read the plan with the same rules (plan/format.py, "Lexical rules"), so
@@ -154,8 +168,14 @@ def _not_a_pager_policy(policy: str) -> str | None:
     return None
 
 
-def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, warn: Callable[[str], None],
-               skipped: dict[str, str]) -> tuple[dict[str, Any], int]:  # fmt: skip
+def _run_packs(
+    cmd: list[str],
+    packs: list[FilePlan],
+    policy: str,
+    stdout: Any,
+    warn: Callable[[str], None],
+    skipped: dict[str, str],
+) -> tuple[dict[str, Any], int]:
     from pagecast.pager.pack import read_pack
     from pagecast.pager.runtime import run_pager
 
@@ -191,8 +211,10 @@ def _run_packs(cmd: list[str], packs: list[FilePlan], policy: str, stdout: Any, 
     mapped = {os.path.realpath(st.get("path", "")) for st in res.stats}
     for info in usable:
         if os.path.realpath(info.source) not in mapped:
-            skipped[info.source] = (f"pack {info.path} unused: the program never mapped the file (read with read() "
-                                    "or loaded by the dynamic loader?)")  # fmt: skip
+            skipped[info.source] = (
+                f"pack {info.path} unused: the program never mapped the file (read with read() "
+                "or loaded by the dynamic loader?)"
+            )
             warn(f"{info.source}: {skipped[info.source]}")
     return {"regions": res.stats}, res.returncode
 
@@ -222,13 +244,16 @@ def _warm_instead(fp: FilePlan, pages: Any, skipped: dict[str, str], warn: Calla
     from pagecast.plan.shared_pages import merge_ranges
 
     ranges = merge_ranges(np.unique(np.asarray(pages, np.int64)))
-    why = (f"a pack cannot act on an ELF file, which the dynamic loader maps; its {sum(n for _, n in ranges)} pages "
-           "are warmed through the page cache instead")  # fmt: skip
+    why = (
+        f"a pack cannot act on an ELF file, which the dynamic loader maps; its {sum(n for _, n in ranges)} pages "
+        "are warmed through the page cache instead"
+    )
     try:
         with tempfile.TemporaryDirectory(prefix="pagecast-elf-warm-") as private:  # 0700: no name to plant a link at
             tmp = Path(private) / "warm.plan"
-            write_plan(tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth,
-                                           chunk_kib=fp.chunk_kib)]))  # fmt: skip
+            write_plan(
+                tmp, _Doc([FilePlan(fp.path, fp.identity, "warm", ranges, depth=fp.depth, chunk_kib=fp.chunk_kib)])
+            )
             subprocess.run([launcher_path(), "--prefetch-only", str(tmp)], check=False)
     except (OSError, PagecastError) as e:
         why = f"a pack cannot act on an ELF file, which the dynamic loader maps; warming it instead failed ({e})"
@@ -245,8 +270,15 @@ def _remove_status(path: Path) -> None:
             path.parent.rmdir()
 
 
-def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | None, live: dict[str, Any] | None,
-            skipped: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+def _report(
+    doc: PlanDoc,
+    plan: str,
+    rc: int,
+    wall: float,
+    status_path: Path | None,
+    live: dict[str, Any] | None,
+    skipped: dict[str, str],
+) -> dict[str, Any]:
     """The launcher's report shape. The warm/stream prefetcher stops when this process
     exits, not the program; if its report is not there within a moment it is still
     running, and its files say so."""
@@ -259,10 +291,23 @@ def _report(doc: PlanDoc, plan: str, rc: int, wall: float, status_path: Path | N
         except (OSError, ValueError):
             time.sleep(0.02)
     if status is None:
-        files = [{"path": f.path, "strategy": f.strategy, "advice": f.advice, "advice_applied": None,
-                  "status": "live" if f.strategy in ("pack", "per-fault") else "running", "pages_planned": f.pages,
-                  "pages_issued": None, "bytes_issued": None, "detail": "", "feedback": None, "pages_used": None,
-                  "pages_outside": None} for f in doc.files]  # fmt: skip
+        files = [
+            {
+                "path": f.path,
+                "strategy": f.strategy,
+                "advice": f.advice,
+                "advice_applied": None,
+                "status": "live" if f.strategy in ("pack", "per-fault") else "running",
+                "pages_planned": f.pages,
+                "pages_issued": None,
+                "bytes_issued": None,
+                "detail": "",
+                "feedback": None,
+                "pages_used": None,
+                "pages_outside": None,
+            }
+            for f in doc.files
+        ]
         status = {"prefetch": None, "files": files}
     for f in status.get("files", []):
         if f.get("status") in ("handed-over", "live") and f["path"] in skipped:

@@ -82,6 +82,21 @@ class DemandStream:
         out = [range(max(r.start, a), min(r.stop, b)) for a, b in self.segments]
         return [q for q in out if len(q)]
 
+    @classmethod
+    def from_columns(
+        cls, cols: dict[str, np.ndarray], t: Trace, segments: list[tuple[int, int]] | None = None
+    ) -> "DemandStream":
+        """The stream of trace ``t`` from its read columns t_ns, region, page and ip."""
+        return cls(
+            cols["t_ns"].astype(np.int64, copy=False),
+            cols["region"].astype(np.int32, copy=False),
+            cols["page"].astype(np.int64, copy=False),
+            cols["ip"].astype(np.uint64, copy=False),
+            list(t.regions),
+            str(t.path),
+            segments=segments,
+        )
+
     def take(self, events: np.ndarray) -> "DemandStream":
         """The sub-stream of the given event indices (e.g. the misses of a fast tier)."""
         e = np.asarray(events, np.int64)
@@ -104,14 +119,7 @@ def read_demand(trace: Trace | str | Path | DemandStream, batch_rows: int = 1 <<
         return trace
     t = trace if isinstance(trace, Trace) else open_trace(trace)
     cols = read_demand_columns(t, ["t_ns", "region", "page", "ip"], batch_rows)
-    return DemandStream(
-        cols["t_ns"].astype(np.int64, copy=False),
-        cols["region"].astype(np.int32, copy=False),
-        cols["page"].astype(np.int64, copy=False),
-        cols["ip"].astype(np.uint64, copy=False),
-        list(t.regions),
-        str(t.path),
-    )
+    return DemandStream.from_columns(cols, t)
 
 
 def read_demand_events(
@@ -131,15 +139,7 @@ def read_demand_events(
             parts[c].append(b[c][events[a:z] - base])
         base += n
     out = {c: np.concatenate(v) if v else np.empty(0) for c, v in parts.items()}
-    stream = DemandStream(
-        out["t_ns"].astype(np.int64, copy=False),
-        out["region"].astype(np.int32, copy=False),
-        out["page"].astype(np.int64, copy=False),
-        out["ip"].astype(np.uint64, copy=False),
-        list(t.regions),
-        str(t.path),
-    )
-    return stream, base
+    return DemandStream.from_columns(out, t), base
 
 
 # ---------------------------------------------------------------------------------------

@@ -344,32 +344,24 @@ def predict_schedule(
     if top_k < 1:
         raise PagecastError(f"top_k must be at least 1, got {top_k}")
     lm = _loaded(model_path)
-    if events is not None and not isinstance(trace, DemandStream) and np.all(np.diff(events) > 0):
-        # only the events shown are read (a long access trace's misses), not the whole stream
-        stream, n_whole = read_demand_events(trace, np.asarray(events, np.int64))
-    else:
-        whole = read_demand(trace)
-        stream, n_whole = (whole if events is None else whole.take(events)), len(whole)
+    stream, n_whole = _shown_stream(trace, events)
     tokens, slots, ips = encode_inputs(stream, lm.table, lm.vocab, lm.spec.ip_buckets)
     k = _candidates(lm, top_k)
     cls_slot, cls_delta = lm.vocab.class_slots_deltas()
     n_slots = lm.table.unknown
     slot_to_region = _slot_to_region(lm, stream.regions)
-    region_pages = np.array(
-        [r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in stream.regions] + [np.iinfo(np.int64).max],
-        np.int64,
-    )
+    region_pages, slot_limit = _page_limits(stream, slot_to_region, n_slots)
     last = np.zeros(n_slots, np.int64)
     seen = np.zeros(n_slots, np.bool_)
     slots32 = slots.astype(np.int32)
-    s2r = slot_to_region[:n_slots]
-    slot_limit = np.where(s2r >= 0, region_pages[np.maximum(s2r, 0)], 0).astype(np.int64)
     out: dict[str, list[np.ndarray]] = {c: [] for c in ("trigger", "region", "page", "score")}
 
     mix = _mixture(lm)
     if mix is not None:
         own_keys = page_keys(slots, stream.page, n_slots)
         rids = stream.region.astype(np.int64)
+
+    s2r_all = slot_to_region.astype(np.int64)
 
     def on_block(start: int, scores: np.ndarray, classes: np.ndarray) -> None:
         ok, rank, s, p = decode_pages(
@@ -380,25 +372,10 @@ def predict_schedule(
         ok &= p < region_pages[reg]
         sc = np.take_along_axis(scores, rank, 1).astype(np.float32)
         if mix is not None:
-            tab, lam = mix
-            stop = start + len(scores)
-            cnt, reg, p, sc = mix_block(
-                ok,
-                reg.astype(np.int64),
-                p,
-                sc,
-                own_keys[start:stop],
-                rids[start:stop],
-                stream.page[start:stop],
-                tab.keys,
-                tab.succ,
-                tab.prob,
-                slot_to_region.astype(np.int64),
-                region_pages,
-                lam,
-                top_k,
+            sl = slice(start, start + len(scores))
+            ok, reg, p, sc = _mixed(
+                mix, ok, reg, p, sc, own_keys[sl], rids[sl], stream.page[sl], s2r_all, region_pages, top_k
             )
-            ok = np.arange(top_k)[None, :] < cnt[:, None]
         rows, cols = np.nonzero(ok)
         out["trigger"].append((start + rows).astype(np.int64))
         out["region"].append(reg[rows, cols].astype(np.int32))
@@ -408,16 +385,7 @@ def predict_schedule(
             progress(len(scores))
 
     score_stream(lm, tokens, slots, ips, k, backend=backend, on_block=on_block, batch_windows=batch_windows)
-    if not out["trigger"]:
-        sched = Schedule.empty()
-    else:
-        trig = np.concatenate(out["trigger"])
-        t_ns = stream.t_ns[trig]
-        if events is not None:
-            trig = np.asarray(events, np.int64)[trig]
-        sched = Schedule(
-            trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"])
-        )
+    sched = _schedule_of(out, stream, events)
     sched.regions = list(stream.regions)
     sched.meta = {
         "source": "pagecast.learn",
@@ -430,6 +398,73 @@ def predict_schedule(
         "page_mix": float(mix[1]) if mix else 0.0,
     }
     return sched
+
+
+def _mixed(
+    mix: tuple[PageTable, float],
+    ok: np.ndarray,
+    reg: np.ndarray,
+    p: np.ndarray,
+    sc: np.ndarray,
+    own_keys: np.ndarray,
+    rids: np.ndarray,
+    pages: np.ndarray,
+    slot_to_region: np.ndarray,
+    region_pages: np.ndarray,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A block's model predictions merged with the page table's successors (``mix_block``)."""
+    tab, lam = mix
+    cnt, reg, p, sc = mix_block(
+        ok,
+        reg.astype(np.int64),
+        p,
+        sc,
+        own_keys,
+        rids,
+        pages,
+        tab.keys,
+        tab.succ,
+        tab.prob,
+        slot_to_region,
+        region_pages,
+        lam,
+        top_k,
+    )
+    return np.arange(top_k)[None, :] < cnt[:, None], reg, p, sc
+
+
+def _page_limits(stream: DemandStream, slot_to_region: np.ndarray, n_slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pages per region of the trace (one past its last region: no limit), and per slot the
+    pages of the region it maps to (0: none)."""
+    region_pages = np.array(
+        [r.pages if r.pages > 0 else np.iinfo(np.int64).max for r in stream.regions] + [np.iinfo(np.int64).max],
+        np.int64,
+    )
+    s2r = slot_to_region[:n_slots]
+    return region_pages, np.where(s2r >= 0, region_pages[np.maximum(s2r, 0)], 0).astype(np.int64)
+
+
+def _shown_stream(trace: Trace | str | Path | DemandStream, events: np.ndarray | None) -> tuple[DemandStream, int]:
+    """The demand events the model is shown, and the length of the whole demand stream."""
+    if events is not None and not isinstance(trace, DemandStream) and np.all(np.diff(events) > 0):
+        # only the events shown are read (a long access trace's misses), not the whole stream
+        return read_demand_events(trace, np.asarray(events, np.int64))
+    whole = read_demand(trace)
+    return (whole if events is None else whole.take(events)), len(whole)
+
+
+def _schedule_of(out: dict[str, list[np.ndarray]], stream: DemandStream, events: np.ndarray | None) -> Schedule:
+    """The decoded blocks as one schedule, triggers as indices into the whole demand stream."""
+    if not out["trigger"]:
+        return Schedule.empty()
+    trig = np.concatenate(out["trigger"])
+    t_ns = stream.t_ns[trig]
+    if events is not None:
+        trig = np.asarray(events, np.int64)[trig]
+    return Schedule(
+        trig, t_ns, np.concatenate(out["region"]), np.concatenate(out["page"]), np.concatenate(out["score"])
+    )
 
 
 def _mixture(lm: LoadedModel) -> tuple[PageTable, float] | None:

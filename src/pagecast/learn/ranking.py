@@ -79,31 +79,8 @@ def ranking_metrics(
     trig, key, _ = _rows(schedule_or_predictions)
     ok = (trig >= 0) & (trig < limit)
     trig, key = trig[ok], key[ok]
-    # top-k distinct predictions per trigger
-    first = np.ones(len(trig), bool)
-    if len(trig):
-        pair_order = np.lexsort((np.arange(len(trig)), key, trig))
-        dup = np.zeros(len(trig), bool)
-        dup[pair_order[1:]] = (trig[pair_order[1:]] == trig[pair_order[:-1]]) & (
-            key[pair_order[1:]] == key[pair_order[:-1]]
-        )
-        first = ~dup
-    trig, key = trig[first], key[first]
-    starts = np.flatnonzero(np.r_[True, trig[1:] != trig[:-1]]) if len(trig) else np.zeros(0, np.int64)
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(trig)]))
-    rank = np.arange(len(trig)) - starts[group] if len(trig) else np.zeros(0, np.int64)
-    keep = rank < k
-    trig, key, group, rank = trig[keep], key[keep], group[keep], rank[keep]
-    # relevance: the page's next use after the trigger is within the horizon
-    pos = np.searchsorted(uniq, key)
-    pos_c = np.minimum(pos, len(uniq) - 1) if len(uniq) else pos
-    known = (pos < len(uniq)) & (uniq[pos_c] == key) if len(uniq) else np.zeros(len(key), bool)
-    occ = np.lexsort((np.arange(n), ids))
-    combined = ids[occ].astype(np.int64) * (n + 1) + occ
-    q = pos_c.astype(np.int64) * (n + 1) + trig
-    nxt = np.searchsorted(combined, q, side="right")
-    nxt_c = np.minimum(nxt, max(n - 1, 0))
-    rel = known & (nxt < n) & (combined[nxt_c] // (n + 1) == pos_c) & (combined[nxt_c] % (n + 1) <= trig + horizon)
+    trig, key, group, rank = _top_k_distinct(trig, key, k)
+    rel = _relevant(uniq, ids, trig, key, horizon)
     truth = window_distinct(ids, horizon)
     truth[limit:] = 0  # beyond the block: scored by the next one
     g_trig = trig[np.r_[True, group[1:] != group[:-1]]] if len(trig) else np.zeros(0, np.int64)
@@ -144,6 +121,40 @@ def ranking_metrics(
         float(tt),
     )
     return out
+
+
+def _top_k_distinct(trig: np.ndarray, key: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+    """The first ``k`` distinct predictions per trigger: (trigger, key, trigger's group,
+    rank in it)."""
+    first = np.ones(len(trig), bool)
+    if len(trig):
+        pair_order = np.lexsort((np.arange(len(trig)), key, trig))
+        dup = np.zeros(len(trig), bool)
+        dup[pair_order[1:]] = (trig[pair_order[1:]] == trig[pair_order[:-1]]) & (
+            key[pair_order[1:]] == key[pair_order[:-1]]
+        )
+        first = ~dup
+    trig, key = trig[first], key[first]
+    starts = np.flatnonzero(np.r_[True, trig[1:] != trig[:-1]]) if len(trig) else np.zeros(0, np.int64)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(trig)]))
+    rank = np.arange(len(trig)) - starts[group] if len(trig) else np.zeros(0, np.int64)
+    keep = rank < k
+    return trig[keep], key[keep], group[keep], rank[keep]
+
+
+def _relevant(uniq: np.ndarray, ids: np.ndarray, trig: np.ndarray, key: np.ndarray, horizon: int) -> np.ndarray:
+    """Per prediction: the page's next use after its trigger is within the horizon
+    (``uniq``: the stream's distinct keys, ``ids``: the stream as indices into them)."""
+    n = len(ids)
+    pos = np.searchsorted(uniq, key)
+    pos_c = np.minimum(pos, len(uniq) - 1) if len(uniq) else pos
+    known = (pos < len(uniq)) & (uniq[pos_c] == key) if len(uniq) else np.zeros(len(key), bool)
+    occ = np.lexsort((np.arange(n), ids))
+    combined = ids[occ].astype(np.int64) * (n + 1) + occ
+    q = pos_c.astype(np.int64) * (n + 1) + trig
+    nxt = np.searchsorted(combined, q, side="right")
+    nxt_c = np.minimum(nxt, max(n - 1, 0))
+    return known & (nxt < n) & (combined[nxt_c] // (n + 1) == pos_c) & (combined[nxt_c] % (n + 1) <= trig + horizon)
 
 
 def ranking_metrics_stream(

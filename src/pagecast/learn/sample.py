@@ -92,15 +92,7 @@ def read_sampled(trace: Trace | str | Path, plan: SamplePlan, batch_rows: int = 
         n = min(z, plan.total) - a
         segs.append((off + (WARMUP if i else 0), off + n))
         off += n
-    return DemandStream(
-        out["t_ns"].astype(np.int64, copy=False),
-        out["region"].astype(np.int32, copy=False),
-        out["page"].astype(np.int64, copy=False),
-        out["ip"].astype(np.uint64, copy=False),
-        list(t.regions),
-        str(t.path),
-        segments=segs if plan.sampled else None,
-    )
+    return DemandStream.from_columns(out, t, segs if plan.sampled else None)
 
 
 def split_budget(counts: list[int], budget: int) -> list[int]:

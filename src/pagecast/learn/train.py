@@ -181,28 +181,9 @@ def train_model(
     bad = 0
     t0 = time.perf_counter()
     for epoch in range(1, tcfg.epochs + 1):
-        order = rng.permutation(len(starts))
-        if tcfg.windows_per_epoch:
-            reps = -(-tcfg.windows_per_epoch // len(order))
-            if reps > 1:
-                order = np.concatenate([order] + [rng.permutation(len(starts)) for _ in range(reps - 1)])
-            order = order[: tcfg.windows_per_epoch]
+        order = _epoch_order(rng, len(starts), tcfg.windows_per_epoch)
         bar = progress_factory(len(order), f"epoch {epoch}") if progress_factory else None
-        run_loss, steps = 0.0, 0
-        for b0 in range(0, len(order), tcfg.batch):
-            sel = starts[order[b0 : b0 + tcfg.batch]]
-            loss, _, _ = _loss(model, _batch(flat, sel, mcfg.seq_len, mcfg.n_classes), tcfg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            run_loss += loss.item()
-            steps += 1
-            if bar is not None:
-                bar.update(len(sel))
-                bar.set_postfix(loss=f"{run_loss / steps:.3f}", refresh=False)
-        if bar is not None:
-            bar.close()
+        run_loss, steps = _train_epoch(model, opt, flat, starts[order], mcfg, tcfg, bar)
         vm = evaluate(model, val[0], val[1], mcfg, tcfg)
         row = {
             "epoch": epoch,
@@ -239,6 +220,46 @@ def train_model(
     if tcfg.page_table > 0:
         _attach_page_table(result, data, tcfg)
     return result
+
+
+def _epoch_order(rng: np.random.Generator, n: int, windows_per_epoch: int) -> np.ndarray:
+    """The training windows of one epoch, shuffled: every window once, or (repeated as
+    needed) ``windows_per_epoch`` of them."""
+    order = rng.permutation(n)
+    if windows_per_epoch:
+        reps = -(-windows_per_epoch // len(order))
+        if reps > 1:
+            order = np.concatenate([order] + [rng.permutation(n) for _ in range(reps - 1)])
+        order = order[:windows_per_epoch]
+    return order
+
+
+def _train_epoch(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    flat: np.ndarray,
+    starts: np.ndarray,
+    mcfg: ModelConfig,
+    tcfg: TrainConfig,
+    bar: Any,
+) -> tuple[float, int]:
+    """One pass over the windows starting at ``starts``, in batches; the summed loss and the steps."""
+    run_loss, steps = 0.0, 0
+    for b0 in range(0, len(starts), tcfg.batch):
+        sel = starts[b0 : b0 + tcfg.batch]
+        loss, _, _ = _loss(model, _batch(flat, sel, mcfg.seq_len, mcfg.n_classes), tcfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        run_loss += loss.item()
+        steps += 1
+        if bar is not None:
+            bar.update(len(sel))
+            bar.set_postfix(loss=f"{run_loss / steps:.3f}", refresh=False)
+    if bar is not None:
+        bar.close()
+    return run_loss, steps
 
 
 def _attach_page_table(result: TrainResult, data: PreparedData, tcfg: TrainConfig) -> None:

@@ -296,6 +296,24 @@ def _start_predictor(cfg: LiveConfig, channel: Any) -> tuple[_Predictor | None, 
         return None, f"{e}: prefetching stopped before the program started; the program ran to completion unprefetched"
 
 
+def _forward_batches(
+    mon: FaultMonitor, predictor: _Predictor | None, cols: dict[str, list[np.ndarray]], t0: int
+) -> None:
+    """Until the program exits: each fault batch to the predictor (after the regions, when
+    they changed) and into ``cols``."""
+    sent_regions = 0
+    for batch in mon.batches():
+        t_seen = time.monotonic_ns() - t0
+        changed = mon.take_changed_regions()
+        if predictor and (len(mon.regions) != sent_regions or changed):
+            predictor.send(("regions", [r.to_dict() for r in mon.regions]))
+            sent_regions = len(mon.regions)
+        if predictor:
+            predictor.send(("faults", t_seen, batch.t_ns, batch.region, batch.page, batch.kind), droppable=True)
+        for k in cols:
+            cols[k].append(getattr(batch, k))
+
+
 def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None) -> LiveResult:
     session = LiveSession()
     sys.setswitchinterval(0.0005)  # the reader thread must not hold up the fault loop for 5 ms
@@ -336,25 +354,9 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
             predictor.send(("t0", t0))
         if on_started:
             on_started(session)
-        sent_regions = 0
-        try:
-            for batch in mon.batches():
-                t_seen = time.monotonic_ns() - t0
-                changed = mon.take_changed_regions()
-                if predictor and (len(mon.regions) != sent_regions or changed):
-                    predictor.send(("regions", [r.to_dict() for r in mon.regions]))
-                    sent_regions = len(mon.regions)
-                if predictor:
-                    predictor.send(("faults", t_seen, batch.t_ns, batch.region, batch.page, batch.kind), droppable=True)
-                for k in cols:
-                    cols[k].append(getattr(batch, k))
-            returncode = mon.returncode if mon.returncode is not None else -1
-            relay.detach()
-        except PagecastError:
-            lost = _collector_lost(mon, reaper)
-            if lost is None:
-                raise
-            collector_error, returncode = lost
+        returncode, collector_error = _until_exit(
+            mon, relay, reaper, lambda: _forward_batches(mon, predictor, cols, t0)
+        )
         wall = time.monotonic() - t_start
     finally:
         _end_monitoring(mon, relay, reniced)
@@ -378,6 +380,30 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
     elif predictor:
         res.warning = predictor.warning()
     return res
+
+
+def _keep_batches(mon: FaultMonitor, cols: dict[str, list[np.ndarray]]) -> None:
+    for batch in mon.batches():
+        for k in cols:
+            cols[k].append(getattr(batch, k))
+
+
+def _until_exit(
+    mon: FaultMonitor, relay: SignalRelay, reaper: bool, stream: Callable[[], None]
+) -> tuple[int, str | None]:
+    """``stream`` the faults until the program exits: (its exit status, None), or, when the
+    collector died under the running program, (the program's exit status, how it died)."""
+    try:
+        stream()
+        returncode = mon.returncode if mon.returncode is not None else -1
+        relay.detach()
+        return returncode, None
+    except PagecastError:
+        lost = _collector_lost(mon, reaper)
+        if lost is None:
+            raise
+        how, returncode = lost
+        return returncode, how
 
 
 def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
@@ -426,17 +452,8 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
         session.program_pid = mon.pid
         if on_started:
             on_started(session)
-        try:
-            for batch in mon.batches():
-                for k in cols:
-                    cols[k].append(getattr(batch, k))
-            returncode = mon.returncode if mon.returncode is not None else -1
-            relay.detach()
-        except PagecastError:
-            lost = _collector_lost(mon, reaper)
-            if lost is None:
-                raise
-            how, returncode = lost
+        returncode, how = _until_exit(mon, relay, reaper, lambda: _keep_batches(mon, cols))
+        if how is not None:
             state.alive = False
             state.error = f"the fault collector (pid {mon.collector_pid}) died ({how})"
         wall = time.monotonic() - t_start
@@ -535,6 +552,24 @@ def _anon_setup(cfg: LiveConfig) -> tuple[dict[str, str] | None, Any, dict[str, 
     return channel.env(base, shim), channel, {}
 
 
+def _latencies(
+    rows: np.ndarray, p_t: np.ndarray, p_fault: np.ndarray, p_seen: np.ndarray, p_sub: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per causing fault, the first prefetch issued for it (of the prefetches ``rows``): from
+    the daemon seeing the fault to the issue, from the fault to the issue, and from the
+    daemon seeing it to the submission."""
+    lat_seen = lat_fault = lat_sub = np.empty(0, np.int64)
+    if rows.any():
+        g = np.nonzero(rows)[0][np.lexsort((p_t[rows], p_seen[rows], p_fault[rows]))]
+        gf, gs, gt = p_fault[g], p_seen[g], p_t[g]
+        first = np.ones(len(g), bool)
+        first[1:] = (gf[1:] != gf[:-1]) | (gs[1:] != gs[:-1])
+        lat_seen = np.maximum(gt[first] - gs[first], 0)
+        lat_fault = np.maximum(gt[first] - gf[first], 0)
+        lat_sub = np.maximum(p_sub[g][first] - gs[first], 0)
+    return lat_seen, lat_fault, lat_sub
+
+
 def _summarise(
     cfg: LiveConfig,
     mon: FaultMonitor,
@@ -560,26 +595,14 @@ def _summarise(
 
     # First fault on each prefetched page at or after its prefetch: merge both streams
     # sorted by (page key, time, prefetch-before-fault) and look forward to the next fault.
-    p_key = page_keys(p_reg, p_page)
     order = np.lexsort((f_t, f_key))  # faults by (key, t)
-    nxt = _next_fault(f_key[order], f_t[order], p_key, p_t)
-    skind = f_kind[order]
+    nxt = _next_fault(f_key[order], f_t[order], page_keys(p_reg, p_page), p_t)
     has = nxt >= 0
-    late = np.zeros(len(p_key), bool)
-    late[has] = skind[nxt[has]] == Kind.FAULT_MAJOR
+    late = np.zeros(len(p_t), bool)
+    late[has] = f_kind[order][nxt[has]] == Kind.FAULT_MAJOR
     useless = ~has
     used = has & ~late
-
-    # Latency: per causing fault, the first prefetch issued for it.
-    lat_seen = lat_fault = lat_sub = np.empty(0, np.int64)
-    if lat_rows.any():
-        g = np.nonzero(lat_rows)[0][np.lexsort((p_t[lat_rows], p_seen[lat_rows], p_fault[lat_rows]))]
-        gf, gs, gt = p_fault[g], p_seen[g], p_t[g]
-        first = np.ones(len(g), bool)
-        first[1:] = (gf[1:] != gf[:-1]) | (gs[1:] != gs[:-1])
-        lat_seen = np.maximum(gt[first] - gs[first], 0)
-        lat_fault = np.maximum(gt[first] - gf[first], 0)
-        lat_sub = np.maximum(p_sub[g][first] - gs[first], 0)
+    lat_seen, lat_fault, lat_sub = _latencies(lat_rows, p_t, p_fault, p_seen, p_sub)
 
     flags_f = np.zeros(len(f_t), np.uint8)
     if len(nxt) and late.any():
@@ -624,7 +647,19 @@ def _summarise(
     return result
 
 
-def _write_live_trace(cfg: LiveConfig, mon: FaultMonitor, result: LiveResult, faults: dict[str, np.ndarray], f_t: np.ndarray, p_t: np.ndarray, f_kind: np.ndarray, flags_f: np.ndarray, flags_p: np.ndarray, p_reg: np.ndarray, p_page: np.ndarray) -> None:  # fmt: skip
+def _write_live_trace(
+    cfg: LiveConfig,
+    mon: FaultMonitor,
+    result: LiveResult,
+    faults: dict[str, np.ndarray],
+    f_t: np.ndarray,
+    p_t: np.ndarray,
+    f_kind: np.ndarray,
+    flags_f: np.ndarray,
+    flags_p: np.ndarray,
+    p_reg: np.ndarray,
+    p_page: np.ndarray,
+) -> None:
     """The run's faults and PREFETCH rows, in time order, as the trace ``cfg.trace_out``."""
     t_all = np.concatenate([f_t, p_t])
     order_all = np.argsort(t_all, kind="stable")

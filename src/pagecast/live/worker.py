@@ -98,106 +98,24 @@ def worker_main(
         return
     throttle = Throttle() if spec.throttle and spec.kind in ("policy", "model") else None
     conn_out.send(("ready", source.name))
-    injector: FileInjector | None = None
-    anon = None  # AnonInjector when the program was started with the shim
-    predict_ns: list[int] = []
-    transit_ns: list[int] = []  # daemon received the batch → this process received it
-    faults = 0
-    last_flush = time.monotonic_ns()
-
-    def flush(force: bool = False) -> None:
-        nonlocal last_flush
-        if injector is None:
-            return
-        now = time.monotonic_ns()
-        if force or now - last_flush > FLUSH_NS:
-            done = injector.take() + (anon.take() if anon is not None else [])
-            if done:
-                conn_out.send(("issued", done))
-            last_flush = now
-
-    def issue(region: np.ndarray, page: np.ndarray, t_f: np.ndarray, t_s: np.ndarray) -> None:
-        # anonymous pages go to the shim inside the program; the rest to fadvise
-        if anon is not None:
-            a = anon.wants(region)
-            if a.any():
-                anon.submit(region[a], page[a], t_f[a], t_s[a])
-                region, page, t_f, t_s = region[~a], page[~a], t_f[~a], t_s[~a]
-        injector.submit(region, page, t_f, t_s)
-
+    worker = _Worker(source, conn_out, throttle, threads, gap, anon_listener)
     try:
         while True:
             if not conn_in.poll(0.005):
-                flush()
+                worker.flush()
                 continue
             msg = conn_in.recv()
             what = msg[0]
             if what == "t0":
-                injector = FileInjector(msg[1], threads=threads, gap=gap)
-                if anon_listener is not None:
-                    from pagecast.live.anon import AnonInjector
-
-                    anon = AnonInjector(anon_listener, msg[1], gap=gap)
-                pre, paths = source.initial()
-                if len(pre):
-                    injector.add_paths(paths)
-                    injector.submit(pre.region, pre.page, np.zeros(len(pre), np.int64), np.zeros(len(pre), np.int64))
+                worker.start(msg[1])
             elif what == "regions":
-                regions = [Region.from_dict(d) for d in msg[1]]
-                source.set_regions(regions)
-                if injector is not None:
-                    injector.set_regions(regions)
-                if anon is not None:
-                    anon.set_regions(regions)
-                if injector is not None:
-                    # pages of a region that just appeared go out now, not after the next
-                    # fault batch has been worked through (that can take many ms)
-                    pend = source.take_pending()
-                    if len(pend):
-                        none = np.full(len(pend), -1, np.int64)  # no causing fault: kept out of latencies
-                        issue(pend.region, pend.page, none, none)
+                worker.set_regions([Region.from_dict(d) for d in msg[1]])
             elif what == "faults":
-                _, t_seen, t, region, page, kind = msg
-                faults += len(t)
-                c0 = time.monotonic_ns()
-                if injector is not None:
-                    transit_ns.append(c0 - injector.t0 - t_seen)
-                if throttle is not None:
-                    throttle.observe(region, page, kind)
-                pred = source.on_batch(t, region, page, kind)
-                if throttle is not None:
-                    pred = throttle.limit(pred)
-                # per batch: prediction time / faults in it (what one fault costs the predictor)
-                predict_ns.append((time.monotonic_ns() - c0) // max(1, len(t)))
-                if len(pred) and injector is not None:
-                    issue(pred.region, pred.page, t[pred.cause], np.full(len(pred), t_seen, np.int64))
-                flush()
+                worker.on_faults(*msg[1:])
             elif what == "end":
                 break
-        if injector is not None:
-            injector.close()
-            if anon is not None:
-                anon.close()
-            flush(force=True)
-        stats = {
-            "faults_seen": faults,
-            "predict_us_per_fault_p50": float(np.percentile(predict_ns, 50) / 1e3) if predict_ns else None,
-            "predict_us_per_fault_p99": float(np.percentile(predict_ns, 99) / 1e3) if predict_ns else None,
-            "pipe_transit_us_p50": float(np.percentile(transit_ns, 50) / 1e3) if transit_ns else None,
-            "pipe_transit_us_p99": float(np.percentile(transit_ns, 99) / 1e3) if transit_ns else None,
-        }
-        if injector is not None:
-            stats.update(
-                skipped_non_file=injector.skipped,
-                fadvise_errors=injector.errors,
-                ranges=injector.ranges,
-                range_pages=injector.range_pages,
-            )
-        if anon is not None:
-            stats["anon"] = anon.stats()
-        if throttle is not None:
-            stats["throttle"] = throttle.stats()
-        conn_out.send(("stats", stats))
+        worker.close()
+        conn_out.send(("stats", worker.stats()))
     except (EOFError, BrokenPipeError, OSError):
         pass  # the daemon went away: nothing left to do
     except Exception:
@@ -205,3 +123,109 @@ def worker_main(
             conn_out.send(("error", traceback.format_exc().strip().splitlines()[-1]))
         except OSError:
             pass
+
+
+class _Worker:
+    """The source's predictions issued through the injectors, and what that cost."""
+
+    def __init__(
+        self, source: Source, conn_out: Connection, throttle: Throttle | None, threads: int, gap: int, anon_listener
+    ) -> None:
+        self.source, self.conn_out, self.throttle = source, conn_out, throttle
+        self.threads, self.gap, self.anon_listener = threads, gap, anon_listener
+        self.injector: FileInjector | None = None
+        self.anon = None  # AnonInjector when the program was started with the shim
+        self.predict_ns: list[int] = []
+        self.transit_ns: list[int] = []  # daemon received the batch → this process received it
+        self.faults = 0
+        self.last_flush = time.monotonic_ns()
+
+    def flush(self, force: bool = False) -> None:
+        if self.injector is None:
+            return
+        now = time.monotonic_ns()
+        if force or now - self.last_flush > FLUSH_NS:
+            done = self.injector.take() + (self.anon.take() if self.anon is not None else [])
+            if done:
+                self.conn_out.send(("issued", done))
+            self.last_flush = now
+
+    def issue(self, region: np.ndarray, page: np.ndarray, t_f: np.ndarray, t_s: np.ndarray) -> None:
+        # anonymous pages go to the shim inside the program; the rest to fadvise
+        if self.anon is not None:
+            a = self.anon.wants(region)
+            if a.any():
+                self.anon.submit(region[a], page[a], t_f[a], t_s[a])
+                region, page, t_f, t_s = region[~a], page[~a], t_f[~a], t_s[~a]
+        self.injector.submit(region, page, t_f, t_s)
+
+    def start(self, t0: int) -> None:
+        """The program started at ``t0``: the injectors open, the source's first pages go out."""
+        self.injector = FileInjector(t0, threads=self.threads, gap=self.gap)
+        if self.anon_listener is not None:
+            from pagecast.live.anon import AnonInjector
+
+            self.anon = AnonInjector(self.anon_listener, t0, gap=self.gap)
+        pre, paths = self.source.initial()
+        if len(pre):
+            self.injector.add_paths(paths)
+            self.injector.submit(pre.region, pre.page, np.zeros(len(pre), np.int64), np.zeros(len(pre), np.int64))
+
+    def set_regions(self, regions: list[Region]) -> None:
+        self.source.set_regions(regions)
+        if self.injector is not None:
+            self.injector.set_regions(regions)
+        if self.anon is not None:
+            self.anon.set_regions(regions)
+        if self.injector is not None:
+            # pages of a region that just appeared go out now, not after the next
+            # fault batch has been worked through (that can take many ms)
+            pend = self.source.take_pending()
+            if len(pend):
+                none = np.full(len(pend), -1, np.int64)  # no causing fault: kept out of latencies
+                self.issue(pend.region, pend.page, none, none)
+
+    def on_faults(self, t_seen: int, t: np.ndarray, region: np.ndarray, page: np.ndarray, kind: np.ndarray) -> None:
+        self.faults += len(t)
+        c0 = time.monotonic_ns()
+        if self.injector is not None:
+            self.transit_ns.append(c0 - self.injector.t0 - t_seen)
+        if self.throttle is not None:
+            self.throttle.observe(region, page, kind)
+        pred = self.source.on_batch(t, region, page, kind)
+        if self.throttle is not None:
+            pred = self.throttle.limit(pred)
+        # per batch: prediction time / faults in it (what one fault costs the predictor)
+        self.predict_ns.append((time.monotonic_ns() - c0) // max(1, len(t)))
+        if len(pred) and self.injector is not None:
+            self.issue(pred.region, pred.page, t[pred.cause], np.full(len(pred), t_seen, np.int64))
+        self.flush()
+
+    def close(self) -> None:
+        if self.injector is not None:
+            self.injector.close()
+            if self.anon is not None:
+                self.anon.close()
+            self.flush(force=True)
+
+    def stats(self) -> dict:
+        predict_ns, transit_ns = self.predict_ns, self.transit_ns
+        stats = {
+            "faults_seen": self.faults,
+            "predict_us_per_fault_p50": float(np.percentile(predict_ns, 50) / 1e3) if predict_ns else None,
+            "predict_us_per_fault_p99": float(np.percentile(predict_ns, 99) / 1e3) if predict_ns else None,
+            "pipe_transit_us_p50": float(np.percentile(transit_ns, 50) / 1e3) if transit_ns else None,
+            "pipe_transit_us_p99": float(np.percentile(transit_ns, 99) / 1e3) if transit_ns else None,
+        }
+        if self.injector is not None:
+            stats.update(
+                skipped_non_file=self.injector.skipped,
+                fadvise_errors=self.injector.errors,
+                ranges=self.injector.ranges,
+                range_pages=self.injector.range_pages,
+            )
+        if self.anon is not None:
+            stats["anon"] = self.anon.stats()
+        if self.throttle is not None:
+            stats["throttle"] = self.throttle.stats()
+        return stats

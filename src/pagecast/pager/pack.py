@@ -97,9 +97,17 @@ class PackInfo:
             st = os.stat(self.source)
         except OSError as e:
             return f"source {self.source} is gone ({e.strerror})"
-        diffs = [name for name, a, b in (("size", st.st_size, self.src_size), ("mtime", st.st_mtime_ns, self.src_mtime_ns),
-                                          ("ctime", st.st_ctime_ns, self.src_ctime_ns), ("inode", st.st_ino, self.src_ino),
-                                          ("device", st.st_dev, self.src_dev)) if a != b]  # fmt: skip
+        diffs = [
+            name
+            for name, a, b in (
+                ("size", st.st_size, self.src_size),
+                ("mtime", st.st_mtime_ns, self.src_mtime_ns),
+                ("ctime", st.st_ctime_ns, self.src_ctime_ns),
+                ("inode", st.st_ino, self.src_ino),
+                ("device", st.st_dev, self.src_dev),
+            )
+            if a != b
+        ]
         return f"{self.source} changed since the pack was built ({'/'.join(diffs)} differ)" if diffs else None
 
 
@@ -108,8 +116,14 @@ def _data_offset(npages: int, block_pages: int) -> int:
     return -(-(HEADER + 8 * (npages + nblocks)) // PAGE_SIZE) * PAGE_SIZE
 
 
-def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_pages: int = BLOCK_PAGES,
-               page_size: int = PAGE_SIZE) -> PackInfo:  # fmt: skip
+def build_pack(
+    source: str | Path,
+    pages: np.ndarray,
+    out: str | Path,
+    *,
+    block_pages: int = BLOCK_PAGES,
+    page_size: int = PAGE_SIZE,
+) -> PackInfo:
     """Write a pack of ``source``'s ``pages`` (file pages, first-use order; duplicates and
     pages past the end dropped, first occurrence kept). Written to a temp name, renamed."""
     source = Path(source).resolve()
@@ -145,8 +159,21 @@ def build_pack(source: str | Path, pages: np.ndarray, out: str | Path, *, block_
     path_b = str(source).encode()
     if len(path_b) >= HEADER - HEADER_FIXED.size:
         raise PagecastError("source path too long for a pack header", path=source)
-    head = HEADER_FIXED.pack(MAGIC, VERSION, page_size, n, block_pages, HEADER, data_off, st.st_size, st.st_mtime_ns,
-                       st.st_ctime_ns, st.st_ino, st.st_dev, pack_sum(index))  # fmt: skip
+    head = HEADER_FIXED.pack(
+        MAGIC,
+        VERSION,
+        page_size,
+        n,
+        block_pages,
+        HEADER,
+        data_off,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+        st.st_ino,
+        st.st_dev,
+        pack_sum(index),
+    )
     head += path_b + b"\0" * (HEADER - HEADER_FIXED.size - len(path_b))
     with atomic_output(Path(out)) as tmp:
         with open(tmp, "wb") as f:
@@ -172,8 +199,14 @@ def read_pack(path: str | Path) -> PackInfo:
             (_, ver, ps, n, bp, ioff, doff, ssize, mt, ct, ino, dev, isum) = HEADER_FIXED.unpack_from(head)
             if ver != VERSION:
                 raise PagecastError(f"page pack version {ver} not supported (this pagecast reads {VERSION})", path=path)
-            if ps < 512 or ps & (ps - 1) or not 1 <= bp <= 1 << 16 or ioff != HEADER or n >= 2**31 \
-                    or doff != _data_offset(n, bp):  # fmt: skip
+            if (
+                ps < 512
+                or ps & (ps - 1)
+                or not 1 <= bp <= 1 << 16
+                or ioff != HEADER
+                or n >= 2**31
+                or doff != _data_offset(n, bp)
+            ):
                 raise PagecastError(f"malformed page pack header (page size {ps})", path=path)
             if size != doff + n * ps:
                 raise PagecastError(

@@ -410,8 +410,15 @@ class PagedRegion:
             raise PagecastError(f"prefetch table covers {table.npages} pages, region has {self.npages}")
         off = np.ascontiguousarray(table.offsets, np.uint64)
         pg = np.ascontiguousarray(table.pages, np.int64)
-        if _lib().pgr_set_table(self._h, off.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
-                                pg.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), self.npages) != 0:  # fmt: skip
+        if (
+            _lib().pgr_set_table(
+                self._h,
+                off.ctypes.data_as(ctypes.POINTER(ctypes.c_uint64)),
+                pg.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                self.npages,
+            )
+            != 0
+        ):
             raise PagecastError(f"pager: {_lib().pgr_last_error().decode()}")
 
     def learn(self, pages: Iterable[int]) -> None:
@@ -667,9 +674,17 @@ def logs_to_trace(
         reg = regions.get(lg.file)
         end = lg.file_offset + lg.length
         if reg is None:
-            reg = Region(id=len(regions), name=Path(lg.file).name, kind="file", path=lg.file, file_offset=0,
-                         length=end, page_size=lg.page_size, order=len(regions),
-                         extra={"budget_pages": lg.budget_pages, "map_offset": lg.file_offset})  # fmt: skip
+            reg = Region(
+                id=len(regions),
+                name=Path(lg.file).name,
+                kind="file",
+                path=lg.file,
+                file_offset=0,
+                length=end,
+                page_size=lg.page_size,
+                order=len(regions),
+                extra={"budget_pages": lg.budget_pages, "map_offset": lg.file_offset},
+            )
             regions[lg.file] = reg
         reg.length = max(reg.length, end)
         r = lg.records
@@ -691,9 +706,15 @@ def logs_to_trace(
     w = TraceWriter(out, regions=list(regions.values()), meta=info, page_size=page_size, source="pager")
     try:
         if len(order):
-            w.write(t_ns=cols[0][order], region=cols[1][order], page=cols[2][order], kind=cols[3][order],
-                    flags=cols[4][order], tid=cols[5][order],
-                    bytes=np.where(np.isin(cols[3][order], [int(Kind.FAULT), int(Kind.PREFETCH)]), page_size, 0))  # fmt: skip
+            w.write(
+                t_ns=cols[0][order],
+                region=cols[1][order],
+                page=cols[2][order],
+                kind=cols[3][order],
+                flags=cols[4][order],
+                tid=cols[5][order],
+                bytes=np.where(np.isin(cols[3][order], [int(Kind.FAULT), int(Kind.PREFETCH)]), page_size, 0),
+            )
         return w.close()
     except BaseException:
         w.abort()
@@ -712,10 +733,20 @@ class PagerRun:
     warnings: list[str] = field(default_factory=list)  # a deprecated policy name; files never paged
 
 
-def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log_dir: Path | None = None,
-              stats_dir: Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              base_env: dict | None = None, flush_ms: int | None = None, packs: Sequence[str | Path] = (),
-              pack_defer: int | None = None, pack_stop_after: int | None = None) -> dict:  # fmt: skip
+def pager_env(
+    specs: Sequence[tuple[str, int]],
+    policy: str | PolicySpec,
+    *,
+    log_dir: Path | None = None,
+    stats_dir: Path | None = None,
+    learn_dir: str | Path | None = None,
+    strict: bool = True,
+    base_env: dict | None = None,
+    flush_ms: int | None = None,
+    packs: Sequence[str | Path] = (),
+    pack_defer: int | None = None,
+    pack_stop_after: int | None = None,
+) -> dict:
     """Environment that runs a program under the shim with these files paged.
 
     ``packs``: page packs (``pagecast.pager.pack``) streamed into the matching regions as
@@ -761,11 +792,22 @@ def pager_env(specs: Sequence[tuple[str, int]], policy: str | PolicySpec, *, log
     return env
 
 
-def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: str | PolicySpec = "none",
-              trace_out: str | Path | None = None, learn_dir: str | Path | None = None, strict: bool = True,
-              stdout=None, stderr=None, env: dict | None = None, flush_ms: int | None = None,
-              packs: Sequence[str | Path] = (), pack_defer: int | None = None,
-              pack_stop_after: int | None = None) -> PagerRun:  # fmt: skip
+def run_pager(
+    cmd: Sequence[str],
+    specs: Sequence[tuple[str, int]],
+    *,
+    policy: str | PolicySpec = "none",
+    trace_out: str | Path | None = None,
+    learn_dir: str | Path | None = None,
+    strict: bool = True,
+    stdout=None,
+    stderr=None,
+    env: dict | None = None,
+    flush_ms: int | None = None,
+    packs: Sequence[str | Path] = (),
+    pack_defer: int | None = None,
+    pack_stop_after: int | None = None,
+) -> PagerRun:
     """Run ``cmd`` with ``specs`` files on the pager; collect stats and (optionally) a trace.
 
     The fault logs are written by the program's own pager threads as it runs, so a trace
@@ -782,9 +824,19 @@ def run_pager(cmd: Sequence[str], specs: Sequence[tuple[str, int]], *, policy: s
         tdp = Path(td)
         (tdp / "log").mkdir()
         (tdp / "stats").mkdir()
-        e = pager_env(specs, pol, log_dir=tdp / "log" if trace_out is not None else None, stats_dir=tdp / "stats",
-                      learn_dir=learn_dir, strict=strict, base_env=env, flush_ms=flush_ms, packs=packs,
-                      pack_defer=pack_defer, pack_stop_after=pack_stop_after)  # fmt: skip
+        e = pager_env(
+            specs,
+            pol,
+            log_dir=tdp / "log" if trace_out is not None else None,
+            stats_dir=tdp / "stats",
+            learn_dir=learn_dir,
+            strict=strict,
+            base_env=env,
+            flush_ms=flush_ms,
+            packs=packs,
+            pack_defer=pack_defer,
+            pack_stop_after=pack_stop_after,
+        )
         try:
             returncode = run_program(cmd, env=e, stdout=stdout, stderr=stderr)
         except FileNotFoundError:

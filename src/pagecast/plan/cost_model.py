@@ -156,8 +156,9 @@ def _runs(pages: np.ndarray) -> np.ndarray:
     return np.diff(edges)
 
 
-def program_reads(dev: DeviceCosts, misses: np.ndarray, cached: np.ndarray, file_pages: int, advice: str,
-                  mapped: bool) -> tuple[int, int]:  # fmt: skip
+def program_reads(
+    dev: DeviceCosts, misses: np.ndarray, cached: np.ndarray, file_pages: int, advice: str, mapped: bool
+) -> tuple[int, int]:
     """(requests, pages read) for the program's own reads of ``misses`` (sorted unique
     pages not in the cache), with ``cached`` (sorted unique) already in the cache."""
     if len(misses) == 0:
@@ -188,8 +189,15 @@ def prefetch_requests(pages: int, nranges: int, chunk_kib: int) -> int:
     return max(nranges, -(-pages // per_chunk)) if pages else 0
 
 
-def predict(dev: DeviceCosts, used: np.ndarray, planned: np.ndarray, file_pages: int, candidate: str, mapped: bool,
-            p: CostParams = CostParams()) -> Prediction:  # fmt: skip
+def predict(
+    dev: DeviceCosts,
+    used: np.ndarray,
+    planned: np.ndarray,
+    file_pages: int,
+    candidate: str,
+    mapped: bool,
+    p: CostParams = CostParams(),
+) -> Prediction:
     """Predicted I/O seconds of a run that uses ``used`` (sorted unique pages) under
     ``candidate`` with ``planned`` (sorted unique pages to warm) as the warm set."""
     if candidate in ("stream", "whole"):

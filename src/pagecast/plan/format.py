@@ -129,9 +129,19 @@ class FilePlan:
         return sum(n for _, n in self.ranges)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "identity": vars(self.identity), "strategy": self.strategy,
-                "depth": self.depth, "chunk_kib": self.chunk_kib, "gain_ms": self.gain_ms, "arg": self.arg,
-                "reason": self.reason, "advice": self.advice, "pages": self.pages, "ranges": [list(r) for r in self.ranges]}  # fmt: skip
+        return {
+            "path": self.path,
+            "identity": vars(self.identity),
+            "strategy": self.strategy,
+            "depth": self.depth,
+            "chunk_kib": self.chunk_kib,
+            "gain_ms": self.gain_ms,
+            "arg": self.arg,
+            "reason": self.reason,
+            "advice": self.advice,
+            "pages": self.pages,
+            "ranges": [list(r) for r in self.ranges],
+        }
 
 
 @dataclass
@@ -141,8 +151,14 @@ class PlanDoc:
     note: str = ""  # free text, informative (shown by `pagecast plan --show`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": MAGIC, "version": VERSION, "page_size": PAGE_SIZE, "issue": self.issue, "note": self.note,
-                "files": [f.to_dict() for f in self.files]}  # fmt: skip
+        return {
+            "format": MAGIC,
+            "version": VERSION,
+            "page_size": PAGE_SIZE,
+            "issue": self.issue,
+            "note": self.note,
+            "files": [f.to_dict() for f in self.files],
+        }
 
 
 _INT = re.compile(r"-?[0-9]+")
@@ -234,9 +250,30 @@ def encode_plan(doc: PlanDoc) -> bytes:
     for fp in doc.files:
         _check(fp)
         i = fp.identity
-        lines.append(" ".join(map(str, ["file", encode_text(fp.path), i.size, i.mtime_ns, i.ctime_ns, i.ino, i.dev,
-                                        fp.strategy, fp.depth, fp.chunk_kib, f"{fp.gain_ms:.3f}", encode_text(fp.arg),
-                                        encode_text(fp.reason), fp.advice, len(fp.ranges)])))  # fmt: skip
+        lines.append(
+            " ".join(
+                map(
+                    str,
+                    [
+                        "file",
+                        encode_text(fp.path),
+                        i.size,
+                        i.mtime_ns,
+                        i.ctime_ns,
+                        i.ino,
+                        i.dev,
+                        fp.strategy,
+                        fp.depth,
+                        fp.chunk_kib,
+                        f"{fp.gain_ms:.3f}",
+                        encode_text(fp.arg),
+                        encode_text(fp.reason),
+                        fp.advice,
+                        len(fp.ranges),
+                    ],
+                )
+            )
+        )
         lines.extend(f"r {a} {n}" for a, n in fp.ranges)
     body = ("\n".join(lines) + "\n").encode("ascii")
     return body + f"end {len(doc.files)} {checksum(body):08x}\n".encode("ascii")
@@ -290,8 +327,18 @@ def decode_plan(data: bytes, path: str | Path = "<plan>") -> PlanDoc:
             raise bad(f"expected a 'file' record with {nfields} fields", lineno)
         try:
             ident = FileIdentity(*(parse_int(x) for x in f[2:7]))
-            fp = FilePlan(decode_text(f[1]), ident, f[7], [], parse_int(f[8]), parse_int(f[9]), parse_decimal(f[10]),
-                          decode_text(f[11]), decode_text(f[12]), "default" if version == 1 else f[13])  # fmt: skip
+            fp = FilePlan(
+                decode_text(f[1]),
+                ident,
+                f[7],
+                [],
+                parse_int(f[8]),
+                parse_int(f[9]),
+                parse_decimal(f[10]),
+                decode_text(f[11]),
+                decode_text(f[12]),
+                "default" if version == 1 else f[13],
+            )
             nr = parse_int(f[-1])
         except ValueError as e:
             raise bad(f"bad field ({e})", lineno) from None
@@ -326,8 +373,9 @@ def _read_options(doc: PlanDoc, lines: list[str], bad: Any) -> int:
             raise bad("expected an option 'opt KEY VALUE'", i + 2)
         key = f[1]
         if key not in OPTIONS:
-            raise bad(f"unknown option {key!r} (this pagecast knows {', '.join(OPTIONS)}; written by a newer one?)",
-                      i + 2)  # fmt: skip
+            raise bad(
+                f"unknown option {key!r} (this pagecast knows {', '.join(OPTIONS)}; written by a newer one?)", i + 2
+            )
         if key in seen:
             raise bad(f"option {key!r} given twice", i + 2)
         seen.add(key)

@@ -51,8 +51,9 @@ def willneed_ranges(file_pages: int, window_kb: int) -> list[tuple[int, int]]:
     return [(0, n)] if n > 0 else []
 
 
-def kernel_plan(name: str, files: Sequence[RecordedFile],
-                window_kb: Callable[[int], int] = willneed_window_kb) -> PlanDoc:  # fmt: skip
+def kernel_plan(
+    name: str, files: Sequence[RecordedFile], window_kb: Callable[[int], int] = willneed_window_kb
+) -> PlanDoc:
     """The plan doing what the kernel strategy ``name`` does (``KERNEL_CANDIDATES``) to ``files``;
     ``window_kb(st_dev)`` is what one WILLNEED reads on that device."""
     if name not in KERNEL_CANDIDATES:
@@ -74,8 +75,11 @@ def kernel_plan(name: str, files: Sequence[RecordedFile],
     return doc
 
 
-def kernel_plans(traces: Sequence[str | Path], on_rows: Callable[[int], None] | None = None,
-                 window_kb: Callable[[int], int] = willneed_window_kb) -> dict[str, PlanDoc]:  # fmt: skip
+def kernel_plans(
+    traces: Sequence[str | Path],
+    on_rows: Callable[[int], None] | None = None,
+    window_kb: Callable[[int], int] = willneed_window_kb,
+) -> dict[str, PlanDoc]:
     """Every kernel-equivalent plan for the files the recordings ``traces`` used."""
     if not traces:
         raise PagecastError("no recordings given")
@@ -108,8 +112,9 @@ def page_cache_budget() -> int:
     return 0
 
 
-def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb,
-                budget_bytes: int | None = None) -> PlanDoc:  # fmt: skip
+def with_stream(
+    plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window_kb, budget_bytes: int | None = None
+) -> PlanDoc:
     """``plan`` with every file it does not pack or serve per fault read whole into the page
     cache beside the program: the files of at most one WILLNEED window first (in plan order:
     they are read in one request each), then the larger ones, each in requests of its
@@ -134,7 +139,13 @@ def with_stream(plan: PlanDoc, window_kb: Callable[[int], int] = willneed_window
             continue
         left -= pages * PAGE_SIZE
         kb = min(_MAX_CHUNK_KIB, max(4, window_kb(f.identity.dev)))
-        whole = dataclasses.replace(f, strategy="warm" if pages else "nothing", ranges=[(0, pages)] if pages else [],
-                                    depth=1, chunk_kib=kb, reason="stream:whole")  # fmt: skip
+        whole = dataclasses.replace(
+            f,
+            strategy="warm" if pages else "nothing",
+            ranges=[(0, pages)] if pages else [],
+            depth=1,
+            chunk_kib=kb,
+            reason="stream:whole",
+        )
         (streams if pages * PAGE_SIZE > kb * 1024 else first).append(whole)
     return PlanDoc(files=first + streams, issue="beside", note=plan.note)

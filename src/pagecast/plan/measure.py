@@ -103,8 +103,9 @@ def recordings_of(traces: Sequence[str | Path]) -> list[Recording]:
             out.append(Recording(str(t), cmd, os.getcwd(), False))
             continue
         if not isinstance(cwd, str) or not os.path.isdir(cwd):
-            raise PagecastError(f"the recorded working directory {cwd!r} does not exist: cannot run {cmd[0]} again",
-                                path=t)  # fmt: skip
+            raise PagecastError(
+                f"the recorded working directory {cwd!r} does not exist: cannot run {cmd[0]} again", path=t
+            )
         out.append(Recording(str(t), cmd, cwd, True))
     return out
 
@@ -212,8 +213,10 @@ class Measured:
             lines.append(f"  {c}: {tot[c]:.3f} s = {per}; {tot['default'] / tot[c]:.2f}x default{same}{mark}")
         if self.confirmation:
             conf, ctot = self.confirmation, self.confirmation.totals()
-            lines.append(f"confirmation, {conf.rounds} more rounds of the two: "
-                         + ", ".join(f"{c} {ctot[c]:.3f} s" for c in (conf.chosen, conf.rival)))  # fmt: skip
+            lines.append(
+                f"confirmation, {conf.rounds} more rounds of the two: "
+                + ", ".join(f"{c} {ctot[c]:.3f} s" for c in (conf.chosen, conf.rival))
+            )
         return lines
 
 
@@ -342,8 +345,11 @@ def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: Measu
         try:
             proc = run_blocking(argv, dict(os.environ), rec.cwd, err, cfg.timeout_s)
         except subprocess.TimeoutExpired:
-            raise PagecastError(f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) did not finish within {cfg.timeout_s:.0f} s "
-                                f"under the {cand} plan", path=rec.trace) from None  # fmt: skip
+            raise PagecastError(
+                f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) did not finish within {cfg.timeout_s:.0f} s "
+                f"under the {cand} plan",
+                path=rec.trace,
+            ) from None
         except OSError as e:
             raise PagecastError(f"cannot run `{_argv_tail(rec.argv)}` ({e.strerror})", path=rec.trace) from None
         wall = time.perf_counter() - t0
@@ -375,8 +381,12 @@ def _signature(cand: Candidate, recordings: Sequence[Recording]) -> tuple[bytes,
     return tuple(encode_plan(per[r.trace]) for r in recordings)
 
 
-def measure(candidates: dict[str, Candidate], recordings: Sequence[Recording], cold_files: Sequence[str | Path],
-            cfg: MeasureConfig) -> Measured:  # fmt: skip
+def measure(
+    candidates: dict[str, Candidate],
+    recordings: Sequence[Recording],
+    cold_files: Sequence[str | Path],
+    cfg: MeasureConfig,
+) -> Measured:
     """Time every candidate plan on every recording's command, cold, interleaved; choose."""
     if "default" not in candidates:
         raise PagecastError("the measured candidates must include 'default' (the kernel's own behaviour)")
@@ -426,8 +436,15 @@ def measure(candidates: dict[str, Candidate], recordings: Sequence[Recording], c
     return out
 
 
-def _timed_rounds(names: list[str], recordings: Sequence[Recording], plan_of: dict[str, dict[str, Path]],
-                  cold: list[str], cfg: MeasureConfig, rounds: int, first_round: int) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+def _timed_rounds(
+    names: list[str],
+    recordings: Sequence[Recording],
+    plan_of: dict[str, dict[str, Path]],
+    cold: list[str],
+    cfg: MeasureConfig,
+    rounds: int,
+    first_round: int,
+) -> dict[str, dict[str, list[float]]]:
     runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in names}
     for rnd in range(first_round, first_round + rounds):
         for i, rec in enumerate(recordings):
@@ -440,8 +457,15 @@ def _timed_rounds(names: list[str], recordings: Sequence[Recording], plan_of: di
     return runs
 
 
-def _confirm(out: Measured, same_as: dict[str, str], recordings: Sequence[Recording],
-             plan_of: dict[str, dict[str, Path]], cold: list[str], cfg: MeasureConfig, rounds: int) -> None:  # fmt: skip
+def _confirm(
+    out: Measured,
+    same_as: dict[str, str],
+    recordings: Sequence[Recording],
+    plan_of: dict[str, dict[str, Path]],
+    cold: list[str],
+    cfg: MeasureConfig,
+    rounds: int,
+) -> None:
     """Time the learned plan the first stage chose and the fastest kernel plan again, alone,
     interleaved, and keep the learned one only if it is faster again (``confirm_choice``)."""
     chosen, rival = out.chosen, fastest_kernel(out.totals())
@@ -450,8 +474,9 @@ def _confirm(out: Measured, same_as: dict[str, str], recordings: Sequence[Record
         cfg.on_extra(2 * len(recordings) * rounds)
     # rounds numbered on from the first stage's: their seeded orders are not reused
     got = _timed_rounds(list(dict.fromkeys(run_as.values())), recordings, plan_of, cold, cfg, rounds, cfg.rounds)
-    conf = Confirmation(chosen, rival, rounds, {c: got[m] for c, m in run_as.items()},
-                        tie_of(out.noise, rounds, len(recordings)))  # fmt: skip
+    conf = Confirmation(
+        chosen, rival, rounds, {c: got[m] for c, m in run_as.items()}, tie_of(out.noise, rounds, len(recordings))
+    )
     conf.kept, why = confirm_choice(chosen, rival, conf.totals(), conf.tie)
     out.confirmation = conf
     out.why = f"{out.why}; {why}"

@@ -55,13 +55,13 @@ from pagecast.plan.cost_model import (
     predict,
     predict_extent,
     predict_objects,
-    predict_pack,  # fmt: skip
+    predict_pack,
 )
 from pagecast.plan.format import (
     DEFAULT_CHUNK_KIB,
     DEFAULT_DEPTH,
     PAGE_SIZE,
-    FilePlan,  # fmt: skip
+    FilePlan,
     PlanDoc,
 )
 from pagecast.plan.objects import ObjectLayout, learn_layout, object_pages
@@ -70,8 +70,16 @@ from pagecast.trace.pageset import read_page_sets
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
 # near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
-PREFERENCE = ("nothing", "nothing+random", "stream", "whole", "warm+random", "warm+default", "objects+random",
-              "objects+default")  # fmt: skip
+PREFERENCE = (
+    "nothing",
+    "nothing+random",
+    "stream",
+    "whole",
+    "warm+random",
+    "warm+default",
+    "objects+random",
+    "objects+default",
+)
 TIE = 0.01
 SMALL_FILES = "small files whole"
 OBJECTS = "per-fault:objects"  # a mapped file's objects fetched whole on their first touch
@@ -200,8 +208,9 @@ class FilePricing:
         return {c: float(np.mean([p.seconds for p in ps])) for c, ps in self.folds.items()}
 
 
-def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
-                cfg: PlannerConfig) -> FilePricing:  # fmt: skip
+def price_folds(
+    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> FilePricing:
     params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     n = len(runs)
     used = [np.unique(r[(r >= 0) & (r < file_pages)]) for r in runs]
@@ -220,12 +229,7 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
     if frac < cfg.stream_min_fraction:
         fixed.remove("stream")
         skipped["stream"] = f"runs use {frac:.0%} of the file (< {cfg.stream_min_fraction:.0%})"
-    if n == 1:
-        folds = [(used, used[0])]
-        validation = "in-sample: one recording, nothing held out"
-    else:
-        folds = [(used[:i] + used[i + 1 :], used[i]) for i in range(n)]
-        validation = f"leave-one-run-out over {n} runs"
+    folds, validation = _folds(used)
     default_k = _k(cfg, n)
     out: dict[str, list[Prediction]] = {c: [] for c in fixed}
     warm_sets: dict[str, np.ndarray] = {}
@@ -240,8 +244,10 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
         for adv in advices:
             name = _warm_name(adv, k, default_k)
             warm_sets[name] = final
-            out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
-                         for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+            out[name] = [
+                predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                for (_, held), s in zip(folds, fold_sets)
+            ]
     layout = learn_layout(used) if cfg.objects else None
     if layout is not None:
         # warm the objects that recur, whole: each fold learns which from its training runs
@@ -254,13 +260,43 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
             for adv in advices:
                 name = _warm_name(adv, k, default_k).replace("warm+", "objects+")
                 warm_sets[name] = final
-                out[name] = [predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
-                             for (_, held), s in zip(folds, fold_sets)]  # fmt: skip
+                out[name] = [
+                    predict(dev, held, s, file_pages, f"warm+{adv}", mapped, params)
+                    for (_, held), s in zip(folds, fold_sets)
+                ]
     elif cfg.objects and file_pages * PAGE_SIZE > cfg.small_kib * 1024:
         skipped["objects"] = "no object structure in the recordings (runs of pages of one size and alignment)"
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
+    live, args = _price_live(used, folds, file_pages, mapped, dev, cfg, layout, warm_sets, skipped)
+    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
+
+
+def _folds(used: list[np.ndarray]) -> tuple[list[tuple[list[np.ndarray], np.ndarray]], str]:
+    """(training runs, held-out run) pairs: leave-one-run-out, or in-sample with one run."""
+    n = len(used)
+    if n == 1:
+        return [(used, used[0])], "in-sample: one recording, nothing held out"
+    return [(used[:i] + used[i + 1 :], used[i]) for i in range(n)], f"leave-one-run-out over {n} runs"
+
+
+def _price_live(
+    used: list[np.ndarray],
+    folds: list[tuple[list[np.ndarray], np.ndarray]],
+    file_pages: int,
+    mapped: bool,
+    dev: DeviceCosts,
+    cfg: PlannerConfig,
+    layout: ObjectLayout | None,
+    warm_sets: dict[str, np.ndarray],
+    skipped: dict[str, str],
+) -> tuple[dict[str, list[Prediction]], dict[str, str]]:
+    """The candidates only pagecast's live machinery runs (page packs, objects fetched on
+    first touch, a per-fault policy) priced per fold, and the policy arguments they need."""
+    n = len(used)
+    default_k = _k(cfg, n)
+    params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     live: dict[str, list[Prediction]] = {}
     if mapped and cfg.pack_dir is not None and cfg.pack_writer is not None:
         for k in hot_thresholds(cfg, n):
@@ -280,11 +316,12 @@ def price_folds(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: Devi
         live["per-fault:extent"] = [predict_extent(dev, held, file_pages, params) for _, held in folds]
     else:
         skipped["per-fault:extent"] = f"file larger than one extent ({cfg.extent_pages} pages)"
-    return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
+    return live, args
 
 
-def price_file(runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts,
-               cfg: PlannerConfig) -> tuple[dict[str, float], dict[str, str], str]:  # fmt: skip
+def price_file(
+    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> tuple[dict[str, float], dict[str, str], str]:
     """Mean predicted seconds per candidate over held-out runs; (predictions, skipped, validation)."""
     fp = price_folds(runs, file_pages, mapped, dev, cfg)
     return fp.mean(), fp.skipped, fp.validation
@@ -304,9 +341,11 @@ def eligible(predicted: dict[str, float], margin: float) -> dict[str, float]:
     on its own against the same plan with the kernel's read-ahead, because the two are
     often within the model's error of each other (measured: either can be 10-20 % ahead
     on the same sparse mapped file from one run to the next)."""
-    return {c: v for c, v in predicted.items()
-            if "+random" not in c or _default_twin(c) not in predicted
-            or v <= (1.0 - margin) * predicted[_default_twin(c)]}  # fmt: skip
+    return {
+        c: v
+        for c, v in predicted.items()
+        if "+random" not in c or _default_twin(c) not in predicted or v <= (1.0 - margin) * predicted[_default_twin(c)]
+    }
 
 
 def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
@@ -322,10 +361,14 @@ def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
     if best == "nothing":
         return "nothing", f"nothing is predicted cheapest ({base * 1e3:.1f} ms)"
     if predicted[best] <= (1.0 - margin) * base:
-        return best, (f"{best} predicted {predicted[best] * 1e3:.1f} ms vs nothing {base * 1e3:.1f} ms "
-                      f"({1 - predicted[best] / base:.0%} less)")  # fmt: skip
-    return "nothing", (f"best {best} predicted {predicted[best] * 1e3:.1f} ms, not {margin:.0%} below nothing "
-                       f"{base * 1e3:.1f} ms: not worth the risk")  # fmt: skip
+        return best, (
+            f"{best} predicted {predicted[best] * 1e3:.1f} ms vs nothing {base * 1e3:.1f} ms "
+            f"({1 - predicted[best] / base:.0%} less)"
+        )
+    return "nothing", (
+        f"best {best} predicted {predicted[best] * 1e3:.1f} ms, not {margin:.0%} below nothing "
+        f"{base * 1e3:.1f} ms: not worth the risk"
+    )
 
 
 def pack_path(pack_dir: Path, path: str) -> Path:
@@ -333,10 +376,15 @@ def pack_path(pack_dir: Path, path: str) -> Path:
     return Path(pack_dir) / f"{Path(path).name}.{zlib.crc32(path.encode()):08x}.pack"
 
 
-def _file_plan(fp: FilePlan, chosen: str, warm_sets: dict[str, np.ndarray], npages: int,
-               pack_dir: Path | None = None,
-               pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
-               args: dict[str, str] | None = None) -> None:  # fmt: skip
+def _file_plan(
+    fp: FilePlan,
+    chosen: str,
+    warm_sets: dict[str, np.ndarray],
+    npages: int,
+    pack_dir: Path | None = None,
+    pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
+    args: dict[str, str] | None = None,
+) -> None:
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
@@ -384,8 +432,9 @@ def _mean_split(preds: list[Prediction]) -> tuple[float, float]:
     return float(np.mean([p.pre_s for p in preds])), float(np.mean([p.prog_s for p in preds]))
 
 
-def overlap_upgrades(priced: list[_Priced], credit_s: float, margin: float,
-                     max_regret: float = 0.2) -> tuple[dict[str, tuple[str, str]], float]:  # fmt: skip
+def overlap_upgrades(
+    priced: list[_Priced], credit_s: float, margin: float, max_regret: float = 0.2
+) -> tuple[dict[str, tuple[str, str]], float]:
     """Per-file choices revisited with the prefetcher's time hidden behind the program's CPU.
 
     Each file was first priced with its prefetch time added to the program's (no overlap).
@@ -462,8 +511,11 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
         offers: dict[str, tuple[str, float]] = {}
         for p in priced:
             cur = float(np.mean([x.seconds for x in p.pricing.folds[p.chosen]]))
-            live = [(float(np.mean([x.seconds for x in ps])), c) for c, ps in p.pricing.live.items()
-                    if not native_only or runs_natively(c, p.mapped)]  # fmt: skip
+            live = [
+                (float(np.mean([x.seconds for x in ps])), c)
+                for c, ps in p.pricing.live.items()
+                if not native_only or runs_natively(c, p.mapped)
+            ]
             top = min(live, default=None)
             if top and top[0] < cur:
                 offers[p.path] = (top[1], cur - top[0])
@@ -484,8 +536,9 @@ def live_choices(priced: list[_Priced], cfg: PlannerConfig) -> tuple[dict[str, s
     return {path: c for path, (c, _) in offers.items()}, why
 
 
-def small_files_group(priced: list[_Priced], credit_s: float, cfg: PlannerConfig,
-                      nruns: int) -> tuple[list[str], str] | None:  # fmt: skip
+def small_files_group(
+    priced: list[_Priced], credit_s: float, cfg: PlannerConfig, nruns: int
+) -> tuple[list[str], str] | None:
     """Whole-file warming of every small file any run used, priced as one candidate.
 
     A file only one recording used gets ``nothing`` from its own leave-one-run-out (held
@@ -625,8 +678,11 @@ def run_predictions(priced: list[_Priced], nruns: int) -> dict[str, list[float]]
     (``default``), read-ahead off where priced (``random``) and the plan's choices (``predicted``)."""
     out = {k: [0.0] * nruns for k in ("default", "random", "predicted")}
     for p in priced:
-        by = {"default": "nothing", "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
-              "predicted": p.chosen}  # fmt: skip
+        by = {
+            "default": "nothing",
+            "random": "nothing+random" if "nothing+random" in p.pricing.folds else "nothing",
+            "predicted": p.chosen,
+        }
         for k, c in by.items():
             preds = p.pricing.folds.get(c) or p.pricing.live.get(c) or []
             for i, x in enumerate(preds[:nruns]):
@@ -654,32 +710,23 @@ def never_slower(priced: list[_Priced], credit_s: float, cfg: PlannerConfig, liv
     )
 
 
-def plan_by_predicted_time(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
-                           on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice]]:  # fmt: skip
+def plan_by_predicted_time(
+    traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(), on_rows: Callable[[int], None] | None = None
+) -> tuple[PlanDoc, list[FileChoice]]:
     """The plan and, per file, why (``plan_with_model`` without the run-level model)."""
     doc, choices, _ = plan_with_model(traces, cfg, on_rows)
     return doc, choices
 
 
-def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(),
-                    on_rows: Callable[[int], None] | None = None) -> tuple[PlanDoc, list[FileChoice], RunModel]:  # fmt: skip
+def plan_with_model(
+    traces: Sequence[str | Path], cfg: PlannerConfig = PlannerConfig(), on_rows: Callable[[int], None] | None = None
+) -> tuple[PlanDoc, list[FileChoice], RunModel]:
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
-    if cfg.min_runs is not None and not 1 <= cfg.min_runs <= n:
-        raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
-    if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
-        raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
-    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
-        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
+    _check_config(cfg, n)
     per_run = [file_pages(t, on_rows) for t in traces]
-    mapped_pages: dict[str, int] = {}
-    read_pages: dict[str, int] = {}
-    for t in traces:
-        ps = read_page_sets(t)
-        for key, m in ps.mapped.items():
-            mapped_pages[key] = mapped_pages.get(key, 0) + m
-            read_pages[key] = read_pages.get(key, 0) + ps.read[key]
+    mapped_pages, read_pages = _page_counts(traces)
     doc, choices = PlanDoc(note=recurrence_line(per_run)), []
     priced: list[_Priced] = []
     plans: dict[str, tuple[FilePlan, FileChoice]] = {}
@@ -702,33 +749,10 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
     scale = fit_scale(spans, io_per_run) if cfg.fit else 1.0
     io_per_run *= scale
     for rf, fp, runs, mapped, dev in files:
-        path, npages = rf.path, rf.pages
-        dev = scaled(dev, scale)
-        pricing = price_folds(runs, npages, mapped, dev, cfg)
-        predicted = pricing.mean()
-        chosen, why = choose(predicted, cfg.margin)
-        _file_plan(fp, chosen, pricing.warm_sets, npages)
-        fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
-        fp.reason = f"{chosen}: {why}"
-        used = [len(r) for r in runs if len(r)]
-        live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
-        fc = FileChoice(
-            path,
-            chosen,
-            why,
-            predicted_s=predicted | live_means,
-            skipped=pricing.skipped,
-            validation=pricing.validation,
-            device=dev.source,
-            read_ahead_kb=dev.read_ahead_kb,
-            runs_using=len(used),
-            mean_pages_used=float(np.mean(used)) if used else 0.0,
-            file_pages=npages,
-            objects=pricing.layout.describe() if pricing.layout else "",
-        )
+        fc, p = _choose_file(rf.path, rf.pages, fp, runs, mapped, scaled(dev, scale), cfg)
         choices.append(fc)
-        plans[path] = (fp, fc)
-        priced.append(_Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped))
+        plans[rf.path] = (fp, fc)
+        priced.append(p)
     cpu = np.maximum(0.0, spans - io_per_run)
     model = RunModel(scale, spans.tolist(), io_per_run.tolist(), cpu.tolist())
     if cfg.fit and scale < 1.0:
@@ -742,18 +766,7 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
             c, why = upgrades[p.path]
             _rechoose(plans[p.path], p, c, why, p.pricing.warm_sets)
     everything = list(priced)
-    live = live_choices(priced, cfg)
-    live_needs_python = False
-    if live:
-        chosen_live, why = live
-        for p in priced:
-            if p.path in chosen_live:
-                c = chosen_live[p.path]
-                _rechoose(
-                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
-                )
-                live_needs_python |= not runs_natively(c, p.mapped)
-        priced = [p for p in priced if p.path not in chosen_live]
+    priced, live_needs_python = _apply_live_choices(priced, plans, cfg)
     group = small_files_group(priced, left, cfg, n)
     if group:
         paths, why = group
@@ -770,6 +783,77 @@ def plan_with_model(traces: Sequence[str | Path], cfg: PlannerConfig = PlannerCo
             p.chosen = "nothing"
     model.per_run = run_predictions(everything, n)
     return doc, choices, model
+
+
+def _check_config(cfg: PlannerConfig, n: int) -> None:
+    if cfg.min_runs is not None and not 1 <= cfg.min_runs <= n:
+        raise PagecastError(f"--min-runs {cfg.min_runs} is outside 1..{n} (the number of recordings)")
+    if not 0.0 <= cfg.margin < 1.0 or not 0.0 <= cfg.overlap <= 1.0:
+        raise PagecastError("--margin must be in [0, 1) and --overlap in [0, 1]")
+    if cfg.small_kib < 0 or cfg.live_startup_s < 0 or cfg.max_regret < 0 or cfg.startup_s < 0 or cfg.noise < 0:
+        raise PagecastError("--small-kib, --live-startup-ms, --startup-ms, --noise and --max-regret must be >= 0")
+
+
+def _page_counts(traces: Sequence[str | Path]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per file, over all recordings: the pages mapped and the pages read with read()."""
+    mapped_pages: dict[str, int] = {}
+    read_pages: dict[str, int] = {}
+    for t in traces:
+        ps = read_page_sets(t)
+        for key, m in ps.mapped.items():
+            mapped_pages[key] = mapped_pages.get(key, 0) + m
+            read_pages[key] = read_pages.get(key, 0) + ps.read[key]
+    return mapped_pages, read_pages
+
+
+def _choose_file(
+    path: str, npages: int, fp: FilePlan, runs: list[np.ndarray], mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+) -> tuple[FileChoice, _Priced]:
+    """One file's candidates priced leave-one-run-out on its (scaled) device, and the one
+    chosen written into ``fp``."""
+    pricing = price_folds(runs, npages, mapped, dev, cfg)
+    predicted = pricing.mean()
+    chosen, why = choose(predicted, cfg.margin)
+    _file_plan(fp, chosen, pricing.warm_sets, npages)
+    fp.gain_ms = (predicted["nothing"] - predicted[chosen]) * 1e3
+    fp.reason = f"{chosen}: {why}"
+    used = [len(r) for r in runs if len(r)]
+    live_means = {c: float(np.mean([x.seconds for x in ps])) for c, ps in pricing.live.items()}
+    fc = FileChoice(
+        path,
+        chosen,
+        why,
+        predicted_s=predicted | live_means,
+        skipped=pricing.skipped,
+        validation=pricing.validation,
+        device=dev.source,
+        read_ahead_kb=dev.read_ahead_kb,
+        runs_using=len(used),
+        mean_pages_used=float(np.mean(used)) if used else 0.0,
+        file_pages=npages,
+        objects=pricing.layout.describe() if pricing.layout else "",
+    )
+    return fc, _Priced(path, npages, [len(r) > 0 for r in runs], pricing, chosen, mapped)
+
+
+def _apply_live_choices(
+    priced: list[_Priced], plans: dict[str, tuple[FilePlan, FileChoice]], cfg: PlannerConfig
+) -> tuple[list[_Priced], bool]:
+    """Files given a page pack or a per-fault policy (``live_choices``): the files left for
+    the other run-wide choices, and whether the plan then needs pagecast's Python machinery."""
+    live = live_choices(priced, cfg)
+    live_needs_python = False
+    if live:
+        chosen_live, why = live
+        for p in priced:
+            if p.path in chosen_live:
+                c = chosen_live[p.path]
+                _rechoose(
+                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
+                )
+                live_needs_python |= not runs_natively(c, p.mapped)
+        priced = [p for p in priced if p.path not in chosen_live]
+    return priced, live_needs_python
 
 
 def _rechoose(
@@ -790,8 +874,9 @@ def _rechoose(
     fp.reason = reason or f"{chosen}: {why}"
 
 
-def _all_nothing(doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]],
-                 why: str) -> None:  # fmt: skip
+def _all_nothing(
+    doc: PlanDoc, choices: list[FileChoice], plans: dict[str, tuple[FilePlan, FileChoice]], why: str
+) -> None:
     """Turn every file of the plan to ``nothing`` (a page pack already written is removed)."""
     for fp, fc in plans.values():
         if fp.strategy == "pack" and fp.arg:

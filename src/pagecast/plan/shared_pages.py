@@ -175,9 +175,11 @@ def recurrence_line(per_run: Sequence[dict[str, np.ndarray]]) -> str:
     r = recurrence(per_run)
     if r is None:
         return ""
-    return (f"recurrence over {len(per_run)} recordings: {r[0]:.0%} of a recording's file pages were used by "
-            f"another recording, {r[1]:.0%} by every other; a plan can only warm pages that recur "
-            "(more recordings of varied inputs raise the first)")  # fmt: skip
+    return (
+        f"recurrence over {len(per_run)} recordings: {r[0]:.0%} of a recording's file pages were used by "
+        f"another recording, {r[1]:.0%} by every other; a plan can only warm pages that recur "
+        "(more recordings of varied inputs raise the first)"
+    )
 
 
 def merge_ranges(pages: np.ndarray) -> list[tuple[int, int]]:
@@ -191,8 +193,9 @@ def merge_ranges(pages: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(p[starts].tolist(), (ends - starts).tolist()))
 
 
-def plan_from_recordings(traces: Sequence[str | Path], cfg: PlanConfig = PlanConfig(),
-                         on_rows: Callable[[int], None] | None = None) -> PlanDoc:  # fmt: skip
+def plan_from_recordings(
+    traces: Sequence[str | Path], cfg: PlanConfig = PlanConfig(), on_rows: Callable[[int], None] | None = None
+) -> PlanDoc:
     if not traces:
         raise PagecastError("no recordings given")
     n = len(traces)
@@ -216,7 +219,9 @@ def plan_from_recordings(traces: Sequence[str | Path], cfg: PlanConfig = PlanCon
         else:
             fp.strategy = "warm"
             fp.ranges = merge_ranges(shared)
-            fp.reason = (f"{len(shared)} pages used by >= {k} of {n} runs, {len(fp.ranges)} ranges; warm chosen "
-                         "without a predicted-time comparison (not built yet)")  # fmt: skip
+            fp.reason = (
+                f"{len(shared)} pages used by >= {k} of {n} runs, {len(fp.ranges)} ranges; warm chosen "
+                "without a predicted-time comparison (not built yet)"
+            )
         doc.files.append(fp)
     return doc

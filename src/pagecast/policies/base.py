@@ -211,9 +211,15 @@ def register_prefetcher(
         module_doc = getattr(sys.modules.get(factory.__module__), "__doc__", None) or ""
         doc = summary or module_doc.strip().split("\n")[0]  # the module's first line says what it is
         _ENTRIES[name] = PolicyEntry(
-            name, factory, native_id, nat, doc, factory.__module__, shorthand=shorthand,
+            name,
+            factory,
+            native_id,
+            nat,
+            doc,
+            factory.__module__,
+            shorthand=shorthand,
             backend_defaults=dict(backend_defaults or {}),
-        )  # fmt: skip
+        )
         _add_aliases(name, aliases)
         return factory
 

@@ -122,23 +122,7 @@ def summarize(
         reg = b["region"].astype(np.int64)
         reg = np.where((reg >= -1) & (reg < nreg), reg, -1)
         region_rows += np.bincount(reg + 1, minlength=nreg + 1)
-        page = b["page"]
-        lim = lengths[np.maximum(reg, 0)]
-        inside = (reg >= 0) & (page >= 0) & (page < lim)
-        ranged = range_rows[b["kind"]]
-        if ranged.any() and "ip" in b:  # a range row touches its ip pages when accessed, none when idle
-            accessed = ranged & (b["kind"] == Kind.RANGE_ACCESSED)
-            _mark_ranges(seen, offsets, reg, page, b["ip"], lim, inside & accessed)
-            point_in = inside & ~ranged
-            out = ~inside & (~ranged | accessed)
-        else:
-            point_in, out = inside, ~inside
-        seen[offsets[reg[point_in]] + page[point_in]] = True
-        if out.any():
-            key = page_keys(reg[out], page[out].astype(np.int64) & PAGE_MASK)
-            uniq.append(np.unique(key))
-            if sum(len(u) for u in uniq) > 4 * batch_rows:
-                uniq = [np.unique(np.concatenate(uniq))]
+        uniq = _mark_pages(b, reg, lengths, offsets, seen, uniq, range_rows, batch_rows)
         if len(b["t_ns"]):
             lo, hi = int(b["t_ns"].min()), int(b["t_ns"].max())
             tmin = lo if tmin is None else min(tmin, lo)
@@ -162,23 +146,7 @@ def summarize(
     if any(r.kind == "file" for r in t.regions):
         sets = read_page_sets(t, batch_rows=batch_rows)
         files, files_source = file_usage(sets), sets.source
-    regs = []
-    for rid in np.argsort(-region_rows[1:], kind="stable")[:top]:
-        if region_rows[rid + 1] == 0:
-            break
-        r = t.regions[rid]
-        u = int(per_region_unique[rid + 1])
-        regs.append(
-            RegionSummary(
-                id=int(rid),
-                name=r.name,
-                kind=r.kind,
-                rows=int(region_rows[rid + 1]),
-                unique_pages=u,
-                length_pages=r.pages,
-                touched_pct=round(100.0 * u / r.pages, 2) if r.pages else None,
-            )
-        )
+    regs = _top_regions(t, region_rows, per_region_unique, top)
     return TraceSummary(
         path=str(t.path),
         source=t.source,
@@ -201,3 +169,57 @@ def summarize(
         files=files,
         files_source=files_source,
     )
+
+
+def _mark_pages(
+    b: dict,
+    reg: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    seen: np.ndarray,
+    uniq: list[np.ndarray],
+    range_rows: np.ndarray,
+    batch_rows: int,
+) -> list[np.ndarray]:
+    """One batch's pages: those inside a region's known length set in the bitmap ``seen``,
+    the others added to the sorted unique keys (returned, merged when they grow)."""
+    page = b["page"]
+    lim = lengths[np.maximum(reg, 0)]
+    inside = (reg >= 0) & (page >= 0) & (page < lim)
+    ranged = range_rows[b["kind"]]
+    if ranged.any() and "ip" in b:  # a range row touches its ip pages when accessed, none when idle
+        accessed = ranged & (b["kind"] == Kind.RANGE_ACCESSED)
+        _mark_ranges(seen, offsets, reg, page, b["ip"], lim, inside & accessed)
+        point_in = inside & ~ranged
+        out = ~inside & (~ranged | accessed)
+    else:
+        point_in, out = inside, ~inside
+    seen[offsets[reg[point_in]] + page[point_in]] = True
+    if out.any():
+        key = page_keys(reg[out], page[out].astype(np.int64) & PAGE_MASK)
+        uniq.append(np.unique(key))
+        if sum(len(u) for u in uniq) > 4 * batch_rows:
+            uniq = [np.unique(np.concatenate(uniq))]
+    return uniq
+
+
+def _top_regions(t: Trace, region_rows: np.ndarray, per_region_unique: np.ndarray, top: int) -> list[RegionSummary]:
+    """The ``top`` regions with the most rows, most first."""
+    regs = []
+    for rid in np.argsort(-region_rows[1:], kind="stable")[:top]:
+        if region_rows[rid + 1] == 0:
+            break
+        r = t.regions[rid]
+        u = int(per_region_unique[rid + 1])
+        regs.append(
+            RegionSummary(
+                id=int(rid),
+                name=r.name,
+                kind=r.kind,
+                rows=int(region_rows[rid + 1]),
+                unique_pages=u,
+                length_pages=r.pages,
+                touched_pct=round(100.0 * u / r.pages, 2) if r.pages else None,
+            )
+        )
+    return regs

@@ -162,8 +162,22 @@ def run_expert(pf: NumbaPrefetcher, s: Stream) -> tuple[np.ndarray, np.ndarray, 
     rr, pp = np.zeros(size, np.int64), np.zeros(size, np.int64)
     i, m = 0, 0
     while i < n:
-        i, m = _drive(type(pf).nb_observe, pf._state, pf._params, pf._rpages, s.t_ns, s.region, s.page,
-                      pf._out_r, pf._out_p, ptr, rr, pp, i, m)  # fmt: skip
+        i, m = _drive(
+            type(pf).nb_observe,
+            pf._state,
+            pf._params,
+            pf._rpages,
+            s.t_ns,
+            s.region,
+            s.page,
+            pf._out_r,
+            pf._out_p,
+            ptr,
+            rr,
+            pp,
+            i,
+            m,
+        )
         if i < n:
             rr, pp = (
                 np.concatenate([rr, np.zeros(len(rr), np.int64)]),
@@ -384,10 +398,16 @@ class GateModel:
 
         with atomic_output(path) as tmp:
             torch.save(
-                {"format": GATE_FORMAT, "experts": list(self.experts), "state": self.state,
-                 "threshold": dict(self.threshold), "budget": dict(self.budget),
-                 "config": dict(self.config.__dict__)}, tmp,
-            )  # fmt: skip
+                {
+                    "format": GATE_FORMAT,
+                    "experts": list(self.experts),
+                    "state": self.state,
+                    "threshold": dict(self.threshold),
+                    "budget": dict(self.budget),
+                    "config": dict(self.config.__dict__),
+                },
+                tmp,
+            )
 
 
 def _relabel(t: Table) -> Table:
@@ -405,8 +425,9 @@ def load_gate(path: str | Path) -> GateModel:
         raise PagecastError(f"{path}: not a gate file ({type(e).__name__})") from None
     if not isinstance(d, dict) or d.get("format") != GATE_FORMAT:
         raise PagecastError(f"{path}: not a gate file (made by pagecast's sim.gate.fit_gate)")
-    return GateModel(list(d["experts"]), d["state"], dict(d["threshold"]), dict(d.get("budget", {})),
-                     GateConfig(**d["config"]))  # fmt: skip
+    return GateModel(
+        list(d["experts"]), d["state"], dict(d["threshold"]), dict(d.get("budget", {})), GateConfig(**d["config"])
+    )
 
 
 def fit_gate(tables: Sequence[Table], cfg: GateConfig | None = None) -> GateModel:

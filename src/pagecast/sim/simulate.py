@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -115,8 +115,23 @@ class _State:
     def tier(self) -> E.Tier:
         """The state ``engine.run`` works on (re-made for every call: ``ensure`` replaces
         the arrays when they grow)."""
-        return E.Tier(self.g, self.cfg, self.htab, self.hkey, self.doff, self.dlen, self.st, self.arr, self.pos,
-                      self.nxt, self.frames, self.heap, self.stamp, self.logs, self.vlog)  # fmt: skip
+        return E.Tier(
+            self.g,
+            self.cfg,
+            self.htab,
+            self.hkey,
+            self.doff,
+            self.dlen,
+            self.st,
+            self.arr,
+            self.pos,
+            self.nxt,
+            self.frames,
+            self.heap,
+            self.stamp,
+            self.logs,
+            self.vlog,
+        )
 
     def ensure(self, new_keys: int) -> None:
         need = int(self.g[E.G_NSLOTS]) + new_keys + MAX_PREFETCH + 1
@@ -292,20 +307,7 @@ def simulate(
     rpages = region_pages(trace.regions)
     eparams = ev.params()
 
-    pstate = np.zeros(1, np.int64)
-    pparams = np.zeros(1, np.int64)
-    if isinstance(pobj, Prefetcher):
-        pobj.reset(trace.regions)
-    if isinstance(pobj, NumbaPrefetcher) and kind != E.PF_PYTHON:
-        pparams = pobj.params()
-        pstate = pobj.init_state(len(trace.regions))
-    if isinstance(pobj, Oracle) and kind == E.PF_PYTHON:
-        d = read_demand(trace)
-        pobj.set_stream(d["region"], d["page"], d["t"])
-    sched = np.zeros((3, 0), np.int64)
-    if isinstance(pobj, Schedule):
-        s = pobj.sorted()
-        sched = np.ascontiguousarray(np.stack([s.trigger, s.region.astype(np.int64), s.page]))
+    pstate, pparams, sched = _prefetcher_arrays(pobj, kind, trace)
     out_r = np.zeros(MAX_PREFETCH, np.int64)
     out_p = np.zeros(MAX_PREFETCH, np.int64)
 
@@ -314,11 +316,8 @@ def simulate(
     read_clock = ReadClock()
     try:
         keyed = cfg[E.K_EVICT] >= FIRST_EV_KIND
-        if keyed and ev.uses_next_use:
-            nextuse_all, nextuse_file = _next_use_pass(trace, st)
-        elif keyed:
-            # batched ahead of time: the whole run's values before its first row plays
-            nextuse_all = ahead_values(ev, trace, int(cfg[E.K_CAP]))
+        if keyed:
+            nextuse_all, nextuse_file = _eviction_values(ev, trace, st, int(cfg[E.K_CAP]))
         empty = np.zeros(0, np.int64)
         base = 0
         lookahead = int(config.oracle_lookahead) if kind == E.PF_ORACLE else 0
@@ -352,13 +351,47 @@ def simulate(
     res = _result(trace, config, prefetcher, st, page_size)
     res.wall_s = time.perf_counter() - t_start
     res.extra["read_cpu_s"] = read_clock.cpu_s  # forward pass only (MIN's backward pass reads the trace again)
+    _add_logs(res, config, st)
+    return res
+
+
+def _eviction_values(ev: Eviction, trace: Trace, st: _State, capacity: int) -> tuple[np.ndarray, str | None]:
+    """A keyed eviction's value per demand row, and the scratch file to remove after the run:
+    MIN's next use (memory-mapped), else the values batched ahead of time, the whole run's
+    before its first row plays."""
+    if ev.uses_next_use:
+        return _next_use_pass(trace, st)
+    return ahead_values(ev, trace, capacity), None
+
+
+def _prefetcher_arrays(pobj: Any, kind: int, trace: Trace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The prefetcher made ready for a run, and what the compiled loop reads of it: its state,
+    its parameters, and a schedule's rows (trigger, region, page)."""
+    pstate = np.zeros(1, np.int64)
+    pparams = np.zeros(1, np.int64)
+    if isinstance(pobj, Prefetcher):
+        pobj.reset(trace.regions)
+    if isinstance(pobj, NumbaPrefetcher) and kind != E.PF_PYTHON:
+        pparams = pobj.params()
+        pstate = pobj.init_state(len(trace.regions))
+    if isinstance(pobj, Oracle) and kind == E.PF_PYTHON:
+        d = read_demand(trace)
+        pobj.set_stream(d["region"], d["page"], d["t"])
+    sched = np.zeros((3, 0), np.int64)
+    if isinstance(pobj, Schedule):
+        s = pobj.sorted()
+        sched = np.ascontiguousarray(np.stack([s.trigger, s.region.astype(np.int64), s.page]))
+    return pstate, pparams, sched
+
+
+def _add_logs(res: SimResult, config: SimConfig, st: _State) -> None:
+    """The prefetch and victim logs asked for, as (region, page) keys."""
     if config.log_prefetches:
         n = int(st.g[E.G_LOGN])
         region, page = st.keys(st.logs[1, :n])
         res.extra["prefetch_log"] = (st.logs[0, :n].copy(), region, page)
     if config.log_victims:
         res.extra["victims"] = st.keys(st.vlog[: int(st.g[E.G_VLOGN])])
-    return res
 
 
 def ahead_values(ev: Eviction, trace: Trace, capacity: int) -> np.ndarray:

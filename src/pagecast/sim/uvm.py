@@ -502,6 +502,25 @@ def _planned(u, q, htab, B, W, pe_t, pe_key, gi):
 
 
 @njit(cache=True)
+def _new_block(B, W, b, key, start, off, rlen, j):
+    """Block ``b`` (VA block ``key``, first page ``start``) made new: its pages within the
+    allocation at ``off`` of ``rlen`` pages (unknown: <= 0), nothing resident or seen."""
+    B[B_KEY, b] = key
+    B[B_LO, b] = max(0, off - start)
+    B[B_HI, b] = PAGES_PER_BLOCK if rlen <= 0 else max(1, min(PAGES_PER_BLOCK, off + rlen - start))
+    if j >= B[B_HI, b]:
+        B[B_HI, b] = j + 1  # a page past the allocation's recorded end still counts
+    B[B_NRES, b] = 0
+    B[B_CHUNK, b] = 0
+    B[B_INBATCH, b] = -1
+    B[B_FAULTS, b] = 0
+    B[B_EKEY, b] = 0
+    for k in range(N_MAPS):
+        for w in range(WORDS):
+            W[b, k, w] = _ZERO
+
+
+@njit(cache=True)
 def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, finish, ev, base, pe):
     """Play rows ``i0..`` of one chunk (global row index ``base + i``); returns the row to
     resume at. ``ev`` is (eviction parameters, the chunk's ``given`` per row) of a keyed
@@ -541,20 +560,7 @@ def run_uvm(u, q, htab, B, W, fb, leaves, sel, cum, t, reg, pg, roff, rlen, i0, 
             last_b = b
         if b == u[U_NBLOCKS]:
             u[U_NBLOCKS] += 1
-            B[B_KEY, b] = key
-            start = blk * PAGES_PER_BLOCK
-            B[B_LO, b] = max(0, off - start)
-            B[B_HI, b] = PAGES_PER_BLOCK if rlen[ri] <= 0 else max(1, min(PAGES_PER_BLOCK, off + rlen[ri] - start))
-            if j >= B[B_HI, b]:
-                B[B_HI, b] = j + 1  # a page past the allocation's recorded end still counts
-            B[B_NRES, b] = 0
-            B[B_CHUNK, b] = 0
-            B[B_INBATCH, b] = -1
-            B[B_FAULTS, b] = 0
-            B[B_EKEY, b] = 0
-            for k in range(N_MAPS):
-                for w in range(WORDS):
-                    W[b, k, w] = _ZERO
+            _new_block(B, W, b, key, blk * PAGES_PER_BLOCK, off, rlen[ri], j)
         if j < B[B_LO, b]:
             B[B_LO, b] = j
         if j >= B[B_HI, b]:
@@ -744,21 +750,52 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         evs = (eparams, given[base : base + n]) if ev is not None else None
         while i < n:
             i = run_uvm(
-                u, q, htab, B, W, fb, leaves, sel, cum, cur["t"], cur["region"], cur["page"], roff, rlen, i,
-                nxt is None, evs, base, pe,
-            )  # fmt: skip
+                u,
+                q,
+                htab,
+                B,
+                W,
+                fb,
+                leaves,
+                sel,
+                cum,
+                cur["t"],
+                cur["region"],
+                cur["page"],
+                roff,
+                rlen,
+                i,
+                nxt is None,
+                evs,
+                base,
+                pe,
+            )
             if i < n:
-                need = int(u[U_NBLOCKS]) + 2
-                htab = grown(htab, need)
-                if need > B.shape[1]:
-                    size = 2 * B.shape[1]
-                    B2 = np.zeros((N_BFIELDS, size), np.int64)
-                    B2[:, : B.shape[1]] = B
-                    W2 = np.zeros((size, N_MAPS, WORDS), np.uint64)
-                    W2[: W.shape[0]] = W
-                    B, W = B2, W2
+                htab, B, W = _grown_blocks(htab, B, W, int(u[U_NBLOCKS]) + 2)
         base += n
         cur = nxt
+    res = _uvm_result(trace, config, q, u, W, ev, read_clock)
+    res.wall_s = time.perf_counter() - t_start
+    return res
+
+
+def _grown_blocks(htab: np.ndarray, B: np.ndarray, W: np.ndarray, need: int) -> tuple:
+    """The block table and the per-block arrays with room for ``need`` VA blocks."""
+    htab = grown(htab, need)
+    if need > B.shape[1]:
+        size = 2 * B.shape[1]
+        B2 = np.zeros((N_BFIELDS, size), np.int64)
+        B2[:, : B.shape[1]] = B
+        W2 = np.zeros((size, N_MAPS, WORDS), np.uint64)
+        W2[: W.shape[0]] = W
+        B, W = B2, W2
+    return htab, B, W
+
+
+def _uvm_result(
+    trace: Trace, config: SimConfig, q: np.ndarray, u: np.ndarray, W: np.ndarray, ev, read_clock
+) -> SimResult:
+    """The counters of a finished run as a SimResult (its ``extra``: the UVM-only ones)."""
     compute = int(u[U_LAST_T] - u[U_T0]) if u[U_STARTED] else 0
     res = SimResult(
         trace=str(trace.path),
@@ -801,5 +838,4 @@ def simulate_uvm(trace: Trace, config: SimConfig, prefetcher=None) -> SimResult:
         uvm_params=config.uvm_params.__dict__ | {"pre_evict_plan": _plan_label(config.uvm_params.pre_evict_plan)},
         read_cpu_s=read_clock.cpu_s,
     )
-    res.wall_s = time.perf_counter() - t_start
     return res
