@@ -62,19 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     u.add_argument(
         "--record", action="store_true", help="also record the injected run with CUPTI (OUT_DIR/trace.parquet)"
     )
-    u.add_argument(
-        "--pre-evict",
-        metavar="PLAN",
-        help="schedule (.parquet) of pages to move to the host ahead of need (cuMemPrefetchAsync to the CPU, "
-        "issued before the prefetches), or an eviction model (.pt, pagecast train --target eviction) whose plan "
-        "comes from --trace: pages whose last access there it scores as not kept",
-    )
-    u.add_argument(
-        "--pre-evict-capacity",
-        default="50%",
-        help="with --pre-evict MODEL: the GPU memory the model plays, pages, a size (4GiB) or a share of "
-        "the recording's distinct pages (default 50%%)",
-    )
+    _add_pre_evict_args(u)
     add_json_flag(u)
     u.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     u.set_defaults(func=_run)
@@ -90,6 +78,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_json_flag(t)
     t.set_defaults(func=_timeline)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+
+def _add_pre_evict_args(u: argparse.ArgumentParser) -> None:
+    u.add_argument(
+        "--pre-evict",
+        metavar="PLAN",
+        help="schedule (.parquet) of pages to move to the host ahead of need (cuMemPrefetchAsync to the CPU, "
+        "issued before the prefetches), or an eviction model (.pt, pagecast train --target eviction) whose plan "
+        "comes from --trace: pages whose last access there it scores as not kept",
+    )
+    u.add_argument(
+        "--pre-evict-capacity",
+        default="50%",
+        help="with --pre-evict MODEL: the GPU memory the model plays, pages, a size (4GiB) or a share of "
+        "the recording's distinct pages (default 50%%)",
+    )
 
 
 def _cmd(args: argparse.Namespace) -> list[str]:

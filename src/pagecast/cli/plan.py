@@ -589,10 +589,16 @@ def _memory_plan(args: argparse.Namespace) -> int:
 def _memory_summary(plan) -> str:
     """One line: what the plan keeps, follows from outside and leaves, and who applies it."""
     followed = plan.followed_bytes()
-    stream = (f"evict after use and prefetch {followed >> 20} MiB in {plan.chunk_bytes >> 10} KiB chunks, "
-              f"{plan.prefetch_chunks} ahead, " if followed else "")  # fmt: skip
-    rest = {"pager": "the rest to the userfaultfd pager's CLOCK in its budget (backend pager)",
-            "kernel": "the kernel alone (backend kernel)"}.get(plan.backend, "the rest to the kernel (backend kernel-advice)")  # fmt: skip
+    stream = (
+        f"evict after use and prefetch {followed >> 20} MiB in {plan.chunk_bytes >> 10} KiB chunks, "
+        f"{plan.prefetch_chunks} ahead, "
+        if followed
+        else ""
+    )
+    rest = {
+        "pager": "the rest to the userfaultfd pager's CLOCK in its budget (backend pager)",
+        "kernel": "the kernel alone (backend kernel)",
+    }.get(plan.backend, "the rest to the kernel (backend kernel-advice)")
     note = f": {plan.note}" if plan.note else ""
     if plan.backend == "kernel":
         return f"memory plan for {plan.limit_bytes >> 20} MiB: {rest}{note}"

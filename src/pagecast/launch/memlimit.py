@@ -109,6 +109,46 @@ def load_plan(path: str, limit: int, warn: Callable[[str], None]) -> MemoryPlan 
     return None if plan.backend == "kernel" else plan
 
 
+def _wait_forwarding_signals(proc: subprocess.Popen) -> int:
+    """The program's return code; SIGTERM to pagecast goes on to the program, and the
+    terminal's Ctrl-C, which reaches the program too, leaves pagecast to report."""
+
+    def forward(sig: int, _frame: object) -> None:
+        try:
+            proc.send_signal(sig)
+        except OSError:
+            pass
+
+    old_term = signal.signal(signal.SIGTERM, forward)
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+
+
+def _controller_report(ctl: tuple[int, int], warnings: list[str]) -> dict[str, Any]:
+    """What the controller wrote before it exited, and the warnings it calls for."""
+    pid, fd = ctl
+    raw = _read_all(fd)
+    os.close(fd)
+    os.waitpid(pid, 0)
+    try:
+        controller = json.loads(raw) if raw else None
+    except ValueError:
+        controller = None
+    if controller is None:
+        controller = {
+            "error": "it ended without a report (killed: by the OOM killer if oom_kills > 0); the program ran on without it"
+        }
+    if controller.get("error"):
+        warnings.append(f"the memory controller stopped: {controller['error']}")
+    for p in controller.get("files_changed") or []:
+        warnings.append(f"{p} changed since the plan was made: not acted on")
+    return controller
+
+
 def run_under_limit(
     cmd: Sequence[str],
     limit: int | str,
@@ -143,40 +183,9 @@ def run_under_limit(
         except OSError as e:
             raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
         ctl = _start_controller(plan, proc.pid, cg) if plan is not None and backend == "kernel" else None
-        term = {"sig": 0}
-
-        def forward(sig: int, _frame: object) -> None:
-            term["sig"] = sig
-            try:
-                proc.send_signal(sig)
-            except OSError:
-                pass
-
-        old_term = signal.signal(signal.SIGTERM, forward)
-        old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C reaches the program too
-        try:
-            rc = proc.wait()
-        finally:
-            signal.signal(signal.SIGTERM, old_term)
-            signal.signal(signal.SIGINT, old_int)
+        rc = _wait_forwarding_signals(proc)
         wall = time.monotonic() - t0
-        controller = None
-        if ctl is not None:
-            pid, fd = ctl
-            raw = _read_all(fd)
-            os.close(fd)
-            os.waitpid(pid, 0)
-            try:
-                controller = json.loads(raw) if raw else None
-            except ValueError:
-                controller = None
-            if controller is None:
-                controller = {"error": "it ended without a report (killed: by the OOM killer if oom_kills > 0); "
-                              "the program ran on without it"}  # fmt: skip
-            if controller.get("error"):
-                warnings.append(f"the memory controller stopped: {controller['error']}")
-            for p in controller.get("files_changed") or []:
-                warnings.append(f"{p} changed since the plan was made: not acted on")
+        controller = _controller_report(ctl, warnings) if ctl is not None else None
         if pager is not None:
             from pagecast.launch.memlimit_pager import pager_report
 

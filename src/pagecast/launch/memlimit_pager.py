@@ -97,8 +97,10 @@ def plan_budget(plan: MemoryPlan, limit: int, files: list[FileMemoryPlan]) -> Pa
     rest = total - sum(base)
     outside = [s - b for s, b in zip(sizes, base)]
     weight = sum(outside) or 1
-    out = [PagedFile(f.path, min(s, b + rest * o // weight) // PAGE_SIZE * PAGE_SIZE, k)
-           for f, s, b, k, o in zip(files, sizes, base, keep, outside)]  # fmt: skip
+    out = [
+        PagedFile(f.path, min(s, b + rest * o // weight) // PAGE_SIZE * PAGE_SIZE, k)
+        for f, s, b, k, o in zip(files, sizes, base, keep, outside)
+    ]
     return PagerBudget(total, margin, depth, out)
 
 
@@ -177,8 +179,10 @@ def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) ->
     budget = plan_budget(plan, limit, files)
     if budget is None:
         if files:
-            warnings.append(f"the limit leaves the pager no room beside the plan's reserve of "
-                            f"{plan.reserve_bytes >> 20} MiB: the program runs with the kernel alone")  # fmt: skip
+            warnings.append(
+                f"the limit leaves the pager no room beside the plan's reserve of "
+                f"{plan.reserve_bytes >> 20} MiB: the program runs with the kernel alone"
+            )
         return None, None
     try:
         probe()
@@ -186,14 +190,20 @@ def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) ->
         warnings.append(f"{e}: the program runs with the kernel alone")
         return None, None
     (tmp / "stats").mkdir()
-    maps = [write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes)
-            for i, (f, pf) in enumerate(zip(files, budget.files))]  # fmt: skip
+    maps = [
+        write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes) for i, (f, pf) in enumerate(zip(files, budget.files))
+    ]
     specs = [(pf.path, pf.budget_bytes) for pf in budget.files]
     env = pager_env(specs, "none", stats_dir=tmp / "stats", strict=False)
     env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
     env["PAGECAST_PAGER_DEPTH"] = str(MAX_DEPTH)  # the C core batches half a chunk while evicting after use
-    info = {"budget_bytes": budget.total_bytes, "margin_bytes": budget.margin_bytes, "depth": budget.depth,
-            "files": [vars(pf) for pf in budget.files], "specs": specs}  # fmt: skip
+    info = {
+        "budget_bytes": budget.total_bytes,
+        "margin_bytes": budget.margin_bytes,
+        "depth": budget.depth,
+        "files": [vars(pf) for pf in budget.files],
+        "specs": specs,
+    }
     return env, info
 
 
@@ -204,7 +214,9 @@ def pager_report(info: dict, tmp: Path, warnings: list[str]) -> dict:
     missed = [p for p, _ in specs if os.path.realpath(p) not in mapped]
     if missed:  # one line, however many: a program that reads its data with read() misses them all
         names = ", ".join(missed[:3]) + (f" and {len(missed) - 3} more" if len(missed) > 3 else "")
-        warnings.append(f"the program never mapped {names} with mmap (read() instead?): the kernel served "
-                        f"{'it' if len(missed) == 1 else 'them'} under the limit, without the plan")  # fmt: skip
+        warnings.append(
+            f"the program never mapped {names} with mmap (read() instead?): the kernel served "
+            f"{'it' if len(missed) == 1 else 'them'} under the limit, without the plan"
+        )
     info["regions"] = stats
     return info

@@ -108,8 +108,10 @@ def _extra(t: Trace) -> _Extra:
         faults += np.bincount(reg[f], minlength=n)[:n]
         majors += np.bincount(reg[f & (k == Kind.FAULT_MAJOR)], minlength=n)[:n]
     names = ("t", "region", "page")
-    reads = {k: np.concatenate([p[i] for p in parts]).astype(np.int64) if parts else np.empty(0, np.int64)
-             for i, k in enumerate(names)}  # fmt: skip
+    reads = {
+        k: np.concatenate([p[i] for p in parts]).astype(np.int64) if parts else np.empty(0, np.int64)
+        for i, k in enumerate(names)
+    }
     return _Extra(reads, faults, majors)
 
 
@@ -565,8 +567,14 @@ def explain_rows(plan: MemoryPlan) -> list[dict[str, object]]:
     rows = []
     for f in plan.files:
         p = f.predicted
-        rows.append({"file": f.path, "keep_mib": round(f.keep_chunks() * plan.chunk_bytes / mib, 1),
-                     "stream_mib": round(sum(n for _, n in f.stream) * plan.chunk_bytes / mib, 1),
-                     "lru_read_mib": round(p.get("lru", 0) / mib, 1), "min_read_mib": round(p.get("min", 0) / mib, 1),
-                     "plan_read_mib": round(p.get("plan", 0) / mib, 1)})  # fmt: skip
+        rows.append(
+            {
+                "file": f.path,
+                "keep_mib": round(f.keep_chunks() * plan.chunk_bytes / mib, 1),
+                "stream_mib": round(sum(n for _, n in f.stream) * plan.chunk_bytes / mib, 1),
+                "lru_read_mib": round(p.get("lru", 0) / mib, 1),
+                "min_read_mib": round(p.get("min", 0) / mib, 1),
+                "plan_read_mib": round(p.get("plan", 0) / mib, 1),
+            }
+        )
     return rows

@@ -59,9 +59,14 @@ class FileMemoryPlan:
         return bool(chunks) and sum(1 for c in chunks if c in self.next) >= STREAM_CHAIN * len(chunks)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "identity": vars(self.identity), "keep": [list(r) for r in self.keep],
-                "stream": [list(r) for r in self.stream], "next": {str(k): v for k, v in self.next.items()},
-                "predicted": self.predicted}  # fmt: skip
+        return {
+            "path": self.path,
+            "identity": vars(self.identity),
+            "keep": [list(r) for r in self.keep],
+            "stream": [list(r) for r in self.stream],
+            "next": {str(k): v for k, v in self.next.items()},
+            "predicted": self.predicted,
+        }
 
 
 @dataclass
@@ -85,11 +90,19 @@ class MemoryPlan:
         return sum(n for f in self.files if f.followed() for _, n in f.stream) * self.chunk_bytes
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "limit_bytes": self.limit_bytes,
-                "chunk_bytes": self.chunk_bytes, "reserve_bytes": self.reserve_bytes,
-                "prefetch_chunks": self.prefetch_chunks, "backend": self.backend,
-                "room_bytes": self.room_bytes, "files": [f.to_dict() for f in self.files],
-                "validation": self.validation, "note": self.note}  # fmt: skip
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "limit_bytes": self.limit_bytes,
+            "chunk_bytes": self.chunk_bytes,
+            "reserve_bytes": self.reserve_bytes,
+            "prefetch_chunks": self.prefetch_chunks,
+            "backend": self.backend,
+            "room_bytes": self.room_bytes,
+            "files": [f.to_dict() for f in self.files],
+            "validation": self.validation,
+            "note": self.note,
+        }
 
 
 def write_memory_plan(plan: MemoryPlan, path: str | Path) -> None:
@@ -137,10 +150,16 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
                 )
             )
         plan = MemoryPlan(
-            int(doc["limit_bytes"]), int(doc["chunk_bytes"]), int(doc["reserve_bytes"]),
-            int(doc["prefetch_chunks"]), str(doc["backend"]), files, dict(doc.get("validation") or {}),
-            str(doc.get("note") or ""), int(doc.get("room_bytes") or 0),
-        )  # fmt: skip
+            int(doc["limit_bytes"]),
+            int(doc["chunk_bytes"]),
+            int(doc["reserve_bytes"]),
+            int(doc["prefetch_chunks"]),
+            str(doc["backend"]),
+            files,
+            dict(doc.get("validation") or {}),
+            str(doc.get("note") or ""),
+            int(doc.get("room_bytes") or 0),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise PagecastError(f"memory plan: missing or malformed field ({e})", path=path) from None
     if plan.backend not in BACKENDS or plan.chunk_bytes <= 0 or plan.chunk_bytes % PAGE_SIZE:
@@ -170,14 +189,18 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     if limit == plan.limit_bytes or plan.backend == "kernel":
         return plan, None
     if limit > plan.limit_bytes:
-        return plan, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has "
-                      f"{limit >> 20} MiB: its keep set is used as it is")  # fmt: skip
+        return plan, (
+            f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has "
+            f"{limit >> 20} MiB: its keep set is used as it is"
+        )
     window = max((plan.prefetch_chunks + 2) * plan.chunk_bytes, plan.room_bytes)
     room = limit - plan.reserve_bytes - window
     if room <= 0:
         kernel = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, 0, "kernel", note="fallback")
-        return kernel, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit; {limit >> 20} MiB leaves no "
-                        "room for its prefetch window: the kernel alone runs the program")  # fmt: skip
+        return kernel, (
+            f"the plan was made for a {plan.limit_bytes >> 20} MiB limit; {limit >> 20} MiB leaves no "
+            "room for its prefetch window: the kernel alone runs the program"
+        )
     excess = -(-(plan.keep_bytes() - room) // plan.chunk_bytes)
     files = []
     for f in reversed(plan.files):  # the first files the runs used keep their chunks longest
@@ -185,7 +208,18 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
         excess -= sum(n for _, n in dropped)
         files.append(FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted))
     files.reverse()
-    scaled = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, plan.prefetch_chunks, plan.backend, files,
-                        plan.validation, plan.note, plan.room_bytes)  # fmt: skip
-    return scaled, (f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
-                    f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB")  # fmt: skip
+    scaled = MemoryPlan(
+        limit,
+        plan.chunk_bytes,
+        plan.reserve_bytes,
+        plan.prefetch_chunks,
+        plan.backend,
+        files,
+        plan.validation,
+        plan.note,
+        plan.room_bytes,
+    )
+    return scaled, (
+        f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
+        f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB"
+    )

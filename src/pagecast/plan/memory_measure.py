@@ -82,10 +82,16 @@ class MemoryMeasured:
 
     def to_dict(self) -> dict[str, Any]:
         tot = self.totals()
-        return {"rounds": self.rounds, "noise": round(self.noise, 4), "chosen": self.chosen, "why": self.why,
-                "total_s": {c: round(t, 6) for c, t in tot.items()},
-                "runs_s": {c: {Path(r).name: [round(x, 4) for x in xs] for r, xs in by.items()}
-                           for c, by in self.runs.items()}}  # fmt: skip
+        return {
+            "rounds": self.rounds,
+            "noise": round(self.noise, 4),
+            "chosen": self.chosen,
+            "why": self.why,
+            "total_s": {c: round(t, 6) for c, t in tot.items()},
+            "runs_s": {
+                c: {Path(r).name: [round(x, 4) for x in xs] for r, xs in by.items()} for c, by in self.runs.items()
+            },
+        }
 
     def table(self) -> list[str]:
         tot = self.totals()
