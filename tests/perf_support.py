@@ -46,7 +46,7 @@ needs_pagesets = pytest.mark.skipif(_pagesets_why is not None, reason=f"page set
 
 class PredictorKiller:
     """An ``on_started`` hook for run_live that SIGKILLs the helper process it is given
-    (``session.worker_pid``: the predictor, or the collector on the fast path) as soon as
+    (``procs.worker_pid``: the predictor, or the collector on the fast path) as soon as
     the program has exec'd, and records whether the program was still running then.
 
     The moment is a condition, not a delay: the program is forked by the collector and is
@@ -58,22 +58,22 @@ class PredictorKiller:
         self.killed = threading.Event()
         self.program_was_running: list[bool] = []
 
-    def __call__(self, session) -> None:
-        threading.Thread(target=self._kill, args=(session,), daemon=True).start()
+    def __call__(self, procs) -> None:
+        threading.Thread(target=self._kill, args=(procs,), daemon=True).start()
 
-    def _kill(self, session) -> None:
+    def _kill(self, procs) -> None:
         collector = str(faultmon_binary())
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             try:
-                if os.readlink(f"/proc/{session.program_pid}/exe") != collector:
+                if os.readlink(f"/proc/{procs.program_pid}/exe") != collector:
                     break
             except OSError:
                 return  # the program is gone: nothing was killed, the test fails on killed
             time.sleep(0.001)
-        os.kill(session.worker_pid, signal.SIGKILL)
+        os.kill(procs.worker_pid, signal.SIGKILL)
         try:  # mid-run: the traced program has not exited (not even as a zombie) yet
-            state = Path(f"/proc/{session.program_pid}/stat").read_text().split(")")[-1].split()[0]
+            state = Path(f"/proc/{procs.program_pid}/stat").read_text().split(")")[-1].split()[0]
         except OSError:
             state = "X"
         self.program_was_running.append(state not in ("Z", "X"))

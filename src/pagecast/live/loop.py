@@ -121,7 +121,7 @@ class LiveResult:
         return asdict(self)
 
 
-class LiveSession:
+class LiveProcesses:
     """Handle given to ``on_started`` (tests use it to kill the predictor mid-run)."""
 
     def __init__(self) -> None:
@@ -264,7 +264,7 @@ class _Predictor:
             c.close()
 
 
-def run_live(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None = None) -> LiveResult:
+def run_live(cfg: LiveConfig, on_started: Callable[[LiveProcesses], None] | None = None) -> LiveResult:
     """Run ``cfg.cmd`` with live prefetching; write the trace; return the summary."""
     from pagecast.live.fastpath import write_config
 
@@ -314,8 +314,8 @@ def _forward_batches(
             cols[k].append(getattr(batch, k))
 
 
-def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None) -> LiveResult:
-    session = LiveSession()
+def _run_python(cfg: LiveConfig, on_started: Callable[[LiveProcesses], None] | None) -> LiveResult:
+    procs = LiveProcesses()
     sys.setswitchinterval(0.0005)  # the reader thread must not hold up the fault loop for 5 ms
     env, channel, anon_off = _anon_setup(cfg)
     try:
@@ -330,7 +330,7 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
         anon_off = {"state": "off", "reason": "the predictor process died before the program started"}
     if channel is not None:
         channel.sock.close()  # the predictor holds the listening socket now: if it dies, connects fail
-    session.worker_pid = predictor.proc.pid if predictor else None
+    procs.worker_pid = predictor.proc.pid if predictor else None
     cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
     mon = FaultMonitor(
         cfg.cmd, env=env, stdout=cfg.stdout, stderr=cfg.stderr, ring_pages=cfg.ring_pages, poll_ms=cfg.poll_ms
@@ -349,11 +349,11 @@ def _run_python(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | Non
             extra = [predictor.proc.pid] if predictor and cfg.nice_predictor else []
             reniced = _renice_self_and_collector(mon, cfg.nice, extra)
         t0 = mon.t0_mono_ns
-        session.program_pid = mon.pid
+        procs.program_pid = mon.pid
         if predictor:
             predictor.send(("t0", t0))
         if on_started:
-            on_started(session)
+            on_started(procs)
         returncode, collector_error = _until_exit(
             mon, relay, reaper, lambda: _forward_batches(mon, predictor, cols, t0)
         )
@@ -417,11 +417,11 @@ def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
     return _how_it_ended(mon.collector_returncode), _wait_orphan(mon.pid, reaper)
 
 
-def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None, config: Path, mode: str) -> LiveResult:
+def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveProcesses], None] | None, config: Path, mode: str) -> LiveResult:
     """The native fast path: the collector predicts and issues; this process records."""
     from pagecast.live.fastpath import FastPathState, issued_from_monitor
 
-    session = LiveSession()
+    procs = LiveProcesses()
     state = FastPathState(cfg.source.label())
     cols: dict[str, list[np.ndarray]] = {k: [] for k in FAULT_COLUMNS}
     mon = FaultMonitor(
@@ -448,10 +448,10 @@ def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveSession], None] | None,
             reniced = _renice_self_and_collector(mon, cfg.nice, collector=False)
         if cfg.fast_nice and os.geteuid() == 0 and mon.collector_pid:
             _renice_self_and_collector(mon, cfg.fast_nice, collector=True, only_collector=True)
-        session.worker_pid = mon.collector_pid
-        session.program_pid = mon.pid
+        procs.worker_pid = mon.collector_pid
+        procs.program_pid = mon.pid
         if on_started:
-            on_started(session)
+            on_started(procs)
         returncode, how = _until_exit(mon, relay, reaper, lambda: _keep_batches(mon, cols))
         if how is not None:
             state.alive = False
