@@ -203,3 +203,26 @@ def test_measured_choice_is_the_simplest_clear_winner():
     assert choose({"kernel": 1.0, "half": 0.8, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half+pager"
     pager = {"half+pager": 0.59, "keep+pager": 0.9, "plan+pager": 0.9}
     assert choose({"kernel": 1.0, "half": 0.6, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half"
+
+
+def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
+    from pagecast.plan.memory_measure import KERNEL_CANDIDATES, variants
+
+    f = tmp_path / "f"
+    f.write_bytes(b"\0" * (1 << 20))
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
+    plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "kernel-advice", [fp])
+    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES
+    both = variants(plan)
+    assert {k: v.backend for k, v in both.items() if v is not None} == {
+        "half": "kernel-advice",
+        "keep": "kernel-advice",
+        "plan": "kernel-advice",
+        "half+pager": "pager",
+        "keep+pager": "pager",
+        "plan+pager": "pager",
+    }
+    assert both["keep+pager"].files == both["keep"].files and both["plan+pager"].files == plan.files

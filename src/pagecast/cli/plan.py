@@ -164,7 +164,10 @@ def _add_memory_args(p: argparse.ArgumentParser) -> None:
         help="plan for a run under a memory limit instead (pagecast run --memory LIMIT --plan): from "
         "recordings made under the limit (pagecast record --memory), simulate each run at the limit's "
         "capacity with LRU (the kernel) and MIN (the floor) and write what to keep for the whole run, "
-        "what to evict right after use and what to prefetch ahead (docs/oversubscription.md)",
+        "what to evict right after use and what to prefetch ahead (docs/oversubscription.md). With --measure: "
+        "the plan, its keep set alone and half of it, each applied by the kernel's page cache and by the "
+        "userfaultfd pager, timed against the kernel alone under the limit; the variant kept also sets who "
+        "applies it (backend kernel-advice or pager)",
     )
     p.add_argument(
         "--chunk",
