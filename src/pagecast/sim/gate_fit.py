@@ -20,6 +20,7 @@ program by what it loses on another.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from pagecast.sim.simulate import parse_prefetcher, resolve_capacity, simulate
 @dataclass
 class GateFitConfig:
     taus: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4)
-    budgets: tuple[float, ...] = (1 / 4, 1 / 16, 1 / 64)  # pages per event at most, share of the tier
+    budgets: tuple[float, ...] = (1, 1 / 4, 1 / 16, 1 / 64)  # pages per event at most, share of the tier
     alphas: tuple[float, ...] = (0.0, 0.5)
     seed: int = 0
     epochs: int = 2  # the model expert's training (per pair)
@@ -59,6 +60,7 @@ class GateRun:
     faults: dict[str, int]
     seed: int = 0
     tables: dict = field(default_factory=dict)
+    simulated: dict = field(default_factory=dict)  # faults per distinct gate schedule
 
     def limit(self, share: float) -> int:
         return max(1, int(round(self.cap * share)))
@@ -127,7 +129,13 @@ def gate_run(
 
 def gate_faults(gm: G.GateModel, r: GateRun, tau: float, share: float, alpha: float) -> tuple[int, dict]:
     res = G.decide(gm, r.table(share), r.preds, r.stream, tau, r.limit(share), alpha)
-    return simulate(r.test, SimConfig(capacity=r.cap), res.schedule).faults, res.choices
+    sch = res.schedule
+    # several (τ, α) often make the same decisions: simulate each distinct schedule once
+    key = hashlib.sha1(b"".join(np.ascontiguousarray(x).tobytes() for x in (sch.trigger, sch.region, sch.page)))
+    faults = r.simulated.get(key.hexdigest())
+    if faults is None:
+        faults = r.simulated[key.hexdigest()] = simulate(r.test, SimConfig(capacity=r.cap), sch).faults
+    return faults, res.choices
 
 
 def share_of_best(r: GateRun, faults: int) -> float:
