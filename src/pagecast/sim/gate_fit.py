@@ -169,7 +169,7 @@ def fit_gate_runs(
                 (G.fit_gate([r.table(share) for r in a], gcfg), b),
                 (G.fit_gate([r.table(share) for r in b], gcfg), a),
             ]
-        else:
+        else:  # one program: nothing to hold out
             pairs = [(G.fit_gate([r.table(share) for r in a], gcfg), a)]
         for tau, alpha in itertools.product(cfg.taus, cfg.alphas):
             fr = [share_of_best(r, gate_faults(gm, r, tau, share, alpha)[0]) for gm, held in pairs for r in held]
@@ -178,6 +178,8 @@ def fit_gate_runs(
     share, tau, alpha = max(score, key=lambda k: (round(score[k], 4), k[0], -k[1], -k[2]))
     gm = G.fit_gate([r.table(share) for r in runs], gcfg)
     gm.threshold[cap_spec], gm.budget[cap_spec], gm.online[cap_spec] = tau, share, alpha
+    if log and not b:
+        log(f"gate {cap_spec}: runs of one program only; τ, L and α are scored on the runs the MLP was fitted on")
     if log:
         log(
             f"gate {cap_spec} seed {cfg.seed}: τ = {tau}, budget {share:.3f} of the capacity, α = {alpha} "
