@@ -36,7 +36,7 @@ from pagecast.sim.simulate import parse_prefetcher, resolve_capacity, simulate
 
 @dataclass
 class GateFitConfig:
-    taus: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4)
+    taus: tuple[float, ...] = (0.05, 0.2, 0.4)
     budgets: tuple[float, ...] = (1, 1 / 4, 1 / 16, 1 / 64)  # pages per event at most, share of the tier
     alphas: tuple[float, ...] = (0.0, 0.5)
     seed: int = 0
