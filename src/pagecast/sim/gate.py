@@ -13,24 +13,29 @@ prefetchers.
   ``extent``, the page-successor table filled from a training run) and the model's
   schedule. Each sees every event shown (a fault trace's faults, an access trace's misses
   of an LRU tier) as a miss, so its state does not depend on what the gate chose.
-* **Label**: the *precision* of an expert's prediction at event i — the share of its
-  pages that the next ``horizon`` shown events demand.
+* **Label**: the *precision* of what the gate would issue for an expert at event i — the
+  share of its first L pages that the next ``horizon`` shown events demand. Labels over
+  all the pages an expert names misjudge it when L cuts them (a successor table's chain
+  of eight pages against the model's one page, in a tier where L = 1 was chosen).
 * **Features** (causal, and none names a page, so they carry across runs and programs):
   per expert, its recent precision (predictions whose horizon has passed, over the last
   ``window`` events) and recent coverage (share of the last ``window`` demanded pages it
   had named within the horizon before), how many pages it names now; per event, the
   region kind (file / anonymous / other), the fault kind (access, minor, major, other),
   write, same region as the previous event, the region-relative delta (log-magnitude
-  and sign) and the offset within the region (share of its length). Anonymous memory
+  and sign) and the offset within the region (share of its length); and the expert's
+  *measured* precision on this run at the label's horizon (its predictions old enough to
+  be judged). Anonymous memory
   gets region-relative offsets and deltas rather than addresses: allocations move
   between runs, their shape does not.
 * **Model**: a small MLP over (features, expert one-hot) → precision logit, trained by
   weighted binary cross entropy (weight: pages named) on several runs.
-* **Decision**: score_e = min(pages_e, L) · (p̂_e − τ); the best expert's first L pages
-  are issued when its score is positive. τ (``GateModel.threshold``) and L, a share of the
-  tier's capacity (``GateModel.budget``: a tier of 40 pages is flushed by a 31-page
-  read-around), are chosen per capacity on runs the MLP was not fitted on, by simulating
-  the schedule (benchmarks/learned_real.py).
+* **Decision**: score_e = min(pages_e, L) · (p̃_e − τ) with p̃_e = (1 − α)·p̂_e + α·measured_e
+  (the MLP, fitted on other programs, pulled towards what the expert does on this one);
+  the best expert's first L pages are issued when its score is positive. τ
+  (``GateModel.threshold``), L, a share of the tier's capacity (``GateModel.budget``: a
+  tier of 40 pages is flushed by a 31-page read-around) and α (``GateModel.online``) are
+  chosen per capacity by cross-fitting on runs of other programs (``sim/gate_fit.py``).
 
 The gate's output is a ``Schedule`` (``gate_schedule``), so it runs in the simulator's
 compiled loop (``simulate``, ``pagecast eval --gate``); the live loop and the pager do not
