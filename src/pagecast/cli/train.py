@@ -27,10 +27,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("traces", nargs="+", metavar="TRACE", help="training trace(s) (.parquet)")
     p.add_argument(
         "--target",
-        choices=("prefetch", "eviction"),
+        choices=("prefetch", "eviction", "gate"),
         default="prefetch",
         help="prefetch: a page predictor (default); eviction: a network imitating Belady's MIN for the "
-        "'learned' eviction (--eviction learned:model=FILE); with two or more traces the last one validates",
+        "'learned' eviction (--eviction learned:model=FILE); with two or more traces the last one validates; "
+        "gate: a per-event gate over the model and the classic prefetchers (pagecast eval --gate FILE) from "
+        "pairs of runs TRAIN1 TEST1 [TRAIN2 TEST2 ...] of programs: an LSTM and the page-successor table learn "
+        "each TRAIN run, the gate learns on its TEST run (use two or more programs: its thresholds are cross-fitted)",
+    )
+    p.add_argument(
+        "--capacity",
+        action="append",
+        metavar="CAP",
+        help="--target gate: capacities of the fast tier to fit for (percent of a run's distinct pages, pages or "
+        "bytes; repeatable or comma-separated; default: 10%%,50%%)",
     )
     p.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (e.g. model.pt)")
     p.add_argument("--model", choices=("lstm", "transformer"), default="lstm", help="architecture (default: lstm)")
@@ -41,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="--target eviction: fractions of each run's distinct pages whose MIN decisions label it "
         "(default 0.3,0.5,0.6,0.75,0.9); include the capacity the model will play at",
     )
-    p.add_argument("--epochs", type=int, default=None, help="maximum epochs (default: 20; --target eviction: 4)")
+    p.add_argument(
+        "--epochs", type=int, default=None, help="maximum epochs (default: 20; --target eviction: 4; --target gate: 2)"
+    )
     p.add_argument(
         "--patience", type=int, default=3, help="stop after this many epochs without improvement (default: 3)"
     )
@@ -193,6 +205,59 @@ def _run_eviction(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_gate(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from pagecast.errors import PagecastError
+    from pagecast.sim.gate import GateModel
+    from pagecast.sim.gate_fit import GateFitConfig, fit_gate_runs, gate_run, train_model_expert
+    from pagecast.sim.misses import has_accesses
+
+    if len(args.traces) % 2:
+        raise PagecastError("--target gate takes pairs of runs: TRAIN1 TEST1 [TRAIN2 TEST2 ...]")
+    caps = [c.strip() for text in (args.capacity or ["10%,50%"]) for c in text.split(",") if c.strip()]
+    windows = 1024 if args.windows_per_epoch == 8192 else args.windows_per_epoch
+    cfg = GateFitConfig(seed=args.seed, epochs=2 if args.epochs is None else args.epochs, windows=windows)
+    log = None if args.json else (lambda line: print(line, file=sys.stderr))
+    t0 = time.perf_counter()
+    pairs = list(zip(args.traces[::2], args.traces[1::2]))
+    runs = []
+    with tempfile.TemporaryDirectory() as d:
+        for i, (train, test) in enumerate(pairs):
+            model = None
+            for cap in caps:
+                # on an access trace the model learns the misses at that capacity, as it is shown them
+                if model is None or has_accesses(train):
+                    model = train_model_expert(train, Path(d) / f"m{i}-{len(runs)}.pt", cap, cfg)
+                runs.append(gate_run(f"pair {i + 1}", train, test, cap, model, args.seed))
+                if log:
+                    log(f"pair {i + 1} at {cap}: {len(runs[-1].stream.page):,} events of {test} shown to the experts")
+    gm = GateModel([], {})  # one MLP per capacity (GateModel.states)
+    for cap in caps:
+        g = fit_gate_runs(runs, cap, cfg, log)
+        gm.experts, gm.config = g.experts, g.config
+        gm.threshold[cap], gm.budget[cap], gm.online[cap] = g.threshold[cap], g.budget[cap], g.online[cap]
+        gm.states[cap] = g.state
+    gm.save(args.output)
+    info = [
+        {"capacity": c, "tau": gm.threshold[c], "budget": round(gm.budget[c], 4), "alpha": gm.online[c]} for c in caps
+    ]
+    if args.json:
+        print_json(
+            {
+                "gate": args.output,
+                "pairs": len(pairs),
+                "capacities": info,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
+    else:
+        print(format_table(info))
+        print(f"gate written to {args.output} ({len(pairs)} pairs, {time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
     from pagecast.learn.dataset import DatasetSpec
@@ -206,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
     warn_missing_reads("train", args.traces)
     if args.target == "eviction":
         return _run_eviction(args)
+    if args.target == "gate":
+        return _run_gate(args)
     args.epochs = 20 if args.epochs is None else args.epochs
     if args.max_events < 4096:
         raise PagecastError("--max-events must be at least 4096")

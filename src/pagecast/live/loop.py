@@ -417,7 +417,9 @@ def _collector_lost(mon: FaultMonitor, reaper: bool) -> tuple[str, int] | None:
     return _how_it_ended(mon.collector_returncode), _wait_orphan(mon.pid, reaper)
 
 
-def _run_fast(cfg: LiveConfig, on_started: Callable[[LiveProcesses], None] | None, config: Path, mode: str) -> LiveResult:
+def _run_fast(
+    cfg: LiveConfig, on_started: Callable[[LiveProcesses], None] | None, config: Path, mode: str
+) -> LiveResult:
     """The native fast path: the collector predicts and issues; this process records."""
     from pagecast.live.fastpath import FastPathState, issued_from_monitor
 

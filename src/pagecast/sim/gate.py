@@ -13,24 +13,29 @@ prefetchers.
   ``extent``, the page-successor table filled from a training run) and the model's
   schedule. Each sees every event shown (a fault trace's faults, an access trace's misses
   of an LRU tier) as a miss, so its state does not depend on what the gate chose.
-* **Label**: the *precision* of an expert's prediction at event i — the share of its
-  pages that the next ``horizon`` shown events demand.
+* **Label**: the *precision* of what the gate would issue for an expert at event i — the
+  share of its first L pages that the next ``horizon`` shown events demand. Labels over
+  all the pages an expert names misjudge it when L cuts them (a successor table's chain
+  of eight pages against the model's one page, in a tier where L = 1 was chosen).
 * **Features** (causal, and none names a page, so they carry across runs and programs):
   per expert, its recent precision (predictions whose horizon has passed, over the last
   ``window`` events) and recent coverage (share of the last ``window`` demanded pages it
   had named within the horizon before), how many pages it names now; per event, the
   region kind (file / anonymous / other), the fault kind (access, minor, major, other),
   write, same region as the previous event, the region-relative delta (log-magnitude
-  and sign) and the offset within the region (share of its length). Anonymous memory
+  and sign) and the offset within the region (share of its length); and the expert's
+  *measured* precision on this run at the label's horizon (its predictions old enough to
+  be judged). Anonymous memory
   gets region-relative offsets and deltas rather than addresses: allocations move
   between runs, their shape does not.
 * **Model**: a small MLP over (features, expert one-hot) → precision logit, trained by
   weighted binary cross entropy (weight: pages named) on several runs.
-* **Decision**: score_e = min(pages_e, L) · (p̂_e − τ); the best expert's first L pages
-  are issued when its score is positive. τ (``GateModel.threshold``) and L, a share of the
-  tier's capacity (``GateModel.budget``: a tier of 40 pages is flushed by a 31-page
-  read-around), are chosen per capacity on runs the MLP was not fitted on, by simulating
-  the schedule (benchmarks/learned_real.py).
+* **Decision**: score_e = min(pages_e, L) · (p̃_e − τ) with p̃_e = (1 − α)·p̂_e + α·measured_e
+  (the MLP, fitted on other programs, pulled towards what the expert does on this one);
+  the best expert's first L pages are issued when its score is positive. τ
+  (``GateModel.threshold``), L, a share of the tier's capacity (``GateModel.budget``: a
+  tier of 40 pages is flushed by a 31-page read-around) and α (``GateModel.online``) are
+  chosen per capacity by cross-fitting on runs of other programs (``sim/gate_fit.py``).
 
 The gate's output is a ``Schedule`` (``gate_schedule``), so it runs in the simulator's
 compiled loop (``simulate``, ``pagecast eval --gate``); the live loop and the pager do not
@@ -69,8 +74,9 @@ CLASSIC_EXPERTS = (
 MODEL = "model"
 NONE = "none"
 N_EVENT_FEATURES = 13
-N_EXPERT_FEATURES = 3
+N_EXPERT_FEATURES = 4
 GATE_FORMAT = "pagecast-gate"
+GATE_VERSION = 2  # 2: labels and features over the first L pages; the label-horizon precision feature
 
 
 @dataclass
@@ -311,17 +317,42 @@ class Table:
     pages: list[np.ndarray]
 
 
-def build_table(s: Stream, p: Predictions, cfg: GateConfig, horizon: int | None = None) -> Table:
-    """Features (causal, ``cfg.horizon``) and labels (precision within ``horizon`` events,
-    ``label_horizon`` of the capacity; default ``cfg.horizon``)."""
+def truncate(p: Predictions, limit: int | None) -> Predictions:
+    """Each expert's first ``limit`` pages per event (all: None): what the gate would issue."""
+    if limit is None:
+        return p
+    out = Predictions(list(p.names), [], [], [])
+    for ptr, reg, pg in zip(p.ptr, p.region, p.page):
+        cnt = np.minimum(np.diff(ptr), limit)
+        rank = np.arange(len(pg)) - np.repeat(ptr[:-1], np.diff(ptr))
+        keep = rank < limit
+        out.ptr.append(np.concatenate([[0], np.cumsum(cnt)]).astype(np.int64))
+        out.region.append(reg[keep])
+        out.page.append(pg[keep])
+    return out
+
+
+def build_table(
+    s: Stream, p: Predictions, cfg: GateConfig, horizon: int | None = None, limit: int | None = None
+) -> Table:
+    """Features (causal) and labels (precision within ``horizon`` events, ``label_horizon``
+    of the capacity; default ``cfg.horizon``) of each expert's first ``limit`` pages per event
+    (the pages the gate would issue; all: None)."""
+    p = truncate(p, limit)
     ev = event_features(s)
     ex, prec, pages = [], [], []
+    lh = cfg.horizon if horizon is None else horizon
     for e in range(len(p.names)):
         useful, nxt = _useful(s, p.ptr[e], p.region[e], p.page[e], cfg.horizon)
-        out = np.zeros((len(s.page), N_EXPERT_FEATURES), np.float64)
+        out = np.zeros((len(s.page), N_EXPERT_FEATURES - 1), np.float64)
         _expert_features(p.ptr[e], useful.astype(np.int64), nxt, cfg.horizon, cfg.window, out)
-        if horizon is not None and horizon != cfg.horizon:
-            useful, _ = _useful(s, p.ptr[e], p.region[e], p.page[e], horizon)
+        if lh != cfg.horizon:
+            useful, nxt = _useful(s, p.ptr[e], p.region[e], p.page[e], lh)
+        # the precision the label measures, as far as it is known at i: predictions made at
+        # least the label's horizon ago, over a window at least that long
+        late = np.zeros((len(s.page), N_EXPERT_FEATURES - 1), np.float64)
+        _expert_features(p.ptr[e], useful.astype(np.int64), nxt, lh, max(cfg.window, lh), late)
+        out = np.concatenate([out, late[:, :1]], axis=1)
         cnt = np.diff(p.ptr[e])
         u = (
             np.add.reduceat(useful.astype(np.float64), np.minimum(p.ptr[e][:-1], max(len(useful) - 1, 0)))
@@ -358,6 +389,23 @@ class GateModel:
     # pages issued per event at most, as a share of the tier's capacity, per capacity spec
     budget: dict[str, float] = field(default_factory=dict)
     config: GateConfig = field(default_factory=GateConfig)
+    # weight of each expert's measured recent precision against the MLP's estimate, per capacity spec
+    online: dict[str, float] = field(default_factory=dict)
+    # an MLP per capacity spec (a file of ``pagecast train --target gate``); else ``state`` for all
+    states: dict[str, dict] = field(default_factory=dict)
+
+    def for_capacity(self, capacity: str | None) -> "GateModel":
+        """The gate of one capacity spec: its MLP, τ, budget and α; a capacity it was not
+        fitted for takes the first one it was."""
+        fitted = list(self.states) or list(self.threshold)
+        key = str(capacity) if str(capacity) in fitted or not fitted else fitted[0]
+        state = self.states.get(key, self.state)
+        pick = lambda d: {key: d[key]} if key in d else dict(d)  # noqa: E731
+        out = GateModel(self.experts, state, pick(self.threshold), pick(self.budget), self.config, pick(self.online))
+        for d in (out.threshold, out.budget, out.online):
+            if key in d:
+                d["*"] = d[key]
+        return out
 
     def net(self):
         import torch
@@ -371,6 +419,9 @@ class GateModel:
 
     def tau(self, capacity: str | None) -> float:
         return self.threshold.get(str(capacity), self.threshold.get("*", 0.3))
+
+    def alpha(self, capacity: str | None) -> float:
+        return self.online.get(str(capacity), self.online.get("*", 0.0))
 
     def limit(self, capacity: str | None, capacity_pages: int) -> int:
         """Pages per event at most: a share of the tier, so a small tier is not flushed."""
@@ -400,10 +451,13 @@ class GateModel:
             torch.save(
                 {
                     "format": GATE_FORMAT,
+                    "version": GATE_VERSION,
                     "experts": list(self.experts),
                     "state": self.state,
                     "threshold": dict(self.threshold),
                     "budget": dict(self.budget),
+                    "online": dict(self.online),
+                    "states": dict(self.states),
                     "config": dict(self.config.__dict__),
                 },
                 tmp,
@@ -425,8 +479,16 @@ def load_gate(path: str | Path) -> GateModel:
         raise PagecastError(f"{path}: not a gate file ({type(e).__name__})") from None
     if not isinstance(d, dict) or d.get("format") != GATE_FORMAT:
         raise PagecastError(f"{path}: not a gate file (made by pagecast's sim.gate.fit_gate)")
+    if d.get("version") != GATE_VERSION:
+        raise PagecastError(f"{path}: a gate file of an earlier version (its features differ); fit it again")
     return GateModel(
-        list(d["experts"]), d["state"], dict(d["threshold"]), dict(d.get("budget", {})), GateConfig(**d["config"])
+        list(d["experts"]),
+        d["state"],
+        dict(d["threshold"]),
+        dict(d.get("budget", {})),
+        GateConfig(**d["config"]),
+        dict(d.get("online", {})),
+        dict(d.get("states", {})),
     )
 
 
@@ -488,10 +550,17 @@ class GateResult:
     choices: dict[str, int]  # events given to each expert (label), and "none"
 
 
-def decide(gm: GateModel, t: Table, p: Predictions, s: Stream, tau: float, limit: int | None = None) -> GateResult:
-    """At each event the expert with the largest pages · (p̂ − τ), if positive; its first
-    ``limit`` pages (all: None) are issued."""
+def decide(
+    gm: GateModel, t: Table, p: Predictions, s: Stream, tau: float, limit: int | None = None, alpha: float = 0.0
+) -> GateResult:
+    """At each event the expert with the largest pages · (p̃ − τ), if positive; its first
+    ``limit`` pages (all: None) are issued. p̃ = (1 − α)·p̂ + α·(its measured precision over
+    the last label horizon): the MLP's estimate, pulled towards what the expert is doing on
+    this run (where the MLP, fitted on other programs, misjudges an expert)."""
     sc = gm.scores(t)
+    if alpha:
+        measured = np.stack([x[:, 3] for x in t.ex], axis=1) if t.ex else sc
+        sc = (1 - alpha) * sc + alpha * measured
     pages = np.stack(t.pages, axis=1) if t.pages else np.zeros((len(s.page), 0), np.float32)
     if limit is not None:
         pages = np.minimum(pages, limit)
@@ -540,8 +609,9 @@ def gate_schedule(
     """The gate's schedule on ``trace`` (experts: the classic ones, pagesucc from
     ``train_run``, the model's schedule) for a tier of ``capacity_pages`` (its spec
     ``capacity`` picks τ and the budget); ``events``: the shown events (an access trace's misses)."""
+    gm = gm.for_capacity(capacity)
     s = read_stream(trace, events)
     p = expert_predictions(s, [x for x in default_experts(train_run) if expert_label(x) in gm.experts], model_schedule)
-    t = build_table(s, p, gm.config)
     limit = gm.limit(capacity, capacity_pages) if capacity_pages else None
-    return decide(gm, t, p, s, gm.tau(capacity), limit)
+    t = build_table(s, p, gm.config, label_horizon(capacity_pages) if capacity_pages else None, limit)
+    return decide(gm, t, p, s, gm.tau(capacity), limit, gm.alpha(capacity))
