@@ -23,23 +23,15 @@ from pagecast.sim import SimConfig, simulate
 from pagecast.sim import gate as G
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
-from pagecast.trace.writer import TraceWriter
+from sim_helpers import write_trace
 
 CAP = 64  # pages of the simulated tier
 
 
 def _scan(path, pages: int, start: int = 0):
     """A file read once from start to end, one major fault per page."""
-    regions = [Region(0, "data.bin", kind="file", path="/data.bin", length=(start + pages) * 4096)]
-    page = np.arange(start, start + pages, dtype=np.int64)
-    with TraceWriter(path, regions=regions, source="test") as w:
-        w.write(
-            t_ns=np.arange(pages, dtype=np.int64) * 1000,
-            region=np.zeros(pages, np.int32),
-            page=page,
-            kind=np.full(pages, int(Kind.FAULT_MAJOR), np.uint8),
-        )
-    return path
+    file = Region(0, "data.bin", kind="file", path="/data.bin", length=(start + pages) * 4096)
+    return write_trace(path, np.arange(start, start + pages), regions=[file], kind=int(Kind.FAULT_MAJOR))
 
 
 @pytest.fixture(scope="module")
