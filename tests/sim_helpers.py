@@ -22,6 +22,14 @@ def write_trace(
     return path
 
 
+def scan_trace(path: Path, pages: int, start: int = 0) -> Path:
+    """A file read once from ``start`` to the end, one major fault per page."""
+    from pagecast.trace.schema import Kind
+
+    file = Region(0, "data.bin", kind="file", path="/data.bin", length=(start + pages) * 4096)
+    return write_trace(path, np.arange(start, start + pages), regions=[file], kind=int(Kind.FAULT_MAJOR))
+
+
 def ref_lru(pages, cap: int) -> int:
     cache: OrderedDict = OrderedDict()
     faults = 0

@@ -21,17 +21,9 @@ from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 from pagecast.sim import SimConfig, simulate
 from pagecast.sim import gate as G
-from pagecast.trace.regions import Region
-from pagecast.trace.schema import Kind
-from sim_helpers import write_trace
+from sim_helpers import scan_trace
 
 CAP = 64  # pages of the simulated tier
-
-
-def _scan(path, pages: int, start: int = 0):
-    """A file read once from start to end, one major fault per page."""
-    file = Region(0, "data.bin", kind="file", path="/data.bin", length=(start + pages) * 4096)
-    return write_trace(path, np.arange(start, start + pages), regions=[file], kind=int(Kind.FAULT_MAJOR))
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +33,8 @@ def world(tmp_path_factory):
         "pat_train": write_pattern_trace(d / "pt.parquet", 6000),
         "pat_fit": write_pattern_trace(d / "pf.parquet", 3000, PatternSpec(start_pages=[40, 10, 5, 30])),
         "pat_test": write_pattern_trace(d / "px.parquet", 3000, PatternSpec(start_pages=[7, 90, 20, 3])),
-        "scan_fit": _scan(d / "sf.parquet", 2500),
-        "scan_test": _scan(d / "sx.parquet", 3000, start=100),
+        "scan_fit": scan_trace(d / "sf.parquet", 2500),
+        "scan_test": scan_trace(d / "sx.parquet", 3000, start=100),
     }
     spec = DatasetSpec()
     data = prepare([read_demand(runs["pat_train"])], spec, val_fraction=0.1)
@@ -72,7 +64,7 @@ def _run(world, name):
     return r, simulate(runs[name], cfg, r.schedule).faults, faults, len(s.page)
 
 
-def test_gate_defers_to_readaround_on_a_scan(world):
+def test_gate_defers_to_readaround_on_ascan_trace(world):
     r, gate, faults, n = _run(world, "scan_test")
     assert faults["model"] > faults["nextline"]  # the model is no help here
     read_around = r.choices["nextline"] + r.choices["nextline:window=5,before=0"]

@@ -12,24 +12,15 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from pagecast.cli import main as cli_main
 from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
 from pagecast.sim import gate as G
 from pagecast.sim import gate_fit as GF
-from pagecast.trace.regions import Region
-from pagecast.trace.schema import Kind
-from sim_helpers import write_trace
+from sim_helpers import scan_trace
 
 CAP = "64"
-
-
-def _scan(path, pages: int, start: int = 0):
-    """A file read once from start to end, one major fault per page."""
-    file = Region(0, "data.bin", kind="file", path="/data.bin", length=(start + pages) * 4096)
-    return write_trace(path, np.arange(start, start + pages), regions=[file], kind=int(Kind.FAULT_MAJOR))
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +30,9 @@ def fitted(tmp_path_factory):
         "pat_train": write_pattern_trace(d / "pt.parquet", 4000),
         "pat_fit": write_pattern_trace(d / "pf.parquet", 2000, PatternSpec(start_pages=[40, 10, 5, 30])),
         "pat_test": write_pattern_trace(d / "px.parquet", 2000, PatternSpec(start_pages=[7, 90, 20, 3])),
-        "scan_train": _scan(d / "st.parquet", 1500),
-        "scan_fit": _scan(d / "sf.parquet", 1500, start=50),
-        "scan_test": _scan(d / "sx.parquet", 2000, start=100),
+        "scan_train": scan_trace(d / "st.parquet", 1500),
+        "scan_fit": scan_trace(d / "sf.parquet", 1500, start=50),
+        "scan_test": scan_trace(d / "sx.parquet", 2000, start=100),
     }
     gate = d / "gate.pt"
     args = ["train", "--target", "gate", str(runs["pat_train"]), str(runs["pat_fit"]), str(runs["scan_train"]),
