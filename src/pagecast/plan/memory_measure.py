@@ -58,8 +58,10 @@ def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
 
 
 def variants(plan: MemoryPlan, pager: bool = True) -> dict[str, MemoryPlan | None]:
-    out: dict[str, MemoryPlan | None] = {"kernel": None, "half": _keep_only(plan, 0.5), "keep": _keep_only(plan)}
-    out["plan"] = dataclasses.replace(plan, backend="kernel-advice")
+    """The candidates, each naming the backend that applies it (whatever ``plan`` names)."""
+    kernel_side = {"half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+    out: dict[str, MemoryPlan | None] = {"kernel": None}
+    out.update({k: dataclasses.replace(v, backend="kernel-advice") for k, v in kernel_side.items()})
     if pager:
         for name in KERNEL_CANDIDATES[1:]:
             p = out[name]
