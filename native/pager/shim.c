@@ -704,15 +704,12 @@ int mprotect(void *addr, size_t len, int prot) {
     if (g_nspec && (prot & PROT_WRITE)) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
-        live_t *l = overlapping(a, len, 1);
-        int refused = refuse(l, EACCES, "PROT_WRITE on a paged region without write-back refused");
-        if (!refused) {
-            /* a region becoming writable while another one maps the same bytes: as at mmap */
-            l = overlapping(a, len, 0);
-            live_t *other = l ? conflicting(l->dev, l->ino, l->foff, l->len, 1, l) : NULL;
-            refused = refuse(other ? l : NULL, EACCES,
+        int refused = refuse(overlapping(a, len, 1), EACCES, "PROT_WRITE on a paged region without write-back refused");
+        /* a region becoming writable while another one maps the same bytes: as at mmap */
+        live_t *l = refused ? NULL : overlapping(a, len, 0);
+        if (l && conflicting(l->dev, l->ino, l->foff, l->len, 1, l))
+            refused = refuse(l, EACCES,
                              "PROT_WRITE refused: another paged mapping of the same bytes would not see the writes");
-        }
         if (refused) {
             pthread_mutex_unlock(&g_mu);
             return -1;
