@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "launch/feedback.h"
+#include "open_mode.h"
 
 #define FD_TRACKED 4096 /* fds below this are looked up in a table; a program's files are */
 
@@ -255,11 +256,12 @@ static int extent_slot(const struct stat *st) {
     return -1;
 }
 
-static void advise_fd(int fd) {
-    if (fd < 0) return;
+/* Advise a descriptor an open just returned; returns it unchanged (an error stays one). */
+static int advise_fd(int fd) {
+    if (fd < 0) return fd;
     init_advice();
     if (fd < FD_TRACKED) __atomic_store_n(&fdinfo[fd], 0, __ATOMIC_RELAXED);
-    if (fadv < 0 && !per_file()) return;
+    if (fadv < 0 && !per_file()) return fd;
     int saved = errno;
     struct stat st;
     int f, m;
@@ -271,6 +273,7 @@ static void advise_fd(int fd) {
             __atomic_store_n(&fdinfo[fd], (uint32_t)(fb + 1) | (uint32_t)(ex + 1) << 16, __ATOMIC_RELAXED);
     }
     errno = saved;
+    return fd;
 }
 
 static void advise_map(void *p, size_t len, int flags, int fd) {
@@ -352,52 +355,28 @@ static off_t position_after(int fd, ssize_t r) {
     static __typeof__(name) *real;                                                                                     \
     if (!real) real = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
 
-static mode_t mode_arg(int flags, va_list ap) {
-    return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
-}
-
 int open(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     NEXT(open);
-    int fd = real(path, flags, m);
-    advise_fd(fd);
-    return fd;
+    return advise_fd(real(path, flags, m));
 }
 
 int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     NEXT(open64);
-    int fd = real(path, flags, m);
-    advise_fd(fd);
-    return fd;
+    return advise_fd(real(path, flags, m));
 }
 
 int openat(int dir, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     NEXT(openat);
-    int fd = real(dir, path, flags, m);
-    advise_fd(fd);
-    return fd;
+    return advise_fd(real(dir, path, flags, m));
 }
 
 int openat64(int dir, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     NEXT(openat64);
-    int fd = real(dir, path, flags, m);
-    advise_fd(fd);
-    return fd;
+    return advise_fd(real(dir, path, flags, m));
 }
 
 int close(int fd) {

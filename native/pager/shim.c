@@ -516,6 +516,15 @@ static live_t *conflicting(dev_t dev, ino_t ino, uint64_t off, size_t len, int w
 
 static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only);
 
+/* Refuses a call over the paged region l, if there is one: one line naming its file and
+ * why, errno err. Returns whether it refused. */
+static int refuse(const live_t *l, int err, const char *why) {
+    if (!l) return 0;
+    fprintf(stderr, "pagecast pager: %s: %s\n", l->path, why);
+    errno = err;
+    return 1;
+}
+
 /* A kernel mapping of bytes a paged region maps, where either one can write the file: it
  * would not see the region's writes (or the region its). A file matches by device and inode,
  * so this holds also when its name is gone (unlinked, renamed) and the PAGECAST_PAGER path
@@ -549,16 +558,10 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     if (g_nspec && (flags & MAP_FIXED) && len) {
         /* MAP_FIXED would replace the region's memory under the pager */
         pthread_mutex_lock(&g_mu);
-        live_t *l = overlapping(addr, len, 0);
-        if (l)
-            fprintf(stderr,
-                    "pagecast pager: %s: mmap(MAP_FIXED) over a paged region refused (EINVAL); munmap it first\n",
-                    l->path);
+        int refused = refuse(overlapping(addr, len, 0), EINVAL,
+                             "mmap(MAP_FIXED) over a paged region refused (EINVAL); munmap it first");
         pthread_mutex_unlock(&g_mu);
-        if (l) {
-            errno = EINVAL;
-            return MAP_FAILED;
-        }
+        if (refused) return MAP_FAILED;
     }
     if (g_nspec && fd >= 0 && !(flags & MAP_ANONYMOUS) && len) {
         spec_t *s = match(fd);
@@ -618,16 +621,11 @@ void *mremap(void *old, size_t old_size, size_t new_size, int flags, ...) {
         pthread_mutex_lock(&g_mu);
         live_t *l = overlapping(old, old_size ? old_size : 1, 0);
         if (!l && (flags & MREMAP_FIXED)) l = overlapping(new_addr, new_size, 0);
-        if (l)
-            fprintf(stderr,
-                    "pagecast pager: %s: mremap of a paged region refused (EINVAL): the pager cannot move or "
-                    "resize it; munmap and mmap it again\n",
-                    l->path);
+        int refused = refuse(l, EINVAL,
+                             "mremap of a paged region refused (EINVAL): the pager cannot move or resize it; munmap "
+                             "and mmap it again");
         pthread_mutex_unlock(&g_mu);
-        if (l) {
-            errno = EINVAL;
-            return MAP_FAILED;
-        }
+        if (refused) return MAP_FAILED;
     }
     return real_mremap(old, old_size, new_size, flags, new_addr);
 }
@@ -643,62 +641,60 @@ static live_t *overlapping(const uint8_t *a, size_t len, int read_only_only) {
     return NULL;
 }
 
+/* What munmap or msync of a paged region returns: 0, or -1 with EIO when the pager's
+ * write-back failed (rc < 0), as the kernel reports a failed write-back. */
+static int served_result(long rc) {
+    if (rc < 0) {
+        errno = EIO;
+        return -1;
+    }
+    return 0;
+}
+
+/* The paged region overlapping [addr, addr + len), returned with g_mu held; NULL, and
+ * g_mu not held, when there is none. */
+static live_t *lock_overlapping(void *addr, size_t len) {
+    if (!g_nspec) return NULL;
+    pthread_mutex_lock(&g_mu);
+    live_t *l = overlapping(addr, len, 0);
+    if (!l) pthread_mutex_unlock(&g_mu);
+    return l;
+}
+
 int munmap(void *addr, size_t len) {
     resolve();
-    if (g_nspec) {
-        uint8_t *a = addr;
-        pthread_mutex_lock(&g_mu);
-        live_t *l = overlapping(a, len, 0);
-        if (l) {
-            /* munmap's length is rounded up to whole pages, as the kernel does: the mmap
-             * length given back is a full unmap even when it is not a page multiple */
-            size_t ps = (size_t)sysconf(_SC_PAGESIZE);
-            if (a != l->base || (len + ps - 1) / ps * ps < l->len) {
-                /* Part of the region: it stays mapped and served whole until the program
-                 * unmaps all of it or exits. Unmapping the part would leave the pager's page
-                 * table and budget describing pages that are gone, and tearing down the
-                 * whole region kills a program that goes on using the rest (llama.cpp drops
-                 * the fragments of its weights file no tensor uses, then computes). */
-                if (!l->partial_warned)
-                    fprintf(stderr,
-                            "pagecast pager: %s: partial munmap of a paged region: the range stays mapped until the "
-                            "region is unmapped whole\n",
-                            l->path);
-                l->partial_warned = 1;
-                pthread_mutex_unlock(&g_mu);
-                return 0;
-            }
-            int rc = close_live(l);
-            pthread_mutex_unlock(&g_mu);
-            if (rc < 0) {
-                errno = EIO;
-                return -1;
-            }
-            return 0;
-        }
+    live_t *l = lock_overlapping(addr, len);
+    if (!l) return real_munmap(addr, len);
+    /* munmap's length is rounded up to whole pages, as the kernel does: the mmap
+     * length given back is a full unmap even when it is not a page multiple */
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    if ((uint8_t *)addr != l->base || (len + ps - 1) / ps * ps < l->len) {
+        /* Part of the region: it stays mapped and served whole until the program
+         * unmaps all of it or exits. Unmapping the part would leave the pager's page
+         * table and budget describing pages that are gone, and tearing down the
+         * whole region kills a program that goes on using the rest (llama.cpp drops
+         * the fragments of its weights file no tensor uses, then computes). */
+        if (!l->partial_warned)
+            fprintf(stderr,
+                    "pagecast pager: %s: partial munmap of a paged region: the range stays mapped until the "
+                    "region is unmapped whole\n",
+                    l->path);
+        l->partial_warned = 1;
         pthread_mutex_unlock(&g_mu);
+        return 0;
     }
-    return real_munmap(addr, len);
+    int rc = close_live(l);
+    pthread_mutex_unlock(&g_mu);
+    return served_result(rc);
 }
 
 int msync(void *addr, size_t len, int flags) {
     resolve();
-    if (g_nspec) {
-        uint8_t *a = addr;
-        pthread_mutex_lock(&g_mu);
-        live_t *l = overlapping(a, len, 0);
-        if (l) {
-            long n = pgr_flush(l->r);
-            pthread_mutex_unlock(&g_mu);
-            if (n < 0) {
-                errno = EIO;
-                return -1;
-            }
-            return 0;
-        }
-        pthread_mutex_unlock(&g_mu);
-    }
-    return real_msync(addr, len, flags);
+    live_t *l = lock_overlapping(addr, len);
+    if (!l) return real_msync(addr, len, flags);
+    long n = pgr_flush(l->r);
+    pthread_mutex_unlock(&g_mu);
+    return served_result(n);
 }
 
 /* Making a paged region without write-back writable would let changes be lost at
@@ -708,23 +704,14 @@ int mprotect(void *addr, size_t len, int prot) {
     if (g_nspec && (prot & PROT_WRITE)) {
         uint8_t *a = addr;
         pthread_mutex_lock(&g_mu);
-        live_t *l = overlapping(a, len, 1);
-        if (l) {
-            fprintf(stderr, "pagecast pager: %s: PROT_WRITE on a paged region without write-back refused\n", l->path);
-            pthread_mutex_unlock(&g_mu);
-            errno = EACCES;
-            return -1;
-        }
+        int refused = refuse(overlapping(a, len, 1), EACCES, "PROT_WRITE on a paged region without write-back refused");
         /* a region becoming writable while another one maps the same bytes: as at mmap */
-        l = overlapping(a, len, 0);
-        live_t *other = l ? conflicting(l->dev, l->ino, l->foff, l->len, 1, l) : NULL;
-        if (other) {
-            fprintf(stderr,
-                    "pagecast pager: %s: PROT_WRITE refused: another paged mapping of the same bytes would not "
-                    "see the writes\n",
-                    l->path);
+        live_t *l = refused ? NULL : overlapping(a, len, 0);
+        if (l && conflicting(l->dev, l->ino, l->foff, l->len, 1, l))
+            refused = refuse(l, EACCES,
+                             "PROT_WRITE refused: another paged mapping of the same bytes would not see the writes");
+        if (refused) {
             pthread_mutex_unlock(&g_mu);
-            errno = EACCES;
             return -1;
         }
         int rc = real_mprotect(addr, len, prot);
@@ -746,26 +733,26 @@ static void resized(const struct stat *sb) {
     pthread_mutex_unlock(&g_mu);
 }
 
-int ftruncate(int fd, off_t len) {
-    resolve();
-    int rc = real_ftruncate(fd, len);
+/* What a truncate returned (rc), after the pager followed a successful one: the file is
+ * path's, or fd's when path is NULL. errno stays as the call left it. */
+static int truncated(int rc, int fd, const char *path) {
     struct stat sb;
     int e = errno;
-    if (rc == 0 && g_nspec && fstat(fd, &sb) == 0) resized(&sb);
+    if (rc == 0 && g_nspec && (path ? stat(path, &sb) : fstat(fd, &sb)) == 0) resized(&sb);
     errno = e;
     return rc;
+}
+
+int ftruncate(int fd, off_t len) {
+    resolve();
+    return truncated(real_ftruncate(fd, len), fd, NULL);
 }
 
 int ftruncate64(int fd, off_t len) __attribute__((alias("ftruncate")));
 
 int truncate(const char *path, off_t len) {
     resolve();
-    int rc = real_truncate(path, len);
-    struct stat sb;
-    int e = errno;
-    if (rc == 0 && g_nspec && stat(path, &sb) == 0) resized(&sb);
-    errno = e;
-    return rc;
+    return truncated(real_truncate(path, len), -1, path);
 }
 
 int truncate64(const char *path, off_t len) __attribute__((alias("truncate")));

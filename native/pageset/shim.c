@@ -59,6 +59,7 @@
 #include <unistd.h>
 
 #include "highfd.h"
+#include "open_mode.h"
 #include "pageset/uffd_compat.h"
 
 #define PAGE 4096UL
@@ -213,6 +214,14 @@ static void watch_all(void) {
     close(fd);
 }
 
+/* watch_all() under the shim's lock: after something mapped files the shim did not see
+ * one by one (the loader, a moved mapping, a fork). */
+static void lock_and_watch_all(void) {
+    pthread_mutex_lock(&mu);
+    watch_all();
+    pthread_mutex_unlock(&mu);
+}
+
 static int regular_fd(int fd) {
     struct stat st;
     return fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
@@ -257,16 +266,12 @@ static void after_fork_child(void) {
     if (uffd >= 0) close(uffd);
     uffd = -1;
     uffd_failed = 0;
-    pthread_mutex_lock(&mu);
-    watch_all();
-    pthread_mutex_unlock(&mu);
+    lock_and_watch_all();
 }
 
 __attribute__((constructor)) static void pageset_init(void) {
     resolve_all();
-    pthread_mutex_lock(&mu);
-    watch_all();
-    pthread_mutex_unlock(&mu);
+    lock_and_watch_all();
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
@@ -309,43 +314,23 @@ void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
         va_end(ap);
     }
     void *p = real_mremap(old, old_len, new_len, flags, want);
-    if (p != MAP_FAILED) {
-        /* a moved mapping loses its registration; which kind it is, only the maps say */
-        pthread_mutex_lock(&mu);
-        watch_all();
-        pthread_mutex_unlock(&mu);
-    }
+    /* a moved mapping loses its registration; which kind it is, only the maps say */
+    if (p != MAP_FAILED) lock_and_watch_all();
     return p;
 }
 
 void *dlopen(const char *file, int mode) {
     RESOLVE(real_dlopen, "dlopen");
     void *h = real_dlopen(file, mode);
-    if (h && file) {
-        pthread_mutex_lock(&mu);
-        watch_all(); /* the loader maps libraries with its own internal mmap */
-        pthread_mutex_unlock(&mu);
-    }
+    if (h && file) lock_and_watch_all(); /* the loader maps libraries with its own internal mmap */
     return h;
 }
 
 void *dlmopen(Lmid_t lmid, const char *file, int mode) {
     RESOLVE(real_dlmopen, "dlmopen");
     void *h = real_dlmopen(lmid, file, mode);
-    if (h && file) {
-        pthread_mutex_lock(&mu);
-        watch_all();
-        pthread_mutex_unlock(&mu);
-    }
+    if (h && file) lock_and_watch_all();
     return h;
-}
-
-static int needs_mode(int flags) {
-    return (flags & O_CREAT) || (flags & __O_TMPFILE) == __O_TMPFILE;
-}
-
-static mode_t mode_arg(int flags, va_list ap) {
-    return needs_mode(flags) ? (mode_t)va_arg(ap, int) : 0;
 }
 
 /* If the next library lacks a variant (an older libc), the system call does the same. */
@@ -397,20 +382,14 @@ static int opened_was(off_t old_size, int fd) {
 }
 
 int open(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     RESOLVE(real_open, "open");
     off_t old = trunc_size(AT_FDCWD, path, flags);
     return opened_was(old, real_open ? real_open(path, flags, m) : sys_open(AT_FDCWD, path, flags, m));
 }
 
 int open64(const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     RESOLVE(real_open64, "open64");
     off_t old = trunc_size(AT_FDCWD, path, flags);
     return opened_was(old,
@@ -418,20 +397,14 @@ int open64(const char *path, int flags, ...) {
 }
 
 int openat(int dir, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     RESOLVE(real_openat, "openat");
     off_t old = trunc_size(dir, path, flags);
     return opened_was(old, real_openat ? real_openat(dir, path, flags, m) : sys_open(dir, path, flags, m));
 }
 
 int openat64(int dir, const char *path, int flags, ...) {
-    va_list ap;
-    va_start(ap, flags);
-    mode_t m = mode_arg(flags, ap);
-    va_end(ap);
+    PC_OPEN_MODE(m, flags);
     RESOLVE(real_openat64, "openat64");
     off_t old = trunc_size(dir, path, flags);
     return opened_was(old,

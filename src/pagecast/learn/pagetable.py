@@ -21,6 +21,7 @@ from typing import Sequence
 import numba
 import numpy as np
 
+from pagecast.trace.followers import distinct_followers
 from pagecast.trace.keys import PAGE_BITS  # key = slot << PAGE_BITS | page (slots, not regions)
 from pagecast.trace.keys import PAGE_MASK as _PAGE_MASK
 
@@ -33,37 +34,6 @@ def page_keys(slots: np.ndarray, pages: np.ndarray, n_slots: int) -> np.ndarray:
     pages = np.asarray(pages, np.int64)
     ok = (slots >= 0) & (slots < n_slots) & (pages >= 0) & (pages <= _PAGE_MASK)
     return np.where(ok, (slots << PAGE_BITS) | pages, -1)
-
-
-@numba.njit(cache=True)
-def _future_pairs(keys: np.ndarray, horizon: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(src, dst, step): for each event, the distinct keys among the next ``horizon`` events
-    (not itself) and at which step 1 … horizon each first appears."""
-    n = len(keys)
-    src = np.empty(n * horizon, np.int64)
-    dst = np.empty(n * horizon, np.int64)
-    step = np.empty(n * horizon, np.int64)
-    m = 0
-    for i in range(n):
-        k = keys[i]
-        if k < 0:
-            continue
-        start = m
-        for j in range(i + 1, min(n, i + 1 + horizon)):
-            q = keys[j]
-            if q < 0 or q == k:
-                continue
-            dup = False
-            for r in range(start, m):
-                if dst[r] == q:
-                    dup = True
-                    break
-            if not dup:
-                src[m] = k
-                dst[m] = q
-                step[m] = j - i
-                m += 1
-    return src[:m], dst[:m], step[:m]
 
 
 def _distinct_steps(keys: np.ndarray) -> np.ndarray:
@@ -117,7 +87,8 @@ class PageTable:
         occ: list[tuple[np.ndarray, np.ndarray]] = []
         for k in key_streams:
             k = _distinct_steps(np.asarray(k, np.int64))
-            s, d, st = _future_pairs(k, horizon)
+            at, d, st = distinct_followers(k, horizon, horizon)
+            s = k[at]
             agg.append(_pair_counts(s, d, np.ones(len(s), np.int64), st.astype(np.float64)))
             occ.append(np.unique(k[k >= 0], return_counts=True))
         if not agg or sum(len(a[0]) for a in agg) == 0:

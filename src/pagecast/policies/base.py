@@ -93,6 +93,14 @@ class Alias:
 # Pages the pager maps per fault unless a spec says otherwise (``PAGECAST_PAGER_DEPTH``'s default).
 BATCH_PAGES = 16
 
+
+def batch_depth(depth: int) -> int:
+    """``depth``, a pager-only policy's pages per batch, checked (a one-line error if not >= 1)."""
+    if depth < 1:
+        raise ValueError("depth must be a positive integer (pages per batch)")
+    return depth
+
+
 # Backends a policy can claim, in the order messages list them.
 BACKENDS = ("python", "sim", "live", "pager")
 BACKEND_LABELS = {

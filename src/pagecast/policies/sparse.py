@@ -9,14 +9,12 @@ Python ``observe`` and no simulator kernel.
 
 from __future__ import annotations
 
-from pagecast.policies.base import BATCH_PAGES, Shorthand, register_native_policy
+from pagecast.policies.base import BATCH_PAGES, Shorthand, batch_depth, register_native_policy
 
 
 def native_config(depth: int = BATCH_PAGES) -> dict[str, int]:
     """The pager's settings: ``depth`` learned pages per batch."""
-    if depth < 1:
-        raise ValueError("depth must be a positive integer (pages per batch)")
-    return {"depth": depth}
+    return {"depth": batch_depth(depth)}
 
 
 register_native_policy(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pagecast.errors import PagecastError
-from pagecast.policies.base import BATCH_PAGES, Shorthand, register_native_policy
+from pagecast.policies.base import BATCH_PAGES, Shorthand, batch_depth, register_native_policy
 
 
 def native_config(file: str | None = None, depth: int = BATCH_PAGES) -> dict:
@@ -20,9 +20,7 @@ def native_config(file: str | None = None, depth: int = BATCH_PAGES) -> dict:
         raise ValueError("needs a file: table:FILE (see `pagecast pager table`)")
     if not Path(file).exists():
         raise PagecastError("no such pager table file", path=file)
-    if depth < 1:
-        raise ValueError("depth must be a positive integer (pages per batch)")
-    return {"table": Path(file), "depth": depth}
+    return {"table": Path(file), "depth": batch_depth(depth)}
 
 
 register_native_policy(

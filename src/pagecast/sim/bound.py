@@ -32,7 +32,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import numba
 import numpy as np
 
 from pagecast.policies.oracle import Oracle
@@ -40,6 +39,7 @@ from pagecast.sim.config import SimConfig, SimResult
 from pagecast.sim.misses import has_accesses, miss_events
 from pagecast.sim.simulate import resolve_capacity, simulate
 from pagecast.trace.demand import as_trace, demand_chunks
+from pagecast.trace.followers import distinct_followers
 from pagecast.trace.keys import page_keys, split_keys
 from pagecast.trace.reader import Trace
 from pagecast.trace.schedule import Schedule
@@ -54,36 +54,6 @@ def oracle_ks(k_max: int) -> list[int]:
         ks.append(k)
         k *= 2
     return ks + [k_max]
-
-
-@numba.njit(cache=True)
-def _next_misses(keys: np.ndarray, k: int, look: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For each miss j: the next ``k`` distinct keys among misses j+1 …, not keys[j]."""
-    m = len(keys)
-    src = np.empty(m * k, np.int64)
-    dst = np.empty(m * k, np.int64)
-    rank = np.empty(m * k, np.int64)
-    n = 0
-    for j in range(m):
-        start = n
-        for q in range(j + 1, min(m, j + 1 + look)):
-            x = keys[q]
-            if x == keys[j]:
-                continue
-            dup = False
-            for r in range(start, n):
-                if dst[r] == x:
-                    dup = True
-                    break
-            if dup:
-                continue
-            src[n] = j
-            dst[n] = x
-            rank[n] = n - start
-            n += 1
-            if n - start == k:
-                break
-    return src[:n], dst[:n], rank[:n]
 
 
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
@@ -114,7 +84,8 @@ def miss_oracle_schedule(
     ``misses``: ``_miss_rows`` of this trace and capacity, when already computed."""
     t = as_trace(trace)
     miss, times, keys = misses if misses is not None else _miss_rows(t, capacity_pages)
-    src, dst, rank = _next_misses(keys, int(k), MISS_LOOKAHEAD)
+    src, dst, _ = distinct_followers(keys, MISS_LOOKAHEAD, int(k))
+    rank = np.arange(len(src)) - np.searchsorted(src, src)  # the order of each among its miss's
     region, page = split_keys(dst)
     s = Schedule(miss[src], times[src], region, page, (k - rank).astype(np.float32))
     s.regions = list(t.regions)
