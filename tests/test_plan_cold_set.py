@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_program_files_are_the_binary_its_loader_and_libraries():
 
 
 def test_program_files_of_a_script_name_its_interpreter(tmp_path):
-    py = os.path.realpath(shutil.which("python3"))
+    py = os.path.realpath(sys.executable)  # a binary: a shim script on PATH has no libc of its own
     s = tmp_path / "s.py"
     s.write_text(f"#!{py}\nprint(1)\n")
     files = program_files([str(s)], "/")

@@ -10,8 +10,11 @@
  *                                                     the `extent` policy on these files
  *   PAGECAST_FEEDBACK=PATH                            the launcher's feedback segment
  *                                                     (launch/feedback.h)
- *   PAGECAST_OBJECT_FILES=DEV:INO:PAGES:ALIGN[,...]   mapped files read as objects of PAGES
- *                                                     pages at ALIGN + k * PAGES
+ *   PAGECAST_OBJECT_FILES=DEV:INO:PAGES:ALIGN[:n][,...]
+ *                                                     mapped files read as objects of PAGES
+ *                                                     pages at ALIGN + k * PAGES; `:n`: a
+ *                                                     page faulted again after reclaim gets
+ *                                                     the kernel's read-around, not one page
  *
  * The per-file forms are what `pagecast run --plan` sets: a plan's advice is per file, and
  * a file is named by (device, inode) because a path can be spelt many ways (relative,
@@ -27,7 +30,7 @@
  * read(), pread() on a feedback file -> each page read is marked and counted once, inside
  *             or outside the plan's ranges; mmap of it sets its `mapped` flag.
  * mmap() of an object file (readable, not MAP_FIXED) -> mapped with no access and read-ahead
- *             off; the first touch of an object faults (SIGSEGV, caught here): the whole
+ *             off (kept with `:n`); the first touch of an object faults (SIGSEGV, caught here): the whole
  *             object is asked of the page cache at once (MADV_WILLNEED) and made accessible
  *             with the program's protection, and the access resumes and waits only for its
  *             own page. One signal per object instead of a read-around window (read_ahead_kb,
@@ -88,6 +91,7 @@ struct object_file {
     dev_t dev;
     ino_t ino;
     int64_t pages, align;
+    int refault_readaround; /* under a memory limit: an object's pages come back after reclaim */
 };
 static struct object_file *objfiles;
 static size_t nobjfiles;
@@ -179,8 +183,10 @@ static void parse_objects(const char *list) {
     for (const char *p = list; *p;) {
         unsigned long long dev, ino;
         long long pages, align;
-        if (sscanf(p, "%llu:%llu:%lld:%lld", &dev, &ino, &pages, &align) == 4 && pages > 0 && align >= 0)
-            objfiles[nobjfiles++] = (struct object_file){(dev_t)dev, (ino_t)ino, pages, align % pages};
+        char mode = 0;
+        int got = sscanf(p, "%llu:%llu:%lld:%lld:%c", &dev, &ino, &pages, &align, &mode);
+        if (got >= 4 && pages > 0 && align >= 0)
+            objfiles[nobjfiles++] = (struct object_file){(dev_t)dev, (ino_t)ino, pages, align % pages, mode == 'n'};
         const char *c = strchr(p, ',');
         if (!c) break;
         p = c + 1;
@@ -503,7 +509,10 @@ static void *map_objects(void *addr, size_t len, int prot, int flags, int fd, of
         }
         p = real(addr, len, PROT_NONE, flags, fd, off);
         if (p != MAP_FAILED) {
-            madvise(p, len, MADV_RANDOM);
+            /* read-ahead off: a first touch reads its object, not a window around it; where
+             * reclaim takes objects back (a memory limit), one page a refault costs more than
+             * the window */
+            if (!objfiles[slot].refault_readaround) madvise(p, len, MADV_RANDOM);
             struct object_map *m = &objmaps[nobjmaps];
             *m = (struct object_map){
                 (uintptr_t)p, (uintptr_t)p + len, off / PCF_PAGE, objfiles[slot].pages, objfiles[slot].align, prot, 1};

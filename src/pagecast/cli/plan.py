@@ -605,7 +605,8 @@ def _memory_summary(plan) -> str:
     note = f": {plan.note}" if plan.note else ""
     if plan.backend == "kernel":
         return f"memory plan for {plan.limit_bytes >> 20} MiB: {rest}{note}"
-    return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{rest}{note}"
+    objects = "".join(f"{Path(f.path).name} read as objects of {f.objects[0] * 4} KiB, " for f in plan.object_files())
+    return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{objects}{rest}{note}"
 
 
 def _measure_memory(plan, recordings, rounds: int) -> tuple:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pagecast.errors import PagecastError
+from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
 from pagecast.util.memcg import MemoryCgroup, parse_limit
 
@@ -85,6 +86,32 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
     os.close(w)
     gc.unfreeze()
     return child, r
+
+
+def objects_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
+    """The program's environment with the advice shim reading the plan's object files
+    whole at their first touch (``:n``: pages reclaimed and faulted again get the kernel's
+    read-around); None when no object file is as the plan recorded it."""
+    from pagecast.launch.binary import SHIM_SUFFIX, launcher_path
+
+    specs = []
+    for f in plan.object_files():
+        try:
+            now = FileIdentity.of(f.path)
+        except OSError:
+            now = None
+        if now is None or f.identity.differences(now):
+            warnings.append(f"{f.path} changed since the plan was made: not read as objects")
+            continue
+        assert f.objects is not None
+        specs.append(f"{now.dev}:{now.ino}:{f.objects[0]}:{f.objects[1]}:n")
+    if not specs:
+        return None
+    env = dict(os.environ)
+    shim = launcher_path() + SHIM_SUFFIX
+    env["LD_PRELOAD"] = f"{shim}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else shim
+    env["PAGECAST_OBJECT_FILES"] = ",".join(specs)
+    return env
 
 
 def _read_all(fd: int) -> bytes:
@@ -176,13 +203,16 @@ def run_under_limit(
             from pagecast.launch.memlimit_pager import pager_setup
 
             env, pager = pager_setup(plan, limit, Path(td), warnings)
+        elif plan and plan.object_files():
+            env = objects_env(plan, warnings)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout, env=env)
         except OSError as e:
             raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
-        ctl = _start_controller(plan, proc.pid, cg) if plan is not None and backend == "kernel" else None
+        acts = plan is not None and backend == "kernel" and any(f.keep or f.stream for f in plan.files)
+        ctl = _start_controller(plan, proc.pid, cg) if acts else None
         rc = _wait_forwarding_signals(proc)
         wall = time.monotonic() - t0
         controller = _controller_report(ctl, warnings) if ctl is not None else None

@@ -35,6 +35,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+from pagecast.plan.memory_objects import plan_object_layouts
 from pagecast.plan.shared_pages import merge_ranges, recorded_identity
 from pagecast.sim.misses import lru_misses, min_misses
 from pagecast.sim.readaround import readaround_reads
@@ -518,6 +519,7 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
     if tried:
         validation["plan_bytes_by_chunk"] = tried
     names = {i: p for p, i in files.items()}
+    objects = plan_object_layouts(runs, names)
     ident: dict[str, FileIdentity] = {}
     for t in traces:
         ident.update(recorded_identity(t))
@@ -540,11 +542,15 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
         fk = [c & ((1 << 40) - 1) for c in keep if c >> 40 == fi]
         fs = [c & ((1 << 40) - 1) for c in streamed if c >> 40 == fi]
         fn = {a & ((1 << 40) - 1): b & ((1 << 40) - 1) for a, b in nxt.items() if a >> 40 == fi and b >> 40 == fi}
-        out.append(FileMemoryPlan(path, ident[path], _ranges(fk), _ranges(fs), fn, dict(per_file[fi])))
+        out.append(FileMemoryPlan(path, ident[path], _ranges(fk), _ranges(fs), fn, dict(per_file[fi]), objects.get(fi)))
     backend = "kernel-advice"
     note = ""
     if validation.get("plan_bytes") is not None and validation["plan_bytes"] >= validation["lru_bytes"]:
         backend, note = "kernel", "leave-one-run-out: the plan would read no less than the kernel's LRU"
+        if any(f.objects for f in out):
+            # the keep set goes; reading objects whole instead of read-around windows stays
+            out = [dataclasses.replace(f, keep=[], stream=[], next={}) for f in out]
+            backend, note = "kernel-advice", note + "; objects read whole only"
     return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, room_bytes(cfg))
 
 

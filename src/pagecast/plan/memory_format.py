@@ -49,6 +49,9 @@ class FileMemoryPlan:
     stream: list[tuple[int, int]] = field(default_factory=list)
     next: dict[int, int] = field(default_factory=dict)
     predicted: dict[str, int] = field(default_factory=dict)  # bytes read: lru, min, plan
+    # (pages, first page): the program reads this file as objects of that many pages from
+    # that page on; a miss in one reads the object instead of the read-around window
+    objects: tuple[int, int] | None = None
 
     def keep_chunks(self) -> int:
         return sum(n for _, n in self.keep)
@@ -66,6 +69,7 @@ class FileMemoryPlan:
             "stream": [list(r) for r in self.stream],
             "next": {str(k): v for k, v in self.next.items()},
             "predicted": self.predicted,
+            **({"objects": list(self.objects)} if self.objects else {}),
         }
 
 
@@ -88,6 +92,9 @@ class MemoryPlan:
 
     def followed_bytes(self) -> int:
         return sum(n for f in self.files if f.followed() for _, n in f.stream) * self.chunk_bytes
+
+    def object_files(self) -> list[FileMemoryPlan]:
+        return [f for f in self.files if f.objects]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -127,6 +134,14 @@ def _ranges(v: Any, what: str, path: str | Path) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in v]
 
 
+def _objects(v: Any, path: str | Path) -> tuple[int, int] | None:
+    if v is None:
+        return None
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v) and v[0] > 0 and v[1] >= 0):
+        raise PagecastError("memory plan: objects is not [pages, first page]", path=path)
+    return (int(v[0]), int(v[1]))
+
+
 def read_memory_plan(path: str | Path) -> MemoryPlan:
     try:
         doc = json.loads(Path(path).read_text())
@@ -147,6 +162,7 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
                     _ranges(f["stream"], "stream", path),
                     {int(k): int(v) for k, v in f.get("next", {}).items()},
                     {str(k): int(v) for k, v in f.get("predicted", {}).items()},
+                    _objects(f.get("objects"), path),
                 )
             )
         plan = MemoryPlan(
@@ -206,7 +222,9 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     for f in reversed(plan.files):  # the first files the runs used keep their chunks longest
         keep, dropped = _trim_keep(f.keep, max(0, excess))
         excess -= sum(n for _, n in dropped)
-        files.append(FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted))
+        files.append(
+            FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted, f.objects)
+        )
     files.reverse()
     scaled = MemoryPlan(
         limit,

@@ -53,7 +53,7 @@ def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
             if take > 0:
                 keep.append((a, take))
                 budget -= take
-        files.append(FileMemoryPlan(f.path, f.identity, keep, [], {}, f.predicted))
+        files.append(FileMemoryPlan(f.path, f.identity, keep, [], {}, f.predicted, f.objects))
     return dataclasses.replace(plan, files=files, prefetch_chunks=0)
 
 
