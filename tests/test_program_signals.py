@@ -132,6 +132,9 @@ def _start_record(tmp_path: Path, marker: Path, *front: str) -> subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # a suite started under nohup ignores SIGHUP, and pagecast rightly keeps an ignored
+        # signal ignored for itself and the program: start it as a terminal's job would be
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
 
 
