@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +41,7 @@ from pagecast.sim.readaround import readaround_reads
 from pagecast.trace.demand import read_demand
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import Kind
-from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
+from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_bytes_of
 
 DEFAULT_CHUNK = 2 << 20
 # chunk sizes tried when none is given: large chunks suit programs that stream a file, small
@@ -346,10 +345,7 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
         counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
     ra = DEFAULT_READ_AHEAD_KB << 10
     for fi, _ in counts.most_common(1):
-        try:
-            ra = read_ahead_kb_of(os.stat(names[fi]).st_dev) << 10
-        except (OSError, KeyError):
-            pass
+        ra = read_ahead_bytes_of(names.get(fi, ""))
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
         if majors >= MIN_MAJORS:

@@ -12,14 +12,13 @@ that come back after reclaim, where one request for the window costs less than a
 
 from __future__ import annotations
 
-import os
 from typing import Callable, Sequence
 
 import numpy as np
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.plan.objects import learn_layout
-from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_kb_of
+from pagecast.util.device_model import read_ahead_bytes_of
 
 # objects smaller than this are left to the kernel: the shim's first touch of an object is a
 # signal, and a file read as objects of a few pages (a database's pages) would take one every
@@ -51,14 +50,6 @@ def object_layouts(
     return out
 
 
-def read_ahead_of(path: str) -> int:
-    """The read-around window of ``path``'s device, bytes (the default where unknown)."""
-    try:
-        return read_ahead_kb_of(os.stat(path).st_dev) << 10
-    except OSError:
-        return DEFAULT_READ_AHEAD_KB << 10
-
-
 def plan_object_layouts(runs: Sequence, names: dict[int, str]) -> dict[int, tuple[int, int]]:
     """``object_layouts`` over ``RunStream``s (``pagecast.plan.memory.read_run``), ``names``:
     file index to path."""
@@ -67,4 +58,4 @@ def plan_object_layouts(runs: Sequence, names: dict[int, str]) -> dict[int, tupl
     files = np.concatenate([r.file for r in runs])
     pages = np.concatenate([r.page for r in runs])
     runs_of = np.concatenate([np.full(len(r.file), i, np.int64) for i, r in enumerate(runs)])
-    return object_layouts(files, pages, runs_of, len(runs), lambda fi: read_ahead_of(names.get(fi, "")))
+    return object_layouts(files, pages, runs_of, len(runs), lambda fi: read_ahead_bytes_of(names.get(fi, "")))

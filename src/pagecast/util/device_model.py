@@ -89,6 +89,15 @@ def read_ahead_kb_of(dev: int) -> int:
         return DEFAULT_READ_AHEAD_KB
 
 
+def read_ahead_bytes_of(path: str | Path) -> int:
+    """The read-around window of the device ``path`` lies on, in bytes (the default where
+    the file or its device setting cannot be read)."""
+    try:
+        return read_ahead_kb_of(os.stat(path).st_dev) << 10
+    except OSError:
+        return DEFAULT_READ_AHEAD_KB << 10
+
+
 def max_sectors_kb_of(dev: int) -> int | None:
     """The largest single request the block device ``dev`` takes (its queue's max_sectors_kb;
     a partition's is its disk's), or None when it has no block queue (tmpfs, network)."""
