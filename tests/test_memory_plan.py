@@ -3,6 +3,7 @@ and evict-after-use decisions against MIN's steady state on the project's simula
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -215,7 +216,10 @@ def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
 
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
     plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "pager", [fp])  # a plan already measured for the pager
-    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES
+    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES[:-1]  # no coarser plan given
+    coarse = dataclasses.replace(plan, chunk_bytes=1 << 20)
+    assert tuple(variants(plan, pager=False, follow=coarse)) == KERNEL_CANDIDATES
+    assert variants(plan, follow=coarse)["follow"].chunk_bytes == 1 << 20
     both = variants(plan)
     assert {k: v.backend for k, v in both.items() if v is not None} == {
         "half": "kernel-advice",

@@ -546,7 +546,7 @@ def _remove_packs(doc) -> None:
 
 def _memory_plan(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
-    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, plan_for_limit
+    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, follow_plan, plan_for_limit
     from pagecast.plan.memory_format import write_memory_plan
     from pagecast.util.memcg import parse_limit
     from pagecast.util.sizes import parse_size
@@ -567,7 +567,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     plan = plan_for_limit(args.traces, cfg)
     measured = None
     if recordings is not None and plan.backend != "kernel":
-        plan, measured = _measure_memory(plan, recordings, args.rounds or 3)
+        follow = follow_plan(args.traces, cfg, plan)
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow)
         plan.validation["measured"] = measured.to_dict()
     write_memory_plan(plan, args.output)
     if measured is not None and (args.explain or not args.json):
@@ -609,12 +610,13 @@ def _memory_summary(plan) -> str:
     return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{objects}{rest}{note}"
 
 
-def _measure_memory(plan, recordings, rounds: int) -> tuple:
-    """Time the memory plan's variants against the kernel alone under the limit."""
+def _measure_memory(plan, recordings, rounds: int, follow=None) -> tuple:
+    """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
+    follow, if one was built) against the kernel alone under the limit."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
-    from pagecast.plan.memory_measure import CANDIDATES, KERNEL_CANDIDATES, measure_memory_plan
+    from pagecast.plan.memory_measure import KERNEL_CANDIDATES, PAGER_CANDIDATES, measure_memory_plan
 
     def argv(plan_path: str | None, prog: list[str]) -> list[str]:
         with_plan = ["--plan", plan_path] if plan_path else []
@@ -627,10 +629,11 @@ def _measure_memory(plan, recordings, rounds: int) -> tuple:
         no_pager = str(e)
     if no_pager:
         print(f"pagecast plan: the pager variants are not measured ({no_pager})", file=sys.stderr)
-    total = len(KERNEL_CANDIDATES if no_pager else CANDIDATES) * len(recordings) * rounds
+    kinds = len(KERNEL_CANDIDATES) - (follow is None) + (0 if no_pager else len(PAGER_CANDIDATES))
+    total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
         cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1))
-        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager)
+        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager, follow=follow)
 
 
 def _show_memory(path: str, as_json: bool) -> int:

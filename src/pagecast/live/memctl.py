@@ -40,12 +40,12 @@ from typing import Callable
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.plan.format import FileIdentity
-from pagecast.plan.memory_format import MemoryPlan
+from pagecast.plan.memory_format import RECENT_CHUNKS, MemoryPlan
 
 SYS_PROCESS_MADVISE = 440  # x86_64 and the generic table
 MADV_COLD = 20
 MADV_PAGEOUT = 21
-RECENT = 2  # streamed chunks kept after entering: the one in use and the one before
+RECENT = RECENT_CHUNKS
 FULL_SCAN_EVERY = 10
 # chunks past the prefetch window looked at each poll: a program streaming from the cache
 # crosses several chunks between two polls, and one lost between full scans is not evicted

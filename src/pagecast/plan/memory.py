@@ -33,10 +33,10 @@ import numpy as np
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
-from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+from pagecast.plan.memory_format import RECENT_CHUNKS, FileMemoryPlan, MemoryPlan
 from pagecast.plan.memory_objects import plan_object_layouts
 from pagecast.plan.shared_pages import merge_ranges, recorded_identity
-from pagecast.sim.misses import lru_misses, min_misses
+from pagecast.sim.misses import lru_misses, min_misses, returns_at_depth
 from pagecast.sim.readaround import readaround_reads
 from pagecast.trace.demand import read_demand
 from pagecast.trace.reader import Trace, open_trace
@@ -52,8 +52,13 @@ SUCCESSOR_SHARE = 0.5
 # distinct chunks a program works in at once (threads splitting a tensor, a loop over two
 # arrays): coming back to one of them is not entering a chunk
 ENTRY_WINDOW = 4
-# share of a file's streamed uses that were returns above which it is not streamed from outside
-RETURN_SHARE = 0.5
+# share of a file's chunk entries that were late returns (to a chunk the controller would
+# have paged out already) above which the file is not streamed from outside
+LATE_RETURN_SHARE = 0.05
+# chunk sizes a plan is rebuilt at for ``plan --measure`` when its own chunks cannot be
+# followed: threads side by side return to chunks a few behind at a fine grain and to none
+# at a coarser one
+FOLLOW_CHUNKS = (2 << 20, 4 << 20, 8 << 20, 16 << 20)
 MIN_MAJORS = 100  # major faults of a file before its pages per major fault are believed
 
 
@@ -263,33 +268,42 @@ def _entries(keys: Sequence[int], window: int) -> tuple[list[int], int]:
     return out, returns
 
 
-def successors(streams: Sequence[np.ndarray], streamed: set[int]) -> dict[int, int]:
+def late_returns(keys: np.ndarray, window: int) -> int:
+    """Uses of a chunk among the last ``window`` distinct ones but behind the
+    ``RECENT_CHUNKS`` the controller keeps: it paged that chunk out, and the use reads it
+    again (``keys`` one file's chunk uses)."""
+    return int(returns_at_depth(collapse(keys), RECENT_CHUNKS, max(window, RECENT_CHUNKS + 1)))
+
+
+def successors(streams: Sequence[np.ndarray], streamed: set[int], window: int = ENTRY_WINDOW) -> dict[int, int]:
     """For each streamed chunk, the streamed chunk entered next, where one was at least
     ``SUCCESSOR_SHARE`` of at least two times: a guess below that would read chunks the
     program does not use next and evict ones it does (scattered reads get no prefetch).
 
-    None for a file whose streamed chunks were mostly returns (``RETURN_SHARE``): threads
-    working side by side (llama.cpp's matrix products, BLAS over a memmap) are still in a
-    chunk when another enters the next, and paging out or prefetching from outside measured
-    slower there than the keep set alone (docs/oversubscription.md)."""
+    None for a file where more than ``LATE_RETURN_SHARE`` of the entries were followed by
+    a late return within ``window`` chunks (the controller's regret window): paging out
+    after use would evict what the program comes back to (three threads sharing a tensor in
+    small chunks, BLAS threads each in its own half of a matrix), and measured slower there
+    than the keep set alone. Threads working on neighbouring chunks (llama.cpp's matrix
+    products) return only to the chunk before the current one, which the controller keeps."""
     counts: dict[int, Counter[int]] = defaultdict(Counter)
-    uses: Counter[int] = Counter()
-    returned: Counter[int] = Counter()
+    entries: Counter[int] = Counter()
+    late: Counter[int] = Counter()
     for keys in streams:
         by_file: dict[int, list[int]] = defaultdict(list)
         for k in keys.tolist():
             if k in streamed:
                 by_file[k >> 40].append(k)
         for fi, ks in by_file.items():
-            s, r = _entries(ks, ENTRY_WINDOW)
-            uses[fi] += len(ks)
-            returned[fi] += r
+            s, _ = _entries(ks, ENTRY_WINDOW)
+            entries[fi] += len(s)
+            late[fi] += late_returns(np.asarray(ks, np.int64), window)
             for a, b in zip(s, s[1:]):
                 counts[a][b] += 1
     out = {}
     for a, c in counts.items():
         fi = a >> 40
-        if returned[fi] > RETURN_SHARE * uses[fi]:
+        if late[fi] > LATE_RETURN_SHARE * entries[fi]:
             continue
         b, n = c.most_common(1)[0]
         total = sum(c.values())
@@ -393,7 +407,7 @@ def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], s
     n, _ = keep_size(runs, cfg, reserve, ordered[:budget])
     keep = set(ordered[:n])
     streamed |= set(ordered[n:])
-    return keep, streamed, successors(streams, streamed), reserve, dist
+    return keep, streamed, successors(streams, streamed, max(ENTRY_WINDOW, room_chunks)), reserve, dist
 
 
 KEEP_SHARES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -548,6 +562,38 @@ def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> Memor
             out = [dataclasses.replace(f, keep=[], stream=[], next={}) for f in out]
             backend, note = "kernel-advice", note + "; objects read whole only"
     return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, room_bytes(cfg))
+
+
+def _streamed_bytes(plan: MemoryPlan, followed: bool) -> int:
+    """Bytes of the files' streamed chunks (all, or the followed files' only), a chunk past
+    a file's end counted as far as the file goes: a small file's one chunk is not a chunk's
+    worth of streaming."""
+    total = 0
+    for f in plan.files:
+        if followed and not f.followed():
+            continue
+        for a, n in f.stream:
+            total += max(0, min((a + n) * plan.chunk_bytes, f.identity.size) - a * plan.chunk_bytes)
+    return total
+
+
+def follow_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: MemoryPlan) -> MemoryPlan | None:
+    """``plan`` rebuilt at the smallest chunk of ``FOLLOW_CHUNKS`` larger than its own at
+    which the controller follows at least half of what the rebuilt plan streams, where
+    ``plan`` follows less than half of what it streams; None otherwise. The byte model
+    prefers small chunks (a finer keep set); whether following a coarser stream from
+    outside is faster is for ``plan --measure`` to time."""
+    streamed = _streamed_bytes(plan, False)
+    if plan.backend != "kernel-advice" or not streamed or 2 * _streamed_bytes(plan, True) >= streamed:
+        return None
+    for chunk in FOLLOW_CHUNKS:
+        if chunk <= plan.chunk_bytes:
+            continue
+        cand = plan_for_limit(traces, dataclasses.replace(cfg, chunk_bytes=chunk))
+        total = _streamed_bytes(cand, False)
+        if cand.backend == "kernel-advice" and total and 2 * _streamed_bytes(cand, True) >= total:
+            return cand
+    return None
 
 
 def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:

@@ -39,6 +39,9 @@ BACKENDS = ("kernel-advice", "kernel", "pager")
 # from outside (evicted after use, prefetched ahead): below it, paging out from outside
 # evicts what the program comes back to (measured: twice the reads on scattered reads)
 STREAM_CHAIN = 0.9
+# streamed chunks the controller keeps after the program entered them: the one in use and the
+# one before (where a second thread still is); an older one is paged out
+RECENT_CHUNKS = 2
 
 
 @dataclass

@@ -12,6 +12,10 @@ measured slower with a keep set the model said would read less). So, as for cold
 - ``half``: the keep set halved (the less useful half streamed), locked only;
 - ``keep``: the keep set locked, nothing evicted or prefetched from outside;
 - ``plan``: the plan as built (keep, evict after use, prefetch);
+- ``follow``: where the plan cannot follow what it streams, the plan rebuilt in coarser
+  chunks that the controller can follow (``pagecast.plan.memory.follow_plan``): threads
+  side by side come back to a chunk a few behind at a fine grain (llama.cpp at 512 KiB),
+  to none at a coarse one;
 - ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
   pager instead (page-sized faults into a budget: where the kernel reads a read-around
   window for every scattered miss, the pager reads what is asked and what the plan names),
@@ -36,9 +40,11 @@ from typing import Any, Sequence
 from pagecast.plan.measure import MeasureConfig, Recording, _timed_rounds, noise_of, tie_of
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
 
-KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan")  # simplest first
+KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow")  # simplest first
 PAGER = "+pager"
-CANDIDATES = (*KERNEL_CANDIDATES, *(c + PAGER for c in KERNEL_CANDIDATES[1:]))
+PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
+PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
+CANDIDATES = (*KERNEL_CANDIDATES, *PAGER_CANDIDATES)
 
 
 def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
@@ -57,13 +63,16 @@ def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
     return dataclasses.replace(plan, files=files, prefetch_chunks=0)
 
 
-def variants(plan: MemoryPlan, pager: bool = True) -> dict[str, MemoryPlan | None]:
-    """The candidates, each naming the backend that applies it (whatever ``plan`` names)."""
+def variants(plan: MemoryPlan, pager: bool = True, follow: MemoryPlan | None = None) -> dict[str, MemoryPlan | None]:
+    """The candidates, each naming the backend that applies it (whatever ``plan`` names);
+    ``follow``: the plan rebuilt in chunks the controller can follow, if one was."""
     kernel_side = {"half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+    if follow is not None:
+        kernel_side["follow"] = follow
     out: dict[str, MemoryPlan | None] = {"kernel": None}
     out.update({k: dataclasses.replace(v, backend="kernel-advice") for k, v in kernel_side.items()})
     if pager:
-        for name in KERNEL_CANDIDATES[1:]:
+        for name in PAGER_SIDE:
             p = out[name]
             assert p is not None
             out[name + PAGER] = dataclasses.replace(p, backend="pager")
@@ -115,11 +124,15 @@ def choose(totals: dict[str, float], noise: float, tie: float) -> tuple[str, str
 
 
 def measure_memory_plan(
-    plan: MemoryPlan, recordings: Sequence[Recording], cfg: MeasureConfig, pager: bool = True
+    plan: MemoryPlan,
+    recordings: Sequence[Recording],
+    cfg: MeasureConfig,
+    pager: bool = True,
+    follow: MemoryPlan | None = None,
 ) -> tuple[MemoryPlan, MemoryMeasured]:
     """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``);
-    ``pager``: whether the pager variants are timed too."""
-    cands = variants(plan, pager)
+    ``pager``: whether the pager variants are timed too; ``follow``: see ``variants``."""
+    cands = variants(plan, pager, follow)
     work = Path(tempfile.mkdtemp(prefix="pagecast-memmeasure-"))
     try:
         no_plan = work / "kernel.plan"  # never written: ``launch_argv`` is given None for it

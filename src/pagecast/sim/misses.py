@@ -193,3 +193,27 @@ def min_misses(ids: np.ndarray, n_ids: int, capacity: int) -> np.ndarray:
             hv[p], hv[j] = hv[j], hv[p]
             j = p
     return miss
+
+
+@numba.njit(cache=True)
+def returns_at_depth(keys: np.ndarray, lo: int, hi: int) -> int:
+    """Uses of a key found at depth ``lo`` to ``hi`` - 1 of the stack of distinct keys in
+    last-use order (depth 0: the key used last; ``keys`` with no two equal neighbours)."""
+    stack = np.empty(max(hi, 1), np.int64)
+    n = 0
+    count = 0
+    for i in range(len(keys)):
+        k = keys[i]
+        d = 0
+        while d < n and stack[d] != k:
+            d += 1
+        if d < n:
+            count += lo <= d
+            top = d
+        else:
+            top = min(n, hi - 1)
+            n = min(n + 1, hi)
+        for j in range(top, 0, -1):
+            stack[j] = stack[j - 1]
+        stack[0] = k
+    return count
