@@ -42,7 +42,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +56,7 @@
 #include "faultmon.h"
 #include "live/fastpath.h"
 #include "pageset/uffd_compat.h"
+#include "vformat.h"
 
 /* --file-tp: per kind, the tracepoint id (0: not used) and raw offsets of i_ino, s_dev,
  * index, last_index */
@@ -133,10 +133,7 @@ static void flush_samples(void) {
 
 void fm_fail(const char *fmt, ...) {
     char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    PC_VFORMAT(msg, fmt);
     flush_samples();
     fm_frame(FR_ERROR, msg, (uint32_t)strlen(msg), NULL, 0);
     if (out_fd != 2) fprintf(stderr, "faultmon: %s\n", msg);
@@ -387,10 +384,7 @@ static void drain_all(void) {
 
 static void note(const char *fmt, ...) {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    PC_VFORMAT(msg, fmt);
     fm_frame(FR_NOTE, msg, (uint32_t)strlen(msg), NULL, 0);
 }
 

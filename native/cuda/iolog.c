@@ -6,7 +6,6 @@
  * $PAGECAST_CUDA_OUT, are written under temporary names and renamed when complete. */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 
 #include "outfile.h"
 #include "pc_internal.h"
+#include "vformat.h"
 
 #define PC_MAX_SLOTS 64
 
@@ -175,10 +175,7 @@ void pc_log_call(int fn, const char *name, int64_t start_ns, int64_t dur_ns, uin
 
 void pc_log_message(const char *fmt, ...) {
     char msg[5000];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+    PC_VFORMAT(msg, fmt);
     fprintf(stderr, "pagecast-cuda: %s\n", msg);
     if (!enabled) return;
     char path[2300];

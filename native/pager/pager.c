@@ -30,6 +30,7 @@
 #include "policy/pc_evict.h"
 #include "policy/pc_evict_plan.h"
 #include "policy/pc_policy.h"
+#include "vformat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,7 +40,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +76,7 @@ const char *pgr_last_error(void) {
 }
 
 void set_err(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
-    va_end(ap);
+    PC_VFORMAT(g_err, fmt);
 }
 
 int64_t now_ns(void) {

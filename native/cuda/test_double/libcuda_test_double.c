@@ -12,12 +12,13 @@
  * when an LD_PRELOADed interposer exports the same names. */
 #define _GNU_SOURCE
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h>
+
+#include "vformat.h"
 
 #undef cuGetProcAddress
 #undef cuMemPrefetchAsync
@@ -39,10 +40,7 @@ static void logf_(const char *fmt, ...) {
     const char *path = getenv("PAGECAST_TEST_DOUBLE_LOG");
     if (!path) return;
     char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
+    PC_VFORMAT(line, fmt);
     pthread_mutex_lock(&lock);
     FILE *f = fopen(path, "a");
     if (f) {

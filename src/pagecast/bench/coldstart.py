@@ -49,6 +49,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.pageset import file_page_sets, read_page_sets
 from pagecast.util.pagecache import make_cold
+from pagecast.util.preload import preload_list
 from pagecast.util.process import run_blocking
 
 PAGE = PAGE_SIZE
@@ -302,8 +303,10 @@ def advice_shim() -> Path:
 
 
 def _preload(advice: str) -> dict[str, str]:
-    pre = os.environ.get("LD_PRELOAD", "")
-    return {"LD_PRELOAD": f"{pre}:{advice_shim()}" if pre else str(advice_shim()), "PAGECAST_ADVICE": advice}
+    return {
+        "LD_PRELOAD": preload_list(os.environ.get("LD_PRELOAD", ""), advice_shim(), first=False),
+        "PAGECAST_ADVICE": advice,
+    }
 
 
 def _schedule(ctx: Context) -> None:

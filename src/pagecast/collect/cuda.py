@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from pagecast.errors import PagecastError, check_output
+from pagecast.util.preload import preload_list
 from pagecast.util.process import run_program as run_user_program
 
 
@@ -25,8 +26,7 @@ def cuda_env(
     interposer: Path, out_dir: Path, cupti: Path | None = None, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    pre = env.get("LD_PRELOAD", "")
-    env["LD_PRELOAD"] = f"{interposer}:{pre}" if pre else str(interposer)
+    env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), interposer, first=True)
     env["PAGECAST_CUDA_OUT"] = str(out_dir)
     if cupti is not None:
         env["CUDA_INJECTION64_PATH"] = str(cupti)

@@ -32,6 +32,7 @@ import numpy as np
 from pagecast.live.injector import PAGE, Issued, merge_ranges
 from pagecast.trace.regions import Region
 from pagecast.util.native import build
+from pagecast.util.preload import preload_list
 
 ANON_KINDS = ("anon", "heap")
 # The socket protocol, mirrored from native/live/anon_wire.h (tests/test_binary_layouts.py
@@ -101,8 +102,7 @@ class AnonChannel:
 
     def env(self, base: dict[str, str], shim: Path) -> dict[str, str]:
         env = dict(base)
-        pre = env.get("LD_PRELOAD", "").strip()
-        env["LD_PRELOAD"] = f"{pre}:{shim}" if pre else str(shim)
+        env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", "").strip(), shim, first=False)
         env["PAGECAST_ANON_SOCK"] = self.path
         env["PAGECAST_ANON_SHIM"] = str(shim)
         from pagecast.collect.faultmon import faultmon_binary

@@ -42,6 +42,7 @@ from pagecast.trace.demand import read_demand_columns
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.util.native import build, native_dir
+from pagecast.util.preload import preload_list
 from pagecast.util.process import run_program
 from pagecast.util.sizes import is_size, parse_size
 
@@ -760,8 +761,7 @@ def pager_env(
         if budget < 1:
             raise PagecastError(f"budget for {path} must be positive")
         _check_budget(budget, f"for {path}")
-    pre = env.get("LD_PRELOAD", "")
-    env["LD_PRELOAD"] = str(shim_path()) + (":" + pre if pre else "")
+    env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), shim_path(), first=True)
     env["PAGECAST_PAGER"] = encode_list(f"{Path(p).resolve()}:{int(b)}" for p, b in specs)
     env["PAGECAST_PAGER_POLICY"] = pol.name
     env["PAGECAST_PAGER_DEPTH"] = str(pol.depth)
