@@ -93,6 +93,7 @@ def objects_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
     whole at their first touch (``:n``: pages reclaimed and faulted again get the kernel's
     read-around); None when no object file is as the plan recorded it."""
     from pagecast.launch.binary import SHIM_SUFFIX, launcher_path
+    from pagecast.util.preload import preload_list
 
     specs = []
     for f in plan.object_files():
@@ -109,7 +110,7 @@ def objects_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
         return None
     env = dict(os.environ)
     shim = launcher_path() + SHIM_SUFFIX
-    env["LD_PRELOAD"] = f"{shim}:{env['LD_PRELOAD']}" if env.get("LD_PRELOAD") else shim
+    env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), shim, first=True)
     env["PAGECAST_OBJECT_FILES"] = ",".join(specs)
     return env
 
