@@ -60,6 +60,9 @@ LATE_RETURN_SHARE = 0.05
 # at a coarser one
 FOLLOW_CHUNKS = (2 << 20, 4 << 20, 8 << 20, 16 << 20)
 MIN_MAJORS = 100  # major faults of a file before its pages per major fault are believed
+# pages a fault maps when they are in the page cache already (the kernel's fault_around_bytes,
+# 64 KiB by default)
+FAULT_AROUND_PAGES = 16
 
 
 @dataclass(frozen=True)
@@ -353,7 +356,11 @@ def _ranges(chunks: Sequence[int]) -> list[tuple[int, int]]:
 def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
     """Twice what the kernel reads around a miss in the most used file: the read-ahead window
     of its device, or less where the recordings show fewer pages per major fault (a mapping
-    advised MADV_RANDOM reads the faulting page alone)."""
+    advised MADV_RANDOM reads the faulting page alone). A minor fault on a page the read
+    brought in maps up to ``FAULT_AROUND_PAGES`` of them at once, so faults per major fault
+    count pages in those units: counted one page each, SQLite's point queries under a 59 MiB
+    limit (216 faults a major fault, 8 MiB read each) were given a 2 MiB room, and the keep
+    set locked beside it made every query's read evict the page it was for (23× slower)."""
     counts: Counter[int] = Counter()
     for r in runs:
         counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
@@ -363,7 +370,7 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
         if majors >= MIN_MAJORS:
-            ra = min(ra, max(1, round(faults / majors)) * PAGE_SIZE)
+            ra = min(ra, max(1, round(faults * FAULT_AROUND_PAGES / majors)) * PAGE_SIZE)
     return 2 * ra
 
 
