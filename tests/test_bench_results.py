@@ -68,3 +68,17 @@ def test_headroom_share():
     assert headroom(1.0, 0.5, 1.2) is None  # the oracle is no faster: no headroom to share
     assert headroom(1.0, 0.9, 0.98) is None  # 2 % faster: within the noise, no share worth quoting
     assert headroom(1.0, 0.98, 0.96) == pytest.approx(0.5)
+
+
+def test_each_case_has_its_own_baselines():
+    # rows under a memory limit against the kernel alone under it, not the unlimited kernel
+    rows = [
+        *_rows("kernel: default", "kernel", [1.0]),
+        *_rows("plan", "pagecast", [0.5]),
+        *_rows("kernel: under a limit", "kernel", [4.0], case="limit"),
+        *_rows("memory plan", "pagecast", [2.0], case="limit"),
+    ]
+    by = {x["strategy"]: x for x in summarise(rows, [r.strategy for r in rows])}
+    assert by["kernel: default"]["best_kernel"] and by["kernel: under a limit"]["best_kernel"]
+    assert by["plan"]["vs_best_kernel"] == 2.0 and by["memory plan"]["vs_best_kernel"] == 2.0
+    assert by["memory plan"]["case"] == "limit" and by["plan"]["case"] == ""

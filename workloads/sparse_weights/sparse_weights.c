@@ -18,6 +18,9 @@
  * The prompt seeds the hidden state and the Zipf draws, so a different prompt touches a
  * different (but overlapping) set of pages.
  *
+ * --dense: every row of every layer each token, in address order (a dense model, as a model
+ * runner reads its weights for every token): the case of a memory limit below the file.
+ *
  * --advice: random (MADV_RANDOM: no read-around), normal (kernel default read-around),
  * sequential (MADV_SEQUENTIAL), willneed (MADV_WILLNEED on the whole mapping at start).
  * Prints one JSON line at the end: ttft_s, tokens_per_s, wall_s, rows, checksum.
@@ -68,7 +71,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: sparse_weights gen WEIGHTS [--size-mib N] [--dim D] [--seed S]\n"
             "       sparse_weights run WEIGHTS [--prompt P] [--tokens T] [--advice random|normal|sequential|willneed]\n"
-            "                              [--hot K] [--ctx M] [--zipf S] [--pool N] [--tail N] [--quiet]\n");
+            "                              [--hot K] [--ctx M] [--zipf S] [--pool N] [--tail N] [--dense] [--quiet]\n");
     exit(2);
 }
 
@@ -163,6 +166,7 @@ struct run_cfg {
     int pool; /* hot, contextual and data-dependent rows are drawn from the top-pool ranks */
     int tail; /* uniformly random rows per layer and token */
     int quiet;
+    int dense;     /* every row, every token */
     double zipf_s; /* power-law exponent of the row popularity */
 };
 
@@ -225,12 +229,14 @@ static int cmd_run(const char *path, const char *advice, struct run_cfg cfg) {
         for (uint32_t l = 0; l < m.L; l++) {
             int n = 0;
             uint64_t zs = mix64(cfg.prompt ^ mix64(((uint64_t)t << 32) | l));
-            for (int k = 0; k < cfg.hot; k++) {
+            if (cfg.dense)
+                for (uint32_t r = 0; r < R; r++) mark[r] = 1, active[n++] = r;
+            for (int k = 0; k < cfg.hot && !cfg.dense; k++) {
                 uint32_t r = rank_to_row(&m, l, zipf_rank(&zs, pool, cfg.zipf_s));
                 if (!mark[r]) mark[r] = 1, active[n++] = r;
             }
             /* the input-dependent tail: rows anywhere in the layer */
-            for (int k = 0; k < cfg.tail; k++) {
+            for (int k = 0; k < cfg.tail && !cfg.dense; k++) {
                 zs = mix64(zs);
                 uint32_t r = (uint32_t)(zs % R);
                 if (!mark[r]) mark[r] = 1, active[n++] = r;
@@ -253,16 +259,19 @@ static int cmd_run(const char *path, const char *advice, struct run_cfg cfg) {
                 if (!mark[r]) mark[r] = 1, active[n++] = r;
             }
             qsort(active, n, sizeof(uint32_t), cmp_u32);
-            /* read the rows in increasing address order: activations */
+            /* read the rows in increasing address order: activations, then the output, a
+             * weighted sum of the same rows (already resident); the dense pass does both
+             * while a row is at hand, reading each row once a token as a dense model does */
+            memset(nx, 0, D * sizeof(float));
             for (int k = 0; k < n; k++) {
                 const float *w = row_ptr(&m, l, active[k]);
                 float a = 0;
                 for (uint32_t j = 0; j < D; j++) a += w[j] * x[j];
                 act[k] = a > 0 ? a : 0.01f * a; /* leaky ReLU */
+                if (cfg.dense)
+                    for (uint32_t j = 0; j < D; j++) nx[j] += act[k] * w[j];
             }
-            /* output: weighted sum of the same rows (already resident) */
-            memset(nx, 0, D * sizeof(float));
-            for (int k = 0; k < n; k++) {
+            for (int k = 0; k < n && !cfg.dense; k++) {
                 const float *w = row_ptr(&m, l, active[k]);
                 for (uint32_t j = 0; j < D; j++) nx[j] += act[k] * w[j];
             }
@@ -315,6 +324,10 @@ int main(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--quiet")) {
             cfg.quiet = 1;
+            continue;
+        }
+        if (!strcmp(a, "--dense")) {
+            cfg.dense = 1;
             continue;
         }
         if (!v) usage();

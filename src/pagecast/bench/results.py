@@ -59,7 +59,8 @@ _OPTIONAL = {
 
 def summarise(rows: Sequence[RunRow], order: Sequence[str]) -> list[dict[str, Any]]:
     """A row per strategy named in ``order`` that has runs: medians, the spread of the wall
-    time, and ratios to the baselines. Listed by kind (``KINDS``), in ``order`` within a kind."""
+    time, and ratios to the baselines of its case (``RunRow.case``). Listed by kind
+    (``KINDS``), in ``order`` within a kind."""
     med = lambda xs: float(statistics.median(xs))  # noqa: E731
     out = []
     for name in dict.fromkeys(order):
@@ -69,6 +70,7 @@ def summarise(rows: Sequence[RunRow], order: Sequence[str]) -> list[dict[str, An
         x: dict[str, Any] = {
             "strategy": name,
             "kind": rs[0].kind,
+            "case": rs[0].case,
             "runs": len(rs),
             "wall_s": med([r.wall_s for r in rs]),
             "wall_min_s": min(r.wall_s for r in rs),
@@ -82,7 +84,10 @@ def summarise(rows: Sequence[RunRow], order: Sequence[str]) -> list[dict[str, An
                 x[col] = int(m) if whole else m / div
         out.append(x)
     out.sort(key=lambda x: KINDS.index(x["kind"]))  # stable: ``order`` within a kind
-    _ratios(out)
+    for case in dict.fromkeys(x["case"] for x in out):
+        # each case against its own baselines: rows under a memory limit against the kernel
+        # alone under that limit, not against strategies with all the memory they want
+        _ratios([x for x in out if x["case"] == case])
     return out
 
 

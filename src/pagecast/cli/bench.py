@@ -69,9 +69,10 @@ def add_bench_args(p: argparse.ArgumentParser, *, runs: int = 3, size_mib: int =
     p.add_argument(
         "--memory",
         metavar="LIMIT",
-        help="also run the workload in a memory cgroup of LIMIT bytes (384M; 'auto': 60%% of the working set "
-        "the training recordings used): the kernel alone and a memory plan (pagecast plan --memory on the "
-        "training prompts recorded under the limit), on the test prompt",
+        help="also run the workload's dense pass (--dense: every row, every token) in a memory cgroup of LIMIT "
+        "bytes (384M; 'auto': the program's own memory and 60%% of the weights): the kernel alone and a memory "
+        "plan (pagecast plan --memory on the training prompts recorded under the limit) through each backend, "
+        "on the test prompt",
     )
     add_json_flag(p)
 
@@ -80,15 +81,10 @@ def memory_extra(cfg, args: argparse.Namespace, log):
     """The rows under a memory limit (``--memory``), as ``run_bench``'s ``extra_rows``; or None."""
     if not getattr(args, "memory", None):
         return None
-    from pagecast.bench import sparse_weights as wl
-    from pagecast.bench.memory_rows import memory_rows
-
-    def workload(weights, prompt: int):
-        # no read-around: under a limit of a few MiB, the default's 128 KiB around each sparse fault is
-        # read and evicted again unused (the demo's quick run read 2.7 GiB of a 256 MiB file that way)
-        return wl.WorkloadConfig(weights, prompt=prompt, tokens=cfg.tokens, advice="random", extra=list(cfg.extra))
+    from pagecast.bench.memory_rows import dense_workload, memory_rows
 
     # three training prompts: leave-one-run-out needs two or more, and each costs a recorded run
+    workload = dense_workload(cfg.tokens)
     return memory_rows(cfg.out_dir, args.memory, workload, cfg.train_prompts[:3], cfg.test_prompt, log)
 
 
@@ -181,7 +177,7 @@ def parse_prompts(text: str) -> tuple[int, ...]:
 
 def _shown(s: dict) -> dict:
     """A summary row as the table shows it: ratios to 2 decimals, MiB to 1."""
-    r2 = lambda v: None if v is None else round(v, 2)  # noqa: E731
+    r2 = lambda v: "—" if v is None else round(v, 2)  # noqa: E731
     return {
         **s,
         "mib_read": round(s["mib_read"], 1),
@@ -210,6 +206,10 @@ def print_report(report: dict, as_json: bool) -> None:
     print(f"best kernel strategy: {report['best_kernel']}")
     for name, x in report["speedup_vs_best_kernel"].items():
         print(f"  {name}: {x:.2f}x faster than it")
+    for case, c in report.get("cases", {}).items():
+        print(f"{case}: the best kernel strategy under it: {c['best_kernel']}")
+        for name, x in c["speedup_vs_best_kernel"].items():
+            print(f"  {name}: {x:.2f}x faster than it")
     for name, runs in report["live"].items():
         sub = [r["submit"] for r in runs if r["submit"]["n"]]
         if sub:  # runs whose prefetches all went out at start (replay) have none

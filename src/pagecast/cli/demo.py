@@ -31,8 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-memory",
         action="store_true",
-        help="drop the rows under a memory limit (the kernel alone and a memory plan, at --memory, "
-        "default 'auto': 60%% of the working set)",
+        help="drop the rows under a memory limit (the workload's dense pass: the kernel alone and a memory plan "
+        "through each backend, at --memory, default 'auto': the program's own memory and 60%% of the weights)",
     )
     p.add_argument(
         "--no-plan",
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             + (0 if args.no_learned else 1)
             + (3 if cfg.pack else 0)
             + (1 if plan else 0)
-            + (2 if args.memory else 0)
+            + (3 if args.memory else 0)
         )
     )
     t0 = time.time()
