@@ -4,8 +4,9 @@ What ``plan --memory --measure`` chooses among, timed on the input the plan was 
 from: the kernel alone under the limit (the baseline), and any of the plan's variants
 (``pagecast.plan.memory_measure.variants``): ``half`` and ``keep`` (the keep set, halved or
 whole, locked; nothing followed from outside), ``plan`` (as built) and each of them applied by
-the userfaultfd pager (``+pager``), plus ``as-planned`` (the plan file as it is, with the
-backend it names). Every run starts cold, variants interleaved round by round. Printed: per
+the userfaultfd pager (``+pager``), ``follow`` (with ``--follow PLAN``: a plan rebuilt in
+coarser chunks the controller can follow, as ``plan --memory --measure`` builds one), plus
+``as-planned`` (the plan file as it is, with the backend it names). Every run starts cold, variants interleaved round by round. Printed: per
 variant the median time per pass (token, round) after the first over every round, MiB read
 by the run, and the ratio to the kernel alone.
 
@@ -44,9 +45,11 @@ from pagecast.util.memcg import parse_limit  # noqa: E402
 AS_PLANNED = "as-planned"
 
 
-def launches(plan_path: Path, limit: int, names: list[str], tmp: Path, argv: list[str]) -> dict[str, Launch]:
+def launches(
+    plan_path: Path, limit: int, names: list[str], tmp: Path, argv: list[str], follow: Path | None = None
+) -> dict[str, Launch]:
     plan = read_memory_plan(plan_path)
-    by_name = variants(plan)
+    by_name = variants(plan, follow=read_memory_plan(follow) if follow else None)
     out: dict[str, Launch] = {}
     for name in names:
         if name == AS_PLANNED:
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", required=True, help="memory limit (e.g. 59M)")
     ap.add_argument("--plan", type=Path, required=True, help="memory plan for that limit (pagecast plan --memory)")
     ap.add_argument("--variants", default="kernel,keep,plan,as-planned", help="comma-separated (kernel first)")
+    ap.add_argument("--follow", type=Path, help="the plan in coarser chunks, for the variant 'follow'")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         read: dict[str, list[int]] = {n: [] for n in names}
         results: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="pc-variants-") as td:
-            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv)
+            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow)
             for rnd in range(a.rounds):
                 order = names[rnd % len(names) :] + names[: rnd % len(names)]
                 for name in order:
