@@ -137,8 +137,9 @@ def _add_measure_args(p: argparse.ArgumentParser) -> None:
         "of the fastest; else the fastest kernel plan. A predicted plan so chosen is timed again against the "
         "fastest kernel plan, the two alone for --rounds more rounds, and kept only if it is faster again by "
         "more than a standard error. With --memory: the program alone under the limit against the plan, "
-        "its keep set alone and half of it, through pagecast run --memory; the simplest that beats the "
-        "kernel by more than the noise, else backend kernel",
+        "its keep set alone and half of it (each also through the userfaultfd pager), and where the plan "
+        "cannot follow what it streams the plan rebuilt in coarser chunks that it can (follow), through "
+        "pagecast run --memory; the simplest that beats the kernel by more than the noise, else backend kernel",
     )
     p.add_argument(
         "--rounds",
