@@ -27,9 +27,20 @@ SHOW = ["grep", "-E", "^Sig(Ign|Blk):", "/proc/self/status"]
 
 
 def _as_a_shell_would(*_: object) -> None:
-    """The parent's state both runs inherit: SIGHUP ignored (nohup), SIGUSR1 blocked."""
+    """The parent's state both runs inherit: SIGHUP ignored (nohup), SIGUSR1 blocked, every
+    other signal at its default, whatever the suite itself inherited (a suite started in the
+    background by a script inherits SIGINT and SIGQUIT ignored)."""
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) == signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+
+
+def _as_a_terminal_job() -> None:
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -132,9 +143,10 @@ def _start_record(tmp_path: Path, marker: Path, *front: str) -> subprocess.Popen
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
-        # a suite started under nohup ignores SIGHUP, and pagecast rightly keeps an ignored
-        # signal ignored for itself and the program: start it as a terminal's job would be
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+        # a suite started under nohup ignores SIGHUP, one started in the background by a
+        # script SIGINT and SIGQUIT, and pagecast rightly keeps an ignored signal ignored for
+        # itself and the program: start it as a terminal's job would be
+        preexec_fn=_as_a_terminal_job,
     )
 
 
