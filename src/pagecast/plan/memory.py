@@ -255,20 +255,19 @@ def keep_set(streams: Sequence[np.ndarray], capacity: int) -> tuple[list[int], s
     return keep, evict, used - kept - evict
 
 
-def _entries(keys: Sequence[int], window: int) -> tuple[list[int], int]:
-    """The chunks in the order the program entered them, and how many uses were returns: a
-    chunk among the last ``window`` distinct ones is a return, not an entry. Threads sharing
-    a tensor work on neighbouring chunks at once (``169 170 169 170 171``): a successor taken
-    from every change of chunk would chain 170 back to 169 and never reach 171."""
+def _entries(keys: Sequence[int], window: int) -> list[int]:
+    """The chunks in the order the program entered them: a chunk among the last ``window``
+    distinct ones is a return, not an entry. Threads sharing a tensor work on neighbouring
+    chunks at once (``169 170 169 170 171``): a successor taken from every change of chunk
+    would chain 170 back to 169 and never reach 171."""
     recent: deque[int] = deque(maxlen=window)
-    out, returns = [], 0
+    out = []
     for k in keys:
         if k in recent:
-            returns += 1
             continue
         recent.append(k)
         out.append(k)
-    return out, returns
+    return out
 
 
 def late_returns(keys: np.ndarray, window: int) -> int:
@@ -298,7 +297,7 @@ def successors(streams: Sequence[np.ndarray], streamed: set[int], window: int = 
             if k in streamed:
                 by_file[k >> 40].append(k)
         for fi, ks in by_file.items():
-            s, _ = _entries(ks, ENTRY_WINDOW)
+            s = _entries(ks, ENTRY_WINDOW)
             entries[fi] += len(s)
             late[fi] += late_returns(np.asarray(ks, np.int64), window)
             for a, b in zip(s, s[1:]):
