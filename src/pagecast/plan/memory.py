@@ -517,13 +517,22 @@ def choose_chunk(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[Memo
     return next(c for r, c in results if r <= least * (1 + SMALLER_CHUNK_GAIN)), tried
 
 
-def plan_for_limit(traces: Sequence[str | Path], cfg: MemoryPlanConfig) -> MemoryPlan:
+def read_runs(traces: Sequence[str | Path]) -> tuple[list[RunStream], dict[str, int]]:
+    """The recordings' demand streams and the file index they share (path -> index)."""
+    files: dict[str, int] = {}
+    return [read_run(t, files) for t in traces], files
+
+
+def plan_for_limit(
+    traces: Sequence[str | Path], cfg: MemoryPlanConfig, read: tuple[list[RunStream], dict[str, int]] | None = None
+) -> MemoryPlan:
+    """The memory plan for ``cfg.limit`` from ``traces``; ``read``: their ``read_runs``,
+    where the caller plans from them more than once."""
     if not traces:
         raise PagecastError("plan --memory: no recordings given")
     if cfg.chunk_bytes is not None and (cfg.chunk_bytes <= 0 or cfg.chunk_bytes % PAGE_SIZE):
         raise PagecastError(f"plan --memory: chunk size {cfg.chunk_bytes} is not a positive multiple of {PAGE_SIZE}")
-    files: dict[str, int] = {}
-    runs = [read_run(t, files) for t in traces]
+    runs, files = read if read is not None else read_runs(traces)
     if cfg.stream_room_bytes is None:
         cfg = dataclasses.replace(cfg, stream_room_bytes=stream_room(runs, {i: p for p, i in files.items()}))
     tried: dict[str, int] = {}
@@ -592,10 +601,11 @@ def follow_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: Memor
     streamed = _streamed_bytes(plan, False)
     if plan.backend != "kernel-advice" or not streamed or 2 * _streamed_bytes(plan, True) >= streamed:
         return None
+    read = read_runs(traces)  # once for every chunk size tried
     for chunk in FOLLOW_CHUNKS:
         if chunk <= plan.chunk_bytes:
             continue
-        cand = plan_for_limit(traces, dataclasses.replace(cfg, chunk_bytes=chunk))
+        cand = plan_for_limit(traces, dataclasses.replace(cfg, chunk_bytes=chunk), read)
         total = _streamed_bytes(cand, False)
         if cand.backend == "kernel-advice" and total and 2 * _streamed_bytes(cand, True) >= total:
             return cand
