@@ -178,6 +178,12 @@ def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
     assert set(m["total_s"]) == kernel_side | {c + "+pager" for c in kernel_side - {"kernel"}}
     assert all(len(runs) == 1 for by in m["runs_s"].values() for runs in by.values())
     assert all(len(by) == len(traces) for by in m["runs_s"].values())
+    conf = m.get("confirmation")  # a variant the first stage chose, timed again beside the kernel alone
+    if conf is None:
+        assert m["chosen"] == "kernel"
+    else:
+        assert set(conf["total_s"]) == {conf["chosen"], "kernel"} and conf["chosen"] != "kernel"
+        assert m["chosen"] == (conf["chosen"] if conf["kept"] else "kernel")
     # the plan written is the variant chosen, with the backend that applied it
     row = next(p for p in plan.files if p.path == str(f))
     variant, _, by_pager = m["chosen"].partition("+")
@@ -230,3 +236,43 @@ def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
         "plan+pager": "pager",
     }
     assert both["keep+pager"].files == both["keep"].files and both["plan"].files == plan.files
+
+
+@pytest.mark.parametrize("holds", [False, True])
+def test_a_lead_kept_only_if_fresh_rounds_confirm_it(tmp_path, holds):
+    """The fastest of several noisy totals is biased low: the first stage's choice is timed
+    again beside the kernel alone and kept only if it is faster again. Real processes whose
+    wall time is set per candidate: ``half`` leads in the first stage, and in the fresh rounds
+    either still leads or runs as the kernel does."""
+    from pathlib import Path
+
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.measure import MeasureConfig, Recording
+    from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+    from pagecast.plan.memory_measure import measure_memory_plan
+
+    f = tmp_path / "f"
+    f.write_bytes(b"\0" * (1 << 20))
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
+    plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "kernel-advice", [fp])
+    recs = [Recording(str(tmp_path / n), ["true"], str(tmp_path), True) for n in ("a", "b")]
+    rounds, seen = 2, {}
+    first_stage = rounds * len(recs)
+
+    def argv(path: str | None, _prog: list[str]) -> list[str]:
+        name = Path(path).stem if path else "kernel"
+        seen[name] = seen.get(name, 0) + 1
+        wall = {"kernel": 0.10, "half": 0.04}.get(name, 0.14)
+        if name == "half" and seen[name] > first_stage and not holds:
+            wall = 0.10
+        return ["sleep", str(wall)]
+
+    chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds), pager=False)
+    assert m.confirmation is not None and m.confirmation.chosen == "half"
+    assert seen["half"] == seen["kernel"] == 2 * first_stage and seen["keep"] == first_stage
+    assert set(m.confirmation.runs) == {"half", "kernel"} and m.confirmation.kept is holds
+    if holds:
+        assert m.chosen == "half" and chosen.backend == "kernel-advice" and chosen.prefetch_chunks == 0
+    else:
+        assert m.chosen == "kernel" and chosen.backend == "kernel" and "not confirmed" in m.why
+    assert m.to_dict()["confirmation"]["kept"] is holds

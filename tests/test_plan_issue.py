@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from cold_support import cold_file_maker
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, checksum, decode_plan, encode_plan, write_plan
@@ -413,3 +414,31 @@ def test_issue_before_looks_each_file_up_once_and_checks_it_on_the_open_file(tmp
         by_path = [c for c in calls if f'"{f}"' in c]
         assert len(by_path) == 1 and by_path[0].startswith("openat("), by_path  # one lookup, no stat
     assert sum("POSIX_FADV_WILLNEED" in c for c in calls) == 1  # the good file's one range
+
+
+def test_issue_before_of_many_files_issues_each_once_and_warns_each_bad_one(tmp_path):
+    """A plan warming more files than the launcher issues from one thread (it splits them
+    between two): every good file is issued exactly once, each stale, missing or non-regular
+    file gets one warning line, and the program runs."""
+    files = []
+    for i in range(1100):
+        p = tmp_path / f"f{i:04d}"
+        p.write_bytes(bytes([i % 251]) * (2 * PAGE_SIZE))
+        files.append(p)
+    doc = PlanDoc([_warm(p, [(0, 2)]) for p in files], issue="before")
+    stale, gone, fifo = files[7], files[500], files[1099]
+    os.utime(stale, ns=(1, 1))
+    gone.unlink()
+    fifo.unlink()
+    os.mkfifo(fifo)
+    plan = tmp_path / "many.plan"
+    write_plan(plan, doc)
+    r = _pagecast("run", "--plan", str(plan), "--json", "--", "sh", "-c", "echo ran")
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    warnings = [x for x in r.stderr.decode().splitlines() if "warning" in x]
+    assert sorted(w.split(": ")[2] for w in warnings) == sorted(map(str, (stale, gone, fifo)))
+    status = {fr["path"]: (fr["status"], fr["pages_issued"]) for fr in rep["files"]}
+    bad = {str(stale): "stale", str(gone): "missing", str(fifo): "missing"}
+    assert all(status[str(p)] == ((bad[str(p)], 0) if str(p) in bad else ("warmed", 2)) for p in files)
+    assert rep["prefetch"]["pages_issued"] == 2 * (len(files) - 3) and rep["prefetch"]["requests"] == len(files) - 3

@@ -537,3 +537,20 @@ def test_a_per_recording_candidate_must_cover_every_recording(tmp_path):
     # identical candidates run once: default and a per-recording copy of it; another plan on r1 is its own
     cands = {"default": one, "same": {"r0": one, "r1": PlanDoc()}, "mixed": {"r0": one, "r1": other}}
     assert runs_needed(cands, recs, 3) == 2 * 2 * 3
+
+
+def test_a_failed_run_is_reported_by_the_programs_last_line_not_pagecasts_report():
+    from pagecast.plan.measure import _program_tail
+
+    err = (
+        'Traceback (most recent call last):\n  File "<string>", line 9, in <module>\n'
+        "KeyError: 'DATA_DIR'\n"
+        "pagecast run: warning: the program never mapped /usr/lib/locale/C.utf8/LC_CTYPE\n"
+        "pagecast run: memory limit 85 MiB: wall 0.039 s, read 0 MiB, refaults 0, major faults 0, peak 4 MiB\n\n"
+    )
+    assert _program_tail(err) == "KeyError: 'DATA_DIR'"
+    assert (
+        _program_tail("pagecast run: memory limit 85 MiB: wall 0.039 s\n")
+        == "pagecast run: memory limit 85 MiB: wall 0.039 s"
+    )
+    assert _program_tail("") == ""

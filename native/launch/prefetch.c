@@ -297,54 +297,90 @@ static struct request *make_requests(struct pcl_plan *plan, int64_t *n) {
     return req;
 }
 
+/* Issue one warm file's ranges before the program starts; the requests made. */
+static int64_t issue_file_before(struct pcl_file *f) {
+    int64_t requests = 0;
+    clip_ranges(f);
+    f->fb = PCL_FB_OFF; /* everything is issued up front: nothing left for a verdict to stop */
+    if (f->advice == PCL_ADV_DEFAULT) {
+        /* not stat()ed by pcl_plan_open: the identity is checked here, on the open file
+         * (O_NONBLOCK: a FIFO put in a file's place must not block the launch; left set, as
+         * the descriptor is only advised) */
+        struct stat st;
+        int fd = pc_open_regular_nb(f->path, O_RDONLY, &st);
+        if (fd < 0) {
+            pcl_file_missing(f, pc_open_why(errno));
+            return 0;
+        }
+        if (!pcl_file_identity_ok(f, &st)) {
+            close(fd);
+            return 0;
+        }
+        f->fd = fd;
+    } else if (!open_planned(f))
+        return 0;
+    int64_t chunk = f->chunk_kib * 1024 / PAGE;
+    for (int64_t k = 0; k < f->nranges; k++)
+        for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e; a += chunk) {
+            int64_t n = e - a < chunk ? e - a : chunk;
+            if (posix_fadvise(f->fd, (off_t)a * PAGE, (off_t)n * PAGE, POSIX_FADV_WILLNEED) == 0)
+                f->pages_issued += n;
+            else
+                f->errors++;
+            requests++;
+        }
+    close(f->fd);
+    f->fd = -1;
+    if (f->errors) {
+        f->status = PCL_ST_ERROR;
+        snprintf(f->detail, sizeof f->detail, "%lld requests failed", (long long)f->errors);
+    } else {
+        f->status = PCL_ST_WARMED;
+        snprintf(f->detail, sizeof f->detail, "issued before the program started");
+    }
+    return requests;
+}
+
+/* Plans warming at least this many files before the program starts split them between two
+ * threads: each file costs four system calls (open, fstat, fadvise, close), about 2.5 us,
+ * and a plan of every file `grep -r` read (13,000) spent 30 ms on them in front of the
+ * program, 6 % of its run. */
+#define BEFORE_SPLIT_FILES 1024
+
+struct before_share {
+    struct pcl_plan *plan;
+    int first, step;
+    int64_t requests;
+};
+
+static int warmed_before(const struct pcl_file *f) {
+    return prefetched(f) && f->strategy == PCL_WARM;
+}
+
+static void *issue_share(void *arg) {
+    struct before_share *s = arg;
+    for (int i = s->first; i < s->plan->nfiles; i += s->step)
+        if (warmed_before(&s->plan->files[i])) s->requests += issue_file_before(&s->plan->files[i]);
+    return NULL;
+}
+
 int pcl_issue_before(struct pcl_plan *plan) {
     int64_t t0 = mono_ns();
-    int left = 0;
+    int left = 0, warm = 0;
     for (int i = 0; i < plan->nfiles; i++) {
-        struct pcl_file *f = &plan->files[i];
-        if (!prefetched(f)) continue;
-        if (f->strategy != PCL_WARM) {
+        const struct pcl_file *f = &plan->files[i];
+        if (warmed_before(f))
+            warm++;
+        else if (prefetched(f))
             left++; /* stream: read beside the program, as in every plan */
-            continue;
-        }
-        clip_ranges(f);
-        f->fb = PCL_FB_OFF; /* everything is issued up front: nothing left for a verdict to stop */
-        if (f->advice == PCL_ADV_DEFAULT) {
-            /* not stat()ed by pcl_plan_open: the identity is checked here, on the open file
-             * (O_NONBLOCK: a FIFO put in a file's place must not block the launch) */
-            struct stat st;
-            int fd = pc_open_regular(f->path, O_RDONLY, &st);
-            if (fd < 0) {
-                pcl_file_missing(f, pc_open_why(errno));
-                continue;
-            }
-            if (!pcl_file_identity_ok(f, &st)) {
-                close(fd);
-                continue;
-            }
-            f->fd = fd;
-        } else if (!open_planned(f))
-            continue;
-        int64_t chunk = f->chunk_kib * 1024 / PAGE;
-        for (int64_t k = 0; k < f->nranges; k++)
-            for (int64_t a = f->ranges[k][0], e = a + f->ranges[k][1]; a < e; a += chunk) {
-                int64_t n = e - a < chunk ? e - a : chunk;
-                if (posix_fadvise(f->fd, (off_t)a * PAGE, (off_t)n * PAGE, POSIX_FADV_WILLNEED) == 0)
-                    f->pages_issued += n;
-                else
-                    f->errors++;
-                plan->before_requests++;
-            }
-        close(f->fd);
-        f->fd = -1;
-        if (f->errors) {
-            f->status = PCL_ST_ERROR;
-            snprintf(f->detail, sizeof f->detail, "%lld requests failed", (long long)f->errors);
-        } else {
-            f->status = PCL_ST_WARMED;
-            snprintf(f->detail, sizeof f->detail, "issued before the program started");
-        }
     }
+    struct before_share share[2] = {{plan, 0, 1, 0}, {plan, 1, 2, 0}};
+    pthread_t other;
+    int split = warm >= BEFORE_SPLIT_FILES && pthread_create(&other, NULL, issue_share, &share[1]) == 0;
+    if (split) share[0].step = 2;
+    issue_share(&share[0]);
+    if (split) pthread_join(other, NULL);
+    plan->before_requests += share[0].requests + (split ? share[1].requests : 0);
     plan->before_ns = mono_ns() - t0;
     return left;
 }

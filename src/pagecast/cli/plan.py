@@ -633,7 +633,7 @@ def _measure_memory(plan, recordings, rounds: int, follow=None) -> tuple:
     kinds = len(KERNEL_CANDIDATES) - (follow is None) + (0 if no_pager else len(PAGER_CANDIDATES))
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
-        cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1))
+        cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))
         return measure_memory_plan(plan, recordings, cfg, pager=not no_pager, follow=follow)
 
 

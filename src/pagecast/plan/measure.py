@@ -335,6 +335,15 @@ def _argv_tail(argv: list[str]) -> str:
     return one_line(" ".join(argv))[:200]
 
 
+def _program_tail(stderr: str) -> str:
+    """The last line of a failed run's stderr that the program wrote: ``pagecast run`` ends
+    with its own report (wall time, bytes read), which says nothing of why the program
+    failed (a traceback's last line does)."""
+    lines = [x for x in stderr.strip().splitlines() if x.strip()]
+    own = [x for x in lines if not x.startswith("pagecast")]
+    return (own or lines or [""])[-1]
+
+
 def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig) -> float:
     """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit. Its
     stderr goes to a temporary file, so a failure can be reported with its last line."""
@@ -355,7 +364,7 @@ def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: Measu
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             err.seek(0)
-            tail = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+            tail = _program_tail(err.read().decode(errors="replace"))
             status = f"signal {-proc.returncode}" if proc.returncode < 0 else f"status {proc.returncode}"
             raise PagecastError(
                 f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) exited with {status} under the {cand} plan"
