@@ -313,7 +313,7 @@ def test_confirmation_runs_the_two_plans_alone_and_follows_its_own_totals(tmp_pa
     fastest kernel plan, each ROUNDS more times per recording, alone; the choice follows the
     fresh totals, whichever way they go. The command sleeps longer under the plan meant to
     be slower (it reads the plan path it is run with), so both outcomes are exercised."""
-    from pagecast.plan.measure import MeasureConfig, Measured, Recording, _confirm
+    from pagecast.plan.measure import MeasureConfig, Measured, Recording, Rounds, _confirm
 
     plans = {c: tmp_path / f"{c}.plan" for c in ("default", "random", "predicted")}
     for p in plans.values():
@@ -327,7 +327,7 @@ def test_confirmation_runs_the_two_plans_alone_and_follows_its_own_totals(tmp_pa
     out = Measured(list(plans), [r.trace for r in recs], runs, rounds=1, noise=0.02, chosen="predicted", why="w")
     extra = []
     cfg = MeasureConfig(lambda plan, argv: [*argv, plan, f"{slow}.plan"], rounds=1, on_extra=extra.append)
-    _confirm(out, {}, recs, plan_of, [], cfg, 2)
+    _confirm(out, {}, Rounds(recs, plan_of, [], cfg), 2)
     conf = out.confirmation
     assert extra == [2 * 2 * 2] and (conf.chosen, conf.rival, conf.rounds) == ("predicted", "random", 2)
     assert {c: [len(xs) for xs in by.values()] for c, by in conf.runs.items()} == {

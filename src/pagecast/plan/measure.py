@@ -439,7 +439,7 @@ def measure(
         out.chosen, out.why = choose_measured(out.totals(), out.noise, tie_of(out.noise, cfg.rounds, len(recordings)))
         extra = cfg.rounds if cfg.confirm_rounds is None else cfg.confirm_rounds
         if out.chosen not in KERNEL and extra > 0:
-            _confirm(out, same_as, recordings, plan_of, cold, cfg, extra)
+            _confirm(out, same_as, Rounds(recordings, plan_of, cold, cfg), extra)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -466,30 +466,42 @@ def _timed_rounds(
     return runs
 
 
-def _confirm(
-    out: Measured,
-    same_as: dict[str, str],
-    recordings: Sequence[Recording],
-    plan_of: dict[str, dict[str, Path]],
-    cold: list[str],
-    cfg: MeasureConfig,
-    rounds: int,
-) -> None:
+@dataclass
+class Rounds:
+    """What timing a candidate again needs: the recorded commands, each candidate's plan file
+    per recording, the files made cold before every run, and the configuration."""
+
+    recordings: Sequence[Recording]
+    plan_of: dict[str, dict[str, Path]]
+    cold: list[str]
+    cfg: MeasureConfig
+
+
+def fresh_rounds(
+    chosen: str, rival: str, run_as: dict[str, str], at: Rounds, rounds: int, noise: float
+) -> tuple[Confirmation, str]:
+    """``chosen`` and ``rival`` timed again, alone, interleaved in ``rounds`` fresh rounds
+    (``run_as``: the candidate whose plan files each one runs), judged by ``confirm_choice``.
+    Returns the confirmation and why it was or was not kept."""
+    n = len(at.recordings)
+    if at.cfg.on_extra:
+        at.cfg.on_extra(2 * n * rounds)
+    # rounds numbered on from the first stage's: their seeded orders are not reused
+    names = list(dict.fromkeys(run_as.values()))
+    got = _timed_rounds(names, at.recordings, at.plan_of, at.cold, at.cfg, rounds, at.cfg.rounds)
+    conf = Confirmation(chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(noise, rounds, n))
+    conf.kept, why = confirm_choice(chosen, rival, conf.totals(), conf.tie)
+    return conf, why
+
+
+def _confirm(out: Measured, same_as: dict[str, str], at: Rounds, rounds: int) -> None:
     """Time the learned plan the first stage chose and the fastest kernel plan again, alone,
     interleaved, and keep the learned one only if it is faster again (``confirm_choice``)."""
     chosen, rival = out.chosen, fastest_kernel(out.totals())
     run_as = {chosen: same_as.get(chosen, chosen), rival: same_as.get(rival, rival)}
-    if cfg.on_extra:
-        cfg.on_extra(2 * len(recordings) * rounds)
-    # rounds numbered on from the first stage's: their seeded orders are not reused
-    got = _timed_rounds(list(dict.fromkeys(run_as.values())), recordings, plan_of, cold, cfg, rounds, cfg.rounds)
-    conf = Confirmation(
-        chosen, rival, rounds, {c: got[m] for c, m in run_as.items()}, tie_of(out.noise, rounds, len(recordings))
-    )
-    conf.kept, why = confirm_choice(chosen, rival, conf.totals(), conf.tie)
-    out.confirmation = conf
+    out.confirmation, why = fresh_rounds(chosen, rival, run_as, at, rounds, out.noise)
     out.why = f"{out.why}; {why}"
-    if not conf.kept:
+    if not out.confirmation.kept:
         out.chosen = rival
 
 

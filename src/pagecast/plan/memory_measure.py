@@ -47,8 +47,9 @@ from pagecast.plan.measure import (
     Confirmation,
     MeasureConfig,
     Recording,
+    Rounds,
     _timed_rounds,
-    confirm_choice,
+    fresh_rounds,
     noise_of,
     tie_of,
 )
@@ -177,32 +178,16 @@ def measure_memory_plan(
         out.chosen, out.why = choose(out.totals(), out.noise, tie_of(out.noise, cfg.rounds, len(recordings)))
         extra = cfg.rounds if cfg.confirm_rounds is None else cfg.confirm_rounds
         if out.chosen != "kernel" and extra > 0:
-            _confirm(out, recordings, plan_of, cold, run_cfg, extra)
+            # the fastest of seven noisy totals is biased low: timed again beside the kernel alone
+            at = Rounds(recordings, plan_of, cold, run_cfg)
+            run_as = {out.chosen: out.chosen, "kernel": "kernel"}
+            out.confirmation, why = fresh_rounds(out.chosen, "kernel", run_as, at, extra, out.noise)
+            out.why = f"{out.why}; {why}"
+            if not out.confirmation.kept:
+                out.chosen = "kernel"
     finally:
         shutil.rmtree(work, ignore_errors=True)
     chosen = cands[out.chosen]
     if chosen is None:
         chosen = dataclasses.replace(plan, backend="kernel", note=f"measured: {out.why}")
     return chosen, out
-
-
-def _confirm(
-    out: MemoryMeasured,
-    recordings: Sequence[Recording],
-    plan_of: dict[str, dict[str, Path]],
-    cold: list[str],
-    cfg: MeasureConfig,
-    rounds: int,
-) -> None:
-    """The first stage's choice and the kernel alone again, interleaved in fresh rounds; the
-    choice stays only if it is faster again by more than a standard error."""
-    names = [out.chosen, "kernel"]
-    if cfg.on_extra:
-        cfg.on_extra(len(names) * len(recordings) * rounds)
-    got = _timed_rounds(names, recordings, plan_of, cold, cfg, rounds, cfg.rounds)  # orders not reused
-    conf = Confirmation(out.chosen, "kernel", rounds, got, tie_of(out.noise, rounds, len(recordings)))
-    conf.kept, why = confirm_choice(out.chosen, "kernel", conf.totals(), conf.tie)
-    out.confirmation = conf
-    out.why = f"{out.why}; {why}"
-    if not conf.kept:
-        out.chosen = "kernel"
