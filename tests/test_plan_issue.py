@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -442,3 +443,29 @@ def test_issue_before_of_many_files_issues_each_once_and_warns_each_bad_one(tmp_
     bad = {str(stale): "stale", str(gone): "missing", str(fifo): "missing"}
     assert all(status[str(p)] == ((bad[str(p)], 0) if str(p) in bad else ("warmed", 2)) for p in files)
     assert rep["prefetch"]["pages_issued"] == 2 * (len(files) - 3) and rep["prefetch"]["requests"] == len(files) - 3
+
+
+def test_a_plan_of_more_files_than_the_descriptor_limit_is_prefetched_beside_whole(tmp_path):
+    """The prefetcher beside the program closes each file once its requests are done: with
+    every descriptor held to the end, a plan of more files than the soft limit allows (1024
+    by default; 256 here) reported every file past it missing and prefetched none of them."""
+    files = []
+    for i in range(600):
+        p = tmp_path / f"f{i:04d}"
+        p.write_bytes(bytes([i % 251]) * PAGE_SIZE)
+        files.append(p)
+    plan = tmp_path / "beside.plan"
+    write_plan(plan, PlanDoc([_warm(p, [(0, 1)]) for p in files]))  # issue beside (the default)
+    status = tmp_path / "status.json"
+    r = subprocess.run(
+        ["bash", "-c", 'ulimit -n 256 && exec "$0" --prefetch-only --status "$1" "$2"', launcher_path(), status, plan],
+        capture_output=True,
+    )
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 60
+    while not status.exists() and time.monotonic() < deadline:  # the detached prefetcher writes it when done
+        time.sleep(0.05)
+    rep = json.loads(status.read_text())
+    assert rep["prefetch"]["issue"] == "beside"
+    assert [f["status"] for f in rep["files"]] == ["warmed"] * len(files)
+    assert rep["prefetch"]["pages_issued"] == len(files)

@@ -83,6 +83,7 @@ struct pcl_file {
     int elf_checked;
     int64_t pages_used, pages_outside; /* from the shim, at the end: distinct pages read in / out of the plan */
     int64_t req_lo, req_hi, req_next, req_gate; /* this file's requests; those from req_gate on wait for a verdict */
+    int inflight; /* requests handed to a reader and not yet done (under the prefetcher's lock) */
 };
 
 /* When the plan's warm requests are issued (plan option `issue`, version 3). */
