@@ -113,3 +113,19 @@ def test_edited_front_source_keeps_the_python_path(editable, tmp_path):
         src.write_bytes(original)
     _go(editable, cmd)
     assert not _python_started(_go(editable, cmd))
+
+
+def test_a_pagecast_imported_through_pythonpath_points_no_front(editable, tmp_path):
+    """A checkout run with PYTHONPATH beside an installed pagecast is another tree: the
+    installed front asked it for a pointer and got one naming that tree's launcher, which
+    every later run then used, however stale (this checkout's own test runs, from clones,
+    left the installed front on a clone's launcher from before a prefetcher fix)."""
+    cmd = [editable["venv"] / "bin" / "pagecast", "run", "--plan", _plan(tmp_path), "--", *PROG]
+    editable["pointer"].unlink(missing_ok=True)
+    other = subprocess.run([str(a) for a in cmd], cwd=editable["cwd"], capture_output=True,
+                           env={**editable["env"], **PY_TRACE, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    assert _python_started(other) and other.returncode == 3
+    assert not editable["pointer"].exists()
+    own = _go(editable, cmd)  # the front's own tree points it, as before
+    assert own.returncode == 3 and editable["pointer"].exists()
+    assert editable["pointer"].read_text().split("\n")[2] == str(editable["copy"] / "native")

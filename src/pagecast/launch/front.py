@@ -88,17 +88,32 @@ def pointer_path(key: str) -> str | None:
     return os.path.join(base, "pagecast", "native", f"pagecast-front-{key}")
 
 
+def _through_pythonpath() -> bool:
+    """Whether this pagecast was imported from a ``PYTHONPATH`` entry: then it is not the
+    installation the front belongs to (a checkout run with ``PYTHONPATH=src`` beside an
+    installed pagecast), and a pointer written for that front would send its every later
+    run to this tree's launcher, however stale."""
+    import pagecast
+
+    pkg = os.path.realpath(os.path.dirname(pagecast.__file__))
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    return any(pkg.startswith(os.path.realpath(e) + os.sep) for e in entries)
+
+
 def write_pointer(key: str) -> str | None:
     """Point the installed front that asked (``key``, from ``PAGECAST_FRONT_ID``) at the launcher,
     if it is entitled to one; the launcher or None.
 
     Only for a regular install whose shipped sources still hash to the key's id, or an
     editable one whose front source still hashes to it (``editable_id``), and never under
-    ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then).
+    ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then) or
+    for a pagecast imported through ``PYTHONPATH`` (another tree than the front's).
     The launcher comes from ``build_launcher`` (content-addressed: built from exactly these
     sources), not from the quicker stamp check."""
     from pagecast.launch import binary
 
+    if _through_pythonpath():
+        return None
     native = binary.native_dir()
     editable = native != binary.installed_native_dir()
     front_id, _, where = key.partition("-")
