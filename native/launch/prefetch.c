@@ -174,7 +174,7 @@ static int next_request(struct job *j, int64_t *out) {
     pthread_mutex_lock(&j->lock);
     for (int i = j->scan_from; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
-        if (!exhausted(f) && !open_planned(f)) close_if_done(f); /* no longer prefetched(): skipped from now on */
+        if (!exhausted(f)) open_planned(f); /* on failure no longer prefetched(): exhausted from now on */
         if (!exhausted(f) && f->req_next >= f->req_gate) {
             judge(plan, f);
             if (f->fb == PCL_FB_CANCELLED) close_if_done(f);

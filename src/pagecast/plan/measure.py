@@ -477,21 +477,25 @@ class Rounds:
     cfg: MeasureConfig
 
 
-def fresh_rounds(
-    chosen: str, rival: str, run_as: dict[str, str], at: Rounds, rounds: int, noise: float
-) -> tuple[Confirmation, str]:
-    """``chosen`` and ``rival`` timed again, alone, interleaved in ``rounds`` fresh rounds
-    (``run_as``: the candidate whose plan files each one runs), judged by ``confirm_choice``.
-    Returns the confirmation and why it was or was not kept."""
-    n = len(at.recordings)
+def confirm_or_fall_back(out: Any, rival: str, run_as: dict[str, str], at: Rounds, rounds: int) -> None:
+    """Time ``out.chosen`` and ``rival`` again, alone, interleaved in ``rounds`` fresh rounds
+    (``run_as``: the candidate whose plan files each one runs); keep the choice only if
+    ``confirm_choice`` does, else fall back to ``rival``. ``out`` is a measured stage's
+    result (cold-start or memory-limit): its ``confirmation``, ``why`` and ``chosen`` are set."""
+    chosen, n = out.chosen, len(at.recordings)
     if at.cfg.on_extra:
         at.cfg.on_extra(2 * n * rounds)
     # rounds numbered on from the first stage's: their seeded orders are not reused
     names = list(dict.fromkeys(run_as.values()))
     got = _timed_rounds(names, at.recordings, at.plan_of, at.cold, at.cfg, rounds, at.cfg.rounds)
-    conf = Confirmation(chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(noise, rounds, n))
+    conf = Confirmation(
+        chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(out.noise, rounds, n)
+    )
     conf.kept, why = confirm_choice(chosen, rival, conf.totals(), conf.tie)
-    return conf, why
+    out.confirmation = conf
+    out.why = f"{out.why}; {why}"
+    if not conf.kept:
+        out.chosen = rival
 
 
 def _confirm(out: Measured, same_as: dict[str, str], at: Rounds, rounds: int) -> None:
@@ -499,10 +503,7 @@ def _confirm(out: Measured, same_as: dict[str, str], at: Rounds, rounds: int) ->
     interleaved, and keep the learned one only if it is faster again (``confirm_choice``)."""
     chosen, rival = out.chosen, fastest_kernel(out.totals())
     run_as = {chosen: same_as.get(chosen, chosen), rival: same_as.get(rival, rival)}
-    out.confirmation, why = fresh_rounds(chosen, rival, run_as, at, rounds, out.noise)
-    out.why = f"{out.why}; {why}"
-    if not out.confirmation.kept:
-        out.chosen = rival
+    confirm_or_fall_back(out, rival, run_as, at, rounds)
 
 
 def runs_needed(candidates: dict[str, Candidate], recordings: Sequence[Recording], rounds: int) -> int:

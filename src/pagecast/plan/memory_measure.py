@@ -49,7 +49,7 @@ from pagecast.plan.measure import (
     Recording,
     Rounds,
     _timed_rounds,
-    fresh_rounds,
+    confirm_or_fall_back,
     noise_of,
     tie_of,
 )
@@ -179,12 +179,8 @@ def measure_memory_plan(
         extra = cfg.rounds if cfg.confirm_rounds is None else cfg.confirm_rounds
         if out.chosen != "kernel" and extra > 0:
             # the fastest of seven noisy totals is biased low: timed again beside the kernel alone
-            at = Rounds(recordings, plan_of, cold, run_cfg)
             run_as = {out.chosen: out.chosen, "kernel": "kernel"}
-            out.confirmation, why = fresh_rounds(out.chosen, "kernel", run_as, at, extra, out.noise)
-            out.why = f"{out.why}; {why}"
-            if not out.confirmation.kept:
-                out.chosen = "kernel"
+            confirm_or_fall_back(out, "kernel", run_as, Rounds(recordings, plan_of, cold, run_cfg), extra)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     chosen = cands[out.chosen]
