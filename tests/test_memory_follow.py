@@ -16,7 +16,7 @@ import pytest
 
 from cold_support import cold_file_maker
 from conftest import record_under_limit, require_memcg
-from pagecast.live.memctl import Controller
+from pagecast.live.memctl import MIN_REGRETS, Controller
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory import (
     LATE_RETURN_SHARE,
@@ -118,7 +118,7 @@ def threads_scan(tmp_path_factory):
 
 def test_a_plan_in_fine_chunks_gets_a_coarser_one_that_is_followed(threads_scan, tmp_path):
     f, argv, traces = threads_scan
-    cfg = MemoryPlanConfig(LIMIT, 256 << 10, reserve_bytes=4 << 20, stream_room_bytes=1 << 20)
+    cfg = MemoryPlanConfig(LIMIT, 256 << 10, reserve_bytes=4 << 20)
     fine = plan_for_limit(traces, cfg)
     assert fine.backend == "kernel-advice" and _streamed_bytes(fine, False) > 16 << 20
     assert _streamed_bytes(fine, True) == 0  # 256 KiB chunks: the threads come back to ones paged out
@@ -138,7 +138,10 @@ def test_a_plan_in_fine_chunks_gets_a_coarser_one_that_is_followed(threads_scan,
     rep = json.loads(r.stdout)
     assert bare.stdout.strip() in r.stderr.splitlines()  # with --json the program's stdout goes to stderr
     ctl = rep["controller"]
-    assert ctl.get("entered", 0) > 0 and ctl["pageouts"] > 0 and not ctl["stream_off"], (ctl, r.stderr[-1500:])
+    assert ctl.get("entered", 0) > 0 and ctl["pageouts"] > 0, (ctl, r.stderr[-1500:])
+    # a thread the scheduler left behind returns to chunks already paged out; streaming stops
+    # only by the controller's rule for that
+    assert not ctl["stream_off"] or ctl["regrets"] >= MIN_REGRETS, ctl
     assert rep["memory"]["oom_kills"] == 0
 
 

@@ -2,6 +2,7 @@
 lets go of it when the program's own memory grows."""
 
 import os
+import threading
 
 import numpy as np
 
@@ -71,3 +72,35 @@ def test_controller_lets_go_of_keep_pieces_when_the_room_shrinks(tmp_path):
     used[0] = 256 * MIB - 100 * MIB
     ctl.unpin_to_room()
     assert ctl.stats.pinned_bytes == 3 * PIN_PIECE
+
+
+def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path):
+    # each thread that misses has a read around the miss in flight, locked until the device
+    # returns it: the room left beside the locked keep set takes one per thread
+    f = tmp_path / "data"
+    f.write_bytes(os.urandom(4 * PIN_PIECE))
+    plan = MemoryPlan(256 * MIB, MIB, 0, 0, "kernel-advice",
+                      [FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 4 * PIN_PIECE // MIB)], [], {})],
+                      room_bytes=8 * MIB)  # fmt: skip
+    base = 256 * MIB - 32 * MIB  # 32 MiB free before anything is locked
+    ctl = Controller(plan, os.getpid(), usage=lambda: 0, unreclaimable=lambda: base + ctl.stats.pinned_bytes)
+    ctl.threads = 1
+    while ctl.pin_some():
+        pass
+    assert ctl.stats.pinned_bytes == 4 * PIN_PIECE  # 16 MiB locked, 16 left: twice the room of one thread
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait) for _ in range(5)]
+    for w in workers:
+        w.start()
+    try:
+        ctl.refresh_maps()
+        threads = len(os.listdir("/proc/self/task"))
+        assert ctl.threads == threads >= 6
+        assert ctl.stream_room() == threads * 4 * MIB
+        ctl.unpin_to_room()  # pieces go until the free room covers a read per thread
+        fits = [k * PIN_PIECE for k in range(5) if 32 * MIB - k * PIN_PIECE >= threads * 4 * MIB]
+        assert ctl.stats.pinned_bytes == max(fits, default=0)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()

@@ -16,6 +16,7 @@ from cold_support import cold_file_maker
 from conftest import require_memcg
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
+from pagecast.util.device_model import read_ahead_bytes_of
 from pagecast.util.memcg import find_hierarchy
 from pagecast.util.pagecache import make_cold
 
@@ -40,7 +41,10 @@ def _plan(path: Path, f: Path, keep: int, prefetch: int, reserve: int = 4 * MIB)
     n = FILE_MIB * MIB // CHUNK
     nxt = {c: c + 1 for c in range(keep, n - 1)}  # prefetch the next chunk in file order
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, keep)] if keep else [], [(keep, n - keep)], nxt)
-    write_memory_plan(MemoryPlan(LIMIT, CHUNK, reserve, prefetch, "kernel-advice", [fp]), path)
+    # one read-around window of room beside the keep set (a plan without a room is given two:
+    # the 24 MiB limit would then lock nothing)
+    room = read_ahead_bytes_of(f)
+    write_memory_plan(MemoryPlan(LIMIT, CHUNK, reserve, prefetch, "kernel-advice", [fp], room_bytes=room), path)
     return path
 
 
@@ -122,3 +126,24 @@ def test_sigterm_reaches_the_program_and_the_cgroup_goes(setup, tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 128 + signal.SIGTERM, err
     assert mine() == []
+
+
+def test_a_controller_that_ended_without_a_report_is_named_by_how_it_ended():
+    from pagecast.launch.memlimit import _controller_report
+
+    def ended(body) -> tuple[dict, list[str]]:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            os.close(r)
+            body(w)
+            os._exit(0)
+        os.close(w)
+        warnings: list[str] = []
+        return _controller_report((pid, r), warnings), warnings
+
+    killed, warnings = ended(lambda w: os.kill(os.getpid(), 9))
+    assert "killed by SIGKILL" in killed["error"] and "oom_kills" in killed["error"]
+    assert warnings == [f"the memory controller stopped: {killed['error']}"]
+    assert "exit status 3" in ended(lambda w: os._exit(3))[0]["error"]
+    assert ended(lambda w: os.write(w, b'{"entered": 5}')) == ({"entered": 5}, [])

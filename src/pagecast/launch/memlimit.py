@@ -156,20 +156,28 @@ def _wait_forwarding_signals(proc: subprocess.Popen) -> int:
         signal.signal(signal.SIGINT, old_int)
 
 
+def _how_it_ended(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        cause = (
+            ": the OOM killer's signal, counted in oom_kills if it was the cgroup's" if sig == signal.SIGKILL else ""
+        )
+        return f"killed by {signal.Signals(sig).name}{cause}"
+    return f"exit status {os.waitstatus_to_exitcode(status)}"
+
+
 def _controller_report(ctl: tuple[int, int], warnings: list[str]) -> dict[str, Any]:
     """What the controller wrote before it exited, and the warnings it calls for."""
     pid, fd = ctl
     raw = _read_all(fd)
     os.close(fd)
-    os.waitpid(pid, 0)
+    _, status = os.waitpid(pid, 0)
     try:
         controller = json.loads(raw) if raw else None
     except ValueError:
         controller = None
     if controller is None:
-        controller = {
-            "error": "it ended without a report (killed: by the OOM killer if oom_kills > 0); the program ran on without it"
-        }
+        controller = {"error": f"it ended without a report ({_how_it_ended(status)}); the program ran on without it"}
     if controller.get("error"):
         warnings.append(f"the memory controller stopped: {controller['error']}")
     for p in controller.get("files_changed") or []:

@@ -5,8 +5,9 @@ where the program's pages are) and acts through the kernel's page cache:
 
 - **keep**: the plan's keep chunks are mapped and ``mlock``ed by the controller, piece by
   piece, and only while the locked total leaves the limit room for the program's own
-  memory and the prefetch window: a locked page is never reclaimed, so the kernel's LRU
-  cannot push the kept part out, and pinning can never drive the cgroup to the OOM killer;
+  memory, the prefetch window and a read around a miss for each of the program's threads:
+  a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
+  pinning can never drive the cgroup to the OOM killer;
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
   mappings of the plan's files, read each poll for the streamed chunks around its
   position and all of them every ``FULL_SCAN_EVERY`` polls: a chunk whose pages became
@@ -41,6 +42,7 @@ from typing import Callable
 from pagecast.constants import PAGE_SIZE
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import RECENT_CHUNKS, MemoryPlan
+from pagecast.util.device_model import read_ahead_bytes_of
 
 SYS_PROCESS_MADVISE = 440  # x86_64 and the generic table
 MADV_COLD = 20
@@ -132,6 +134,18 @@ def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
+def _threads_of(pid: int) -> int:
+    """The program's threads now (1 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Threads:"):
+                    return max(1, int(line.split()[1]))
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
 class Controller:
     def __init__(
         self,
@@ -174,6 +188,8 @@ class Controller:
         self.issued: set[tuple[int, int]] = set()
         self.pending: deque[tuple[int, int]] = deque()
         self._pins: list[tuple[int, int]] = []  # (address, length) locked
+        self.threads = 1
+        self.read_around = max((read_ahead_bytes_of(f.path) for f in self.files), default=0)
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
         for f in self.files:
             if not plan.files[f.idx].followed():
@@ -190,6 +206,17 @@ class Controller:
             if f is not None:
                 f.maps.append((a, b, off))
         self.stats.files_mapped = sum(1 for f in self.files if f.maps)
+        self.threads = _threads_of(self.pid)
+
+    def stream_room(self) -> int:
+        """The room the streamed part needs beside the locked keep set: the plan's (two reads
+        around a miss; a plan without one: two of the device's read-ahead windows), or one
+        read per thread of the program where that is more. Each thread that misses has the
+        kernel's read-around of it charged and locked until the device returns it: three
+        threads reading 8 MiB windows beside a keep set locked for one left a 40 MiB limit no
+        page reclaim could take, and its OOM killer took the controller."""
+        room = self.plan.room_bytes or 2 * self.read_around
+        return max(room, self.threads * room // 2)
 
     def _addr(self, f: _File, chunk: int) -> list[tuple[int, int]]:
         """The program's address ranges of ``chunk`` of ``f``."""
@@ -228,7 +255,7 @@ class Controller:
             if self.stats.pinned_bytes + piece > room:  # beyond the plan's room: never
                 self.stats.pin_refused_bytes += n
                 continue
-            if not self._room(piece) or self._free_room() - piece < self.plan.room_bytes:
+            if not self._room(piece) or self._free_room() - piece < self.stream_room():
                 # the cgroup is full right now, or the piece would take the streamed part's room:
                 # again at a later poll
                 self._pin_queue.insert(0, (f, off, n))
@@ -263,9 +290,9 @@ class Controller:
         """Let go of the last keep pieces while the room left for the streamed part is below
         the plan's: the program's own memory grew (its heap, a cache), and a locked page it
         cannot reclaim would otherwise make every read-ahead window evict the one before."""
-        if not self._pins or not self.plan.room_bytes:
+        if not self._pins:
             return
-        short = self.plan.room_bytes - self._free_room()
+        short = self.stream_room() - self._free_room()
         while short > 0 and self._pins:
             addr, n = self._pins.pop()
             _libc.munlock(addr, n)
