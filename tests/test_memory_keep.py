@@ -11,6 +11,7 @@ from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory import MemoryPlanConfig, RunStream, keep_set, keep_size
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
 from pagecast.sim.misses import min_misses
+from pagecast.util.device_model import read_ahead_bytes_of
 
 MIB = 1 << 20
 
@@ -76,7 +77,7 @@ def test_controller_lets_go_of_keep_pieces_when_the_room_shrinks(tmp_path):
 
 def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path):
     # each thread that misses has a read around the miss in flight, locked until the device
-    # returns it: the room left beside the locked keep set takes one per thread
+    # returns it: the room left beside the locked keep set takes one window per thread
     f = tmp_path / "data"
     f.write_bytes(os.urandom(4 * PIN_PIECE))
     plan = MemoryPlan(256 * MIB, MIB, 0, 0, "kernel-advice",
@@ -84,6 +85,8 @@ def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path)
                       room_bytes=8 * MIB)  # fmt: skip
     base = 256 * MIB - 32 * MIB  # 32 MiB free before anything is locked
     ctl = Controller(plan, os.getpid(), usage=lambda: 0, unreclaimable=lambda: base + ctl.stats.pinned_bytes)
+    assert ctl.read_around == read_ahead_bytes_of(f)  # the device's window, read at the start
+    ctl.read_around = 4 * MIB  # a device reading 4 MiB around a miss
     ctl.threads = 1
     while ctl.pin_some():
         pass

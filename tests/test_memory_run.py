@@ -131,7 +131,7 @@ def test_sigterm_reaches_the_program_and_the_cgroup_goes(setup, tmp_path):
 def test_a_controller_that_ended_without_a_report_is_named_by_how_it_ended():
     from pagecast.launch.memlimit import _controller_report
 
-    def ended(body) -> tuple[dict, list[str]]:
+    def ended(body, oom_kills: int = 0) -> tuple[dict, list[str]]:
         r, w = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child
@@ -140,10 +140,14 @@ def test_a_controller_that_ended_without_a_report_is_named_by_how_it_ended():
             os._exit(0)
         os.close(w)
         warnings: list[str] = []
-        return _controller_report((pid, r), warnings), warnings
+        return _controller_report((pid, r), warnings, oom_kills), warnings
 
     killed, warnings = ended(lambda w: os.kill(os.getpid(), 9))
-    assert "killed by SIGKILL" in killed["error"] and "oom_kills" in killed["error"]
+    assert "killed by SIGKILL" in killed["error"] and "the program ran on" in killed["error"]
     assert warnings == [f"the memory controller stopped: {killed['error']}"]
     assert "exit status 3" in ended(lambda w: os._exit(3))[0]["error"]
+    # a SIGKILL while the cgroup counted an OOM kill: the OOM killer's, named so
+    oom = ended(lambda w: os.kill(os.getpid(), 9), oom_kills=1)[0]["error"]
+    assert "killed by the cgroup's OOM killer" in oom
+    assert "killed by SIGTERM" in ended(lambda w: os.kill(os.getpid(), 15), oom_kills=1)[0]["error"]
     assert ended(lambda w: os.write(w, b'{"entered": 5}')) == ({"entered": 5}, [])

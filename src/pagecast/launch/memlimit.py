@@ -156,18 +156,19 @@ def _wait_forwarding_signals(proc: subprocess.Popen) -> int:
         signal.signal(signal.SIGINT, old_int)
 
 
-def _how_it_ended(status: int) -> str:
+def _how_it_ended(status: int, oom_kills: int) -> str:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        cause = (
-            ": the OOM killer's signal, counted in oom_kills if it was the cgroup's" if sig == signal.SIGKILL else ""
-        )
-        return f"killed by {signal.Signals(sig).name}{cause}"
+        if sig == signal.SIGKILL and oom_kills > 0:
+            # the controller asks to be the OOM killer's first choice, before the program
+            return "killed by the cgroup's OOM killer: its locked pages went with it"
+        return f"killed by {signal.Signals(sig).name}"
     return f"exit status {os.waitstatus_to_exitcode(status)}"
 
 
-def _controller_report(ctl: tuple[int, int], warnings: list[str]) -> dict[str, Any]:
-    """What the controller wrote before it exited, and the warnings it calls for."""
+def _controller_report(ctl: tuple[int, int], warnings: list[str], oom_kills: int = 0) -> dict[str, Any]:
+    """What the controller wrote before it exited, and the warnings it calls for
+    (``oom_kills``: the cgroup's count, which names a SIGKILL's sender)."""
     pid, fd = ctl
     raw = _read_all(fd)
     os.close(fd)
@@ -177,7 +178,8 @@ def _controller_report(ctl: tuple[int, int], warnings: list[str]) -> dict[str, A
     except ValueError:
         controller = None
     if controller is None:
-        controller = {"error": f"it ended without a report ({_how_it_ended(status)}); the program ran on without it"}
+        how = _how_it_ended(status, oom_kills)
+        controller = {"error": f"it ended without a report ({how}); the program ran on without it"}
     if controller.get("error"):
         warnings.append(f"the memory controller stopped: {controller['error']}")
     for p in controller.get("files_changed") or []:
@@ -224,7 +226,7 @@ def run_under_limit(
         ctl = _start_controller(plan, proc.pid, cg) if acts else None
         rc = _wait_forwarding_signals(proc)
         wall = time.monotonic() - t0
-        controller = _controller_report(ctl, warnings) if ctl is not None else None
+        controller = _controller_report(ctl, warnings, cg.stats().oom_kills) if ctl is not None else None
         if pager is not None:
             from pagecast.launch.memlimit_pager import pager_report
 

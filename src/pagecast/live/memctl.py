@@ -5,7 +5,7 @@ where the program's pages are) and acts through the kernel's page cache:
 
 - **keep**: the plan's keep chunks are mapped and ``mlock``ed by the controller, piece by
   piece, and only while the locked total leaves the limit room for the program's own
-  memory, the prefetch window and a read around a miss for each of the program's threads:
+  memory, the prefetch window and a read-around window for each of the program's threads:
   a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
   pinning can never drive the cgroup to the OOM killer;
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
@@ -211,12 +211,12 @@ class Controller:
     def stream_room(self) -> int:
         """The room the streamed part needs beside the locked keep set: the plan's (two reads
         around a miss; a plan without one: two of the device's read-ahead windows), or one
-        read per thread of the program where that is more. Each thread that misses has the
-        kernel's read-around of it charged and locked until the device returns it: three
-        threads reading 8 MiB windows beside a keep set locked for one left a 40 MiB limit no
-        page reclaim could take, and its OOM killer took the controller."""
+        read-ahead window per thread of the program where that is more. Each thread that
+        misses has the kernel's read-around of it charged and locked until the device returns
+        it: three threads reading 8 MiB windows beside a keep set locked for one left a 40 MiB
+        limit no page reclaim could take, and its OOM killer took the controller."""
         room = self.plan.room_bytes or 2 * self.read_around
-        return max(room, self.threads * room // 2)
+        return max(room, self.threads * self.read_around)
 
     def _addr(self, f: _File, chunk: int) -> list[tuple[int, int]]:
         """The program's address ranges of ``chunk`` of ``f``."""
