@@ -77,7 +77,7 @@ def test_controller_lets_go_of_keep_pieces_when_the_room_shrinks(tmp_path):
 
 def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path):
     # each thread that misses has a read around the miss in flight, locked until the device
-    # returns it: the room left beside the locked keep set takes one window per thread
+    # returns it: the room left beside the locked keep set is the plan's for each thread
     f = tmp_path / "data"
     f.write_bytes(os.urandom(4 * PIN_PIECE))
     plan = MemoryPlan(256 * MIB, MIB, 0, 0, "kernel-advice",
@@ -90,7 +90,7 @@ def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path)
     ctl.threads = 1
     while ctl.pin_some():
         pass
-    assert ctl.stats.pinned_bytes == 4 * PIN_PIECE  # 16 MiB locked, 16 left: twice the room of one thread
+    assert ctl.stats.pinned_bytes == 4 * PIN_PIECE  # 16 MiB locked, 16 left: twice one thread's room
     stop = threading.Event()
     workers = [threading.Thread(target=stop.wait) for _ in range(5)]
     for w in workers:
@@ -99,8 +99,10 @@ def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path)
         ctl.refresh_maps()
         threads = len(os.listdir("/proc/self/task"))
         assert ctl.threads == threads >= 6
+        assert ctl.stream_room() == threads * 8 * MIB  # the plan's room for each thread
+        ctl.plan.room_bytes = MIB  # a room below the device's window: a window each
         assert ctl.stream_room() == threads * 4 * MIB
-        ctl.unpin_to_room()  # pieces go until the free room covers a read per thread
+        ctl.unpin_to_room()  # pieces go until the free room covers a window per thread
         fits = [k * PIN_PIECE for k in range(5) if 32 * MIB - k * PIN_PIECE >= threads * 4 * MIB]
         assert ctl.stats.pinned_bytes == max(fits, default=0)
     finally:

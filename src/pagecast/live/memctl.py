@@ -5,7 +5,7 @@ where the program's pages are) and acts through the kernel's page cache:
 
 - **keep**: the plan's keep chunks are mapped and ``mlock``ed by the controller, piece by
   piece, and only while the locked total leaves the limit room for the program's own
-  memory, the prefetch window and a read-around window for each of the program's threads:
+  memory, the prefetch window and the plan's room for each of the program's threads:
   a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
   pinning can never drive the cgroup to the OOM killer;
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
@@ -209,14 +209,15 @@ class Controller:
         self.threads = _threads_of(self.pid)
 
     def stream_room(self) -> int:
-        """The room the streamed part needs beside the locked keep set: the plan's (two reads
-        around a miss; a plan without one: two of the device's read-ahead windows), or one
-        read-ahead window per thread of the program where that is more. Each thread that
-        misses has the kernel's read-around of it charged and locked until the device returns
-        it: three threads reading 8 MiB windows beside a keep set locked for one left a 40 MiB
-        limit no page reclaim could take, and its OOM killer took the controller."""
-        room = self.plan.room_bytes or 2 * self.read_around
-        return max(room, self.threads * self.read_around)
+        """The room the streamed part needs beside the locked keep set, for each thread of the
+        program: the plan's room (two reads around a miss; a plan without one: two of the
+        device's read-ahead windows), never less than one window. Each thread that misses has
+        the kernel's read-around of it charged and locked until the device returns it, and a
+        sequential reader's next window already under way: three threads reading 8 MiB
+        windows beside a keep set locked for a 1 MiB room left a 40 MiB limit no page reclaim
+        could take, and its OOM killer took the controller."""
+        per_thread = max(self.plan.room_bytes or 2 * self.read_around, self.read_around)
+        return self.threads * per_thread
 
     def _addr(self, f: _File, chunk: int) -> list[tuple[int, int]]:
         """The program's address ranges of ``chunk`` of ``f``."""
