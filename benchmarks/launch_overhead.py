@@ -17,8 +17,8 @@ Runs, interleaved round by round (so machine load hits every variant alike):
 - installed pagecast on PATH: the `pagecast` the caller's PATH finds (the README's
   install), if any;
 - run --plan, pip entry point: the same through the console script pip generated for
-  the previous `[project.scripts]` entry `pagecast.cli:main` (with its `import re`): the
-  "before" of this change;
+  the `[project.scripts]` entry `pagecast.cli:main` (with its `import re`), the entry point
+  an install had before the native front;
 - run --plan, warm: the same with a plan warming a few files (the program's shared
   libraries and a 16 MiB data file, whole), prefetched beside the program;
 - python -S -c pass: the interpreter without the `site` module (no .pth files, no

@@ -15,7 +15,7 @@ np.save/np.load (uncompressed, the memory-bandwidth ceiling). The writes take tu
 (rounds alternate direction; medians of --repeat rounds), then the reads do (after one
 untimed pass), and each run starts settled: its previous output deleted, dirty pages
 synced and Arrow's pool released, outside the timer. The previous release's TraceWriter itself (its writer.py taken from
-git at ``--against``, default the commit before this change) is run as a baseline too
+git at ``--against``, default ``PREVIOUS_RELEASE``) is run as a baseline too
 when git can supply it. ``--trace FILE`` re-encodes the rows of an existing trace instead of
 the synthetic ones.
 
