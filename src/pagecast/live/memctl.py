@@ -289,7 +289,7 @@ class Controller:
 
     def unpin_to_room(self) -> None:
         """Let go of the last keep pieces while the room left for the streamed part is below
-        the plan's: the program's own memory grew (its heap, a cache), and a locked page it
+        ``stream_room``: the program's own memory (or its threads) grew (its heap, a cache), and a locked page it
         cannot reclaim would otherwise make every read-ahead window evict the one before."""
         if not self._pins:
             return
