@@ -9,6 +9,12 @@ Cases:
   * synthetic — the interleaved pattern of pagecast.learn.synthetic (strided streams plus a
     repeating irregular walk); the model trains on one run and is tested on two other runs
     whose streams start at other pages, at other region bases;
+  * long-context — pagecast.learn.synthetic.long_context_spec: an irregular walk of 40 deltas
+    interleaved with strided streams in a 61-step order, so the next page depends on events
+    dozens back; trained with `pagecast train`'s defaults, judged with `pagecast eval`'s
+    ranking metrics (precision@K and recall@K of what was asked at each event, against the
+    distinct pages of the next H events) beside the oracle's on the same events, at H = 10
+    and 32 (target: within 0.9 of the oracle's, with the oracle's fault count kept);
   * recorded — a real program (workloads/touchpages.c walking a cold file with a repeating
     irregular stride, plus anonymous memory), recorded with perf three times; train on run
     1, test on runs 2 and 3 (skipped when perf is not usable).
@@ -17,6 +23,7 @@ The model is `pagecast train`'s default LSTM; the training time of the synthetic
 printed too (--train-events 1000000 gives the 1 M-access figure).
 
     PYTHONPATH=src python benchmarks/learned_vs_oracle.py [--train-events 200000] [--no-recorded]
+        [--cases synthetic,long-context,recorded]
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import os
 import tempfile
 import time
@@ -36,7 +44,7 @@ from pagecast.learn.dataset import DatasetSpec, prepare, read_demand
 from pagecast.learn.models import ModelConfig
 from pagecast.learn.predict import predict_schedule
 from pagecast.learn.ranking import ranking_metrics
-from pagecast.learn.synthetic import PatternSpec, write_pattern_trace
+from pagecast.learn.synthetic import PatternSpec, long_context_spec, write_pattern_trace
 from pagecast.learn.train import TrainConfig, save_model, train_model
 from pagecast.policies import available_prefetchers
 from pagecast.sim import SimConfig, simulate
@@ -117,6 +125,53 @@ def synthetic_case(tmp: Path, args) -> None:
     print_rows(f"synthetic interleaved pattern, capacity {args.capacity} pages", evaluate(model, held, args.capacity))
 
 
+def _cli_json(argv: list[str]) -> dict:
+    from pagecast.cli import main as cli_main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli_main(argv)
+    if rc != 0:
+        raise SystemExit(f"pagecast {argv[0]} failed (exit {rc})")
+    return json.loads(buf.getvalue())
+
+
+def long_context_case(tmp: Path, args) -> None:
+    """Ranking quality beside the oracle's, on events that need a long context."""
+    train_trace = write_pattern_trace(tmp / "long_train.parquet", args.train_events, long_context_spec())
+    held = [
+        write_pattern_trace(
+            tmp / f"long_run{i}.parquet",
+            args.test_events,
+            long_context_spec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)),
+        )
+        for i, sp in ((2, [40, 7, 300, 12]), (3, [1000, 0, 5, 77]))
+    ]
+    model = tmp / "long.pt"
+    t0 = time.perf_counter()
+    _cli_json(["train", str(train_trace), "-o", str(model), "--threads", str(args.threads), "--json"])
+    print(f"\n== long-context delta pattern: `pagecast train` defaults, {time.perf_counter() - t0:.1f} s")
+    head = ("run", "H", "P@K model", "P@K oracle", "ratio", "R@K model", "R@K oracle", "ratio", "faults m/o/none")
+    print("  ".join(f"{h:>15}" for h in head))
+    ratios = []
+    for t in held:
+        for h in (10, 32):
+            out = _cli_json(
+                ["eval", str(t), "--model", str(model), "--capacity", str(args.capacity), "--horizon", str(h)]
+                + ["--policy", "none", "--json"]
+            )
+            rows = {r["prefetcher"]: r for r in out["results"] if r["eviction"] == "lru"}
+            m = next(r for name, r in rows.items() if name.startswith("model:"))
+            o, n = rows["oracle"], rows["none"]
+            pr = m["rank_precision_at_k"] / o["rank_precision_at_k"]
+            rr = m["rank_recall_at_k"] / o["rank_recall_at_k"]
+            ratios += [pr, rr]
+            cells = (t.stem, h, m["rank_precision_at_k"], o["rank_precision_at_k"], pr)
+            cells += (m["rank_recall_at_k"], o["rank_recall_at_k"], rr, f"{m['faults']}/{o['faults']}/{n['faults']}")
+            print("  ".join(f"{(f'{c:.3f}' if isinstance(c, float) else str(c)):>15}" for c in cells))
+    print(f"least ratio to the oracle's precision@K / recall@K: {min(ratios):.3f} (target 0.9)")
+
+
 def recorded_case(tmp: Path, args) -> None:
     try:
         from pagecast.bench.workloads import build_workload
@@ -165,13 +220,18 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--capacity", type=int, default=512)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-recorded", action="store_true")
+    ap.add_argument("--no-recorded", action="store_true", help="the same as leaving recorded out of --cases")
+    ap.add_argument("--cases", default="synthetic,long-context,recorded", help="comma-separated cases to run")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        synthetic_case(tmp, args)
-        if not args.no_recorded:
+        cases = set(args.cases.split(","))
+        if "synthetic" in cases:
+            synthetic_case(tmp, args)
+        if "long-context" in cases:
+            long_context_case(tmp, args)
+        if "recorded" in cases and not args.no_recorded:
             recorded_case(tmp, args)
 
 

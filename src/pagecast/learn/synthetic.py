@@ -36,6 +36,18 @@ class PatternSpec:
     base: int = 0x7F0000000000  # virtual base of the first region (informative: pages are region-relative)
 
 
+def long_context_spec(seed: int = 3, **kw) -> PatternSpec:
+    """A pattern whose next page needs a long context: an irregular walk of 40 deltas drawn
+    from 8 values, interleaved with the strided streams in a 61-step order (``seed`` draws
+    both). A delta recurs with many successors, and which one comes next is decided by
+    where the walk and the interleaving are, dozens of events back. ``kw`` overrides other
+    fields (start pages, base)."""
+    rng = np.random.default_rng(seed)
+    irregular = [int(x) for x in rng.choice([-3, -2, 1, 2, 4, 5, 9, 11], size=40)]
+    order = [int(x) for x in rng.integers(0, 4, size=61)]
+    return PatternSpec(irregular=irregular, order=order, **kw)
+
+
 def generate(n: int, spec: PatternSpec | None = None) -> tuple[dict[str, np.ndarray], list[Region]]:
     """``n`` accesses as trace columns, plus the regions (one anonymous region per stream)."""
     spec = spec or PatternSpec()
