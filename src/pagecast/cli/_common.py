@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any, TypeVar
 
 from pagecast.util.output import fmt, format_table, print_json, progress
 
@@ -14,6 +16,16 @@ __all__ = [
     "progress",
     "warn_missing_reads",
 ]  # the commands import these from here
+
+
+C = TypeVar("C")
+
+
+def config_from_args(cls: type[C], args: argparse.Namespace, **overrides: Any) -> C:
+    """``cls`` (a dataclass) from the options of the same names, then ``overrides``; a field
+    without an option keeps its default."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)}  # type: ignore[arg-type]
+    return cls(**(given | overrides))
 
 
 def add_json_flag(p: argparse.ArgumentParser) -> None:

@@ -227,24 +227,14 @@ def _seeds(text: str) -> list[int]:
 
 
 def run_gen(args: argparse.Namespace) -> int:
-    from pagecast.cli._common import progress
+    from pagecast.cli._common import config_from_args, progress
     from pagecast.gym.tracegen import HotsetConfig, write_pair
 
     seeds = _seeds(args.seeds)
     written = []
     with progress(len(seeds), "traces", "pair") as bar:
         for s in seeds:
-            cfg = HotsetConfig(
-                pages=args.pages,
-                accesses=args.accesses,
-                hot_fraction=args.hot_fraction,
-                hot_share=args.hot_share,
-                phase_accesses=args.phase_accesses,
-                drift=args.drift,
-                slow_ns=args.slow_ns,
-                fast_ns=args.fast_ns,
-                seed=s,
-            )
+            cfg = config_from_args(HotsetConfig, args, seed=s)
             a, b = write_pair(
                 cfg, args.out_dir / f"{args.name}-{s}.slow.parquet", args.out_dir / f"{args.name}-{s}.fast.parquet"
             )

@@ -40,6 +40,11 @@ class PPOConfig:
     hidden: int = 32  # chunk embedding size of the chunkwise policy
     seed: int = 0
 
+    def sb3_kwargs(self) -> dict[str, Any]:
+        """The stable-baselines3 PPO hyperparameters among these fields."""
+        names = ("n_steps", "batch_size", "n_epochs", "learning_rate", "gamma", "ent_coef", "seed")
+        return {k: getattr(self, k) for k in names}
+
 
 def config_to_dict(cfg: EnvConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
@@ -91,20 +96,7 @@ def train(
     windows = preload(specs, cfg)
     venv = make_vec_env(lambda: TieredPlacementEnv(windows, cfg), n_envs=ppo.n_envs, seed=ppo.seed)
     policy, kwargs = _policy_network(ppo, cfg)
-    model = PPO(
-        policy,
-        venv,
-        n_steps=ppo.n_steps,
-        batch_size=ppo.batch_size,
-        n_epochs=ppo.n_epochs,
-        learning_rate=ppo.learning_rate,
-        gamma=ppo.gamma,
-        ent_coef=ppo.ent_coef,
-        seed=ppo.seed,
-        policy_kwargs=kwargs,
-        device="cpu",
-        verbose=verbose,
-    )
+    model = PPO(policy, venv, policy_kwargs=kwargs, device="cpu", verbose=verbose, **ppo.sb3_kwargs())
     # SB3's default logger makes an empty /tmp/SB3-<date> directory on every training run
     model.set_logger(Logger(None, [HumanOutputFormat(sys.stdout)] if verbose else []))
     model.learn(total_timesteps=ppo.timesteps, callback=_Progress())

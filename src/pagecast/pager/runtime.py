@@ -30,7 +30,7 @@ import re
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -434,18 +434,17 @@ class PagedRegion:
     # maintenance
     def flush(self) -> int:
         """Write every dirty page back now; returns the number written."""
-        self._check()
-        n = _lib().pgr_flush(self._h)
-        if n < 0:
-            raise PagecastError("pager: write-back failed (see stderr); dirty pages stay resident", path=self.path)
-        return int(n)
+        return self._pages_or_raise(_lib().pgr_flush, "write-back failed (see stderr); dirty pages stay resident")
 
     def drop_all(self) -> int:
         """Evict every resident page (writing dirty ones back): the next pass starts cold."""
+        return self._pages_or_raise(_lib().pgr_drop_all, "eviction failed (see stderr)")
+
+    def _pages_or_raise(self, call: Callable[[Any], int], failed: str) -> int:
         self._check()
-        n = _lib().pgr_drop_all(self._h)
+        n = call(self._h)
         if n < 0:
-            raise PagecastError("pager: eviction failed (see stderr)", path=self.path)
+            raise PagecastError(f"pager: {failed}", path=self.path)
         return int(n)
 
     def samples(self) -> np.ndarray:
@@ -646,18 +645,8 @@ def read_fault_log(path: str | Path) -> FaultLog:
     file = bytes(h["path"]).split(b"\0", 1)[0].decode(errors="replace")
     nrec = (len(raw) - LOG_HEADER) // LOG_RECORD.itemsize
     recs = np.frombuffer(raw, LOG_RECORD, nrec, LOG_HEADER)
-    return FaultLog(
-        str(path),
-        file,
-        int(h["page_size"]),
-        int(h["file_offset"]),
-        int(h["length"]),
-        int(h["t0_ns"]),
-        int(h["pid"]),
-        int(h["policy"]),
-        int(h["budget_pages"]),
-        recs,
-    )
+    header = {f: int(h[f]) for f in ("page_size", "file_offset", "length", "t0_ns", "pid", "policy", "budget_pages")}
+    return FaultLog(path=str(path), file=file, records=recs, **header)
 
 
 def logs_to_trace(

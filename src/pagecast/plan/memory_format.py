@@ -159,25 +159,23 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
         for f in doc["files"]:
             files.append(
                 FileMemoryPlan(
-                    str(f["path"]),
-                    FileIdentity(**{k: int(v) for k, v in f["identity"].items()}),
-                    _ranges(f["keep"], "keep", path),
-                    _ranges(f["stream"], "stream", path),
-                    {int(k): int(v) for k, v in f.get("next", {}).items()},
-                    {str(k): int(v) for k, v in f.get("predicted", {}).items()},
-                    _objects(f.get("objects"), path),
+                    path=str(f["path"]),
+                    identity=FileIdentity(**{k: int(v) for k, v in f["identity"].items()}),
+                    keep=_ranges(f["keep"], "keep", path),
+                    stream=_ranges(f["stream"], "stream", path),
+                    next={int(k): int(v) for k, v in f.get("next", {}).items()},
+                    predicted={str(k): int(v) for k, v in f.get("predicted", {}).items()},
+                    objects=_objects(f.get("objects"), path),
                 )
             )
+        sizes = {k: int(doc[k]) for k in ("limit_bytes", "chunk_bytes", "reserve_bytes", "prefetch_chunks")}
         plan = MemoryPlan(
-            int(doc["limit_bytes"]),
-            int(doc["chunk_bytes"]),
-            int(doc["reserve_bytes"]),
-            int(doc["prefetch_chunks"]),
-            str(doc["backend"]),
-            files,
-            dict(doc.get("validation") or {}),
-            str(doc.get("note") or ""),
-            int(doc.get("room_bytes") or 0),
+            backend=str(doc["backend"]),
+            files=files,
+            validation=dict(doc.get("validation") or {}),
+            note=str(doc.get("note") or ""),
+            room_bytes=int(doc.get("room_bytes") or 0),
+            **sizes,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise PagecastError(f"memory plan: missing or malformed field ({e})", path=path) from None
