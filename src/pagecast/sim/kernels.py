@@ -34,12 +34,15 @@ def no_kernel(pstate, pparams, rpages, t_ns, region, page, hit, out_r, out_p):
     return 0
 
 
+def _kinds(kernels: list[tuple[str, Callable]], first: int, slots: int, what: str) -> dict[str, int]:
+    """Kind ``first + i`` for the i-th kernel; more kernels than slots is an error of the build."""
+    if len(kernels) > slots:
+        raise PagecastError(f"{len(kernels)} {what} but {slots} slots: add slots in sim/kernels.py and sim/engine.py")
+    return {name: first + i for i, (name, _) in enumerate(kernels)}
+
+
 KERNELS: list[tuple[str, Callable]] = compiled_kernels()
-if len(KERNELS) > SLOTS:
-    raise PagecastError(
-        f"{len(KERNELS)} compiled policies but {SLOTS} kernel slots: add slots in sim/kernels.py and sim/engine.py"
-    )
-KINDS: dict[str, int] = {name: FIRST_KIND + i for i, (name, _) in enumerate(KERNELS)}
+KINDS: dict[str, int] = _kinds(KERNELS, FIRST_KIND, SLOTS, "compiled policies")
 
 
 def slot(i: int) -> Callable:
@@ -60,11 +63,7 @@ def no_key(eparams, gi, given, prev, demand):
 
 
 EV_KERNELS: list[tuple[str, Callable]] = eviction_kernels()
-if len(EV_KERNELS) > EV_SLOTS:
-    raise PagecastError(
-        f"{len(EV_KERNELS)} keyed evictions but {EV_SLOTS} eviction slots: add slots in sim/kernels.py and sim/engine.py"
-    )
-EV_KINDS: dict[str, int] = {name: FIRST_EV_KIND + i for i, (name, _) in enumerate(EV_KERNELS)}
+EV_KINDS: dict[str, int] = _kinds(EV_KERNELS, FIRST_EV_KIND, EV_SLOTS, "keyed evictions")
 
 
 def ev_slot(i: int) -> Callable:
