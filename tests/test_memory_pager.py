@@ -204,3 +204,42 @@ def test_a_plan_measured_for_the_pager_runs_there_unless_told(setup, tmp_path):
     r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--backend", "kernel", *argv])
     assert r.returncode == 0 == rep["exit_status"], r.stderr
     assert "pager" not in rep and rep["controller"]["pinned_bytes"] > 0
+
+
+def _keep_only_plan(path: Path, f: Path, keep: int) -> Path:
+    """What ``plan --measure``'s keep variant runs: the keep set and nothing streamed, no chain
+    and no read-ahead window of its own."""
+    fp = FileMemoryPlan(path=str(f), identity=FileIdentity.of(f), keep=[(0, keep)])
+    write_memory_plan(MemoryPlan(LIMIT, CHUNK, RESERVE, 0, "pager", [fp]), path)
+    return path
+
+
+def test_a_keep_set_alone_reads_a_scan_ahead_and_a_lookup_in_small_batches(setup, tmp_path):
+    """Outside the keep set the plan names nothing: the pager reads a scan ahead in file order
+    (each chunk entered right after the one before it, kept chunks passed without a miss), and
+    serves a miss out of order, a lookup, with a few pages instead of half a chunk. Victims
+    of a batch leave in one MADV_DONTNEED per run of neighbouring pages."""
+    from pagecast.bench.workloads import build_workload
+
+    prog, f = setup
+    plan = _keep_only_plan(tmp_path / "keep.plan", f, KEEP)
+    make_cold([f])
+    r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--", str(prog), str(f), "3"])
+    assert r.returncode == 0 == rep["exit_status"], r.stderr
+    (scan,) = rep["pager"]["regions"]
+    chunks = FILE_MIB * MIB // CHUNK
+    assert scan["errors"] == 0 and scan["plan_scan_ahead"] >= 2 * (chunks - KEEP)
+    assert scan["prefetched"] >= 64 * scan["faults"]
+    assert scan["evictions"] > 0 and scan["unmap_calls"] * 16 <= scan["evictions"]
+
+    # one page in each chunk outside the keep set, the chunks in decreasing order: never in order
+    pages = [c * CHUNK // PAGE + 17 for c in range(chunks - 1, KEEP - 1, -1)]
+    touch = build_workload("touchpages")
+    bare = subprocess.run([str(touch), str(f), ",".join(map(str, pages))], capture_output=True, text=True)
+    make_cold([f])
+    r, rep, _ = _pagecast_run(["--memory", str(LIMIT), "--plan", str(plan), "--",
+                               str(touch), str(f), ",".join(map(str, pages))])  # fmt: skip
+    assert r.returncode == bare.returncode == 0 == rep["exit_status"], r.stderr
+    (look,) = rep["pager"]["regions"]
+    assert look["faults"] == len(pages) and look["plan_scan_ahead"] == 0
+    assert look["prefetched"] <= 7 * look["faults"]  # half a chunk would be 128 pages each

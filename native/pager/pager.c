@@ -335,12 +335,37 @@ static int evict(pgr_region *r, uint64_t p, int64_t t) {
         handler_error(r, "write-back failed; page kept resident", errno);
         return -1;
     }
+    if (!dirty && r->nvict < r->vcap) { /* unmapped with the batch's other victims */
+        r->vict[r->nvict++] = (int64_t)p;
+        evicted(r, p, t, 0);
+        return 0;
+    }
+    r->st.unmap_calls++;
     if (madvise(r->base + p * r->ps, r->ps, MADV_DONTNEED) < 0) {
         handler_error(r, "madvise(MADV_DONTNEED)", errno);
         return -1;
     }
     evicted(r, p, t, dirty);
     return 0;
+}
+
+static int cmp_i64(const void *a, const void *b);
+
+/* Unmap the victims evict() held back: one MADV_DONTNEED per run of neighbouring pages, not
+ * one per page (each call flushes the TLB of every CPU the program runs on; a batch's
+ * victims were mostly installed together, so they are neighbours). They are clean, and
+ * only this thread maps pages, so none is mapped again before this. */
+static void flush_victims(pgr_region *r) {
+    qsort(r->vict, r->nvict, sizeof(int64_t), cmp_i64);
+    for (uint64_t i = 0; i < r->nvict;) {
+        uint64_t j = i + 1;
+        while (j < r->nvict && r->vict[j] == r->vict[j - 1] + 1) j++;
+        r->st.unmap_calls++;
+        if (madvise(r->base + (uint64_t)r->vict[i] * r->ps, (j - i) * r->ps, MADV_DONTNEED) < 0)
+            handler_error(r, "madvise(MADV_DONTNEED)", errno);
+        i = j;
+    }
+    r->nvict = r->vcap = 0;
 }
 
 /* A keep page of the plan is pinned while that leaves the budget room to stream through
@@ -442,6 +467,7 @@ static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
             q++;
             continue;
         }
+        r->st.unmap_calls++;
         if (madvise(r->base + a * r->ps, (q - a) * r->ps, MADV_DONTNEED) < 0) {
             handler_error(r, "madvise(MADV_DONTNEED)", errno);
             continue;
@@ -454,15 +480,31 @@ static void evict_after_use(pgr_region *r, uint64_t c, int64_t t) {
     }
 }
 
-/* The chunk to read after chunk k: the plan's next, else the next chunk in file order when
- * both are kept (the keep set is read whole once; its chunks have no next in the plan). */
+static int chunk_kept(pgr_region *r, uint64_t k) {
+    uint64_t lo, hi;
+    chunk_range(r, k, &lo, &hi);
+    return lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP;
+}
+
+/* The chunk to read after chunk k: the plan's next; else the next chunk in file order when
+ * both are kept (the keep set is read whole once; its chunks have no next in the plan), or
+ * when the program is reading the file in order (in_order: a scan the recordings showed no
+ * chain for, such as a database's table scan between point queries). */
 static int64_t plan_succ(pgr_region *r, int64_t k) {
     if (r->pnext[k] >= 0 || (uint64_t)k + 1 >= r->nchunks) return r->pnext[k];
-    uint64_t lo, hi, lo2, hi2;
-    chunk_range(r, (uint64_t)k, &lo, &hi);
-    chunk_range(r, (uint64_t)k + 1, &lo2, &hi2);
-    int kept = lo < hi && lo2 < hi2 && r->cls[hi - 1] == PC_CLASS_KEEP && r->cls[lo2] == PC_CLASS_KEEP;
-    return kept ? k + 1 : -1;
+    if (r->in_order) return k + 1;
+    return chunk_kept(r, (uint64_t)k) && chunk_kept(r, (uint64_t)k + 1) ? k + 1 : -1;
+}
+
+/* Whether entering chunk c continues the file in order from the chunk entered before,
+ * prev: c follows it, or only kept chunks lie between them (pinned, so passed without a
+ * miss the pager could see). */
+#define PLAN_ORDER_GAP 64
+static int entered_in_order(pgr_region *r, int64_t prev, uint64_t c) {
+    if (prev < 0 || (uint64_t)prev >= c || c - (uint64_t)prev > PLAN_ORDER_GAP) return 0;
+    for (uint64_t k = (uint64_t)prev + 1; k < c; k++)
+        if (!chunk_kept(r, k)) return 0;
+    return 1;
 }
 
 /* The chain from chunk c (plan_succ), at most max chunks, stopping where it comes back to
@@ -479,7 +521,9 @@ static uint64_t plan_chain(pgr_region *r, uint64_t c, int64_t *out, uint64_t max
     return n;
 }
 
-#define PLAN_MAX_AHEAD 64
+#define PLAN_MAX_AHEAD    64
+#define PLAN_LOOKUP_PAGES 7
+#define PLAN_SCAN_AHEAD   2
 
 /* Read the next pf_chunks chunks of the chain into the page cache: their I/O overlaps the
  * program's work on this one, and the faults there copy them from memory. A chunk is read
@@ -487,15 +531,20 @@ static uint64_t plan_chain(pgr_region *r, uint64_t c, int64_t *out, uint64_t max
  * than the window holds, however often it comes back to the chunks before it. */
 static void plan_read_ahead(pgr_region *r, uint64_t c) {
     int64_t ch[PLAN_MAX_AHEAD];
-    uint64_t n = plan_chain(r, c, ch, r->pf_chunks < PLAN_MAX_AHEAD ? r->pf_chunks : PLAN_MAX_AHEAD);
+    /* a plan without a window of its own still reads a scan ahead, within the three chunks
+     * of page cache the pager's margin holds (launch.memlimit_pager) */
+    uint64_t ahead = r->pf_chunks ? r->pf_chunks : r->in_order ? PLAN_SCAN_AHEAD : 0;
+    uint64_t n = plan_chain(r, c, ch, ahead < PLAN_MAX_AHEAD ? ahead : PLAN_MAX_AHEAD);
     for (uint64_t i = 0; i < n; i++) {
         uint64_t k = (uint64_t)ch[i], lo, hi;
-        if (r->ra[k] && r->entries - r->ra[k] <= 2 * r->pf_chunks + 2) continue;
+        if (r->ra[k] && r->entries - r->ra[k] <= 2 * ahead + 2) continue;
         r->ra[k] = r->entries;
         chunk_range(r, k, &lo, &hi);
         while (lo < hi && (r->state[lo] & ST_RES)) lo++;
-        if (lo < hi)
+        if (lo < hi) {
             posix_fadvise(r->fd, (off_t)(r->file_offset + lo * r->ps), (off_t)((hi - lo) * r->ps), POSIX_FADV_WILLNEED);
+            if (!r->pf_chunks) r->st.plan_scan_ahead++;
+        }
     }
 }
 
@@ -521,6 +570,10 @@ static void plan_enter(pgr_region *r, uint64_t p, int64_t t) {
         if (lo < hi && r->cls[lo] == PC_CLASS_KEEP && r->cls[hi - 1] == PC_CLASS_KEEP && r->npend_drop < 2)
             r->pend_drop[r->npend_drop++] = r->hist[0];
     }
+    /* either of the last two: two threads each reading the file in order alternate; back to
+     * the chunk just left (a page read out of order at a boundary) changes nothing */
+    if ((int64_t)c != r->hist[1])
+        r->in_order = entered_in_order(r, r->hist[0], c) || entered_in_order(r, r->hist[1], c);
     int64_t passed = pc_plan_enter(r->hist, (int64_t)c);
     if (passed >= 0 && !r->st.plan_stream_off) {
         evict_after_use(r, (uint64_t)passed, t);
@@ -553,7 +606,12 @@ static uint64_t plan_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max
     /* at most half a chunk while evicting after use: every chunk then takes a miss, which
      * is how the pager learns the program entered it */
     if (!r->st.plan_stream_off && max > r->chunk_pages / 2) max = r->chunk_pages / 2 ? r->chunk_pages / 2 : 1;
+    /* a miss out of order outside the keep set, in a chunk the plan names no successor for,
+     * is a lookup (a B-tree's point query): the page and a few after it, not half a chunk
+     * the budget would evict unread */
     uint64_t c = chunk_of(r, p), n = 0, lo, hi;
+    int unnamed = c >= r->nchunks || r->pnext[c] < 0;
+    if (!r->in_order && r->cls[p] != PC_CLASS_KEEP && unnamed && max > PLAN_LOOKUP_PAGES) max = PLAN_LOOKUP_PAGES;
     chunk_range(r, c, &lo, &hi);
     for (uint64_t q = p + 1; q < hi && n < max; q++) out[n++] = (int64_t)q;
     if (r->cls[p] == PC_CLASS_OTHER) return n;
@@ -900,6 +958,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
     log_rec(r, t, (int64_t)p, PGR_REC_FAULT, write ? PGR_RF_WRITE : 0, tid);
 
     /* Room for the whole batch first, so no member can be a victim. */
+    r->vcap = n + 1;
     if (ring_insert(r, p, t) < 0) {
         handler_error(r, "no page could be evicted", errno);
     }
@@ -912,6 +971,7 @@ static void serve_missing(pgr_region *r, uint64_t p, int write, int tid, int64_t
         placed++;
     }
     n = placed;
+    flush_victims(r);
 
     install_prefetched(r, n, t);
     for (uint64_t i = 0; i < n; i++) r->state[r->batch[i]] &= (uint8_t)~ST_PIN;
@@ -1137,6 +1197,7 @@ static void free_region(pgr_region *r) {
     free(r->buf);
     free(r->dbuf);
     free(r->batch);
+    free(r->vict);
     free(r->log);
     free(r->samples);
     free(r->slot);
@@ -1196,11 +1257,13 @@ static int alloc_region_buffers(pgr_region *r, const pgr_config *cfg) {
     r->buf = malloc(maxb * r->ps);
     r->dbuf = malloc(r->ps);
     r->batch = malloc((maxb + 1) * sizeof(int64_t));
+    r->vict = malloc((maxb + 1) * sizeof(int64_t));
     r->logcap = 2 * maxb + 2;
     r->log = malloc(r->logcap * sizeof(pgr_log_rec));
     r->samples = malloc(NSAMPLES * sizeof(uint32_t));
     pthread_mutex_init(&r->mu, NULL);
-    if (!r->state || !r->ring || !r->learned || !r->buf || !r->dbuf || !r->batch || !r->log || !r->samples) {
+    if (!r->state || !r->ring || !r->learned || !r->buf || !r->dbuf || !r->batch || !r->vict || !r->log ||
+        !r->samples) {
         set_err("out of memory");
         return -1;
     }

@@ -102,6 +102,8 @@ typedef struct pgr_stats {
     uint64_t plan_after_use;     /* stream pages evicted once the program moved past their chunk */
     uint64_t plan_regrets;       /* chunks evicted after use that the program came back to at once */
     uint64_t plan_stream_off;    /* 1: regrets stopped evict-after-use for this region */
+    uint64_t unmap_calls;        /* MADV_DONTNEED calls that evicted pages (neighbours go in one) */
+    uint64_t plan_scan_ahead;    /* chunks read ahead along a scan the plan named no chain for */
 } pgr_stats;
 
 enum { PGR_PACK_NONE = 0, PGR_PACK_RUNNING = 1, PGR_PACK_DONE = 2, PGR_PACK_STOPPED = 3 };

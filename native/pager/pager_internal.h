@@ -49,6 +49,8 @@ struct pgr_region {
     uint8_t *buf;           /* staging for one batch */
     uint8_t *dbuf;          /* staging for the demanded page */
     int64_t *batch;         /* pages of the current batch */
+    int64_t *vict;          /* clean victims of the current batch, unmapped together (flush_victims) */
+    uint64_t nvict, vcap;   /* vcap 0: victims are unmapped one by one, as evicted */
     pgr_log_rec *log;       /* records of the current batch */
     uint64_t nlog, logcap;
     uint32_t *samples;
@@ -86,6 +88,7 @@ struct pgr_region {
     uint64_t *gone_at; /* file chunk -> chunk entries counted when it was evicted after use (0: not) */
     uint64_t entries;  /* chunk entries (pc_plan_enter) */
     uint64_t after_use_chunks;
+    int in_order;         /* the program entered its last chunk in file order (plan_enter) */
     int64_t pend_ra;      /* chunk entered: read ahead from it after the wake-up (-1: none) */
     int64_t pend_drop[2]; /* chunks whose page-cache copies are dropped after the wake-up */
     int npend_drop;

@@ -429,7 +429,8 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             "\"errors\": %d, \"wp_enabled\": %d, \"pack_pages\": %llu, \"pack_installed\": %llu, "
             "\"pack_skipped\": %llu, \"pack_bytes_read\": %llu, \"pack_deferred\": %llu, \"pack_done_ns\": %llu, "
             "\"pack_state\": %d, \"plan_keep_resident\": %llu, \"plan_keep_demoted\": %llu, "
-            "\"plan_after_use\": %llu, \"plan_regrets\": %llu, \"plan_stream_off\": %llu, \"close_ok\": %s}\n",
+            "\"plan_after_use\": %llu, \"plan_regrets\": %llu, \"plan_stream_off\": %llu, \"unmap_calls\": %llu, "
+            "\"plan_scan_ahead\": %llu, \"close_ok\": %s}\n",
             esc, (unsigned long long)s->faults, (unsigned long long)s->wp_faults, (unsigned long long)s->late_faults,
             (unsigned long long)s->prefetched, (unsigned long long)s->prefetch_hits,
             (unsigned long long)s->prefetch_evicted_untouched, (unsigned long long)s->evictions,
@@ -441,7 +442,8 @@ static void write_stats(live_t *l, const pgr_stats *s, uint64_t p50, uint64_t p9
             (unsigned long long)s->pack_bytes_read, (unsigned long long)s->pack_deferred,
             (unsigned long long)s->pack_done_ns, s->pack_state, (unsigned long long)s->plan_keep_resident,
             (unsigned long long)s->plan_keep_demoted, (unsigned long long)s->plan_after_use,
-            (unsigned long long)s->plan_regrets, (unsigned long long)s->plan_stream_off, rc == 0 ? "true" : "false");
+            (unsigned long long)s->plan_regrets, (unsigned long long)s->plan_stream_off,
+            (unsigned long long)s->unmap_calls, (unsigned long long)s->plan_scan_ahead, rc == 0 ? "true" : "false");
     pc_out_fcommit(f, tmp, p);
 }
 

@@ -98,6 +98,7 @@ _STAT_FIELDS = [
 
 
 _PLAN_FIELDS = ["plan_keep_resident", "plan_keep_demoted", "plan_after_use", "plan_regrets", "plan_stream_off"]
+_TAIL_FIELDS = ["unmap_calls", "plan_scan_ahead"]
 _PACK_FIELDS = ["pack_pages", "pack_installed", "pack_skipped", "pack_bytes_read", "pack_deferred", "pack_done_ns"]
 
 
@@ -107,7 +108,7 @@ class _Stats(ctypes.Structure):
         + [("errors", ctypes.c_int32), ("wp_enabled", ctypes.c_int32)]
         + [(n, ctypes.c_uint64) for n in _PACK_FIELDS]
         + [("pack_state", ctypes.c_int32), ("pack_pad", ctypes.c_int32)]
-        + [(n, ctypes.c_uint64) for n in _PLAN_FIELDS]
+        + [(n, ctypes.c_uint64) for n in _PLAN_FIELDS + _TAIL_FIELDS]
     )
 
 
@@ -312,6 +313,7 @@ class PagerStats:
     nsamples: int = 0
     errors: int = 0
     wp_enabled: int = 0
+    unmap_calls: int = 0  # MADV_DONTNEED calls that evicted pages: neighbouring victims share one
     service_ns_p50: float = float("nan")
     service_ns_p99: float = float("nan")
 
@@ -320,7 +322,7 @@ class PagerStats:
 
 
 def _stats_from(st: _Stats, samples: np.ndarray | None) -> PagerStats:
-    s = PagerStats(**{n: int(getattr(st, n)) for n in _STAT_FIELDS + ["errors", "wp_enabled"]})
+    s = PagerStats(**{n: int(getattr(st, n)) for n in _STAT_FIELDS + ["errors", "wp_enabled", "unmap_calls"]})
     if samples is not None and len(samples):
         s.service_ns_p50, s.service_ns_p99 = (float(v) for v in np.percentile(samples, [50, 99]))
     return s
