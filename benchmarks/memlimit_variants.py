@@ -5,7 +5,8 @@ from: the kernel alone under the limit (the baseline), and any of the plan's var
 (``pagecast.plan.memory_measure.variants``): ``half`` and ``keep`` (the keep set, halved or
 whole, locked; nothing followed from outside), ``plan`` (as built) and each of them applied by
 the userfaultfd pager (``+pager``), ``follow`` (with ``--follow PLAN``: a plan rebuilt in
-coarser chunks the controller can follow, as ``plan --memory --measure`` builds one), plus
+coarser chunks the controller can follow, as ``plan --memory --measure`` builds one; with
+``--for-pager PLAN`` the ``+pager`` variants come from that plan, rebuilt for the pager), plus
 ``as-planned`` (the plan file as it is, with the backend it names). Every run starts cold, variants interleaved round by round. Printed: per
 variant the median time per pass (token, round) after the first over every round, MiB read
 by the run, and the ratio to the kernel alone.
@@ -46,10 +47,20 @@ AS_PLANNED = "as-planned"
 
 
 def launches(
-    plan_path: Path, limit: int, names: list[str], tmp: Path, argv: list[str], follow: Path | None = None
+    plan_path: Path,
+    limit: int,
+    names: list[str],
+    tmp: Path,
+    argv: list[str],
+    follow: Path | None = None,
+    for_pager: Path | None = None,
 ) -> dict[str, Launch]:
     plan = read_memory_plan(plan_path)
-    by_name = variants(plan, follow=read_memory_plan(follow) if follow else None)
+    by_name = variants(
+        plan,
+        follow=read_memory_plan(follow) if follow else None,
+        for_pager=read_memory_plan(for_pager) if for_pager else None,
+    )
     out: dict[str, Launch] = {}
     for name in names:
         if name == AS_PLANNED:
@@ -74,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", type=Path, required=True, help="memory plan for that limit (pagecast plan --memory)")
     ap.add_argument("--variants", default="kernel,keep,plan,as-planned", help="comma-separated (kernel first)")
     ap.add_argument("--follow", type=Path, help="the plan in coarser chunks, for the variant 'follow'")
+    ap.add_argument("--for-pager", type=Path, help="the plan rebuilt for the pager, for the '+pager' variants")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         read: dict[str, list[int]] = {n: [] for n in names}
         results: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="pc-variants-") as td:
-            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow)
+            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow, a.for_pager)
             for rnd in range(a.rounds):
                 order = names[rnd % len(names) :] + names[: rnd % len(names)]
                 for name in order:

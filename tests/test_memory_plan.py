@@ -121,6 +121,37 @@ def test_keep_and_evict_are_mins_steady_state(recordings):
     assert pr.plan.sum() < pr.lru.sum()
 
 
+def test_a_plan_for_the_pager_keeps_min_s_set_less_only_its_streaming_room(recordings):
+    """The pager reads no read-around window: its keep set is MIN's most useful chunks less
+    the three chunks it streams through, more than the kernel backend's; the pager variants
+    that ``plan --measure`` times are built from it."""
+    from pagecast.plan.memory import PAGER_ROOM_CHUNKS, pager_plan
+    from pagecast.plan.memory_measure import variants
+
+    f, traces = recordings
+    files: dict[str, int] = {}
+    runs = [read_run(t, files) for t in traces]
+    fi = files[str(f)]
+    runs = [RunStream(r.file[r.file == fi], r.page[r.file == fi], 0) for r in runs]
+    cfg = _cfg()
+    keep, _, _, reserve, dist = build(runs, cfg)
+    pkeep, pstreamed, _, _, _ = build(runs, dataclasses.replace(cfg, pager=True))
+    cap = (cfg.limit - reserve) // CHUNK - dist
+    ordered, _, _ = keep_set([collapse(chunk_keys(r, CHUNK // PAGE_SIZE)) for r in runs], cap)
+    assert pkeep == set(ordered[: cap - PAGER_ROOM_CHUNKS]) and keep < pkeep
+    assert not pkeep & pstreamed and set(ordered) <= pkeep | pstreamed  # MIN's rest streams
+
+    plan = plan_for_limit(traces, cfg)
+    pp = pager_plan(traces, cfg, plan)
+    assert pp is not None and pp.backend == "pager" and pp.keep_bytes() > plan.keep_bytes()
+    assert pp.room_bytes == PAGER_ROOM_CHUNKS * CHUNK and pp.chunk_bytes == plan.chunk_bytes
+    v = variants(plan, for_pager=pp)
+    assert v["plan+pager"].files == pp.files and v["keep+pager"].keep_bytes() == pp.keep_bytes()
+    assert v["keep"].keep_bytes() == plan.keep_bytes() and v["keep"].backend == "kernel-advice"
+    # nothing more to keep: no pager plan
+    assert pager_plan(traces, cfg, pp) is None
+
+
 def test_plan_cli_explain_and_other_limits(recordings, tmp_path):
     f, traces = recordings
     out = tmp_path / "p.plan"

@@ -547,7 +547,7 @@ def _remove_packs(doc) -> None:
 
 def _memory_plan(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
-    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, follow_plan, plan_for_limit
+    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, follow_plan, pager_plan, plan_for_limit
     from pagecast.plan.memory_format import write_memory_plan
     from pagecast.util.memcg import parse_limit
     from pagecast.util.sizes import parse_size
@@ -569,7 +569,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     measured = None
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
-        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow)
+        for_pager = pager_plan(args.traces, cfg, plan)
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager)
         plan.validation["measured"] = measured.to_dict()
     write_memory_plan(plan, args.output)
     if measured is not None and (args.explain or not args.json):
@@ -611,9 +612,10 @@ def _memory_summary(plan) -> str:
     return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{objects}{rest}{note}"
 
 
-def _measure_memory(plan, recordings, rounds: int, follow=None) -> tuple:
+def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None) -> tuple:
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
-    follow, if one was built) against the kernel alone under the limit."""
+    follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
+    the pager, if one was) against the kernel alone under the limit."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
@@ -634,7 +636,7 @@ def _measure_memory(plan, recordings, rounds: int, follow=None) -> tuple:
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
         cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))
-        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager, follow=follow)
+        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager, follow=follow, for_pager=for_pager)
 
 
 def _show_memory(path: str, as_json: bool) -> int:

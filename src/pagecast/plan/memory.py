@@ -78,6 +78,9 @@ class MemoryPlanConfig:
     # read-ahead window around it, and a window evicted before use is read again (thrash);
     # None: twice the read-ahead of the device of the most used file, at least 4 chunks
     stream_room_bytes: int | None = None
+    # for the pager backend: it reads what a miss asks for and its batch, no read-around
+    # window, so MIN's keep set is cut only to leave it room to stream through (pager_plan)
+    pager: bool = False
 
 
 @dataclass
@@ -395,6 +398,16 @@ def room_bytes(cfg: MemoryPlanConfig) -> int:
     return max(ra + 2 * cfg.chunk_bytes, 4 * cfg.chunk_bytes)
 
 
+# what the pager streams through beside its keep set: the chunk passed, the one the program
+# is in and the one its batch reaches into (launch.memlimit_pager)
+PAGER_ROOM_CHUNKS = 3
+
+
+def _room(cfg: MemoryPlanConfig) -> int:
+    assert cfg.chunk_bytes is not None
+    return PAGER_ROOM_CHUNKS * cfg.chunk_bytes if cfg.pager else room_bytes(cfg)
+
+
 def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], set[int], dict[int, int], int, int]:
     """(keep chunks, streamed chunks, successors, reserve, prefetch distance) from ``runs``.
 
@@ -408,9 +421,9 @@ def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], s
     chunk_pages = cfg.chunk_bytes // PAGE_SIZE
     streams = [collapse(chunk_keys(r, chunk_pages)) for r in runs]
     ordered, streamed, left = keep_set(streams, cap - dist)
-    room_chunks = -(-room_bytes(cfg) // cfg.chunk_bytes)
+    room_chunks = -(-_room(cfg) // cfg.chunk_bytes)
     budget = max(0, cap - dist - room_chunks - _footprint_chunks(runs, chunk_pages, left))
-    n, _ = keep_size(runs, cfg, reserve, ordered[:budget])
+    n = budget if cfg.pager else keep_size(runs, cfg, reserve, ordered[:budget])[0]
     keep = set(ordered[:n])
     streamed |= set(ordered[n:])
     return keep, streamed, successors(streams, streamed, max(ENTRY_WINDOW, room_chunks)), reserve, dist
@@ -567,7 +580,17 @@ def plan_for_limit(
         fk = [c & ((1 << 40) - 1) for c in keep if c >> 40 == fi]
         fs = [c & ((1 << 40) - 1) for c in streamed if c >> 40 == fi]
         fn = {a & ((1 << 40) - 1): b & ((1 << 40) - 1) for a, b in nxt.items() if a >> 40 == fi and b >> 40 == fi}
-        out.append(FileMemoryPlan(path, ident[path], _ranges(fk), _ranges(fs), fn, dict(per_file[fi]), objects.get(fi)))
+        out.append(
+            FileMemoryPlan(
+                path=path,
+                identity=ident[path],
+                keep=_ranges(fk),
+                stream=_ranges(fs),
+                next=fn,
+                predicted=dict(per_file[fi]),
+                objects=objects.get(fi),
+            )
+        )
     backend = "kernel-advice"
     note = ""
     if validation.get("plan_bytes") is not None and validation["plan_bytes"] >= validation["lru_bytes"]:
@@ -576,7 +599,9 @@ def plan_for_limit(
             # the keep set goes; reading objects whole instead of read-around windows stays
             out = [dataclasses.replace(f, keep=[], stream=[], next={}) for f in out]
             backend, note = "kernel-advice", note + "; objects read whole only"
-    return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, room_bytes(cfg))
+    if cfg.pager and backend == "kernel-advice":
+        backend = "pager"
+    return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, _room(cfg))
 
 
 def _streamed_bytes(plan: MemoryPlan, followed: bool) -> int:
@@ -610,6 +635,17 @@ def follow_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: Memor
         if cand.backend == "kernel-advice" and total and 2 * _streamed_bytes(cand, True) >= total:
             return cand
     return None
+
+
+def pager_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: MemoryPlan) -> MemoryPlan | None:
+    """``plan`` rebuilt for the pager at its chunk size (``MemoryPlanConfig.pager``), where
+    that keeps more: the kernel backend's keep set is cut to leave the kernel's read-around
+    windows room (SQLite's point queries at 59 MiB: cut to nothing), which the pager does
+    not read. None where it keeps no more, or where ``plan`` found nothing to gain."""
+    if plan.backend == "kernel":
+        return None
+    cand = plan_for_limit(traces, dataclasses.replace(cfg, chunk_bytes=plan.chunk_bytes, pager=True))
+    return cand if cand.backend == "pager" and cand.keep_bytes() > plan.keep_bytes() else None
 
 
 def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:

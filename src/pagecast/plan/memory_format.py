@@ -22,6 +22,7 @@ gain over the kernel: the program runs under the limit, untouched.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -223,21 +224,9 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     for f in reversed(plan.files):  # the first files the runs used keep their chunks longest
         keep, dropped = _trim_keep(f.keep, max(0, excess))
         excess -= sum(n for _, n in dropped)
-        files.append(
-            FileMemoryPlan(f.path, f.identity, keep, sorted(f.stream + dropped), f.next, f.predicted, f.objects)
-        )
+        files.append(dataclasses.replace(f, keep=keep, stream=sorted(f.stream + dropped)))
     files.reverse()
-    scaled = MemoryPlan(
-        limit,
-        plan.chunk_bytes,
-        plan.reserve_bytes,
-        plan.prefetch_chunks,
-        plan.backend,
-        files,
-        plan.validation,
-        plan.note,
-        plan.room_bytes,
-    )
+    scaled = dataclasses.replace(plan, limit_bytes=limit, files=files)
     return scaled, (
         f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
         f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB"

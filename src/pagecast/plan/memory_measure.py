@@ -53,7 +53,7 @@ from pagecast.plan.measure import (
     noise_of,
     tie_of,
 )
-from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
+from pagecast.plan.memory_format import MemoryPlan, write_memory_plan
 
 KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow")  # simplest first
 PAGER = "+pager"
@@ -74,23 +74,30 @@ def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
             if take > 0:
                 keep.append((a, take))
                 budget -= take
-        files.append(FileMemoryPlan(f.path, f.identity, keep, [], {}, f.predicted, f.objects))
+        files.append(dataclasses.replace(f, keep=keep, stream=[], next={}))
     return dataclasses.replace(plan, files=files, prefetch_chunks=0)
 
 
-def variants(plan: MemoryPlan, pager: bool = True, follow: MemoryPlan | None = None) -> dict[str, MemoryPlan | None]:
+def _sides(plan: MemoryPlan) -> dict[str, MemoryPlan]:
+    return {"half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+
+
+def variants(
+    plan: MemoryPlan, pager: bool = True, follow: MemoryPlan | None = None, for_pager: MemoryPlan | None = None
+) -> dict[str, MemoryPlan | None]:
     """The candidates, each naming the backend that applies it (whatever ``plan`` names);
-    ``follow``: the plan rebuilt in chunks the controller can follow, if one was."""
-    kernel_side = {"half": _keep_only(plan, 0.5), "keep": _keep_only(plan), "plan": plan}
+    ``follow``: the plan rebuilt in chunks the controller can follow, if one was;
+    ``for_pager``: the plan rebuilt for the pager (``memory.pager_plan``), whose variants
+    the pager's are, if one was."""
+    kernel_side = _sides(plan)
     if follow is not None:
         kernel_side["follow"] = follow
     out: dict[str, MemoryPlan | None] = {"kernel": None}
     out.update({k: dataclasses.replace(v, backend="kernel-advice") for k, v in kernel_side.items()})
     if pager:
+        pager_side = _sides(for_pager) if for_pager is not None else kernel_side
         for name in PAGER_SIDE:
-            p = out[name]
-            assert p is not None
-            out[name + PAGER] = dataclasses.replace(p, backend="pager")
+            out[name + PAGER] = dataclasses.replace(pager_side[name], backend="pager")
     return out
 
 
@@ -153,10 +160,12 @@ def measure_memory_plan(
     cfg: MeasureConfig,
     pager: bool = True,
     follow: MemoryPlan | None = None,
+    for_pager: MemoryPlan | None = None,
 ) -> tuple[MemoryPlan, MemoryMeasured]:
     """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``);
-    ``pager``: whether the pager variants are timed too; ``follow``: see ``variants``."""
-    cands = variants(plan, pager, follow)
+    ``pager``: whether the pager variants are timed too; ``follow``, ``for_pager``: see
+    ``variants``."""
+    cands = variants(plan, pager, follow, for_pager)
     work = Path(tempfile.mkdtemp(prefix="pagecast-memmeasure-"))
     try:
         no_plan = work / "kernel.plan"  # never written: ``launch_argv`` is given None for it
