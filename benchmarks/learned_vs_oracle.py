@@ -36,6 +36,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -105,16 +106,22 @@ def print_rows(title: str, rows: list[dict]) -> None:
     )
 
 
-def synthetic_case(tmp: Path, args) -> None:
-    train_trace = write_pattern_trace(tmp / "syn_train.parquet", args.train_events)
-    held = [
+def held_out_runs(tmp: Path, name: str, events: int, spec: Callable[..., PatternSpec]) -> list[Path]:
+    """Two runs of the pattern ``spec`` makes, its streams starting at other pages, at other
+    region bases: what a model trained on the default start must carry over to."""
+    return [
         write_pattern_trace(
-            tmp / f"syn_run{i}.parquet",
-            args.test_events,
-            PatternSpec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)),
+            tmp / f"{name}_run{i}.parquet",
+            events,
+            spec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)),
         )
         for i, sp in ((2, [40, 7, 300, 12]), (3, [1000, 0, 5, 77]))
     ]
+
+
+def synthetic_case(tmp: Path, args) -> None:
+    train_trace = write_pattern_trace(tmp / "syn_train.parquet", args.train_events)
+    held = held_out_runs(tmp, "syn", args.test_events, PatternSpec)
     t0 = time.perf_counter()
     model, metrics = train(train_trace, tmp / "syn.pt", "lstm", args.epochs, args.threads)
     print(
@@ -139,14 +146,7 @@ def _cli_json(argv: list[str]) -> dict:
 def long_context_case(tmp: Path, args) -> None:
     """Ranking quality beside the oracle's, on events that need a long context."""
     train_trace = write_pattern_trace(tmp / "long_train.parquet", args.train_events, long_context_spec())
-    held = [
-        write_pattern_trace(
-            tmp / f"long_run{i}.parquet",
-            args.test_events,
-            long_context_spec(start_pages=sp, base=0x5500_0000_0000 + i * (1 << 36)),
-        )
-        for i, sp in ((2, [40, 7, 300, 12]), (3, [1000, 0, 5, 77]))
-    ]
+    held = held_out_runs(tmp, "long", args.test_events, long_context_spec)
     model = tmp / "long.pt"
     t0 = time.perf_counter()
     _cli_json(["train", str(train_trace), "-o", str(model), "--threads", str(args.threads), "--json"])
