@@ -151,3 +151,78 @@ def test_a_controller_that_ended_without_a_report_is_named_by_how_it_ended():
     assert "killed by the cgroup's OOM killer" in oom
     assert "killed by SIGTERM" in ended(lambda w: os.kill(os.getpid(), 15), oom_kills=1)[0]["error"]
     assert ended(lambda w: os.write(w, b'{"entered": 5}')) == ({"entered": 5}, [])
+
+
+UNMAPPER = r"""
+import mmap, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+print(sum(m[i] for i in range(0, len(m), 4096)), flush=True)
+sys.stdin.readline()
+m.close()
+print("unmapped", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_range_the_program_unmapped_is_not_an_error(tmp_path):
+    """A program unmaps its file (as one does on its way out) between the controller's read of
+    its maps and a page-out: the range is gone from its page table with the pages, which is not
+    an error of the run's report nor a page-out; the maps are read again before the next step."""
+    if os.geteuid() != 0:
+        pytest.skip("process_madvise on another process needs root")
+    from pagecast.live.memctl import Controller
+
+    f = tmp_path / "data"
+    f.write_bytes(os.urandom(4 * MIB))
+    child = subprocess.Popen([sys.executable, "-c", UNMAPPER, str(f)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    try:
+        assert child.stdout.readline()  # mapped and read
+        fp = FileMemoryPlan(str(f), FileIdentity.of(f), [], [(0, 4)], {0: 1, 1: 2, 2: 3})
+        ctl = Controller(MemoryPlan(64 * MIB, MIB, 8 * MIB, 1, files=[fp]), child.pid, usage=lambda: 0)
+        ctl.refresh_maps()
+        assert ctl.stats.files_mapped == 1 and not ctl.maps_stale
+        ctl.pageout((ctl.files[0].idx, 0))
+        assert ctl.stats.pageouts == 1 and not ctl.stats.errors
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "unmapped"
+        ctl.pageout((ctl.files[0].idx, 1))  # the maps read before the unmap still name the range
+        assert not ctl.stats.errors, ctl.stats.errors
+        assert ctl.stats.pageouts == 1 and ctl.maps_stale
+        ctl.refresh_maps()
+        assert ctl.stats.files_mapped == 0 and not ctl.maps_stale
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+
+
+def test_a_program_that_ends_at_once_leaves_a_clean_report(setup, tmp_path):
+    """A program done before the controller is under way (``true``) is no controller error:
+    its parent opened the pidfd before it could reap the program."""
+    _, f = setup
+    plan = _plan(tmp_path / "p.plan", f, keep=8, prefetch=2, reserve=8 * MIB)
+    for _ in range(5):
+        r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--json", "--memory", str(LIMIT), "--plan",
+                            str(plan), "--", "true"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        rep = json.loads(r.stdout)
+        assert r.returncode == 0 == rep["exit_status"]
+        assert "error" not in rep["controller"] and not rep["controller"]["errors"], rep["controller"]
+        assert "warning" not in r.stderr, r.stderr
+
+
+def test_the_controller_of_a_program_already_reaped_has_nothing_to_do(tmp_path):
+    from pagecast.live.memctl import Controller
+
+    f = tmp_path / "data"
+    f.write_bytes(b"\0" * MIB)
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 1)], [], {})
+    child = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(child.pid)
+    child.wait()
+    try:
+        stats = Controller(MemoryPlan(64 * MIB, MIB, 8 * MIB, 1, files=[fp]), child.pid, lambda: 0, pidfd=pidfd).run()
+    finally:
+        os.close(pidfd)
+    assert stats.pinned_bytes == 0 and not stats.errors

@@ -55,6 +55,8 @@ def _exit_status(rc: int) -> int:
 def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int, int]:
     """Fork the controller into the cgroup; (its pid, the read end of its report pipe)."""
     r, w = os.pipe()
+    # opened before this process can reap the program: one that ends at once stays reachable
+    pidfd = os.pidfd_open(pid)
     # the controller's memory is charged to the program's cgroup: what it shares with this
     # process must stay shared, so no collection may walk (and so copy) the inherited heap
     gc.freeze()
@@ -73,7 +75,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
                 f.write("1000")
             from pagecast.live.memctl import Controller
 
-            stats = Controller(plan, pid, cg.committed, unreclaimable=cg.unreclaimable).run()
+            stats = Controller(plan, pid, cg.committed, unreclaimable=cg.unreclaimable, pidfd=pidfd).run()
             os.write(w, json.dumps(stats.to_dict()).encode())
         except BaseException as e:  # noqa: BLE001 - the program must run on whatever happens here
             try:
@@ -84,6 +86,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
         finally:
             os._exit(code)
     os.close(w)
+    os.close(pidfd)
     gc.unfreeze()
     return child, r
 

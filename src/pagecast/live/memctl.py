@@ -154,7 +154,10 @@ class Controller:
         usage: Callable[[], int],
         warn: Callable[[str], None] = lambda s: None,
         unreclaimable: Callable[[], int] | None = None,
+        pidfd: int | None = None,
     ):
+        """``pidfd``: the program's, opened by its parent before it could be reaped (a program
+        that ends at once is otherwise gone before the controller gets to it); else opened here."""
         self.plan = plan
         self.pid = pid
         self.usage = usage
@@ -163,8 +166,11 @@ class Controller:
         self.warn = warn
         self.cb = plan.chunk_bytes
         self.stats = ControllerStats()
-        self.pidfd = os.pidfd_open(pid)
-        self.pagemap = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+        self.pidfd = os.pidfd_open(pid) if pidfd is None else pidfd
+        try:
+            self.pagemap = os.open(f"/proc/{pid}/pagemap", os.O_RDONLY)
+        except (FileNotFoundError, ProcessLookupError):
+            self.pagemap = -1  # the program has ended and was reaped: nothing to act on
         self.files: list[_File] = []
         self.by_key: dict[tuple[int, int], _File] = {}
         for i, fp in enumerate(plan.files):
@@ -189,6 +195,7 @@ class Controller:
         self.pending: deque[tuple[int, int]] = deque()
         self._pins: list[tuple[int, int]] = []  # (address, length) locked
         self.threads = 1
+        self.maps_stale = True  # read the program's mappings before acting on them
         self.read_around = max((read_ahead_bytes_of(f.path) for f in self.files), default=0)
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
         for f in self.files:
@@ -199,6 +206,7 @@ class Controller:
 
     # -- where the program's mappings are --------------------------------------------
     def refresh_maps(self) -> None:
+        self.maps_stale = False
         for f in self.files:
             f.maps = []
         for a, b, off, dev, ino in _maps_of(self.pid):
@@ -341,14 +349,22 @@ class Controller:
 
     def pageout(self, key: tuple[int, int]) -> None:
         f = self.files_by_idx(key[0])
+        done = False
         for addr, n in self._addr(f, key[1]):
             r = process_madvise(self.pidfd, addr, n, MADV_PAGEOUT)
             if r == -errno.ESRCH:  # the program has exited (its mm is gone): nothing left to page out
                 return
-            if r < 0 and len(self.stats.errors) < 5:
+            if r >= 0:
+                done = True
+            elif r == -errno.ENOMEM:
+                # the range is no longer mapped: the program unmapped the file since the last
+                # read of its maps (most often as it exits), so its pages left the page table too
+                self.maps_stale = True
+            elif len(self.stats.errors) < 5:
                 self.stats.errors.append(f"process_madvise(PAGEOUT): {os.strerror(-r)}")
-        self.stats.pageouts += 1
-        self.stats.pageout_bytes += min(self.cb, f.size - key[1] * self.cb)
+        if done:
+            self.stats.pageouts += 1
+            self.stats.pageout_bytes += min(self.cb, f.size - key[1] * self.cb)
         self.paged_at[key] = self.stats.entered
         self.present.discard(key)
         self.issued.discard(key)
@@ -435,7 +451,7 @@ class Controller:
             self.pending.clear()
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> ControllerStats:
-        if not self.files:
+        if not self.files or self.pagemap < 0:
             return self.stats
         n = 0
         poller = select.poll()
@@ -443,7 +459,7 @@ class Controller:
         last_maps = 0.0
         while not stop():
             now = time.monotonic()
-            if now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
+            if self.maps_stale or now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
             self.unpin_to_room()
