@@ -9,7 +9,9 @@ Cases, each a program the project did not write going over the same data again a
 - ``llama``: llama.cpp (llama-cpp-python 0.3.36, built from source once into
   ``$PAGECAST_CACHE/oversub/llama-venv``) generating tokens from an mmap'd llama GGUF of
   random f16 weights written with the ``gguf`` package (24 layers, width 1024: 0.6 GB);
-  greedy decoding, time per token after the first;
+  greedy decoding, time per token after the first; the weights stay in the mapping on every
+  CPU (llama.cpp's extra buffer types off: on a CPU with AMX it would otherwise copy 542 of
+  the 605 MiB into anonymous memory, and no limit below the program's own would be tried);
 - ``moe``: a mixture-of-experts weights reader (numpy over an mmap'd file): per token and
   layer a few experts of 2 MiB, routed by a prior every input shares and the prompt's own
   preference;
@@ -277,7 +279,16 @@ w.close()
 
 LLAMA_GEN = r"""
 import os, sys, time
+import llama_cpp.llama_cpp as api
 from llama_cpp import Llama
+default_params = api.llama_model_default_params
+def mapped_params():
+    # on a CPU with AMX (or another repacking backend) llama.cpp copies the weights it can
+    # repack into anonymous memory, which no limit can reclaim: keep them in the mapping
+    p = default_params()
+    p.use_extra_bufts = False
+    return p
+api.llama_model_default_params = mapped_params
 model, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 llm = Llama(model_path=model, n_ctx=256, n_batch=64, n_threads=2, use_mmap=True, use_mlock=False, seed=0, verbose=False)
 toks = llm.tokenize(prompt.encode(), add_bos=True)
