@@ -307,3 +307,14 @@ def test_a_lead_kept_only_if_fresh_rounds_confirm_it(tmp_path, holds):
     else:
         assert m.chosen == "kernel" and chosen.backend == "kernel" and "not confirmed" in m.why
     assert m.to_dict()["confirmation"]["kept"] is holds
+
+
+def test_a_program_whose_own_memory_fills_the_limit_is_told_so(recordings):
+    _, traces = recordings
+    files: dict[str, int] = {}
+    runs = [read_run(t, files) for t in traces]
+    cfg = _cfg()
+    assert "own memory" not in plan_for_limit(traces, cfg, read=(runs, files)).note
+    heavy = [dataclasses.replace(r, anon_pages=(16 << 20) // PAGE_SIZE) for r in runs]  # 16 of the 24 MiB
+    note = plan_for_limit(traces, cfg, read=(heavy, files)).note
+    assert "own memory (16 MiB of anonymous pages recorded) is more than half the 24 MiB limit" in note

@@ -200,6 +200,19 @@ def collapse(keys: np.ndarray) -> np.ndarray:
     return keys[keep]
 
 
+def own_memory_note(runs: Sequence[RunStream], limit: int) -> str:
+    """A line for a program whose own memory (its anonymous pages) takes more than half the
+    limit: what it holds no plan can keep or evict, and its files are planned in room they may
+    not have (llama.cpp on a CPU with AMX copies its weights out of the mapping at load)."""
+    anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
+    if anon * 2 <= limit:
+        return ""
+    return (
+        f"the program's own memory ({anon >> 20} MiB of anonymous pages recorded) is more than half "
+        f"the {limit >> 20} MiB limit: a plan acts only on file pages"
+    )
+
+
 def capacity_chunks(cfg: MemoryPlanConfig, reserve: int) -> int:
     return max(0, (cfg.limit - reserve) // cfg.chunk_bytes)
 
@@ -601,6 +614,8 @@ def plan_for_limit(
             backend, note = "kernel-advice", note + "; objects read whole only"
     if cfg.pager and backend == "kernel-advice":
         backend = "pager"
+    own = own_memory_note(runs, cfg.limit)
+    note = f"{note}; {own}" if note and own else note or own
     return MemoryPlan(cfg.limit, cfg.chunk_bytes, reserve, dist, backend, out, validation, note, _room(cfg))
 
 
