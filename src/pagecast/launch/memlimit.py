@@ -56,7 +56,11 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
     """Fork the controller into the cgroup; (its pid, the read end of its report pipe)."""
     r, w = os.pipe()
     # opened before this process can reap the program: one that ends at once stays reachable
-    pidfd = os.pidfd_open(pid)
+    # (where it cannot be opened, the controller tries and reports why)
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except OSError:
+        pidfd = None
     # the controller's memory is charged to the program's cgroup: what it shares with this
     # process must stay shared, so no collection may walk (and so copy) the inherited heap
     gc.freeze()
@@ -86,7 +90,8 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
         finally:
             os._exit(code)
     os.close(w)
-    os.close(pidfd)
+    if pidfd is not None:
+        os.close(pidfd)
     gc.unfreeze()
     return child, r
 
