@@ -177,6 +177,12 @@ def test_plan_cli_explain_and_other_limits(recordings, tmp_path):
     # too small for the prefetch window: the kernel alone
     tiny, note = for_limit(plan, 5 << 20)
     assert tiny.backend == "kernel" and "kernel alone" in note
+    # limits a few KiB apart are named in bytes where in MiB they read alike, and a keep set
+    # that still fits under a smaller one is not said to be scaled down
+    _, note = for_limit(plan, plan.limit_bytes + 4096)
+    assert f"{plan.limit_bytes:,}-byte" in note and f"{plan.limit_bytes + 4096:,} bytes" in note
+    near, note = for_limit(plan, plan.limit_bytes - 4096)
+    assert near.keep_bytes() == plan.keep_bytes() and "still fits" in note and "scaled" not in note
     # written and read back unchanged
     write_memory_plan(smaller, tmp_path / "s.plan")
     assert read_memory_plan(tmp_path / "s.plan").to_dict() == smaller.to_dict()
@@ -318,3 +324,17 @@ def test_a_program_whose_own_memory_fills_the_limit_is_told_so(recordings):
     heavy = [dataclasses.replace(r, anon_pages=(16 << 20) // PAGE_SIZE) for r in runs]  # 16 of the 24 MiB
     note = plan_for_limit(traces, cfg, read=(heavy, files)).note
     assert "own memory (16 MiB of anonymous pages recorded) is more than half the 24 MiB limit" in note
+
+
+def test_the_recorders_own_shim_is_not_a_file_of_the_plan(recordings):
+    """The page-set shim the recorder preloads is mapped by the program like a library; it is
+    the recorder's, not the program's: a plan naming it names a file of pagecast's build."""
+    _, traces = recordings
+    shims = [r.path for r in open_trace(traces[0]).regions if r.extra.get("recorder")]
+    assert shims, "the recording has no region of the recorder's shim to leave out"
+    files: dict[str, int] = {}
+    run = read_run(traces[0], files)
+    assert not set(shims) & set(files)
+    plan = plan_for_limit(traces, _cfg())
+    assert not set(shims) & {f.path for f in plan.files}
+    assert len(run.file) and (run.file >= 0).all()  # its pages are nobody's accesses, not unknown files

@@ -226,3 +226,28 @@ def test_the_controller_of_a_program_already_reaped_has_nothing_to_do(tmp_path):
     finally:
         os.close(pidfd)
     assert stats.pinned_bytes == 0 and not stats.errors
+
+
+def test_a_listed_file_gone_since_is_no_error(tmp_path):
+    """A recording lists every file the program mapped, pagecast's own recording shim among
+    them: one gone since the plan was made is skipped where the plan does nothing with it,
+    and named as changed (a warning of ``run``), not an error, where it does."""
+    from pagecast.live.memctl import Controller
+
+    kept, listed = tmp_path / "kept", tmp_path / "listed"
+    for f in (kept, listed):
+        f.write_bytes(b"\0" * MIB)
+    plan_files = [
+        FileMemoryPlan(str(kept), FileIdentity.of(kept), [(0, 1)], [], {}),
+        FileMemoryPlan(str(listed), FileIdentity.of(listed), [], [], {}),
+    ]
+    kept.unlink()
+    listed.unlink()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        ctl = Controller(MemoryPlan(64 * MIB, MIB, 8 * MIB, 1, files=plan_files), child.pid, usage=lambda: 0)
+        assert not ctl.stats.errors, ctl.stats.errors
+        assert ctl.stats.files_changed == [str(kept)] and ctl.files == []
+    finally:
+        child.kill()
+        child.wait()

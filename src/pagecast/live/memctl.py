@@ -174,8 +174,15 @@ class Controller:
         self.files: list[_File] = []
         self.by_key: dict[tuple[int, int], _File] = {}
         for i, fp in enumerate(plan.files):
+            if not fp.keep and not fp.stream:
+                # listed for its predicted bytes only (a library, or a file pagecast's own
+                # recording shim was loaded from): nothing to open, and gone is no error
+                continue
             try:
                 fd = os.open(fp.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self.stats.files_changed.append(fp.path)  # removed since the plan was made
+                continue
             except OSError as e:
                 self.stats.errors.append(f"{fp.path}: {e.strerror}")
                 continue

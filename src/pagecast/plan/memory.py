@@ -144,6 +144,8 @@ def read_run(trace_path: str | Path, files: dict[str, int]) -> RunStream:
     reg_off = {}
     anon = set()
     for r in t.regions:
+        if r.extra.get("recorder"):
+            continue  # the recorder's own shim: not the program's, neither file nor anonymous
         if r.kind == "file" and r.path:
             reg_file[r.id] = files.setdefault(r.path, len(files))
             reg_off[r.id] = r.file_offset // PAGE_SIZE

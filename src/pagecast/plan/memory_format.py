@@ -198,6 +198,13 @@ def _trim_keep(keep: list[tuple[int, int]], drop: int) -> tuple[list[tuple[int, 
     return out, dropped
 
 
+def _two_limits(made: int, now: int) -> tuple[str, str]:
+    """The two limits, in MiB unless that would print them alike."""
+    if made >> 20 != now >> 20:
+        return f"{made >> 20} MiB", f"{now >> 20} MiB"
+    return f"{made:,}-byte", f"{now:,} bytes"
+
+
 def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     """The plan for a run under ``limit`` bytes, and a warning when it was made for another.
 
@@ -206,17 +213,15 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
     too small for even the prefetch window falls back to the kernel."""
     if limit == plan.limit_bytes or plan.backend == "kernel":
         return plan, None
+    made, now = _two_limits(plan.limit_bytes, limit)
     if limit > plan.limit_bytes:
-        return plan, (
-            f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has "
-            f"{limit >> 20} MiB: its keep set is used as it is"
-        )
+        return plan, f"the plan was made for a {made} limit, this run has {now}: its keep set is used as it is"
     window = max((plan.prefetch_chunks + 2) * plan.chunk_bytes, plan.room_bytes)
     room = limit - plan.reserve_bytes - window
     if room <= 0:
         kernel = MemoryPlan(limit, plan.chunk_bytes, plan.reserve_bytes, 0, "kernel", note="fallback")
         return kernel, (
-            f"the plan was made for a {plan.limit_bytes >> 20} MiB limit; {limit >> 20} MiB leaves no "
+            f"the plan was made for a {made} limit; {now} leaves no "
             "room for its prefetch window: the kernel alone runs the program"
         )
     excess = -(-(plan.keep_bytes() - room) // plan.chunk_bytes)
@@ -227,7 +232,9 @@ def for_limit(plan: MemoryPlan, limit: int) -> tuple[MemoryPlan, str | None]:
         files.append(dataclasses.replace(f, keep=keep, stream=sorted(f.stream + dropped)))
     files.reverse()
     scaled = dataclasses.replace(plan, limit_bytes=limit, files=files)
+    if scaled.keep_bytes() == plan.keep_bytes():
+        return scaled, f"the plan was made for a {made} limit, this run has {now}: its keep set still fits"
     return scaled, (
-        f"the plan was made for a {plan.limit_bytes >> 20} MiB limit, this run has {limit >> 20} MiB: "
+        f"the plan was made for a {made} limit, this run has {now}: "
         f"its keep set scaled down to {scaled.keep_bytes() >> 20} MiB"
     )
