@@ -4,6 +4,7 @@ and evict-after-use decisions against MIN's steady state on the project's simula
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -212,7 +213,8 @@ def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
     plan = read_memory_plan(out)
     m = plan.validation["measured"]
     kernel_side = {"kernel", "half", "keep", "plan"}
-    assert set(m["total_s"]) == kernel_side | {c + "+pager" for c in kernel_side - {"kernel"}}
+    # seq: the keep set rebuilt for the file advised sequential, timed by the kernel backend only
+    assert set(m["total_s"]) == kernel_side | {"seq"} | {c + "+pager" for c in kernel_side - {"kernel"}}
     assert all(len(runs) == 1 for by in m["runs_s"].values() for runs in by.values())
     assert all(len(by) == len(traces) for by in m["runs_s"].values())
     conf = m.get("confirmation")  # a variant the first stage chose, timed again beside the kernel alone
@@ -228,8 +230,9 @@ def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
         assert plan.backend == "kernel" and "measured" in plan.note
     else:
         assert plan.backend == ("pager" if by_pager else "kernel-advice")
-        if variant in ("keep", "half"):
+        if variant in ("keep", "half", "seq"):
             assert not row.stream and plan.prefetch_chunks == 0
+            assert row.advice == ("sequential" if variant == "seq" else None)
         else:
             assert row.stream
 
@@ -259,9 +262,10 @@ def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
 
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
     plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "pager", [fp])  # a plan already measured for the pager
-    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES[:-1]  # no coarser plan given
+    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES[:-2]  # no coarser nor sequential plan given
     coarse = dataclasses.replace(plan, chunk_bytes=1 << 20)
-    assert tuple(variants(plan, pager=False, follow=coarse)) == KERNEL_CANDIDATES
+    assert tuple(variants(plan, pager=False, follow=coarse)) == KERNEL_CANDIDATES[:-1]
+    assert tuple(variants(plan, pager=False, follow=coarse, sequential=plan)) == KERNEL_CANDIDATES
     assert variants(plan, follow=coarse)["follow"].chunk_bytes == 1 << 20
     both = variants(plan)
     assert {k: v.backend for k, v in both.items() if v is not None} == {
@@ -338,3 +342,43 @@ def test_the_recorders_own_shim_is_not_a_file_of_the_plan(recordings):
     plan = plan_for_limit(traces, _cfg())
     assert not set(shims) & {f.path for f in plan.files}
     assert len(run.file) and (run.file >= 0).all()  # its pages are nobody's accesses, not unknown files
+
+
+def test_the_sequential_variant_keeps_more_and_advises_what_it_keeps(recordings, tmp_path):
+    """``seq``: MIN's keep set cut only for what streams (no read-around window beside it),
+    the program's own memory as the reserve, nothing followed from outside, and the files it
+    keeps advised sequential; written and read back as such, and timed among the variants."""
+    from pagecast.plan.memory import sequential_plan
+    from pagecast.plan.memory_measure import variants
+
+    f, traces = recordings
+    cfg = _cfg()
+    plan = plan_for_limit(traces, cfg)
+    seq = sequential_plan(traces, cfg, plan)
+    assert seq is not None and seq.backend == "kernel-advice" and seq.prefetch_chunks == 0
+    assert seq.keep_bytes() >= plan.keep_bytes() and seq.chunk_bytes == plan.chunk_bytes
+    files: dict[str, int] = {}
+    anon = max(read_run(t, files).anon_pages for t in traces) * PAGE_SIZE
+    assert seq.reserve_bytes == anon + (6 << 20)
+    data = next(x for x in seq.files if x.path == str(f))
+    assert data.keep and data.advice == "sequential"
+    assert all(not x.stream and not x.next for x in seq.files)
+    assert all(x.advice is None for x in seq.files if not x.keep)
+    write_memory_plan(seq, tmp_path / "seq.plan")
+    assert read_memory_plan(tmp_path / "seq.plan").to_dict() == seq.to_dict()
+    assert variants(plan, pager=False, sequential=seq)["seq"].files == seq.files
+    assert "seq" not in variants(plan, pager=False)
+    # a plan that found nothing to gain has no sequential variant either
+    assert sequential_plan(traces, cfg, dataclasses.replace(plan, backend="kernel")) is None
+
+
+def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):
+    p = tmp_path / "advice.plan"
+    doc = {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": 1 << 24, "chunk_bytes": 1 << 20,
+           "reserve_bytes": 0, "prefetch_chunks": 0, "backend": "kernel-advice",
+           "files": [{"path": "/x", "identity": {"size": 1, "mtime_ns": 1, "ctime_ns": 1, "ino": 1, "dev": 1},
+                      "keep": [], "stream": [], "advice": "backwards"}]}  # fmt: skip
+    p.write_text(json.dumps(doc))
+    with pytest.raises(PagecastError) as e:
+        read_memory_plan(p)
+    assert str(p) in str(e.value) and "backwards" in str(e.value) and "\n" not in str(e.value)

@@ -251,3 +251,30 @@ def test_a_listed_file_gone_since_is_no_error(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+VMFLAGS = r"""
+import mmap, sys
+path = sys.argv[1]
+with open(path, "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+m[0]
+lines = open("/proc/self/smaps").read().splitlines()
+at = next(i for i, l in enumerate(lines) if l.endswith(" " + path))
+flags = next(l for l in lines[at:] if l.startswith("VmFlags:")).split()[1:]
+print("sequential" if "sr" in flags else "random" if "rr" in flags else "normal")
+"""
+
+
+@pytest.mark.parametrize("advice", ["sequential", None])
+def test_a_files_advice_reaches_the_programs_mapping(setup, tmp_path, advice):
+    """A plan advising a file sequential: the unmodified program's own mapping of it carries
+    the advice (its VmFlags), through the advice shim; a plan without advice leaves it be."""
+    _, f = setup
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 1)], [], {}, advice=advice)
+    plan = tmp_path / "p.plan"
+    write_memory_plan(MemoryPlan(LIMIT, CHUNK, 8 * MIB, 0, "kernel-advice", [fp]), plan)
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", str(LIMIT), "--plan", str(plan), "--",
+                        sys.executable, "-c", VMFLAGS, str(f)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (advice or "normal")

@@ -547,7 +547,14 @@ def _remove_packs(doc) -> None:
 
 def _memory_plan(args: argparse.Namespace) -> int:
     from pagecast.errors import PagecastError
-    from pagecast.plan.memory import MemoryPlanConfig, explain_rows, follow_plan, pager_plan, plan_for_limit
+    from pagecast.plan.memory import (
+        MemoryPlanConfig,
+        explain_rows,
+        follow_plan,
+        pager_plan,
+        plan_for_limit,
+        sequential_plan,
+    )
     from pagecast.plan.memory_format import write_memory_plan
     from pagecast.util.memcg import parse_limit
     from pagecast.util.sizes import parse_size
@@ -570,7 +577,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)
-        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager)
+        sequential = sequential_plan(args.traces, cfg, plan)
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential)
         plan.validation["measured"] = measured.to_dict()
     write_memory_plan(plan, args.output)
     if measured is not None and (args.explain or not args.json):
@@ -609,13 +617,15 @@ def _memory_summary(plan) -> str:
     if plan.backend == "kernel":
         return f"memory plan for {plan.limit_bytes >> 20} MiB: {rest}{note}"
     objects = "".join(f"{Path(f.path).name} read as objects of {f.objects[0] * 4} KiB, " for f in plan.object_files())
+    objects += "".join(f"{Path(f.path).name} advised {f.advice}, " for f in plan.files if f.advice)
     return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{objects}{rest}{note}"
 
 
-def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None) -> tuple:
+def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None, sequential=None) -> tuple:
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
     follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
-    the pager, if one was) against the kernel alone under the limit."""
+    the pager, if one was; ``sequential``, the keep set for files advised sequential, if one
+    was) against the kernel alone under the limit."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
@@ -632,11 +642,14 @@ def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None) 
         no_pager = str(e)
     if no_pager:
         print(f"pagecast plan: the pager variants are not measured ({no_pager})", file=sys.stderr)
-    kinds = len(KERNEL_CANDIDATES) - (follow is None) + (0 if no_pager else len(PAGER_CANDIDATES))
+    kinds = len(KERNEL_CANDIDATES) - (follow is None) - (sequential is None)
+    kinds += 0 if no_pager else len(PAGER_CANDIDATES)
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
         cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))
-        return measure_memory_plan(plan, recordings, cfg, pager=not no_pager, follow=follow, for_pager=for_pager)
+        return measure_memory_plan(
+            plan, recordings, cfg, pager=not no_pager, follow=follow, for_pager=for_pager, sequential=sequential
+        )
 
 
 def _show_memory(path: str, as_json: bool) -> int:

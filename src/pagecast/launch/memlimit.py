@@ -96,30 +96,38 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
     return child, r
 
 
-def objects_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
-    """The program's environment with the advice shim reading the plan's object files
-    whole at their first touch (``:n``: pages reclaimed and faulted again get the kernel's
-    read-around); None when no object file is as the plan recorded it."""
+def shim_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
+    """The program's environment with the advice shim applying the plan's per-file parts:
+    object files read whole at their first touch (``:n``: pages reclaimed and faulted again
+    get the kernel's read-around) and files' read-ahead advice; None when the plan has
+    neither for a file as it recorded it."""
     from pagecast.launch.binary import SHIM_SUFFIX, launcher_path
+    from pagecast.plan.memory_format import ADVICE
     from pagecast.util.preload import preload_list
 
-    specs = []
-    for f in plan.object_files():
+    objects, advice = [], []
+    for f in plan.files:
+        if not f.objects and not f.advice:
+            continue
         try:
             now = FileIdentity.of(f.path)
         except OSError:
             now = None
         if now is None or f.identity.differences(now):
-            warnings.append(f"{f.path} changed since the plan was made: not read as objects")
+            warnings.append(f"{f.path} changed since the plan was made: not read as the plan says")
             continue
-        assert f.objects is not None
-        specs.append(f"{now.dev}:{now.ino}:{f.objects[0]}:{f.objects[1]}:n")
-    if not specs:
+        if f.objects:
+            objects.append(f"{now.dev}:{now.ino}:{f.objects[0]}:{f.objects[1]}:n")
+        if f.advice:
+            advice.append(f"{ADVICE[f.advice]}:{now.dev}:{now.ino}")
+    if not objects and not advice:
         return None
     env = dict(os.environ)
     shim = launcher_path() + SHIM_SUFFIX
     env["LD_PRELOAD"] = preload_list(env.get("LD_PRELOAD", ""), shim, first=True)
-    env["PAGECAST_OBJECT_FILES"] = ",".join(specs)
+    for name, specs in (("PAGECAST_OBJECT_FILES", objects), ("PAGECAST_ADVICE_FILES", advice)):
+        if specs:
+            env[name] = ",".join(specs)
     return env
 
 
@@ -222,8 +230,8 @@ def run_under_limit(
             from pagecast.launch.memlimit_pager import pager_setup
 
             env, pager = pager_setup(plan, limit, Path(td), warnings)
-        elif plan and plan.object_files():
-            env = objects_env(plan, warnings)
+        elif plan and any(f.objects or f.advice for f in plan.files):
+            env = shim_env(plan, warnings)
         ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
         try:

@@ -665,6 +665,38 @@ def pager_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: Memory
     return cand if cand.backend == "pager" and cand.keep_bytes() > plan.keep_bytes() else None
 
 
+def sequential_plan(
+    traces: Sequence[str | Path],
+    cfg: MemoryPlanConfig,
+    plan: MemoryPlan,
+    read: tuple[list[RunStream], dict[str, int]] | None = None,
+) -> MemoryPlan | None:
+    """``plan``'s keep set rebuilt for files read in order and advised ``sequential``: the
+    kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
+    program used through that mapping, so what is not kept streams through about one
+    read-ahead window per thread and MIN's keep set is cut only by what streams (as for the
+    pager). Its reserve is the program's own memory and the controller's: how much of the
+    keep set is locked is the controller's rule at run time (room for every thread's window
+    beside it). Locked only, nothing followed from outside; files read as objects keep their
+    own reading. ``plan --measure`` times it beside the other variants (docs/oversubscription.md
+    has what it did for llama.cpp). None where ``plan`` found nothing to gain or this keeps
+    nothing."""
+    if plan.backend == "kernel":
+        return None
+    runs, files = read if read is not None else read_runs(traces)
+    anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
+    reserve = min(cfg.limit // 2, anon + CONTROLLER_BYTES)
+    rebuilt = dataclasses.replace(cfg, chunk_bytes=plan.chunk_bytes, pager=True, reserve_bytes=reserve)
+    cand = plan_for_limit(traces, rebuilt, (runs, files))
+    if cand.backend == "kernel" or not cand.keep_bytes():
+        return None
+    out = [
+        dataclasses.replace(f, stream=[], next={}, advice="sequential" if f.keep and not f.objects else None)
+        for f in cand.files
+    ]
+    return dataclasses.replace(cand, files=out, backend="kernel-advice", prefetch_chunks=0)
+
+
 def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:
     """Bytes read over the runs, each priced with a plan made from the others."""
     if len(runs) < 2:

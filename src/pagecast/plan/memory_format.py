@@ -8,13 +8,15 @@ only: the live controller that applies it is Python). JSON, one object:
      "room_bytes": N,
      "files": [{"path", "identity": {size, mtime_ns, ctime_ns, ino, dev},
                 "keep": [[first_chunk, nchunks], ...], "stream": [[first_chunk, nchunks], ...],
-                "next": {"chunk": next_chunk, ...}, "predicted": {...}}],
+                "next": {"chunk": next_chunk, ...}, "predicted": {...},
+                "objects": [pages, first_page], "advice": "sequential"}],  (both optional)
      "validation": {...}, "note": "..."}
 
 Chunks are ``chunk_bytes`` pieces of a file (chunk c is bytes [c*chunk_bytes, (c+1)*chunk_bytes)).
 ``keep``: held for the whole run; ``stream``: evicted right after use; ``next``: the chunk
 usually used after a streamed one (what to prefetch ahead); ``room_bytes``: what the keep
-set leaves unlocked for the streamed part (absent in older plans: 0). ``backend``: who applies
+set leaves unlocked for the streamed part (absent in older plans: 0); ``advice``: the read-ahead
+advice the program's opens and mappings of the file get (the advice shim). ``backend``: who applies
 it by default (``kernel-advice``: the controller beside the program; ``pager``: the userfaultfd
 pager, where ``plan --measure`` timed it faster); ``kernel`` means the plan found nothing to
 gain over the kernel: the program runs under the limit, untouched.
@@ -36,6 +38,7 @@ from pagecast.util.atomic import atomic_write_text
 FORMAT = "pagecast-memory-plan"
 VERSION = 1
 BACKENDS = ("kernel-advice", "kernel", "pager")
+ADVICE = {"sequential": "s"}  # a plan's file advice -> the advice shim's letter (PAGECAST_ADVICE_FILES)
 # share of a file's streamed chunks the plan must know a successor of for them to be followed
 # from outside (evicted after use, prefetched ahead): below it, paging out from outside
 # evicts what the program comes back to (measured: twice the reads on scattered reads)
@@ -56,6 +59,8 @@ class FileMemoryPlan:
     # (pages, first page): the program reads this file as objects of that many pages from
     # that page on; a miss in one reads the object instead of the read-around window
     objects: tuple[int, int] | None = None
+    # the program's opens and mappings of it advised so (``ADVICE``); None: left as they are
+    advice: str | None = None
 
     def keep_chunks(self) -> int:
         return sum(n for _, n in self.keep)
@@ -74,6 +79,7 @@ class FileMemoryPlan:
             "next": {str(k): v for k, v in self.next.items()},
             "predicted": self.predicted,
             **({"objects": list(self.objects)} if self.objects else {}),
+            **({"advice": self.advice} if self.advice else {}),
         }
 
 
@@ -146,6 +152,12 @@ def _objects(v: Any, path: str | Path) -> tuple[int, int] | None:
     return (int(v[0]), int(v[1]))
 
 
+def _advice(v: Any, path: str | Path) -> str | None:
+    if v is None or v in ADVICE:
+        return v
+    raise PagecastError(f"memory plan: advice {v!r} is not one of {', '.join(ADVICE)}", path=path)
+
+
 def read_memory_plan(path: str | Path) -> MemoryPlan:
     try:
         doc = json.loads(Path(path).read_text())
@@ -167,6 +179,7 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
                     next={int(k): int(v) for k, v in f.get("next", {}).items()},
                     predicted={str(k): int(v) for k, v in f.get("predicted", {}).items()},
                     objects=_objects(f.get("objects"), path),
+                    advice=_advice(f.get("advice"), path),
                 )
             )
         sizes = {k: int(doc[k]) for k in ("limit_bytes", "chunk_bytes", "reserve_bytes", "prefetch_chunks")}

@@ -16,6 +16,10 @@ measured slower with a keep set the model said would read less). So, as for cold
   chunks that the controller can follow (``pagecast.plan.memory.follow_plan``): threads
   side by side come back to a chunk a few behind at a fine grain (llama.cpp at 512 KiB),
   to none at a coarse one;
+- ``seq``: the keep set rebuilt for files read in order, locked, the files advised sequential
+  (``pagecast.plan.memory.sequential_plan``): the kernel reads ahead of a miss only and
+  reclaims first what the program used through such a mapping, so the rest streams through
+  less room and more of MIN's keep set fits;
 - ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
   pager instead (page-sized faults into a budget: where the kernel reads a read-around
   window for every scattered miss, the pager reads what is asked and what the plan names),
@@ -55,7 +59,7 @@ from pagecast.plan.measure import (
 )
 from pagecast.plan.memory_format import MemoryPlan, write_memory_plan
 
-KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow")  # simplest first
+KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow", "seq")  # simplest first
 PAGER = "+pager"
 PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
@@ -83,15 +87,22 @@ def _sides(plan: MemoryPlan) -> dict[str, MemoryPlan]:
 
 
 def variants(
-    plan: MemoryPlan, pager: bool = True, follow: MemoryPlan | None = None, for_pager: MemoryPlan | None = None
+    plan: MemoryPlan,
+    pager: bool = True,
+    follow: MemoryPlan | None = None,
+    for_pager: MemoryPlan | None = None,
+    sequential: MemoryPlan | None = None,
 ) -> dict[str, MemoryPlan | None]:
     """The candidates, each naming the backend that applies it (whatever ``plan`` names);
     ``follow``: the plan rebuilt in chunks the controller can follow, if one was;
     ``for_pager``: the plan rebuilt for the pager (``memory.pager_plan``), whose variants
-    the pager's are, if one was."""
+    the pager's are, if one was; ``sequential``: the keep set rebuilt for files advised
+    sequential (``memory.sequential_plan``), if one was."""
     kernel_side = _sides(plan)
     if follow is not None:
         kernel_side["follow"] = follow
+    if sequential is not None:
+        kernel_side["seq"] = sequential
     out: dict[str, MemoryPlan | None] = {"kernel": None}
     out.update({k: dataclasses.replace(v, backend="kernel-advice") for k, v in kernel_side.items()})
     if pager:
@@ -161,11 +172,12 @@ def measure_memory_plan(
     pager: bool = True,
     follow: MemoryPlan | None = None,
     for_pager: MemoryPlan | None = None,
+    sequential: MemoryPlan | None = None,
 ) -> tuple[MemoryPlan, MemoryMeasured]:
     """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``);
     ``pager``: whether the pager variants are timed too; ``follow``, ``for_pager``: see
     ``variants``."""
-    cands = variants(plan, pager, follow, for_pager)
+    cands = variants(plan, pager, follow, for_pager, sequential)
     work = Path(tempfile.mkdtemp(prefix="pagecast-memmeasure-"))
     try:
         no_plan = work / "kernel.plan"  # never written: ``launch_argv`` is given None for it
