@@ -6,7 +6,9 @@ from: the kernel alone under the limit (the baseline), and any of the plan's var
 whole, locked; nothing followed from outside), ``plan`` (as built) and each of them applied by
 the userfaultfd pager (``+pager``), ``follow`` (with ``--follow PLAN``: a plan rebuilt in
 coarser chunks the controller can follow, as ``plan --memory --measure`` builds one; with
-``--for-pager PLAN`` the ``+pager`` variants come from that plan, rebuilt for the pager), plus
+``--for-pager PLAN`` the ``+pager`` variants come from that plan, rebuilt for the pager),
+``seq`` (with ``--traces``, the recordings the plan was made from: its keep set rebuilt for
+files advised sequential, ``pagecast.plan.memory.sequential_plan``), plus
 ``as-planned`` (the plan file as it is, with the backend it names). Every run starts cold, variants interleaved round by round. Printed: per
 variant the median time per pass (token, round) after the first over every round, MiB read
 by the run, and the ratio to the kernel alone.
@@ -39,6 +41,7 @@ import oversubscribed as ob  # noqa: E402
 from pagecast.bench.oversub import Config, Launch, ReadCounter, pagecast, run_once  # noqa: E402
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
+from pagecast.plan.memory import MemoryPlanConfig, sequential_plan  # noqa: E402
 from pagecast.plan.memory_format import read_memory_plan, write_memory_plan  # noqa: E402
 from pagecast.plan.memory_measure import variants  # noqa: E402
 from pagecast.util.memcg import parse_limit  # noqa: E402
@@ -54,12 +57,18 @@ def launches(
     argv: list[str],
     follow: Path | None = None,
     for_pager: Path | None = None,
+    traces: list[Path] | None = None,
 ) -> dict[str, Launch]:
     plan = read_memory_plan(plan_path)
+    sequential = None
+    if traces:
+        cfg = MemoryPlanConfig(plan.limit_bytes, plan.chunk_bytes)
+        sequential = sequential_plan([str(t) for t in traces], cfg, plan)
     by_name = variants(
         plan,
         follow=read_memory_plan(follow) if follow else None,
         for_pager=read_memory_plan(for_pager) if for_pager else None,
+        sequential=sequential,
     )
     out: dict[str, Launch] = {}
     for name in names:
@@ -86,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="kernel,keep,plan,as-planned", help="comma-separated (kernel first)")
     ap.add_argument("--follow", type=Path, help="the plan in coarser chunks, for the variant 'follow'")
     ap.add_argument("--for-pager", type=Path, help="the plan rebuilt for the pager, for the '+pager' variants")
+    ap.add_argument("--traces", type=Path, nargs="+", help="the recordings the plan was made from, for 'seq'")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
@@ -102,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         read: dict[str, list[int]] = {n: [] for n in names}
         results: set[str] = set()
         with tempfile.TemporaryDirectory(prefix="pc-variants-") as td:
-            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow, a.for_pager)
+            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow, a.for_pager, a.traces)
             for rnd in range(a.rounds):
                 order = names[rnd % len(names) :] + names[: rnd % len(names)]
                 for name in order:

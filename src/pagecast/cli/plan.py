@@ -194,6 +194,13 @@ def _add_memory_args(p: argparse.ArgumentParser) -> None:
         type=int,
         help="--memory: chunks prefetched ahead of the program (default: from the device model)",
     )
+    p.add_argument(
+        "--sequential",
+        action="store_true",
+        help="--memory: for files read in order (model weights): lock MIN's keep set cut only for what "
+        "streams and advise the files it keeps sequential; with --measure, timed as the variant 'seq' "
+        "beside the others instead",
+    )
 
 
 def show(path: str, as_json: bool) -> int:
@@ -574,12 +581,16 @@ def _memory_plan(args: argparse.Namespace) -> int:
     )
     plan = plan_for_limit(args.traces, cfg)
     measured = None
+    sequential = sequential_plan(args.traces, cfg, plan) if args.sequential else None
+    if args.sequential and sequential is None:
+        print("pagecast plan: --sequential: no keep set to lock for this limit; the plan as built", file=sys.stderr)
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)
-        sequential = sequential_plan(args.traces, cfg, plan)
         plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential)
         plan.validation["measured"] = measured.to_dict()
+    elif sequential is not None:
+        plan = sequential
     write_memory_plan(plan, args.output)
     if measured is not None and (args.explain or not args.json):
         print("\n".join([*measured.table(), f"chosen: {measured.chosen}: {measured.why}"]), file=sys.stderr)

@@ -675,19 +675,14 @@ def sequential_plan(
     kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
     program used through that mapping, so what is not kept streams through about one
     read-ahead window per thread and MIN's keep set is cut only by what streams (as for the
-    pager). Its reserve is the program's own memory and the controller's: how much of the
-    keep set is locked is the controller's rule at run time (room for every thread's window
-    beside it). Locked only, nothing followed from outside; files read as objects keep their
-    own reading. ``plan --measure`` times it beside the other variants (docs/oversubscription.md
-    has what it did for llama.cpp). None where ``plan`` found nothing to gain or this keeps
-    nothing."""
+    pager), beside the same reserve as ``plan``'s. Locked only, nothing followed from
+    outside; files read as objects keep their own reading. ``plan --measure`` times it beside
+    the other variants (``--sequential``). None where ``plan`` found nothing to gain or this
+    keeps nothing."""
     if plan.backend == "kernel":
         return None
-    runs, files = read if read is not None else read_runs(traces)
-    anon = max((r.anon_pages for r in runs), default=0) * PAGE_SIZE
-    reserve = min(cfg.limit // 2, anon + CONTROLLER_BYTES)
-    rebuilt = dataclasses.replace(cfg, chunk_bytes=plan.chunk_bytes, pager=True, reserve_bytes=reserve)
-    cand = plan_for_limit(traces, rebuilt, (runs, files))
+    rebuilt = dataclasses.replace(cfg, chunk_bytes=plan.chunk_bytes, pager=True, reserve_bytes=plan.reserve_bytes)
+    cand = plan_for_limit(traces, rebuilt, read)
     if cand.backend == "kernel" or not cand.keep_bytes():
         return None
     out = [

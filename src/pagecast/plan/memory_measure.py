@@ -16,10 +16,12 @@ measured slower with a keep set the model said would read less). So, as for cold
   chunks that the controller can follow (``pagecast.plan.memory.follow_plan``): threads
   side by side come back to a chunk a few behind at a fine grain (llama.cpp at 512 KiB),
   to none at a coarse one;
-- ``seq``: the keep set rebuilt for files read in order, locked, the files advised sequential
-  (``pagecast.plan.memory.sequential_plan``): the kernel reads ahead of a miss only and
-  reclaims first what the program used through such a mapping, so the rest streams through
-  less room and more of MIN's keep set fits;
+- ``seq`` (``plan --memory --sequential``): the keep set rebuilt for files read in order,
+  locked, the files advised sequential (``pagecast.plan.memory.sequential_plan``): the kernel
+  reads ahead of a miss only and reclaims first what the program used through such a
+  mapping, so the rest streams through less room and more of MIN's keep set fits. Asked
+  for, not tried on every program: on SQLite (point queries among its scans, 85 MiB) one
+  timed run of it went on for minutes where the others took seconds;
 - ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
   pager instead (page-sized faults into a budget: where the kernel reads a read-around
   window for every scattered miss, the pager reads what is asked and what the plan names),
