@@ -377,6 +377,9 @@ def test_the_sequential_variant_keeps_more_and_advises_what_it_keeps(recordings,
     written = read_memory_plan(out)
     assert next(x for x in written.files if x.path == str(f)).advice == "sequential"
     assert written.keep_bytes() >= plan.keep_bytes() and written.followed_bytes() == 0
+    shown = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--show", str(out)], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert f"{f}: advised sequential" in shown.stdout
 
 
 def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):

@@ -677,6 +677,9 @@ def _show_memory(path: str, as_json: bool) -> int:
         f"limit {plan.limit_bytes >> 20} MiB, chunks of {plan.chunk_bytes >> 10} KiB, {plan.prefetch_chunks} "
         f"prefetched ahead, reserve {plan.reserve_bytes >> 20} MiB, backend {plan.backend}"
     )
+    for f in plan.files:
+        if f.advice:
+            print(f"{f.path}: advised {f.advice} (the program's opens and mappings of it)")
     return 0
 
 
