@@ -213,7 +213,9 @@ def test_measure_times_the_variants_and_writes_the_choice(recordings, tmp_path):
     plan = read_memory_plan(out)
     m = plan.validation["measured"]
     kernel_side = {"kernel", "half", "keep", "plan"}
-    assert set(m["total_s"]) == kernel_side | {c + "+pager" for c in kernel_side - {"kernel"}}
+    timed = set(m["total_s"]) | set(m.get("stopped", {}))
+    # files advised sequential are timed too, unasked (a variant far slower is stopped, and says so)
+    assert timed == kernel_side | {"seq"} | {c + "+pager" for c in kernel_side - {"kernel"}}
     assert all(len(runs) == 1 for by in m["runs_s"].values() for runs in by.values())
     assert all(len(by) == len(traces) for by in m["runs_s"].values())
     conf = m.get("confirmation")  # a variant the first stage chose, timed again beside the kernel alone
@@ -392,3 +394,41 @@ def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):
     with pytest.raises(PagecastError) as e:
         read_memory_plan(p)
     assert str(p) in str(e.value) and "backwards" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_variant_far_slower_than_the_kernel_alone_is_stopped(tmp_path):
+    """A variant that misreads the program (a run of minutes where the kernel alone takes
+    seconds) is stopped at ``STOP_SLOWER`` times the kernel alone's fastest run and timed no
+    more; the baseline is never stopped, even where a variant is many times faster. Real
+    processes whose wall time is set per variant."""
+    import time
+    from pathlib import Path
+
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.measure import MeasureConfig, Recording
+    from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+    from pagecast.plan.memory_measure import STOP_SLOWER, measure_memory_plan
+
+    f = tmp_path / "f"
+    f.write_bytes(b"\0" * (1 << 20))
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
+    plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "kernel-advice", [fp])
+    recs = [Recording(str(tmp_path / n), ["true"], str(tmp_path), True) for n in ("a", "b")]
+    walls = {"kernel": 0.2, "half": 0.04, "keep": 30.0, "plan": 0.2}
+    seen: dict[str, int] = {}
+
+    def argv(path: str | None, _prog: list[str]) -> list[str]:
+        name = Path(path).stem if path else "kernel"
+        seen[name] = seen.get(name, 0) + 1
+        return ["sleep", str(walls[name])]
+
+    t0 = time.perf_counter()
+    chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds=3, confirm_rounds=0), pager=False)
+    took = time.perf_counter() - t0
+    assert seen["keep"] == 1 and "keep" not in m.runs and "keep" in m.stopped
+    assert f"over {STOP_SLOWER:g}x the baseline's fastest run" in m.stopped["keep"]
+    assert took < 10  # one stopped run of under a second, not 30 s
+    assert len(m.runs["kernel"][recs[0].trace]) == 3 and seen["kernel"] == 6  # never stopped
+    assert m.chosen == "half" and chosen.backend == "kernel-advice"
+    assert any("keep: stopped after" in line for line in m.table())
+    assert m.to_dict()["stopped"] == m.stopped

@@ -198,8 +198,8 @@ def _add_memory_args(p: argparse.ArgumentParser) -> None:
         "--sequential",
         action="store_true",
         help="--memory: for files read in order (model weights): lock MIN's keep set cut only for what "
-        "streams and advise the files it keeps sequential; with --measure, timed as the variant 'seq' "
-        "beside the others instead",
+        "streams and advise the files it keeps sequential (--measure times this as the variant 'seq' "
+        "beside the others anyway)",
     )
 
 
@@ -581,7 +581,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     )
     plan = plan_for_limit(args.traces, cfg)
     measured = None
-    sequential = sequential_plan(args.traces, cfg, plan) if args.sequential else None
+    # --measure times it among the variants whether asked for or not
+    sequential = sequential_plan(args.traces, cfg, plan) if args.sequential or recordings is not None else None
     if args.sequential and sequential is None:
         print("pagecast plan: --sequential: no keep set to lock for this limit; the plan as built", file=sys.stderr)
     if recordings is not None and plan.backend != "kernel":
@@ -589,7 +590,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         for_pager = pager_plan(args.traces, cfg, plan)
         plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential)
         plan.validation["measured"] = measured.to_dict()
-    elif sequential is not None:
+    elif args.sequential and sequential is not None:
         plan = sequential
     write_memory_plan(plan, args.output)
     if measured is not None and (args.explain or not args.json):

@@ -41,6 +41,7 @@ plan learned from the recordings on recording i as learned from the others
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -121,6 +122,10 @@ class MeasureConfig:
     # rounds of the confirmation (None: as many as ``rounds``; 0: none)
     confirm_rounds: int | None = None
     on_extra: Callable[[int], None] | None = None  # told how many runs the confirmation adds
+    # a candidate whose run takes this many times the baseline's (the first candidate's) fastest
+    # run of that recording is stopped there and timed no more (None: every run goes to its end
+    # or ``timeout_s``); the baseline itself is never stopped
+    stop_slower: float | None = None
 
 
 @dataclass
@@ -344,16 +349,26 @@ def _program_tail(stderr: str) -> str:
     return (own or lines or [""])[-1]
 
 
-def _run_once(rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig) -> float:
+class TooSlow(Exception):
+    """A run stopped at the time a candidate is given up at (``MeasureConfig.stop_slower``)."""
+
+
+def _run_once(
+    rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig, give_up_s: float | None = None
+) -> float:
     """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit. Its
-    stderr goes to a temporary file, so a failure can be reported with its last line."""
+    stderr goes to a temporary file, so a failure can be reported with its last line. A run
+    past ``give_up_s`` (if sooner than ``cfg.timeout_s``) is killed and raises ``TooSlow``."""
     make_cold(cold)
     argv = cfg.launch_argv(str(plan), rec.argv)
+    stop_at = cfg.timeout_s if give_up_s is None else min(give_up_s, cfg.timeout_s)
     with tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         try:
-            proc = run_blocking(argv, dict(os.environ), rec.cwd, err, cfg.timeout_s)
+            proc = run_blocking(argv, dict(os.environ), rec.cwd, err, stop_at)
         except subprocess.TimeoutExpired:
+            if stop_at < cfg.timeout_s:
+                raise TooSlow(stop_at) from None
             raise PagecastError(
                 f"`{_argv_tail(rec.argv)}` (in {rec.cwd}) did not finish within {cfg.timeout_s:.0f} s "
                 f"under the {cand} plan",
@@ -453,17 +468,59 @@ def _timed_rounds(
     cfg: MeasureConfig,
     rounds: int,
     first_round: int,
+    stopped: dict[str, str] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
+    """Cold runs of every candidate on every recording, ``rounds`` rounds: candidate ->
+    recording -> wall seconds. With ``cfg.stop_slower``, the first round starts each recording
+    with ``names[0]`` (the baseline), and a candidate stopped for slowness against it is left
+    out of the result and named in ``stopped`` (if given) with why."""
     runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in names}
+    fastest: dict[str, float] = {}  # recording -> the baseline's fastest run so far
+    gone: dict[str, str] = {}
     for rnd in range(first_round, first_round + rounds):
         for i, rec in enumerate(recordings):
             # a fresh order per (round, recording), seeded: a rotation of one order keeps each
             # candidate right after the same one, which then inherits what that one leaves
-            for c in random.Random(rnd * len(recordings) + i).sample(names, len(names)):
-                runs[c][rec.trace].append(_run_once(rec, c, plan_of[c][rec.trace], cold, cfg))
+            order = random.Random(rnd * len(recordings) + i).sample(names, len(names))
+            if cfg.stop_slower and rnd == first_round:
+                # the baseline first: every later run then has a time to be stopped at
+                order = [names[0], *(c for c in order if c != names[0])]
+            for c in order:
+                if c not in gone:
+                    _time_one(runs, fastest, gone, rec, c, plan_of[c][rec.trace], cold, cfg, c == names[0])
                 if cfg.on_run:
                     cfg.on_run(c)
-    return runs
+    if stopped is not None:
+        stopped.update(gone)
+    return {c: by for c, by in runs.items() if c not in gone}
+
+
+def _time_one(
+    runs: dict[str, dict[str, list[float]]],
+    fastest: dict[str, float],
+    gone: dict[str, str],
+    rec: Recording,
+    cand: str,
+    plan: Path,
+    cold: list[str],
+    cfg: MeasureConfig,
+    baseline: bool,
+) -> None:
+    """One timed run into ``runs``; a candidate's run past ``cfg.stop_slower`` times the
+    baseline's fastest run of the recording stops the candidate (into ``gone``, with why)."""
+    best = fastest.get(rec.trace)
+    give_up = cfg.stop_slower * best if cfg.stop_slower and best is not None and not baseline else None
+    try:
+        wall = _run_once(rec, cand, plan, cold, cfg, give_up)
+    except TooSlow as e:
+        gone[cand] = (
+            f"stopped after {e.args[0]:.1f} s on {Path(rec.trace).name}: over {cfg.stop_slower:g}x the "
+            f"baseline's fastest run of it ({best:.2f} s)"
+        )
+        return
+    runs[cand][rec.trace].append(wall)
+    if baseline:
+        fastest[rec.trace] = min(wall, best if best is not None else wall)
 
 
 @dataclass
@@ -487,7 +544,9 @@ def confirm_or_fall_back(out: Any, rival: str, run_as: dict[str, str], at: Round
         at.cfg.on_extra(2 * n * rounds)
     # rounds numbered on from the first stage's: their seeded orders are not reused
     names = list(dict.fromkeys(run_as.values()))
-    got = _timed_rounds(names, at.recordings, at.plan_of, at.cold, at.cfg, rounds, at.cfg.rounds)
+    # nothing stopped here: the choice and its rival both ran to the end in the first stage
+    cfg = dataclasses.replace(at.cfg, stop_slower=None)
+    got = _timed_rounds(names, at.recordings, at.plan_of, at.cold, cfg, rounds, at.cfg.rounds)
     conf = Confirmation(
         chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(out.noise, rounds, n)
     )

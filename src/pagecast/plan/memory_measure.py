@@ -19,16 +19,20 @@ measured slower with a keep set the model said would read less). So, as for cold
 - ``seq`` (``plan --memory --sequential``): the keep set rebuilt for files read in order,
   locked, the files advised sequential (``pagecast.plan.memory.sequential_plan``): the kernel
   reads ahead of a miss only and reclaims first what the program used through such a
-  mapping, so the rest streams through less room and more of MIN's keep set fits. Asked
-  for, not tried on every program: on SQLite (point queries among its scans, 85 MiB) one
-  timed run of it went on for minutes where the others took seconds;
+  mapping, so the rest streams through less room and more of MIN's keep set fits. On
+  programs that do not read in order it can be far slower: on SQLite (point queries among
+  its scans, 85 MiB) one timed run of it went on for minutes where the others took seconds;
 - ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
   pager instead (page-sized faults into a budget: where the kernel reads a read-around
   window for every scattered miss, the pager reads what is asked and what the plan names),
   unless ``backends`` leaves it out (no userfaultfd on the machine).
 
-Every run starts cold (the plan's files), candidates interleaved in a seeded order per round,
-a candidate's time the sum over recordings of its median wall time. Eligible: faster than
+Every run starts cold (the plan's files), candidates interleaved in a seeded order per round
+(the first round starts with the kernel alone), a candidate's time the sum over recordings of
+its median wall time. A run that takes ``STOP_SLOWER`` times the kernel alone's fastest run of
+its recording is stopped there, and its candidate is not timed again (``stopped``): it cannot
+win, and a variant that misreads a program's order (``seq`` on a database) would otherwise
+spend minutes a run. Eligible: faster than
 ``kernel`` by more than the measured noise; of those within a standard error of the fastest,
 the simplest (the order above). None eligible: the kernel alone (``backend kernel``).
 
@@ -66,6 +70,7 @@ PAGER = "+pager"
 PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
 CANDIDATES = (*KERNEL_CANDIDATES, *PAGER_CANDIDATES)
+STOP_SLOWER = 3.0  # a run this many times the kernel alone's fastest stops its variant
 
 
 def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
@@ -123,6 +128,7 @@ class MemoryMeasured:
     chosen: str = "kernel"
     why: str = ""
     confirmation: Confirmation | None = None
+    stopped: dict[str, str] = dataclasses.field(default_factory=dict)  # variant -> why it was stopped
 
     def totals(self) -> dict[str, float]:
         return {c: sum(statistics.median(xs) for xs in by.values()) for c, by in self.runs.items()}
@@ -139,6 +145,7 @@ class MemoryMeasured:
                 c: {Path(r).name: [round(x, 4) for x in xs] for r, xs in by.items()} for c, by in self.runs.items()
             },
             **({"confirmation": self.confirmation.to_dict()} if self.confirmation else {}),
+            **({"stopped": dict(self.stopped)} if self.stopped else {}),
         }
 
     def table(self) -> list[str]:
@@ -147,6 +154,7 @@ class MemoryMeasured:
         for c in sorted(tot, key=tot.__getitem__):
             mark = " <- chosen" if c == self.chosen else ""
             lines.append(f"  {c}: {tot[c]:.3f} s, {tot['kernel'] / tot[c]:.2f}x the kernel alone{mark}")
+        lines += [f"  {c}: {why}" for c, why in self.stopped.items()]
         if self.confirmation is not None:
             conf = self.confirmation.totals()
             lines.append(
@@ -192,11 +200,15 @@ def measure_memory_plan(
             plan_of[name] = {r.trace: path for r in recordings}
         base = cfg.launch_argv
         run_cfg = dataclasses.replace(
-            cfg, launch_argv=lambda path, argv: base(None if path == str(no_plan) else path, argv)
+            cfg,
+            launch_argv=lambda path, argv: base(None if path == str(no_plan) else path, argv),
+            stop_slower=STOP_SLOWER if cfg.stop_slower is None else cfg.stop_slower,
         )
         cold = [f.path for f in plan.files]
-        runs = _timed_rounds(list(cands), recordings, plan_of, cold, run_cfg, cfg.rounds, 0)
-        out = MemoryMeasured([r.trace for r in recordings], runs, cfg.rounds)
+        names = ["kernel", *(c for c in cands if c != "kernel")]  # the baseline first
+        stopped: dict[str, str] = {}
+        runs = _timed_rounds(names, recordings, plan_of, cold, run_cfg, cfg.rounds, 0, stopped)
+        out = MemoryMeasured([r.trace for r in recordings], runs, cfg.rounds, stopped=stopped)
         out.noise = noise_of(runs, cfg.min_noise)
         out.chosen, out.why = choose(out.totals(), out.noise, tie_of(out.noise, cfg.rounds, len(recordings)))
         extra = cfg.rounds if cfg.confirm_rounds is None else cfg.confirm_rounds
