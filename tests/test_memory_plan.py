@@ -251,6 +251,13 @@ def test_measured_choice_is_the_simplest_clear_winner():
     assert choose({"kernel": 1.0, "half": 0.8, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half+pager"
     pager = {"half+pager": 0.59, "keep+pager": 0.9, "plan+pager": 0.9}
     assert choose({"kernel": 1.0, "half": 0.6, "keep": 0.8, "plan": 0.8, **pager}, 0.05, 0.05)[0] == "half"
+    # as fast on the recorded runs: the one that read least (a longer run adds passes, not loads)
+    fast = {"kernel": 1.0, "half": 0.80, "keep": 0.79, "seq": 0.80}
+    assert choose(fast, 0.05, 0.05, {"kernel": 900, "half": 700, "keep": 500, "seq": 400})[0] == "seq"
+    assert choose(fast, 0.05, 0.05, {"kernel": 900, "half": 402, "keep": 500, "seq": 400})[0] == "half"
+    # reading less does not make a slower variant eligible, nor one slower than the tie
+    assert choose(fast, 0.05, 0.05, {"kernel": 900, "half": 700, "keep": 500, "seq": 400, "plan": 10})[0] == "seq"
+    assert choose({**fast, "plan": 0.9}, 0.05, 0.05, {"half": 700, "keep": 500, "seq": 400, "plan": 10})[0] == "seq"
 
 
 def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
@@ -401,7 +408,7 @@ def test_a_variant_far_slower_than_the_kernel_alone_is_stopped(tmp_path):
     seconds) is stopped at ``STOP_SLOWER`` times the kernel alone's fastest run and timed no
     more; the baseline is never stopped, even where a variant is many times faster. Real
     processes whose wall time is set per variant."""
-    import time
+    import re
     from pathlib import Path
 
     from pagecast.plan.format import FileIdentity
@@ -420,15 +427,39 @@ def test_a_variant_far_slower_than_the_kernel_alone_is_stopped(tmp_path):
     def argv(path: str | None, _prog: list[str]) -> list[str]:
         name = Path(path).stem if path else "kernel"
         seen[name] = seen.get(name, 0) + 1
-        return ["sleep", str(walls[name])]
+        return ["sh", "-c", f"sleep {walls[name]} && touch {tmp_path / name}.done"]
 
-    t0 = time.perf_counter()
     chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds=3, confirm_rounds=0), pager=False)
-    took = time.perf_counter() - t0
     assert seen["keep"] == 1 and "keep" not in m.runs and "keep" in m.stopped
     assert f"over {STOP_SLOWER:g}x the baseline's fastest run" in m.stopped["keep"]
-    assert took < 10  # one stopped run of under a second, not 30 s
+    stopped_at = float(re.search(r"stopped after ([0-9.]+) s", m.stopped["keep"]).group(1))
+    assert stopped_at < walls["keep"] / 2
+    assert not (tmp_path / "keep.done").exists() and (tmp_path / "half.done").exists()  # killed, not waited for
     assert len(m.runs["kernel"][recs[0].trace]) == 3 and seen["kernel"] == 6  # never stopped
     assert m.chosen == "half" and chosen.backend == "kernel-advice"
     assert any("keep: stopped after" in line for line in m.table())
     assert m.to_dict()["stopped"] == m.stopped
+
+
+def test_timed_rounds_count_what_each_run_read(tmp_path):
+    """The bytes a measured run read are its process tree's block input: a cold file read by
+    the program counts once, a warm one not at all, and nothing another process reads."""
+    import os
+
+    from pagecast.plan.measure import MeasureConfig, Recording, _tallied_rounds
+
+    f = tmp_path / "data"
+    f.write_bytes(os.urandom(8 << 20))
+    os.sync()
+    rec = Recording(str(tmp_path / "r"), ["true"], str(tmp_path), True)
+    plans = {"cold": {rec.trace: tmp_path / "cold"}, "warm": {rec.trace: tmp_path / "warm"}}
+
+    def argv(path: str, _prog: list[str]) -> list[str]:
+        # "warm" reads the file twice in one process tree: the second read is from memory
+        reads = 1 if path.endswith("cold") else 2
+        return ["sh", "-c", " ; ".join(["cat \"$0\" > /dev/null"] * reads), str(f)]
+
+    tally = _tallied_rounds(["cold", "warm"], [rec], plans, [str(f)], MeasureConfig(argv), 2, 0)
+    for name in ("cold", "warm"):
+        for got in tally.reads[name][rec.trace]:
+            assert (8 << 20) <= got < (8 << 20) * 1.5, (name, got)

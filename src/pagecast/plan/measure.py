@@ -45,6 +45,7 @@ import dataclasses
 import math
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
@@ -355,14 +356,18 @@ class TooSlow(Exception):
 
 def _run_once(
     rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig, give_up_s: float | None = None
-) -> float:
-    """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit. Its
-    stderr goes to a temporary file, so a failure can be reported with its last line. A run
-    past ``give_up_s`` (if sooner than ``cfg.timeout_s``) is killed and raises ``TooSlow``."""
+) -> tuple[float, int]:
+    """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit, and
+    the bytes its process tree read from devices (the children's block input, which counts
+    what the program, its threads and pagecast's own helpers submitted, and no other
+    process's). Its stderr goes to a temporary file, so a failure can be reported with its
+    last line. A run past ``give_up_s`` (if sooner than ``cfg.timeout_s``) is killed and
+    raises ``TooSlow``."""
     make_cold(cold)
     argv = cfg.launch_argv(str(plan), rec.argv)
     stop_at = cfg.timeout_s if give_up_s is None else min(give_up_s, cfg.timeout_s)
     with tempfile.TemporaryFile() as err:
+        blocks = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
         t0 = time.perf_counter()
         try:
             proc = run_blocking(argv, dict(os.environ), rec.cwd, err, stop_at)
@@ -377,6 +382,7 @@ def _run_once(
         except OSError as e:
             raise PagecastError(f"cannot run `{_argv_tail(rec.argv)}` ({e.strerror})", path=rec.trace) from None
         wall = time.perf_counter() - t0
+        read = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - blocks) * 512
         if proc.returncode != 0:
             err.seek(0)
             tail = _program_tail(err.read().decode(errors="replace"))
@@ -387,7 +393,7 @@ def _run_once(
                 + "; --measure needs commands that succeed when run again",
                 path=rec.trace,
             )
-    return wall
+    return wall, read
 
 
 def per_recording(cand: Candidate, recordings: Sequence[Recording]) -> dict[str, PlanDoc]:
@@ -460,6 +466,28 @@ def measure(
     return out
 
 
+@dataclass
+class Tally:
+    """What timed rounds measured: candidate -> recording -> wall seconds (``runs``) and bytes
+    its process tree read from devices (``reads``), and the candidates stopped for slowness
+    (``stopped``: why), left out of both."""
+
+    runs: dict[str, dict[str, list[float]]]
+    reads: dict[str, dict[str, list[int]]]
+    stopped: dict[str, str] = field(default_factory=dict)
+    fastest: dict[str, float] = field(default_factory=dict)  # recording -> the baseline's fastest run
+
+    @classmethod
+    def of(cls, names: Sequence[str], recordings: Sequence[Recording]) -> "Tally":
+        return cls(
+            {c: {r.trace: [] for r in recordings} for c in names}, {c: {r.trace: [] for r in recordings} for c in names}
+        )
+
+    def kept(self) -> "Tally":
+        keep = lambda by: {c: v for c, v in by.items() if c not in self.stopped}  # noqa: E731
+        return Tally(keep(self.runs), keep(self.reads), self.stopped, self.fastest)
+
+
 def _timed_rounds(
     names: list[str],
     recordings: Sequence[Recording],
@@ -468,15 +496,25 @@ def _timed_rounds(
     cfg: MeasureConfig,
     rounds: int,
     first_round: int,
-    stopped: dict[str, str] | None = None,
 ) -> dict[str, dict[str, list[float]]]:
     """Cold runs of every candidate on every recording, ``rounds`` rounds: candidate ->
-    recording -> wall seconds. With ``cfg.stop_slower``, the first round starts each recording
-    with ``names[0]`` (the baseline), and a candidate stopped for slowness against it is left
-    out of the result and named in ``stopped`` (if given) with why."""
-    runs: dict[str, dict[str, list[float]]] = {c: {r.trace: [] for r in recordings} for c in names}
-    fastest: dict[str, float] = {}  # recording -> the baseline's fastest run so far
-    gone: dict[str, str] = {}
+    recording -> wall seconds (``_tallied_rounds`` also gives bytes read and what stopped)."""
+    return _tallied_rounds(names, recordings, plan_of, cold, cfg, rounds, first_round).runs
+
+
+def _tallied_rounds(
+    names: list[str],
+    recordings: Sequence[Recording],
+    plan_of: dict[str, dict[str, Path]],
+    cold: list[str],
+    cfg: MeasureConfig,
+    rounds: int,
+    first_round: int,
+) -> Tally:
+    """``_timed_rounds`` with the bytes each run read. With ``cfg.stop_slower``, the first
+    round starts each recording with ``names[0]`` (the baseline), and a candidate stopped for
+    slowness against it is left out and named in ``stopped`` with why."""
+    tally = Tally.of(names, recordings)
     for rnd in range(first_round, first_round + rounds):
         for i, rec in enumerate(recordings):
             # a fresh order per (round, recording), seeded: a rotation of one order keeps each
@@ -486,41 +524,32 @@ def _timed_rounds(
                 # the baseline first: every later run then has a time to be stopped at
                 order = [names[0], *(c for c in order if c != names[0])]
             for c in order:
-                if c not in gone:
-                    _time_one(runs, fastest, gone, rec, c, plan_of[c][rec.trace], cold, cfg, c == names[0])
+                if c not in tally.stopped:
+                    _time_one(tally, rec, c, plan_of[c][rec.trace], cold, cfg, c == names[0])
                 if cfg.on_run:
                     cfg.on_run(c)
-    if stopped is not None:
-        stopped.update(gone)
-    return {c: by for c, by in runs.items() if c not in gone}
+    return tally.kept()
 
 
 def _time_one(
-    runs: dict[str, dict[str, list[float]]],
-    fastest: dict[str, float],
-    gone: dict[str, str],
-    rec: Recording,
-    cand: str,
-    plan: Path,
-    cold: list[str],
-    cfg: MeasureConfig,
-    baseline: bool,
+    tally: Tally, rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig, baseline: bool
 ) -> None:
-    """One timed run into ``runs``; a candidate's run past ``cfg.stop_slower`` times the
-    baseline's fastest run of the recording stops the candidate (into ``gone``, with why)."""
-    best = fastest.get(rec.trace)
+    """One timed run into ``tally``; a candidate's run past ``cfg.stop_slower`` times the
+    baseline's fastest run of the recording stops the candidate (with why)."""
+    best = tally.fastest.get(rec.trace)
     give_up = cfg.stop_slower * best if cfg.stop_slower and best is not None and not baseline else None
     try:
-        wall = _run_once(rec, cand, plan, cold, cfg, give_up)
+        wall, read = _run_once(rec, cand, plan, cold, cfg, give_up)
     except TooSlow as e:
-        gone[cand] = (
+        tally.stopped[cand] = (
             f"stopped after {e.args[0]:.1f} s on {Path(rec.trace).name}: over {cfg.stop_slower:g}x the "
             f"baseline's fastest run of it ({best:.2f} s)"
         )
         return
-    runs[cand][rec.trace].append(wall)
+    tally.runs[cand][rec.trace].append(wall)
+    tally.reads[cand][rec.trace].append(read)
     if baseline:
-        fastest[rec.trace] = min(wall, best if best is not None else wall)
+        tally.fastest[rec.trace] = min(wall, best if best is not None else wall)
 
 
 @dataclass

@@ -32,9 +32,15 @@ Every run starts cold (the plan's files), candidates interleaved in a seeded ord
 its median wall time. A run that takes ``STOP_SLOWER`` times the kernel alone's fastest run of
 its recording is stopped there, and its candidate is not timed again (``stopped``): it cannot
 win, and a variant that misreads a program's order (``seq`` on a database) would otherwise
-spend minutes a run. Eligible: faster than
-``kernel`` by more than the measured noise; of those within a standard error of the fastest,
-the simplest (the order above). None eligible: the kernel alone (``backend kernel``).
+spend minutes a run. Each run's bytes read from devices are counted too (its process tree's
+block input). Eligible: faster than ``kernel`` by more than the measured noise; of those
+within a standard error of the fastest, the ones reading within ``READ_TIE`` of the least of
+them, and of these the simplest (the order above). Reads break the tie because recorded runs
+are short: llama.cpp's six tokens weigh less than loading the model, which every variant reads
+once, so ``half``, ``keep`` and ``seq`` tied on whole runs while per token after the first
+they ran 1.46x, 1.96x and 2.01x the kernel alone, reading 2,538, 1,878 and 1,678 MiB a run
+(BENCHMARKS.md, "Programs under a memory limit").
+None eligible: the kernel alone (``backend kernel``).
 
 A variant chosen is then timed again beside the kernel alone, in fresh rounds, and kept only
 if it is faster again by more than a standard error (``pagecast.plan.measure.confirm_choice``):
@@ -58,7 +64,7 @@ from pagecast.plan.measure import (
     MeasureConfig,
     Recording,
     Rounds,
-    _timed_rounds,
+    _tallied_rounds,
     confirm_or_fall_back,
     noise_of,
     tie_of,
@@ -71,6 +77,7 @@ PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
 CANDIDATES = (*KERNEL_CANDIDATES, *PAGER_CANDIDATES)
 STOP_SLOWER = 3.0  # a run this many times the kernel alone's fastest stops its variant
+READ_TIE = 0.05  # variants as fast, reading within this share of the least, count as reading least
 
 
 def _keep_only(plan: MemoryPlan, share: float = 1.0) -> MemoryPlan:
@@ -129,9 +136,14 @@ class MemoryMeasured:
     why: str = ""
     confirmation: Confirmation | None = None
     stopped: dict[str, str] = dataclasses.field(default_factory=dict)  # variant -> why it was stopped
+    # candidate -> recording -> bytes the run's process tree read from devices
+    reads: dict[str, dict[str, list[int]]] = dataclasses.field(default_factory=dict)
 
     def totals(self) -> dict[str, float]:
         return {c: sum(statistics.median(xs) for xs in by.values()) for c, by in self.runs.items()}
+
+    def read_totals(self) -> dict[str, float]:
+        return {c: sum(statistics.median(xs) for xs in by.values() if xs) for c, by in self.reads.items()}
 
     def to_dict(self) -> dict[str, Any]:
         tot = self.totals()
@@ -141,6 +153,7 @@ class MemoryMeasured:
             "chosen": self.chosen,
             "why": self.why,
             "total_s": {c: round(t, 6) for c, t in tot.items()},
+            "read_mib": {c: round(b / 2**20, 1) for c, b in self.read_totals().items()},
             "runs_s": {
                 c: {Path(r).name: [round(x, 4) for x in xs] for r, xs in by.items()} for c, by in self.runs.items()
             },
@@ -151,9 +164,11 @@ class MemoryMeasured:
     def table(self) -> list[str]:
         tot = self.totals()
         lines = [f"measured wall s under the limit (median of {self.rounds} cold runs each; noise {self.noise:.1%}):"]
+        read = self.read_totals()
         for c in sorted(tot, key=tot.__getitem__):
             mark = " <- chosen" if c == self.chosen else ""
-            lines.append(f"  {c}: {tot[c]:.3f} s, {tot['kernel'] / tot[c]:.2f}x the kernel alone{mark}")
+            mib = f", {read[c] / 2**20:.0f} MiB read" if c in read else ""
+            lines.append(f"  {c}: {tot[c]:.3f} s{mib}, {tot['kernel'] / tot[c]:.2f}x the kernel alone{mark}")
         lines += [f"  {c}: {why}" for c, why in self.stopped.items()]
         if self.confirmation is not None:
             conf = self.confirmation.totals()
@@ -165,14 +180,27 @@ class MemoryMeasured:
         return lines
 
 
-def choose(totals: dict[str, float], noise: float, tie: float) -> tuple[str, str]:
+def choose(
+    totals: dict[str, float], noise: float, tie: float, reads: dict[str, float] | None = None
+) -> tuple[str, str]:
+    """The variant to keep: of those faster than the kernel alone by more than ``noise``, the
+    ones within ``tie`` of the fastest; of these, the ones that read within ``READ_TIE`` of the
+    least (``reads``: bytes per variant, if measured); of these, the simplest."""
     kernel = totals["kernel"]
     eligible = [c for c in CANDIDATES if c != "kernel" and c in totals and totals[c] < kernel * (1 - noise)]
     if not eligible:
         return "kernel", f"no variant of the plan beat the kernel alone by more than the noise ({noise:.1%})"
     fastest = min(totals[c] for c in eligible)
-    pick = next(c for c in CANDIDATES if c in eligible and totals[c] <= fastest * (1 + tie))
-    return pick, f"{kernel / totals[pick]:.2f}x the kernel alone, the simplest within {tie:.1%} of the fastest"
+    tied = [c for c in eligible if totals[c] <= fastest * (1 + tie)]
+    why = f"the simplest within {tie:.1%} of the fastest"
+    if reads and all(c in reads for c in tied) and len(tied) > 1:
+        # as fast on the recorded runs, the one reading less is ahead on every pass a longer
+        # run adds: the recorded runs weigh loading (read once by all) against passes
+        least = min(reads[c] for c in tied)
+        tied = [c for c in tied if reads[c] <= least * (1 + READ_TIE)]
+        why = f"of those within {tie:.1%} of the fastest, the simplest of those reading least"
+    pick = tied[0]
+    return pick, f"{kernel / totals[pick]:.2f}x the kernel alone, {why}"
 
 
 def measure_memory_plan(
@@ -206,11 +234,13 @@ def measure_memory_plan(
         )
         cold = [f.path for f in plan.files]
         names = ["kernel", *(c for c in cands if c != "kernel")]  # the baseline first
-        stopped: dict[str, str] = {}
-        runs = _timed_rounds(names, recordings, plan_of, cold, run_cfg, cfg.rounds, 0, stopped)
-        out = MemoryMeasured([r.trace for r in recordings], runs, cfg.rounds, stopped=stopped)
-        out.noise = noise_of(runs, cfg.min_noise)
-        out.chosen, out.why = choose(out.totals(), out.noise, tie_of(out.noise, cfg.rounds, len(recordings)))
+        tally = _tallied_rounds(names, recordings, plan_of, cold, run_cfg, cfg.rounds, 0)
+        out = MemoryMeasured(
+            [r.trace for r in recordings], tally.runs, cfg.rounds, stopped=tally.stopped, reads=tally.reads
+        )
+        out.noise = noise_of(tally.runs, cfg.min_noise)
+        tie = tie_of(out.noise, cfg.rounds, len(recordings))
+        out.chosen, out.why = choose(out.totals(), out.noise, tie, out.read_totals())
         extra = cfg.rounds if cfg.confirm_rounds is None else cfg.confirm_rounds
         if out.chosen != "kernel" and extra > 0:
             # the fastest of seven noisy totals is biased low: timed again beside the kernel alone
