@@ -457,7 +457,7 @@ def test_timed_rounds_count_what_each_run_read(tmp_path):
     def argv(path: str, _prog: list[str]) -> list[str]:
         # "warm" reads the file twice in one process tree: the second read is from memory
         reads = 1 if path.endswith("cold") else 2
-        return ["sh", "-c", " ; ".join(["cat \"$0\" > /dev/null"] * reads), str(f)]
+        return ["sh", "-c", " ; ".join(['cat "$0" > /dev/null'] * reads), str(f)]
 
     tally = _tallied_rounds(["cold", "warm"], [rec], plans, [str(f)], MeasureConfig(argv), 2, 0)
     for name in ("cold", "warm"):
