@@ -123,8 +123,8 @@ class MeasureConfig:
     # rounds of the confirmation (None: as many as ``rounds``; 0: none)
     confirm_rounds: int | None = None
     on_extra: Callable[[int], None] | None = None  # told how many runs the confirmation adds
-    # a candidate whose run takes this many times the baseline's (the first candidate's) fastest
-    # run of that recording is stopped there and timed no more (None: every run goes to its end
+    # a candidate whose run takes this many times the baseline's (the first candidate's) slowest
+    # run of that recording so far is stopped there and timed no more (None: every run goes to its end
     # or ``timeout_s``); the baseline itself is never stopped
     stop_slower: float | None = None
 
@@ -475,7 +475,9 @@ class Tally:
     runs: dict[str, dict[str, list[float]]]
     reads: dict[str, dict[str, list[int]]]
     stopped: dict[str, str] = field(default_factory=dict)
-    fastest: dict[str, float] = field(default_factory=dict)  # recording -> the baseline's fastest run
+    # recording -> the baseline's slowest run so far (a program whose own runs spread 5x, as
+    # SQLite's under a tight limit, must not have a variant stopped for being as slow as it)
+    slowest: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, names: Sequence[str], recordings: Sequence[Recording]) -> "Tally":
@@ -485,7 +487,7 @@ class Tally:
 
     def kept(self) -> "Tally":
         keep = lambda by: {c: v for c, v in by.items() if c not in self.stopped}  # noqa: E731
-        return Tally(keep(self.runs), keep(self.reads), self.stopped, self.fastest)
+        return Tally(keep(self.runs), keep(self.reads), self.stopped, self.slowest)
 
 
 def _timed_rounds(
@@ -535,21 +537,21 @@ def _time_one(
     tally: Tally, rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig, baseline: bool
 ) -> None:
     """One timed run into ``tally``; a candidate's run past ``cfg.stop_slower`` times the
-    baseline's fastest run of the recording stops the candidate (with why)."""
-    best = tally.fastest.get(rec.trace)
-    give_up = cfg.stop_slower * best if cfg.stop_slower and best is not None and not baseline else None
+    baseline's slowest run of the recording so far stops the candidate (with why)."""
+    worst = tally.slowest.get(rec.trace)
+    give_up = cfg.stop_slower * worst if cfg.stop_slower and worst is not None and not baseline else None
     try:
         wall, read = _run_once(rec, cand, plan, cold, cfg, give_up)
     except TooSlow as e:
         tally.stopped[cand] = (
             f"stopped after {e.args[0]:.1f} s on {Path(rec.trace).name}: over {cfg.stop_slower:g}x the "
-            f"baseline's fastest run of it ({best:.2f} s)"
+            f"baseline's slowest run of it so far ({worst:.2f} s)"
         )
         return
     tally.runs[cand][rec.trace].append(wall)
     tally.reads[cand][rec.trace].append(read)
     if baseline:
-        tally.fastest[rec.trace] = min(wall, best if best is not None else wall)
+        tally.slowest[rec.trace] = max(wall, worst if worst is not None else wall)
 
 
 @dataclass

@@ -29,7 +29,7 @@ measured slower with a keep set the model said would read less). So, as for cold
 
 Every run starts cold (the plan's files), candidates interleaved in a seeded order per round
 (the first round starts with the kernel alone), a candidate's time the sum over recordings of
-its median wall time. A run that takes ``STOP_SLOWER`` times the kernel alone's fastest run of
+its median wall time. A run that takes ``STOP_SLOWER`` times the kernel alone's slowest run so far of
 its recording is stopped there, and its candidate is not timed again (``stopped``): it cannot
 win, and a variant that misreads a program's order (``seq`` on a database) would otherwise
 spend minutes a run. Each run's bytes read from devices are counted too (its process tree's
@@ -76,7 +76,7 @@ PAGER = "+pager"
 PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
 CANDIDATES = (*KERNEL_CANDIDATES, *PAGER_CANDIDATES)
-STOP_SLOWER = 3.0  # a run this many times the kernel alone's fastest stops its variant
+STOP_SLOWER = 3.0  # a run this many times the kernel alone's slowest so far stops its variant
 READ_TIE = 0.05  # variants as fast, reading within this share of the least, count as reading least
 
 
