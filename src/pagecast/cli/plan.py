@@ -138,8 +138,10 @@ def _add_measure_args(p: argparse.ArgumentParser) -> None:
         "fastest kernel plan, the two alone for --rounds more rounds, and kept only if it is faster again by "
         "more than a standard error. With --memory: the program alone under the limit against the plan, "
         "its keep set alone and half of it (each also through the userfaultfd pager), and where the plan "
-        "cannot follow what it streams the plan rebuilt in coarser chunks that it can (follow), through "
-        "pagecast run --memory; the simplest that beats the kernel by more than the noise, else backend kernel",
+        "cannot follow what it streams the plan rebuilt in coarser chunks that it can (follow), and the keep "
+        "set for files advised sequential (seq), through pagecast run --memory, a variant 3x slower than the "
+        "kernel alone stopped; of those that beat the kernel by more than the noise and tie with the fastest, "
+        "the one reading least from the device (then the simplest), confirmed in fresh rounds, else backend kernel",
     )
     p.add_argument(
         "--rounds",
