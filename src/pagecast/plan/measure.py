@@ -124,8 +124,9 @@ class MeasureConfig:
     confirm_rounds: int | None = None
     on_extra: Callable[[int], None] | None = None  # told how many runs the confirmation adds
     # a candidate whose run takes this many times the baseline's (the first candidate's) slowest
-    # run of that recording so far is stopped there and timed no more (None: every run goes to its end
-    # or ``timeout_s``); the baseline itself is never stopped
+    # run of that recording so far is stopped there and timed no more (None or 0: every run goes to
+    # its end or ``timeout_s``; ``plan --memory --measure`` takes None as its own default, 0 as off);
+    # the baseline itself is never stopped
     stop_slower: float | None = None
 
 
@@ -452,7 +453,7 @@ def measure(
         cold = [str(p) for p in [*cold_files, *files.values(), *dict.fromkeys(packs)]]
         make_cold(cold, sync=True)  # once with write-back: plans and packs were just written
         measured = list(plan_of)
-        runs = _timed_rounds(measured, recordings, plan_of, cold, cfg, cfg.rounds, 0)
+        runs = _tallied_rounds(measured, recordings, plan_of, cold, cfg, cfg.rounds, 0).runs
         for c, s in same_as.items():
             runs[c] = runs[s]
         out = Measured(names, [r.trace for r in recordings], runs, same_as, cfg.rounds)
@@ -490,20 +491,6 @@ class Tally:
         return Tally(keep(self.runs), keep(self.reads), self.stopped, self.slowest)
 
 
-def _timed_rounds(
-    names: list[str],
-    recordings: Sequence[Recording],
-    plan_of: dict[str, dict[str, Path]],
-    cold: list[str],
-    cfg: MeasureConfig,
-    rounds: int,
-    first_round: int,
-) -> dict[str, dict[str, list[float]]]:
-    """Cold runs of every candidate on every recording, ``rounds`` rounds: candidate ->
-    recording -> wall seconds (``_tallied_rounds`` also gives bytes read and what stopped)."""
-    return _tallied_rounds(names, recordings, plan_of, cold, cfg, rounds, first_round).runs
-
-
 def _tallied_rounds(
     names: list[str],
     recordings: Sequence[Recording],
@@ -513,7 +500,8 @@ def _tallied_rounds(
     rounds: int,
     first_round: int,
 ) -> Tally:
-    """``_timed_rounds`` with the bytes each run read. With ``cfg.stop_slower``, the first
+    """Cold runs of every candidate on every recording, ``rounds`` rounds: candidate ->
+    recording -> wall seconds and bytes the run read. With ``cfg.stop_slower``, the first
     round starts each recording with ``names[0]`` (the baseline), and a candidate stopped for
     slowness against it is left out and named in ``stopped`` with why."""
     tally = Tally.of(names, recordings)
@@ -577,7 +565,7 @@ def confirm_or_fall_back(out: Any, rival: str, run_as: dict[str, str], at: Round
     names = list(dict.fromkeys(run_as.values()))
     # nothing stopped here: the choice and its rival both ran to the end in the first stage
     cfg = dataclasses.replace(at.cfg, stop_slower=None)
-    got = _timed_rounds(names, at.recordings, at.plan_of, at.cold, cfg, rounds, at.cfg.rounds)
+    got = _tallied_rounds(names, at.recordings, at.plan_of, at.cold, cfg, rounds, at.cfg.rounds).runs
     conf = Confirmation(
         chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(out.noise, rounds, n)
     )
