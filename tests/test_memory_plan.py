@@ -316,8 +316,8 @@ def test_a_lead_kept_only_if_fresh_rounds_confirm_it(tmp_path, holds):
             wall = 0.10
         return ["sleep", str(wall)]
 
-    # nothing stopped for slowness (0): a loaded machine must not stop a 0.14 s run beside 0.10 s ones
-    chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds, stop_slower=0), pager=False)
+    # nothing stopped for slowness (the default): a loaded machine must not stop a 0.14 s run
+    chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds), pager=False)
     assert m.confirmation is not None and m.confirmation.chosen == "half"
     assert seen["half"] == seen["kernel"] == 2 * first_stage and seen["keep"] == first_stage
     assert set(m.confirmation.runs) == {"half", "kernel"} and m.confirmation.kept is holds
@@ -434,7 +434,8 @@ def test_a_variant_far_slower_than_the_kernel_alone_is_stopped(tmp_path):
         wall = 0.6 if name == "kernel" and seen[name + prog[0]] == 1 else walls[name]
         return ["sh", "-c", f"sleep {wall} && touch {tmp_path / name}.done"]
 
-    chosen, m = measure_memory_plan(plan, recs, MeasureConfig(argv, rounds=3, confirm_rounds=0), pager=False)
+    cfg = MeasureConfig(argv, rounds=3, confirm_rounds=0, stop_slower=STOP_SLOWER)  # as plan --measure sets it
+    chosen, m = measure_memory_plan(plan, recs, cfg, pager=False)
     assert seen["keep"] == 1 and "keep" not in m.runs and "keep" in m.stopped
     assert f"over {STOP_SLOWER:g}x the baseline's slowest run" in m.stopped["keep"]
     stopped_at = float(re.search(r"stopped after ([0-9.]+) s", m.stopped["keep"]).group(1))

@@ -643,7 +643,7 @@ def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None, 
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
-    from pagecast.plan.memory_measure import KERNEL_CANDIDATES, PAGER_CANDIDATES, measure_memory_plan
+    from pagecast.plan.memory_measure import KERNEL_CANDIDATES, PAGER_CANDIDATES, STOP_SLOWER, measure_memory_plan
 
     def argv(plan_path: str | None, prog: list[str]) -> list[str]:
         with_plan = ["--plan", plan_path] if plan_path else []
@@ -660,7 +660,9 @@ def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None, 
     kinds += 0 if no_pager else len(PAGER_CANDIDATES)
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
-        cfg = MeasureConfig(argv, rounds, on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n))
+        cfg = MeasureConfig(
+            argv, rounds, on_run=lambda _c: bar.update(1), on_extra=lambda n: _grow(bar, n), stop_slower=STOP_SLOWER
+        )
         return measure_memory_plan(
             plan, recordings, cfg, pager=not no_pager, follow=follow, for_pager=for_pager, sequential=sequential
         )

@@ -14,7 +14,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import resource
 import signal
 import subprocess
 import tempfile
@@ -27,6 +26,7 @@ from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
 from pagecast.util.memcg import MemoryCgroup, parse_limit
+from pagecast.util.process import children_read_bytes
 
 
 @dataclass
@@ -232,7 +232,7 @@ def run_under_limit(
             env, pager = pager_setup(plan, limit, Path(td), warnings)
         elif plan and any(f.objects or f.advice for f in plan.files):
             env = shim_env(plan, warnings)
-        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        read0 = children_read_bytes()
         t0 = time.monotonic()
         try:
             proc = subprocess.Popen(cg.wrap(cmd), stdout=stdout, env=env)
@@ -247,10 +247,10 @@ def run_under_limit(
             from pagecast.launch.memlimit_pager import pager_report
 
             pager = pager_report(pager, Path(td), warnings)
-        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        read1 = children_read_bytes()
         stats = cg.stats()
         if stats.read_bytes is None:
-            stats.read_bytes = (ru1.ru_inblock - ru0.ru_inblock) * 512
+            stats.read_bytes = read1 - read0
         mem = stats.to_dict()
         mem["wall_s"] = round(wall, 6)
     for w in warnings:

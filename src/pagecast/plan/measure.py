@@ -45,7 +45,6 @@ import dataclasses
 import math
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -59,7 +58,7 @@ from pagecast.errors import PagecastError, one_line
 from pagecast.plan.format import PlanDoc, encode_plan, write_plan
 from pagecast.trace import open_trace
 from pagecast.util.pagecache import make_cold
-from pagecast.util.process import run_blocking
+from pagecast.util.process import children_read_bytes, run_blocking
 
 PREDICTED = "predicted"
 PREDICTED_BEFORE = "predicted-before"  # the same plan, its warm ranges issued before exec (as the oracle is)
@@ -124,10 +123,9 @@ class MeasureConfig:
     confirm_rounds: int | None = None
     on_extra: Callable[[int], None] | None = None  # told how many runs the confirmation adds
     # a candidate whose run takes this many times the baseline's (the first candidate's) slowest
-    # run of that recording so far is stopped there and timed no more (None or 0: every run goes to
-    # its end or ``timeout_s``; ``plan --memory --measure`` takes None as its own default, 0 as off);
-    # the baseline itself is never stopped
-    stop_slower: float | None = None
+    # run of that recording so far is stopped there and timed no more (0: every run goes to its
+    # end or ``timeout_s``); the baseline itself is never stopped
+    stop_slower: float = 0.0
 
 
 @dataclass
@@ -359,16 +357,15 @@ def _run_once(
     rec: Recording, cand: str, plan: Path, cold: list[str], cfg: MeasureConfig, give_up_s: float | None = None
 ) -> tuple[float, int]:
     """One cold run of ``rec``'s command under ``plan``: wall seconds from spawn to exit, and
-    the bytes its process tree read from devices (the children's block input, which counts
-    what the program, its threads and pagecast's own helpers submitted, and no other
-    process's). Its stderr goes to a temporary file, so a failure can be reported with its
+    the bytes its process tree read from devices (``children_read_bytes``: the program, its
+    threads and pagecast's own helpers, and no other process). Its stderr goes to a temporary file, so a failure can be reported with its
     last line. A run past ``give_up_s`` (if sooner than ``cfg.timeout_s``) is killed and
     raises ``TooSlow``."""
     make_cold(cold)
     argv = cfg.launch_argv(str(plan), rec.argv)
     stop_at = cfg.timeout_s if give_up_s is None else min(give_up_s, cfg.timeout_s)
     with tempfile.TemporaryFile() as err:
-        blocks = resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock
+        read0 = children_read_bytes()
         t0 = time.perf_counter()
         try:
             proc = run_blocking(argv, dict(os.environ), rec.cwd, err, stop_at)
@@ -383,7 +380,7 @@ def _run_once(
         except OSError as e:
             raise PagecastError(f"cannot run `{_argv_tail(rec.argv)}` ({e.strerror})", path=rec.trace) from None
         wall = time.perf_counter() - t0
-        read = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock - blocks) * 512
+        read = children_read_bytes() - read0
         if proc.returncode != 0:
             err.seek(0)
             tail = _program_tail(err.read().decode(errors="replace"))
@@ -564,7 +561,7 @@ def confirm_or_fall_back(out: Any, rival: str, run_as: dict[str, str], at: Round
     # rounds numbered on from the first stage's: their seeded orders are not reused
     names = list(dict.fromkeys(run_as.values()))
     # nothing stopped here: the choice and its rival both ran to the end in the first stage
-    cfg = dataclasses.replace(at.cfg, stop_slower=None)
+    cfg = dataclasses.replace(at.cfg, stop_slower=0.0)
     got = _tallied_rounds(names, at.recordings, at.plan_of, at.cold, cfg, rounds, at.cfg.rounds).runs
     conf = Confirmation(
         chosen, rival, rounds, {c: got[run_as[c]] for c in (chosen, rival)}, tie_of(out.noise, rounds, n)

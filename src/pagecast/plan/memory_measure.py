@@ -76,7 +76,7 @@ PAGER = "+pager"
 PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
 CANDIDATES = (*KERNEL_CANDIDATES, *PAGER_CANDIDATES)
-STOP_SLOWER = 3.0  # a run this many times the kernel alone's slowest so far stops its variant
+STOP_SLOWER = 3.0  # plan --memory --measure's MeasureConfig.stop_slower: a variant that slow is stopped
 READ_TIE = 0.05  # variants as fast, reading within this share of the least, count as reading least
 
 
@@ -143,7 +143,7 @@ class MemoryMeasured:
         return {c: sum(statistics.median(xs) for xs in by.values()) for c, by in self.runs.items()}
 
     def read_totals(self) -> dict[str, float]:
-        return {c: sum(statistics.median(xs) for xs in by.values() if xs) for c, by in self.reads.items()}
+        return {c: sum(statistics.median(xs) for xs in by.values()) for c, by in self.reads.items()}
 
     def to_dict(self) -> dict[str, Any]:
         tot = self.totals()
@@ -230,7 +230,6 @@ def measure_memory_plan(
         run_cfg = dataclasses.replace(
             cfg,
             launch_argv=lambda path, argv: base(None if path == str(no_plan) else path, argv),
-            stop_slower=STOP_SLOWER if cfg.stop_slower is None else cfg.stop_slower,
         )
         cold = [f.path for f in plan.files]
         names = ["kernel", *(c for c in cands if c != "kernel")]  # the baseline first

@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import resource
 import subprocess
 import threading
 from typing import IO, Any, Sequence
 
 from pagecast.util.signals import SignalRelay
+
+
+def children_read_bytes() -> int:
+    """Bytes this process's waited-for children (and their waited-for children) have read from
+    block devices so far: their block input, which counts every read a child submitted, its
+    page-cache read-ahead included, and no other process's."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock * 512
 
 
 def run_program(argv: Sequence[str], **popen_kw: Any) -> int:
