@@ -392,6 +392,37 @@ def test_the_sequential_variant_keeps_more_and_advises_what_it_keeps(recordings,
     assert f"{f}: advised sequential" in shown.stdout
 
 
+def test_advised_sequential_what_lru_hit_in_the_recording_is_no_room_of_its_own():
+    """A recording under a limit shows only what the kernel missed: a chunk of the weights it
+    happened to hold between passes looks like one LRU always hits. Advised sequential the
+    kernel holds none, so for the sequential variant such a chunk of a file MIN keeps from is
+    a keep candidate (after MIN's) and gets no room of its own; another file's (a library's)
+    still does. Hand-made streams: 20 chunks read cyclically, one more read twice in the
+    first pass only, a library page used between every chunk."""
+    chunk_pages = CHUNK // PAGE_SIZE
+    whole = np.arange(chunk_pages)
+    files: list[np.ndarray] = []
+    pages: list[np.ndarray] = []
+
+    def use(fi: int, pg: np.ndarray) -> None:
+        files.append(np.full(len(pg), fi))
+        pages.append(pg)
+
+    for p in range(3):
+        order = [20, 0, 20, *range(1, 20)] if p == 0 else list(range(20))
+        for c in order:
+            use(0, c * chunk_pages + whole)
+            use(1, np.zeros(1, np.int64))
+    run = RunStream(np.concatenate(files), np.concatenate(pages), 0)
+    cfg = MemoryPlanConfig(14 << 20, CHUNK, reserve_bytes=1 << 20, prefetch_chunks=2, pager=True)
+    keep, streamed, *_ = build([run], cfg)
+    skeep, sstreamed, *_ = build([run], dataclasses.replace(cfg, sequential=True))
+    once, lib = (0 << 40) | 20, (1 << 40) | 0
+    assert once not in keep | streamed and lib not in keep | streamed  # left to the kernel: room kept for both
+    assert once in sstreamed and lib not in skeep | sstreamed  # a candidate now (after MIN's); the library left
+    assert keep < skeep and len(skeep) == len(keep) + 1  # its chunk of room went to the keep set
+
+
 def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):
     p = tmp_path / "advice.plan"
     doc = {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": 1 << 24, "chunk_bytes": 1 << 20,

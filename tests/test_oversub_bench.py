@@ -81,3 +81,25 @@ def test_harness_runs_a_case_cold_under_a_limit(tmp_path: Path) -> None:
     assert roof["read_bytes"] < data.stat().st_size // 4  # warm: (nearly) nothing from the device
     assert [(c["case"], c["best_pagecast"]) for c in summary([r])["cells"]] == [("power", None)]
     assert "kernel: default — best kernel" in format_limit(r, lim)
+
+
+def test_mins_stream_is_every_use_not_only_what_the_kernel_missed(tmp_path: Path) -> None:
+    """MIN's bytes come from the held-out input run through the pager at a 1 MiB budget: the
+    power iteration reads the matrix whole, in order, every pass, so its uses are a cyclic
+    scan of the file's pages, and MIN on them must equal MIN on that scan written out here
+    (the project's simulator on an independent stream)."""
+    from pagecast.bench.oversub import min_read_bytes, record_uses
+    from pagecast.constants import PAGE_SIZE
+    from pagecast.sim.misses import min_misses
+
+    data = tmp_path / "a.f32"
+    np.random.default_rng(4).random((N, N), np.float32).tofile(data)
+    argv = [sys.executable, "-c", POWER, str(data), str(N), str(PASSES)]
+    uses = record_uses(Input("h", argv), [data], tmp_path / "uses.parquet", 600)
+    pages = data.stat().st_size // PAGE_SIZE
+    for cap in (pages // 2, pages * 3 // 4):
+        scan = np.tile(np.arange(pages, dtype=np.int64), PASSES)
+        want = int(min_misses(scan, pages, cap).sum()) * PAGE_SIZE
+        got = min_read_bytes(uses, [data], cap * PAGE_SIZE)
+        assert got is not None and abs(got - want) <= PASSES * PAGE_SIZE, (cap, got, want)
+        assert got > pages * PAGE_SIZE  # passes after the first read again: the hits are seen

@@ -342,13 +342,28 @@ def make_plan(
     return out, ""
 
 
-def min_read_bytes(trace: Path, files: Sequence[Path], capacity: int) -> int | None:
-    """Bytes Belady's MIN reads on the recorded demand stream of ``files`` with ``capacity``
-    bytes of cache (page granularity, demand paging only); None in a build without it.
+# the pager's budget for MIN's stream: a page is asked again once 256 others were used since
+EXACT_BUDGET = "1M"
 
-    The stream is the recording's faults under the limit: a page the kernel kept between
-    two uses shows once, so MIN here is priced on the uses LRU missed (a lower bound on
-    its reads of the full access stream would need every access)."""
+
+def record_uses(inp: Input, files: Sequence[Path], out: Path, timeout: float) -> Path:
+    """``inp``'s uses of the pages of ``files`` in order, for MIN: the program run with the
+    files served by the userfaultfd pager at a 1 MiB budget (``pagecast pager run -o``), so
+    every use of a page not among the last 256 it used is a fault in the trace. A recording
+    under the limit shows only what the kernel missed: a page it held between two uses
+    appears once, and MIN on that stream is priced below what any policy can read."""
+    specs = ",".join(f"{f}:{EXACT_BUDGET}" for f in files)
+    with tempfile.TemporaryDirectory(prefix="pc-passes-") as tmp:
+        env = {**os.environ, **(inp.env or {}), PASSES_ENV: str(Path(tmp) / "passes")}
+        _run(pagecast("pager", "run", specs, "-o", str(out), "--json", "--", *inp.argv), env, timeout)
+    return out
+
+
+def min_read_bytes(trace: Path, files: Sequence[Path], capacity: int) -> int | None:
+    """Bytes Belady's MIN reads on the demand stream of ``files`` in ``trace`` with
+    ``capacity`` bytes of cache (page granularity, demand paging only); None in a build
+    without it. On ``record_uses``' stream that is the floor of what a policy reads; on a
+    recording under the limit, a bound below it (the uses the kernel hit are not there)."""
     try:
         import numpy as np
 
@@ -396,9 +411,11 @@ def run_case(case: LimitCase, cfg: Config, log: Callable[[str], None] = lambda s
         log(f"{case.name}: measuring the working set (cold, no limit)")
         ws = working_set(case, cfg, counter)
         limits = [ws.limit(f) for f in cfg.fractions]
+        uses, why = _held_out_uses(case, cfg, work, files, log)
         per_limit: dict[int, dict[str, Any]] = {}
         for limit in limits:
-            per_limit[limit] = _prepare_limit(case, cfg, limit, limit - ws.own_bytes, work, files, log)
+            per_limit[limit] = _prepare_limit(case, cfg, limit, limit - ws.own_bytes, work, files, uses, log)
+            per_limit[limit]["notes"] += [why] if why else []
         rows: list[Row] = []
         for rnd in range(cfg.rounds):
             for limit in limits:
@@ -443,6 +460,7 @@ def _prepare_limit(
     data_room: int,
     work: Path,
     files: list[Path],
+    uses: Path | None,
     log: Callable[[str], None],
 ) -> dict[str, Any]:
     d = work / f"limit-{limit >> 20}M"
@@ -450,12 +468,15 @@ def _prepare_limit(
     notes: list[str] = []
     traces: list[Path] = []
     plan: Path | None = None
-    min_bytes: int | None = None
+    min_bytes = min_faults = None
+    min_stream = "every use (pager)" if uses is not None else "faults under the limit"
     if not cfg.backends:  # nothing of pagecast's to measure: no recordings, no plan, no MIN
         return {
             "strategies": strategies(case, cfg, limit, None),
             "notes": notes,
             "min_read_bytes": None,
+            "min_read_bytes_faults": None,
+            "min_stream": None,
             "failed": set(),
         }
     try:
@@ -465,9 +486,10 @@ def _prepare_limit(
         plan, why = make_plan(traces, limit, d / "train.plan", cfg.timeout_s, cfg.measure_rounds)
         if plan is None:
             notes.append(f"no plan: {why}")
-        log(f"{case.name} @ {limit >> 20} MiB: recording the held-out input (MIN's stream)")
+        log(f"{case.name} @ {limit >> 20} MiB: recording the held-out input")
         held = record(case.heldout, limit, d / "heldout.parquet", case, cfg.timeout_s)
-        min_bytes = min_read_bytes(held, case.mmap_files or files, data_room)
+        min_faults = min_read_bytes(held, case.mmap_files or files, data_room)
+        min_bytes = min_faults if uses is None else min_read_bytes(uses, case.mmap_files or files, data_room)
         if min_bytes is None:
             notes.append("MIN's bytes: this build's simulator has no MIN")
     except (PagecastError, subprocess.SubprocessError) as e:
@@ -478,8 +500,26 @@ def _prepare_limit(
         "strategies": strategies(case, cfg, limit, plan),
         "notes": notes,
         "min_read_bytes": min_bytes,
+        "min_read_bytes_faults": min_faults,
+        "min_stream": min_stream,
         "failed": set(),
     }
+
+
+def _held_out_uses(
+    case: LimitCase, cfg: Config, work: Path, files: list[Path], log: Callable[[str], None]
+) -> tuple[Path | None, str]:
+    """MIN's stream of the held-out input (``record_uses``), or None and why not."""
+    if not cfg.backends:
+        return None, ""
+    log(f"{case.name}: recording the held-out input's page uses through the pager (MIN's stream)")
+    try:
+        return record_uses(case.heldout, case.mmap_files or files, work / "heldout-uses.parquet", cfg.timeout_s), ""
+    except (PagecastError, subprocess.SubprocessError) as e:
+        return (
+            None,
+            f"MIN priced on the faults under the limit: the pager could not serve the held-out run ({str(e)[:200]})",
+        )
 
 
 def _row(
@@ -555,6 +595,8 @@ def _summarise_limit(limit: int, fraction: float, rows: list[Row], prep: dict[st
         "limit_bytes": limit,
         "fraction": fraction,
         "min_read_bytes": prep["min_read_bytes"],
+        "min_read_bytes_faults": prep["min_read_bytes_faults"],
+        "min_stream": prep["min_stream"],
         "notes": prep["notes"],
         "same_result": len(results) <= 1,
         "strategies": out,
@@ -588,7 +630,7 @@ def format_limit(case: dict[str, Any], lim: dict[str, Any]) -> str:
         lines.append(f"| {name} | {per} | {first} | {_mib(x['read_bytes'])} | {ref} | {ratio} | {hr} |")
     if lim["min_read_bytes"] is not None:
         lines.append(
-            f"| Belady's MIN (simulated, held-out stream) | — | — | {_mib(lim['min_read_bytes'])} | — | — | — |"
+            f"| Belady's MIN (simulated, held-out input's {lim['min_stream']}) | — | — | {_mib(lim['min_read_bytes'])} | — | — | — |"
         )
     for n in lim["notes"]:
         lines.append(f"\n{n}")

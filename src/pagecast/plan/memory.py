@@ -81,6 +81,9 @@ class MemoryPlanConfig:
     # for the pager backend: it reads what a miss asks for and its batch, no read-around
     # window, so MIN's keep set is cut only to leave it room to stream through (pager_plan)
     pager: bool = False
+    # files advised sequential (sequential_plan): the kernel holds none of their pages for
+    # reuse, so what LRU hit in the recording streams through as well and needs no room of its own
+    sequential: bool = False
 
 
 @dataclass
@@ -405,6 +408,21 @@ def _footprint_chunks(runs: Sequence[RunStream], chunk_pages: int, chunks: set[i
     return -(-most // chunk_pages)
 
 
+def _sequential_left(ordered: list[int], left: set[int], streams: Sequence[np.ndarray]) -> tuple[list[int], set[int]]:
+    """(keep candidates, left to the kernel) for files advised sequential: the chunks LRU hit
+    in the recording of a file MIN keeps part of join the candidates after MIN's (most used
+    first). A recording under a limit shows only what the kernel missed, so a chunk it kept by
+    luck between two passes looks like one it always holds; advised sequential, it holds none,
+    and reserving room for such chunks (their footprint) only shrank the keep set (llama.cpp:
+    a sixth of the limit reserved for weights it then read every token)."""
+    files = {c >> 40 for c in ordered}
+    moved = [c for c in left if c >> 40 in files]
+    keys, counts = np.unique(np.concatenate([np.asarray(s, np.int64) for s in streams]), return_counts=True)
+    uses = dict(zip(keys.tolist(), counts.tolist()))
+    moved.sort(key=lambda c: (-uses.get(c, 0), c))
+    return ordered + moved, left - set(moved)
+
+
 def room_bytes(cfg: MemoryPlanConfig) -> int:
     """What the keep set leaves unlocked for the streamed part: the configured room (by
     default twice the device's read-ahead) plus two chunks, at least four chunks."""
@@ -436,6 +454,8 @@ def build(runs: Sequence[RunStream], cfg: MemoryPlanConfig) -> tuple[set[int], s
     chunk_pages = cfg.chunk_bytes // PAGE_SIZE
     streams = [collapse(chunk_keys(r, chunk_pages)) for r in runs]
     ordered, streamed, left = keep_set(streams, cap - dist)
+    if cfg.sequential:
+        ordered, left = _sequential_left(ordered, left, streams)
     room_chunks = -(-_room(cfg) // cfg.chunk_bytes)
     budget = max(0, cap - dist - room_chunks - _footprint_chunks(runs, chunk_pages, left))
     n = budget if cfg.pager else keep_size(runs, cfg, reserve, ordered[:budget])[0]
@@ -681,7 +701,9 @@ def sequential_plan(
     keeps nothing."""
     if plan.backend == "kernel":
         return None
-    rebuilt = dataclasses.replace(cfg, chunk_bytes=plan.chunk_bytes, pager=True, reserve_bytes=plan.reserve_bytes)
+    rebuilt = dataclasses.replace(
+        cfg, chunk_bytes=plan.chunk_bytes, pager=True, sequential=True, reserve_bytes=plan.reserve_bytes
+    )
     cand = plan_for_limit(traces, rebuilt, read)
     if cand.backend == "kernel" or not cand.keep_bytes():
         return None
