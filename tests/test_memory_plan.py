@@ -423,6 +423,55 @@ def test_advised_sequential_what_lru_hit_in_the_recording_is_no_room_of_its_own(
     assert keep < skeep and len(skeep) == len(keep) + 1  # its chunk of room went to the keep set
 
 
+_VMFLAGS = r"""
+import mmap, os, sys
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+base = int(open("/proc/self/maps").read().split(sys.argv[1])[0].splitlines()[-1].split("-")[0], 16)
+lo = None
+for line in open("/proc/self/smaps"):
+    head = line.split()
+    if "-" in head[0] and len(head) >= 5:
+        lo, hi = (int(x, 16) for x in head[0].split("-"))
+        name = head[-1]
+    elif head[0] == "VmFlags:" and name == sys.argv[1]:
+        flags = set(head[1:]) & {"sr", "rr"}
+        print((lo - base) // 4096, (hi - base) // 4096, "".join(sorted(flags)))
+"""
+
+
+def test_a_file_read_in_order_beside_lookups_is_advised_by_span(tmp_path):
+    """The sequential variant advises only the part of a file the recordings read in order
+    (every page of its chunks), MADV_RANDOM on the rest (read by lookups, as token
+    embeddings are): the plan finds the span, and the advice shim splits the program's real
+    mapping so (its VmFlags: ``sr`` on the span, ``rr`` around it)."""
+    from pagecast.launch.memlimit import shim_env
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.memory import _read_in_order
+    from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+
+    cp = CHUNK // PAGE_SIZE
+    # a lookup in chunk 0 and 5, chunks 1-3 read whole, chunk 6 at the end untouched
+    pages = np.r_[3, np.arange(cp, 4 * cp), 5 * cp + 7, np.arange(cp, 4 * cp)]
+    run = RunStream(np.zeros(len(pages), np.int64), pages, 0)
+    assert _read_in_order([run], 0, CHUNK, 7 * CHUNK) == (1, 3)
+    whole = RunStream(np.zeros(7 * cp, np.int64), np.arange(7 * cp), 0)
+    assert _read_in_order([whole], 0, CHUNK, 7 * CHUNK) is None  # all of it in order: no span
+
+    f = tmp_path / "weights.bin"
+    f.write_bytes(b"\0" * (7 * CHUNK))
+    fp = FileMemoryPlan(str(f), FileIdentity.of(f), keep=[(1, 1)], advice="sequential", advice_span=(1, 3))
+    plan = MemoryPlan(16 << 20, CHUNK, 1 << 20, 0, files=[fp])
+    write_memory_plan(plan, tmp_path / "p.plan")
+    assert read_memory_plan(tmp_path / "p.plan").files[0].advice_span == (1, 3)
+    env = shim_env(plan, [])
+    assert env is not None
+    r = subprocess.run([sys.executable, "-c", _VMFLAGS, str(f)], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    vmas = [tuple(line.split()) for line in r.stdout.splitlines()]
+    assert vmas == [("0", str(cp), "rr"), (str(cp), str(4 * cp), "sr"), (str(4 * cp), str(7 * cp), "rr")]
+
+
 def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):
     p = tmp_path / "advice.plan"
     doc = {"format": "pagecast-memory-plan", "version": 1, "limit_bytes": 1 << 24, "chunk_bytes": 1 << 20,
@@ -433,6 +482,12 @@ def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):
     with pytest.raises(PagecastError) as e:
         read_memory_plan(p)
     assert str(p) in str(e.value) and "backwards" in str(e.value) and "\n" not in str(e.value)
+    for span, advice, why in (([3, 0], "sequential", "advice_span is not"), ([0, 2], None, "without an advice")):
+        doc["files"][0].update(advice_span=span, advice=advice)
+        p.write_text(json.dumps(doc))
+        with pytest.raises(PagecastError) as e:
+            read_memory_plan(p)
+        assert str(p) in str(e.value) and why in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_variant_far_slower_than_the_kernel_alone_is_stopped(tmp_path):

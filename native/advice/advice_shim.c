@@ -4,8 +4,13 @@
  * and, for `pagecast run --plan`, run the per-read part of a plan inside the program.
  *
  *   PAGECAST_ADVICE=random|sequential|normal          every regular file
- *   PAGECAST_ADVICE_FILES=A:DEV:INO[,A:DEV:INO...]    only these files (A: r, s or n), by
- *                                                     st_dev and st_ino; wins over the above
+ *   PAGECAST_ADVICE_FILES=A:DEV:INO[:FIRST:PAGES:B][,...]
+ *                                                     only these files (A: r, s or n), by
+ *                                                     st_dev and st_ino; wins over the above.
+ *                                                     With a span: a mapping gets A on file
+ *                                                     pages [FIRST, FIRST+PAGES) only, B on
+ *                                                     the rest (a weights file read in order
+ *                                                     beside a table read by lookups)
  *   PAGECAST_EXTENT_FILES=DEV:INO:NPAGES:DEGREE:MAXPAGES[,...]
  *                                                     the `extent` policy on these files
  *   PAGECAST_FEEDBACK=PATH                            the launcher's feedback segment
@@ -73,6 +78,8 @@ struct file_advice {
     dev_t dev;
     ino_t ino;
     int fadv, madv;
+    long long first, pages; /* pages > 0: madv on this span of the file only */
+    int other;              /* the rest of a mapping's advice, with a span */
 };
 static struct file_advice *files;
 static size_t nfiles;
@@ -143,10 +150,19 @@ static void parse_files(const char *list) {
     for (const char *p = list; *p;) {
         char a[2] = {*p, 0};
         unsigned long long dev, ino;
-        struct file_advice fa;
+        struct file_advice fa = {0};
+        long long first, pages;
+        char b[2] = {0, 0};
+        int unused;
         if (p[1] == ':' && sscanf(p + 2, "%llu:%llu", &dev, &ino) == 2 && parse_advice(a, &fa.fadv, &fa.madv) == 0) {
             fa.dev = (dev_t)dev;
             fa.ino = (ino_t)ino;
+            unsigned long long d2, i2;
+            if (sscanf(p + 2, "%llu:%llu:%lld:%lld:%c", &d2, &i2, &first, &pages, b) == 5 && first >= 0 && pages > 0 &&
+                parse_advice(b, &unused, &fa.other) == 0) {
+                fa.first = first;
+                fa.pages = pages;
+            }
             files[nfiles++] = fa;
         }
         const char *c = strchr(p, ',');
@@ -238,16 +254,27 @@ static int per_file(void) {
     return nfiles || nextents || seg || nobjfiles;
 }
 
-/* The advice for this file: its own entry, else the global one (-2: none). */
-static void advice_for(const struct stat *st, int *f, int *m) {
+/* The advice for this file: its own entry, else the global one (-2: none); its entry or NULL. */
+static const struct file_advice *advice_for(const struct stat *st, int *f, int *m) {
     *f = fadv;
     *m = madv;
     for (size_t i = 0; i < nfiles; i++)
         if (files[i].dev == st->st_dev && files[i].ino == st->st_ino) {
             *f = files[i].fadv;
             *m = files[i].madv;
-            return;
+            return &files[i];
         }
+    return NULL;
+}
+
+/* A mapping of file bytes [off, off + len) at p: the span's advice on its part, the other on the rest. */
+static void advise_span(char *p, size_t len, off_t off, const struct file_advice *fa) {
+    long long page = sysconf(_SC_PAGESIZE);
+    long long lo = fa->first * page, hi = (fa->first + fa->pages) * page;
+    long long s = lo > (long long)off ? lo : (long long)off;
+    long long e = hi < (long long)off + (long long)len ? hi : (long long)off + (long long)len;
+    madvise(p, len, fa->other);
+    if (s < e) madvise(p + (s - off), (size_t)(e - s), fa->madv);
 }
 
 static int feedback_slot(const struct stat *st) {
@@ -282,19 +309,23 @@ static int advise_fd(int fd) {
     return fd;
 }
 
-static void advise_map(void *p, size_t len, int flags, int fd) {
+static void advise_map(void *p, size_t len, int flags, int fd, off_t off) {
     if (p == MAP_FAILED || fd < 0 || (flags & MAP_ANONYMOUS)) return;
     init_advice();
     if (madv < 0 && !per_file()) return;
     int saved = errno;
     int m = madv, f;
     struct stat st;
+    const struct file_advice *fa = NULL;
     if (per_file() && fstat(fd, &st) == 0) {
-        advice_for(&st, &f, &m);
+        fa = advice_for(&st, &f, &m);
         int fb = feedback_slot(&st);
         if (fb >= 0) __atomic_store_n(&seg->files[fb].mapped, 1, __ATOMIC_RELAXED);
     }
-    if (m >= 0) madvise(p, len, m);
+    if (fa && fa->pages > 0)
+        advise_span(p, len, off, fa);
+    else if (m >= 0)
+        madvise(p, len, m);
     errno = saved;
 }
 
@@ -529,7 +560,7 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
     void *p = map_objects(addr, len, prot, flags, fd, off, real);
     if (p != MAP_FAILED) return p;
     p = real(addr, len, prot, flags, fd, off);
-    advise_map(p, len, flags, fd);
+    advise_map(p, len, flags, fd, off);
     return p;
 }
 
@@ -546,6 +577,6 @@ void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off) {
     void *p = map_objects(addr, len, prot, flags, fd, off, real);
     if (p != MAP_FAILED) return p;
     p = real(addr, len, prot, flags, fd, off);
-    advise_map(p, len, flags, fd);
+    advise_map(p, len, flags, fd, off);
     return p;
 }

@@ -684,7 +684,11 @@ def _show_memory(path: str, as_json: bool) -> int:
     )
     for f in plan.files:
         if f.advice:
-            print(f"{f.path}: advised {f.advice} (the program's opens and mappings of it)")
+            where = "the program's opens and mappings of it"
+            if f.advice_span:
+                a, n = f.advice_span
+                where = f"its mappings' chunks {a}-{a + n - 1}, the rest random; its opens"
+            print(f"{f.path}: advised {f.advice} ({where})")
     return 0
 
 

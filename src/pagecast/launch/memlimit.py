@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
@@ -119,7 +120,11 @@ def shim_env(plan: MemoryPlan, warnings: list[str]) -> dict[str, str] | None:
         if f.objects:
             objects.append(f"{now.dev}:{now.ino}:{f.objects[0]}:{f.objects[1]}:n")
         if f.advice:
-            advice.append(f"{ADVICE[f.advice]}:{now.dev}:{now.ino}")
+            span = ""
+            if f.advice_span:  # in pages, what the shim takes; the rest of a mapping random
+                cp = plan.chunk_bytes // PAGE_SIZE
+                span = f":{f.advice_span[0] * cp}:{f.advice_span[1] * cp}:r"
+            advice.append(f"{ADVICE[f.advice]}:{now.dev}:{now.ino}{span}")
     if not objects and not advice:
         return None
     env = dict(os.environ)

@@ -704,14 +704,37 @@ def sequential_plan(
     rebuilt = dataclasses.replace(
         cfg, chunk_bytes=plan.chunk_bytes, pager=True, sequential=True, reserve_bytes=plan.reserve_bytes
     )
-    cand = plan_for_limit(traces, rebuilt, read)
+    runs, files = read if read is not None else read_runs(traces)
+    cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
         return None
-    out = [
-        dataclasses.replace(f, stream=[], next={}, advice="sequential" if f.keep and not f.objects else None)
-        for f in cand.files
-    ]
+    out = []
+    for f in cand.files:
+        advised = bool(f.keep) and not f.objects
+        span = _read_in_order(runs, files[f.path], cand.chunk_bytes, f.identity.size) if advised else None
+        out.append(
+            dataclasses.replace(f, stream=[], next={}, advice="sequential" if advised else None, advice_span=span)
+        )
     return dataclasses.replace(cand, files=out, backend="kernel-advice", prefetch_chunks=0)
+
+
+def _read_in_order(runs: Sequence[RunStream], fi: int, chunk_bytes: int, size: int) -> tuple[int, int] | None:
+    """(first chunk, chunks) of file ``fi`` from the first to the last chunk a run used at
+    least half the pages of: the part read in order; None where that is the whole file. The
+    rest is read by lookups (token embeddings: a row a token), where a sequential advice reads
+    a whole window ahead of each (llama.cpp: 180 of the 1537 MiB it read at 519 MiB)."""
+    chunk_pages = chunk_bytes // PAGE_SIZE
+    dense: set[int] = set()
+    for r in runs:
+        pages = np.unique(r.page[r.file == fi])
+        chunks, counts = np.unique(pages // chunk_pages, return_counts=True)
+        dense.update(chunks[counts * 2 >= chunk_pages].tolist())
+    if not dense:
+        return None
+    lo, hi = min(dense), max(dense)
+    if lo == 0 and (hi + 1) * chunk_bytes >= size:
+        return None
+    return (lo, hi - lo + 1)
 
 
 def _leave_one_out(runs: Sequence[RunStream], cfg: MemoryPlanConfig, reserve: int) -> dict[str, Any]:

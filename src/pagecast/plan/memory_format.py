@@ -9,14 +9,17 @@ only: the live controller that applies it is Python). JSON, one object:
      "files": [{"path", "identity": {size, mtime_ns, ctime_ns, ino, dev},
                 "keep": [[first_chunk, nchunks], ...], "stream": [[first_chunk, nchunks], ...],
                 "next": {"chunk": next_chunk, ...}, "predicted": {...},
-                "objects": [pages, first_page], "advice": "sequential"}],  (both optional)
+                "objects": [pages, first_page], "advice": "sequential",
+                "advice_span": [first_chunk, nchunks]}],  (the last three optional)
      "validation": {...}, "note": "..."}
 
 Chunks are ``chunk_bytes`` pieces of a file (chunk c is bytes [c*chunk_bytes, (c+1)*chunk_bytes)).
 ``keep``: held for the whole run; ``stream``: evicted right after use; ``next``: the chunk
 usually used after a streamed one (what to prefetch ahead); ``room_bytes``: what the keep
 set leaves unlocked for the streamed part (absent in older plans: 0); ``advice``: the read-ahead
-advice the program's opens and mappings of the file get (the advice shim). ``backend``: who applies
+advice the program's opens and mappings of the file get (the advice shim); ``advice_span``: the
+part of the file its mappings get that advice on, the rest advised random (what the program read
+by lookups, not in order). ``backend``: who applies
 it by default (``kernel-advice``: the controller beside the program; ``pager``: the userfaultfd
 pager, where ``plan --measure`` timed it faster); ``kernel`` means the plan found nothing to
 gain over the kernel: the program runs under the limit, untouched.
@@ -61,6 +64,9 @@ class FileMemoryPlan:
     objects: tuple[int, int] | None = None
     # the program's opens and mappings of it advised so (``ADVICE``); None: left as they are
     advice: str | None = None
+    # (first chunk, chunks): its mappings get ``advice`` on these chunks only, MADV_RANDOM on
+    # the rest (the part read by lookups); None: on the whole mapping
+    advice_span: tuple[int, int] | None = None
 
     def keep_chunks(self) -> int:
         return sum(n for _, n in self.keep)
@@ -80,6 +86,7 @@ class FileMemoryPlan:
             "predicted": self.predicted,
             **({"objects": list(self.objects)} if self.objects else {}),
             **({"advice": self.advice} if self.advice else {}),
+            **({"advice_span": list(self.advice_span)} if self.advice_span else {}),
         }
 
 
@@ -158,6 +165,16 @@ def _advice(v: Any, path: str | Path) -> str | None:
     raise PagecastError(f"memory plan: advice {v!r} is not one of {', '.join(ADVICE)}", path=path)
 
 
+def _span(v: Any, advice: Any, path: str | Path) -> tuple[int, int] | None:
+    if v is None:
+        return None
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) for x in v) and v[0] >= 0 and v[1] > 0):
+        raise PagecastError("memory plan: advice_span is not [first chunk, chunks]", path=path)
+    if advice is None:
+        raise PagecastError("memory plan: advice_span without an advice", path=path)
+    return (int(v[0]), int(v[1]))
+
+
 def read_memory_plan(path: str | Path) -> MemoryPlan:
     try:
         doc = json.loads(Path(path).read_text())
@@ -180,6 +197,7 @@ def read_memory_plan(path: str | Path) -> MemoryPlan:
                     predicted={str(k): int(v) for k, v in f.get("predicted", {}).items()},
                     objects=_objects(f.get("objects"), path),
                     advice=_advice(f.get("advice"), path),
+                    advice_span=_span(f.get("advice_span"), f.get("advice"), path),
                 )
             )
         sizes = {k: int(doc[k]) for k in ("limit_bytes", "chunk_bytes", "reserve_bytes", "prefetch_chunks")}
