@@ -13,6 +13,7 @@ import pytest
 
 from cold_support import cold_file_maker
 from conftest import record_under_limit, require_memcg
+from pagecast.constants import PAGE_SIZE
 from pagecast.plan.memory_format import read_memory_plan
 from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
@@ -81,4 +82,8 @@ def test_the_plan_keeps_part_of_the_file_and_the_run_reads_less(planned):
     assert rep["controller"]["pinned_bytes"] > 0 and rep["memory"]["oom_kills"] == 0
     # the kernel alone reads the whole file again every pass; the kept part is read once
     assert rep_alone["memory"]["refaults"] >= (PASSES - 1) * FILE_PAGES * 0.9
-    assert rep["memory"]["refaults"] < rep_alone["memory"]["refaults"] * 0.8
+    # the controller locks the keep set in pieces while the program runs: on a quiet machine
+    # within the first pass (every later pass saves it), on a loaded one by the end of the
+    # second; from then on no pass reads it again
+    kept = row.keep_chunks() * plan.chunk_bytes // PAGE_SIZE
+    assert rep["memory"]["refaults"] <= rep_alone["memory"]["refaults"] - (PASSES - 2) * kept * 0.95
