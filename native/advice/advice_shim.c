@@ -151,15 +151,14 @@ static void parse_files(const char *list) {
         char a[2] = {*p, 0};
         unsigned long long dev, ino;
         struct file_advice fa = {0};
-        long long first, pages;
+        long long first = 0, pages = 0;
         char b[2] = {0, 0};
-        int unused;
-        if (p[1] == ':' && sscanf(p + 2, "%llu:%llu", &dev, &ino) == 2 && parse_advice(a, &fa.fadv, &fa.madv) == 0) {
+        int got = p[1] == ':' ? sscanf(p + 2, "%llu:%llu:%lld:%lld:%c", &dev, &ino, &first, &pages, b) : 0;
+        if (got >= 2 && parse_advice(a, &fa.fadv, &fa.madv) == 0) {
+            int unused;
             fa.dev = (dev_t)dev;
             fa.ino = (ino_t)ino;
-            unsigned long long d2, i2;
-            if (sscanf(p + 2, "%llu:%llu:%lld:%lld:%c", &d2, &i2, &first, &pages, b) == 5 && first >= 0 && pages > 0 &&
-                parse_advice(b, &unused, &fa.other) == 0) {
+            if (got == 5 && first >= 0 && pages > 0 && parse_advice(b, &unused, &fa.other) == 0) {
                 fa.first = first;
                 fa.pages = pages;
             }

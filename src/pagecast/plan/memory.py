@@ -414,7 +414,7 @@ def _sequential_left(ordered: list[int], left: set[int], streams: Sequence[np.nd
     first). A recording under a limit shows only what the kernel missed, so a chunk it kept by
     luck between two passes looks like one it always holds; advised sequential, it holds none,
     and reserving room for such chunks (their footprint) only shrank the keep set (llama.cpp:
-    a sixth of the limit reserved for weights it then read every token)."""
+    74 MiB of a 519 MiB limit reserved for weights it then read every token)."""
     files = {c >> 40 for c in ordered}
     moved = [c for c in left if c >> 40 in files]
     keys, counts = np.unique(np.concatenate([np.asarray(s, np.int64) for s in streams]), return_counts=True)
