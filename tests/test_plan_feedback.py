@@ -168,14 +168,17 @@ def test_a_plan_the_program_does_not_read_stops_after_its_first_batch(tmp_path, 
     f = cold_file(2048)
     plan = _warm_plan(tmp_path, f, [(0, 1536)])
     # the program reads 64 pages, none of them planned: after the minimum sample (64 pages)
-    # the rest of the plan is cancelled; the first batch (1024 pages) was issued
+    # the rest of the plan is cancelled; the first batch (1024 pages) was issued. The program
+    # stays alive until that batch is in: one that exits sooner leaves the plan "stopped"
+    # before the launcher could judge it (on a loaded machine the niced launcher can be late)
     want = [*range(1024), *range(1600, 1664)]
     with ResidencyWatch(f) as watch:
-        r = _planned(plan, [sys.executable, "-c", READER, str(f), "1600-1663"], json_report=True)
+        r = _planned(plan, [sys.executable, "-c", READ_THEN_WAIT, str(f), "pread", "1600-1663", "0-1023"],
+                     json_report=True)  # fmt: skip
         seen = _seen_pages(watch, f, want)
     rep = json.loads(r.stdout)
     fr = rep["files"][0]
-    assert r.returncode == 5
+    assert r.returncode == 0, r.stderr
     assert (fr["status"], fr["feedback"], fr["pages_issued"], fr["pages_used"], fr["pages_outside"]) == (
         "cancelled",
         "cancelled",
