@@ -1,5 +1,6 @@
-"""Plans whose pack / per-fault files the launcher hands to the live machinery, the
-plan command's input errors, and page-range merging."""
+"""Plans with pack / per-fault files: packs the launcher runs itself (the pager's shim
+preloaded), what it hands to the live machinery, the plan command's input errors, and
+page-range merging."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
                        env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
-    assert rep["mode"] == "plan" and rep["exit_status"] == 0 and rep["files"][0]["status"] == "live"
+    assert rep["mode"] == "plan" and rep["exit_status"] == 0 and rep["files"][0]["status"] == "native"
     assert rep["live"]["regions"][0]["pack_installed"] > 0
     same = {k for k in ("rows", "checksum")}
     result = wl.parse_result(r.stderr)  # --json: the program's stdout goes to stderr
@@ -75,6 +76,37 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
         f"pagecast run: warning: {other}: pack {pack.path} is a pack of {w.resolve()}, not of this file; "
         "the file is read on demand"
     ]
+
+
+@needs_uffd
+def test_a_pack_runs_in_the_launcher_alone_without_python(tmp_path):
+    # the launcher binary with no Python to hand over to: the pack still runs (before, it was
+    # "unavailable"), and exactly the pack's pages come from it
+    from pagecast.launch.binary import launcher_path
+
+    w = wl.ensure_weights(tmp_path / "w.bin", size_mib=32)
+    argv = wl.WorkloadConfig(w, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
+    wl.drop_cache(w)
+    bare = subprocess.run(argv, capture_output=True, text=True)
+    pack = build_pack(w, np.arange(1, 2000), tmp_path / "w.pack")
+    plan = tmp_path / "p.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
+    wl.drop_cache(w)
+    r = subprocess.run([launcher_path(), "--wait", str(plan), "--", *argv], capture_output=True, text=True,
+                       env={k: v for k, v in pagecast_env().items() if not k.startswith("PAGECAST_PAGER")})  # fmt: skip
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["files"][0]["status"] == "native" and "userfaultfd pager" in rep["files"][0]["detail"]
+    (region,) = rep["live"]["regions"]
+    assert region["path"] == str(w.resolve()) and region["pack_installed"] == region["pack_pages"] == 1999
+    assert region["pack_state"] == 2 and region["errors"] == 0  # loaded whole, nothing refused
+    same = ("rows", "checksum")
+    assert [wl.parse_result(r.stderr)[k] for k in same] == [wl.parse_result(bare.stdout)[k] for k in same]
+    # exec mode (no report): the program is the launcher's own process, its output untouched
+    wl.drop_cache(w)
+    plain = subprocess.run([launcher_path(), str(plan), "--", *argv], capture_output=True, text=True)
+    assert plain.returncode == 0 and plain.stderr == ""
+    assert [wl.parse_result(plain.stdout)[k] for k in same] == [wl.parse_result(bare.stdout)[k] for k in same]
 
 
 @needs_perf

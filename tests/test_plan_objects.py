@@ -97,11 +97,16 @@ def test_native_object_fetch_is_chosen_without_the_live_start_up_of_other_files(
         return _Priced(path, 1000, [True, True], FilePricing(fold, {}, {}, "test", lv), "nothing", mapped=True)
 
     weights = priced("weights", 0.300, {OBJECTS: 0.180})  # the shim runs it: no start-up
-    lib = priced("lib", 0.010, {"pack": 0.002})  # a pack needs the Python live machinery
+    # extent on a mapped file: the Python live loop (no read() for the shim to see)
+    lib = priced("lib", 0.010, {"per-fault:extent": 0.002})
     cfg = PlannerConfig(live_startup_s=0.5, margin=0.10)
     chosen, why = live_choices([weights, lib], cfg)
     # all live candidates: 310 - 128 + 500 ms; the native ones alone: 310 - 120 = 190 ms
     assert chosen == {"weights": OBJECTS} and "0 ms of live start-up" in why
-    # with a free start-up the pack comes along
+    # with a free start-up the per-fault policy comes along
     chosen, _ = live_choices([weights, lib], PlannerConfig(live_startup_s=0.0, margin=0.10))
-    assert chosen == {"weights": OBJECTS, "lib": "pack"}
+    assert chosen == {"weights": OBJECTS, "lib": "per-fault:extent"}
+    # a pack of a mapped file runs in the launcher too (the pager's shim): no start-up either
+    packed = priced("lib", 0.010, {"pack": 0.002})
+    chosen, why = live_choices([weights, packed], cfg)
+    assert chosen == {"weights": OBJECTS, "lib": "pack"} and "0 ms of live start-up" in why

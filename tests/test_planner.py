@@ -221,22 +221,25 @@ def test_runs_sharing_no_page_get_nothing_and_the_cli_explains(tmp_path, touchpa
 def test_pack_chosen_when_the_live_start_up_is_free_and_built_with_the_shared_pages(tmp_path, touchpages, datafile):
     from pagecast.pager.pack import read_pack
 
-    shared = list(range(0, 80, 4))  # 20 scattered pages every run maps, plus one of its own
-    traces = [_record(tmp_path, touchpages, datafile, shared + [100 + 10 * i], f"p{i}") for i in range(3)]
+    shared = list(range(0, 160, 4))  # 40 scattered pages every run maps, plus one of its own
+    traces = [_record(tmp_path, touchpages, datafile, shared + [101 + 10 * i], f"p{i}") for i in range(3)]
     packs = tmp_path / "packs"
     packs.mkdir()
-    # SLOW: warm+random = 20 ranges (2 ms) + 20 pages + 1 miss; the pack = 1 sequential read
-    # (1 ms) + 20 pages + 1 pager miss: 1 ms less a run, > 10 % of the file's 3.9 ms
+    # SLOW: warm+random = 40 ranges (4 ms) + 40 pages + 1 miss; the pack = 1 sequential read
+    # (1 ms) + 40 pages + 1 pager miss: 3 ms less a run, > 10 % of the run's I/O (the
+    # program's own ELF files included: no pack for them, the loader maps them)
     doc, why = _plan(traces, pack_dir=packs, live_startup_s=0.0)
     mine = next(f for f in doc.files if f.path == str(datafile))
     assert why[str(datafile)].chosen == "pack", why[str(datafile)]
     assert mine.strategy == "pack" and Path(mine.arg).parent == packs
     info = read_pack(mine.arg)
     assert info.source == str(datafile.resolve()) and sorted(info.pages.tolist()) == shared
-    # the same with the default 0.5 s of live start-up: far more than the run's I/O, so warm
-    _, why2 = _plan(traces, pack_dir=tmp_path / "unused")
-    assert why2[str(datafile)].chosen == "warm+random"
-    assert not (tmp_path / "unused").exists()
+    # the launcher runs a pack itself (the pager's shim preloaded, no Python started): the
+    # default 0.5 s of live start-up, far more than the run's I/O, is not charged
+    again = tmp_path / "again"
+    again.mkdir()
+    _, why2 = _plan(traces, pack_dir=again)
+    assert why2[str(datafile)].chosen == "pack" and "0 ms of live start-up" in why2[str(datafile)].why
 
 
 # ---- hot-page thresholds, run-wide CPU overlap, the small-files group (synthetic predictions) ----

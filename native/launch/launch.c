@@ -357,7 +357,8 @@ static double now_s(void) {
 }
 
 /* --wait: PROG as a child, then one JSON report on stdout. */
-static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_ok, const char *plan_err, int native) {
+static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_ok, const char *plan_err, int native,
+                          const char *pager_stats) {
     char status[4096] = "";
     int own_status = !o->status;
     if (o->status)
@@ -430,7 +431,13 @@ static int run_and_report(const struct opts *o, struct pcl_plan *plan, int plan_
     } else {
         printf("  \"prefetch\": null,\n  \"files\": [],\n");
     }
-    printf("  \"live\": null\n}\n");
+    if (pager_stats) {
+        printf("  \"live\": ");
+        pcl_packs_report(plan, pager_stats, stdout);
+        printf("\n}\n");
+    } else {
+        printf("  \"live\": null\n}\n");
+    }
     fflush(stdout);
     free(st);
     return exit_status;
@@ -444,7 +451,7 @@ int main(int argc, char **argv) {
         signal(SIGXFSZ, SIG_DFL);
     }
     struct pcl_plan plan;
-    char err[512];
+    char err[512], pager_stats[4096] = "";
     int plan_ok = pcl_plan_read(o.plan, &plan, err, sizeof err) == 0;
     if (!plan_ok) fprintf(stderr, "pagecast run: warning: %s: %s; running the program without it\n", o.plan, err);
     int native = plan_ok ? pcl_plan_open(&plan) : 0;
@@ -455,6 +462,16 @@ int main(int argc, char **argv) {
         feedback_config(&plan.fbcfg);
         if (native) pcl_feedback_setup(&plan);
         setup_shim(&plan);
+        if (o.wait_mode) {
+            /* the pager's counters for the report: a private directory (mkdtemp, 0700) */
+            const char *t = getenv("TMPDIR");
+            snprintf(pager_stats, sizeof pager_stats, "%s/pagecast-pager-XXXXXX", t && *t ? t : "/tmp");
+            if (!mkdtemp(pager_stats)) pager_stats[0] = 0;
+        }
+        if (pcl_packs_setup(&plan, pager_stats[0] ? pager_stats : NULL) == 0 && pager_stats[0]) {
+            rmdir(pager_stats);
+            pager_stats[0] = 0;
+        }
         /* the prefetcher outlives its work to report the program's final use of the plan;
 		 * not on a hand-over, whose Python side collects the report when the program exits */
         plan.wait_exit = !plan_needs_python(&plan) || !o.python;
@@ -481,7 +498,7 @@ int main(int argc, char **argv) {
             }
         }
     }
-    if (o.wait_mode) return run_and_report(&o, &plan, plan_ok, err, native);
+    if (o.wait_mode) return run_and_report(&o, &plan, plan_ok, err, native, pager_stats[0] ? pager_stats : NULL);
     if (native)
         start_prefetcher(&plan, pidfd_of(getpid()), o.status, 1, -1);
     else if (plan_ok && o.status)

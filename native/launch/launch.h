@@ -136,6 +136,15 @@ int pcl_feedback_setup(struct pcl_plan *plan);
  * program, or -1) becomes readable; then write the status JSON to status_path (if any). */
 void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_path);
 
+/* Page packs the launcher runs itself (launch/packs.c): each pending pack file whose pack is
+ * a current pack of it, in a plan with no per-fault file left for Python, becomes native and
+ * the program's environment preloads the pager shim with them; `stats_dir` (or NULL) gets the
+ * pager's counters. Returns the number of packs made native. */
+int pcl_packs_setup(struct pcl_plan *plan, const char *stats_dir);
+/* After the program: the pager's counters from `stats_dir` as {"regions": [...]} on `out`
+ * (the directory is emptied and removed), one warning per native pack never mapped. */
+void pcl_packs_report(struct pcl_plan *plan, const char *stats_dir, FILE *out);
+
 /* Write s as a JSON string literal (quotes, backslashes and control bytes escaped). */
 void pcl_json_str(FILE *o, const char *s);
 

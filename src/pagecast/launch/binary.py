@@ -2,21 +2,33 @@
 
 ``launcher_path()`` runs before every planned launch, so it must cost well under a
 millisecond: it compares the sources' sizes and mtimes with a stamp written by the last
-build instead of hashing them, and imports only ``os``. A missing or outdated stamp falls
+build instead of hashing them, and imports only ``os`` and ``pagecast.constants``. A missing or outdated stamp falls
 back to ``pagecast.util.native.build`` (content-hashed, compiles if needed) and rewrites
 the stamp.
 """
 
 import os
 
+from pagecast.constants import PAGER_SHIM_SOURCES
+
 NAME = "pagecast-launch"
-SOURCES = ("launch/launch.c", "launch/plan.c", "launch/prefetch.c", "launch/launch.h", "launch/feedback.h")
+SOURCES = (
+    "launch/launch.c",
+    "launch/plan.c",
+    "launch/prefetch.c",
+    "launch/packs.c",
+    "launch/launch.h",
+    "launch/feedback.h",
+)
 # The advice shim the launcher preloads into the program for a plan's per-file read-ahead
 # advice; it lives next to the binary ("<launcher>-advice.so"), where the launcher looks.
 SHIM_SOURCE = "advice/advice_shim.c"
 SHIM_SUFFIX = "-advice.so"
+# The userfaultfd pager's shim, preloaded for a plan's page packs ("<launcher>-pager.so").
+PAGER_SHIM_HEADERS = ("pager/pack.h", "pager/pager.h", "pager/pager_internal.h", "highfd.h")
+PAGER_SHIM_SUFFIX = "-pager.so"
 # Headers of native/ outside launch/ that the launcher includes: a change must rebuild it too.
-SHARED_HEADERS = ("outfile.h", "infile.h")
+SHARED_HEADERS = ("outfile.h", "infile.h", "pager/pack.h")
 LINK = "static-first"  # in the stamp: a launcher linked by an older rule is rebuilt
 
 
@@ -51,7 +63,7 @@ def _stamp_dirs(native: str) -> list[str]:
 
 def _signature(native: str) -> str:
     parts = [LINK]
-    for s in (*SOURCES, SHIM_SOURCE, *SHARED_HEADERS):
+    for s in (*SOURCES, SHIM_SOURCE, *SHARED_HEADERS, *PAGER_SHIM_SOURCES, *PAGER_SHIM_HEADERS):
         st = os.stat(os.path.join(native, s))
         parts.append(f"{s}:{st.st_size}:{st.st_mtime_ns}")
     return ";".join(parts)
@@ -89,8 +101,10 @@ def build_launcher() -> str:
     except PagecastError:  # no static C library installed
         out = build(NAME, list(SOURCES), shared=False, ldflags=["-pthread"])
     shim = build("pc_advice_shim", [SHIM_SOURCE], ldflags=["-ldl"])
-    with open(shim, "rb") as src:  # renamed into place: a program already running keeps the old one
-        atomic_write_bytes(f"{out}{SHIM_SUFFIX}", src.read())
+    pager = build("pager_shim", list(PAGER_SHIM_SOURCES), ldflags=["-ldl", "-lpthread"])
+    for lib, suffix in ((shim, SHIM_SUFFIX), (pager, PAGER_SHIM_SUFFIX)):
+        with open(lib, "rb") as src:  # renamed into place: a program already running keeps the old one
+            atomic_write_bytes(f"{out}{suffix}", src.read())
     native = native_dir()
     try:
         sig = _signature(native)

@@ -28,6 +28,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
+from pagecast.util.elf import is_elf
 
 MIB = 1 << 20
 MAP_MAGIC = b"PGCMAP1\0"  # PGR_MAP_MAGIC + PGR_MAP_VERSION (native/pager/pager.h)
@@ -159,14 +160,6 @@ def usable_files(plan: MemoryPlan) -> tuple[list[FileMemoryPlan], list[str]]:
         else:
             warnings.append(f"{f.path} changed since the plan was made: not acted on")
     return ok, warnings
-
-
-def is_elf(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == b"\x7fELF"
-    except OSError:
-        return False
 
 
 def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:

@@ -26,6 +26,7 @@ from pagecast.errors import PagecastError
 from pagecast.launch.binary import launcher_path
 from pagecast.launch.command import HANDOVER_ENV, launcher_argv
 from pagecast.plan.format import FileIdentity, FilePlan, PlanDoc, read_plan
+from pagecast.util.elf import is_elf
 from pagecast.util.process import run_program
 
 _STATUS_WAIT_S = 0.5  # warm requests are queued, not waited for: the report is normally there at once
@@ -197,7 +198,7 @@ def _run_packs(
         if os.path.realpath(info.source) != os.path.realpath(fp.path):
             skip(fp, f"pack {fp.arg} is a pack of {info.source}, not of this file; the file is read on demand")
             continue
-        if _is_elf(fp.path):
+        if is_elf(fp.path):
             _warm_instead(fp, info.pages, skipped, warn)
             continue
         usable.append(info)
@@ -217,20 +218,6 @@ def _run_packs(
             )
             warn(f"{info.source}: {skipped[info.source]}")
     return {"regions": res.stats}, res.returncode
-
-
-def _is_elf(path: str) -> bool:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # the header's page only, no read-ahead
-        return os.pread(fd, 4, 0) == b"\x7fELF"
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _warm_instead(fp: FilePlan, pages: Any, skipped: dict[str, str], warn: Callable[[str], None]) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from pagecast.constants import PAGE_SIZE
+from pagecast.constants import PAGE_SIZE, PAGER_SHIM_SOURCES
 from pagecast.errors import PagecastError, check_output, check_readable, from_os_error, one_line, os_error_text
 from pagecast.policies.base import BATCH_PAGES, alias, policy_entry, require
 from pagecast.policies.spec import parse_policy_spec
@@ -155,7 +155,7 @@ def _lib() -> ctypes.CDLL:
 
 def shim_path() -> Path:
     """The LD_PRELOAD shim (built on first use)."""
-    return build("pager_shim", ["pager/shim.c", "pager/pager.c", "pager/pack.c"], ldflags=["-ldl", "-lpthread"])
+    return build("pager_shim", list(PAGER_SHIM_SOURCES), ldflags=["-ldl", "-lpthread"])
 
 
 def llm_path() -> Path:

@@ -67,6 +67,7 @@ from pagecast.plan.format import (
 from pagecast.plan.objects import ObjectLayout, learn_layout, object_pages
 from pagecast.plan.shared_pages import file_pages, merge_ranges, recorded_files, recurrence_line
 from pagecast.trace.pageset import read_page_sets
+from pagecast.util.elf import is_elf
 
 CANDIDATES = ("nothing", "nothing+random", "warm+default", "warm+random", "whole", "stream")
 # near-ties go to the simpler plan: no prefetch, then a whole-file read without ranges, then warm
@@ -209,7 +210,7 @@ class FilePricing:
 
 
 def price_folds(
-    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig
+    runs: list[np.ndarray], file_pages: int, mapped: bool, dev: DeviceCosts, cfg: PlannerConfig, elf: bool = False
 ) -> FilePricing:
     params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     n = len(runs)
@@ -269,7 +270,8 @@ def price_folds(
     none = np.empty(0, np.int64)
     for c in fixed:
         out[c] = [predict(dev, held, none, file_pages, c, mapped, params) for _, held in folds]
-    live, args = _price_live(used, folds, file_pages, mapped, dev, cfg, layout, warm_sets, skipped)
+    # no pack for an ELF file: the dynamic loader maps it before the pager is in place
+    live, args = _price_live(used, folds, file_pages, mapped, dev, cfg, layout, warm_sets, skipped, not elf)
     return FilePricing(out, warm_sets, skipped, validation, live, layout, args)
 
 
@@ -291,6 +293,7 @@ def _price_live(
     layout: ObjectLayout | None,
     warm_sets: dict[str, np.ndarray],
     skipped: dict[str, str],
+    packable: bool = True,
 ) -> tuple[dict[str, list[Prediction]], dict[str, str]]:
     """The candidates only pagecast's live machinery runs (page packs, objects fetched on
     first touch, a per-fault policy) priced per fold, and the policy arguments they need."""
@@ -298,7 +301,9 @@ def _price_live(
     default_k = _k(cfg, n)
     params = CostParams(cfg.depth, cfg.chunk_kib, 0.0)
     live: dict[str, list[Prediction]] = {}
-    if mapped and cfg.pack_dir is not None and cfg.pack_writer is not None:
+    if mapped and not packable:
+        skipped["pack"] = "an ELF file: the dynamic loader maps it, the pager never sees it"
+    elif mapped and cfg.pack_dir is not None and cfg.pack_writer is not None:
         for k in hot_thresholds(cfg, n):
             fold_sets = [shared_pages(train, _k_fold(k, n), file_pages) for train, _ in folds]
             if any(len(x) for x in fold_sets):
@@ -486,8 +491,11 @@ def overlap_upgrades(
 def runs_natively(candidate: str, mapped: bool) -> bool:
     """Whether the native launcher runs a live candidate itself: ``extent`` on a file the
     program read()s (the advice shim sees its reads), ``objects`` on a mapped file (the
-    shim sees the first touch of each object); a pack, or extent on a mapped file (no
-    read() to see), needs the Python live machinery."""
+    shim sees the first touch of each object), a pack of a mapped file (the pager's shim,
+    preloaded by the launcher); extent on a mapped file (no read() to see) needs the Python
+    live machinery."""
+    if candidate == "pack" or candidate.startswith("pack@"):
+        return mapped
     return (candidate == "per-fault:extent" and not mapped) or (candidate == OBJECTS and mapped)
 
 
@@ -811,7 +819,7 @@ def _choose_file(
 ) -> tuple[FileChoice, _Priced]:
     """One file's candidates priced leave-one-run-out on its (scaled) device, and the one
     chosen written into ``fp``."""
-    pricing = price_folds(runs, npages, mapped, dev, cfg)
+    pricing = price_folds(runs, npages, mapped, dev, cfg, elf=is_elf(path))
     predicted = pricing.mean()
     chosen, why = choose(predicted, cfg.margin)
     _file_plan(fp, chosen, pricing.warm_sets, npages)
