@@ -238,8 +238,14 @@ def test_pack_chosen_when_the_live_start_up_is_free_and_built_with_the_shared_pa
     # default 0.5 s of live start-up, far more than the run's I/O, is not charged
     again = tmp_path / "again"
     again.mkdir()
-    _, why2 = _plan(traces, pack_dir=again)
+    doc2, why2 = _plan(traces, pack_dir=again)
     assert why2[str(datafile)].chosen == "pack" and "0 ms of live start-up" in why2[str(datafile)].why
+    # packs are named after their plan (`plan -o NAME` passes "NAME."): a second plan in the
+    # same directory (a measured one, which removes the packs it does not keep) has its own
+    doc3, _ = _plan(traces, pack_dir=again, pack_prefix="measured.plan.")
+    two = [next(f.arg for f in d.files if f.path == str(datafile)) for d in (doc2, doc3)]
+    assert Path(two[1]).name.startswith("measured.plan.") and two[0] != two[1]
+    assert all(Path(p).is_file() for p in two)
 
 
 # ---- hot-page thresholds, run-wide CPU overlap, the small-files group (synthetic predictions) ----

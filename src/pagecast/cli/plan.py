@@ -363,6 +363,7 @@ def run(args: argparse.Namespace) -> int:
         noise=args.noise,
         fit=not args.no_fit,
         pack_dir=Path(args.output).resolve().parent,
+        pack_prefix=Path(args.output).name + ".",
         pack_writer=build_pack,
         device=_device(args.device_model),
     )

@@ -98,6 +98,9 @@ class PlannerConfig:
     small_kib: int = 1024  # files up to this size form the "small files whole" group
     live_startup_s: float = 0.5  # what starting the Python live machinery costs a run (pack, per-fault)
     pack_dir: Path | None = None  # where chosen page packs are written; None: pack is not a candidate
+    # the chosen packs' names start with this (the plan's own file name: two plans written in
+    # one directory, say one predicted and one measured, never share or remove each other's packs)
+    pack_prefix: str = ""
     # writes a chosen pack (source file, pages, pack path): the pager's format, so the caller
     # (a layer above this one) passes it in; required with pack_dir
     pack_writer: Callable[[str, np.ndarray, Path], object] | None = None
@@ -376,9 +379,10 @@ def choose(predicted: dict[str, float], margin: float) -> tuple[str, str]:
     )
 
 
-def pack_path(pack_dir: Path, path: str) -> Path:
-    """Where the planner writes a file's page pack: named after the file, unique per path."""
-    return Path(pack_dir) / f"{Path(path).name}.{zlib.crc32(path.encode()):08x}.pack"
+def pack_path(pack_dir: Path, path: str, prefix: str = "") -> Path:
+    """Where the planner writes a file's page pack: named after the plan (``prefix``) and
+    the file, unique per path."""
+    return Path(pack_dir) / f"{prefix}{Path(path).name}.{zlib.crc32(path.encode()):08x}.pack"
 
 
 def _file_plan(
@@ -389,12 +393,13 @@ def _file_plan(
     pack_dir: Path | None = None,
     pack_writer: Callable[[str, np.ndarray, Path], object] | None = None,
     args: dict[str, str] | None = None,
+    pack_prefix: str = "",
 ) -> None:
     kind, advice, _ = parse_candidate(chosen)
     fp.strategy, fp.advice, fp.ranges, fp.arg = "nothing", "default", [], ""
     if kind == "pack":
         assert pack_dir is not None and pack_writer is not None  # pack is only priced with both
-        out = pack_path(pack_dir, fp.path)
+        out = pack_path(pack_dir, fp.path, pack_prefix)
         pack_writer(fp.path, warm_sets[chosen], out)
         fp.strategy, fp.arg = "pack", str(out)
     elif kind == "per-fault:extent":
@@ -857,7 +862,12 @@ def _apply_live_choices(
             if p.path in chosen_live:
                 c = chosen_live[p.path]
                 _rechoose(
-                    plans[p.path], p, c, why, p.pricing.warm_sets, (cfg.pack_dir, cfg.pack_writer, p.pricing.args)
+                    plans[p.path],
+                    p,
+                    c,
+                    why,
+                    p.pricing.warm_sets,
+                    (cfg.pack_dir, cfg.pack_writer, p.pricing.args, cfg.pack_prefix),
                 )
                 live_needs_python |= not runs_natively(c, p.mapped)
         priced = [p for p in priced if p.path not in chosen_live]
