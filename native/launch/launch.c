@@ -462,16 +462,8 @@ int main(int argc, char **argv) {
         feedback_config(&plan.fbcfg);
         if (native) pcl_feedback_setup(&plan);
         setup_shim(&plan);
-        if (o.wait_mode) {
-            /* the pager's counters for the report: a private directory (mkdtemp, 0700) */
-            const char *t = getenv("TMPDIR");
-            snprintf(pager_stats, sizeof pager_stats, "%s/pagecast-pager-XXXXXX", t && *t ? t : "/tmp");
-            if (!mkdtemp(pager_stats)) pager_stats[0] = 0;
-        }
-        if (pcl_packs_setup(&plan, pager_stats[0] ? pager_stats : NULL) == 0 && pager_stats[0]) {
-            rmdir(pager_stats);
-            pager_stats[0] = 0;
-        }
+        /* --json: the pager's counters go to a private directory, made only for a plan with packs */
+        if (pcl_packs_setup(&plan, o.wait_mode ? pager_stats : NULL, sizeof pager_stats) == 0) pager_stats[0] = 0;
         /* the prefetcher outlives its work to report the program's final use of the plan;
 		 * not on a hand-over, whose Python side collects the report when the program exits */
         plan.wait_exit = !plan_needs_python(&plan) || !o.python;

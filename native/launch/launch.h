@@ -138,9 +138,10 @@ void pcl_prefetch_run(struct pcl_plan *plan, int stop_fd, const char *status_pat
 
 /* Page packs the launcher runs itself (launch/packs.c): each pending pack file whose pack is
  * a current pack of it, in a plan with no per-fault file left for Python, becomes native and
- * the program's environment preloads the pager shim with them; `stats_dir` (or NULL) gets the
- * pager's counters. Returns the number of packs made native. */
-int pcl_packs_setup(struct pcl_plan *plan, const char *stats_dir);
+ * the program's environment preloads the pager shim with them. `stats_dir` (or NULL): a
+ * buffer of `stats_len` bytes that receives the private directory made for the pager's
+ * counters ("" if none was). Returns the number of packs made native. */
+int pcl_packs_setup(struct pcl_plan *plan, char *stats_dir, size_t stats_len);
 /* After the program: the pager's counters from `stats_dir` as {"regions": [...]} on `out`
  * (the directory is emptied and removed), one warning per native pack never mapped. */
 void pcl_packs_report(struct pcl_plan *plan, const char *stats_dir, FILE *out);

@@ -83,7 +83,7 @@ static void add_preload(const char *lib) {
     free(both);
 }
 
-int pcl_packs_setup(struct pcl_plan *plan, const char *stats_dir) {
+int pcl_packs_setup(struct pcl_plan *plan, char *stats_dir, size_t stats_len) {
     int packs = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         const struct pcl_file *f = &plan->files[i];
@@ -128,7 +128,15 @@ int pcl_packs_setup(struct pcl_plan *plan, const char *stats_dir) {
         setenv("PAGECAST_PAGER_PACK", pk, 1);
         setenv("PAGECAST_PAGER_POLICY", "none", 1);
         setenv("PAGECAST_PAGER_STRICT", "0", 1);
-        if (stats_dir) setenv("PAGECAST_PAGER_STATS", stats_dir, 1);
+        if (stats_dir) {
+            /* a 0700 directory of a random name: nobody can plant a file or link in it */
+            const char *t = getenv("TMPDIR");
+            snprintf(stats_dir, stats_len, "%s/pagecast-pager-XXXXXX", t && *t ? t : "/tmp");
+            if (mkdtemp(stats_dir))
+                setenv("PAGECAST_PAGER_STATS", stats_dir, 1);
+            else
+                stats_dir[0] = 0;
+        }
         add_preload(shim);
     }
     free(files);
