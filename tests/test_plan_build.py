@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,8 +45,9 @@ def test_plan_bad_inputs_one_line(tmp_path, capsys):
 SMALL = ["--hot", "96", "--pool", "128", "--tail", "2", "--ctx", "8"]
 
 
-@needs_uffd
-def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
+def _packed(tmp_path: Path):
+    """A weights file, the workload's argv on it, its bare run (cold), a pack of pages 1-1999
+    and a plan naming that pack; the file left cold."""
     w = wl.ensure_weights(tmp_path / "w.bin", size_mib=32)
     argv = wl.WorkloadConfig(w, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
     wl.drop_cache(w)
@@ -54,6 +56,12 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     plan = tmp_path / "p.plan"
     write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
     wl.drop_cache(w)
+    return w, argv, bare, pack, plan
+
+
+@needs_uffd
+def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
+    w, argv, bare, pack, plan = _packed(tmp_path)
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
                        env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     assert r.returncode == 0, r.stderr
@@ -84,14 +92,7 @@ def test_a_pack_runs_in_the_launcher_alone_without_python(tmp_path):
     # "unavailable"), and exactly the pack's pages come from it
     from pagecast.launch.binary import launcher_path
 
-    w = wl.ensure_weights(tmp_path / "w.bin", size_mib=32)
-    argv = wl.WorkloadConfig(w, prompt=1, tokens=2, advice="random", extra=SMALL).argv()
-    wl.drop_cache(w)
-    bare = subprocess.run(argv, capture_output=True, text=True)
-    pack = build_pack(w, np.arange(1, 2000), tmp_path / "w.pack")
-    plan = tmp_path / "p.plan"
-    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
-    wl.drop_cache(w)
+    w, argv, bare, _, plan = _packed(tmp_path)
     r = subprocess.run([launcher_path(), "--wait", str(plan), "--", *argv], capture_output=True, text=True,
                        env={k: v for k, v in pagecast_env().items() if not k.startswith("PAGECAST_PAGER")})  # fmt: skip
     assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
