@@ -21,6 +21,12 @@ Runs, interleaved round by round (so machine load hits every variant alike):
   an install had before the native front;
 - run --plan, warm: the same with a plan warming a few files (the program's shared
   libraries and a 16 MiB data file, whole), prefetched beside the program;
+- launcher, pack: the launcher with a plan naming a page pack (1 MiB of the data file),
+  which it runs itself: the pack's header checked, the pager's shim preloaded into the
+  program (which never maps the file, so this is the cost a pack adds to any run);
+- launcher, pack handed to Python: the same plan with `PAGECAST_PAGER` already set, which
+  makes the launcher hand the packs over to `python -m pagecast run --plan`, as every pack
+  was before the launcher ran them;
 - python -S -c pass: the interpreter without the `site` module (no .pth files, no
   site-packages): what start-up costs before `site`;
 - python -c pass: the interpreter's own start-up, the floor of any Python entry point;
@@ -70,6 +76,15 @@ def _libraries(prog: str) -> list[str]:
     out = subprocess.run(["ldd", prog], capture_output=True, text=True).stdout
     libs = [w for line in out.splitlines() for w in line.split() if w.startswith("/") and os.path.isfile(w)]
     return sorted(set(libs))
+
+
+def _pack_plan(d: Path, data: Path) -> Path:
+    from pagecast.pager.pack import build_pack
+
+    pack = build_pack(data, list(range(256)), d / "data.pack")
+    plan = d / "pack.plan"
+    write_plan(plan, PlanDoc([FilePlan(str(data), FileIdentity.of(data), "pack", arg=str(pack.path))]))
+    return plan
 
 
 def _plans(d: Path, prog: str, data: Path) -> tuple[Path, Path]:
@@ -154,6 +169,7 @@ def main() -> None:
             data.write_bytes(os.urandom(16 << 20))
         for label, prog in programs.items():
             nothing, warm = _plans(d, os.path.realpath(prog[0]), data)
+            packed = _pack_plan(d, data)
             variants = {
                 "bare": prog,
                 "launcher only": [launcher, str(nothing), "--", *prog],
@@ -168,6 +184,8 @@ def main() -> None:
                     *prog,
                 ],
                 "run --plan, warm": [sys.executable, str(script), "run", "--plan", str(warm), "--", *prog],
+                "launcher, pack": [launcher, str(packed), "--", *prog],
+                "launcher, pack handed to Python": [launcher, "--python", sys.executable, str(packed), "--", *prog],
                 **(
                     {
                         "installed front": [str(bindir / "pagecast"), "run", "--plan", str(nothing), "--", *prog],
@@ -204,6 +222,7 @@ def main() -> None:
             # an install runs its own package, not this checkout's (PYTHONPATH would take precedence)
             installed_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
             envs = {k: installed_env if k.startswith("installed") else env for k in variants}
+            envs["launcher, pack handed to Python"] = {**env, "PAGECAST_PAGER": f"{data}:{16 << 20}"}
             for k, cmd in variants.items():  # warm up caches, the launcher builds and the front's pointer
                 _time(cmd, envs[k])
             for _ in range(args.rounds):
