@@ -79,11 +79,26 @@ def test_pack_in_a_plan_runs_through_the_pager(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
                        env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
     rep = json.loads(r.stdout)
-    assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["live", "not-run"]
+    assert r.returncode == 0 and [f["status"] for f in rep["files"]] == ["native", "not-run"]
     assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
         f"pagecast run: warning: {other}: pack {pack.path} is a pack of {w.resolve()}, not of this file; "
         "the file is read on demand"
     ]
+    assert rep["live"]["regions"][0]["pack_installed"] > 0  # the good pack ran all the same
+    # a pack gone since the plan was made: one warning, the program runs on demand, and the
+    # launcher says so itself (no Python started to say it: `live` stays null)
+    pack.path.unlink()
+    write_plan(plan, PlanDoc([FilePlan(str(w), FileIdentity.of(w), "pack", arg=str(pack.path))]))
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--plan", str(plan), "--json", "--", *argv],
+                       env=pagecast_env(), capture_output=True, text=True)  # fmt: skip
+    rep = json.loads(r.stdout)
+    assert r.returncode == 0 and rep["files"][0]["status"] == "not-run" and rep["live"] is None
+    assert [ln for ln in r.stderr.splitlines() if "warning" in ln] == [
+        f"pagecast run: warning: {w}: pack {pack.path} not used (cannot open it: No such file or directory); "
+        "the file is read on demand"
+    ]
+    result = wl.parse_result(r.stderr)
+    assert {k: result[k] for k in same} == {k: wl.parse_result(bare.stdout)[k] for k in same}
 
 
 @needs_uffd

@@ -31,6 +31,7 @@ enum pcl_status {
     PCL_ST_ERROR,       /* an I/O error while prefetching */
     PCL_ST_NATIVE,      /* per-fault `extent`: run inside the program by the advice shim */
     PCL_ST_CANCELLED,   /* live feedback: the program's reads were not in the plan; rest not issued */
+    PCL_ST_NOT_RUN,     /* a pack refused (missing, malformed, another file's, stale): read on demand */
 };
 
 /* Live feedback on a warm/stream file (launch/feedback.h): where its decision stands. */

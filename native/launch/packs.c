@@ -6,12 +6,12 @@
  * 0.35-0.5 s of interpreter and imports before the program started, more than a pack saves
  * on a program that runs for a fraction of a second.
  *
- * A pack is run here only when the launcher can vouch for it as the Python side would:
- * the pack's header names this very file (device and inode) and its identity as the plan
- * recorded it, and the file is not an ELF object (the dynamic loader maps those with calls
- * the pager never sees; the Python side warms their pages instead). A plan with any other
- * pack, or with a per-fault policy the launcher cannot run, hands all its packs over to
- * Python as before (one pager per program), so every warning and fallback stays where it is.
+ * A pack is run only when its header names this very file (device and inode) with the
+ * identity the plan recorded; any other (missing, malformed, another file's, stale) is
+ * refused here with the warning the Python side prints for it, and the file is read on
+ * demand. A pack of an ELF file (the dynamic loader maps those with calls the pager never
+ * sees; the Python side warms their pages instead) or a per-fault policy the launcher
+ * cannot run sends all the plan's packs to Python (one pager per program).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -41,21 +41,38 @@ static int is_elf_path(const char *path) {
     return elf;
 }
 
-/* Whether f's pack is a current pack of f, as the pager will check it again. */
-static int pack_matches(const struct pcl_file *f) {
+/* Whether f's pack is a current pack of f, as the pager will check it again; if not, the
+ * reason in `why` (the words the Python side uses for the same refusal). */
+static int pack_matches(const struct pcl_file *f, char *why, size_t n) {
     struct stat pst, src;
     int fd = pc_open_regular(f->arg, O_RDONLY, &pst);
-    if (fd < 0) return 0;
+    if (fd < 0) {
+        snprintf(why, n, "pack %s not used (cannot open it: %s); the file is read on demand", f->arg,
+                 pc_open_why(errno));
+        return 0;
+    }
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* the pager reads the rest itself (O_DIRECT) */
     struct pack_header h;
-    int ok = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, PGR_PACK_MAGIC, 8) == 0 &&
-             h.version == PGR_PACK_VERSION;
+    int whole = pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, PGR_PACK_MAGIC, 8) == 0;
     close(fd);
-    if (!ok) return 0;
+    if (!whole || h.version != PGR_PACK_VERSION) {
+        snprintf(why, n, "pack %s not used (%s); the file is read on demand", f->arg,
+                 whole ? "a page pack of another version" : "not a page pack: bad or short header");
+        return 0;
+    }
     h.path[sizeof h.path - 1] = 0;
-    if (stat(h.path, &src) < 0 || (uint64_t)src.st_dev != f->dev || (uint64_t)src.st_ino != f->ino) return 0;
-    return h.src_size == f->size && h.src_mtime_ns == f->mtime_ns && h.src_ctime_ns == f->ctime_ns &&
-           h.src_ino == f->ino && h.src_dev == f->dev;
+    if (stat(h.path, &src) < 0 || (uint64_t)src.st_dev != f->dev || (uint64_t)src.st_ino != f->ino) {
+        snprintf(why, n, "pack %s is a pack of %s, not of this file; the file is read on demand", f->arg, h.path);
+        return 0;
+    }
+    if (h.src_size != f->size || h.src_mtime_ns != f->mtime_ns || h.src_ctime_ns != f->ctime_ns ||
+        h.src_ino != f->ino || h.src_dev != f->dev) {
+        snprintf(why, n,
+                 "pack %s not used (stale: the file changed since the pack was built); the file is read on demand",
+                 f->arg);
+        return 0;
+    }
+    return 1;
 }
 
 /* Append `s` to the list at w (',' between items; ',' and '\' escaped as the shim reads them). */
@@ -98,13 +115,14 @@ int pcl_packs_setup(struct pcl_plan *plan, char *stats_dir, size_t stats_len) {
     shim[len] = 0;
     strcat(shim, "-pager.so");
     if (access(shim, R_OK) != 0) return 0;
-    /* all or none: a pack left to Python takes the whole plan's packs with it (one pager per program) */
+    /* a pack of an ELF file goes to Python (which warms its pages instead), and with it the
+     * plan's other packs: one pager per program */
     size_t cap = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         const struct pcl_file *f = &plan->files[i];
         if (f->strategy != PCL_PACK || f->status != PCL_ST_PENDING) continue;
         char real[4096];
-        if (!realpath(f->path, real) || is_elf_path(real) || !pack_matches(f)) return 0;
+        if (!realpath(f->path, real) || is_elf_path(real)) return 0;
         cap += 2 * (strlen(real) + strlen(f->arg)) + 48;
     }
     if (cap > ENV_MAX) return 0;
@@ -113,8 +131,16 @@ int pcl_packs_setup(struct pcl_plan *plan, char *stats_dir, size_t stats_len) {
     int native = 0;
     for (int i = 0; i < plan->nfiles; i++) {
         struct pcl_file *f = &plan->files[i];
-        char real[4096], spec[4096 + 32];
+        char real[4096], spec[4096 + 32], why[2 * 4096 + 200];
         if (f->strategy != PCL_PACK || f->status != PCL_ST_PENDING || !realpath(f->path, real)) continue;
+        if (!pack_matches(f, why, sizeof why)) {
+            /* refused here, with the warning the Python side would print: not worth 0.85 s of
+             * interpreter start-up to say so */
+            f->status = PCL_ST_NOT_RUN;
+            snprintf(f->detail, sizeof f->detail, "%.*s", (int)sizeof f->detail - 1, why);
+            fprintf(stderr, "pagecast run: warning: %s: %s\n", f->path, why);
+            continue;
+        }
         snprintf(spec, sizeof spec, "%s:%llu", real, (unsigned long long)(f->size ? f->size : 1));
         wf = put_item(wf, files, spec);
         wp = put_item(wp, pk, f->arg);

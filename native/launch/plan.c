@@ -17,8 +17,8 @@
 
 const char *const pcl_strategy_names[PCL_NSTRATEGIES] = {"nothing", "warm", "stream", "pack", "per-fault"};
 const char *const pcl_advice_names[PCL_NADVICES] = {"default", "random", "sequential"};
-const char *const pcl_status_names[] = {"nothing",     "pending",     "warmed", "stopped", "stale",    "missing",
-                                        "handed-over", "unavailable", "error",  "native",  "cancelled"};
+const char *const pcl_status_names[] = {"nothing",     "pending",     "warmed", "stopped", "stale",     "missing",
+                                        "handed-over", "unavailable", "error",  "native",  "cancelled", "not-run"};
 const char *const pcl_issue_names[PCL_NISSUES] = {"beside", "before"};
 const char *const pcl_feedback_names[PCL_NFEEDBACK] = {"none",      "off",    "waiting", "paying",
                                                        "cancelled", "mapped", "elf"};
