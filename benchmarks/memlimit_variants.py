@@ -111,17 +111,19 @@ def main(argv: list[str] | None = None) -> int:
         per_pass: dict[str, list[float]] = {n: [] for n in names}
         read: dict[str, list[int]] = {n: [] for n in names}
         results: set[str] = set()
-        with tempfile.TemporaryDirectory(prefix="pc-variants-") as td:
-            runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow, a.for_pager, a.traces)
-            for rnd in range(a.rounds):
-                order = names[rnd % len(names) :] + names[: rnd % len(names)]
-                for name in order:
-                    _, times, result, nbytes, _ = run_once(case, case.heldout, runs[name], cfg, counter, case.files)
-                    per_pass[name].extend(times[1:])
-                    read[name].append(nbytes)
-                    results.add(result)
-                    print(f"round {rnd + 1} {name}: {statistics.median(times[1:]):.3f} s a pass", file=sys.stderr)
-        counter.close()
+        try:
+            with tempfile.TemporaryDirectory(prefix="pc-variants-") as td:
+                runs = launches(a.plan, limit, names, Path(td), case.heldout.argv, a.follow, a.for_pager, a.traces)
+                for rnd in range(a.rounds):
+                    order = names[rnd % len(names) :] + names[: rnd % len(names)]
+                    for name in order:
+                        _, times, result, nbytes, _ = run_once(case, case.heldout, runs[name], cfg, counter, case.files)
+                        per_pass[name].extend(times[1:])
+                        read[name].append(nbytes)
+                        results.add(result)
+                        print(f"round {rnd + 1} {name}: {statistics.median(times[1:]):.3f} s a pass", file=sys.stderr)
+        finally:
+            counter.close()  # its blkio cgroup (one a killed run leaves is removed by the next)
     except PagecastError as e:
         print(f"memlimit_variants.py: {e}", file=sys.stderr)
         return 1

@@ -95,6 +95,32 @@ def test_removed_after_pagecast_is_killed(parent, tmp_path, sig):
     assert _wait_gone(parent, p.pid) == []
 
 
+def test_a_read_counter_removes_the_blkio_cgroups_of_killed_benchmarks(tmp_path):
+    # a benchmark killed by a signal never closes its counter: the next one removes its cgroup
+    from pagecast.bench.oversub import READS_PREFIX, ReadCounter, _v1_dir
+
+    base = _v1_dir("blkio")
+    if os.geteuid() != 0 or base is None or not (base / "blkio.throttle.io_service_bytes").exists():
+        pytest.skip("needs root and a cgroup v1 blkio hierarchy")
+    data = tmp_path / "d.bin"
+    data.write_bytes(bytes(4096))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale, live = base / f"{READS_PREFIX}{dead.pid}-abc123", base / f"{READS_PREFIX}{os.getpid()}-abc123"
+    stale.mkdir()
+    live.mkdir()
+    counter = ReadCounter(data)
+    try:
+        assert not stale.exists() and live.exists()  # a living owner's cgroup stays
+        assert counter.dir is not None and counter.dir.is_dir()
+    finally:
+        counter.close()
+        for d in (stale, live):
+            if d.exists():
+                d.rmdir()
+    assert counter.dir is None
+
+
 def test_stale_cgroup_of_a_dead_pagecast_removed_at_next_start(parent):
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -48,6 +48,7 @@ from pagecast.bench.coldstart import (
 from pagecast.bench.results import KINDS, headroom
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
+from pagecast.util.memcg import remove_stale
 from pagecast.util.pagecache import make_cold
 
 PASSES_ENV = "PAGECAST_BENCH_PASSES"
@@ -118,6 +119,9 @@ class Row:
 # --------------------------------------------------------------------------- accounting
 
 
+READS_PREFIX = "pagecast-bench-"  # ReadCounter's blkio cgroups: READS_PREFIX<pid>-<hex>
+
+
 class ReadCounter:
     """Bytes read from block devices by a process tree: a blkio (v1) cgroup beneath this
     process's own, entered by an sh in front of the command; else the data's device."""
@@ -127,7 +131,8 @@ class ReadCounter:
         self.dev = block_device(data)
         base = _v1_dir("blkio")
         if base is not None and (base / "blkio.throttle.io_service_bytes").exists():
-            d = base / f"pagecast-bench-{os.getpid()}-{secrets.token_hex(3)}"
+            remove_stale(base, READS_PREFIX)  # left by a run that was killed (close never ran)
+            d = base / f"{READS_PREFIX}{os.getpid()}-{secrets.token_hex(3)}"
             try:
                 d.mkdir()
                 self.dir = d

@@ -187,15 +187,17 @@ def _procs(path: Path) -> list[int]:
         return []
 
 
-def remove_stale(parent: Path) -> list[Path]:
-    """Remove empty cgroups of pagecast processes that are gone; the ones removed."""
+def remove_stale(parent: Path, prefix: str = PREFIX) -> list[Path]:
+    """Remove empty cgroups of pagecast processes that are gone (named ``PREFIX<pid>-<hex>``);
+    the ones removed."""
+    name = _NAME if prefix == PREFIX else re.compile(rf"^{re.escape(prefix)}(\d+)-[0-9a-f]+$")
     removed = []
     try:
         entries = list(parent.iterdir())
     except OSError:
         return removed
     for d in entries:
-        m = _NAME.match(d.name)
+        m = name.match(d.name)
         if not m or pid_alive(int(m.group(1))) or _procs(d):
             continue
         try:
