@@ -3,8 +3,8 @@
  * shim (built next to this binary as "<this binary>-pager.so") is preloaded into the
  * program and streams each pack into its file's mapping from the program's first mmap of
  * it. No Python starts: handing a pack over to the Python live machinery cost a run
- * 0.35-0.5 s of interpreter and imports before the program started, more than a pack saves
- * on a program that runs for a fraction of a second.
+ * ~850 ms of interpreter and imports before the program started (benchmarks/launch_overhead.py),
+ * more than a pack saves on a program that runs for a fraction of a second.
  *
  * A pack is run only when its header names this very file (device and inode) with the
  * identity the plan recorded; any other (missing, malformed, another file's, stale) is
