@@ -1,14 +1,16 @@
-"""Simulator rate with each compiled prefetcher: this tree against another source tree.
+"""Simulator rate per prefetcher and eviction: this tree against another source tree.
 
-The simulator calls compiled policies through kernel slots filled from the policy
-registry (``sim/kernels.py``). This measures that against a tree whose engine had the
-hand-written if-chain over policy names (or any other tree: ``--baseline-src DIR``, e.g.
-a ``git archive`` of an earlier commit). Each round runs, for each tree in turn, a fresh
-process pinned to one core that simulates every policy on the same trace (after a
-warm-up that loads or compiles the kernels); rounds interleave the trees so machine load
-hits both alike. Printed: the engine rate (CPU time of ``simulate`` minus trace decoding,
-M accesses/s) per policy and tree as the median over rounds, the ratio this/baseline of
-the medians and of the fastest runs.
+The before/after of any change to the simulator's compiled loops (``sim/engine.py``), in
+one run: ``--baseline-src DIR`` is the other tree (e.g. a ``git archive`` of an earlier
+commit). The cases cover both loops: no prefetch with LRU, FIFO and CLOCK (the plain
+loop), no prefetch with MIN (a keyed eviction: the general loop), and every compiled
+prefetcher, called through the kernel slots the policy registry fills (``sim/kernels.py``),
+with LRU and one with MIN. Each round runs, for each tree in turn, a fresh process pinned
+to one core that simulates every case on the same trace (after a warm-up that loads or
+compiles the kernels); rounds interleave the trees so machine load hits both alike.
+Printed: the engine rate (CPU time of ``simulate`` minus trace decoding, M accesses/s) per
+case and tree as the median over rounds, the ratio this/baseline of the medians and of the
+fastest runs, and whether both trees gave the same faults and prefetches.
 
     PYTHONPATH=src python benchmarks/sim_policy_dispatch.py --baseline-src /tmp/base [--rounds 5] [--json]
 """
@@ -28,7 +30,21 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sim_throughput import UNIVERSE, write_bench_trace  # noqa: E402
 
-POLICIES = ["nextline", "stride", "leap", "markov", "bestoffset", "pagesucc", "extent"]
+# prefetcher@eviction
+CASES = [
+    "none@lru",
+    "none@fifo",
+    "none@clock",
+    "none@min",
+    "nextline@lru",
+    "stride@lru",
+    "leap@lru",
+    "markov@lru",
+    "bestoffset@lru",
+    "pagesucc@lru",
+    "extent@lru",
+    "nextline@min",
+]
 
 CHILD = """
 import json, os, sys, time
@@ -36,14 +52,15 @@ os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 import pyarrow as pa
 pa.set_cpu_count(1)
 from pagecast.sim import SimConfig, simulate
-trace, warm, cap, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(",")
+trace, warm, cap, cases = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4].split(",")
 out = {}
-for name in names:
-    simulate(warm, SimConfig(capacity=100), name)  # load or compile the kernels
+for case in cases:
+    name, ev = case.split("@")
+    simulate(warm, SimConfig(capacity=100, eviction=ev), name)  # load or compile the kernels
     c = time.process_time()
-    r = simulate(trace, SimConfig(capacity=cap), name)
+    r = simulate(trace, SimConfig(capacity=cap, eviction=ev), name)
     cpu = time.process_time() - c
-    out[name] = {"engine_mps": r.accesses / max(cpu - r.extra["read_cpu_s"], 1e-9) / 1e6, "faults": r.faults,
+    out[case] = {"engine_mps": r.accesses / max(cpu - r.extra["read_cpu_s"], 1e-9) / 1e6, "faults": r.faults,
                  "prefetches": r.prefetches}
 print(json.dumps(out))
 """
@@ -81,13 +98,11 @@ def main() -> int:
     print(f"trace {trace} ({args.accesses:,} accesses, capacity {cap:,} pages); load average {os.getloadavg()[0]:.2f}")
     for r in range(args.rounds):
         for key, src in trees.items():
-            runs[key].append(run_child(src, trace, warm, cap, POLICIES))
+            runs[key].append(run_child(src, trace, warm, cap, CASES))
         print(f"round {r + 1}/{args.rounds} done; load average {os.getloadavg()[0]:.2f}", flush=True)
-    out = {"load_average_end": os.getloadavg(), "rounds": args.rounds, "policies": {}}
-    print(
-        f"\n{'policy':12s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s} {'best-run ratio':>15s}  same results"
-    )
-    for name in POLICIES:
+    out = {"load_average_end": os.getloadavg(), "rounds": args.rounds, "cases": {}}
+    print(f"\n{'case':16s} {'this M/s':>9s} {'baseline M/s':>13s} {'ratio':>6s} {'best-run ratio':>15s}  same results")
+    for name in CASES:
         med = {k: float(np.median([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
         # the fastest run is the one least disturbed by other jobs on a shared machine
         best = {k: float(np.max([run[name]["engine_mps"] for run in runs[k]])) for k in trees}
@@ -96,10 +111,10 @@ def main() -> int:
             for a, b in zip(runs["this"], runs["baseline"])
         )
         print(
-            f"{name:12s} {med['this']:9.2f} {med['baseline']:13.2f} {med['this'] / med['baseline']:6.2f} "
+            f"{name:16s} {med['this']:9.2f} {med['baseline']:13.2f} {med['this'] / med['baseline']:6.2f} "
             f"{best['this'] / best['baseline']:15.2f}  {same}"
         )
-        out["policies"][name] = {
+        out["cases"][name] = {
             **med,
             "ratio": med["this"] / med["baseline"],
             "best_ratio": best["this"] / best["baseline"],

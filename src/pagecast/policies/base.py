@@ -294,15 +294,17 @@ def available_evictions() -> list[str]:
     return sorted(_EV_REGISTRY)
 
 
-def get_eviction(name: str, **options) -> Eviction:
+def _factory(registry: dict[str, Callable], name: str, what: str, available: Callable[[], list[str]]) -> Callable:
+    """``registry[name]``, or the one-line error that lists what ``available`` names."""
     _load_all()
     try:
-        factory = _EV_REGISTRY[name]
+        return registry[name]
     except KeyError:
-        raise PagecastError(
-            f"unknown eviction policy {name!r} (available: {', '.join(available_evictions())})"
-        ) from None
-    return factory(**options)
+        raise PagecastError(f"unknown {what} {name!r} (available: {', '.join(available())})") from None
+
+
+def get_eviction(name: str, **options) -> Eviction:
+    return _factory(_EV_REGISTRY, name, "eviction policy", available_evictions)(**options)
 
 
 def eviction_entries() -> list[PolicyEntry]:
@@ -336,13 +338,9 @@ def available_prefetchers() -> list[str]:
 
 def get_prefetcher(name: str, **options) -> Prefetcher:
     _load_all()
-    try:
-        factory = _REGISTRY[name]
-    except KeyError:
-        if name in _ENTRIES:
-            raise PagecastError(unsupported(name, "python")) from None
-        raise PagecastError(f"unknown prefetcher {name!r} (available: {', '.join(available_prefetchers())})") from None
-    return factory(**options)
+    if name not in _REGISTRY and name in _ENTRIES:
+        raise PagecastError(unsupported(name, "python"))
+    return _factory(_REGISTRY, name, "prefetcher", available_prefetchers)(**options)
 
 
 def policy_entries() -> list[PolicyEntry]:
