@@ -129,3 +129,24 @@ def test_a_pagecast_imported_through_pythonpath_points_no_front(editable, tmp_pa
     own = _go(editable, cmd)  # the front's own tree points it, as before
     assert own.returncode == 3 and editable["pointer"].exists()
     assert editable["pointer"].read_text().split("\n")[2] == str(editable["copy"] / "native")
+
+
+def test_pythonpath_naming_the_installations_own_tree_still_points_the_front(editable, tmp_path):
+    """PYTHONPATH=src of the editable install's own tree (what a checkout's benchmarks set) is
+    the front's tree: after an edit of native/ the next planned run goes through Python once,
+    which points the front again; the runs after it start no Python (before, every planned
+    run after the edit paid the interpreter's start-up)."""
+    cmd = [editable["venv"] / "bin" / "pagecast", "run", "--plan", _plan(tmp_path), "--", *PROG]
+    env = {**editable["env"], **PY_TRACE, "PYTHONPATH": str(editable["copy"] / "src")}
+
+    def go() -> subprocess.CompletedProcess:
+        return subprocess.run([str(a) for a in cmd], cwd=editable["cwd"], env=env, capture_output=True)
+
+    go()
+    src = editable["copy"] / "native" / "launch" / "plan.c"
+    src.write_bytes(src.read_bytes() + b"\n/* edited again */\n")
+    edited = go()
+    assert _python_started(edited) and edited.returncode == 3
+    assert editable["pointer"].read_text().split("\n")[2] == str(editable["copy"] / "native")
+    after = go()
+    assert not _python_started(after) and (after.returncode, after.stdout) == (3, b"<a b>\n<new\nline>\n")

@@ -143,11 +143,17 @@ static size_t count_items(const char *list) {
     return n;
 }
 
+/* The item after p's in a comma-separated list; NULL after the last. */
+static const char *next_item(const char *p) {
+    const char *c = strchr(p, ',');
+    return c ? c + 1 : NULL;
+}
+
 /* PAGECAST_ADVICE_FILES: malformed entries are skipped (the program must run regardless) */
 static void parse_files(const char *list) {
     files = calloc(count_items(list), sizeof *files);
     if (!files) return;
-    for (const char *p = list; *p;) {
+    for (const char *p = list; p && *p; p = next_item(p)) {
         char a[2] = {*p, 0};
         unsigned long long dev, ino;
         struct file_advice fa = {0};
@@ -164,16 +170,13 @@ static void parse_files(const char *list) {
             }
             files[nfiles++] = fa;
         }
-        const char *c = strchr(p, ',');
-        if (!c) break;
-        p = c + 1;
     }
 }
 
 static void parse_extents(const char *list) {
     extents = calloc(count_items(list), sizeof *extents);
     if (!extents) return;
-    for (const char *p = list; *p;) {
+    for (const char *p = list; p && *p; p = next_item(p)) {
         unsigned long long dev, ino;
         long long np, deg, maxp;
         if (sscanf(p, "%llu:%llu:%lld:%lld:%lld", &dev, &ino, &np, &deg, &maxp) == 5 && np >= 0 && deg > 0 &&
@@ -186,25 +189,19 @@ static void parse_extents(const char *list) {
             e->max_pages = maxp;
             e->start = -1;
         }
-        const char *c = strchr(p, ',');
-        if (!c) break;
-        p = c + 1;
     }
 }
 
 static void parse_objects(const char *list) {
     objfiles = calloc(count_items(list), sizeof *objfiles);
     if (!objfiles) return;
-    for (const char *p = list; *p;) {
+    for (const char *p = list; p && *p; p = next_item(p)) {
         unsigned long long dev, ino;
         long long pages, align;
         char mode = 0;
         int got = sscanf(p, "%llu:%llu:%lld:%lld:%c", &dev, &ino, &pages, &align, &mode);
         if (got >= 4 && pages > 0 && align >= 0)
             objfiles[nobjfiles++] = (struct object_file){(dev_t)dev, (ino_t)ino, pages, align % pages, mode == 'n'};
-        const char *c = strchr(p, ',');
-        if (!c) break;
-        p = c + 1;
     }
 }
 

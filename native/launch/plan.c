@@ -366,28 +366,38 @@ int pcl_file_identity_ok(struct pcl_file *f, const struct stat *st) {
     return 0;
 }
 
+/* A spec's two options `k1=N,k2=N` (either or both, any order) into v[0] and v[1], each
+ * within [lo, hi]: 1, or 0 for anything else (the spec is then handed over). */
+struct kv_opt {
+    const char *key;
+    int64_t lo, hi;
+};
+
+static int parse_two_options(const char *list, const struct kv_opt opt[2], int64_t v[2]) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int64_t x;
+        if (!eq || parse_i64(eq + 1, &x) < 0) return 0;
+        *eq = 0;
+        int k = strcmp(kv, opt[0].key) == 0 ? 0 : strcmp(kv, opt[1].key) == 0 ? 1 : -1;
+        if (k < 0 || x < opt[k].lo || x > opt[k].hi) return 0;
+        v[k] = x;
+    }
+    return 1;
+}
+
 /* A per-fault spec the shim runs natively: `extent` with optional degree=N, max_pages=N
  * (the defaults of src/pagecast/policies/extent.py). Anything else: 0, handed over. */
 static int native_extent(struct pcl_file *f) {
     const char *a = f->arg;
     if (strncmp(a, "extent", 6) != 0 || (a[6] && a[6] != ':')) return 0;
-    int64_t degree = 16, max_pages = 512;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", a[6] ? a + 7 : "");
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        int64_t v;
-        if (!eq || parse_i64(eq + 1, &v) < 0) return 0;
-        *eq = 0;
-        if (strcmp(kv, "degree") == 0 && v >= 1 && v <= 1 << 20)
-            degree = v;
-        else if (strcmp(kv, "max_pages") == 0 && v >= 1)
-            max_pages = v;
-        else
-            return 0;
-    }
-    f->ext_degree = degree;
-    f->ext_max_pages = max_pages;
+    static const struct kv_opt opt[2] = {{"degree", 1, 1 << 20}, {"max_pages", 1, INT64_MAX}};
+    int64_t v[2] = {16, 512};
+    if (!parse_two_options(a[6] ? a + 7 : "", opt, v)) return 0;
+    f->ext_degree = v[0];
+    f->ext_max_pages = v[1];
     return 1;
 }
 
@@ -396,24 +406,11 @@ static int native_extent(struct pcl_file *f) {
 static int native_objects(struct pcl_file *f) {
     const char *a = f->arg;
     if (strncmp(a, "objects:", 8) != 0) return 0;
-    int64_t pages = 0, align = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", a + 8);
-    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        int64_t v;
-        if (!eq || parse_i64(eq + 1, &v) < 0) return 0;
-        *eq = 0;
-        if (strcmp(kv, "pages") == 0 && v >= 1 && v <= 1 << 24)
-            pages = v;
-        else if (strcmp(kv, "align") == 0 && v >= 0)
-            align = v;
-        else
-            return 0;
-    }
-    if (!pages) return 0;
-    f->obj_pages = pages;
-    f->obj_align = align % pages;
+    static const struct kv_opt opt[2] = {{"pages", 1, 1 << 24}, {"align", 0, INT64_MAX}};
+    int64_t v[2] = {0, 0};
+    if (!parse_two_options(a + 8, opt, v) || !v[0]) return 0;
+    f->obj_pages = v[0];
+    f->obj_align = v[1] % v[0];
     return 1;
 }
 

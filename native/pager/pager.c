@@ -647,6 +647,19 @@ static uint64_t stride_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t m
     return pc_stride_step(s, (int64_t)p, degree, r->cfg.min_conf, np, out, max);
 }
 
+/* The first page of the learned set at or after q; r->npages when there is none. */
+static uint64_t next_learned(const pgr_region *r, uint64_t q) {
+    while (q < r->npages) {
+        uint64_t w = r->learned[q >> 6] >> (q & 63);
+        if (w) {
+            q += (uint64_t)__builtin_ctzll(w);
+            return q < r->npages ? q : r->npages;
+        }
+        q = (q | 63) + 1;
+    }
+    return r->npages;
+}
+
 static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t max) {
     uint64_t n = 0;
     switch (r->cfg.policy) {
@@ -659,23 +672,12 @@ static uint64_t policy_pages(pgr_region *r, uint64_t p, int64_t *out, uint64_t m
         case PC_POLICY_STRIDE:
             n = stride_pages(r, p, out, max);
             break;
-        case PC_POLICY_SPARSE: {
+        case PC_POLICY_SPARSE:
             /* The learned set in increasing order (the workload is monotone): next N members. */
             r->learned[p >> 6] |= 1ull << (p & 63);
-            uint64_t q = p + 1;
-            while (q < r->npages && n < max) {
-                uint64_t w = r->learned[q >> 6] >> (q & 63);
-                if (!w) {
-                    q = (q | 63) + 1;
-                    continue;
-                }
-                q += (uint64_t)__builtin_ctzll(w);
-                if (q >= r->npages) break;
+            for (uint64_t q = next_learned(r, p + 1); q < r->npages && n < max; q = next_learned(r, q + 1))
                 out[n++] = (int64_t)q;
-                q++;
-            }
             break;
-        }
         case PC_POLICY_TABLE:
             if (r->tab_off)
                 for (uint64_t i = r->tab_off[p]; i < r->tab_off[p + 1] && n < max; i++) out[n++] = r->tab_pages[i];
@@ -812,19 +814,11 @@ static void lookahead_io(pgr_region *r, uint64_t last, uint64_t max) {
         return;
     }
     if (r->cfg.policy != PC_POLICY_SPARSE) return;
-    uint64_t q = last + 1, k = 0;
-    while (q < r->npages && k < max) {
-        uint64_t w = r->learned[q >> 6] >> (q & 63);
-        if (!w) {
-            q = (q | 63) + 1;
-            continue;
-        }
-        q += (uint64_t)__builtin_ctzll(w);
-        if (q >= r->npages || r->file_offset + q * r->ps >= r->valid_end) break;
+    uint64_t k = 0;
+    for (uint64_t q = next_learned(r, last + 1); q < r->npages && k < max; q = next_learned(r, q + 1), k++) {
+        if (r->file_offset + q * r->ps >= r->valid_end) break;
         if (!(r->state[q] & ST_RES))
             posix_fadvise(r->fd, (off_t)(r->file_offset + q * r->ps), (off_t)r->ps, POSIX_FADV_WILLNEED);
-        q++;
-        k++;
     }
 }
 

@@ -89,15 +89,32 @@ def pointer_path(key: str) -> str | None:
 
 
 def _through_pythonpath() -> bool:
-    """Whether this pagecast was imported from a ``PYTHONPATH`` entry: then it is not the
-    installation the front belongs to (a checkout run with ``PYTHONPATH=src`` beside an
-    installed pagecast), and a pointer written for that front would send its every later
-    run to this tree's launcher, however stale."""
+    """Whether this pagecast was imported from a ``PYTHONPATH`` entry and is not the one the
+    interpreter's own installation names: then it is another tree than the front's (a checkout
+    run with ``PYTHONPATH=src`` beside an installed pagecast), and a pointer written for that
+    front would send its every later run to this tree's launcher, however stale.
+    ``PYTHONPATH`` naming the installation's own tree (an editable install's ``src``, as a
+    checkout's benchmarks set it) is the front's tree: refusing there would leave every
+    planned run after an edit of ``native/`` on the Python path."""
+    import json
+    import sys
+    from importlib.metadata import distributions
+    from urllib.parse import unquote, urlparse
+
     import pagecast
 
     pkg = os.path.realpath(os.path.dirname(pagecast.__file__))
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    return any(pkg.startswith(os.path.realpath(e) + os.sep) for e in entries)
+    entries = {os.path.realpath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
+    if not any(pkg.startswith(e + os.sep) for e in entries):
+        return False
+    own = [p for p in sys.path if p and os.path.realpath(p) not in entries]
+    for dist in distributions(name="pagecast", path=own):  # the installation, as pip recorded it
+        direct = json.loads(dist.read_text("direct_url.json") or "{}")
+        if direct.get("dir_info", {}).get("editable") and direct.get("url", "").startswith("file://"):
+            tree = os.path.realpath(unquote(urlparse(direct["url"]).path))
+            return not pkg.startswith(tree + os.sep)
+        return os.path.realpath(str(dist.locate_file("pagecast"))) != pkg
+    return True
 
 
 def write_pointer(key: str) -> str | None:
