@@ -124,7 +124,7 @@ def write_pointer(key: str) -> str | None:
     Only for a regular install whose shipped sources still hash to the key's id, or an
     editable one whose front source still hashes to it (``editable_id``), and never under
     ``PAGECAST_NATIVE_DIR`` / ``PAGECAST_BUILD_DIR`` (the front ignores pointers then) or
-    for a pagecast imported through ``PYTHONPATH`` (another tree than the front's).
+    for a pagecast imported through ``PYTHONPATH`` from another tree than the front's.
     The launcher comes from ``build_launcher`` (content-addressed: built from exactly these
     sources), not from the quicker stamp check."""
     from pagecast.launch import binary
