@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from pagecast.cli._common import add_json_flag, format_table, print_json
 from pagecast.cli._options import add_policy_option
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.launch.request import Backends, LiveTuning, PredictionSource, RunRequest
 
@@ -302,7 +303,7 @@ def _run_memory(args: argparse.Namespace) -> int:
         for st in (report.pager or {}).get("regions", []):
             print(
                 f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
-                f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * 4096 >> 20} MiB, evicted after "
+                f"{st['bytes_read'] >> 20} MiB, kept {st['plan_keep_resident'] * PAGE_SIZE >> 20} MiB, evicted after "
                 f"use {st['plan_after_use']}",
                 file=sys.stderr,
             )

@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace import Kind, Region, TraceWriter
 from pagecast.trace.schema import FLAG_SUBKIND_SHIFT, FLAG_WRITE
@@ -269,7 +270,7 @@ def convert_stream(
     *,
     allocs: Sequence[dict[str, Any]] | None = None,
     command: Sequence[str] | None = None,
-    page_size: int = 4096,
+    page_size: int = PAGE_SIZE,
 ) -> dict[str, Any]:
     """Write the trace; returns a summary (rows per kind, regions, kernels, dropped)."""
     recs = stream.records

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.trace.regions import Region, RegionMap
 
 GRANULE_SHIFT = 21
@@ -23,7 +24,7 @@ GRANULE_SHIFT = 21
 class AddressClusters:
     """Collect addresses (pass 1), then translate them to (region, page) (pass 2)."""
 
-    def __init__(self, granule_shift: int = GRANULE_SHIFT, page_size: int = 4096, gap_granules: int = 0):
+    def __init__(self, granule_shift: int = GRANULE_SHIFT, page_size: int = PAGE_SIZE, gap_granules: int = 0):
         self.granule_shift = granule_shift
         self.page_size = page_size
         self.gap = gap_granules

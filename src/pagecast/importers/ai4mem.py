@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_readable, from_os_error
 from pagecast.importers._cluster import AddressClusters
 from pagecast.importers._text import INT64_MAX, Lines, iter_lines, parse_uint
@@ -202,7 +203,7 @@ def import_trace(
     out: str | Path,
     *,
     dedupe: bool = True,
-    page_size: int = 4096,
+    page_size: int = PAGE_SIZE,
     on_bytes: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     src = Path(src)

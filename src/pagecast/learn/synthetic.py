@@ -19,6 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
+from pagecast.constants import PAGE_SIZE
 from pagecast.trace.regions import Region
 from pagecast.trace.schema import Kind
 from pagecast.trace.writer import TraceWriter
@@ -66,7 +67,7 @@ def generate(n: int, spec: PatternSpec | None = None) -> tuple[dict[str, np.ndar
             steps = irr[np.arange(k) % len(irr)]
         pos = spec.start_pages[s] + np.concatenate([[0], np.cumsum(steps[:-1])]) if k else np.empty(0, np.int64)
         page[sel] = pos
-        lengths.append(int((pos.max() + 1 if k else 1)) * 4096)
+        lengths.append(int((pos.max() + 1 if k else 1)) * PAGE_SIZE)
     regions = []
     base = spec.base
     for s in range(n_streams):

@@ -40,6 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from pagecast.collect.faultmon import FaultMonitor
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError, check_output, from_os_error, one_line
 from pagecast.live.injector import Issued
 from pagecast.live.worker import SourceSpec, worker_main
@@ -681,7 +682,7 @@ def _write_live_trace(
             flags=np.concatenate([flags_f, flags_p])[order_all],
             tid=np.concatenate([faults["tid"].astype(np.int32), np.full(n_p, -1, np.int32)])[order_all],
             ip=np.concatenate([faults["ip"].astype(np.uint64), np.zeros(n_p, np.uint64)])[order_all],
-            bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, 4096, np.uint32)])[order_all],
+            bytes=np.concatenate([np.zeros(len(f_t), np.uint32), np.full(n_p, PAGE_SIZE, np.uint32)])[order_all],
         )
     except BaseException:
         w.abort()
