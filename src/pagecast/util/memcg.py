@@ -36,7 +36,6 @@ from pagecast.util.sizes import parse_size
 
 ROOT_ENV = "PAGECAST_CGROUP_ROOT"
 PREFIX = "pagecast-"
-_NAME = re.compile(rf"^{PREFIX}(\d+)-[0-9a-f]+$")
 SH = "/bin/sh"
 # the sh that enters the cgroup: $0 is the procs file, "$@" the program
 _ENTER = 'echo 0 > "$0" || exit 125; exec "$@"'
@@ -190,7 +189,7 @@ def _procs(path: Path) -> list[int]:
 def remove_stale(parent: Path, prefix: str = PREFIX) -> list[Path]:
     """Remove empty cgroups of pagecast processes that are gone (named ``PREFIX<pid>-<hex>``);
     the ones removed."""
-    name = _NAME if prefix == PREFIX else re.compile(rf"^{re.escape(prefix)}(\d+)-[0-9a-f]+$")
+    name = re.compile(rf"^{re.escape(prefix)}(\d+)-[0-9a-f]+$")
     removed = []
     try:
         entries = list(parent.iterdir())
