@@ -335,13 +335,13 @@ def test_fuzz_record_numbers(tmp_path):
 
 @pytest.mark.slow
 def test_large_record_streams(tmp_path):
-    """8,000 snapshots x 50 regions, zlib-compressed: parsing holds the rows as arrays (24
+    """4,000 snapshots x 50 regions, zlib-compressed: parsing holds the rows as arrays (24
     bytes a region), never the JSON text or its objects, so Python's traced peak while the
     record is read stays far below the text. (The trace writer's row-group buffers, a fixed
     million rows, come after and are the writer's own.)"""
     import tracemalloc
 
-    n_snap, n_reg = 8_000, 50
+    n_snap, n_reg = 4_000, 50
     rng = np.random.default_rng(5)
     sizes = rng.integers(1, 64, (n_snap, n_reg)) * 4096
     ends = 0x7F00_0000_0000 + np.cumsum(sizes, axis=1)

@@ -107,6 +107,7 @@ class Context:
     artifacts: dict[str, Any] = field(default_factory=dict)
     cold_artifacts: list[Path] = field(default_factory=list)  # artifacts a strategy reads at run time: made cold too
     plan_args: list[str] = field(default_factory=list)  # extra options of every `pagecast plan` (Config.plan_args)
+    measure_rounds: int = 3  # of `plan --measure`: a one-round smoke run measures once (Config.rounds)
 
     def pagecast(self, *args: str) -> list[str]:
         """argv of a pagecast command as a user types it: the ``pagecast`` installed beside this
@@ -378,7 +379,15 @@ def _measured_plan(ctx: Context) -> None:
     out = ctx.work / "measured.plan"
     proc = subprocess.run(
         ctx.pagecast(
-            "plan", *map(str, ctx.train_traces), "-o", str(out), "--measure", "--rounds", "3", "--json", *ctx.plan_args
+            "plan",
+            *map(str, ctx.train_traces),
+            "-o",
+            str(out),
+            "--measure",
+            "--rounds",
+            str(ctx.measure_rounds),
+            "--json",
+            *ctx.plan_args,
         ),
         capture_output=True,
         text=True,
@@ -575,7 +584,16 @@ def prepare(case: Case, cfg: Config, log: Callable[[str], None] = lambda s: None
     oracle = held_sets.pages
     touched = [p for s in [*train_sets, oracle] for p in s]
     files = regular_files([*case.cold_paths, *(p for p in touched if os.path.isfile(p))])
-    ctx = Context(case, work, traces, held, union_page_sets(train_sets), oracle, plan_args=list(cfg.plan_args))
+    ctx = Context(
+        case,
+        work,
+        traces,
+        held,
+        union_page_sets(train_sets),
+        oracle,
+        plan_args=list(cfg.plan_args),
+        measure_rounds=min(3, cfg.rounds),
+    )
     ctx.artifacts["recurrence"] = recurrence(train_sets, oracle)
     ctx.artifacts["page_set_source"] = PAGE_SET_SOURCES[held_sets.source]
     for s in cfg.strategies or default_strategies():
