@@ -5,9 +5,13 @@ The installed `pagecast` is a native front that execs the launcher with no Pytho
 between while its pointer is current; a stale pointer sends a run through `pagecast-python`
 (tens of ms). This times the three on a real command and plan, every run cold
 (posix_fadvise DONTNEED on the plan's files), orders rotated round by round, and prints
-each median beside the bare program's with the ratio.
+each median beside the bare program's with the ratio. With ``--advice MODE`` a fourth row:
+the program under the kernel's MODE advice through the advice shim (``random``,
+``sequential``: the harness's kernel strategies), the baseline when a plan's choice is that
+same advice; and each row's paired count: in how many rounds it was slower than the bare
+program's run of the same round.
 
-    python benchmarks/front_overhead.py --plan P.plan --rounds 12 -- CMD ARGS...
+    python benchmarks/front_overhead.py --plan P.plan --rounds 12 [--advice random] -- CMD ARGS...
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from pagecast.bench.coldstart import advice_shim, willneed_files  # noqa: E402
 from pagecast.launch.binary import launcher_path  # noqa: E402
 from pagecast.plan.format import read_plan  # noqa: E402
 from pagecast.util.pagecache import make_cold  # noqa: E402
@@ -31,6 +36,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", required=True)
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument(
+        "--advice",
+        choices=("random", "sequential", "willneed"),
+        help="add the kernel's advice through the shim (willneed: posix_fadvise of the plan's files just before "
+        "the launch, from this process, as the real-program harness's WILLNEED strategy does)",
+    )
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -42,19 +53,33 @@ def main() -> int:
         "pagecast run --plan": [front, "run", "--plan", a.plan, "--", *cmd],
     }
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the front as a user runs it
+    envs = {k: env for k in rows}
+    pre: dict[str, list[str]] = {}
+    if a.advice == "willneed":
+        k = "kernel: WILLNEED plan's files"
+        rows[k], envs[k], pre[k] = cmd, env, files
+    elif a.advice:
+        k = f"kernel: {a.advice} (advice shim)"
+        rows[k] = cmd
+        envs[k] = {**env, "LD_PRELOAD": advice_shim(), "PAGECAST_ADVICE": a.advice}
     times: dict[str, list[float]] = {k: [] for k in rows}
     names = list(rows)
     for r in range(a.rounds):
-        for k in names[r % 3 :] + names[: r % 3]:
+        for k in names[r % len(names) :] + names[: r % len(names)]:
             make_cold(files)
             t0 = time.monotonic()
-            subprocess.run(rows[k], stdout=subprocess.DEVNULL, env=env, check=False)
+            willneed_files(pre.get(k, []))
+            subprocess.run(rows[k], stdout=subprocess.DEVNULL, env=envs[k], check=False)
             times[k].append(time.monotonic() - t0)
     base = statistics.median(times[names[0]])
     print(f"{a.rounds} cold runs each, {len(files)} files made cold; load average {os.getloadavg()[0]:.2f}")
     for k in names:
         m = statistics.median(times[k])
-        print(f"{k:26s} {m:.4f} s  ({m - base:+.4f} s, {base / m:.2f}x the bare program)")
+        slower = sum(t > b for t, b in zip(times[k], times[names[0]]))
+        print(
+            f"{k:30s} {m:.4f} s  ({m - base:+.4f} s, {base / m:.2f}x the bare program; "
+            f"slower than it in {slower} of {a.rounds} rounds)"
+        )
     return 0
 
 
