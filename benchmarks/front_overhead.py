@@ -5,11 +5,11 @@ The installed `pagecast` is a native front that execs the launcher with no Pytho
 between while its pointer is current; a stale pointer sends a run through `pagecast-python`
 (tens of ms). This times the three on a real command and plan, every run cold
 (posix_fadvise DONTNEED on the plan's files), orders rotated round by round, and prints
-each median beside the bare program's with the ratio. With ``--advice MODE`` a fourth row:
-the program under the kernel's MODE advice through the advice shim (``random``,
-``sequential``: the harness's kernel strategies), the baseline when a plan's choice is that
-same advice; and each row's paired count: in how many rounds it was slower than the bare
-program's run of the same round.
+each median beside the bare program's with the ratio, and in how many rounds each row was
+slower than the bare program's run of the same round. With ``--advice MODE`` a fourth row,
+the kernel strategy of the real-program harness a plan may equal: ``random`` or
+``sequential`` through the advice shim, ``willneed`` as posix_fadvise of the plan's files
+from this process just before the launch.
 
     python benchmarks/front_overhead.py --plan P.plan --rounds 12 [--advice random] -- CMD ARGS...
 """
@@ -39,8 +39,8 @@ def main() -> int:
     ap.add_argument(
         "--advice",
         choices=("random", "sequential", "willneed"),
-        help="add the kernel's advice through the shim (willneed: posix_fadvise of the plan's files just before "
-        "the launch, from this process, as the real-program harness's WILLNEED strategy does)",
+        help="add a row with that kernel strategy (random, sequential: the advice shim; willneed: posix_fadvise of "
+        "the plan's files just before the launch, as the real-program harness does)",
     )
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()

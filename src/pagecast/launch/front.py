@@ -108,13 +108,14 @@ def _through_pythonpath() -> bool:
     if not any(pkg.startswith(e + os.sep) for e in entries):
         return False
     own = [p for p in sys.path if p and os.path.realpath(p) not in entries]
-    for dist in distributions(name="pagecast", path=own):  # the installation, as pip recorded it
-        direct = json.loads(dist.read_text("direct_url.json") or "{}")
-        if direct.get("dir_info", {}).get("editable") and direct.get("url", "").startswith("file://"):
-            tree = os.path.realpath(unquote(urlparse(direct["url"]).path))
-            return not pkg.startswith(tree + os.sep)
-        return os.path.realpath(str(dist.locate_file("pagecast"))) != pkg
-    return True
+    dist = next(iter(distributions(name="pagecast", path=own)), None)  # the installation, as pip recorded it
+    if dist is None:
+        return True
+    direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    if direct.get("dir_info", {}).get("editable") and direct.get("url", "").startswith("file://"):
+        tree = os.path.realpath(unquote(urlparse(direct["url"]).path))
+        return not pkg.startswith(tree + os.sep)
+    return os.path.realpath(str(dist.locate_file("pagecast"))) != pkg
 
 
 def write_pointer(key: str) -> str | None:
