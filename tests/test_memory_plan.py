@@ -292,7 +292,8 @@ def test_a_lead_kept_only_if_fresh_rounds_confirm_it(tmp_path, holds):
     """The fastest of several noisy totals is biased low: the first stage's choice is timed
     again beside the kernel alone and kept only if it is faster again. Real processes whose
     wall time is set per candidate: ``half`` leads in the first stage, and in the fresh rounds
-    either still leads or runs as the kernel does."""
+    either still leads or falls behind the kernel (a fifth slower: a tie of equal sleeps would
+    be decided by process start-up jitter, a few per cent, against a 2 % standard error)."""
     from pathlib import Path
 
     from pagecast.plan.format import FileIdentity
@@ -313,7 +314,7 @@ def test_a_lead_kept_only_if_fresh_rounds_confirm_it(tmp_path, holds):
         seen[name] = seen.get(name, 0) + 1
         wall = {"kernel": 0.10, "half": 0.04}.get(name, 0.14)
         if name == "half" and seen[name] > first_stage and not holds:
-            wall = 0.10
+            wall = 0.12
         return ["sleep", str(wall)]
 
     # nothing stopped for slowness (the default): a loaded machine must not stop a 0.14 s run
