@@ -25,3 +25,14 @@ def test_make_cold_after_a_queued_whole_file_read_leaves_it_cold():
         _cold_drop().queue_whole_file(f)
         make_cold([f])
         assert resident(f).sum() == 0
+
+
+def test_make_cold_takes_one_path_alone_as_that_file():
+    with cold_file_maker("pagecache") as make:
+        f = make(256)
+        for one in (str(f), Path(f)):
+            with open(f, "rb") as fh:
+                fh.read()
+            assert resident(f).sum() > 0
+            make_cold(one)
+            assert resident(f).sum() == 0

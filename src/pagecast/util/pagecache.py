@@ -102,8 +102,9 @@ def wait_reads_done(devs: Iterable[int], quiet_s: float = 0.01, timeout_s: float
     return True
 
 
-def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
+def make_cold(files: Iterable[str | Path] | str | Path, sync: bool = False) -> None:
     """DONTNEED each file, skipping those that cannot be opened (nothing of them to drop).
+    One path alone is one file (a string is not a list of one-letter names, each skipped).
 
     Inputs of a measured run are read-only, so no write-back first unless ``sync`` (a file
     just written has dirty pages, which DONTNEED leaves cached: sync once, after writing).
@@ -115,7 +116,7 @@ def make_cold(files: Iterable[str | Path], sync: bool = False) -> None:
     devices are first let go quiet (``wait_reads_done``: no read under way for 10 ms, at
     most 1 s), the files dropped, and dropped again while reads were seen under way since
     (a prefetcher's last request)."""
-    files = list(files)
+    files = [files] if isinstance(files, (str, Path)) else list(files)
     devs: set[int] = set()
     for f in files:
         try:
