@@ -9,7 +9,9 @@ from typing import Any, TypeVar
 from pagecast.util.output import fmt, format_table, print_json, progress
 
 __all__ = [
+    "add_cold_option",
     "add_json_flag",
+    "apply_cold",
     "fmt",
     "format_table",
     "print_json",
@@ -47,3 +49,28 @@ def warn_missing_reads(command: str, traces: list[str] | str) -> None:
             continue
         if why:
             print(f"pagecast {command}: warning: {t}: {why}", file=sys.stderr)
+
+
+def add_cold_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cold",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="drop FILE's pages from the page cache before the program starts (repeatable): a cold start, and "
+        "with --memory the data under the limit (a page cached before the run stays charged to the cgroup that "
+        "read it, outside the limit, and the program reads it as if it had none)",
+    )
+
+
+def apply_cold(command: str, paths: list[str]) -> list[str]:
+    """``--cold``: the files made cold; one warning line (printed, and returned) for each
+    file that stays cached. A path that is not a regular file is a one-line error."""
+    import sys
+
+    from pagecast.util.cached_outside import cold_files
+
+    lines = cold_files(paths) if paths else []
+    for line in lines:
+        print(f"pagecast {command}: warning: {line}", file=sys.stderr)
+    return lines

@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any, Callable
 
-from pagecast.cli._common import add_json_flag, format_table, print_json, progress
+from pagecast.cli._common import add_cold_option, add_json_flag, apply_cold, format_table, print_json, progress
+from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 
 
@@ -56,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "kernel charges it), so the recording shows the faults it takes again under that limit; the "
         "cgroup's refaults, major faults and peak usage are added to the report",
     )
+    add_cold_option(p)
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
     p.set_defaults(func=run)
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         raise PagecastError("no command given (usage: pagecast record -o T.parquet -- CMD ARGS...)")
     if args.cuda and args.memory:
         raise PagecastError("--memory does not go with --cuda (a memory cgroup limits host memory, not the GPU's)")
+    apply_cold("record", args.cold)
     if args.cuda:
         try:
             from pagecast.collect.cuda import record_cuda
@@ -112,6 +115,9 @@ def _record(
         print(f"pagecast record: {line}", file=sys.stderr)
     if memory is not None:
         d["memory"] = memory()
+        escaped = _escaped_limit(args.output, d)
+        if escaped:
+            d["warnings"] = [*(d.get("warnings") or []), escaped]
     if shown is not None:
         d["command"] = shown  # not the sh that entered the cgroup
     if args.json:
@@ -124,6 +130,20 @@ def _record(
     for w in d.get("warnings") or []:
         print(f"pagecast record: warning: {w}", file=sys.stderr)
     return int(result.exit_status)
+
+
+def _escaped_limit(trace: str, d: dict) -> str | None:
+    """The recording's file pages against the cgroup's peak: pages cached before the run
+    are charged outside the limit (``pagecast.util.cached_outside``)."""
+    if "file_pages_mapped" not in d:  # --faults-only: no page set to count
+        return None
+    from pagecast.trace import open_trace
+    from pagecast.util.cached_outside import after_record
+
+    m = d["memory"]
+    touched = (d["file_pages_mapped"] + d.get("file_pages_read", 0)) * PAGE_SIZE
+    files = [r.path for r in open_trace(trace).regions if r.path]
+    return after_record(touched, m["limit_bytes"], m["failcnt"], m["peak_bytes"], files)
 
 
 def _cell(v: Any) -> Any:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pagecast.cli._common import add_json_flag, format_table, print_json
+from pagecast.cli._common import add_cold_option, add_json_flag, apply_cold, format_table, print_json
 from pagecast.cli._options import add_policy_option
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_live_args(p)
     p.add_argument("--out-dir", default="pagecast-run", help="--cuda: output directory")
     _add_memory_args(p)
+    add_cold_option(p)
     add_json_flag(p)
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...: the program to run")
     p.set_defaults(func=run)
@@ -214,6 +215,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
 
 
 def run(args: argparse.Namespace) -> int:
+    apply_cold("run", args.cold)
     if args.memory:
         return _run_memory(args)
     from pagecast.launch.launcher import launch

@@ -26,6 +26,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
+from pagecast.util.cached_outside import before_run
 from pagecast.util.memcg import MemoryCgroup, parse_limit
 from pagecast.util.process import children_read_bytes
 
@@ -227,6 +228,9 @@ def run_under_limit(
     if backend is None:
         backend = "pager" if plan is not None and plan.backend == "pager" else "kernel"
     warnings: list[str] = []
+    escaped = before_run([f.path for f in plan.files], limit) if plan else None
+    if escaped:  # said before the program's own output, and kept in the report
+        warn(f"pagecast run: warning: {escaped}")
     with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
         env, pager = None, None
         if plan and backend == "pager":
@@ -260,4 +264,6 @@ def run_under_limit(
         mem["wall_s"] = round(wall, 6)
     for w in warnings:
         warn(f"pagecast run: warning: {w}")
+    if escaped:
+        warnings.insert(0, escaped)
     return MemoryRunReport(_exit_status(rc), mem, controller, warnings, pager)

@@ -28,20 +28,17 @@ def drop_file(path: str | Path, sync: bool = True) -> None:
         os.close(fd)
 
 
-def resident(path: str | Path) -> "np.ndarray":
-    """Which pages of a file are in the page cache now (mincore on a read-only mapping).
-
-    Mapping the file does not read it, so asking does not change the answer.
-    """
+def mincore_vector(path: str | Path) -> bytes:
+    """mincore's answer for a file: one byte a page, its low bit set where the page is in
+    the page cache now (on a read-only mapping: mapping the file does not read it, so asking
+    does not change the answer). No numpy, for callers that fork a controller after."""
     import ctypes
     import mmap
-
-    import numpy as np
 
     size = os.path.getsize(path)
     npages = -(-size // mmap.PAGESIZE)
     if npages == 0:
-        return np.zeros(0, bool)
+        return b""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mmap.restype = ctypes.c_void_p
     libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -56,11 +53,18 @@ def resident(path: str | Path) -> "np.ndarray":
             vec = (ctypes.c_ubyte * npages)()
             if libc.mincore(addr, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore {path}")
-            return np.frombuffer(bytes(vec), np.uint8) & 1 == 1
+            return bytes(vec)
         finally:
             libc.munmap(addr, size)
     finally:
         os.close(fd)
+
+
+def resident(path: str | Path) -> "np.ndarray":
+    """Which pages of a file are in the page cache now (``mincore_vector``)."""
+    import numpy as np
+
+    return np.frombuffer(mincore_vector(path), np.uint8) & 1 == 1
 
 
 def _read_counters(devs: Iterable[int]) -> tuple[int, int]:
