@@ -82,7 +82,7 @@ def test_record_with_its_data_cached_says_so_and_cold_makes_the_limit_apply(setu
     rep = json.loads(r.stdout)
     said = [w for w in rep.get("warnings", []) if "charged outside the limit" in w]
     assert len(said) == 1 and f"--cold {f}" in said[0], rep.get("warnings")
-    assert rep["memory"]["peak_bytes"] < LIMIT // 2  # the 32 MiB file never counted
+    assert rep["memory"]["peak_bytes"] < LIMIT // 2 and not rep["memory"]["limit_reached"]  # the file never counted
 
     _warm(f)
     r = _pagecast("record", "--memory", str(LIMIT), "--json", "--cold", str(f), "-o", str(tmp_path / "b.parquet"),
@@ -90,7 +90,7 @@ def test_record_with_its_data_cached_says_so_and_cold_makes_the_limit_apply(setu
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert not [w for w in rep.get("warnings", []) if "charged outside" in w]
-    assert rep["memory"]["refaults"] > 0 and rep["memory"]["peak_bytes"] > LIMIT // 2  # under the limit now
+    assert rep["memory"]["refaults"] > 0 and rep["memory"]["limit_reached"]  # under the limit now
 
 
 def test_run_with_a_plan_whose_data_is_cached_warns_before_the_program(setup, tmp_path):
@@ -106,7 +106,8 @@ def test_run_with_a_plan_whose_data_is_cached_warns_before_the_program(setup, tm
     warned = [i for i, line in enumerate(lines) if "cached already" in line]
     passes = [i for i, line in enumerate(lines) if line.startswith("pass ")]
     assert len(warned) == 1 and passes and warned[0] < passes[0], r.stderr  # before the program's own lines
-    assert "cached already" in json.loads(r.stdout)["warnings"][0]
+    rep = json.loads(r.stdout)
+    assert "cached already" in rep["warnings"][0] and not rep["memory"]["limit_reached"]
 
     _warm(f)
     r = _pagecast(
@@ -146,3 +147,12 @@ def test_cold_says_which_file_stays_cached(tmp_path):
         make_cold([f])
         r = _pagecast("run", "--cold", str(f), "--", "true")
         assert r.returncode == 0 and "stay cached" not in r.stderr, r.stderr
+
+
+def test_the_kernel_alone_on_cached_data_says_the_limit_was_never_reached(setup):
+    prog, f = setup
+    _warm(f)
+    r = _pagecast("run", "--memory", str(LIMIT), "--", str(prog), str(f), "2")
+    assert r.returncode == 0 and "the limit was never reached" in r.stderr, r.stderr
+    r = _pagecast("run", "--memory", str(LIMIT), "--cold", str(f), "--", str(prog), str(f), "2")
+    assert r.returncode == 0 and "never reached" not in r.stderr, r.stderr

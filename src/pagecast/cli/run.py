@@ -299,7 +299,7 @@ def _run_memory(args: argparse.Namespace) -> int:
         print(
             f"pagecast run: memory limit {m['limit_bytes'] >> 20} MiB: wall {m['wall_s']:.3f} s, read "
             f"{(m['read_bytes'] or 0) >> 20} MiB, refaults {m['refaults']}, major faults {m['major_faults']}, "
-            f"peak {m['peak_bytes'] >> 20} MiB",
+            f"peak {m['peak_bytes'] >> 20} MiB" + ("" if m["limit_reached"] else " (the limit was never reached)"),
             file=sys.stderr,
         )
         for st in (report.pager or {}).get("regions", []):

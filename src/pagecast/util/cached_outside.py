@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 
 from pagecast.errors import PagecastError
 from pagecast.util.elf import is_elf
+from pagecast.util.memcg import limit_reached
 from pagecast.util.pagecache import make_cold, mincore_vector
 
 MIB = 1 << 20
@@ -107,8 +108,7 @@ def after_record(touched_bytes: int, limit: int, failcnt: int, peak_bytes: int, 
     holds while the cgroup never reached it: the pages came from the page cache, charged
     elsewhere, and the recording shows the program without its limit. ``files``: the
     recording's files, of which the largest cached now are named."""
-    # v2 counts no failures: a peak within the threshold of the limit says it bound
-    if failcnt > 0 or touched_bytes <= limit or peak_bytes + threshold(limit) >= limit:
+    if touched_bytes <= limit or limit_reached(limit, peak_bytes, failcnt):
         return None
     cached = cached_files(files)
     where = f": {_names(cached)}; record again with them cold ({_cold_args(cached)})" if cached else ""

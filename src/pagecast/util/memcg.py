@@ -154,10 +154,23 @@ class MemoryStats:
     oom_kills: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, int | None]:
-        d = {k: getattr(self, k) for k in ("limit_bytes", "refaults", "major_faults", "read_bytes", "peak_bytes")}
-        d.update(pgpgin=self.pgpgin, failcnt=self.failcnt, oom_kills=self.oom_kills)
+    @property
+    def limit_reached(self) -> bool:
+        return limit_reached(self.limit_bytes, self.peak_bytes, self.failcnt)
+
+    def to_dict(self) -> dict[str, int | bool | None]:
+        d: dict[str, int | bool | None] = {
+            k: getattr(self, k) for k in ("limit_bytes", "refaults", "major_faults", "read_bytes", "peak_bytes")
+        }
+        d.update(pgpgin=self.pgpgin, failcnt=self.failcnt, oom_kills=self.oom_kills, limit_reached=self.limit_reached)
         return d
+
+
+def limit_reached(limit: int, peak: int, failcnt: int) -> bool:
+    """Whether a cgroup's usage came to its limit: a failure counted (v1), or a peak within a
+    sixteenth of it, at least 4 MiB (v2 counts none). A run that never did was not limited:
+    it fits, or its data was cached before and charged elsewhere (``util.cached_outside``)."""
+    return failcnt > 0 or peak + max(4 << 20, limit // 16) >= limit
 
 
 def _read_kv(path: Path) -> dict[str, int]:
