@@ -156,3 +156,13 @@ def test_the_kernel_alone_on_cached_data_says_the_limit_was_never_reached(setup)
     assert r.returncode == 0 and "the limit was never reached" in r.stderr, r.stderr
     r = _pagecast("run", "--memory", str(LIMIT), "--cold", str(f), "--", str(prog), str(f), "2")
     assert r.returncode == 0 and "never reached" not in r.stderr, r.stderr
+
+
+def test_cold_writes_a_file_just_written_back_and_drops_it():
+    with cold_file_maker("cached-dirty") as make:  # on the checkout's disk: /tmp may be a tmpfs
+        f = make(2048)
+        f.write_bytes(os.urandom(8 * MIB))  # dirty in the page cache: DONTNEED alone would leave it
+        assert cached_bytes(f) == 8 * MIB
+        r = _pagecast("run", "--cold", str(f), "--", "true")
+        assert r.returncode == 0 and "stay cached" not in r.stderr, r.stderr
+        assert cached_bytes(f) == 0

@@ -10,8 +10,8 @@ pagecast checks the files it knows of: before ``run --memory --plan`` the plan's
 after ``record --memory`` the recording's file pages against the cgroup's peak.
 
 ``--cold FILE`` (``record``, ``run``) drops a file's cached pages before the program starts
-(``posix_fadvise(DONTNEED)``), so its pages are read again and charged to the limit. The
-pages a running process maps, and dirty pages, stay cached: ``cold_files`` says which.
+(written back, then ``posix_fadvise(DONTNEED)``), so its pages are read again and charged to
+the limit. The pages a running process maps stay cached: ``cold_files`` says which.
 
 No numpy here: ``run --memory`` forks its controller from the process that asks.
 """
@@ -72,8 +72,7 @@ def threshold(limit: int) -> int:
 
 
 def _main(cached: Sequence[Cached], n: int = 3) -> list[Cached]:
-    """The files that make the bulk: at least a quarter of the largest's bytes, at most ``n``
-    (the data, not the libraries every run maps)."""
+    """The files that make the bulk: at least a quarter of the largest's bytes, at most ``n``."""
     return [c for c in cached[:n] if c.bytes * 4 >= cached[0].bytes] if cached else []
 
 
@@ -107,11 +106,14 @@ def after_record(touched_bytes: int, limit: int, failcnt: int, peak_bytes: int, 
     """One line when a recording under ``limit`` touched more file bytes than the limit
     holds while the cgroup never reached it: the pages came from the page cache, charged
     elsewhere, and the recording shows the program without its limit. ``files``: the
-    recording's files, of which the largest cached now are named."""
+    recording's files; their data must still be cached (charged elsewhere, reclaim under
+    the limit never took it), and the largest of it is named."""
     if touched_bytes <= limit or limit_reached(limit, peak_bytes, failcnt):
         return None
     cached = cached_files(files)
-    where = f": {_names(cached)}; record again with them cold ({_cold_args(cached)})" if cached else ""
+    if sum(c.bytes for c in cached) < threshold(limit):
+        return None  # the data is not cached now: the program dropped its own pages, none were kept elsewhere
+    where = f": {_names(cached)}; record again with them cold ({_cold_args(cached)})"
     return (
         f"the program touched {touched_bytes / MIB:.0f} MiB of file pages but its cgroup peaked at "
         f"{peak_bytes / MIB:.0f} MiB of the {limit / MIB:.0f} MiB limit: they were cached already, charged outside "
@@ -122,20 +124,19 @@ def after_record(touched_bytes: int, limit: int, failcnt: int, peak_bytes: int, 
 def cold_files(paths: Sequence[str | Path]) -> list[str]:
     """``--cold``: drop each file's cached pages before the program starts. Every path must
     be a regular file (one line naming the first that is not); returns a line for each file
-    that keeps a sixteenth or more of its pages cached (mapped by a running process, or
-    dirty)."""
+    that keeps a sixteenth or more of its pages cached (mapped by a running process)."""
     for p in paths:
         if not os.path.isfile(p):
             why = "no such file" if not os.path.exists(p) else "not a regular file"
             raise PagecastError(f"--cold {p}: {why}")
-    make_cold([str(p) for p in paths])
+    make_cold([str(p) for p in paths], sync=True)  # written back first: DONTNEED leaves dirty pages
     left = []
     for p in paths:
         size = os.path.getsize(p)
         n = cached_bytes(p)
         if size and n * 16 >= size and n >= mmap.PAGESIZE:
             left.append(
-                f"--cold {p}: {n / MIB:.1f} of its {size / MIB:.1f} MiB stay cached (mapped by a running process, "
-                "or written and not yet on disk)"
+                f"--cold {p}: {n / MIB:.1f} of its {size / MIB:.1f} MiB stay cached (pages a running process "
+                "maps are not dropped)"
             )
     return left
