@@ -26,7 +26,7 @@ from typing import Iterable, Sequence
 
 from pagecast.errors import PagecastError
 from pagecast.util.elf import is_elf
-from pagecast.util.memcg import limit_reached
+from pagecast.util.memcg import limit_reached, near_limit_bytes
 from pagecast.util.pagecache import make_cold, mincore_vector
 
 MIB = 1 << 20
@@ -66,9 +66,9 @@ def cached_files(paths: Iterable[str | Path], min_bytes: int = DATA_FILE_BYTES) 
 
 
 def threshold(limit: int) -> int:
-    """Cached bytes from which a run is said not to be under ``limit``: a sixteenth of it,
-    at least 4 MiB (what a program's start-up reads anyway is well below)."""
-    return max(4 * MIB, limit // 16)
+    """Cached bytes from which a run is said not to be under ``limit`` (``near_limit_bytes``:
+    what a program's start-up reads anyway is well below)."""
+    return near_limit_bytes(limit)
 
 
 def _main(cached: Sequence[Cached], n: int = 3) -> list[Cached]:

@@ -166,11 +166,17 @@ class MemoryStats:
         return d
 
 
+def near_limit_bytes(limit: int) -> int:
+    """A sixteenth of a limit, at least 4 MiB: usage within it of the limit is at the limit
+    (reclaim keeps it a little below), and that much data outside it is not a rounding."""
+    return max(4 << 20, limit // 16)
+
+
 def limit_reached(limit: int, peak: int, failcnt: int) -> bool:
-    """Whether a cgroup's usage came to its limit: a failure counted (v1), or a peak within a
-    sixteenth of it, at least 4 MiB (v2 counts none). A run that never did was not limited:
-    it fits, or its data was cached before and charged elsewhere (``util.cached_outside``)."""
-    return failcnt > 0 or peak + max(4 << 20, limit // 16) >= limit
+    """Whether a cgroup's usage came to its limit: a failure counted (v1), or a peak within
+    ``near_limit_bytes`` of it (v2 counts none). A run that never did was not limited: it
+    fits, or its data was cached before and charged elsewhere (``util.cached_outside``)."""
+    return failcnt > 0 or peak + near_limit_bytes(limit) >= limit
 
 
 def _read_kv(path: Path) -> dict[str, int]:
