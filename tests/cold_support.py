@@ -39,6 +39,17 @@ def cold_file_maker(tag: str) -> Iterator[Callable[[int], Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
+
+@contextmanager
+def cyclic_scan_and_file(tag: str, mib: int) -> Iterator[tuple[Path, Path]]:
+    """``workloads/cyclic_scan.c`` built, and a cold file of ``mib`` MiB for it to scan."""
+    from pagecast.bench.workloads import build_workload
+
+    prog = build_workload("cyclic_scan")
+    with cold_file_maker(tag) as make:
+        yield prog, make(mib * (1 << 20) // PAGE)
+
+
 class ResidencyWatch:
     """The union of files' resident pages, polled every millisecond from a thread while a
     test runs a program: a page seen once was read.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cold_support import cold_file_maker
+from cold_support import cold_file_maker, cyclic_scan_and_file
 from conftest import require_memcg
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
@@ -38,11 +38,8 @@ def _warm(f: Path) -> None:
 @pytest.fixture(scope="module")
 def setup():
     require_memcg("memory cgroups need root")
-    from pagecast.bench.workloads import build_workload
-
-    prog = build_workload("cyclic_scan")
-    with cold_file_maker("cached-outside") as make:
-        yield prog, make(FILE_MIB * MIB // 4096)
+    with cyclic_scan_and_file("cached-outside", FILE_MIB) as made:
+        yield made
 
 
 def test_cached_bytes_counts_exactly_the_pages_read():

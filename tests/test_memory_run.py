@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cold_support import cold_file_maker
+from cold_support import cyclic_scan_and_file
 from conftest import require_memcg
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
@@ -30,11 +30,8 @@ CHUNK = MIB
 @pytest.fixture(scope="module")
 def setup():
     require_memcg("memory cgroups and process_madvise on another process need root")
-    from pagecast.bench.workloads import build_workload
-
-    prog = build_workload("cyclic_scan")
-    with cold_file_maker("memrun") as make:
-        yield prog, make(FILE_MIB * MIB // 4096)
+    with cyclic_scan_and_file("memrun", FILE_MIB) as made:
+        yield made
 
 
 def _plan(path: Path, f: Path, keep: int, prefetch: int, reserve: int = 4 * MIB) -> Path:
