@@ -39,7 +39,6 @@ def cold_file_maker(tag: str) -> Iterator[Callable[[int], Path]]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-
 @contextmanager
 def cyclic_scan_and_file(tag: str, mib: int) -> Iterator[tuple[Path, Path]]:
     """``workloads/cyclic_scan.c`` built, and a cold file of ``mib`` MiB for it to scan."""
