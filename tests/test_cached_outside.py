@@ -77,8 +77,9 @@ def test_record_with_its_data_cached_says_so_and_cold_makes_the_limit_apply(setu
     )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
-    said = [w for w in rep.get("warnings", []) if "charged outside the limit" in w]
-    assert len(said) == 1 and f"--cold {f}" in said[0], rep.get("warnings")
+    said = [w for w in rep.get("warnings", []) if "charged outside" in w]
+    assert len(said) == 1 and "named on the command line" in said[0] and f"--cold {f}" in said[0], rep
+    assert r.stderr.count("charged outside") == 1  # said once, before the program started
     assert rep["memory"]["peak_bytes"] < LIMIT // 2 and not rep["memory"]["limit_reached"]  # the file never counted
 
     _warm(f)
@@ -88,6 +89,18 @@ def test_record_with_its_data_cached_says_so_and_cold_makes_the_limit_apply(setu
     rep = json.loads(r.stdout)
     assert not [w for w in rep.get("warnings", []) if "charged outside" in w]
     assert rep["memory"]["refaults"] > 0 and rep["memory"]["limit_reached"]  # under the limit now
+
+
+def test_record_of_data_not_named_on_the_command_line_is_checked_after(setup, tmp_path):
+    prog, f = setup
+    _warm(f)
+    hidden = ["sh", "-c", 'exec "$PROG" "$DATA" 3']  # the file reaches the program through its environment
+    r = subprocess.run([sys.executable, "-m", "pagecast", "record", "--memory", str(LIMIT), "--json", "-o",
+                        str(tmp_path / "h.parquet"), "--", *hidden], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PROG=str(prog), DATA=str(f)))  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    said = [w for w in json.loads(r.stdout).get("warnings", []) if "charged outside" in w]
+    assert len(said) == 1 and "shows the program without it" in said[0] and f"--cold {f}" in said[0], said
 
 
 def test_run_with_a_plan_whose_data_is_cached_warns_before_the_program(setup, tmp_path):
@@ -151,6 +164,7 @@ def test_the_kernel_alone_on_cached_data_says_the_limit_was_never_reached(setup)
     _warm(f)
     r = _pagecast("run", "--memory", str(LIMIT), "--", str(prog), str(f), "2")
     assert r.returncode == 0 and "the limit was never reached" in r.stderr, r.stderr
+    assert "named on the command line are cached already" in r.stderr and f"--cold {f}" in r.stderr
     r = _pagecast("run", "--memory", str(LIMIT), "--cold", str(f), "--", str(prog), str(f), "2")
     assert r.returncode == 0 and "never reached" not in r.stderr, r.stderr
 

@@ -79,17 +79,28 @@ def run(args: argparse.Namespace) -> int:
             raise PagecastError(f"CUDA recording is not available in this build ({e})") from None
         return int(record_cuda(cmd, args.output, json_out=args.json))
     if args.memory:
-        from pagecast.util.memcg import MemoryCgroup
+        from pagecast.util.cached_outside import argv_files, before_run
+        from pagecast.util.memcg import MemoryCgroup, parse_limit
 
+        escaped = before_run(argv_files(cmd), parse_limit(args.memory), "the files named on the command line")
+        if escaped:  # before a recording that would show the program without its limit
+            print(f"pagecast record: warning: {escaped}", file=sys.stderr)
         with MemoryCgroup(args.memory) as cg:
-            status = _record(args, cg.wrap(cmd), lambda: cg.stats().to_dict(), shown=cmd)
+            said = [escaped] if escaped else []
+            status = _record(args, cg.wrap(cmd), lambda: cg.stats().to_dict(), shown=cmd, said=said)
         return status
     return _record(args, cmd, None)
 
 
 def _record(
-    args: argparse.Namespace, cmd: list[str], memory: Callable[[], dict] | None, shown: list[str] | None = None
+    args: argparse.Namespace,
+    cmd: list[str],
+    memory: Callable[[], dict] | None,
+    shown: list[str] | None = None,
+    said: list[str] | None = None,
 ) -> int:
+    """``said``: warnings printed before the program started (the report carries them too)."""
+    said = said or []
     # With --json, keep stdout for the report: the program's output goes to stderr.
     prog_out = 2 if args.json else None  # fd 2: works whatever sys.stderr was replaced by
     if args.lackey:
@@ -115,9 +126,8 @@ def _record(
         print(f"pagecast record: {line}", file=sys.stderr)
     if memory is not None:
         d["memory"] = memory()
-        escaped = _escaped_limit(args.output, d)
-        if escaped:
-            d["warnings"] = [*(d.get("warnings") or []), escaped]
+        escaped = None if said else _escaped_limit(args.output, d)
+        d["warnings"] = [*said, *(d.get("warnings") or []), *([escaped] if escaped else [])]
     if shown is not None:
         d["command"] = shown  # not the sh that entered the cgroup
     if args.json:
@@ -128,7 +138,8 @@ def _record(
         if d.get("lost"):
             print(f"pagecast record: warning: {d['lost']} samples lost (raise --ring-pages)", file=sys.stderr)
     for w in d.get("warnings") or []:
-        print(f"pagecast record: warning: {w}", file=sys.stderr)
+        if w not in said:
+            print(f"pagecast record: warning: {w}", file=sys.stderr)
     return int(result.exit_status)
 
 

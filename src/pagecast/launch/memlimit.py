@@ -26,7 +26,7 @@ from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
-from pagecast.util.cached_outside import before_run
+from pagecast.util.cached_outside import argv_files, before_run
 from pagecast.util.memcg import MemoryCgroup, parse_limit
 from pagecast.util.process import children_read_bytes
 
@@ -228,7 +228,10 @@ def run_under_limit(
     if backend is None:
         backend = "pager" if plan is not None and plan.backend == "pager" else "kernel"
     warnings: list[str] = []
-    escaped = before_run([f.path for f in plan.files], limit) if plan else None
+    if plan:
+        escaped = before_run([f.path for f in plan.files] + argv_files(cmd), limit, "the plan's files")
+    else:
+        escaped = before_run(argv_files(cmd), limit, "the files named on the command line")
     if escaped:  # said before the program's own output, and kept in the report
         warn(f"pagecast run: warning: {escaped}")
     with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:

@@ -6,8 +6,9 @@ program that made the file, copied) stays charged where it is: a program entered
 cgroup reads it without the limit ever counting it. Its data then fits whatever the limit,
 the kernel alone looks fast, a recording shows no page read twice and a plan finds nothing
 to do. Nothing in the cgroup's counters tells this apart from a program that fits, so
-pagecast checks the files it knows of: before ``run --memory --plan`` the plan's files,
-after ``record --memory`` the recording's file pages against the cgroup's peak.
+pagecast checks the files it knows of: before ``run --memory`` and ``record --memory`` the
+plan's files and those named on the command line, after ``record --memory`` the
+recording's file pages against the cgroup's peak.
 
 ``--cold FILE`` (``record``, ``run``) drops a file's cached pages before the program starts
 (written back, then ``posix_fadvise(DONTNEED)``), so its pages are read again and charged to
@@ -87,16 +88,27 @@ def _cold_args(cached: Sequence[Cached]) -> str:
     return " ".join(f"--cold {c.path}" for c in _main(cached))
 
 
-def before_run(paths: Iterable[str | Path], limit: int) -> str | None:
-    """One line when the files a run will read (a plan's) are cached beyond ``threshold``:
-    those pages are charged outside the limit, and the program reads them as if it had no
-    limit. None otherwise."""
+def argv_files(argv: Sequence[str]) -> list[str]:
+    """The program's arguments that name regular files (``--opt=FILE`` too): the data a run
+    is most often given."""
+    out = []
+    for a in argv[1:]:
+        for cand in (a, a.split("=", 1)[1] if a.startswith("-") and "=" in a else None):
+            if cand and os.path.isfile(cand):
+                out.append(cand)
+    return out
+
+
+def before_run(paths: Iterable[str | Path], limit: int, what: str = "the plan's files") -> str | None:
+    """One line when the files a run will read (``what``: a plan's, or those named on its
+    command line) are cached beyond ``threshold``: those pages are charged outside the
+    limit, and the program reads them as if it had no limit. None otherwise."""
     cached = cached_files(paths)
     total = sum(c.bytes for c in cached)
     if total < threshold(limit):
         return None
     return (
-        f"{total / MIB:.0f} MiB of the plan's files are cached already, charged outside the {limit / MIB:.0f} MiB "
+        f"{total / MIB:.0f} MiB of {what} are cached already, charged outside the {limit / MIB:.0f} MiB "
         f"limit, and the program reads them as if it had none: {_names(cached)}; make them cold first "
         f"({_cold_args(cached)})"
     )
