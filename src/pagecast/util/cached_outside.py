@@ -61,9 +61,16 @@ def cached_files(paths: Iterable[str | Path], min_bytes: int = DATA_FILE_BYTES) 
     out = [
         Cached(str(p), n)
         for p in dict.fromkeys(map(str, paths))
-        if (n := cached_bytes(p)) >= max(1, min_bytes) and not is_elf(p)
+        if _size(p) >= min_bytes and (n := cached_bytes(p)) >= max(1, min_bytes) and not is_elf(p)
     ]
     return sorted(out, key=lambda c: -c.bytes)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def threshold(limit: int) -> int:
