@@ -63,14 +63,12 @@ def add_cold_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_cold(command: str, paths: list[str]) -> list[str]:
-    """``--cold``: the files made cold; one warning line (printed, and returned) for each
-    file that stays cached. A path that is not a regular file is a one-line error."""
+def apply_cold(command: str, paths: list[str]) -> None:
+    """``--cold``: the files made cold; one warning line for each file that stays cached. A
+    path that is not a regular file is a one-line error."""
     import sys
 
     from pagecast.util.cached_outside import cold_files
 
-    lines = cold_files(paths) if paths else []
-    for line in lines:
+    for line in cold_files(paths) if paths else []:
         print(f"pagecast {command}: warning: {line}", file=sys.stderr)
-    return lines

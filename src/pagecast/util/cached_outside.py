@@ -73,12 +73,6 @@ def _size(path: str) -> int:
         return 0
 
 
-def threshold(limit: int) -> int:
-    """Cached bytes from which a run is said not to be under ``limit`` (``near_limit_bytes``:
-    what a program's start-up reads anyway is well below)."""
-    return near_limit_bytes(limit)
-
-
 def _main(cached: Sequence[Cached], n: int = 3) -> list[Cached]:
     """The files that make the bulk: at least a quarter of the largest's bytes, at most ``n``."""
     return [c for c in cached[:n] if c.bytes * 4 >= cached[0].bytes] if cached else []
@@ -108,11 +102,11 @@ def argv_files(argv: Sequence[str]) -> list[str]:
 
 def before_run(paths: Iterable[str | Path], limit: int, what: str = "the plan's files") -> str | None:
     """One line when the files a run will read (``what``: a plan's, or those named on its
-    command line) are cached beyond ``threshold``: those pages are charged outside the
+    command line) are cached beyond ``near_limit_bytes`` of the limit: those pages are charged outside the
     limit, and the program reads them as if it had no limit. None otherwise."""
     cached = cached_files(paths)
     total = sum(c.bytes for c in cached)
-    if total < threshold(limit):
+    if total < near_limit_bytes(limit):
         return None
     return (
         f"{total / MIB:.0f} MiB of {what} are cached already, charged outside the {limit / MIB:.0f} MiB "
@@ -130,7 +124,7 @@ def after_record(touched_bytes: int, limit: int, failcnt: int, peak_bytes: int, 
     if touched_bytes <= limit or limit_reached(limit, peak_bytes, failcnt):
         return None
     cached = cached_files(files)
-    if sum(c.bytes for c in cached) < threshold(limit):
+    if sum(c.bytes for c in cached) < near_limit_bytes(limit):
         return None  # the data is not cached now: the program dropped its own pages, none were kept elsewhere
     where = f": {_names(cached)}; record again with them cold ({_cold_args(cached)})"
     return (
