@@ -84,15 +84,38 @@ def test_run_memory_success_and_failure_statuses_pass_through(parent, tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_removed_after_pagecast_is_killed(parent, tmp_path, sig):
-    p = _pagecast(["run", "--memory", "64M", "--", "sleep", "2"], stderr=subprocess.DEVNULL)
+    # the program would run a minute: killing pagecast ends it too (SIGTERM passed on, SIGKILL
+    # by the reaper), and nothing of the run is left: its cgroup, its scratch directory
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    p = _pagecast(["run", "--memory", "64M", "--", "sleep", "60"], stderr=subprocess.DEVNULL, env=env)
     end = time.monotonic() + 20
-    while not _ours(parent, p.pid) and time.monotonic() < end:
+    while not (_ours(parent, p.pid) and (_ours(parent, p.pid)[0] / "cgroup.procs").read_text().strip()):
+        assert time.monotonic() < end, "the program never appeared in its cgroup"
         time.sleep(0.02)
-    assert _ours(parent, p.pid), "the cgroup never appeared"
-    time.sleep(0.3)
+    program = int((_ours(parent, p.pid)[0] / "cgroup.procs").read_text().split()[0])
+    assert list(tmp_path.glob("pagecast-mem-*")), "no scratch directory to watch"
     p.send_signal(sig)
     p.wait(timeout=30)
-    assert _wait_gone(parent, p.pid) == []
+    t0 = time.monotonic()
+    assert _wait_gone(parent, p.pid, timeout=20) == []
+    assert time.monotonic() - t0 < 20
+    end = time.monotonic() + 10
+    while _alive(program) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert not _alive(program), "the program ran on after pagecast was killed"
+    end = time.monotonic() + 10
+    while list(tmp_path.glob("pagecast-mem-*")) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert not list(tmp_path.glob("pagecast-mem-*"))
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie whose parent is gone is reaped by init in a moment: not running)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def test_a_read_counter_removes_the_blkio_cgroups_of_killed_benchmarks(tmp_path):

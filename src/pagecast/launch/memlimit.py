@@ -234,7 +234,7 @@ def run_under_limit(
         escaped = before_run(argv_files(cmd), limit, "the files named on the command line")
     if escaped:  # said before the program's own output, and kept in the report
         warn(f"pagecast run: warning: {escaped}")
-    with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit) as cg:
+    with tempfile.TemporaryDirectory(prefix="pagecast-mem-") as td, MemoryCgroup(limit, scratch=td) as cg:
         env, pager = None, None
         if plan and backend == "pager":
             # imported here: the kernel backend's controller is forked from this process, and

@@ -8,10 +8,12 @@ program keeps that pid, its stdio and its exit status, and everything it faults 
 page cache included, is charged to the cgroup from its first instruction (the kernel
 charges a page to the cgroup of the task that brings it in).
 
-Removal: ``rmdir`` once no task is left in it. The exit of the ``with`` block removes it
-(after the program ended or was killed); a reaper process forked at creation removes it if
-pagecast itself is killed (SIGKILL included: the reaper sees its pipe close) as soon as
-the cgroup is empty; and every creation first removes empty leftovers of pagecast
+Removal: ``rmdir`` once no task is left in it. The exit of the ``with`` block kills what is
+left in it and removes it; a reaper process forked at creation does the same if pagecast
+itself is killed (SIGKILL included: the reaper sees its pipe close), so the program never
+runs on without the pagecast that limits and reports it (a ``plan --measure`` that stops a
+slow variant, a ``timeout -s KILL``), and removes the run's scratch directory
+(``scratch``) with it; and every creation first removes empty leftovers of pagecast
 processes that no longer exist (a reaper killed too).
 
 Where no memory cgroup can be made, ``MemoryCgroup`` raises one ``PagecastError`` line
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -226,22 +229,39 @@ def remove_stale(parent: Path, prefix: str = PREFIX) -> list[Path]:
     return removed
 
 
-def _reaper(path: Path, fd: int) -> None:
-    """In a forked child: wait for the parent's end (its pipe closes), then for the cgroup
-    to empty, then remove it. Never returns."""
+def _kill_all(path: Path, patience_s: float = 10.0) -> None:
+    """SIGKILL every task in the cgroup until it is empty (a task forked meanwhile is
+    caught on the next look), then remove it."""
+    end = time.monotonic() + patience_s
+    while path.exists() and time.monotonic() < end:
+        pids = _procs(path)
+        if not pids:
+            try:
+                path.rmdir()
+            except OSError:
+                time.sleep(0.02)  # an exited task can linger in cgroup.procs for a moment
+                continue
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.02)
+
+
+def _reaper(path: Path, fd: int, scratch: Path | None) -> None:
+    """In a forked child: wait for the parent's end (its pipe closes), then do what its
+    ``close`` does if it could not: kill what is left in the cgroup, remove it and the
+    scratch directory. Never returns."""
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a Ctrl-C or kill of the group must not stop it
         while os.read(fd, 1):
             pass
-        while path.exists():
-            if not _procs(path):
-                try:
-                    path.rmdir()
-                except OSError:
-                    pass
-                break
-            time.sleep(0.1)
+        _kill_all(path)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     finally:
         os._exit(0)
 
@@ -249,7 +269,17 @@ def _reaper(path: Path, fd: int) -> None:
 class MemoryCgroup:
     """A memory cgroup of ``limit`` bytes beneath the caller's own; a context manager."""
 
-    def __init__(self, limit: int | str, *, hierarchy: Hierarchy | None = None, reaper: bool = True):
+    def __init__(
+        self,
+        limit: int | str,
+        *,
+        hierarchy: Hierarchy | None = None,
+        reaper: bool = True,
+        scratch: Path | str | None = None,
+    ):
+        """``scratch``: a directory of the run's own that the reaper removes if pagecast is
+        killed before it could (the caller removes it otherwise)."""
+        self.scratch = Path(scratch) if scratch is not None else None
         self.limit = parse_limit(limit)
         self.hierarchy = hierarchy or find_hierarchy()
         remove_stale(self.hierarchy.parent)
@@ -293,7 +323,7 @@ class MemoryCgroup:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child never returns
             os.close(w)
-            _reaper(self.path, r)
+            _reaper(self.path, r, self.scratch)
         os.close(r)
         os.set_inheritable(w, False)
         self._reaper_pid, self._reaper_fd = pid, w
@@ -311,12 +341,7 @@ class MemoryCgroup:
 
     def close(self) -> None:
         """Kill what is left in the cgroup, remove it, and let the reaper go."""
-        for pid in _procs(self.path):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        self._rmdir()
+        _kill_all(self.path, patience_s=1.0)
         if self._reaper_fd is not None:
             os.close(self._reaper_fd)
             self._reaper_fd = None
