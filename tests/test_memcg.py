@@ -179,3 +179,20 @@ def test_memory_with_options_it_does_not_go_with_is_one_line(tmp_path):
                  ["run", "--memory", "64M", "--backend", "pager", "--", "true"]):  # fmt: skip
         p = subprocess.run([sys.executable, "-m", "pagecast", *argv], capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, (argv, p.stderr)
+
+
+def test_a_command_that_cannot_start_is_one_line_before_any_cgroup(parent, tmp_path):
+    # the sh that enters the cgroup used to report it in its own words (naming the cgroup's
+    # procs file) and exit 127, and record wrote a trace of that sh
+    script = tmp_path / "not-executable.sh"
+    script.write_text("echo hi\n")
+    for exe in ("pagecast-no-such-command", str(tmp_path / "missing"), str(script), str(tmp_path)):
+        for argv in (["run", "--memory", "64M", "--", exe],
+                     ["record", "--memory", "64M", "-o", str(tmp_path / "t.parquet"), "--", exe]):  # fmt: skip
+            p = _pagecast(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 2, (argv, err)
+            assert err.strip().splitlines() == [f"pagecast {argv[0]}: error: " + err.split("error: ", 1)[1].strip()]
+            assert exe in err and "cgroup" not in err, err
+            assert not _ours(parent, p.pid)
+    assert not (tmp_path / "t.parquet").exists()

@@ -81,8 +81,11 @@ def run(args: argparse.Namespace) -> int:
     if args.memory:
         from pagecast.util.cached_outside import argv_files, before_run
         from pagecast.util.memcg import MemoryCgroup, parse_limit
+        from pagecast.util.process import check_command
 
-        escaped = before_run(argv_files(cmd), parse_limit(args.memory), "the files named on the command line")
+        limit = parse_limit(args.memory)
+        check_command(cmd[0])
+        escaped = before_run(argv_files(cmd), limit, "the files named on the command line")
         if escaped:  # before a recording that would show the program without its limit
             print(f"pagecast record: warning: {escaped}", file=sys.stderr)
         with MemoryCgroup(args.memory) as cg:

@@ -4,7 +4,6 @@ a pipe as its stream, stopped (the traced program first) and reaped."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,13 +37,6 @@ class CollectorOptions:
             if self.fast_wake_minor:
                 out += ["--fast-wake-minor", str(int(self.fast_wake_minor))]
         return out
-
-
-def check_command(exe: str, env: dict[str, str] | None) -> None:
-    if os.sep not in exe and shutil.which(exe, path=(env or os.environ).get("PATH")) is None:
-        raise PagecastError(f"command not found: {exe}")
-    if os.sep in exe and not os.access(exe, os.X_OK):
-        raise PagecastError(f"command not found or not executable: {exe}")
 
 
 class CollectorProcess:

@@ -35,7 +35,7 @@ import numpy as np
 
 from pagecast.collect.address_space import AddressSpaces
 from pagecast.collect.batches import FaultBatch, FileUseBatch
-from pagecast.collect.collector import CollectorOptions, CollectorProcess, check_command, faultmon_binary
+from pagecast.collect.collector import CollectorOptions, CollectorProcess, faultmon_binary
 from pagecast.collect.fastpath_log import FastPathLog
 from pagecast.collect.file_regions import FileRegions
 from pagecast.collect.filemap_tp import pageset_setup, pageset_shim
@@ -64,6 +64,7 @@ from pagecast.collect.region_table import RegionTable
 from pagecast.constants import PAGE_SIZE
 from pagecast.errors import PagecastError
 from pagecast.trace.regions import Region
+from pagecast.util.process import check_command
 from pagecast.util.signals import current_state
 
 __all__ = [

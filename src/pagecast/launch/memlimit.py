@@ -28,7 +28,7 @@ from pagecast.plan.format import FileIdentity
 from pagecast.plan.memory_format import MemoryPlan, for_limit, read_memory_plan
 from pagecast.util.cached_outside import argv_files, before_run
 from pagecast.util.memcg import MemoryCgroup, parse_limit
-from pagecast.util.process import children_read_bytes
+from pagecast.util.process import check_command, children_read_bytes
 
 
 @dataclass
@@ -224,6 +224,7 @@ def run_under_limit(
     if not cmd:
         raise PagecastError("no command given (usage: pagecast run --memory LIMIT [--plan P] -- CMD ARGS...)")
     limit = parse_limit(limit)
+    check_command(cmd[0])
     plan = load_plan(plan_path, limit, warn) if plan_path else None
     if backend is None:
         backend = "pager" if plan is not None and plan.backend == "pager" else "kernel"

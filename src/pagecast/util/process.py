@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import os
 import resource
+import shutil
 import subprocess
 import threading
 from typing import IO, Any, Sequence
 
+from pagecast.errors import PagecastError
 from pagecast.util.signals import SignalRelay
 
 
@@ -16,6 +19,16 @@ def children_read_bytes() -> int:
     block devices so far: their block input, which counts every read a child submitted, its
     page-cache read-ahead included, and no other process's."""
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_inblock * 512
+
+
+def check_command(exe: str, env: dict[str, str] | None = None) -> None:
+    """One line, before anything is set up for the program, where ``exe`` cannot be started
+    (a wrapper such as the ``sh`` that enters a memory cgroup would otherwise report it in
+    its own words and exit 127 as if the program had run)."""
+    if os.sep not in exe and shutil.which(exe, path=(env or os.environ).get("PATH")) is None:
+        raise PagecastError(f"command not found: {exe}")
+    if os.sep in exe and not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        raise PagecastError(f"command not found or not executable: {exe}")
 
 
 def run_program(argv: Sequence[str], **popen_kw: Any) -> int:
