@@ -5,6 +5,7 @@ under the plan reads less again than the kernel alone, with the same output."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -87,3 +88,37 @@ def test_the_plan_keeps_part_of_the_file_and_the_run_reads_less(planned):
     # second; from then on no pass reads it again
     kept = row.keep_chunks() * plan.chunk_bytes // PAGE_SIZE
     assert rep["memory"]["refaults"] <= rep_alone["memory"]["refaults"] - (PASSES - 2) * kept * 0.95
+
+
+def _run_env(args: list[str], argv_file, data, warm: list) -> tuple[subprocess.CompletedProcess, dict]:
+    """The program hashing ``data``, named on its command line as ``argv_file`` (``-``: not
+    named there, given through the environment)."""
+    make_cold(warm)
+    prog = PROGRAM.replace("sys.argv[1]", "os.environ['DATA']").replace("import hashlib", "import hashlib, os")
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--json", *args, "--", sys.executable, "-c", prog,
+                        str(argv_file), str(PASSES)], capture_output=True, text=True, timeout=180,
+                       env={**os.environ, "DATA": str(data)})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r, json.loads(r.stdout[r.stdout.index("{") :])
+
+
+def test_a_plan_for_another_file_locks_nothing_of_it_and_says_so(planned):
+    # the same program on another input: the plan's file is never opened, and locking its
+    # keep set would take the limit's memory from the file the program does read
+    f, _, plan_path = planned
+    with cold_file_maker("memread-other") as make:
+        other = make(FILE_PAGES)
+        r, rep = _run_env(["--memory", LIMIT, "--plan", str(plan_path)], other, other, [f, other])
+    assert rep["controller"]["pinned_bytes"] == 0
+    assert rep["controller"]["files_unused"] == [str(f)]
+    assert [w for w in rep["warnings"] if str(f) in w and "never opened" in w]
+    assert "never opened" in r.stderr
+
+
+def test_a_plan_file_opened_without_being_named_is_locked_once_open(planned):
+    # not on the command line (an environment variable names it): locked once the program
+    # has it open, and not reported
+    f, _, plan_path = planned
+    r, rep = _run_env(["--memory", LIMIT, "--plan", str(plan_path)], "-", f, [f])
+    assert rep["controller"]["pinned_bytes"] > 0 and rep["controller"]["files_unused"] == []
+    assert "never opened" not in r.stderr

@@ -54,7 +54,7 @@ def _exit_status(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int, int]:
+def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup, named: Sequence[str]) -> tuple[int, int]:
     """Fork the controller into the cgroup; (its pid, the read end of its report pipe)."""
     r, w = os.pipe()
     # opened before this process can reap the program: one that ends at once stays reachable
@@ -81,7 +81,9 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup) -> tuple[int
                 f.write("1000")
             from pagecast.live.memctl import Controller
 
-            stats = Controller(plan, pid, cg.committed, unreclaimable=cg.unreclaimable, pidfd=pidfd).run()
+            stats = Controller(
+                plan, pid, cg.committed, unreclaimable=cg.unreclaimable, pidfd=pidfd, procs=cg.procs, named=named
+            ).run()
             os.write(w, json.dumps(stats.to_dict()).encode())
         except BaseException as e:  # noqa: BLE001 - the program must run on whatever happens here
             try:
@@ -206,6 +208,12 @@ def _controller_report(ctl: tuple[int, int], warnings: list[str], oom_kills: int
         warnings.append(f"the memory controller stopped: {controller['error']}")
     for p in controller.get("files_changed") or []:
         warnings.append(f"{p} changed since the plan was made: not acted on")
+    unused = controller.get("files_unused") or []
+    if unused:
+        warnings.append(
+            f"the program never opened {', '.join(unused[:3])}{f' and {len(unused) - 3} more' if len(unused) > 3 else ''}: "
+            "the plan's keep set there was not locked (a plan made for another input?)"
+        )
     return controller
 
 
@@ -252,7 +260,7 @@ def run_under_limit(
         except OSError as e:
             raise PagecastError(f"cannot start {cmd[0]}: {e.strerror}") from None
         acts = plan is not None and backend == "kernel" and any(f.keep or f.stream for f in plan.files)
-        ctl = _start_controller(plan, proc.pid, cg) if acts else None
+        ctl = _start_controller(plan, proc.pid, cg, argv_files(cmd)) if acts else None
         rc = _wait_forwarding_signals(proc)
         wall = time.monotonic() - t0
         controller = _controller_report(ctl, warnings, cg.stats().oom_kills) if ctl is not None else None

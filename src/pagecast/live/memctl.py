@@ -7,7 +7,10 @@ where the program's pages are) and acts through the kernel's page cache:
   piece, and only while the locked total leaves the limit room for the program's own
   memory, the prefetch window and the plan's room for each of the program's threads:
   a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
-  pinning can never drive the cgroup to the OOM killer;
+  pinning can never drive the cgroup to the OOM killer. A file is locked only once a
+  process of the cgroup has it open or mapped: a plan made for another input (another
+  database, another model) would otherwise lock memory the program needs for its own data;
+  such files are reported (``files_unused``);
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
   mappings of the plan's files, read each poll for the streamed chunks around its
   position and all of them every ``FULL_SCAN_EVERY`` polls: a chunk whose pages became
@@ -37,7 +40,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from pagecast.constants import PAGE_SIZE
 from pagecast.plan.format import FileIdentity
@@ -54,6 +57,11 @@ FULL_SCAN_EVERY = 10
 LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
+# polls between two looks at which plan files the program's processes have open or mapped
+OPENED_EVERY = 2
+# a keep set this large of a file the program never opened is reported; smaller ones are the
+# libraries and caches a program opens for a moment between two looks, or does not need
+UNUSED_WORTH = 4 << 20
 MIN_REGRETS = 8
 # keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
 # mlock each, few enough that a large keep set is locked within the program's first pass,
@@ -96,6 +104,7 @@ class ControllerStats:
     stream_off: bool = False  # evict-after-use and prefetch stopped: they cost more than they saved
     entered: int = 0
     files_changed: list[str] = field(default_factory=list)
+    files_unused: list[str] = field(default_factory=list)  # keep sets of UNUSED_WORTH+ never opened
     files_mapped: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -134,6 +143,22 @@ def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
+def _files_open(pid: int) -> set[tuple[int, int]]:
+    """(dev, inode) of the files ``pid`` maps or has open."""
+    out = {(dev, ino) for _, _, _, dev, ino in _maps_of(pid)}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for name in fds:
+        try:
+            st = os.stat(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        out.add((st.st_dev, st.st_ino))
+    return out
+
+
 def _threads_of(pid: int) -> int:
     """The program's threads now (1 once it is gone)."""
     try:
@@ -155,11 +180,19 @@ class Controller:
         warn: Callable[[str], None] = lambda s: None,
         unreclaimable: Callable[[], int] | None = None,
         pidfd: int | None = None,
+        procs: Callable[[], list[int]] | None = None,
+        named: Sequence[str] = (),
     ):
         """``pidfd``: the program's, opened by its parent before it could be reaped (a program
-        that ends at once is otherwise gone before the controller gets to it); else opened here."""
+        that ends at once is otherwise gone before the controller gets to it); else opened here.
+        ``procs``: the processes whose open files say which plan files are in use (the
+        cgroup's: a shell's children), else the program alone. ``named``: files named on the
+        program's command line, in use from the start (their keep sets are locked while the
+        program starts, before it opens them)."""
         self.plan = plan
         self.pid = pid
+        self.procs = procs or (lambda: [pid])
+        self.opened: set[int] = set()  # plan files some process of the program opened or mapped
         self.usage = usage
         self.unreclaimable = unreclaimable
         self.paged_at: dict[tuple[int, int], int] = {}  # chunk -> chunks entered when it was paged out
@@ -196,6 +229,13 @@ class Controller:
             f = _File(i, fp.path, fd, st.st_size, st.st_dev, st.st_ino, fp.keep, stream, fp.next)
             self.files.append(f)
             self.by_key[(st.st_dev, st.st_ino)] = f
+        for path in named:
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in self.by_key:
+                self.opened.add(self.by_key[(st.st_dev, st.st_ino)].idx)
         self.present: set[tuple[int, int]] = set()
         self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT)
         self.issued: set[tuple[int, int]] = set()
@@ -222,6 +262,16 @@ class Controller:
                 f.maps.append((a, b, off))
         self.stats.files_mapped = sum(1 for f in self.files if f.maps)
         self.threads = _threads_of(self.pid)
+
+    def note_opened(self) -> None:
+        """Which plan files with a keep set the program's processes have open or mapped now."""
+        me = os.getpid()
+        waiting = {(f.dev, f.ino): f.idx for f in self.files if f.keep and f.idx not in self.opened}
+        if not waiting:
+            return
+        for pid in self.procs():
+            if pid != me:
+                self.opened.update(waiting[k] for k in _files_open(pid) & waiting.keys())
 
     def stream_room(self) -> int:
         """The room the streamed part needs beside the locked keep set, for each thread of the
@@ -256,14 +306,19 @@ class Controller:
         return False
 
     # -- acting ---------------------------------------------------------------------
-    def pin_some(self, budget_s: float = 0.002) -> bool:
+    def pin_some(self, budget_s: float = 0.002, only: set[int] | None = None) -> bool:
         """Lock keep pieces while the limit has room for them, ``budget_s`` of work per call;
-        whether any was locked."""
+        whether any was locked. ``only``: the files whose pieces may be locked now (the
+        others' pieces wait in the queue)."""
         t0 = time.monotonic()
         before = self.stats.pinned_bytes
         room = self.plan.limit_bytes - self.plan.reserve_bytes - (self.plan.prefetch_chunks + SLACK_CHUNKS) * self.cb
+        waiting: list[tuple[_File, int, int]] = []
         while self._pin_queue and time.monotonic() - t0 < budget_s:
             f, off, n = self._pin_queue.pop(0)
+            if only is not None and f.idx not in only:
+                waiting.append((f, off, n))
+                continue
             n = min(n, f.size - off)
             if n <= 0:
                 continue
@@ -289,11 +344,12 @@ class Controller:
                 self.stats.errors.append(f"mlock {f.path}: {os.strerror(ctypes.get_errno())}")
                 _libc.munmap(addr, piece)
                 self._pin_queue.clear()
-                break
+                return self.stats.pinned_bytes > before  # nothing more can be locked
             self._pins.append((addr, piece))
             self.stats.pinned_bytes += piece
             if n > piece:
                 self._pin_queue.insert(0, (f, off + piece, n - piece))
+        self._pin_queue.extend(waiting)
         return self.stats.pinned_bytes > before
 
     def _free_room(self) -> int:
@@ -469,10 +525,17 @@ class Controller:
             if self.maps_stale or now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
+            if n % OPENED_EVERY == 0:
+                self.note_opened()
             self.unpin_to_room()
-            pinned = self.pin_some()
+            pinned = self.pin_some(only=self.opened)
             self.step(full=n % FULL_SCAN_EVERY == 0)
             n += 1
             if poller.poll(0 if pinned else int(POLL_S * 1000)):
                 break  # the program exited
+        self.stats.files_unused = [
+            f.path
+            for f in self.files
+            if f.idx not in self.opened and sum(n for _, n in f.keep) * self.cb >= UNUSED_WORTH
+        ]
         return self.stats
