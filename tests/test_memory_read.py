@@ -122,3 +122,26 @@ def test_a_plan_file_opened_without_being_named_is_locked_once_open(planned):
     r, rep = _run_env(["--memory", LIMIT, "--plan", str(plan_path)], "-", f, [f])
     assert rep["controller"]["pinned_bytes"] > 0 and rep["controller"]["files_unused"] == []
     assert "never opened" not in r.stderr
+
+
+def test_recordings_without_a_limit_that_show_no_reread_are_said_so(planned, tmp_path):
+    # without a limit the passes after the first read pages still in memory: the recording has
+    # each page once, and the plan has nothing to keep; the planner says why and what to do
+    f, traces, _ = planned
+    make_cold([f])
+    t = tmp_path / "nolimit.parquet"
+    r = subprocess.run([sys.executable, "-m", "pagecast", "record", "-o", str(t), "--", sys.executable, "-c", PROGRAM,
+                        str(f), str(PASSES)], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    plan = tmp_path / "p.plan"
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, str(t), "-o", str(plan), "--json"],
+                       capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [p["keep"] for p in out["files"] if p["path"] == str(f)] == [[]]
+    assert len(out["warnings"]) == 1 and "--memory" in out["warnings"][0]
+    assert r.stderr.count("pagecast plan: warning:") == 1
+    # recordings made under the limit show the passes: no such line
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, *map(str, traces), "-o", str(plan),
+                        "--json"], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode == 0 and json.loads(r.stdout)["warnings"] == [] and "warning" not in r.stderr

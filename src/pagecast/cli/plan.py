@@ -596,6 +596,9 @@ def _memory_plan(args: argparse.Namespace) -> int:
     elif args.sequential and sequential is not None:
         plan = sequential
     write_memory_plan(plan, args.output)
+    unseen = _no_reuse_recorded(args.traces, plan)
+    if unseen:
+        print(f"pagecast plan: warning: {unseen}", file=sys.stderr)
     if measured is not None and (args.explain or not args.json):
         print("\n".join([*measured.table(), f"chosen: {measured.chosen}: {measured.why}"]), file=sys.stderr)
     rows = explain_rows(plan)
@@ -609,10 +612,31 @@ def _memory_plan(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     if args.json:
-        print_json({"plan": args.output, **plan.to_dict(), "explain": rows})
+        print_json({"plan": args.output, **plan.to_dict(), "explain": rows, "warnings": [unseen] if unseen else []})
     else:
         print(f"{args.output}: {_memory_summary(plan)}")
     return 0
+
+
+def _no_reuse_recorded(traces: list[str], plan) -> str | None:
+    """One line where the recordings show no page read again and none was made under a limit:
+    without one a page read again is still in memory, so the recording never sees the second
+    read, and the plan has no pass to keep anything for."""
+    from pagecast.trace import open_trace
+
+    lru = sum(f.predicted.get("lru", 0) for f in plan.files)
+    if lru > sum(f.predicted.get("min", 0) for f in plan.files) or lru <= plan.limit_bytes - plan.reserve_bytes:
+        return None  # pages read again were seen; or what it reads fits beside its own memory
+    try:
+        if any(open_trace(t).meta.get("memory_limit") for t in traces):
+            return None
+    except Exception:  # noqa: BLE001 - an unreadable recording was reported while planning
+        return None
+    return (
+        "the recordings show no page read again, and none was made under a memory limit (without one, a page "
+        "read again is still in memory and leaves no trace): nothing to keep; record the program under the "
+        f"limit (pagecast record --memory {plan.limit_bytes >> 20}M ...) for a plan that keeps and evicts"
+    )
 
 
 def _memory_summary(plan) -> str:
