@@ -8,7 +8,7 @@ import numpy as np
 
 from pagecast.live.memctl import PIN_PIECE, Controller
 from pagecast.plan.format import FileIdentity
-from pagecast.plan.memory import MemoryPlanConfig, RunStream, keep_set, keep_size
+from pagecast.plan.memory import MemoryPlanConfig, RunStream, keep_set, keep_size, stream_room
 from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan
 from pagecast.sim.misses import min_misses
 from pagecast.util.device_model import read_ahead_bytes_of
@@ -109,3 +109,17 @@ def test_the_room_beside_the_keep_set_grows_with_the_program_s_threads(tmp_path)
         stop.set()
         for w in workers:
             w.join()
+
+
+def test_a_file_read_with_read_gets_room_for_windows_advised_sequential(tmp_path):
+    # mapped, the room is two of the device's windows; read with read(), whose reader may
+    # have advised it sequential (coreutils do: twice the window), two of those
+    f = tmp_path / "data"
+    f.write_bytes(bytes(4096))
+    ra = read_ahead_bytes_of(f)
+    pages = np.tile(np.arange(4096, dtype=np.int64), 3)
+    uses = np.zeros(len(pages), np.int32)
+    mapped = RunStream(uses, pages, 0, {0: (len(pages), 40)})  # every use a fault, too few majors to size from
+    read = RunStream(uses, pages, 0, {0: (len(pages) // 10, 0)})  # most uses are read() calls
+    assert stream_room([mapped], {0: str(f)}) == 2 * ra
+    assert stream_room([read], {0: str(f)}) == 4 * ra

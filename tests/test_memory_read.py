@@ -20,8 +20,8 @@ from pagecast.trace.reader import open_trace
 from pagecast.trace.schema import Kind
 from pagecast.util.pagecache import make_cold
 
-FILE_PAGES = 64 * 256  # 64 MiB
-LIMIT = "48M"
+FILE_PAGES = 96 * 256  # 96 MiB
+LIMIT = "80M"
 PASSES = 4
 # every pass reads the whole file with read() and prints a checksum of it
 PROGRAM = """
