@@ -145,3 +145,15 @@ def test_recordings_without_a_limit_that_show_no_reread_are_said_so(planned, tmp
     r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, *map(str, traces), "-o", str(plan),
                         "--json"], capture_output=True, text=True, timeout=180)  # fmt: skip
     assert r.returncode == 0 and json.loads(r.stdout)["warnings"] == [] and "warning" not in r.stderr
+
+
+def test_no_sequential_variant_for_a_file_read_with_read(planned, tmp_path):
+    # the advice is for mappings: a keep set rebuilt for it would take the room the read()
+    # reader's own read-ahead needs
+    _, traces, _ = planned
+    plan = tmp_path / "seq.plan"
+    r = subprocess.run([sys.executable, "-m", "pagecast", "plan", "--memory", LIMIT, *map(str, traces), "-o", str(plan),
+                        "--sequential"], capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "--sequential: nothing to advise" in r.stderr
+    assert not any(f.advice for f in read_memory_plan(plan).files)

@@ -587,7 +587,11 @@ def _memory_plan(args: argparse.Namespace) -> int:
     # --measure times it among the variants whether asked for or not
     sequential = sequential_plan(args.traces, cfg, plan) if args.sequential or recordings is not None else None
     if args.sequential and sequential is None:
-        print("pagecast plan: --sequential: no keep set to lock for this limit; the plan as built", file=sys.stderr)
+        print(
+            "pagecast plan: --sequential: nothing to advise (no keep set to lock for this limit, or the files it "
+            "keeps are read with read(), which the advice does not reach); the plan as built",
+            file=sys.stderr,
+        )
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)

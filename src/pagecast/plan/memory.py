@@ -393,15 +393,22 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
     for r in runs:
         counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
     ra = DEFAULT_READ_AHEAD_KB << 10
-    for fi, uses in counts.most_common(1):
+    for fi, _ in counts.most_common(1):
         ra = read_ahead_bytes_of(names.get(fi, ""))
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
-        if faults * READ_SHARE < uses:
+        if read_with_read(runs, fi):
             ra *= 2
         elif majors >= MIN_MAJORS:
             ra = min(ra, max(1, round(faults * FAULT_AROUND_PAGES / majors)) * PAGE_SIZE)
     return 2 * ra
+
+
+def read_with_read(runs: Sequence[RunStream], fi: int) -> bool:
+    """Whether the recordings read file ``fi`` with ``read()``: fewer faults on it than an
+    eighth of its uses."""
+    uses = sum(int(np.count_nonzero(r.file == fi)) for r in runs)
+    return uses > 0 and sum(r.faults.get(fi, (0, 0))[0] for r in runs) * READ_SHARE < uses
 
 
 def _footprint_chunks(runs: Sequence[RunStream], chunk_pages: int, chunks: set[int]) -> int:
@@ -708,7 +715,8 @@ def sequential_plan(
     pager), beside the same reserve as ``plan``'s. Locked only, nothing followed from
     outside; files read as objects keep their own reading. ``plan --measure`` times it beside
     the other variants (``--sequential``). None where ``plan`` found nothing to gain or this
-    keeps nothing."""
+    keeps nothing, and where a file it keeps is read with ``read()``: the advice is for
+    mappings, and such a file's read-ahead still needs the room (``stream_room``)."""
     if plan.backend == "kernel":
         return None
     rebuilt = dataclasses.replace(
@@ -717,6 +725,8 @@ def sequential_plan(
     runs, files = read if read is not None else read_runs(traces)
     cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
+        return None
+    if any(f.keep and f.path in files and read_with_read(runs, files[f.path]) for f in cand.files):
         return None
     out = []
     for f in cand.files:
