@@ -557,3 +557,12 @@ def test_timed_rounds_count_what_each_run_read(tmp_path):
     for name in ("cold", "warm"):
         for got in tally.reads[name][rec.trace]:
             assert (8 << 20) <= got < (8 << 20) * 1.5, (name, got)
+
+
+def test_the_pager_s_share_is_what_the_program_maps(recordings, tmp_path):
+    # the cyclic scan maps its file: what a plan keeps is the pager's to serve
+    from pagecast.plan.memory import mapped_share, plan_for_limit
+
+    _, traces = recordings
+    plan = plan_for_limit(traces, _cfg())
+    assert plan.keep_bytes() > 0 and mapped_share(traces, plan) > 0.9

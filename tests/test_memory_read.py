@@ -157,3 +157,11 @@ def test_no_sequential_variant_for_a_file_read_with_read(planned, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "--sequential: nothing to advise" in r.stderr
     assert not any(f.advice for f in read_memory_plan(plan).files)
+
+
+def test_the_pager_s_share_of_a_file_read_with_read_is_none(planned):
+    # the pager serves mappings only: plan --measure leaves its variants out here
+    from pagecast.plan.memory import mapped_share
+
+    _, traces, plan = planned
+    assert mapped_share(traces, read_memory_plan(plan)) < 0.05

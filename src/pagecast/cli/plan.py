@@ -561,6 +561,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         MemoryPlanConfig,
         explain_rows,
         follow_plan,
+        mapped_share,
         pager_plan,
         plan_for_limit,
         sequential_plan,
@@ -595,7 +596,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)
-        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential)
+        mapped = mapped_share(args.traces, plan) >= PAGER_SHARE
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential, mapped)
         plan.validation["measured"] = measured.to_dict()
     elif args.sequential and sequential is not None:
         plan = sequential
@@ -664,11 +666,19 @@ def _memory_summary(plan) -> str:
     return f"memory plan for {plan.limit_bytes >> 20} MiB: keep {plan.keep_bytes() >> 20} MiB, {stream}{objects}{rest}{note}"
 
 
-def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None, sequential=None) -> tuple:
+# the pager variants are timed where at least this share of what a plan keeps or streams is in
+# files the program maps (the rest it reads with read(), which only the kernel serves)
+PAGER_SHARE = 0.25
+
+
+def _measure_memory(
+    plan, recordings, rounds: int, follow=None, for_pager=None, sequential=None, mapped: bool = True
+) -> tuple:
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
     follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
     the pager, if one was; ``sequential``, the keep set for files advised sequential, if one
-    was) against the kernel alone under the limit."""
+    was) against the kernel alone under the limit. ``mapped``: whether the program maps any
+    of the plan's files (the pager serves nothing else)."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
@@ -680,7 +690,7 @@ def _measure_memory(plan, recordings, rounds: int, follow=None, for_pager=None, 
 
     try:
         probe()
-        no_pager = ""
+        no_pager = "" if mapped else "most of what the plan keeps is read with read(), which the pager does not serve"
     except PagecastError as e:
         no_pager = str(e)
     if no_pager:

@@ -42,6 +42,7 @@ from pagecast.trace.demand import read_demand
 from pagecast.trace.reader import Trace, open_trace
 from pagecast.trace.schema import Kind
 from pagecast.util.device_model import DEFAULT_READ_AHEAD_KB, read_ahead_bytes_of
+from pagecast.util.elf import is_elf
 
 DEFAULT_CHUNK = 2 << 20
 # chunk sizes tried when none is given: large chunks suit programs that stream a file, small
@@ -689,6 +690,20 @@ def follow_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: Memor
         if cand.backend == "kernel-advice" and total and 2 * _streamed_bytes(cand, True) >= total:
             return cand
     return None
+
+
+def mapped_share(traces: Sequence[str | Path], plan: MemoryPlan) -> float:
+    """The share of what ``plan`` keeps or streams that lies in data files the recordings map
+    (not read with ``read()``): the part the pager can serve. Programs and libraries (ELF)
+    count as not mapped: the dynamic loader maps them with system calls the pager's shim does
+    not see."""
+    runs, files = read_runs(traces)
+    size = {f.path: sum(n for _, n in (*f.keep, *f.stream)) for f in plan.files}
+    mapped = sum(
+        n for path, n in size.items() if path in files and not read_with_read(runs, files[path]) and not is_elf(path)
+    )
+    total = sum(size.values())
+    return mapped / total if total else 0.0
 
 
 def pager_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: MemoryPlan) -> MemoryPlan | None:
