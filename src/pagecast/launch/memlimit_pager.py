@@ -165,7 +165,7 @@ def usable_files(plan: MemoryPlan) -> tuple[list[FileMemoryPlan], list[str]]:
 def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) -> tuple[dict | None, dict | None]:
     """The program's environment under the pager and the report's ``pager`` object, or
     (None, None) and a warning when the limit leaves the pager no room: the kernel alone."""
-    from pagecast.pager.runtime import encode_list, pager_env, probe
+    from pagecast.pager.runtime import PolicySpec, encode_list, pager_env, probe
 
     files, changed = usable_files(plan)
     warnings.extend(changed)
@@ -187,7 +187,9 @@ def pager_setup(plan: MemoryPlan, limit: int, tmp: Path, warnings: list[str]) ->
         write_plan_map(tmp / f"{i}.map", f, plan, pf.keep_bytes) for i, (f, pf) in enumerate(zip(files, budget.files))
     ]
     specs = [(pf.path, pf.budget_bytes) for pf in budget.files]
-    env = pager_env(specs, "none", stats_dir=tmp / "stats", strict=False)
+    # the policy as a spec, not a name to parse: parsing loads every policy of the registry
+    # (numba among them), 0.4 s before a program the plan drives alone
+    env = pager_env(specs, PolicySpec(), stats_dir=tmp / "stats", strict=False)
     env["PAGECAST_PAGER_PLAN"] = encode_list(maps)
     env["PAGECAST_PAGER_DEPTH"] = str(MAX_DEPTH)  # the C core batches half a chunk while evicting after use
     info = {
