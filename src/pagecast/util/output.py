@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 def print_json(obj: Any) -> None:
@@ -79,8 +80,11 @@ def format_table(rows: Sequence[dict[str, Any]], columns: Sequence[str] | None =
     return "\n".join(out)
 
 
-def progress(total: int | None = None, desc: str = "", unit: str = "it", disable: bool | None = None) -> tqdm:
-    """A progress bar on stderr, hidden when stderr is not a terminal unless forced."""
+def progress(total: int | None = None, desc: str = "", unit: str = "it", disable: bool | None = None) -> "tqdm":
+    """A progress bar on stderr, hidden when stderr is not a terminal unless forced. tqdm is
+    imported here: its import (importlib.metadata for its version) cost every command 80 ms."""
+    from tqdm import tqdm
+
     if disable is None:
         disable = not sys.stderr.isatty()
     return tqdm(
