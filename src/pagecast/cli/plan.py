@@ -677,8 +677,8 @@ def _measure_memory(
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
     follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
     the pager, if one was; ``sequential``, the keep set for files advised sequential, if one
-    was) against the kernel alone under the limit. ``mapped``: whether the program maps any
-    of the plan's files (the pager serves nothing else)."""
+    was) against the kernel alone under the limit. ``mapped``: whether the program maps
+    enough of what the plan keeps for the pager to serve (``PAGER_SHARE``)."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig

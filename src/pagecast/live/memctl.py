@@ -7,8 +7,9 @@ where the program's pages are) and acts through the kernel's page cache:
   piece, and only while the locked total leaves the limit room for the program's own
   memory, the prefetch window and the plan's room for each of the program's threads:
   a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
-  pinning can never drive the cgroup to the OOM killer. A file is locked only once a
-  process of the cgroup has it open or mapped: a plan made for another input (another
+  pinning can never drive the cgroup to the OOM killer. A file is locked only once it is
+  in use: named on the program's command line, or open or mapped by a process of the
+  cgroup; a plan made for another input (another
   database, another model) would otherwise lock memory the program needs for its own data;
   such files are reported (``files_unused``);
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
