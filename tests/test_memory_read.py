@@ -165,3 +165,14 @@ def test_the_pager_s_share_of_a_file_read_with_read_is_none(planned):
 
     _, traces, plan = planned
     assert mapped_share(traces, read_memory_plan(plan)) < 0.05
+
+
+def test_the_text_report_says_what_the_plan_did(planned):
+    f, _, plan_path = planned
+    make_cold([f])
+    r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", LIMIT, "--plan", str(plan_path), "--",
+                        sys.executable, "-c", PROGRAM, str(f), str(PASSES)], capture_output=True, text=True,
+                       timeout=180)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    line = [x for x in r.stderr.splitlines() if x.startswith("pagecast run: plan: locked ")]
+    assert len(line) == 1 and int(line[0].split("locked ")[1].split()[0]) > 0, r.stderr

@@ -302,6 +302,18 @@ def _run_memory(args: argparse.Namespace) -> int:
             f"peak {m['peak_bytes'] >> 20} MiB" + ("" if m["limit_reached"] else " (the limit was never reached)"),
             file=sys.stderr,
         )
+        c = report.controller
+        if c and not c.get("error"):
+            print(
+                f"pagecast run: plan: locked {c.get('pinned_bytes', 0) >> 20} MiB of the keep set"
+                + (f" ({c['unpinned_bytes'] >> 20} MiB let go)" if c.get("unpinned_bytes") else "")
+                + f", evicted after use {c.get('pageout_bytes', 0) >> 20} MiB, prefetched "
+                f"{c.get('prefetch_bytes', 0) >> 20} MiB"
+                + (
+                    " (following stopped: evictions were regretted)" if c.get("regrets") and c.get("stream_off") else ""
+                ),
+                file=sys.stderr,
+            )
         for st in (report.pager or {}).get("regions", []):
             print(
                 f"pagecast run: pager: {st['path']}: faults {st['faults']}, prefetched {st['prefetched']}, read "
