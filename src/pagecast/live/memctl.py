@@ -7,9 +7,9 @@ where the program's pages are) and acts through the kernel's page cache:
   piece, and only while the locked total leaves the limit room for the program's own
   memory, the prefetch window and the plan's room for each of the program's threads:
   a locked page is never reclaimed, so the kernel's LRU cannot push the kept part out, and
-  pinning can never drive the cgroup to the OOM killer. A file is locked only once it is
-  in use: named on the program's command line, or open or mapped by a process of the
-  cgroup; a plan made for another input (another
+  pinning can never drive the cgroup to the OOM killer. A file's keep set of
+  ``UNUSED_WORTH`` or more is locked only once the file is in use: named on the program's
+  command line, or open or mapped by a process of the cgroup; a plan made for another input (another
   database, another model) would otherwise lock memory the program needs for its own data;
   such files are reported (``files_unused``);
 - **where the program is**: the program's page table (``/proc/PID/pagemap``) of its
@@ -58,10 +58,13 @@ FULL_SCAN_EVERY = 10
 LOOK_AHEAD = 8
 SLACK_CHUNKS = 2
 POLL_S = 0.003
-# polls between two looks at which plan files the program's processes have open or mapped
+# polls between two looks at which plan files the program's processes have open or mapped:
+# often while it starts (OPENED_SOON polls), then seldom (a look reads every process's maps)
 OPENED_EVERY = 2
-# a keep set this large of a file the program never opened is reported; smaller ones are the
-# libraries and caches a program opens for a moment between two looks, or does not need
+OPENED_SOON = 300
+OPENED_LATER = 30
+# a keep set this large waits until its file is in use, and is reported if it never is;
+# smaller ones are the libraries and caches a program opens for a moment between two looks
 UNUSED_WORTH = 4 << 20
 MIN_REGRETS = 8
 # keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
@@ -237,6 +240,9 @@ class Controller:
                 continue
             if (st.st_dev, st.st_ino) in self.by_key:
                 self.opened.add(self.by_key[(st.st_dev, st.st_ino)].idx)
+        # a small keep set is locked at once: it takes little from the program even if it is
+        # not used, and a file the loader opens for a moment would keep the look going all run
+        self.opened.update(f.idx for f in self.files if sum(n for _, n in f.keep) * self.cb < UNUSED_WORTH)
         self.present: set[tuple[int, int]] = set()
         self.recent: deque[tuple[int, int]] = deque(maxlen=RECENT)
         self.issued: set[tuple[int, int]] = set()
@@ -526,7 +532,7 @@ class Controller:
             if self.maps_stale or now - last_maps > (0.5 if all(f.maps for f in self.files) else 0.02):
                 self.refresh_maps()
                 last_maps = now
-            if n % OPENED_EVERY == 0:
+            if n % (OPENED_EVERY if n < OPENED_SOON else OPENED_LATER) == 0:
                 self.note_opened()
             self.unpin_to_room()
             pinned = self.pin_some(only=self.opened)
@@ -534,9 +540,5 @@ class Controller:
             n += 1
             if poller.poll(0 if pinned else int(POLL_S * 1000)):
                 break  # the program exited
-        self.stats.files_unused = [
-            f.path
-            for f in self.files
-            if f.idx not in self.opened and sum(n for _, n in f.keep) * self.cb >= UNUSED_WORTH
-        ]
+        self.stats.files_unused = [f.path for f in self.files if f.keep and f.idx not in self.opened]
         return self.stats
