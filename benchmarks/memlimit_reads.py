@@ -6,7 +6,7 @@ times in a LIMIT memory cgroup; the kernel's LRU evicts exactly the part needed 
 every pass reads the whole file again. Plans: ``pagecast plan --memory`` from two
 recordings of ``cat`` under the limit (``pagecast record --memory``), once as it builds them
 and once with ``--stream-room`` set to the device's window twice (``device-room``: the room
-a file read with ``read()`` was given before, what a reader without advice needs). Per
+a mapped file gets, what a reader without advice needs). Per
 round, each run from a cold page cache, interleaved: the kernel alone (``pagecast run
 --memory LIMIT``) and each plan (``pagecast run --memory LIMIT --plan P``).
 
