@@ -564,6 +564,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         mapped_share,
         pager_plan,
         plan_for_limit,
+        read_runs,
         sequential_plan,
     )
     from pagecast.plan.memory_format import write_memory_plan
@@ -586,7 +587,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     plan = plan_for_limit(args.traces, cfg)
     measured = None
     # --measure times it among the variants whether asked for or not
-    sequential = sequential_plan(args.traces, cfg, plan) if args.sequential or recordings is not None else None
+    read = read_runs(args.traces) if args.sequential or recordings is not None else None
+    sequential = sequential_plan(args.traces, cfg, plan, read) if read is not None else None
     if args.sequential and sequential is None:
         print(
             "pagecast plan: --sequential: nothing to advise (no keep set to lock for this limit, or the files it "
@@ -596,7 +598,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
     if recordings is not None and plan.backend != "kernel":
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)
-        mapped = mapped_share(args.traces, plan) >= PAGER_SHARE
+        mapped = mapped_share(args.traces, plan, read) >= PAGER_SHARE
         plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential, mapped)
         plan.validation["measured"] = measured.to_dict()
     elif args.sequential and sequential is not None:

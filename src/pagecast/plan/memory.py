@@ -398,18 +398,22 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
         ra = read_ahead_bytes_of(names.get(fi, ""))
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
-        if read_with_read(runs, fi):
+        if fi in files_read_with_read(runs):
             ra *= 2
         elif majors >= MIN_MAJORS:
             ra = min(ra, max(1, round(faults * FAULT_AROUND_PAGES / majors)) * PAGE_SIZE)
     return 2 * ra
 
 
-def read_with_read(runs: Sequence[RunStream], fi: int) -> bool:
-    """Whether the recordings read file ``fi`` with ``read()``: fewer faults on it than an
-    eighth of its uses."""
-    uses = sum(int(np.count_nonzero(r.file == fi)) for r in runs)
-    return uses > 0 and sum(r.faults.get(fi, (0, 0))[0] for r in runs) * READ_SHARE < uses
+def files_read_with_read(runs: Sequence[RunStream]) -> set[int]:
+    """The files the recordings read with ``read()``: fewer faults on each than an eighth of
+    its uses (one count of every file's uses, not one pass over the runs a file)."""
+    uses: Counter[int] = Counter()
+    faults: Counter[int] = Counter()
+    for r in runs:
+        uses.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
+        faults.update({fi: n for fi, (n, _) in r.faults.items()})
+    return {fi for fi, n in uses.items() if faults[fi] * READ_SHARE < n}
 
 
 def _footprint_chunks(runs: Sequence[RunStream], chunk_pages: int, chunks: set[int]) -> int:
@@ -692,16 +696,17 @@ def follow_plan(traces: Sequence[str | Path], cfg: MemoryPlanConfig, plan: Memor
     return None
 
 
-def mapped_share(traces: Sequence[str | Path], plan: MemoryPlan) -> float:
+def mapped_share(
+    traces: Sequence[str | Path], plan: MemoryPlan, read: tuple[list[RunStream], dict[str, int]] | None = None
+) -> float:
     """The share of what ``plan`` keeps or streams that lies in data files the recordings map
     (not read with ``read()``): the part the pager can serve. Programs and libraries (ELF)
     count as not mapped: the dynamic loader maps them with system calls the pager's shim does
-    not see."""
-    runs, files = read_runs(traces)
-    size = {f.path: sum(n for _, n in (*f.keep, *f.stream)) for f in plan.files}
-    mapped = sum(
-        n for path, n in size.items() if path in files and not read_with_read(runs, files[path]) and not is_elf(path)
-    )
+    not see. ``read``: the recordings as ``read_runs`` returned them, if read already."""
+    runs, files = read if read is not None else read_runs(traces)
+    by_read = files_read_with_read(runs)
+    size = {f.path: sum(n for _, n in (*f.keep, *f.stream)) for f in plan.files if f.keep or f.stream}
+    mapped = sum(n for path, n in size.items() if path in files and files[path] not in by_read and not is_elf(path))
     total = sum(size.values())
     return mapped / total if total else 0.0
 
@@ -741,7 +746,8 @@ def sequential_plan(
     cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
         return None
-    if any(f.keep and f.path in files and read_with_read(runs, files[f.path]) for f in cand.files):
+    by_read = files_read_with_read(runs)
+    if any(f.keep and files.get(f.path) in by_read for f in cand.files):
         return None
     out = []
     for f in cand.files:

@@ -298,7 +298,7 @@ class MemoryCgroup:
             if reaper:
                 self._start_reaper()
         except BaseException:
-            self._rmdir()
+            _kill_all(self.path, patience_s=1.0)  # nothing runs in it yet: removed
             raise
 
     # -- set up and tear down -------------------------------------------------------
@@ -327,17 +327,6 @@ class MemoryCgroup:
         os.close(r)
         os.set_inheritable(w, False)
         self._reaper_pid, self._reaper_fd = pid, w
-
-    def _rmdir(self) -> bool:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return True
-            except FileNotFoundError:
-                return True
-            except OSError:
-                time.sleep(0.02)  # a task that just exited can linger in cgroup.procs for a moment
-        return False
 
     def close(self) -> None:
         """Kill what is left in the cgroup, remove it, and let the reaper go."""
