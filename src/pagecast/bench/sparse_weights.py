@@ -36,7 +36,10 @@ def binary() -> Path:
     src = workloads_dir() / "sparse_weights" / "sparse_weights.c"
     if not src.exists():
         raise PagecastError("workload source missing", path=src)
-    return build("sparse_weights", [src], shared=False, ldflags=("-lm",))
+    # -O3, as a model runner is built: its row arithmetic in vector instructions
+    return build(
+        "sparse_weights", [src], shared=False, cflags=("-O3", "-g", "-Wall", "-Wextra", "-Werror"), ldflags=("-lm",)
+    )
 
 
 def cache_dir() -> Path:

@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     t0 = time.time()
+    # a terminal gets the bar; a log file one line a step (a bar's carriage returns garble it)
     say = (lambda m: print(f"pagecast demo: {m}", file=sys.stderr)) if not sys.stderr.isatty() else None
-    with progress(total=n_steps, desc="demo", unit="step", disable=False) as bar:
+    with progress(total=n_steps, desc="demo", unit="step", disable=say is not None) as bar:
 
         def log(msg: str) -> None:
             bar.set_description_str(msg[:70])
