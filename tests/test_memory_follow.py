@@ -174,3 +174,37 @@ def test_the_controller_streams_only_the_followed_files(tmp_path):
     assert not ctl.stats.stream_off
     ctl = Controller(MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, files=[scattered]), os.getpid(), usage=lambda: 0)
     assert ctl.stats.stream_off
+
+
+def test_in_order_successors_are_left_to_the_kernels_read_ahead_unless_advised_random(tmp_path):
+    """Of the chunks ahead along the chain, the controller fetches the jumps; a chunk that
+    follows its predecessor in the file is read ahead by the kernel itself after a fault
+    in a mapping with read-ahead, so it is left alone, unless the mapping is advised random."""
+    import mmap
+
+    from pagecast.util.device_model import read_ahead_bytes_of
+
+    p = tmp_path / "f"
+    p.write_bytes(b"\0" * (8 << 20))
+    cb = 1 << 18
+    if read_ahead_bytes_of(p) < cb:
+        pytest.skip("the device's read-ahead window is smaller than a chunk")
+    chain = {c: c + 1 for c in range(11)} | {2: 9, 11: 0}  # in file order but for one jump, 2 -> 9
+    plan = MemoryPlan(64 << 20, cb, 8 << 20, 4, files=[_file(str(p), [(0, 12)], chain)])
+    with open(p, "rb") as fh:
+        m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+        try:
+            ctl = Controller(plan, os.getpid(), usage=lambda: 0)
+            ctl.refresh_maps()
+            idx = ctl.files[0].idx
+            ctl.prefetch_from((idx, 0))
+            assert list(ctl.pending) == [(idx, 9)]  # 1, 2 and 10 follow their chunk in the file
+            assert ctl.stats.left_to_read_ahead == 3
+            m.madvise(mmap.MADV_RANDOM)
+            ctl._smaps_at = 0.0  # the next look reads the advice again
+            ctl.refresh_maps()
+            ctl.pending.clear()
+            ctl.prefetch_from((idx, 0))
+            assert list(ctl.pending) == [(idx, 1), (idx, 2), (idx, 9), (idx, 10)]
+        finally:
+            m.close()

@@ -24,7 +24,11 @@ where the program's pages are) and acts through the kernel's page cache:
   the cgroup's committed memory (its usage less its inactive file pages, which reclaim
   takes first: the kept pages are locked, so never among them) leaves room for it beside
   ``SLACK_CHUNKS``: a prefetch deferred is retried next poll, after the chunks behind the
-  program were paged out.
+  program were paged out. A successor that follows its chunk in the file, in a mapping the
+  kernel reads ahead in (not advised random, on a device whose read-ahead window holds a
+  chunk), is left to the kernel: its read-ahead of an in-order reader keeps larger requests
+  under way, in larger folios, than a forced read of each chunk from outside, which also
+  waits for room (docs/oversubscription.md); only the jumps are fetched from outside.
 
 Files read with ``read()`` (no mapping) are not acted on: the page table shows nothing of
 them (docs/oversubscription.md).
@@ -67,6 +71,7 @@ OPENED_LATER = 30
 # smaller ones are the libraries and caches a program opens for a moment between two looks
 UNUSED_WORTH = 4 << 20
 MIN_REGRETS = 8
+SMAPS_EVERY_S = 0.5
 # keep ranges are locked in pieces of this size at most (whole chunks): one mapping and one
 # mlock each, few enough that a large keep set is locked within the program's first pass,
 # small enough to let go of a part when the program's own memory grows
@@ -102,6 +107,7 @@ class ControllerStats:
     pageout_bytes: int = 0
     prefetches: int = 0
     prefetch_bytes: int = 0
+    left_to_read_ahead: int = 0  # in-order successors the kernel's read-ahead brings itself
     deferred: int = 0  # prefetches postponed because the cgroup had no room
     unpinned_bytes: int = 0  # keep pieces let go: the program's own memory grew into their room
     regrets: int = 0  # streamed chunks entered again soon after being paged out
@@ -128,6 +134,8 @@ class _File:
     stream: set[int]
     next: dict[int, int]
     maps: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, file offset)
+    random_maps: set[int] = field(default_factory=set)  # starts of the mappings advised random
+    reads_ahead: bool = True  # the device's read-ahead window holds a chunk
 
 
 def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
@@ -144,6 +152,26 @@ def _maps_of(pid: int) -> list[tuple[int, int, int, int, int]]:
         a, b = (int(x, 16) for x in f[0].split("-"))
         maj, mi = (int(x, 16) for x in f[3].split(":"))
         out.append((a, b, int(f[2], 16), os.makedev(maj, mi), int(f[4])))
+    return out
+
+
+def _random_maps(pid: int) -> set[int]:
+    """Starts of ``pid``'s mappings advised random (``rr`` among their VmFlags): the kernel
+    reads nothing ahead of a fault there."""
+    out: set[int] = set()
+    start = 0
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if line.startswith("VmFlags:"):
+            if " rr" in line:
+                out.add(start)
+        else:
+            head = line.split(None, 1)[0] if line else ""
+            if "-" in head and not head.endswith(":"):  # a mapping's first line: START-END PERMS ...
+                start = int(head.split("-", 1)[0], 16)
     return out
 
 
@@ -251,6 +279,10 @@ class Controller:
         self.threads = 1
         self.maps_stale = True  # read the program's mappings before acting on them
         self.read_around = max((read_ahead_bytes_of(f.path) for f in self.files), default=0)
+        for f in self.files:
+            f.reads_ahead = read_ahead_bytes_of(f.path) >= self.cb
+        self._seen_maps: list[tuple[int, int, int]] = []
+        self._smaps_at = 0.0
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
         for f in self.files:
             if not plan.files[f.idx].followed():
@@ -267,6 +299,15 @@ class Controller:
             f = self.by_key.get((dev, ino))
             if f is not None:
                 f.maps.append((a, b, off))
+        seen = sorted(m for f in self.files for m in f.maps)
+        now = time.monotonic()
+        # smaps walks the page tables: read when the mappings change, and seldom besides (a
+        # program may advise a mapping after the look that found it)
+        if seen != self._seen_maps or now - self._smaps_at > SMAPS_EVERY_S:
+            self._seen_maps, self._smaps_at = seen, now
+            rand = _random_maps(self.pid) if seen else set()
+            for f in self.files:
+                f.random_maps = {a for a, _, _ in f.maps if a in rand}
         self.stats.files_mapped = sum(1 for f in self.files if f.maps)
         self.threads = _threads_of(self.pid)
 
@@ -388,15 +429,26 @@ class Controller:
         inflight = len(self.issued) * self.cb
         return self.usage() + inflight + n <= self.plan.limit_bytes - SLACK_CHUNKS * self.cb
 
+    def _kernel_reads_ahead(self, f: _File, chunk: int) -> bool:
+        """Whether a fault just before ``chunk`` makes the kernel read it ahead itself: a
+        mapping of it not advised random, on a device whose window holds a chunk."""
+        if not f.reads_ahead:
+            return False
+        off = chunk * self.cb
+        return any(o <= off < o + (b - a) and a not in f.random_maps for a, b, o in f.maps)
+
     def prefetch_from(self, key: tuple[int, int]) -> None:
         f = self.files_by_idx(key[0])
         c = key[1]
         for _ in range(self.plan.prefetch_chunks):
-            c = f.next.get(c, -1)  # no confident successor: no prefetch
+            prev, c = c, f.next.get(c, -1)  # no confident successor: no prefetch
             if c not in f.stream or c * self.cb >= f.size:
                 break
             k = (f.idx, c)
             if k in self.issued or k in self.present:
+                continue
+            if c == prev + 1 and self._kernel_reads_ahead(f, c):
+                self.stats.left_to_read_ahead += 1
                 continue
             self.pending.append(k)
 
