@@ -278,9 +278,10 @@ class Controller:
         self._pins: list[tuple[int, int]] = []  # (address, length) locked
         self.threads = 1
         self.maps_stale = True  # read the program's mappings before acting on them
-        self.read_around = max((read_ahead_bytes_of(f.path) for f in self.files), default=0)
+        windows = {f.idx: read_ahead_bytes_of(f.path) for f in self.files}
+        self.read_around = max(windows.values(), default=0)
         for f in self.files:
-            f.reads_ahead = read_ahead_bytes_of(f.path) >= self.cb
+            f.reads_ahead = windows[f.idx] >= self.cb
         self._seen_maps: list[tuple[int, int, int]] = []
         self._smaps_at = 0.0
         self._pin_queue = [(f, a * self.cb, n * self.cb) for f in self.files for a, n in f.keep]
