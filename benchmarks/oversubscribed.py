@@ -22,7 +22,10 @@ Cases, each a program the project did not write going over the same data again a
 Each case runs at limits that hold its program's own memory plus 75 % and 50 % of the
 data it reads (measured: page cache after a cold run with no limit). Every run starts
 cold; strategies interleaved; the figure is the median time of the passes after the
-first. Harness: ``pagecast.bench.oversub``. Generated data goes to
+first. Beside the plan learned from the training inputs runs the oracle: the planner given
+the held-out input's own recording (measured on that input with ``--measure-rounds``), the
+most a plan of these mechanisms reaches when it knows this run's pages (``--no-oracle``:
+left out). Harness: ``pagecast.bench.oversub``. Generated data goes to
 ``$PAGECAST_CACHE/oversub`` (default ~/.cache/pagecast) and is reused.
 """
 
@@ -471,6 +474,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--llama-venv", type=Path, default=None, help="venv with llama-cpp-python and gguf (default: "
                     "under the cache; made there on first use)")  # fmt: skip
     ap.add_argument("--no-bower", action="store_true", help="leave out the BowerAccess llm row")
+    ap.add_argument(
+        "--no-oracle", action="store_true", help="leave out the oracle (a plan from the held-out input's own recording)"
+    )
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--save", type=Path, default=None, help="also write the results as JSON to this file")
     a = ap.parse_args(argv)
@@ -491,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             rounds=a.rounds or (1 if a.quick else 2),
             backends=tuple(b for b in a.backends.split(",") if b),
             measure_rounds=a.measure_rounds if a.measure_rounds is not None else (1 if a.quick else 2),
+            oracle=not a.no_oracle,
         )
         results = []
         for name in names:

@@ -103,3 +103,35 @@ def test_mins_stream_is_every_use_not_only_what_the_kernel_missed(tmp_path: Path
         got = min_read_bytes(uses, [data], cap * PAGE_SIZE)
         assert got is not None and abs(got - want) <= PASSES * PAGE_SIZE, (cap, got, want)
         assert got > pages * PAGE_SIZE  # passes after the first read again: the hits are seen
+
+
+def test_the_oracle_row_runs_a_plan_made_from_the_held_out_inputs_own_recording(tmp_path: Path) -> None:
+    """Beside the plan learned from the training inputs, the oracle: the same planner given
+    the held-out input's own recording under the limit. It is a row of its own kind, never
+    counted as pagecast's result, and the program's output is the same under it."""
+    from pagecast.bench.oversub import ORACLE
+    from pagecast.plan.memory_format import read_memory_plan
+
+    cgroup = _memory_cgroup()
+    data = tmp_path / "a.f32"
+    m = np.random.default_rng(5).random((N, N), np.float32)
+    m.tofile(data)
+    argv = [sys.executable, "-c", POWER, str(data), str(N), str(PASSES)]
+    case = LimitCase("power", "power iteration", "pass", [Input("a", argv), Input("b", argv)], Input("h", argv), [data])
+    cfg = Config(
+        tmp_path / "work", cgroup, fractions=(0.5,), backends=("kernel",), kernel_rows=("kernel: default",), roof=False
+    )
+    r = run_case(case, cfg)
+
+    (lim,) = r["limits"]
+    rows = {x["strategy"]: x for x in lim["strategies"]}
+    assert set(rows) == {"kernel: default", "pagecast run --plan (kernel backend)", ORACLE}, lim["notes"]
+    assert rows[ORACLE]["kind"] == "oracle"
+    assert len({x["results"][0] for x in rows.values()}) == 1 and lim["same_result"]
+    d = tmp_path / "work" / "power" / f"limit-{lim['limit_bytes'] >> 20}M"
+    oracle, learned = read_memory_plan(d / "oracle.plan"), read_memory_plan(d / "train.plan")
+    assert oracle.validation["runs"] == 1 and learned.validation["runs"] == 2
+    (cell,) = summary([r])["cells"]
+    assert cell["best_pagecast"] == "pagecast run --plan (kernel backend)"
+    assert cell["oracle_vs_best_kernel"] == rows[ORACLE]["vs_best_kernel"] is not None
+    assert ORACLE in format_limit(r, lim)

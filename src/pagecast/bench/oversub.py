@@ -14,7 +14,9 @@ too (its demand stream priced under Belady's MIN: the floor of bytes read), and 
 every strategy runs the held-out input from a cold page cache, interleaved round by
 round: the kernel alone in a memory cgroup of the limit (default advice, MADV_RANDOM,
 MADV_SEQUENTIAL through the advice shim), ``pagecast run --memory --plan`` with each
-backend, and the roof: no limit, warm cache.
+backend, the oracle (a plan made, and with ``--measure`` timed, on the held-out input's own
+recording under the limit: what the plan's mechanisms reach knowing this run's pages, the
+ceiling of any plan learned from other runs), and the roof: no limit, warm cache.
 
 Bytes read are counted per run in a blkio cgroup (v1) holding everything the run starts,
 pagecast's helpers included, so other processes' reads on a shared machine do not
@@ -59,6 +61,7 @@ KERNEL_ROWS = {
 }
 BACKENDS = ("kernel", "pager")
 ROOF = "no limit, warm cache (roof)"
+ORACLE = "oracle: pagecast run --plan made from this input's own recording"
 UNLIMITED = 1 << 40  # a cgroup "limit" that never binds: measures the working set
 
 
@@ -94,6 +97,7 @@ class Config:
     backends: tuple[str, ...] = BACKENDS
     kernel_rows: tuple[str, ...] = tuple(KERNEL_ROWS)
     roof: bool = True
+    oracle: bool = True  # a plan from the held-out input's own recording, as a row
     timeout_s: float = 1800.0
     measure_rounds: int = 0  # plan --measure: rounds of timing the plan on the training inputs (0: off)
 
@@ -103,7 +107,7 @@ class Row:
     case: str
     limit_bytes: int
     strategy: str
-    kind: str  # of pagecast.bench.results.KINDS: kernel | pagecast | warm (the roof)
+    kind: str  # of pagecast.bench.results.KINDS: kernel | pagecast | oracle | warm (the roof)
     round: int
     wall_s: float
     per_pass_s: float | None  # median over the passes after the first
@@ -391,7 +395,9 @@ def min_read_bytes(trace: Path, files: Sequence[Path], capacity: int) -> int | N
 # --------------------------------------------------------------------------- a case
 
 
-def strategies(case: LimitCase, cfg: Config, limit: int, plan: Path | None) -> list[tuple[str, str, Launch]]:
+def strategies(
+    case: LimitCase, cfg: Config, limit: int, plan: Path | None, oracle: Path | None = None
+) -> list[tuple[str, str, Launch]]:
     argv = list(case.heldout.argv)
     out = []
     for name in cfg.kernel_rows:
@@ -401,6 +407,9 @@ def strategies(case: LimitCase, cfg: Config, limit: int, plan: Path | None) -> l
         for b in cfg.backends:
             cmd = pagecast("run", "--memory", str(limit), "--plan", str(plan), "--backend", b, "--json", "--", *argv)
             out.append((f"pagecast run --plan ({b} backend)", "pagecast", Launch(cmd, pagecast_json=True)))
+    if oracle is not None:  # with the backend the oracle's own measuring chose
+        cmd = pagecast("run", "--memory", str(limit), "--plan", str(oracle), "--json", "--", *argv)
+        out.append((ORACLE, "oracle", Launch(cmd, pagecast_json=True)))
     if cfg.roof:
         out.append((ROOF, "warm", Launch(argv, warm=True)))
     return out
@@ -473,6 +482,7 @@ def _prepare_limit(
     notes: list[str] = []
     traces: list[Path] = []
     plan: Path | None = None
+    oracle: Path | None = None
     min_bytes = min_faults = None
     min_stream = "every use (pager)" if uses is not None else "faults under the limit"
     if not cfg.backends:  # nothing of pagecast's to measure: no recordings, no plan, no MIN
@@ -493,16 +503,20 @@ def _prepare_limit(
             notes.append(f"no plan: {why}")
         log(f"{case.name} @ {limit >> 20} MiB: recording the held-out input")
         held = record(case.heldout, limit, d / "heldout.parquet", case, cfg.timeout_s)
+        if cfg.oracle:
+            log(f"{case.name} @ {limit >> 20} MiB: the oracle's plan, from the held-out input's own recording")
+            oracle, why = make_plan([held], limit, d / "oracle.plan", cfg.timeout_s, cfg.measure_rounds)
+            if oracle is None:
+                notes.append(f"no oracle plan: {why}")
         min_faults = min_read_bytes(held, case.mmap_files or files, data_room)
         min_bytes = min_faults if uses is None else min_read_bytes(uses, case.mmap_files or files, data_room)
         if min_bytes is None:
             notes.append("MIN's bytes: this build's simulator has no MIN")
     except (PagecastError, subprocess.SubprocessError) as e:
         notes.append(f"no recordings under the limit: {str(e)[:300]}")
-    if plan is not None:
-        make_cold([plan], sync=True)
+    make_cold([p for p in (plan, oracle) if p is not None], sync=True)
     return {
-        "strategies": strategies(case, cfg, limit, plan),
+        "strategies": strategies(case, cfg, limit, plan, oracle),
         "notes": notes,
         "min_read_bytes": min_bytes,
         "min_read_bytes_faults": min_faults,
@@ -653,6 +667,7 @@ def summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
             pc = [x for x in lim["strategies"] if x["kind"] == "pagecast" and x["vs_best_kernel"]]
             best = max(pc, key=lambda x: x["vs_best_kernel"]) if pc else None
             mn = lim["min_read_bytes"]
+            orc = next((x for x in lim["strategies"] if x["kind"] == "oracle"), None)
             cells.append(
                 {
                     "case": c["case"],
@@ -662,30 +677,37 @@ def summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
                     "vs_best_kernel": best["vs_best_kernel"] if best else None,
                     "headroom_captured": best["headroom_captured"] if best else None,
                     "read_vs_min": best["read_bytes"] / mn if best and mn else None,
+                    "oracle_vs_best_kernel": orc["vs_best_kernel"] if orc else None,
+                    "oracle_read_vs_min": orc["read_bytes"] / mn if orc and mn else None,
                 }
             )
     ratios = [x["vs_best_kernel"] for x in cells if x["vs_best_kernel"] is not None]
+    oracles = [x["oracle_vs_best_kernel"] for x in cells if x["oracle_vs_best_kernel"] is not None]
     return {
         "cells": cells,
         "least_vs_best_kernel": min(ratios) if ratios else None,
         "median_vs_best_kernel": float(statistics.median(ratios)) if ratios else None,
         "cells_measured": len(ratios),
+        "median_oracle_vs_best_kernel": float(statistics.median(oracles)) if oracles else None,
     }
 
 
 def format_summary(s: dict[str, Any]) -> str:
     lines = [
-        "| case | limit | best pagecast row | vs best kernel | headroom captured | bytes read / MIN's |",
-        "|---|---|---|---|---|---|",
+        "| case | limit | best pagecast row | vs best kernel | headroom captured | bytes read / MIN's | oracle | "
+        "oracle's bytes / MIN's |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     f = lambda v, fmt: "—" if v is None else format(v, fmt)  # noqa: E731
     for x in s["cells"]:
         lines.append(
             f"| {x['case']} | {x['limit_bytes'] >> 20} MiB ({x['fraction']:.0%}) | {x['best_pagecast'] or '—'} | "
-            f"{f(x['vs_best_kernel'], '.2f')}× | {f(x['headroom_captured'], '.0%')} | {f(x['read_vs_min'], '.2f')}× |"
+            f"{f(x['vs_best_kernel'], '.2f')}× | {f(x['headroom_captured'], '.0%')} | {f(x['read_vs_min'], '.2f')}× | "
+            f"{f(x.get('oracle_vs_best_kernel'), '.2f')}× | {f(x.get('oracle_read_vs_min'), '.2f')}× |"
         )
     lines.append(
         f"\nleast {f(s['least_vs_best_kernel'], '.2f')}×, median {f(s['median_vs_best_kernel'], '.2f')}× "
-        f"over {s['cells_measured']} case×limit cells"
+        f"over {s['cells_measured']} case×limit cells; the oracle's median "
+        f"{f(s.get('median_oracle_vs_best_kernel'), '.2f')}×"
     )
     return "\n".join(lines)
