@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -436,7 +437,7 @@ for line in open("/proc/self/smaps"):
         lo, hi = (int(x, 16) for x in head[0].split("-"))
         name = head[-1]
     elif head[0] == "VmFlags:" and name == sys.argv[1]:
-        flags = set(head[1:]) & {"sr", "rr"}
+        flags = set(head[1:]) & {"sr", "rr", "hg"}
         print((lo - base) // 4096, (hi - base) // 4096, "".join(sorted(flags)))
 """
 
@@ -470,7 +471,26 @@ def test_a_file_read_in_order_beside_lookups_is_advised_by_span(tmp_path):
     r = subprocess.run([sys.executable, "-c", _VMFLAGS, str(f)], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     vmas = [tuple(line.split()) for line in r.stdout.splitlines()]
-    assert vmas == [("0", str(cp), "rr"), (str(cp), str(4 * cp), "sr"), (str(4 * cp), str(7 * cp), "rr")]
+    # the plan's sequential advice is read in large folios where the kernel has them (hg)
+    seq = "hgsr" if Path("/sys/kernel/mm/transparent_hugepage").exists() else "sr"
+    assert vmas == [("0", str(cp), "rr"), (str(cp), str(4 * cp), seq), (str(4 * cp), str(7 * cp), "rr")]
+
+
+def test_a_sequential_variant_keeps_one_run_of_the_part_read_in_order():
+    """A file read in order pass after pass is a cyclic scan: any chunks of the same number
+    spare the same reads, so the keep set inside the part read in order becomes one run
+    from its first kept chunk, as many chunks; what is kept outside that part stays."""
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.memory import _contiguous_keep
+    from pagecast.plan.memory_format import FileMemoryPlan
+
+    ident = FileIdentity(40 * CHUNK, 1, 1, 1, 1)
+    f = FileMemoryPlan("/w", ident, keep=[(1, 1), (5, 3), (10, 2), (20, 1)], stream=[(8, 2), (12, 8)])
+    assert _contiguous_keep(f, (4, 30), 40) == [(1, 1), (5, 6)]  # chunk 1: outside the part, kept as it was
+    assert _contiguous_keep(f, None, 40) == [(1, 7)]  # the whole file read in order
+    late = FileMemoryPlan("/w", ident, keep=[(31, 1), (33, 2)])
+    assert _contiguous_keep(late, (4, 30), 40) == [(31, 2), (34, 1)]  # chunk 34 is past the part
+    assert _contiguous_keep(FileMemoryPlan("/w", ident, keep=[(1, 2)]), (4, 30), 40) == [(1, 2)]
 
 
 def test_a_file_advice_of_a_memory_plan_is_checked(tmp_path):

@@ -260,14 +260,16 @@ m[0]
 lines = open("/proc/self/smaps").read().splitlines()
 at = next(i for i, l in enumerate(lines) if l.endswith(" " + path))
 flags = next(l for l in lines[at:] if l.startswith("VmFlags:")).split()[1:]
-print("sequential" if "sr" in flags else "random" if "rr" in flags else "normal")
+print("sequential" if "sr" in flags else "random" if "rr" in flags else "normal", "hg" in flags)
 """
 
 
 @pytest.mark.parametrize("advice", ["sequential", None])
 def test_a_files_advice_reaches_the_programs_mapping(setup, tmp_path, advice):
     """A plan advising a file sequential: the unmodified program's own mapping of it carries
-    the advice (its VmFlags), through the advice shim; a plan without advice leaves it be."""
+    the advice (its VmFlags), through the advice shim, with MADV_HUGEPAGE beside it where the
+    kernel has transparent huge pages (its fault path then reads large folios); a plan without
+    advice leaves it be."""
     _, f = setup
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 1)], [], {}, advice=advice)
     plan = tmp_path / "p.plan"
@@ -275,4 +277,5 @@ def test_a_files_advice_reaches_the_programs_mapping(setup, tmp_path, advice):
     r = subprocess.run([sys.executable, "-m", "pagecast", "run", "--memory", str(LIMIT), "--plan", str(plan), "--",
                         sys.executable, "-c", VMFLAGS, str(f)], capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == (advice or "normal")
+    large = advice is not None and Path("/sys/kernel/mm/transparent_hugepage").exists()
+    assert r.stdout.split() == [advice or "normal", str(large)]

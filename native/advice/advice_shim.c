@@ -5,7 +5,8 @@
  *
  *   PAGECAST_ADVICE=random|sequential|normal          every regular file
  *   PAGECAST_ADVICE_FILES=A:DEV:INO[:FIRST:PAGES:B][,...]
- *                                                     only these files (A: r, s or n), by
+ *                                                     only these files (A: r, s, n, or l:
+ *                                                     sequential read in large folios), by
  *                                                     st_dev and st_ino; wins over the above.
  *                                                     With a span: a mapping gets A on file
  *                                                     pages [FIRST, FIRST+PAGES) only, B on
@@ -122,8 +123,25 @@ static uint32_t fdinfo[FD_TRACKED];
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* Not an madvise value: MADV_SEQUENTIAL with MADV_HUGEPAGE beside it (letter `l`). A fault in
+ * a mapping advised sequential alone reads ahead in single pages; with MADV_HUGEPAGE the
+ * kernel's fault path reads large folios first, and a scan behind a locked keep set in a
+ * memory cgroup streamed 2.9x faster (0.166 s against 0.48 a 405 MiB pass, Linux 6.18). */
+#define MADV_SEQUENTIAL_LARGE (-100)
+
+static void apply_madvise(void *p, size_t len, int m) {
+    if (m == MADV_SEQUENTIAL_LARGE) {
+        madvise(p, len, MADV_SEQUENTIAL);
+        madvise(p, len, MADV_HUGEPAGE); /* refused where THP is off: the advice above stands */
+    } else
+        madvise(p, len, m);
+}
+
 static int parse_advice(const char *a, int *f, int *m) {
-    if (!strcmp(a, "random") || !strcmp(a, "r")) {
+    if (!strcmp(a, "l")) {
+        *f = POSIX_FADV_SEQUENTIAL;
+        *m = MADV_SEQUENTIAL_LARGE;
+    } else if (!strcmp(a, "random") || !strcmp(a, "r")) {
         *f = POSIX_FADV_RANDOM;
         *m = MADV_RANDOM;
     } else if (!strcmp(a, "sequential") || !strcmp(a, "s")) {
@@ -269,8 +287,8 @@ static void advise_span(char *p, size_t len, off_t off, const struct file_advice
     long long lo = fa->first * page, hi = (fa->first + fa->pages) * page;
     long long s = lo > (long long)off ? lo : (long long)off;
     long long e = hi < (long long)off + (long long)len ? hi : (long long)off + (long long)len;
-    madvise(p, len, fa->other);
-    if (s < e) madvise(p + (s - off), (size_t)(e - s), fa->madv);
+    apply_madvise(p, len, fa->other);
+    if (s < e) apply_madvise(p + (s - off), (size_t)(e - s), fa->madv);
 }
 
 static int feedback_slot(const struct stat *st) {
@@ -308,7 +326,7 @@ static int advise_fd(int fd) {
 static void advise_map(void *p, size_t len, int flags, int fd, off_t off) {
     if (p == MAP_FAILED || fd < 0 || (flags & MAP_ANONYMOUS)) return;
     init_advice();
-    if (madv < 0 && !per_file()) return;
+    if ((madv == -1 || madv == -2) && !per_file()) return;
     int saved = errno;
     int m = madv, f;
     struct stat st;
@@ -320,8 +338,8 @@ static void advise_map(void *p, size_t len, int flags, int fd, off_t off) {
     }
     if (fa && fa->pages > 0)
         advise_span(p, len, off, fa);
-    else if (m >= 0)
-        madvise(p, len, m);
+    else if (m >= 0 || m == MADV_SEQUENTIAL_LARGE)
+        apply_madvise(p, len, m);
     errno = saved;
 }
 

@@ -41,7 +41,7 @@ from pagecast.util.atomic import atomic_write_text
 FORMAT = "pagecast-memory-plan"
 VERSION = 1
 BACKENDS = ("kernel-advice", "kernel", "pager")
-ADVICE = {"sequential": "s"}  # a plan's file advice -> the advice shim's letter (PAGECAST_ADVICE_FILES)
+ADVICE = {"sequential": "l"}  # a plan's file advice -> the advice shim's letter (PAGECAST_ADVICE_FILES)
 # share of a file's streamed chunks the plan must know a successor of for them to be followed
 # from outside (evicted after use, prefetched ahead): below it, paging out from outside
 # evicts what the program comes back to (measured: twice the reads on scattered reads)
