@@ -82,12 +82,27 @@ def test_run_memory_success_and_failure_statuses_pass_through(parent, tmp_path):
         assert not _ours(parent, p.pid)
 
 
+def _keep_plan(tmp_path: Path) -> Path:
+    """A memory plan keeping a small file: ``run --plan`` forks the live controller for it."""
+    from pagecast.plan.format import FileIdentity
+    from pagecast.plan.memory_format import FileMemoryPlan, MemoryPlan, write_memory_plan
+
+    data = tmp_path / "kept.bin"
+    data.write_bytes(os.urandom(1 << 20))
+    fp = FileMemoryPlan(str(data), FileIdentity.of(data), [(0, 1)], [], {})
+    write_memory_plan(MemoryPlan(64 << 20, 1 << 20, 8 << 20, 0, "kernel-advice", [fp]), tmp_path / "keep.plan")
+    return tmp_path / "keep.plan"
+
+
+@pytest.mark.parametrize("plan", [False, True], ids=["alone", "controller"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_removed_after_pagecast_is_killed(parent, tmp_path, sig):
+def test_removed_after_pagecast_is_killed(parent, tmp_path, sig, plan):
     # the program would run a minute: killing pagecast ends it too (SIGTERM passed on, SIGKILL
-    # by the reaper), and nothing of the run is left: its cgroup, its scratch directory
+    # by the reaper), and nothing of the run is left: its cgroup, its scratch directory; with
+    # a plan, the controller forked into the cgroup holds nothing that keeps the reaper waiting
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    p = _pagecast(["run", "--memory", "64M", "--", "sleep", "60"], stderr=subprocess.DEVNULL, env=env)
+    opts = ["--plan", str(_keep_plan(tmp_path))] if plan else []
+    p = _pagecast(["run", "--memory", "64M", *opts, "--", "sleep", "60"], stderr=subprocess.DEVNULL, env=env)
     end = time.monotonic() + 20
     while not (_ours(parent, p.pid) and (_ours(parent, p.pid)[0] / "cgroup.procs").read_text().strip()):
         assert time.monotonic() < end, "the program never appeared in its cgroup"

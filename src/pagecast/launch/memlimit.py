@@ -70,6 +70,7 @@ def _start_controller(plan: MemoryPlan, pid: int, cg: MemoryCgroup, named: Seque
     if child == 0:  # pragma: no cover - runs in the child, reports through the pipe
         code = 0
         gc.disable()
+        cg.forget_reaper()
         try:
             os.close(r)
             signal.signal(signal.SIGINT, signal.SIG_IGN)

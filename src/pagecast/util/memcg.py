@@ -328,6 +328,16 @@ class MemoryCgroup:
         os.set_inheritable(w, False)
         self._reaper_pid, self._reaper_fd = pid, w
 
+    def forget_reaper(self) -> None:
+        """In a process forked after the cgroup was made (the live controller): let go of the
+        reaper's pipe. The reaper acts when the pipe's last holder ends, and a fork holds it
+        too: a controller waiting for the program kept the reaper waiting, so a SIGKILL of
+        pagecast left the program running and the cgroup in place."""
+        if self._reaper_fd is not None:
+            os.close(self._reaper_fd)
+            self._reaper_fd = None
+        self._reaper_pid = None
+
     def close(self) -> None:
         """Kill what is left in the cgroup, remove it, and let the reaper go."""
         _kill_all(self.path, patience_s=1.0)
