@@ -732,8 +732,10 @@ def sequential_plan(
     kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
     program used through that mapping, so what is not kept streams through about one
     read-ahead window per thread and MIN's keep set is cut only by what streams (as for the
-    pager), beside the same reserve as ``plan``'s. Locked only, nothing followed from
-    outside; files read as objects keep their own reading. ``plan --measure`` times it beside
+    pager), beside the same reserve as ``plan``'s, kept as one run inside the part read in
+    order (``_contiguous_keep``), the part not kept read in large folios (the advice shim's
+    ``l``). Locked only, nothing followed from outside; files read as objects keep their own
+    reading. ``plan --measure`` times it beside
     the other variants (``--sequential``). None where ``plan`` found nothing to gain or this
     keeps nothing, and where a file it keeps is read with ``read()``: the advice is for
     mappings, and such a file's read-ahead still needs the room (``stream_room``)."""
@@ -763,9 +765,9 @@ def sequential_plan(
 
 def _read_in_order(runs: Sequence[RunStream], fi: int, chunk_bytes: int, size: int) -> tuple[int, int] | None:
     """(first chunk, chunks) of file ``fi`` from the first to the last chunk a run used at
-    least half the pages of: the part read in order; None where that is the whole file. The
-    rest is read by lookups (token embeddings: a row a token), where a sequential advice reads
-    a whole window ahead of each (llama.cpp: 180 of the 1537 MiB it read at 519 MiB)."""
+    least half the pages of: the part read in order, whose keep set ``_contiguous_keep`` makes
+    one run; None where that is the whole file. The rest is read by lookups (token
+    embeddings: a row a token)."""
     chunk_pages = chunk_bytes // PAGE_SIZE
     dense: set[int] = set()
     for r in runs:
