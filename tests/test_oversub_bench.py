@@ -47,15 +47,21 @@ def _memory_cgroup():
     return MemoryCgroup
 
 
-def test_harness_runs_a_case_cold_under_a_limit(tmp_path: Path) -> None:
-    cgroup = _memory_cgroup()
+def _power_case(tmp_path: Path, seed: int) -> tuple[Path, np.ndarray, LimitCase]:
+    """The power iteration over a matrix of its own, as a case: two training inputs, one held out."""
     data = tmp_path / "a.f32"
-    m = np.random.default_rng(3).random((N, N), np.float32)
+    m = np.random.default_rng(seed).random((N, N), np.float32)
     m.tofile(data)
     if not Path(f"/sys/dev/block/{os.major(data.stat().st_dev)}:{os.minor(data.stat().st_dev)}").exists():
         pytest.skip("the temporary directory is not on a block device (page cache cannot be made cold)")
     argv = [sys.executable, "-c", POWER, str(data), str(N), str(PASSES)]
     case = LimitCase("power", "power iteration", "pass", [Input("a", argv), Input("b", argv)], Input("h", argv), [data])
+    return data, m, case
+
+
+def test_harness_runs_a_case_cold_under_a_limit(tmp_path: Path) -> None:
+    cgroup = _memory_cgroup()
+    data, m, case = _power_case(tmp_path, 3)
     cfg = Config(tmp_path / "work", cgroup, fractions=(0.5,), backends=(), kernel_rows=("kernel: default",))
     r = run_case(case, cfg)
 
@@ -113,11 +119,7 @@ def test_the_oracle_row_runs_a_plan_made_from_the_held_out_inputs_own_recording(
     from pagecast.plan.memory_format import read_memory_plan
 
     cgroup = _memory_cgroup()
-    data = tmp_path / "a.f32"
-    m = np.random.default_rng(5).random((N, N), np.float32)
-    m.tofile(data)
-    argv = [sys.executable, "-c", POWER, str(data), str(N), str(PASSES)]
-    case = LimitCase("power", "power iteration", "pass", [Input("a", argv), Input("b", argv)], Input("h", argv), [data])
+    _, _, case = _power_case(tmp_path, 5)
     cfg = Config(
         tmp_path / "work", cgroup, fractions=(0.5,), backends=("kernel",), kernel_rows=("kernel: default",), roof=False
     )

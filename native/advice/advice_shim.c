@@ -137,6 +137,11 @@ static void apply_madvise(void *p, size_t len, int m) {
         madvise(p, len, m);
 }
 
+/* Whether an advice value asks for an madvise (-1, -2: none given). */
+static int has_madvise(int m) {
+    return m >= 0 || m == MADV_SEQUENTIAL_LARGE;
+}
+
 static int parse_advice(const char *a, int *f, int *m) {
     if (!strcmp(a, "l")) {
         *f = POSIX_FADV_SEQUENTIAL;
@@ -326,7 +331,7 @@ static int advise_fd(int fd) {
 static void advise_map(void *p, size_t len, int flags, int fd, off_t off) {
     if (p == MAP_FAILED || fd < 0 || (flags & MAP_ANONYMOUS)) return;
     init_advice();
-    if ((madv == -1 || madv == -2) && !per_file()) return;
+    if (!has_madvise(madv) && !per_file()) return;
     int saved = errno;
     int m = madv, f;
     struct stat st;
@@ -338,7 +343,7 @@ static void advise_map(void *p, size_t len, int flags, int fd, off_t off) {
     }
     if (fa && fa->pages > 0)
         advise_span(p, len, off, fa);
-    else if (m >= 0 || m == MADV_SEQUENTIAL_LARGE)
+    else if (has_madvise(m))
         apply_madvise(p, len, m);
     errno = saved;
 }

@@ -703,11 +703,11 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(
             f"| {x['case']} | {x['limit_bytes'] >> 20} MiB ({x['fraction']:.0%}) | {x['best_pagecast'] or '—'} | "
             f"{f(x['vs_best_kernel'], '.2f')}× | {f(x['headroom_captured'], '.0%')} | {f(x['read_vs_min'], '.2f')}× | "
-            f"{f(x.get('oracle_vs_best_kernel'), '.2f')}× | {f(x.get('oracle_read_vs_min'), '.2f')}× |"
+            f"{f(x['oracle_vs_best_kernel'], '.2f')}× | {f(x['oracle_read_vs_min'], '.2f')}× |"
         )
     lines.append(
         f"\nleast {f(s['least_vs_best_kernel'], '.2f')}×, median {f(s['median_vs_best_kernel'], '.2f')}× "
         f"over {s['cells_measured']} case×limit cells; the oracle's median "
-        f"{f(s.get('median_oracle_vs_best_kernel'), '.2f')}×"
+        f"{f(s['median_oracle_vs_best_kernel'], '.2f')}×"
     )
     return "\n".join(lines)
