@@ -125,8 +125,8 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 /* Not an madvise value: MADV_SEQUENTIAL with MADV_HUGEPAGE beside it (letter `l`). A fault in
  * a mapping advised sequential alone reads ahead in single pages; with MADV_HUGEPAGE the
- * kernel's fault path reads large folios first, and a scan behind a locked keep set in a
- * memory cgroup streamed 2.9x faster (0.166 s against 0.48 a 405 MiB pass, Linux 6.18). */
+ * kernel's fault path reads large folios first: a scan beside a locked keep set in a memory
+ * cgroup ran 3.2x faster a pass (benchmarks/seq_large_folios.py, Linux 6.18). */
 #define MADV_SEQUENTIAL_LARGE (-100)
 
 static void apply_madvise(void *p, size_t len, int m) {
