@@ -425,6 +425,36 @@ def test_advised_sequential_what_lru_hit_in_the_recording_is_no_room_of_its_own(
     assert keep < skeep and len(skeep) == len(keep) + 1  # its chunk of room went to the keep set
 
 
+def test_the_sequential_variant_leaves_two_sequential_read_ahead_windows_unlocked(tmp_path):
+    """Advised sequential, the kernel reads ahead of a miss in windows of twice the device's
+    read-ahead and asks for the next while the program reads the one before: the keep set of
+    a cyclic scan leaves two such windows unlocked (less made each window evict the one before
+    it was used, measured on llama.cpp), or the room the caller set. The device's read-ahead
+    read from sysfs here, beside the planner's own lookup."""
+    import os
+
+    from pagecast.plan.memory import sequential_room
+
+    f = tmp_path / "weights"
+    f.write_bytes(b"\0" * PAGE_SIZE)
+    dev = os.stat(f).st_dev
+    base = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    kb = next((int(q.read_text()) for q in (base / "queue/read_ahead_kb", base / "../queue/read_ahead_kb")
+               if q.exists()), None)  # fmt: skip
+    if kb is None:
+        pytest.skip("the temporary directory is on no block device with a read-ahead setting")
+    chunk_pages = CHUNK // PAGE_SIZE
+    pages = np.concatenate([np.arange(100 * chunk_pages)] * 3)  # 100 MiB read in order, 3 passes
+    run = RunStream(np.zeros(len(pages), np.int64), pages, 0)
+    room = sequential_room([run], {0: str(f)})
+    assert room == 2 * 2 * (kb << 10)
+    for given, left in ((16 << 20, 16), (room, max(3, -(-room // CHUNK))), (None, 3)):  # None: the pager's 3
+        cfg = MemoryPlanConfig(64 << 20, CHUNK, reserve_bytes=4 << 20, prefetch_chunks=0, pager=True,
+                               sequential=True, stream_room_bytes=given)  # fmt: skip
+        keep, streamed, *_ = build([run], cfg)
+        assert len(keep) == max(0, 60 - left) and len(keep) + len(streamed) == 100
+
+
 _VMFLAGS = r"""
 import mmap, os, sys
 f = open(sys.argv[1], "rb")

@@ -85,7 +85,8 @@ class MemoryPlanConfig:
     # window, so MIN's keep set is cut only to leave it room to stream through (pager_plan)
     pager: bool = False
     # files advised sequential (sequential_plan): the kernel holds none of their pages for
-    # reuse, so what LRU hit in the recording streams through as well and needs no room of its own
+    # reuse, so what LRU hit in the recording streams through as well and needs no room of its
+    # own; the room left is stream_room_bytes (sequential_room), at least the pager's
     sequential: bool = False
 
 
@@ -390,11 +391,8 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
     (``cat``, ``md5sum`` and the rest of coreutils do). Measured, 200 MiB read 8 times in a
     160 MiB limit: ``cat`` 0.98× the kernel alone with the device's window, 1.42× with
     twice it; a reader without advice 1.90× and 1.64× (``benchmarks/memlimit_reads.py``)."""
-    counts: Counter[int] = Counter()
-    for r in runs:
-        counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
     ra = DEFAULT_READ_AHEAD_KB << 10
-    for fi, _ in counts.most_common(1):
+    for fi in _most_used(runs):
         ra = read_ahead_bytes_of(names.get(fi, ""))
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
@@ -403,6 +401,28 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
         elif majors >= MIN_MAJORS:
             ra = min(ra, max(1, round(faults * FAULT_AROUND_PAGES / majors)) * PAGE_SIZE)
     return 2 * ra
+
+
+def _most_used(runs: Sequence[RunStream]) -> list[int]:
+    """The file the recordings use most, as a list of none or one."""
+    counts: Counter[int] = Counter()
+    for r in runs:
+        counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
+    return [fi for fi, _ in counts.most_common(1)]
+
+
+def sequential_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
+    """What a file read in order and advised sequential streams through beside the keep set
+    locked next to it (``sequential_plan``): the kernel reads ahead of a miss in windows of
+    twice the device's read-ahead there (VM_SEQ_READ), and asks for the next window while the
+    program reads the one before, so two such windows. Less room makes each window evict the
+    one before it is used: llama.cpp held out at 367 MiB, its keep set one run in 512 KiB
+    chunks, ran 0.82× the kernel alone with 9 MiB left, 1.31× with 16, 2.25× with 32 and
+    2.08× with 48 (3.41×, 4.05× and 3.22× with 16, 32 and 48 at 519 MiB)."""
+    ra = DEFAULT_READ_AHEAD_KB << 10
+    for fi in _most_used(runs):
+        ra = read_ahead_bytes_of(names.get(fi, ""))
+    return SEQUENTIAL_WINDOWS * 2 * ra
 
 
 def files_read_with_read(runs: Sequence[RunStream]) -> set[int]:
@@ -456,10 +476,14 @@ def room_bytes(cfg: MemoryPlanConfig) -> int:
 # what the pager streams through beside its keep set: the chunk passed, the one the program
 # is in and the one its batch reaches into (launch.memlimit_pager)
 PAGER_ROOM_CHUNKS = 3
+# read-ahead windows in flight through a file advised sequential (sequential_room)
+SEQUENTIAL_WINDOWS = 2
 
 
 def _room(cfg: MemoryPlanConfig) -> int:
     assert cfg.chunk_bytes is not None
+    if cfg.sequential:
+        return max(PAGER_ROOM_CHUNKS * cfg.chunk_bytes, cfg.stream_room_bytes or 0)
     return PAGER_ROOM_CHUNKS * cfg.chunk_bytes if cfg.pager else room_bytes(cfg)
 
 
@@ -730,9 +754,9 @@ def sequential_plan(
 ) -> MemoryPlan | None:
     """``plan``'s keep set rebuilt for files read in order and advised ``sequential``: the
     kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
-    program used through that mapping, so what is not kept streams through about one
-    read-ahead window per thread and MIN's keep set is cut only by what streams (as for the
-    pager), beside the same reserve as ``plan``'s, kept as one run inside the part read in
+    program used through that mapping, so what is not kept streams through two read-ahead
+    windows (``sequential_room``) and MIN's keep set is cut only to leave them room, beside
+    the same reserve as ``plan``'s, kept as one run inside the part read in
     order (``_contiguous_keep``), the part not kept read in large folios (the advice shim's
     ``l``). Locked only, nothing followed from outside; files read as objects keep their own
     reading. ``plan --measure`` times it beside
@@ -741,10 +765,17 @@ def sequential_plan(
     mappings, and such a file's read-ahead still needs the room (``stream_room``)."""
     if plan.backend == "kernel":
         return None
-    rebuilt = dataclasses.replace(
-        cfg, chunk_bytes=plan.chunk_bytes, pager=True, sequential=True, reserve_bytes=plan.reserve_bytes
-    )
     runs, files = read if read is not None else read_runs(traces)
+    rebuilt = dataclasses.replace(
+        cfg,
+        chunk_bytes=plan.chunk_bytes,
+        pager=True,
+        sequential=True,
+        reserve_bytes=plan.reserve_bytes,
+        stream_room_bytes=cfg.stream_room_bytes  # as the caller set it (--stream-room), or
+        if cfg.stream_room_bytes is not None
+        else sequential_room(runs, {i: p for p, i in files.items()}),
+    )
     cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
         return None
