@@ -7,8 +7,9 @@ whole, locked; nothing followed from outside), ``plan`` (as built) and each of t
 the userfaultfd pager (``+pager``), ``follow`` (with ``--follow PLAN``: a plan rebuilt in
 coarser chunks the controller can follow, as ``plan --memory --measure`` builds one; with
 ``--for-pager PLAN`` the ``+pager`` variants come from that plan, rebuilt for the pager),
-``seq`` (with ``--traces``, the recordings the plan was made from: its keep set rebuilt for
-files advised sequential, ``pagecast.plan.memory.sequential_plan``), plus
+``seq`` and ``seq1`` (with ``--traces``, the recordings the plan was made from: its keep set
+rebuilt for files advised sequential, leaving two read-ahead windows of room or one,
+``pagecast.plan.memory.sequential_variants``), plus
 ``as-planned`` (the plan file as it is, with the backend it names). Every run starts cold, variants interleaved round by round. Printed: per
 variant the median time per pass (token, round) after the first over every round, MiB read
 by the run, and the ratio to the kernel alone.
@@ -41,7 +42,7 @@ import oversubscribed as ob  # noqa: E402
 from pagecast.bench.oversub import Config, Launch, ReadCounter, pagecast, run_once  # noqa: E402
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
-from pagecast.plan.memory import MemoryPlanConfig, sequential_plan  # noqa: E402
+from pagecast.plan.memory import MemoryPlanConfig, sequential_variants  # noqa: E402
 from pagecast.plan.memory_format import read_memory_plan, write_memory_plan  # noqa: E402
 from pagecast.plan.memory_measure import variants  # noqa: E402
 from pagecast.util.memcg import parse_limit  # noqa: E402
@@ -63,7 +64,7 @@ def launches(
     sequential = None
     if traces:
         cfg = MemoryPlanConfig(plan.limit_bytes, plan.chunk_bytes)
-        sequential = sequential_plan([str(t) for t in traces], cfg, plan)
+        sequential = sequential_variants([str(t) for t in traces], cfg, plan)
     by_name = variants(
         plan,
         follow=read_memory_plan(follow) if follow else None,

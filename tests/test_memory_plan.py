@@ -271,10 +271,11 @@ def test_without_the_pager_only_the_kernel_variants_are_measured(tmp_path):
 
     fp = FileMemoryPlan(str(f), FileIdentity.of(f), [(0, 2)], [(2, 2)], {2: 3})
     plan = MemoryPlan(64 << 20, 1 << 18, 8 << 20, 2, "pager", [fp])  # a plan already measured for the pager
-    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES[:-2]  # no coarser nor sequential plan given
+    assert tuple(variants(plan, pager=False)) == KERNEL_CANDIDATES[:-3]  # no coarser nor sequential plan given
     coarse = dataclasses.replace(plan, chunk_bytes=1 << 20)
-    assert tuple(variants(plan, pager=False, follow=coarse)) == KERNEL_CANDIDATES[:-1]
-    assert tuple(variants(plan, pager=False, follow=coarse, sequential=plan)) == KERNEL_CANDIDATES
+    assert tuple(variants(plan, pager=False, follow=coarse)) == KERNEL_CANDIDATES[:-2]
+    both_seq = {"seq": plan, "seq1": plan}
+    assert tuple(variants(plan, pager=False, follow=coarse, sequential=both_seq)) == KERNEL_CANDIDATES
     assert variants(plan, follow=coarse)["follow"].chunk_bytes == 1 << 20
     both = variants(plan)
     assert {k: v.backend for k, v in both.items() if v is not None} == {
@@ -359,7 +360,7 @@ def test_the_sequential_variant_keeps_more_and_advises_what_it_keeps(recordings,
     """``seq``: MIN's keep set cut only for what streams (no read-around window beside it),
     the program's own memory as the reserve, nothing followed from outside, and the files it
     keeps advised sequential; written and read back as such, and timed among the variants."""
-    from pagecast.plan.memory import sequential_plan
+    from pagecast.plan.memory import sequential_plan, sequential_variants
     from pagecast.plan.memory_measure import variants
 
     f, traces = recordings
@@ -375,8 +376,11 @@ def test_the_sequential_variant_keeps_more_and_advises_what_it_keeps(recordings,
     assert all(x.advice is None for x in seq.files if not x.keep)
     write_memory_plan(seq, tmp_path / "seq.plan")
     assert read_memory_plan(tmp_path / "seq.plan").to_dict() == seq.to_dict()
-    assert variants(plan, pager=False, sequential=seq)["seq"].files == seq.files
+    assert variants(plan, pager=False, sequential={"seq": seq})["seq"].files == seq.files
     assert "seq" not in variants(plan, pager=False)
+    assert {"seq", "seq1"} <= set(variants(plan, pager=False, sequential={"seq": seq, "seq1": seq}))
+    # the room set by the caller: one room, so one sequential variant
+    assert list(sequential_variants(traces, cfg, plan)) == ["seq"]
     # a plan that found nothing to gain has no sequential variant either
     assert sequential_plan(traces, cfg, dataclasses.replace(plan, backend="kernel")) is None
     # asked for on the command line: written as the plan, the file advised sequential
@@ -425,12 +429,11 @@ def test_advised_sequential_what_lru_hit_in_the_recording_is_no_room_of_its_own(
     assert keep < skeep and len(skeep) == len(keep) + 1  # its chunk of room went to the keep set
 
 
-def test_the_sequential_variant_leaves_two_sequential_read_ahead_windows_unlocked(tmp_path):
+def test_the_sequential_variants_leave_read_ahead_windows_unlocked(tmp_path):
     """Advised sequential, the kernel reads ahead of a miss in windows of twice the device's
     read-ahead and asks for the next while the program reads the one before: the keep set of
-    a cyclic scan leaves two such windows unlocked (less made each window evict the one before
-    it was used, measured on llama.cpp), or the room the caller set. The device's read-ahead
-    read from sysfs here, beside the planner's own lookup."""
+    a cyclic scan leaves two such windows unlocked (``seq``) or one (``seq1``), or the room the
+    caller set. The device's read-ahead read from sysfs here, beside the planner's own lookup."""
     import os
 
     from pagecast.plan.memory import sequential_room
@@ -447,7 +450,7 @@ def test_the_sequential_variant_leaves_two_sequential_read_ahead_windows_unlocke
     pages = np.concatenate([np.arange(100 * chunk_pages)] * 3)  # 100 MiB read in order, 3 passes
     run = RunStream(np.zeros(len(pages), np.int64), pages, 0)
     room = sequential_room([run], {0: str(f)})
-    assert room == 2 * 2 * (kb << 10)
+    assert room == 2 * 2 * (kb << 10) and sequential_room([run], {0: str(f)}, windows=1) == room // 2
     for given, left in ((16 << 20, 16), (room, max(3, -(-room // CHUNK))), (None, 3)):  # None: the pager's 3
         cfg = MemoryPlanConfig(64 << 20, CHUNK, reserve_bytes=4 << 20, prefetch_chunks=0, pager=True,
                                sequential=True, stream_room_bytes=given)  # fmt: skip

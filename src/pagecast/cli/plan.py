@@ -139,7 +139,7 @@ def _add_measure_args(p: argparse.ArgumentParser) -> None:
         "more than a standard error. With --memory: the program alone under the limit against the plan, "
         "its keep set alone and half of it (each also through the userfaultfd pager), and where the plan "
         "cannot follow what it streams the plan rebuilt in coarser chunks that it can (follow), and the keep "
-        "set for files advised sequential (seq), through pagecast run --memory, a variant 3x slower than the "
+        "set for files advised sequential (seq; seq1 with less room), through pagecast run --memory, a variant 3x slower than the "
         "kernel alone stopped; of those that beat the kernel by more than the noise and tie with the fastest, "
         "the one reading least from the device (then the simplest), confirmed in fresh rounds, else backend kernel",
     )
@@ -200,8 +200,8 @@ def _add_memory_args(p: argparse.ArgumentParser) -> None:
         "--sequential",
         action="store_true",
         help="--memory: for files read in order (model weights): lock MIN's keep set cut only for what "
-        "streams and advise the files it keeps sequential (--measure times this as the variant 'seq' "
-        "beside the others anyway)",
+        "streams (two read-ahead windows) and advise the files it keeps sequential (--measure times this "
+        "as the variant 'seq', and 'seq1' with one window of room, beside the others anyway)",
     )
 
 
@@ -565,7 +565,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         pager_plan,
         plan_for_limit,
         read_runs,
-        sequential_plan,
+        sequential_variants,
     )
     from pagecast.plan.memory_format import write_memory_plan
     from pagecast.util.memcg import parse_limit
@@ -588,7 +588,8 @@ def _memory_plan(args: argparse.Namespace) -> int:
     measured = None
     # --measure times it among the variants whether asked for or not
     read = read_runs(args.traces) if args.sequential or recordings is not None else None
-    sequential = sequential_plan(args.traces, cfg, plan, read) if read is not None else None
+    seqs = sequential_variants(args.traces, cfg, plan, read) if read is not None else {}
+    sequential = seqs.get("seq")
     if args.sequential and sequential is None:
         print(
             "pagecast plan: --sequential: nothing to advise (no keep set to lock for this limit, or the files it "
@@ -599,7 +600,7 @@ def _memory_plan(args: argparse.Namespace) -> int:
         follow = follow_plan(args.traces, cfg, plan)
         for_pager = pager_plan(args.traces, cfg, plan)
         mapped = mapped_share(args.traces, plan, read) >= PAGER_SHARE
-        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, sequential, mapped)
+        plan, measured = _measure_memory(plan, recordings, args.rounds or 3, follow, for_pager, seqs, mapped)
         plan.validation["measured"] = measured.to_dict()
     elif args.sequential and sequential is not None:
         plan = sequential
@@ -678,8 +679,8 @@ def _measure_memory(
 ) -> tuple:
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
     follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
-    the pager, if one was; ``sequential``, the keep set for files advised sequential, if one
-    was) against the kernel alone under the limit. ``mapped``: whether the program maps
+    the pager, if one was; ``sequential``, the keep sets for files advised sequential by
+    variant name, if any were) against the kernel alone under the limit. ``mapped``: whether the program maps
     enough of what the plan keeps for the pager to serve (``PAGER_SHARE``)."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
@@ -697,7 +698,8 @@ def _measure_memory(
         no_pager = str(e)
     if no_pager:
         print(f"pagecast plan: the pager variants are not measured ({no_pager})", file=sys.stderr)
-    kinds = len(KERNEL_CANDIDATES) - (follow is None) - (sequential is None)
+    seq_names = [n for n in KERNEL_CANDIDATES if n.startswith("seq")]
+    kinds = len(KERNEL_CANDIDATES) - (follow is None) - len(set(seq_names) - set(sequential or {}))
     kinds += 0 if no_pager else len(PAGER_CANDIDATES)
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:

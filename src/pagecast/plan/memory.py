@@ -411,18 +411,20 @@ def _most_used(runs: Sequence[RunStream]) -> list[int]:
     return [fi for fi, _ in counts.most_common(1)]
 
 
-def sequential_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
+def sequential_room(runs: Sequence[RunStream], names: dict[int, str], windows: int = 2) -> int:
     """What a file read in order and advised sequential streams through beside the keep set
-    locked next to it (``sequential_plan``): the kernel reads ahead of a miss in windows of
-    twice the device's read-ahead there (VM_SEQ_READ), and asks for the next window while the
-    program reads the one before, so two such windows. Less room makes each window evict the
-    one before it is used: llama.cpp held out at 367 MiB, its keep set one run in 512 KiB
-    chunks, ran 0.82× the kernel alone with 9 MiB left, 1.31× with 16, 2.25× with 32 and
-    2.08× with 48 (3.41×, 4.05× and 3.22× with 16, 32 and 48 at 519 MiB)."""
+    locked next to it (``sequential_plan``): ``windows`` of the kernel's read-ahead windows
+    there, each twice the device's read-ahead (VM_SEQ_READ). The kernel asks for the next
+    window while the program reads the one before, and how much of that is in memory at once
+    depends on the program's threads and streams, so ``plan --measure`` times one and two
+    (``SEQUENTIAL_VARIANTS``). Less room makes each window evict the one before it is used.
+    Held out, llama.cpp at 367 MiB, its keep set one run in 512 KiB chunks: 0.82× the kernel
+    alone with 9 MiB left, 1.31× with 16 (one window), 2.25× with 32 (two), 2.08× with 48;
+    the power iteration at 127 MiB: 0.25× with 8, 2.18× with 16, 1.88× with 32."""
     ra = DEFAULT_READ_AHEAD_KB << 10
     for fi in _most_used(runs):
         ra = read_ahead_bytes_of(names.get(fi, ""))
-    return SEQUENTIAL_WINDOWS * 2 * ra
+    return windows * 2 * ra
 
 
 def files_read_with_read(runs: Sequence[RunStream]) -> set[int]:
@@ -476,8 +478,8 @@ def room_bytes(cfg: MemoryPlanConfig) -> int:
 # what the pager streams through beside its keep set: the chunk passed, the one the program
 # is in and the one its batch reaches into (launch.memlimit_pager)
 PAGER_ROOM_CHUNKS = 3
-# read-ahead windows in flight through a file advised sequential (sequential_room)
-SEQUENTIAL_WINDOWS = 2
+# the sequential variants (name, read-ahead windows of room: sequential_room)
+SEQUENTIAL_VARIANTS = (("seq", 2), ("seq1", 1))
 
 
 def _room(cfg: MemoryPlanConfig) -> int:
@@ -751,11 +753,12 @@ def sequential_plan(
     cfg: MemoryPlanConfig,
     plan: MemoryPlan,
     read: tuple[list[RunStream], dict[str, int]] | None = None,
+    windows: int = 2,
 ) -> MemoryPlan | None:
     """``plan``'s keep set rebuilt for files read in order and advised ``sequential``: the
     kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
-    program used through that mapping, so what is not kept streams through two read-ahead
-    windows (``sequential_room``) and MIN's keep set is cut only to leave them room, beside
+    program used through that mapping, so what is not kept streams through ``windows``
+    read-ahead windows (``sequential_room``) and MIN's keep set is cut only to leave them room, beside
     the same reserve as ``plan``'s, kept as one run inside the part read in
     order (``_contiguous_keep``), the part not kept read in large folios (the advice shim's
     ``l``). Locked only, nothing followed from outside; files read as objects keep their own
@@ -774,7 +777,7 @@ def sequential_plan(
         reserve_bytes=plan.reserve_bytes,
         stream_room_bytes=cfg.stream_room_bytes  # as the caller set it (--stream-room), or
         if cfg.stream_room_bytes is not None
-        else sequential_room(runs, {i: p for p, i in files.items()}),
+        else sequential_room(runs, {i: p for p, i in files.items()}, windows),
     )
     cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
@@ -792,6 +795,24 @@ def sequential_plan(
         # against 0.099, held out at 519 MiB, the sequential part read in large folios)
         out.append(dataclasses.replace(f, keep=keep, stream=[], next={}, advice="sequential" if advised else None))
     return dataclasses.replace(cand, files=out, backend="kernel-advice", prefetch_chunks=0)
+
+
+def sequential_variants(
+    traces: Sequence[str | Path],
+    cfg: MemoryPlanConfig,
+    plan: MemoryPlan,
+    read: tuple[list[RunStream], dict[str, int]] | None = None,
+) -> dict[str, MemoryPlan]:
+    """The sequential variants ``plan --measure`` times (``SEQUENTIAL_VARIANTS``): the keep
+    set leaving two read-ahead windows of room (``seq``) and one (``seq1``); one where they
+    keep the same (the caller set the room) or none where ``sequential_plan`` has none."""
+    read = read if read is not None else read_runs(traces)
+    out: dict[str, MemoryPlan] = {}
+    for name, windows in SEQUENTIAL_VARIANTS:
+        p = sequential_plan(traces, cfg, plan, read, windows)
+        if p is not None and all([f.keep for f in p.files] != [f.keep for f in q.files] for q in out.values()):
+            out[name] = p
+    return out
 
 
 def _read_in_order(runs: Sequence[RunStream], fi: int, chunk_bytes: int, size: int) -> tuple[int, int] | None:

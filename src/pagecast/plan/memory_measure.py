@@ -22,6 +22,9 @@ measured slower with a keep set the model said would read less). So, as for cold
   mapping, so the rest streams through less room and more of MIN's keep set fits. On
   programs that do not read in order it can be far slower: on SQLite (point queries among
   its scans, 85 MiB) one timed run of it went on for minutes where the others took seconds;
+- ``seq1``: the same, the keep set leaving one read-ahead window of room where ``seq`` leaves
+  two (``memory.sequential_room``): which one a program needs depends on its threads and
+  streams (the power iteration ran faster with one, llama.cpp far slower);
 - ``half+pager``, ``keep+pager``, ``plan+pager``: the same three applied by the userfaultfd
   pager instead (page-sized faults into a budget: where the kernel reads a read-around
   window for every scattered miss, the pager reads what is asked and what the plan names),
@@ -57,7 +60,7 @@ import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from pagecast.plan.measure import (
     Confirmation,
@@ -71,7 +74,7 @@ from pagecast.plan.measure import (
 )
 from pagecast.plan.memory_format import MemoryPlan, write_memory_plan
 
-KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow", "seq")  # simplest first
+KERNEL_CANDIDATES = ("kernel", "half", "keep", "plan", "follow", "seq", "seq1")  # simplest first
 PAGER = "+pager"
 PAGER_SIDE = ("half", "keep", "plan")  # also applied by the pager
 PAGER_CANDIDATES = tuple(c + PAGER for c in PAGER_SIDE)
@@ -105,18 +108,17 @@ def variants(
     pager: bool = True,
     follow: MemoryPlan | None = None,
     for_pager: MemoryPlan | None = None,
-    sequential: MemoryPlan | None = None,
+    sequential: Mapping[str, MemoryPlan] | None = None,
 ) -> dict[str, MemoryPlan | None]:
     """The candidates, each naming the backend that applies it (whatever ``plan`` names);
     ``follow``: the plan rebuilt in chunks the controller can follow, if one was;
     ``for_pager``: the plan rebuilt for the pager (``memory.pager_plan``), whose variants
-    the pager's are, if one was; ``sequential``: the keep set rebuilt for files advised
-    sequential (``memory.sequential_plan``), if one was."""
+    the pager's are, if one was; ``sequential``: the keep sets rebuilt for files advised
+    sequential, by variant name (``memory.sequential_variants``), if any were."""
     kernel_side = _sides(plan)
     if follow is not None:
         kernel_side["follow"] = follow
-    if sequential is not None:
-        kernel_side["seq"] = sequential
+    kernel_side.update(sequential or {})
     out: dict[str, MemoryPlan | None] = {"kernel": None}
     out.update({k: dataclasses.replace(v, backend="kernel-advice") for k, v in kernel_side.items()})
     if pager:
@@ -210,7 +212,7 @@ def measure_memory_plan(
     pager: bool = True,
     follow: MemoryPlan | None = None,
     for_pager: MemoryPlan | None = None,
-    sequential: MemoryPlan | None = None,
+    sequential: Mapping[str, MemoryPlan] | None = None,
 ) -> tuple[MemoryPlan, MemoryMeasured]:
     """The variant of ``plan`` that measured fastest (the kernel alone: ``backend kernel``);
     ``pager``: whether the pager variants are timed too; ``follow``, ``for_pager``: see
