@@ -139,8 +139,8 @@ def _add_measure_args(p: argparse.ArgumentParser) -> None:
         "more than a standard error. With --memory: the program alone under the limit against the plan, "
         "its keep set alone and half of it (each also through the userfaultfd pager), and where the plan "
         "cannot follow what it streams the plan rebuilt in coarser chunks that it can (follow), and the keep "
-        "set for files advised sequential (seq; seq1 with less room), through pagecast run --memory, a variant 3x slower than the "
-        "kernel alone stopped; of those that beat the kernel by more than the noise and tie with the fastest, "
+        "set for files advised sequential (seq; seq1 with less room), through pagecast run --memory, a "
+        "variant 3x slower than the kernel alone stopped; of those that beat the kernel by more than the noise and tie with the fastest, "
         "the one reading least from the device (then the simplest), confirmed in fresh rounds, else backend kernel",
     )
     p.add_argument(
@@ -680,8 +680,8 @@ def _measure_memory(
     """Time the memory plan's variants (and ``follow``, the plan in chunks the controller can
     follow, if one was built; the pager's variants from ``for_pager``, the plan rebuilt for
     the pager, if one was; ``sequential``, the keep sets for files advised sequential by
-    variant name, if any were) against the kernel alone under the limit. ``mapped``: whether the program maps
-    enough of what the plan keeps for the pager to serve (``PAGER_SHARE``)."""
+    variant name, if any were) against the kernel alone under the limit. ``mapped``: whether
+    the program maps enough of what the plan keeps for the pager to serve (``PAGER_SHARE``)."""
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig

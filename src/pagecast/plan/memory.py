@@ -758,8 +758,8 @@ def sequential_plan(
     """``plan``'s keep set rebuilt for files read in order and advised ``sequential``: the
     kernel then reads ahead of a miss only, never behind it, and reclaims first the pages the
     program used through that mapping, so what is not kept streams through ``windows``
-    read-ahead windows (``sequential_room``) and MIN's keep set is cut only to leave them room, beside
-    the same reserve as ``plan``'s, kept as one run inside the part read in
+    read-ahead windows (``sequential_room``) and MIN's keep set is cut only to leave them
+    room, beside the same reserve as ``plan``'s, kept as one run inside the part read in
     order (``_contiguous_keep``), the part not kept read in large folios (the advice shim's
     ``l``). Locked only, nothing followed from outside; files read as objects keep their own
     reading. ``plan --measure`` times it beside
@@ -769,15 +769,16 @@ def sequential_plan(
     if plan.backend == "kernel":
         return None
     runs, files = read if read is not None else read_runs(traces)
+    room = cfg.stream_room_bytes  # as the caller set it (--stream-room)
+    if room is None:
+        room = sequential_room(runs, {i: p for p, i in files.items()}, windows)
     rebuilt = dataclasses.replace(
         cfg,
         chunk_bytes=plan.chunk_bytes,
         pager=True,
         sequential=True,
         reserve_bytes=plan.reserve_bytes,
-        stream_room_bytes=cfg.stream_room_bytes  # as the caller set it (--stream-room), or
-        if cfg.stream_room_bytes is not None
-        else sequential_room(runs, {i: p for p, i in files.items()}, windows),
+        stream_room_bytes=room,
     )
     cand = plan_for_limit(traces, rebuilt, (runs, files))
     if cand.backend == "kernel" or not cand.keep_bytes():
