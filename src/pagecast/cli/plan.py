@@ -588,7 +588,9 @@ def _memory_plan(args: argparse.Namespace) -> int:
     measured = None
     # --measure times it among the variants whether asked for or not
     read = read_runs(args.traces) if args.sequential or recordings is not None else None
-    seqs = sequential_variants(args.traces, cfg, plan, read) if read is not None else {}
+    # --sequential alone writes ``seq``: the others are built only to be measured
+    names = None if recordings is not None else ("seq",)
+    seqs = sequential_variants(args.traces, cfg, plan, read, names) if read is not None else {}
     sequential = seqs.get("seq")
     if args.sequential and sequential is None:
         print(
@@ -685,7 +687,7 @@ def _measure_memory(
     from pagecast.errors import PagecastError
     from pagecast.pager.runtime import probe
     from pagecast.plan.measure import MeasureConfig
-    from pagecast.plan.memory_measure import KERNEL_CANDIDATES, PAGER_CANDIDATES, STOP_SLOWER, measure_memory_plan
+    from pagecast.plan.memory_measure import STOP_SLOWER, measure_memory_plan, variants
 
     def argv(plan_path: str | None, prog: list[str]) -> list[str]:
         with_plan = ["--plan", plan_path] if plan_path else []
@@ -698,9 +700,7 @@ def _measure_memory(
         no_pager = str(e)
     if no_pager:
         print(f"pagecast plan: the pager variants are not measured ({no_pager})", file=sys.stderr)
-    seq_names = [n for n in KERNEL_CANDIDATES if n.startswith("seq")]
-    kinds = len(KERNEL_CANDIDATES) - (follow is None) - len(set(seq_names) - set(sequential or {}))
-    kinds += 0 if no_pager else len(PAGER_CANDIDATES)
+    kinds = len(variants(plan, not no_pager, follow, for_pager, sequential))  # what measure_memory_plan times
     total = kinds * len(recordings) * rounds
     with progress(total=total, desc="measured runs under the limit", unit="run") as bar:
         cfg = MeasureConfig(

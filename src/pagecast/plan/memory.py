@@ -392,7 +392,8 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
     160 MiB limit: ``cat`` 0.98× the kernel alone with the device's window, 1.42× with
     twice it; a reader without advice 1.90× and 1.64× (``benchmarks/memlimit_reads.py``)."""
     ra = DEFAULT_READ_AHEAD_KB << 10
-    for fi in _most_used(runs):
+    fi = _most_used(runs)
+    if fi is not None:
         ra = read_ahead_bytes_of(names.get(fi, ""))
         faults = sum(r.faults.get(fi, (0, 0))[0] for r in runs)
         majors = sum(r.faults.get(fi, (0, 0))[1] for r in runs)
@@ -403,12 +404,12 @@ def stream_room(runs: Sequence[RunStream], names: dict[int, str]) -> int:
     return 2 * ra
 
 
-def _most_used(runs: Sequence[RunStream]) -> list[int]:
-    """The file the recordings use most, as a list of none or one."""
+def _most_used(runs: Sequence[RunStream]) -> int | None:
+    """The file the recordings use most (None: they use none)."""
     counts: Counter[int] = Counter()
     for r in runs:
         counts.update(dict(zip(*(x.tolist() for x in np.unique(r.file, return_counts=True)))))
-    return [fi for fi, _ in counts.most_common(1)]
+    return next((fi for fi, _ in counts.most_common(1)), None)
 
 
 def sequential_room(runs: Sequence[RunStream], names: dict[int, str], windows: int = 2) -> int:
@@ -422,7 +423,8 @@ def sequential_room(runs: Sequence[RunStream], names: dict[int, str], windows: i
     alone with 9 MiB left, 1.31× with 16 (one window), 2.25× with 32 (two), 2.08× with 48;
     the power iteration at 127 MiB: 0.25× with 8, 2.18× with 16, 1.88× with 32."""
     ra = DEFAULT_READ_AHEAD_KB << 10
-    for fi in _most_used(runs):
+    fi = _most_used(runs)
+    if fi is not None:
         ra = read_ahead_bytes_of(names.get(fi, ""))
     return windows * 2 * ra
 
@@ -803,13 +805,17 @@ def sequential_variants(
     cfg: MemoryPlanConfig,
     plan: MemoryPlan,
     read: tuple[list[RunStream], dict[str, int]] | None = None,
+    names: Sequence[str] | None = None,
 ) -> dict[str, MemoryPlan]:
-    """The sequential variants ``plan --measure`` times (``SEQUENTIAL_VARIANTS``): the keep
-    set leaving two read-ahead windows of room (``seq``) and one (``seq1``); one where they
-    keep the same (the caller set the room) or none where ``sequential_plan`` has none."""
+    """The sequential variants ``plan --measure`` times (``SEQUENTIAL_VARIANTS``; ``names``:
+    only these): the keep set leaving two read-ahead windows of room (``seq``) and one
+    (``seq1``); one where they keep the same (the caller set the room) or none where
+    ``sequential_plan`` has none."""
     read = read if read is not None else read_runs(traces)
     out: dict[str, MemoryPlan] = {}
     for name, windows in SEQUENTIAL_VARIANTS:
+        if names is not None and name not in names:
+            continue
         p = sequential_plan(traces, cfg, plan, read, windows)
         if p is not None and all([f.keep for f in p.files] != [f.keep for f in q.files] for q in out.values()):
             out[name] = p
