@@ -9,7 +9,7 @@ coarser chunks the controller can follow, as ``plan --memory --measure`` builds 
 ``--for-pager PLAN`` the ``+pager`` variants come from that plan, rebuilt for the pager),
 ``seq`` and ``seq1`` (with ``--traces``, the recordings the plan was made from: its keep set
 rebuilt for files advised sequential, leaving two read-ahead windows of room or one,
-``pagecast.plan.memory.sequential_variants``), plus
+``pagecast.plan.memory.sequential_variants``; ``seq@MIB``: the same leaving MIB MiB of room), plus
 ``as-planned`` (the plan file as it is, with the backend it names). Every run starts cold, variants interleaved round by round. Printed: per
 variant the median time per pass (token, round) after the first over every round, MiB read
 by the run, and the ratio to the kernel alone.
@@ -26,6 +26,7 @@ root (memory cgroups).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -42,12 +43,13 @@ import oversubscribed as ob  # noqa: E402
 from pagecast.bench.oversub import Config, Launch, ReadCounter, pagecast, run_once  # noqa: E402
 from pagecast.bench.sparse_weights import cache_dir  # noqa: E402
 from pagecast.errors import PagecastError  # noqa: E402
-from pagecast.plan.memory import MemoryPlanConfig, sequential_variants  # noqa: E402
-from pagecast.plan.memory_format import read_memory_plan, write_memory_plan  # noqa: E402
+from pagecast.plan.memory import MemoryPlanConfig, sequential_plan, sequential_variants  # noqa: E402
+from pagecast.plan.memory_format import MemoryPlan, read_memory_plan, write_memory_plan  # noqa: E402
 from pagecast.plan.memory_measure import variants  # noqa: E402
 from pagecast.util.memcg import parse_limit  # noqa: E402
 
 AS_PLANNED = "as-planned"
+SEQ_ROOM = "seq@"
 
 
 def launches(
@@ -61,10 +63,17 @@ def launches(
     traces: list[Path] | None = None,
 ) -> dict[str, Launch]:
     plan = read_memory_plan(plan_path)
-    sequential = None
+    sequential: dict[str, MemoryPlan] = {}
     if traces:
         cfg = MemoryPlanConfig(plan.limit_bytes, plan.chunk_bytes)
         sequential = sequential_variants([str(t) for t in traces], cfg, plan)
+        for name in names:
+            if name.startswith(SEQ_ROOM):  # seq@MIB: the sequential variant leaving MIB of room
+                room = int(name[len(SEQ_ROOM) :]) << 20
+                p = sequential_plan([str(t) for t in traces], dataclasses.replace(cfg, stream_room_bytes=room), plan)
+                if p is None:
+                    raise PagecastError(f"{name}: no sequential variant keeps anything with that room")
+                sequential[name] = p
     by_name = variants(
         plan,
         follow=read_memory_plan(follow) if follow else None,
@@ -96,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="kernel,keep,plan,as-planned", help="comma-separated (kernel first)")
     ap.add_argument("--follow", type=Path, help="the plan in coarser chunks, for the variant 'follow'")
     ap.add_argument("--for-pager", type=Path, help="the plan rebuilt for the pager, for the '+pager' variants")
-    ap.add_argument("--traces", type=Path, nargs="+", help="the recordings the plan was made from, for 'seq'")
+    ap.add_argument("--traces", type=Path, nargs="+", help="the recordings the plan was made from, for 'seq', 'seq1' and 'seq@MIB'")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
