@@ -105,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", default="kernel,keep,plan,as-planned", help="comma-separated (kernel first)")
     ap.add_argument("--follow", type=Path, help="the plan in coarser chunks, for the variant 'follow'")
     ap.add_argument("--for-pager", type=Path, help="the plan rebuilt for the pager, for the '+pager' variants")
-    ap.add_argument("--traces", type=Path, nargs="+", help="the recordings the plan was made from, for 'seq', 'seq1' and 'seq@MIB'")
+    ap.add_argument(
+        "--traces", type=Path, nargs="+", help="the recordings the plan was made from, for 'seq', 'seq1' and 'seq@MIB'"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
