@@ -419,9 +419,9 @@ def sequential_room(runs: Sequence[RunStream], names: dict[int, str], windows: i
     window while the program reads the one before, and how much of that is in memory at once
     depends on the program's threads and streams, so ``plan --measure`` times one and two
     (``SEQUENTIAL_VARIANTS``). Less room makes each window evict the one before it is used.
-    Held out, llama.cpp at 367 MiB, its keep set one run in 512 KiB chunks: 0.82× the kernel
-    alone with 9 MiB left, 1.31× with 16 (one window), 2.25× with 32 (two), 2.08× with 48;
-    the power iteration at 127 MiB: 0.25× with 8, 2.18× with 16, 1.88× with 32."""
+    Held out (``benchmarks/memlimit_variants.py``, ``seq@MIB``), the power iteration at 127
+    MiB: 0.25× the kernel alone with 8 MiB, 2.18× with 16, 1.88× with 32; llama.cpp at 367
+    MiB, 2 MiB chunks: 1.82×, 1.97×, 1.82× with 8, 16, 32."""
     ra = DEFAULT_READ_AHEAD_KB << 10
     fi = _most_used(runs)
     if fi is not None:
